@@ -1,0 +1,42 @@
+# Target helpers: one library per folder, tests beside the code, binaries in
+# build/bin. Every target compiles with -Wall -Wextra -Werror.
+
+set(YARD_WARNINGS -Wall -Wextra -Werror)
+
+# yard_cc_library(NAME SRCS ... DEPS ... PRIVATE_DEPS ...)
+function(yard_cc_library NAME)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${NAME} STATIC ${ARG_SRCS})
+  target_include_directories(${NAME} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_compile_options(${NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${YARD_WARNINGS}>)
+  target_link_libraries(${NAME} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# yard_cc_binary(NAME SRCS ... DEPS ...): lands in build/bin.
+function(yard_cc_binary NAME)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_executable(${NAME} ${ARG_SRCS})
+  target_include_directories(${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(${NAME} PRIVATE ${YARD_WARNINGS})
+  target_link_libraries(${NAME} PRIVATE ${ARG_DEPS})
+endfunction()
+
+# yard_cc_test(NAME SRCS ... DEPS ... LABELS ... TIMEOUT n)
+function(yard_cc_test NAME)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${NAME} ${ARG_SRCS})
+  set_target_properties(${NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                        ${CMAKE_BINARY_DIR}/tests)
+  target_include_directories(${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(${NAME} PRIVATE ${YARD_WARNINGS})
+  target_link_libraries(${NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock
+                        GTest::gtest_main)
+  add_test(NAME ${NAME} COMMAND ${NAME})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  set_tests_properties(${NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_LABELS)
+    set_tests_properties(${NAME} PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
+endfunction()

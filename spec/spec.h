@@ -1,0 +1,76 @@
+// JobSpec parsing, defaults and validation, shared by the CLI (reads the
+// user's file), yard-server (validates every submission) and yard-train
+// (runs a spec alone). No gRPC inside; the spec is the protobuf message.
+#ifndef TRAINYARD_SPEC_SPEC_H_
+#define TRAINYARD_SPEC_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainyard/v1/spec.pb.h"
+
+namespace trainyard::spec {
+
+// Parses a JobSpec from YAML or JSON text (protobuf's JSON mapping; YAML is
+// converted to JSON first). Malformed text, unknown fields and wrong types
+// are INVALID_ARGUMENT with a message naming the field or line.
+absl::StatusOr<trainyard::v1::JobSpec> ParseJobSpec(std::string_view text);
+
+// Reads and parses a spec file; NOT_FOUND / INVALID_ARGUMENT name the file.
+absl::StatusOr<trainyard::v1::JobSpec> ReadJobSpecFile(const std::string& path);
+
+// The spec as protobuf JSON (one line unless `pretty`).
+std::string JobSpecToJson(const trainyard::v1::JobSpec& spec,
+                          bool pretty = false);
+
+// Returns the spec with every documented default filled in (see spec.proto).
+trainyard::v1::JobSpec WithDefaults(const trainyard::v1::JobSpec& spec);
+
+// Explicit upper bounds on what one job may ask for.
+struct Limits {
+  int64_t max_steps = 10'000'000;
+  int64_t max_parameters = 2'000'000'000;
+  int32_t max_layer_width = 65'536;
+  int32_t max_layers = 256;
+  int32_t max_micro_batch = 65'536;
+  int32_t max_grad_accum = 4'096;
+  int32_t max_gpus = 1'024;
+  int32_t max_cpu_threads = 256;
+  int32_t max_name_length = 128;
+  int32_t max_path_length = 1'024;
+};
+
+struct ValidationOptions {
+  // Data paths in the spec are relative to this root and must resolve
+  // (after symlinks) inside it.
+  std::string data_root = ".";
+  // Also require that the data files exist and are readable.
+  bool check_files_exist = true;
+  Limits limits;
+};
+
+// Checks a spec (defaults already applied or not). Returns INVALID_ARGUMENT
+// whose message starts with the field path, e.g.
+// "batch.micro_batch: must be in [1, 65536], got 0".
+absl::Status ValidateJobSpec(const trainyard::v1::JobSpec& spec,
+                             const ValidationOptions& options);
+
+// Resolves `relative` under `data_root` (following symlinks) and checks the
+// result stays inside the root. `field` names the spec field for errors.
+// INVALID_ARGUMENT for absolute paths or escapes; NOT_FOUND-worded
+// INVALID_ARGUMENT when the file is missing and must exist.
+absl::StatusOr<std::string> ResolveDataPath(std::string_view field,
+                                            const std::string& data_root,
+                                            const std::string& relative,
+                                            bool must_exist);
+
+// Number of trainable parameters of the spec's model (data-derived sizes
+// taken from the spec or, for MNIST, 784 inputs and 10 classes).
+int64_t CountParameters(const trainyard::v1::JobSpec& spec);
+
+}  // namespace trainyard::spec
+
+#endif  // TRAINYARD_SPEC_SPEC_H_
