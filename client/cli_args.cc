@@ -1,0 +1,294 @@
+// `yard` argument parsing. Global flags (--server, -o, --help) may appear
+// anywhere; command flags only after their command. "--flag=value" and
+// "--flag value" are both accepted; "--" ends the flags.
+#include "client/cli_args.h"
+
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace trainyard::client {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+
+absl::Status Usage(absl::string_view msg) {
+  return absl::InvalidArgumentError(msg);
+}
+
+std::optional<Command> CommandNamed(const std::string& name) {
+  if (name == "submit") return Command::kSubmit;
+  if (name == "ls" || name == "list") return Command::kList;
+  if (name == "get") return Command::kGet;
+  if (name == "logs") return Command::kLogs;
+  if (name == "watch") return Command::kWatch;
+  if (name == "cancel") return Command::kCancel;
+  if (name == "workers") return Command::kWorkers;
+  if (name == "help") return Command::kHelp;
+  return std::nullopt;
+}
+
+class ArgParser {
+ public:
+  explicit ArgParser(const std::vector<std::string>& args) : args_(args) {}
+
+  absl::StatusOr<CliArgs> Parse(const char* env_server) {
+    if (env_server != nullptr && *env_server != '\0') out_.server = env_server;
+    bool flags_done = false;
+    for (i_ = 0; i_ < args_.size(); ++i_) {
+      const std::string& arg = args_[i_];
+      if (!flags_done && arg == "--") {
+        flags_done = true;
+      } else if (!flags_done && arg.size() > 1 && arg[0] == '-') {
+        absl::Status s = Flag(arg);
+        if (!s.ok()) return s;
+      } else if (!command_.has_value()) {
+        command_ = CommandNamed(arg);
+        if (!command_.has_value()) {
+          return Usage(absl::StrCat("unknown command \"", arg,
+                                    "\" (run 'yard --help')"));
+        }
+      } else {
+        positional_.push_back(arg);
+      }
+    }
+    if (help_) {
+      out_.command = Command::kHelp;
+      return out_;
+    }
+    if (!command_.has_value()) {
+      return Usage("missing command (run 'yard --help')");
+    }
+    out_.command = *command_;
+    absl::Status s = Positionals();
+    if (!s.ok()) return s;
+    return out_;
+  }
+
+ private:
+  // The flag's value: "--name=value" or the next argument.
+  absl::StatusOr<std::string> Value(
+      const std::string& name, const std::optional<std::string>& inline_v) {
+    if (inline_v.has_value()) return *inline_v;
+    if (i_ + 1 >= args_.size()) {
+      return Usage(absl::StrCat(name, ": missing value"));
+    }
+    return args_[++i_];
+  }
+
+  absl::Status Flag(const std::string& arg) {
+    std::string name = arg;
+    std::optional<std::string> inline_v;
+    if (size_t eq = arg.find('='); eq != std::string::npos && arg[1] == '-') {
+      name = arg.substr(0, eq);
+      inline_v = arg.substr(eq + 1);
+    }
+    if (name == "-h" || name == "--help") {
+      help_ = true;
+      return absl::OkStatus();
+    }
+    if (name == "--server") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      if (v->empty()) return Usage("--server: must not be empty");
+      out_.server = *v;
+      return absl::OkStatus();
+    }
+    if (name == "-o" || name == "--output") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      if (*v == "table") {
+        out_.output = OutputFormat::kTable;
+      } else if (*v == "json") {
+        out_.output = OutputFormat::kJson;
+      } else {
+        return Usage(
+            absl::StrCat(name, ": must be table or json, got \"", *v, "\""));
+      }
+      return absl::OkStatus();
+    }
+    return CommandFlag(name, inline_v);
+  }
+
+  absl::Status CommandFlag(const std::string& name,
+                           const std::optional<std::string>& inline_v) {
+    const Command c = command_.value_or(Command::kHelp);
+    auto no_value = [&]() -> absl::Status {
+      if (inline_v.has_value()) {
+        return Usage(absl::StrCat(name, ": takes no value"));
+      }
+      return absl::OkStatus();
+    };
+    if (c == Command::kSubmit && name == "--wait") {
+      out_.wait = true;
+      return no_value();
+    }
+    if (c == Command::kSubmit && name == "--request-id") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      if (v->empty()) return Usage("--request-id: must not be empty");
+      out_.request_id = *v;
+      return absl::OkStatus();
+    }
+    if (c == Command::kLogs && (name == "-f" || name == "--follow")) {
+      out_.follow = true;
+      return no_value();
+    }
+    if (c == Command::kCancel && name == "--reason") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      out_.reason = *v;
+      return absl::OkStatus();
+    }
+    if (c == Command::kList) return ListFlag(name, inline_v);
+    return UnknownFlag(name);
+  }
+
+  absl::Status ListFlag(const std::string& name,
+                        const std::optional<std::string>& inline_v) {
+    if (name == "--all") {
+      if (inline_v.has_value()) return Usage("--all: takes no value");
+      all_ = true;
+      out_.limit = 0;
+    } else if (name == "--state") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      absl::StatusOr<std::vector<v1::JobState>> states = ParseStates(*v);
+      if (!states.ok()) return states.status();
+      out_.states.insert(out_.states.end(), states->begin(), states->end());
+    } else if (name == "--limit") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      int64_t n = 0;
+      if (!absl::SimpleAtoi(*v, &n) || n < 1) {
+        return Usage(absl::StrCat("--limit: must be a positive integer, got \"",
+                                  *v, "\""));
+      }
+      limit_set_ = true;
+      out_.limit = n;
+    } else {
+      return UnknownFlag(name);
+    }
+    if (all_ && limit_set_)
+      return Usage("--all and --limit exclude each other");
+    return absl::OkStatus();
+  }
+
+  absl::Status UnknownFlag(const std::string& name) const {
+    if (!command_.has_value()) {
+      return Usage(absl::StrCat("unknown flag \"", name,
+                                "\" (command flags go after the command)"));
+    }
+    return Usage(
+        absl::StrCat("unknown flag \"", name, "\" for ", CommandWord()));
+  }
+
+  std::string CommandWord() const {
+    for (const std::string& a : args_) {
+      if (CommandNamed(a) == command_) return "'" + a + "'";
+    }
+    return "this command";
+  }
+
+  absl::Status Positionals() {
+    const char* what = nullptr;
+    std::string* target = nullptr;
+    switch (out_.command) {
+      case Command::kSubmit:
+        what = "SPEC file";
+        target = &out_.spec_path;
+        break;
+      case Command::kGet:
+      case Command::kLogs:
+      case Command::kWatch:
+      case Command::kCancel:
+        what = "job ID";
+        target = &out_.job_id;
+        break;
+      default:
+        break;
+    }
+    size_t want = target != nullptr ? 1 : 0;
+    if (positional_.size() > want) {
+      return Usage(
+          absl::StrCat("unexpected argument \"", positional_[want], "\""));
+    }
+    if (positional_.size() < want) {
+      return Usage(absl::StrCat(CommandWord(), ": missing ", what));
+    }
+    if (target != nullptr) {
+      if (positional_[0].empty()) {
+        return Usage(absl::StrCat(CommandWord(), ": empty ", what));
+      }
+      *target = positional_[0];
+    }
+    return absl::OkStatus();
+  }
+
+  const std::vector<std::string>& args_;
+  size_t i_ = 0;
+  std::optional<Command> command_;
+  std::vector<std::string> positional_;
+  bool help_ = false;
+  bool all_ = false;
+  bool limit_set_ = false;
+  CliArgs out_;
+};
+
+}  // namespace
+
+absl::StatusOr<CliArgs> ParseArgs(const std::vector<std::string>& args,
+                                  const char* env_server) {
+  return ArgParser(args).Parse(env_server);
+}
+
+absl::StatusOr<std::vector<v1::JobState>> ParseStates(const std::string& list) {
+  std::vector<v1::JobState> states;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    std::string name = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(part));
+    v1::JobState state;
+    if (name == "JOB_STATE_UNSPECIFIED" || !v1::JobState_Parse(name, &state)) {
+      return Usage(absl::StrCat(
+          "--state: unknown state \"", part,
+          "\" (queued, scheduled, running, succeeded, failed, cancelled, "
+          "preempting)"));
+    }
+    states.push_back(state);
+  }
+  return states;
+}
+
+std::string UsageText() {
+  return R"(usage: yard [--server HOST:PORT] [-o table|json] COMMAND [ARGS]
+
+Commands:
+  submit SPEC [--wait] [--request-id ID]
+                     submit a job spec (YAML or JSON) and print its id;
+                     --wait follows it to the end (exit 0 only if SUCCEEDED)
+  ls [--state S[,S]] [--limit N | --all]
+                     list jobs, oldest first (at most 100 unless --limit/--all)
+  get ID             show one job
+  logs ID [-f]       print the job's log; -f follows it until the job ends
+  watch ID           follow the job's state changes and progress live
+  cancel ID [--reason TEXT]
+                     cancel a job
+  workers            list workers and cluster capacity
+
+Global flags:
+  --server HOST:PORT yard-server address (default: $YARD_SERVER, else
+                     127.0.0.1:7070)
+  -o, --output FMT   table (default) or json (protobuf JSON)
+  -h, --help         show this help
+
+Exit codes:
+  0 success            1 job did not succeed (submit --wait, watch) or other
+  2 usage error        3 invalid spec or argument
+  4 job not found      5 failed precondition (e.g. the job already ended)
+  6 server unreachable 7 other server error
+)";
+}
+
+}  // namespace trainyard::client

@@ -1,0 +1,159 @@
+// Tests for `yard` argument parsing and the exit-code mapping.
+#include "client/cli_args.h"
+
+#include <string>
+#include <vector>
+
+#include "client/exit_codes.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+namespace v1 = ::trainyard::v1;
+
+CliArgs Parse(const std::vector<std::string>& args, const char* env = nullptr) {
+  absl::StatusOr<CliArgs> parsed = ParseArgs(args, env);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return parsed.ok() ? *parsed : CliArgs();
+}
+
+std::string Error(const std::vector<std::string>& args) {
+  absl::StatusOr<CliArgs> parsed = ParseArgs(args, nullptr);
+  EXPECT_FALSE(parsed.ok());
+  if (parsed.ok()) return "";
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(parsed.status().message());
+}
+
+TEST(ParseArgsTest, ServerFromFlagThenEnvThenDefault) {
+  EXPECT_EQ(Parse({"workers"}).server, "127.0.0.1:7070");
+  EXPECT_EQ(Parse({"workers"}, "10.0.0.1:1").server, "10.0.0.1:1");
+  EXPECT_EQ(Parse({"workers"}, "").server, "127.0.0.1:7070");
+  EXPECT_EQ(Parse({"--server", "h:2", "workers"}, "10.0.0.1:1").server, "h:2");
+  EXPECT_EQ(Parse({"--server=h:3", "workers"}).server, "h:3");
+  EXPECT_EQ(Parse({"workers", "--server", "h:4"}).server, "h:4");
+}
+
+TEST(ParseArgsTest, OutputFormat) {
+  EXPECT_EQ(Parse({"ls"}).output, OutputFormat::kTable);
+  EXPECT_EQ(Parse({"-o", "json", "ls"}).output, OutputFormat::kJson);
+  EXPECT_EQ(Parse({"--output=json", "ls"}).output, OutputFormat::kJson);
+  EXPECT_EQ(Parse({"get", "j1", "-o", "table"}).output, OutputFormat::kTable);
+  EXPECT_EQ(Error({"-o", "yaml", "ls"}),
+            "-o: must be table or json, got \"yaml\"");
+  EXPECT_EQ(Error({"ls", "-o"}), "-o: missing value");
+}
+
+TEST(ParseArgsTest, Submit) {
+  CliArgs a = Parse({"submit", "spec.yaml", "--wait", "--request-id", "r1"});
+  EXPECT_EQ(a.command, Command::kSubmit);
+  EXPECT_EQ(a.spec_path, "spec.yaml");
+  EXPECT_TRUE(a.wait);
+  EXPECT_EQ(a.request_id, "r1");
+  a = Parse({"submit", "--request-id=r2", "s.json"});
+  EXPECT_FALSE(a.wait);
+  EXPECT_EQ(a.request_id, "r2");
+  EXPECT_EQ(a.spec_path, "s.json");
+  EXPECT_EQ(Error({"submit"}), "'submit': missing SPEC file");
+  EXPECT_EQ(Error({"submit", "a.yaml", "b.yaml"}),
+            "unexpected argument \"b.yaml\"");
+  EXPECT_EQ(Error({"submit", "a.yaml", "--request-id"}),
+            "--request-id: missing value");
+  EXPECT_EQ(Error({"submit", "a.yaml", "--request-id="}),
+            "--request-id: must not be empty");
+  EXPECT_EQ(Error({"submit", "a.yaml", "--wait=yes"}),
+            "--wait: takes no value");
+}
+
+TEST(ParseArgsTest, JobCommands) {
+  for (auto [name, command] : std::vector<std::pair<std::string, Command>>{
+           {"get", Command::kGet},
+           {"logs", Command::kLogs},
+           {"watch", Command::kWatch},
+           {"cancel", Command::kCancel}}) {
+    CliArgs a = Parse({name, "job-7"});
+    EXPECT_EQ(a.command, command);
+    EXPECT_EQ(a.job_id, "job-7");
+    EXPECT_THAT(Error({name}), HasSubstr("missing job ID"));
+  }
+  EXPECT_TRUE(Parse({"logs", "j", "-f"}).follow);
+  EXPECT_TRUE(Parse({"logs", "--follow", "j"}).follow);
+  EXPECT_FALSE(Parse({"logs", "j"}).follow);
+  EXPECT_EQ(Parse({"cancel", "j", "--reason", "oops"}).reason, "oops");
+  EXPECT_EQ(Error({"get", "j", "-f"}), "unknown flag \"-f\" for 'get'");
+  EXPECT_EQ(Error({"get", ""}), "'get': empty job ID");
+}
+
+TEST(ParseArgsTest, List) {
+  CliArgs a = Parse({"ls"});
+  EXPECT_EQ(a.command, Command::kList);
+  EXPECT_EQ(a.limit, kDefaultListLimit);
+  EXPECT_TRUE(a.states.empty());
+  EXPECT_EQ(Parse({"ls", "--all"}).limit, 0);
+  EXPECT_EQ(Parse({"list", "--limit", "5"}).limit, 5);
+  EXPECT_THAT(Parse({"ls", "--state", "running,Queued"}).states,
+              ElementsAre(v1::RUNNING, v1::QUEUED));
+  EXPECT_THAT(Parse({"ls", "--state=failed", "--state", "cancelled"}).states,
+              ElementsAre(v1::FAILED, v1::CANCELLED));
+  EXPECT_THAT(Error({"ls", "--state", "running,bogus"}),
+              HasSubstr("unknown state \"bogus\""));
+  EXPECT_THAT(Error({"ls", "--state", "job_state_unspecified"}),
+              HasSubstr("unknown state"));
+  EXPECT_EQ(Error({"ls", "--limit", "0"}),
+            "--limit: must be a positive integer, got \"0\"");
+  EXPECT_EQ(Error({"ls", "--limit", "ten"}),
+            "--limit: must be a positive integer, got \"ten\"");
+  EXPECT_EQ(Error({"ls", "--all", "--limit", "3"}),
+            "--all and --limit exclude each other");
+  EXPECT_EQ(Error({"ls", "extra"}), "unexpected argument \"extra\"");
+}
+
+TEST(ParseArgsTest, UsageErrors) {
+  EXPECT_EQ(Error({}), "missing command (run 'yard --help')");
+  EXPECT_EQ(Error({"frobnicate"}),
+            "unknown command \"frobnicate\" (run 'yard --help')");
+  EXPECT_EQ(Error({"--bogus", "ls"}),
+            "unknown flag \"--bogus\" (command flags go after the command)");
+  EXPECT_EQ(Error({"--wait", "submit", "x"}),
+            "unknown flag \"--wait\" (command flags go after the command)");
+  EXPECT_EQ(Error({"ls", "--bogus"}), "unknown flag \"--bogus\" for 'ls'");
+  EXPECT_EQ(Error({"--server"}), "--server: missing value");
+  EXPECT_EQ(Error({"--server=", "ls"}), "--server: must not be empty");
+}
+
+TEST(ParseArgsTest, HelpWinsOverEverythingElse) {
+  EXPECT_EQ(Parse({"--help"}).command, Command::kHelp);
+  EXPECT_EQ(Parse({"-h"}).command, Command::kHelp);
+  EXPECT_EQ(Parse({"help"}).command, Command::kHelp);
+  EXPECT_EQ(Parse({"submit", "--help"}).command, Command::kHelp);
+  EXPECT_THAT(UsageText(), HasSubstr("submit SPEC [--wait]"));
+  EXPECT_THAT(UsageText(), HasSubstr("Exit codes"));
+}
+
+TEST(ParseArgsTest, DoubleDashEndsFlags) {
+  CliArgs a = Parse({"get", "--", "-weird-id"});
+  EXPECT_EQ(a.job_id, "-weird-id");
+  EXPECT_EQ(Parse({"submit", "--", "-f.yaml"}).spec_path, "-f.yaml");
+}
+
+TEST(ExitCodeTest, MapsStatusCodes) {
+  EXPECT_EQ(ExitCodeForStatus(absl::OkStatus()), 0);
+  EXPECT_EQ(ExitCodeForStatus(absl::InvalidArgumentError("x")), 3);
+  EXPECT_EQ(ExitCodeForStatus(absl::NotFoundError("x")), 4);
+  EXPECT_EQ(ExitCodeForStatus(absl::FailedPreconditionError("x")), 5);
+  EXPECT_EQ(ExitCodeForStatus(absl::UnavailableError("x")), 6);
+  EXPECT_EQ(ExitCodeForStatus(absl::DeadlineExceededError("x")), 6);
+  EXPECT_EQ(ExitCodeForStatus(absl::InternalError("x")), 7);
+  EXPECT_EQ(ExitCodeForStatus(absl::ResourceExhaustedError("x")), 7);
+  EXPECT_EQ(ExitCodeForStatus(absl::PermissionDeniedError("x")), 7);
+  EXPECT_EQ(ExitCodeForStatus(absl::OutOfRangeError("x")), 7);
+  EXPECT_EQ(kExitJobNotSucceeded, 1);
+  EXPECT_EQ(kExitUsage, 2);
+}
+
+}  // namespace
+}  // namespace trainyard::client

@@ -1,0 +1,191 @@
+// `yard` commands. Watching a job prints each event as it arrives (table:
+// one human line; json: one JobEvent per line) and ends with the job's
+// outcome; the exit code then says whether it SUCCEEDED.
+#include "client/commands.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "client/output_format.h"
+
+namespace trainyard::client {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+
+// Errors about one job name it, whatever the server's wording.
+absl::Status AboutJob(const absl::Status& s, const std::string& job_id) {
+  if (s.ok() || absl::StrContains(s.message(), job_id)) return s;
+  return absl::Status(s.code(),
+                      absl::StrCat("job ", job_id, ": ", s.message()));
+}
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+// Follows a job to its end. A stream that ends while the job is still going
+// (e.g. the server shut down gracefully) is resumed a bounded number of
+// times from the last event seen.
+int Follow(const std::string& job_id, OutputFormat format, JobClient& client,
+           std::ostream& out, std::ostream& err) {
+  constexpr int kMaxRounds = 30;
+  int64_t last = 0;
+  auto print = [&](const v1::JobEvent& event) {
+    last = std::max(last, event.sequence());
+    out << (format == OutputFormat::kJson ? ToJson(event, false)
+                                          : FormatEvent(event))
+        << std::endl;
+    return true;
+  };
+  for (int round = 0;; ++round) {
+    absl::Status s = client.Watch(job_id, last, print);
+    if (!s.ok()) return ReportError(AboutJob(s, job_id), err);
+    absl::StatusOr<v1::Job> job = client.Get(job_id);
+    if (!job.ok()) return ReportError(AboutJob(job.status(), job_id), err);
+    if (IsTerminal(job->state())) {
+      if (format == OutputFormat::kTable) out << FormatOutcome(*job) << "\n";
+      return job->state() == v1::SUCCEEDED ? kExitOk : kExitJobNotSucceeded;
+    }
+    if (round + 1 >= kMaxRounds) {
+      return ReportError(absl::UnavailableError(absl::StrCat(
+                             "the event stream of job ", job_id,
+                             " keeps ending before the job does (state ",
+                             StateName(job->state()), ")")),
+                         err);
+    }
+    absl::SleepFor(absl::Seconds(1));
+  }
+}
+
+int RunList(const CliArgs& args, JobClient& client, std::ostream& out,
+            std::ostream& err) {
+  bool truncated = false;
+  absl::StatusOr<std::vector<v1::Job>> jobs =
+      client.ListAll(args.states, args.limit, &truncated);
+  if (!jobs.ok()) return ReportError(jobs.status(), err);
+  if (args.output == OutputFormat::kJson) {
+    v1::ListJobsResponse all;
+    for (v1::Job& job : *jobs) *all.add_jobs() = std::move(job);
+    out << ToJson(all, true) << "\n";
+  } else {
+    out << FormatJobsTable(*jobs, absl::Now());
+  }
+  if (truncated) {
+    err << "yard: showing the first " << args.limit
+        << " jobs; use --limit N or --all for more\n";
+  }
+  return kExitOk;
+}
+
+int RunGet(const CliArgs& args, JobClient& client, std::ostream& out,
+           std::ostream& err) {
+  absl::StatusOr<v1::Job> job = client.Get(args.job_id);
+  if (!job.ok()) return ReportError(AboutJob(job.status(), args.job_id), err);
+  out << (args.output == OutputFormat::kJson
+              ? ToJson(*job, true) + "\n"
+              : FormatJobDetails(*job, absl::Now()));
+  return kExitOk;
+}
+
+int RunLogs(const CliArgs& args, JobClient& client, std::ostream& out,
+            std::ostream& err) {
+  absl::Status s = client.Logs(
+      args.job_id, 0, args.follow,
+      [&](const v1::LogChunk& chunk) { out << chunk.data() << std::flush; });
+  if (!s.ok()) return ReportError(AboutJob(s, args.job_id), err);
+  return kExitOk;
+}
+
+int RunCancel(const CliArgs& args, JobClient& client, std::ostream& out,
+              std::ostream& err) {
+  absl::StatusOr<v1::Job> job = client.Cancel(args.job_id, args.reason);
+  if (!job.ok()) return ReportError(AboutJob(job.status(), args.job_id), err);
+  if (args.output == OutputFormat::kJson) {
+    out << ToJson(*job, true) << "\n";
+  } else if (IsTerminal(job->state())) {
+    out << "job " << job->id() << " " << StateName(job->state()) << "\n";
+  } else {
+    out << "job " << job->id() << ": cancel requested (state "
+        << StateName(job->state()) << ")\n";
+  }
+  return kExitOk;
+}
+
+int RunWorkers(const CliArgs& args, JobClient& client, std::ostream& out,
+               std::ostream& err) {
+  absl::StatusOr<v1::ListWorkersResponse> workers = client.ListWorkers();
+  if (!workers.ok()) return ReportError(workers.status(), err);
+  if (args.output == OutputFormat::kJson) {
+    out << ToJson(*workers, true) << "\n";
+    return kExitOk;
+  }
+  absl::StatusOr<v1::ClusterStatus> status = client.GetClusterStatus();
+  if (!status.ok()) return ReportError(status.status(), err);
+  std::vector<v1::Worker> list(workers->workers().begin(),
+                               workers->workers().end());
+  out << FormatWorkersTable(list, &*status, absl::Now());
+  return kExitOk;
+}
+
+}  // namespace
+
+int ReportError(const absl::Status& status, std::ostream& err) {
+  std::string message = absl::StrReplaceAll(
+      status.message(), {{"\r\n", " "}, {"\n", " "}, {"\r", " "}});
+  if (message.empty()) message = absl::StatusCodeToString(status.code());
+  err << "yard: error: " << message << std::endl;
+  return ExitCodeForStatus(status);
+}
+
+int RunSubmit(const CliArgs& args, const v1::JobSpec& spec, JobClient& client,
+              std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::SubmitJobResponse> response =
+      client.Submit(spec, args.request_id);
+  if (!response.ok()) {
+    absl::Status s = response.status();
+    if (s.code() == absl::StatusCode::kInvalidArgument) {
+      // The server checked the spec: say which file it came from.
+      s = absl::InvalidArgumentError(
+          absl::StrCat(args.spec_path, ": ", s.message()));
+    }
+    return ReportError(s, err);
+  }
+  const v1::Job& job = response->job();
+  if (args.output == OutputFormat::kJson) {
+    out << ToJson(*response, false) << std::endl;
+  } else {
+    out << job.id() << std::endl;
+    if (response->already_existed()) {
+      err << "yard: request id " << args.request_id
+          << " was already used; this is the job it created\n";
+    }
+  }
+  if (!args.wait) return kExitOk;
+  return Follow(job.id(), args.output, client, out, err);
+}
+
+int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
+               std::ostream& err) {
+  switch (args.command) {
+    case Command::kList:
+      return RunList(args, client, out, err);
+    case Command::kGet:
+      return RunGet(args, client, out, err);
+    case Command::kLogs:
+      return RunLogs(args, client, out, err);
+    case Command::kWatch:
+      return Follow(args.job_id, args.output, client, out, err);
+    case Command::kCancel:
+      return RunCancel(args, client, out, err);
+    case Command::kWorkers:
+      return RunWorkers(args, client, out, err);
+    default:
+      return ReportError(absl::InternalError("command not handled here"), err);
+  }
+}
+
+}  // namespace trainyard::client

@@ -1,0 +1,24 @@
+// Status code -> exit code, per the table in exit_codes.h.
+#include "client/exit_codes.h"
+
+namespace trainyard::client {
+
+ExitCode ExitCodeForStatus(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+      return kExitInvalidArgument;
+    case absl::StatusCode::kNotFound:
+      return kExitNotFound;
+    case absl::StatusCode::kFailedPrecondition:
+      return kExitFailedPrecondition;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitUnavailable;
+    default:
+      return kExitServerError;
+  }
+}
+
+}  // namespace trainyard::client

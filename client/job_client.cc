@@ -1,0 +1,300 @@
+// JobClient implementation. Streams are resumed by re-issuing the call from
+// the last position seen; gRPC's channel does the reconnecting, with short
+// backoff settings so a restarted server is noticed within about a second.
+#include "client/job_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/rpc_status.h"
+
+namespace trainyard::client {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+
+std::chrono::system_clock::time_point Deadline(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& server) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+// Waits until the channel is READY; gives up at the first connection
+// failure (a server that is not running refuses at once) or the deadline.
+absl::Status WaitUntilReady(grpc::Channel& channel, const std::string& server,
+                            absl::Duration timeout) {
+  auto deadline = Deadline(timeout);
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+        state == GRPC_CHANNEL_SHUTDOWN) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach yard-server at ", server,
+                       " (is it running? set --server or YARD_SERVER)"));
+    }
+    if (!channel.WaitForStateChange(state, deadline)) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach yard-server at ", server, " within ",
+                       absl::FormatDuration(timeout)));
+    }
+    state = channel.GetState(/*try_to_connect=*/true);
+  }
+  return absl::OkStatus();
+}
+
+// Tracks how long a stream has been failing, to bound the retries.
+class RetryBudget {
+ public:
+  explicit RetryBudget(absl::Duration limit) : limit_(limit) {}
+  void Progress() {
+    broken_since_ = absl::InfiniteFuture();
+    backoff_ = absl::Milliseconds(100);
+  }
+  // Returns false once the stream has been broken for longer than the limit;
+  // otherwise sleeps a little (growing) before the next try.
+  bool Backoff() {
+    absl::Time now = absl::Now();
+    if (broken_since_ == absl::InfiniteFuture()) broken_since_ = now;
+    if (now - broken_since_ > limit_) return false;
+    absl::SleepFor(backoff_);
+    backoff_ = std::min(backoff_ * 2, absl::Seconds(1));
+    return true;
+  }
+  absl::Time deadline() const {
+    return broken_since_ == absl::InfiniteFuture() ? absl::Now() + limit_
+                                                   : broken_since_ + limit_;
+  }
+
+ private:
+  absl::Duration limit_;
+  absl::Time broken_since_ = absl::InfiniteFuture();
+  absl::Duration backoff_ = absl::Milliseconds(100);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(
+    const ClientOptions& options) {
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(options.server);
+  absl::Status ready =
+      WaitUntilReady(*channel, options.server, options.connect_timeout);
+  if (!ready.ok()) return ready;
+  return std::make_unique<JobClient>(std::move(channel), options);
+}
+
+JobClient::JobClient(std::shared_ptr<grpc::Channel> channel,
+                     const ClientOptions& options)
+    : options_(options),
+      channel_(std::move(channel)),
+      jobs_(v1::JobService::NewStub(channel_)),
+      cluster_(v1::ClusterService::NewStub(channel_)) {}
+
+absl::Status JobClient::Annotate(const grpc::Status& status) const {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      return absl::UnavailableError(absl::StrCat("cannot reach yard-server at ",
+                                                 options_.server, ": ",
+                                                 status.error_message()));
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::DeadlineExceededError(absl::StrCat(
+          "yard-server at ", options_.server, " did not answer within ",
+          absl::FormatDuration(options_.call_timeout)));
+    default:
+      return FromGrpcStatus(status);
+  }
+}
+
+void JobClient::SetDeadline(grpc::ClientContext* context) const {
+  context->set_deadline(Deadline(options_.call_timeout));
+}
+
+absl::StatusOr<v1::SubmitJobResponse> JobClient::Submit(
+    const v1::JobSpec& spec, const std::string& request_id) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  request.set_request_id(request_id);
+  v1::SubmitJobResponse response;
+  grpc::Status s = jobs_->SubmitJob(&context, request, &response);
+  if (!s.ok()) return Annotate(s);
+  return response;
+}
+
+absl::StatusOr<v1::Job> JobClient::Get(const std::string& job_id) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  grpc::Status s = jobs_->GetJob(&context, request, &job);
+  if (!s.ok()) return Annotate(s);
+  return job;
+}
+
+absl::StatusOr<v1::ListJobsResponse> JobClient::List(
+    const ListOptions& options) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListJobsRequest request;
+  request.set_page_size(options.page_size);
+  request.set_page_token(options.page_token);
+  for (v1::JobState state : options.states) request.add_states(state);
+  v1::ListJobsResponse response;
+  grpc::Status s = jobs_->ListJobs(&context, request, &response);
+  if (!s.ok()) return Annotate(s);
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobClient::ListAll(
+    const std::vector<v1::JobState>& states, int64_t limit, bool* truncated) {
+  constexpr int64_t kMaxPage = 500;
+  std::vector<v1::Job> jobs;
+  ListOptions page;
+  page.states = states;
+  if (truncated != nullptr) *truncated = false;
+  while (true) {
+    int64_t want = limit > 0 ? limit - static_cast<int64_t>(jobs.size()) : 0;
+    page.page_size =
+        static_cast<int32_t>(want > 0 ? std::min(want, kMaxPage) : kMaxPage);
+    absl::StatusOr<v1::ListJobsResponse> response = List(page);
+    if (!response.ok()) return response.status();
+    for (v1::Job& job : *response->mutable_jobs()) {
+      if (limit > 0 && static_cast<int64_t>(jobs.size()) >= limit) {
+        if (truncated != nullptr) *truncated = true;
+        return jobs;
+      }
+      jobs.push_back(std::move(job));
+    }
+    const std::string& next = response->next_page_token();
+    if (next.empty()) return jobs;
+    if (next == page.page_token) {
+      return absl::InternalError("ListJobs returned the same page token twice");
+    }
+    if (limit > 0 && static_cast<int64_t>(jobs.size()) >= limit) {
+      if (truncated != nullptr) *truncated = true;
+      return jobs;
+    }
+    page.page_token = next;
+  }
+}
+
+absl::StatusOr<v1::Job> JobClient::Cancel(const std::string& job_id,
+                                          const std::string& reason) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  v1::Job job;
+  grpc::Status s = jobs_->CancelJob(&context, request, &job);
+  if (!s.ok()) return Annotate(s);
+  return job;
+}
+
+absl::Status JobClient::Watch(
+    const std::string& job_id, int64_t after_sequence,
+    const std::function<bool(const v1::JobEvent&)>& on_event) {
+  RetryBudget budget(options_.reconnect_timeout);
+  int64_t last = after_sequence;
+  while (true) {
+    grpc::ClientContext context;
+    v1::WatchJobRequest request;
+    request.set_job_id(job_id);
+    request.set_after_sequence(last);
+    auto reader = jobs_->WatchJob(&context, request);
+    v1::JobEvent event;
+    bool stopped = false;
+    while (reader->Read(&event)) {
+      budget.Progress();
+      if (event.sequence() <= last) continue;  // already delivered
+      last = event.sequence();
+      if (!on_event(event)) {
+        context.TryCancel();
+        stopped = true;
+        break;
+      }
+    }
+    grpc::Status s = reader->Finish();
+    if (stopped || s.ok()) return absl::OkStatus();
+    // A server shutting down cancels open streams; one that died drops them.
+    bool retryable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                     s.error_code() == grpc::StatusCode::CANCELLED;
+    if (!retryable || !budget.Backoff() ||
+        !channel_->WaitForConnected(absl::ToChronoTime(budget.deadline()))) {
+      return Annotate(s);
+    }
+  }
+}
+
+absl::Status JobClient::Logs(
+    const std::string& job_id, int64_t offset, bool follow,
+    const std::function<void(const v1::LogChunk&)>& on_chunk) {
+  RetryBudget budget(options_.reconnect_timeout);
+  int64_t next = offset;
+  while (true) {
+    grpc::ClientContext context;
+    if (!follow) SetDeadline(&context);
+    v1::GetJobLogsRequest request;
+    request.set_job_id(job_id);
+    request.set_offset(next);
+    request.set_follow(follow);
+    auto reader = jobs_->GetJobLogs(&context, request);
+    v1::LogChunk chunk;
+    while (reader->Read(&chunk)) {
+      budget.Progress();
+      int64_t end = chunk.offset() + static_cast<int64_t>(chunk.data().size());
+      if (end <= next) continue;    // already delivered
+      if (chunk.offset() < next) {  // overlaps what we have: trim
+        chunk.mutable_data()->erase(0,
+                                    static_cast<size_t>(next - chunk.offset()));
+        chunk.set_offset(next);
+      }
+      next = end;
+      on_chunk(chunk);
+    }
+    grpc::Status s = reader->Finish();
+    if (s.ok()) return absl::OkStatus();
+    bool retryable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                     s.error_code() == grpc::StatusCode::CANCELLED;
+    if (!retryable || !budget.Backoff() ||
+        !channel_->WaitForConnected(absl::ToChronoTime(budget.deadline()))) {
+      return Annotate(s);
+    }
+  }
+}
+
+absl::StatusOr<v1::ListWorkersResponse> JobClient::ListWorkers() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListWorkersResponse response;
+  grpc::Status s =
+      cluster_->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+  if (!s.ok()) return Annotate(s);
+  return response;
+}
+
+absl::StatusOr<v1::ClusterStatus> JobClient::GetClusterStatus() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ClusterStatus response;
+  grpc::Status s = cluster_->GetClusterStatus(
+      &context, v1::GetClusterStatusRequest(), &response);
+  if (!s.ok()) return Annotate(s);
+  return response;
+}
+
+}  // namespace trainyard::client

@@ -1,0 +1,102 @@
+// JobClient: a small C++ client for a yard-server (JobService and
+// ClusterService). Unary calls carry a deadline; the streaming calls (Watch,
+// Logs) run until the server ends them and survive a server restart by
+// reconnecting and resuming from the last event or byte seen. Errors are
+// absl::Status with the server's canonical codes; an unreachable server is
+// UNAVAILABLE "cannot reach yard-server at ADDR".
+//
+// Thread-safety: a JobClient may be used from several threads at once (gRPC
+// stubs are thread-safe and the client holds no other mutable state).
+#ifndef TRAINYARD_CLIENT_JOB_CLIENT_H_
+#define TRAINYARD_CLIENT_JOB_CLIENT_H_
+
+#include <grpcpp/channel.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "trainyard/v1/cluster.grpc.pb.h"
+#include "trainyard/v1/jobs.grpc.pb.h"
+
+namespace trainyard::client {
+
+struct ClientOptions {
+  std::string server = "127.0.0.1:7070";
+  // How long Connect waits for the channel to become ready.
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // Deadline of each unary call.
+  absl::Duration call_timeout = absl::Seconds(10);
+  // How long a broken Watch/Logs stream keeps trying to reconnect (e.g.
+  // while yard-server restarts) before giving up.
+  absl::Duration reconnect_timeout = absl::Seconds(60);
+};
+
+struct ListOptions {
+  std::vector<trainyard::v1::JobState> states;  // empty = every state
+  int32_t page_size = 0;                        // 0 = the server's default
+  std::string page_token;
+};
+
+class JobClient {
+ public:
+  // Opens a channel to options.server and waits until it is ready.
+  static absl::StatusOr<std::unique_ptr<JobClient>> Connect(
+      const ClientOptions& options);
+
+  // Uses an existing channel (tests, in-process servers); no connect wait.
+  JobClient(std::shared_ptr<grpc::Channel> channel,
+            const ClientOptions& options);
+
+  absl::StatusOr<trainyard::v1::SubmitJobResponse> Submit(
+      const trainyard::v1::JobSpec& spec, const std::string& request_id);
+  absl::StatusOr<trainyard::v1::Job> Get(const std::string& job_id);
+  // One page of jobs.
+  absl::StatusOr<trainyard::v1::ListJobsResponse> List(
+      const ListOptions& options);
+  // Pages through ListJobs; stops after `limit` jobs when limit > 0.
+  // Sets *truncated when jobs were left out because of the limit.
+  absl::StatusOr<std::vector<trainyard::v1::Job>> ListAll(
+      const std::vector<trainyard::v1::JobState>& states, int64_t limit,
+      bool* truncated = nullptr);
+  absl::StatusOr<trainyard::v1::Job> Cancel(const std::string& job_id,
+                                            const std::string& reason);
+
+  // Calls on_event for each event after `after_sequence` until the stream
+  // ends (after the job's terminal event) or on_event returns false.
+  // Resumes from the last sequence seen when the stream breaks with
+  // UNAVAILABLE.
+  absl::Status Watch(
+      const std::string& job_id, int64_t after_sequence,
+      const std::function<bool(const trainyard::v1::JobEvent&)>& on_event);
+
+  // Calls on_chunk for the job's log from `offset`; with `follow`, until the
+  // job ends. Resumes from the last byte seen on UNAVAILABLE.
+  absl::Status Logs(
+      const std::string& job_id, int64_t offset, bool follow,
+      const std::function<void(const trainyard::v1::LogChunk&)>& on_chunk);
+
+  absl::StatusOr<trainyard::v1::ListWorkersResponse> ListWorkers();
+  absl::StatusOr<trainyard::v1::ClusterStatus> GetClusterStatus();
+
+  const std::string& server() const { return options_.server; }
+
+ private:
+  // Adds the server address to UNAVAILABLE / DEADLINE_EXCEEDED errors.
+  absl::Status Annotate(const grpc::Status& status) const;
+  void SetDeadline(grpc::ClientContext* context) const;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<trainyard::v1::JobService::Stub> jobs_;
+  std::unique_ptr<trainyard::v1::ClusterService::Stub> cluster_;
+};
+
+}  // namespace trainyard::client
+
+#endif  // TRAINYARD_CLIENT_JOB_CLIENT_H_

@@ -1,0 +1,166 @@
+// The longer human views of `yard`: one job's details (`yard get`) and the
+// worker list (`yard workers`). Declared in output_format.h.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "client/output_format.h"
+
+namespace trainyard::client {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+
+absl::Time FromProto(const google::protobuf::Timestamp& ts) {
+  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+}
+
+bool IsSet(const google::protobuf::Timestamp& ts) {
+  return ts.seconds() != 0 || ts.nanos() != 0;
+}
+
+std::string When(const google::protobuf::Timestamp& ts, absl::Time now) {
+  absl::Time t = FromProto(ts);
+  return absl::StrCat(
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone()), " (",
+      FormatAge(t, now), " ago)");
+}
+
+// "Key:  value" lines with the values aligned.
+class DetailLines {
+ public:
+  void Add(std::string key, std::string value) {
+    if (!value.empty()) lines_.emplace_back(std::move(key), std::move(value));
+  }
+  std::string Render() const {
+    size_t width = 0;
+    for (const auto& [key, value] : lines_) width = std::max(width, key.size());
+    std::string out;
+    for (const auto& [key, value] : lines_) {
+      absl::StrAppend(&out, key, ":", std::string(width - key.size() + 2, ' '),
+                      value, "\n");
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> lines_;
+};
+
+std::string EventLine(const v1::TrainerEvent& trainer) {
+  v1::JobEvent event;
+  *event.mutable_trainer() = trainer;
+  return FormatEvent(event);
+}
+
+void AddProgress(const v1::Job& job, DetailLines* d) {
+  if (job.has_progress()) {
+    v1::TrainerEvent t;
+    *t.mutable_progress() = job.progress();
+    d->Add("Progress", EventLine(t));
+  }
+  if (job.has_last_eval()) {
+    v1::TrainerEvent t;
+    *t.mutable_eval() = job.last_eval();
+    d->Add("Last eval", EventLine(t));
+  }
+  if (job.has_last_checkpoint()) {
+    d->Add("Checkpoint", absl::StrCat("step ", job.last_checkpoint().step(),
+                                      ": ", job.last_checkpoint().path()));
+  }
+  if (job.has_result()) {
+    v1::TrainerEvent t;
+    *t.mutable_finished() = job.result();
+    d->Add("Result", EventLine(t));
+    d->Add("Final checkpoint", job.result().checkpoint_path());
+  }
+}
+
+std::string AttemptsTable(const v1::Job& job, absl::Time now) {
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::Attempt& a : job.attempts()) {
+    rows.push_back(
+        {absl::StrCat("  ", a.number()),
+         a.worker_id().empty() ? "-" : a.worker_id(),
+         IsSet(a.start_time()) ? FormatAge(FromProto(a.start_time()), now)
+                               : "-",
+         IsSet(a.end_time()) ? FormatAge(FromProto(a.end_time()), now) : "-",
+         a.outcome() == v1::JOB_STATE_UNSPECIFIED ? "running"
+                                                  : StateName(a.outcome()),
+         absl::StrCat(a.resumed_from_step()), a.reason()});
+  }
+  return FormatTable(
+      {"  #", "WORKER", "STARTED", "ENDED", "OUTCOME", "FROM-STEP", "REASON"},
+      rows);
+}
+
+}  // namespace
+
+std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
+  DetailLines d;
+  d.Add("ID", job.id());
+  d.Add("Name", job.name());
+  std::string state = StateName(job.state());
+  if (!job.state_reason().empty())
+    absl::StrAppend(&state, ": ", job.state_reason());
+  d.Add("State", state);
+  d.Add("Tenant", job.tenant());
+  if (job.attempt() > 0) {
+    d.Add("Attempt",
+          absl::StrCat(job.attempt(), job.worker_id().empty()
+                                          ? ""
+                                          : " on worker " + job.worker_id()));
+  }
+  if (IsSet(job.create_time())) d.Add("Created", When(job.create_time(), now));
+  if (IsSet(job.start_time())) d.Add("Started", When(job.start_time(), now));
+  if (IsSet(job.end_time())) d.Add("Ended", When(job.end_time(), now));
+  AddProgress(job, &d);
+  d.Add("Checkpoint dir", job.checkpoint_dir());
+  d.Add("Request id", job.request_id());
+  std::string out = d.Render();
+  if (job.attempts_size() > 0) {
+    absl::StrAppend(&out, "Attempts:\n", AttemptsTable(job, now));
+  }
+  return out;
+}
+
+std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
+                               const v1::ClusterStatus* status,
+                               absl::Time now) {
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::Worker& w : workers) {
+    std::string state(
+        absl::StripPrefix(v1::WorkerState_Name(w.state()), "WORKER_"));
+    std::vector<std::string> jobs;
+    for (const auto& ref : w.jobs()) jobs.push_back(ref.job_id());
+    rows.push_back({w.id(), w.hostname().empty() ? "-" : w.hostname(), state,
+                    absl::StrCat(w.free_cpu_slots(), "/", w.cpu_slots()),
+                    absl::StrCat(w.free_gpus(), "/", w.devices_size()),
+                    jobs.empty() ? "-" : absl::StrJoin(jobs, ","),
+                    IsSet(w.last_heartbeat())
+                        ? FormatAge(FromProto(w.last_heartbeat()), now) + " ago"
+                        : "-"});
+  }
+  std::string out = FormatTable(
+      {"ID", "HOST", "STATE", "FREE-SLOTS", "FREE-GPUS", "JOBS", "HEARTBEAT"},
+      rows);
+  if (status != nullptr) {
+    absl::StrAppend(
+        &out,
+        absl::StrFormat(
+            "\n%d ready, %d lost; cpu slots %d/%d free; gpus %d/%d free; "
+            "jobs %d queued, %d running, %d succeeded, %d failed, %d "
+            "cancelled\n",
+            status->workers_ready(), status->workers_lost(),
+            status->cpu_slots_free(), status->cpu_slots_total(),
+            status->gpus_free(), status->gpus_total(), status->jobs_queued(),
+            status->jobs_running() + status->jobs_scheduled(),
+            status->jobs_succeeded(), status->jobs_failed(),
+            status->jobs_cancelled()));
+  }
+  return out;
+}
+
+}  // namespace trainyard::client

@@ -1,0 +1,226 @@
+// Human-readable output of `yard`. Numbers are printed the same way
+// everywhere (loss with 4 decimals, accuracy as a percentage with 2) so that
+// watch lines, tables and details read alike.
+#include "client/output_format.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace trainyard::client {
+namespace {
+
+namespace v1 = ::trainyard::v1;
+
+absl::Time FromProto(const google::protobuf::Timestamp& ts) {
+  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+}
+
+bool IsSet(const google::protobuf::Timestamp& ts) {
+  return ts.seconds() != 0 || ts.nanos() != 0;
+}
+
+std::string Percent(double fraction) {
+  return absl::StrFormat("%.2f%%", fraction * 100.0);
+}
+
+std::string Loss(double loss) { return absl::StrFormat("%.4f", loss); }
+
+std::string StepColumn(const v1::Job& job) {
+  int64_t total = job.progress().total_steps() > 0
+                      ? job.progress().total_steps()
+                      : job.spec().steps();
+  int64_t step = job.progress().step();
+  if (job.has_result()) step = job.result().step();
+  if (step == 0 && !job.has_progress()) return "-";
+  return absl::StrCat(step, "/", total);
+}
+
+std::string ProgressLine(const v1::TrainProgress& p) {
+  std::string line = absl::StrCat("step ", p.step(), "/", p.total_steps(),
+                                  " loss ", Loss(p.loss()));
+  absl::StrAppend(&line,
+                  absl::StrFormat(" %.0f samples/s", p.samples_per_second()));
+  if (p.tokens_per_second() > 0) {
+    absl::StrAppend(&line,
+                    absl::StrFormat(" %.0f tokens/s", p.tokens_per_second()));
+  }
+  return line;
+}
+
+std::string EvalLine(const v1::EvalResult& e) {
+  std::string line =
+      absl::StrCat("eval step ", e.step(), ": loss ", Loss(e.loss()));
+  if (e.accuracy() > 0)
+    absl::StrAppend(&line, " accuracy ", Percent(e.accuracy()));
+  return line;
+}
+
+std::string StateChangeLine(const v1::StateChange& c) {
+  std::string line =
+      absl::StrCat("state ", StateName(c.from()), " -> ", StateName(c.to()));
+  if (c.attempt() > 0 && !c.worker_id().empty()) {
+    absl::StrAppend(&line, " (attempt ", c.attempt(), ", worker ",
+                    c.worker_id(), ")");
+  }
+  if (!c.reason().empty()) absl::StrAppend(&line, ": ", c.reason());
+  return line;
+}
+
+std::string TrainerLine(const v1::TrainerEvent& t) {
+  switch (t.event_case()) {
+    case v1::TrainerEvent::kStarted: {
+      const auto& s = t.started();
+      std::string backend = s.backend().empty() ? "" : ", " + s.backend();
+      if (s.start_step() > 0) {
+        return absl::StrCat("training resumed at step ", s.start_step(), "/",
+                            s.total_steps(), " from ", s.resumed_from(),
+                            backend.empty() ? "" : " (" + s.backend() + ")");
+      }
+      return absl::StrCat("training started: ", s.total_steps(), " steps, ",
+                          s.parameters(), " parameters", backend);
+    }
+    case v1::TrainerEvent::kProgress:
+      return ProgressLine(t.progress());
+    case v1::TrainerEvent::kEval:
+      return EvalLine(t.eval());
+    case v1::TrainerEvent::kCheckpoint:
+      return absl::StrCat("checkpoint step ", t.checkpoint().step(), ": ",
+                          t.checkpoint().path());
+    case v1::TrainerEvent::kFinished: {
+      const auto& f = t.finished();
+      std::string line = absl::StrCat("training finished at step ", f.step(),
+                                      ": train loss ", Loss(f.train_loss()),
+                                      ", eval loss ", Loss(f.eval_loss()));
+      if (f.eval_accuracy() > 0) {
+        absl::StrAppend(&line, ", accuracy ", Percent(f.eval_accuracy()));
+      }
+      absl::StrAppend(&line, absl::StrFormat(" (%.1f s)", f.wall_seconds()));
+      return line;
+    }
+    case v1::TrainerEvent::kInterrupted:
+      return absl::StrCat("training interrupted at step ",
+                          t.interrupted().step(), ": checkpoint ",
+                          t.interrupted().checkpoint_path());
+    default:
+      return "trainer event";
+  }
+}
+
+std::string CheckpointOf(const v1::Job& job) {
+  if (!job.result().checkpoint_path().empty()) {
+    return job.result().checkpoint_path();
+  }
+  if (!job.last_checkpoint().path().empty())
+    return job.last_checkpoint().path();
+  return job.checkpoint_dir();
+}
+
+}  // namespace
+
+std::string FormatTable(const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths(header.size(), 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size() && i < widths.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  };
+  measure(header);
+  for (const auto& row : rows) measure(row);
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t i = 0; i < row.size() && i < widths.size(); ++i) {
+      if (i > 0) line.append("  ");
+      line.append(row[i]);
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size(), ' ');
+    }
+    absl::StrAppend(&out, absl::StripTrailingAsciiWhitespace(line), "\n");
+  };
+  emit(header);
+  for (const auto& row : rows) emit(row);
+  return out;
+}
+
+std::string FormatAge(absl::Time then, absl::Time now) {
+  if (then == absl::UnixEpoch() || then == absl::InfinitePast()) return "-";
+  int64_t s = absl::ToInt64Seconds(now - then);
+  if (s < 0) s = 0;
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < 2 * 3600) return absl::StrCat(s / 60, "m");
+  if (s < 2 * 86400) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+std::string StateName(v1::JobState state) {
+  if (state == v1::JOB_STATE_UNSPECIFIED) return "-";
+  const std::string& name = v1::JobState_Name(state);
+  return name.empty() ? absl::StrCat(static_cast<int>(state)) : name;
+}
+
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs, absl::Time now) {
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::Job& job : jobs) {
+    rows.push_back(
+        {job.id(), job.name().empty() ? "-" : job.name(),
+         StateName(job.state()),
+         job.attempt() > 0 ? absl::StrCat(job.attempt()) : "-",
+         job.worker_id().empty() ? "-" : job.worker_id(), StepColumn(job),
+         IsSet(job.create_time()) ? FormatAge(FromProto(job.create_time()), now)
+                                  : "-"});
+  }
+  return FormatTable(
+      {"ID", "NAME", "STATE", "ATTEMPT", "WORKER", "STEP", "AGE"}, rows);
+}
+
+std::string FormatEvent(const v1::JobEvent& event) {
+  switch (event.payload_case()) {
+    case v1::JobEvent::kStateChange:
+      return StateChangeLine(event.state_change());
+    case v1::JobEvent::kTrainer:
+      return TrainerLine(event.trainer());
+    default:
+      return absl::StrCat("event ", event.sequence());
+  }
+}
+
+std::string FormatOutcome(const v1::Job& job) {
+  std::string line =
+      absl::StrCat("job ", job.id(), " ", StateName(job.state()));
+  if (job.state() == v1::SUCCEEDED) {
+    std::vector<std::string> parts;
+    if (job.result().eval_accuracy() > 0) {
+      parts.push_back(
+          absl::StrCat("accuracy ", Percent(job.result().eval_accuracy())));
+    }
+    if (job.has_result()) {
+      parts.push_back(
+          absl::StrCat("eval loss ", Loss(job.result().eval_loss())));
+    }
+    std::string ckpt = CheckpointOf(job);
+    if (!ckpt.empty()) parts.push_back(absl::StrCat("checkpoint ", ckpt));
+    if (!parts.empty())
+      absl::StrAppend(&line, ": ", absl::StrJoin(parts, ", "));
+  } else if (!job.state_reason().empty()) {
+    absl::StrAppend(&line, ": ", job.state_reason());
+  }
+  return line;
+}
+
+std::string ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  if (pretty && !out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+}  // namespace trainyard::client

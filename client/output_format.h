@@ -1,0 +1,53 @@
+// How `yard` shows things to people: aligned tables, one-line event
+// descriptions, job details; and protobuf JSON for `-o json`. Pure functions
+// of their arguments (the current time is passed in); thread-safe.
+#ifndef TRAINYARD_CLIENT_OUTPUT_FORMAT_H_
+#define TRAINYARD_CLIENT_OUTPUT_FORMAT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "google/protobuf/message.h"
+#include "trainyard/v1/cluster.pb.h"
+#include "trainyard/v1/jobs.pb.h"
+
+namespace trainyard::client {
+
+// Columns padded to their widest cell, two spaces apart, no trailing
+// blanks; one line per row, each ending in '\n'.
+std::string FormatTable(const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows);
+
+// "42s", "5m", "3h", "2d"; "-" for a zero/unset time.
+std::string FormatAge(absl::Time then, absl::Time now);
+
+// "QUEUED", "RUNNING", ...
+std::string StateName(trainyard::v1::JobState state);
+
+// ID NAME STATE ATTEMPT WORKER STEP AGE.
+std::string FormatJobsTable(const std::vector<trainyard::v1::Job>& jobs,
+                            absl::Time now);
+
+// Several "Key:  value" lines about one job.
+std::string FormatJobDetails(const trainyard::v1::Job& job, absl::Time now);
+
+// ID HOST STATE CPU-SLOTS GPUS JOBS HEARTBEAT, then a cluster summary line.
+std::string FormatWorkersTable(
+    const std::vector<trainyard::v1::Worker>& workers,
+    const trainyard::v1::ClusterStatus* status, absl::Time now);
+
+// One line (no newline) describing an event, e.g.
+// "step 120/1500 loss 0.4123 1800 samples/s".
+std::string FormatEvent(const trainyard::v1::JobEvent& event);
+
+// The closing line of watch / submit --wait, e.g. "job j-1 SUCCEEDED:
+// accuracy 95.10%, checkpoint /ckpt/j-1/step-1500".
+std::string FormatOutcome(const trainyard::v1::Job& job);
+
+// Protobuf JSON with the proto field names (as in spec files).
+std::string ToJson(const google::protobuf::Message& message, bool pretty);
+
+}  // namespace trainyard::client
+
+#endif  // TRAINYARD_CLIENT_OUTPUT_FORMAT_H_

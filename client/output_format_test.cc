@@ -1,0 +1,224 @@
+// Tests for the human output of `yard`: tables, ages, event lines, details.
+#include "client/output_format.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+namespace v1 = ::trainyard::v1;
+
+template <typename T>
+T FromText(const std::string& text) {
+  T message;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &message))
+      << text;
+  return message;
+}
+
+const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
+
+TEST(FormatTableTest, AlignsColumnsWithoutTrailingBlanks) {
+  EXPECT_EQ(
+      FormatTable({"ID", "NAME", "STATE"},
+                  {{"j-1", "a-long-name", "RUNNING"}, {"j-22", "b", "Q"}}),
+      "ID    NAME         STATE\n"
+      "j-1   a-long-name  RUNNING\n"
+      "j-22  b            Q\n");
+  EXPECT_EQ(FormatTable({"A", "B"}, {}), "A  B\n");
+  EXPECT_EQ(FormatTable({"A", "B"}, {{"x", ""}}), "A  B\nx\n");
+}
+
+TEST(FormatAgeTest, PicksAUnit) {
+  EXPECT_EQ(FormatAge(kNow - absl::Seconds(42), kNow), "42s");
+  EXPECT_EQ(FormatAge(kNow - absl::Minutes(5), kNow), "5m");
+  EXPECT_EQ(FormatAge(kNow - absl::Hours(3), kNow), "3h");
+  EXPECT_EQ(FormatAge(kNow - absl::Hours(50), kNow), "2d");
+  EXPECT_EQ(FormatAge(kNow + absl::Seconds(3), kNow), "0s");  // clock skew
+  EXPECT_EQ(FormatAge(absl::UnixEpoch(), kNow), "-");
+}
+
+TEST(FormatJobsTableTest, OneRowPerJob) {
+  v1::Job running = FromText<v1::Job>(R"pb(
+    id: "j-1"
+    name: "mnist"
+    state: RUNNING
+    attempt: 1
+    worker_id: "w1"
+    create_time { seconds: 1699999880 }
+    progress { step: 120 total_steps: 1500 }
+  )pb");
+  v1::Job queued = FromText<v1::Job>(R"pb(
+    id: "j-22"
+    state: QUEUED
+    spec { steps: 10 }
+    create_time { seconds: 1699990000 }
+  )pb");
+  EXPECT_EQ(FormatJobsTable({running, queued}, kNow),
+            "ID    NAME   STATE    ATTEMPT  WORKER  STEP      AGE\n"
+            "j-1   mnist  RUNNING  1        w1      120/1500  2m\n"
+            "j-22  -      QUEUED   -        -       -         2h\n");
+}
+
+TEST(FormatEventTest, Progress) {
+  auto e = FromText<v1::JobEvent>(R"pb(
+    sequence: 7
+    trainer {
+      progress {
+        step: 120
+        total_steps: 1500
+        loss: 0.41234
+        samples_per_second: 1800.4
+      }
+    }
+  )pb");
+  EXPECT_EQ(FormatEvent(e), "step 120/1500 loss 0.4123 1800 samples/s");
+  e.mutable_trainer()->mutable_progress()->set_tokens_per_second(5000);
+  EXPECT_EQ(FormatEvent(e),
+            "step 120/1500 loss 0.4123 1800 samples/s 5000 tokens/s");
+}
+
+TEST(FormatEventTest, EvalCheckpointAndFinish) {
+  EXPECT_EQ(FormatEvent(FromText<v1::JobEvent>(R"pb(
+              trainer { eval { step: 500 loss: 0.21 accuracy: 0.951 } })pb")),
+            "eval step 500: loss 0.2100 accuracy 95.10%");
+  EXPECT_EQ(
+      FormatEvent(FromText<v1::JobEvent>(R"pb(
+        trainer { checkpoint { step: 500 path: "/ck/j-1/step-500" } })pb")),
+      "checkpoint step 500: /ck/j-1/step-500");
+  EXPECT_EQ(FormatEvent(FromText<v1::JobEvent>(R"pb(
+              trainer {
+                finished {
+                  step: 1500
+                  train_loss: 0.1
+                  eval_loss: 0.2
+                  eval_accuracy: 0.9612
+                  wall_seconds: 83.21
+                  checkpoint_path: "/ck"
+                }
+              })pb")),
+            "training finished at step 1500: train loss 0.1000, eval loss "
+            "0.2000, accuracy 96.12% (83.2 s)");
+  EXPECT_EQ(
+      FormatEvent(FromText<v1::JobEvent>(R"pb(
+        trainer { interrupted { step: 700 checkpoint_path: "/ck/7" } })pb")),
+      "training interrupted at step 700: checkpoint /ck/7");
+}
+
+TEST(FormatEventTest, StartedAndResumed) {
+  EXPECT_EQ(FormatEvent(FromText<v1::JobEvent>(R"pb(
+              trainer {
+                started { total_steps: 1500 parameters: 235146 backend: "cpu" }
+              })pb")),
+            "training started: 1500 steps, 235146 parameters, cpu");
+  EXPECT_EQ(FormatEvent(FromText<v1::JobEvent>(R"pb(
+              trainer {
+                started {
+                  start_step: 500
+                  total_steps: 1500
+                  resumed_from: "/ck/500"
+                  backend: "cpu"
+                }
+              })pb")),
+            "training resumed at step 500/1500 from /ck/500 (cpu)");
+}
+
+TEST(FormatEventTest, StateChanges) {
+  EXPECT_EQ(FormatEvent(FromText<v1::JobEvent>(R"pb(
+              state_change {
+                from: QUEUED
+                to: SCHEDULED
+                attempt: 1
+                worker_id: "w1"
+              })pb")),
+            "state QUEUED -> SCHEDULED (attempt 1, worker w1)");
+  EXPECT_EQ(FormatEvent(FromText<v1::JobEvent>(R"pb(
+              state_change { to: QUEUED })pb")),
+            "state - -> QUEUED");
+  EXPECT_EQ(FormatEvent(FromText<v1::JobEvent>(R"pb(
+              state_change { from: RUNNING to: FAILED reason: "exit 1" })pb")),
+            "state RUNNING -> FAILED: exit 1");
+}
+
+TEST(FormatOutcomeTest, SucceededShowsAccuracyAndCheckpoint) {
+  auto job = FromText<v1::Job>(R"pb(
+    id: "j-1"
+    state: SUCCEEDED
+    result {
+      eval_accuracy: 0.9512
+      eval_loss: 0.17
+      checkpoint_path: "/ck/j-1/step-1500"
+    }
+  )pb");
+  EXPECT_EQ(FormatOutcome(job),
+            "job j-1 SUCCEEDED: accuracy 95.12%, eval loss 0.1700, checkpoint "
+            "/ck/j-1/step-1500");
+  auto failed = FromText<v1::Job>(R"pb(
+    id: "j-2"
+    state: FAILED
+    state_reason: "yard-train exited with 1")pb");
+  EXPECT_EQ(FormatOutcome(failed), "job j-2 FAILED: yard-train exited with 1");
+}
+
+TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
+  auto job = FromText<v1::Job>(R"pb(
+    id: "j-1"
+    name: "mnist"
+    state: RUNNING
+    attempt: 2
+    worker_id: "w2"
+    create_time { seconds: 1699999000 }
+    progress { step: 10 total_steps: 100 loss: 1.5 }
+    checkpoint_dir: "/ck/j-1"
+    attempts { number: 1 worker_id: "w1" outcome: QUEUED reason: "worker lost" }
+    attempts { number: 2 worker_id: "w2" resumed_from_step: 5 }
+  )pb");
+  std::string text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("ID:              j-1\n"));
+  EXPECT_THAT(text, HasSubstr("State:           RUNNING\n"));
+  EXPECT_THAT(text, HasSubstr("Attempt:         2 on worker w2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("Created:         2023-11-14 21:56:40 UTC (16m ago)"));
+  EXPECT_THAT(text, HasSubstr("Progress:        step 10/100 loss 1.5000"));
+  EXPECT_THAT(text, HasSubstr("Checkpoint dir:  /ck/j-1\n"));
+  EXPECT_THAT(text, HasSubstr("worker lost"));
+  EXPECT_THAT(text, Not(HasSubstr("Ended")));
+}
+
+TEST(FormatWorkersTableTest, WorkersAndSummary) {
+  auto w = FromText<v1::Worker>(R"pb(
+    id: "w1"
+    hostname: "node1"
+    state: WORKER_READY
+    cpu_slots: 2
+    free_cpu_slots: 1
+    jobs { job_id: "j-1" }
+    last_heartbeat { seconds: 1699999999 }
+  )pb");
+  auto status = FromText<v1::ClusterStatus>(
+      R"pb(
+        workers_ready: 1 cpu_slots_total: 2 cpu_slots_free: 1 jobs_running: 1
+      )pb");
+  EXPECT_EQ(FormatWorkersTable({w}, &status, kNow),
+            "ID  HOST   STATE  FREE-SLOTS  FREE-GPUS  JOBS  HEARTBEAT\n"
+            "w1  node1  READY  1/2         0/0        j-1   1s ago\n"
+            "\n1 ready, 0 lost; cpu slots 1/2 free; gpus 0/0 free; jobs 0 "
+            "queued, 1 running, 0 succeeded, 0 failed, 0 cancelled\n");
+}
+
+TEST(ToJsonTest, ProtoFieldNames) {
+  auto job =
+      FromText<v1::Job>(R"pb(id: "j-1" state: SUCCEEDED worker_id: "w")pb");
+  EXPECT_EQ(ToJson(job, false),
+            R"({"id":"j-1","state":"SUCCEEDED","worker_id":"w"})");
+  EXPECT_THAT(ToJson(job, true), HasSubstr("\n"));
+}
+
+}  // namespace
+}  // namespace trainyard::client

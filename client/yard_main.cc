@@ -1,0 +1,71 @@
+// yard: the Trainyard command-line client.
+//
+//   yard [--server HOST:PORT] [-o table|json] COMMAND [ARGS]
+//
+// The server address comes from --server, else $YARD_SERVER, else
+// 127.0.0.1:7070. Errors are one line on stderr ("yard: error: ..."), and
+// the exit code says what went wrong:
+//
+//   0  success
+//   1  the job ended but did not succeed (submit --wait, watch), or another
+//      local failure
+//   2  usage error (unknown command or flag, missing argument)
+//   3  invalid spec or argument (the spec file cannot be read or parsed, or
+//      the server answered INVALID_ARGUMENT)
+//   4  not found (unknown job id)
+//   5  failed precondition (e.g. cancelling a job that already ended)
+//   6  server unreachable or unavailable
+//   7  any other server error
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/cli_args.h"
+#include "client/commands.h"
+#include "client/exit_codes.h"
+#include "client/job_client.h"
+#include "spec/spec.h"
+
+namespace {
+
+using namespace trainyard::client;  // NOLINT: a main file
+
+int Main(const std::vector<std::string>& argv) {
+  absl::StatusOr<CliArgs> args = ParseArgs(argv, std::getenv("YARD_SERVER"));
+  if (!args.ok()) {
+    ReportError(args.status(), std::cerr);
+    return kExitUsage;
+  }
+  if (args->command == Command::kHelp) {
+    std::cout << UsageText();
+    return kExitOk;
+  }
+  // A spec is read before connecting: its mistakes need no server.
+  trainyard::v1::JobSpec spec;
+  if (args->command == Command::kSubmit) {
+    absl::StatusOr<trainyard::v1::JobSpec> parsed =
+        trainyard::spec::ReadJobSpecFile(args->spec_path);
+    if (!parsed.ok()) {
+      ReportError(parsed.status(), std::cerr);
+      return kExitInvalidArgument;
+    }
+    spec = std::move(*parsed);
+  }
+  ClientOptions options;
+  options.server = args->server;
+  absl::StatusOr<std::unique_ptr<JobClient>> client =
+      JobClient::Connect(options);
+  if (!client.ok()) return ReportError(client.status(), std::cerr);
+  if (args->command == Command::kSubmit) {
+    return RunSubmit(*args, spec, **client, std::cout, std::cerr);
+  }
+  return RunCommand(*args, **client, std::cout, std::cerr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  return Main(args);
+}

@@ -1,0 +1,288 @@
+// JobSpec validation: every field against explicit limits, data paths inside
+// the data root. All problems found are reported together, each starting
+// with its field path, so a user fixes a spec in one round. Thread-safe.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "spec/spec.h"
+
+namespace trainyard::spec {
+namespace {
+
+using ::trainyard::v1::JobSpec;
+
+constexpr int32_t kMnistInputs = 784;
+constexpr int32_t kMnistClasses = 10;
+constexpr int64_t kMaxHoldout = 10'000'000;
+constexpr int64_t kMaxEvalBatches = 1'000'000;
+constexpr int64_t kMaxKeepLast = 1'000;
+constexpr int64_t kMaxHeads = 1'024;
+constexpr int64_t kMaxSeqLen = 65'536;
+constexpr int64_t kMaxVocab = 1 << 20;
+constexpr int kMaxTokenShards = 10'000;
+
+// "3.2e9": short and unambiguous for counts far beyond a human's reading.
+std::string FormatCount(int64_t n) {
+  if (n < 1'000'000) return absl::StrCat(n);
+  std::string s = absl::StrFormat("%.2g", static_cast<double>(n));
+  return absl::StrReplaceAll(s, {{"e+0", "e"}, {"e+", "e"}});
+}
+
+// Collects "field: problem" lines.
+class Problems {
+ public:
+  void Add(absl::string_view field, absl::string_view msg) {
+    list_.push_back(absl::StrCat(field, ": ", msg));
+  }
+  void Add(const absl::Status& s) {
+    if (!s.ok()) list_.emplace_back(s.message());
+  }
+  void Range(absl::string_view field, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) {
+      Add(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
+    }
+  }
+  size_t size() const { return list_.size(); }
+  absl::Status ToStatus() const {
+    if (list_.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrJoin(list_, "; "));
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+void CheckName(const JobSpec& spec, const Limits& limits, Problems* p) {
+  if (static_cast<int64_t>(spec.name().size()) > limits.max_name_length) {
+    p->Add("name", absl::StrCat("at most ", limits.max_name_length,
+                                " characters, got ", spec.name().size()));
+  }
+  for (unsigned char c : spec.name()) {
+    if (c < 0x20 || c == 0x7f) {
+      p->Add("name", "must not contain control characters");
+      break;
+    }
+  }
+}
+
+void CheckMlp(const JobSpec& spec, const Limits& limits, Problems* p) {
+  const auto& mlp = spec.model().mlp();
+  if (mlp.hidden_size() == 0) {
+    p->Add("model.mlp.hidden", "at least one hidden layer is required");
+  } else if (mlp.hidden_size() > limits.max_layers) {
+    p->Add("model.mlp.hidden",
+           absl::StrCat("at most ", limits.max_layers, " layers, got ",
+                        mlp.hidden_size()));
+  } else {
+    for (int i = 0; i < mlp.hidden_size(); ++i) {
+      p->Range(absl::StrCat("model.mlp.hidden[", i, "]"), mlp.hidden(i), 1,
+               limits.max_layer_width);
+    }
+  }
+  p->Range("model.mlp.input_dim", mlp.input_dim(), 0, limits.max_layer_width);
+  if (mlp.num_classes() != 0) {
+    p->Range("model.mlp.num_classes", mlp.num_classes(), 2,
+             limits.max_layer_width);
+  }
+  if (spec.data().has_mnist()) {
+    if (mlp.input_dim() != 0 && mlp.input_dim() != kMnistInputs) {
+      p->Add("model.mlp.input_dim",
+             absl::StrCat("must be 784 (or 0) for MNIST data, got ",
+                          mlp.input_dim()));
+    }
+    if (mlp.num_classes() != 0 && mlp.num_classes() != kMnistClasses) {
+      p->Add("model.mlp.num_classes",
+             absl::StrCat("must be 10 (or 0) for MNIST data, got ",
+                          mlp.num_classes()));
+    }
+  }
+}
+
+void CheckGpt(const JobSpec& spec, const Limits& limits, Problems* p) {
+  const auto& gpt = spec.model().gpt();
+  size_t before = p->size();
+  p->Range("model.gpt.n_layer", gpt.n_layer(), 1, limits.max_layers);
+  p->Range("model.gpt.n_head", gpt.n_head(), 1, kMaxHeads);
+  p->Range("model.gpt.d_model", gpt.d_model(), 1, limits.max_layer_width);
+  p->Range("model.gpt.seq_len", gpt.seq_len(), 1, kMaxSeqLen);
+  p->Range("model.gpt.vocab_size", gpt.vocab_size(), 1, kMaxVocab);
+  if (p->size() == before && gpt.d_model() % gpt.n_head() != 0) {
+    p->Add("model.gpt.d_model",
+           absl::StrCat("must be a multiple of n_head (", gpt.n_head(),
+                        "), got ", gpt.d_model()));
+  }
+  p->Add("model.gpt", "not supported by this build yet");
+}
+
+void CheckModel(const JobSpec& spec, const Limits& limits, Problems* p) {
+  size_t before = p->size();
+  if (spec.model().has_mlp()) {
+    CheckMlp(spec, limits, p);
+  } else if (spec.model().has_gpt()) {
+    CheckGpt(spec, limits, p);
+  } else {
+    p->Add("model", "required (mlp or gpt)");
+    return;
+  }
+  if (p->size() != before) return;  // sizes are meaningless; skip the count
+  int64_t params = CountParameters(spec);
+  if (params > limits.max_parameters) {
+    p->Add("model", absl::StrCat(FormatCount(params),
+                                 " parameters exceeds the limit of ",
+                                 FormatCount(limits.max_parameters)));
+  }
+}
+
+void CheckPath(absl::string_view field, const std::string& path,
+               const ValidationOptions& options, Problems* p) {
+  if (static_cast<int64_t>(path.size()) > options.limits.max_path_length) {
+    p->Add(field, absl::StrCat("at most ", options.limits.max_path_length,
+                               " characters"));
+    return;
+  }
+  p->Add(ResolveDataPath(std::string_view(field.data(), field.size()),
+                         options.data_root, path, options.check_files_exist)
+             .status());
+}
+
+void CheckMnist(const JobSpec& spec, const ValidationOptions& options,
+                Problems* p) {
+  const auto& m = spec.data().mnist();
+  CheckPath("data.mnist.images", m.images(), options, p);
+  CheckPath("data.mnist.labels", m.labels(), options, p);
+  p->Range("data.mnist.holdout", m.holdout(), 0, kMaxHoldout);
+  bool has_eval = !m.eval_images().empty() || !m.eval_labels().empty();
+  if (has_eval) {
+    CheckPath("data.mnist.eval_images", m.eval_images(), options, p);
+    CheckPath("data.mnist.eval_labels", m.eval_labels(), options, p);
+    if (m.holdout() != 0) {
+      p->Add("data.mnist.holdout", "must be 0 when eval_images is set");
+    }
+  }
+}
+
+void CheckData(const JobSpec& spec, const ValidationOptions& options,
+               Problems* p) {
+  const auto& data = spec.data();
+  if (data.has_mnist()) {
+    CheckMnist(spec, options, p);
+  } else if (data.has_text()) {
+    CheckPath("data.text.train", data.text().train(), options, p);
+    if (!data.text().eval().empty()) {
+      CheckPath("data.text.eval", data.text().eval(), options, p);
+    }
+    if (!trainyard::v1::Tokenizer_IsValid(data.text().tokenizer())) {
+      p->Add("data.text.tokenizer", "must be BYTE or CHAR");
+    }
+    p->Add("data.text", "not supported by this build yet");
+  } else if (data.has_tokens()) {
+    const auto& t = data.tokens();
+    if (t.train_size() == 0) p->Add("data.tokens.train", "at least one shard");
+    if (t.train_size() + t.eval_size() > kMaxTokenShards) {
+      p->Add("data.tokens",
+             absl::StrCat("at most ", kMaxTokenShards, " shards"));
+    } else {
+      for (int i = 0; i < t.train_size(); ++i) {
+        CheckPath(absl::StrCat("data.tokens.train[", i, "]"), t.train(i),
+                  options, p);
+      }
+      for (int i = 0; i < t.eval_size(); ++i) {
+        CheckPath(absl::StrCat("data.tokens.eval[", i, "]"), t.eval(i), options,
+                  p);
+      }
+    }
+    p->Add("data.tokens", "not supported by this build yet");
+  } else {
+    p->Add("data", "required (mnist, text or tokens)");
+  }
+}
+
+void CheckOptimizer(const JobSpec& spec, int64_t max_steps, Problems* p) {
+  const auto& o = spec.optimizer();
+  auto positive = [&](absl::string_view f, bool has, double v) {
+    if (has && !(std::isfinite(v) && v > 0)) {
+      p->Add(f, "must be a finite number > 0");
+    }
+  };
+  auto non_negative = [&](absl::string_view f, bool has, double v) {
+    if (has && !(std::isfinite(v) && v >= 0)) {
+      p->Add(f, "must be a finite number >= 0");
+    }
+  };
+  auto beta = [&](absl::string_view f, bool has, double v) {
+    if (has && !(v >= 0 && v < 1)) p->Add(f, "must be in [0, 1)");
+  };
+  positive("optimizer.lr", o.has_lr(), o.lr());
+  beta("optimizer.beta1", o.has_beta1(), o.beta1());
+  beta("optimizer.beta2", o.has_beta2(), o.beta2());
+  positive("optimizer.eps", o.has_eps(), o.eps());
+  non_negative("optimizer.weight_decay", o.has_weight_decay(),
+               o.weight_decay());
+  non_negative("optimizer.grad_clip", o.has_grad_clip(), o.grad_clip());
+  if (o.has_min_lr_ratio() &&
+      !(o.min_lr_ratio() >= 0 && o.min_lr_ratio() <= 1)) {
+    p->Add("optimizer.min_lr_ratio", "must be in [0, 1]");
+  }
+  p->Range("optimizer.warmup_steps", o.warmup_steps(), 0, max_steps);
+}
+
+void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
+  p->Range("steps", spec.steps(), 1, limits.max_steps);
+  // Periods longer than the run are allowed up to the run's limit.
+  int64_t max_steps = limits.max_steps;
+  p->Range("batch.micro_batch", spec.batch().micro_batch(), 1,
+           limits.max_micro_batch);
+  if (spec.batch().has_grad_accum()) {
+    p->Range("batch.grad_accum", spec.batch().grad_accum(), 1,
+             limits.max_grad_accum);
+  }
+  CheckOptimizer(spec, max_steps, p);
+  p->Range("eval.every_steps", spec.eval().every_steps(), 0, max_steps);
+  p->Range("eval.max_batches", spec.eval().max_batches(), 0, kMaxEvalBatches);
+  p->Range("checkpoint.every_steps", spec.checkpoint().every_steps(), 0,
+           max_steps);
+  if (spec.checkpoint().has_keep_last()) {
+    p->Range("checkpoint.keep_last", spec.checkpoint().keep_last(), 1,
+             kMaxKeepLast);
+  }
+  p->Range("log_every_steps", spec.log_every_steps(), 0, max_steps);
+  p->Range("priority", spec.priority(), -1000, 1000);
+}
+
+void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {
+  const auto& r = spec.resources();
+  p->Range("resources.gpus", r.gpus(), 0, limits.max_gpus);
+  if (r.has_cpu_threads()) {
+    p->Range("resources.cpu_threads", r.cpu_threads(), 1,
+             limits.max_cpu_threads);
+  }
+  if (!trainyard::v1::Precision_IsValid(spec.precision())) {
+    p->Add("precision",
+           absl::StrCat("must be FP32 or BF16, got ", spec.precision()));
+  } else if (spec.precision() == trainyard::v1::BF16 && r.gpus() == 0) {
+    p->Add("precision", "BF16 needs a GPU (resources.gpus >= 1)");
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const JobSpec& spec,
+                             const ValidationOptions& options) {
+  Problems problems;
+  CheckName(spec, options.limits, &problems);
+  CheckModel(spec, options.limits, &problems);
+  CheckData(spec, options, &problems);
+  CheckRun(spec, options.limits, &problems);
+  CheckResources(spec, options.limits, &problems);
+  return problems.ToStatus();
+}
+
+}  // namespace trainyard::spec

@@ -1,0 +1,260 @@
+// Tests for ValidateJobSpec and ResolveDataPath against a temporary data root.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "spec/spec.h"
+
+namespace trainyard::spec {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using ::trainyard::v1::JobSpec;
+
+constexpr char kGood[] = R"(
+name: mnist-mlp
+model: {mlp: {hidden: [256, 128]}}
+data:
+  mnist:
+    images: mnist/images.gz
+    labels: mnist/labels.gz
+    holdout: 2000
+optimizer: {lr: 1e-3, weight_decay: 0.01, warmup_steps: 50}
+batch: {micro_batch: 64}
+steps: 1500
+eval: {every_steps: 500}
+checkpoint: {every_steps: 500}
+)";
+
+class ValidationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/yardspecXXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    base_ = tmpl;
+    root_ = base_ + "/root";
+    ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((root_ + "/mnist").c_str(), 0755), 0);
+    Touch(root_ + "/mnist/images.gz");
+    Touch(root_ + "/mnist/labels.gz");
+    Touch(base_ + "/secret.gz");
+    options_.data_root = root_;
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + base_ + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  static void Touch(const std::string& path) { std::ofstream(path) << "x"; }
+
+  JobSpec Good() {
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(kGood);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  }
+  // The INVALID_ARGUMENT message for `spec`.
+  std::string ErrorOf(const JobSpec& spec) {
+    absl::Status s = ValidateJobSpec(spec, options_);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  }
+
+  std::string base_, root_;
+  ValidationOptions options_;
+};
+
+TEST_F(ValidationTest, GoodSpecPasses) {
+  EXPECT_TRUE(ValidateJobSpec(Good(), options_).ok());
+  EXPECT_TRUE(ValidateJobSpec(WithDefaults(Good()), options_).ok());
+}
+
+TEST_F(ValidationTest, MissingRequiredSections) {
+  JobSpec spec = Good();
+  spec.clear_model();
+  EXPECT_EQ(ErrorOf(spec), "model: required (mlp or gpt)");
+  spec = Good();
+  spec.clear_data();
+  EXPECT_EQ(ErrorOf(spec), "data: required (mnist, text or tokens)");
+  spec = Good();
+  spec.clear_steps();
+  EXPECT_EQ(ErrorOf(spec), "steps: must be in [1, 10000000], got 0");
+}
+
+TEST_F(ValidationTest, EveryProblemIsReported) {
+  JobSpec spec = Good();
+  spec.mutable_batch()->set_micro_batch(0);
+  spec.set_steps(-5);
+  EXPECT_EQ(ErrorOf(spec),
+            "steps: must be in [1, 10000000], got -5; "
+            "batch.micro_batch: must be in [1, 65536], got 0");
+}
+
+TEST_F(ValidationTest, AbsurdSizes) {
+  JobSpec spec = Good();
+  spec.mutable_model()->mutable_mlp()->set_hidden(1, 0);
+  EXPECT_EQ(ErrorOf(spec), "model.mlp.hidden[1]: must be in [1, 65536], got 0");
+  spec = Good();
+  spec.mutable_model()->mutable_mlp()->set_hidden(0, 1 << 30);
+  EXPECT_THAT(ErrorOf(spec), StartsWith("model.mlp.hidden[0]: must be in"));
+  spec = Good();
+  spec.mutable_model()->mutable_mlp()->clear_hidden();
+  EXPECT_THAT(ErrorOf(spec), StartsWith("model.mlp.hidden: at least one"));
+  spec = Good();
+  spec.set_steps(int64_t{1} << 40);
+  EXPECT_THAT(ErrorOf(spec), StartsWith("steps: must be in [1, 10000000]"));
+  spec = Good();
+  spec.mutable_batch()->set_grad_accum(0);
+  EXPECT_THAT(ErrorOf(spec), StartsWith("batch.grad_accum: must be in"));
+  spec = Good();
+  spec.mutable_resources()->set_gpus(-1);
+  EXPECT_THAT(ErrorOf(spec),
+              StartsWith("resources.gpus: must be in [0, 1024]"));
+  spec = Good();
+  spec.mutable_resources()->set_cpu_threads(0);
+  EXPECT_THAT(ErrorOf(spec), StartsWith("resources.cpu_threads: must be in"));
+  spec = Good();
+  spec.set_priority(5000);
+  EXPECT_EQ(ErrorOf(spec), "priority: must be in [-1000, 1000], got 5000");
+}
+
+TEST_F(ValidationTest, ParameterLimit) {
+  JobSpec spec = Good();
+  auto* mlp = spec.mutable_model()->mutable_mlp();
+  mlp->clear_hidden();
+  mlp->add_hidden(65536);
+  mlp->add_hidden(20000);  // about 1.36e9 parameters
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  mlp->add_hidden(50000);  // about 2.36e9
+  EXPECT_EQ(ErrorOf(spec), "model: 2.4e9 parameters exceeds the limit of 2e9");
+}
+
+TEST_F(ValidationTest, OptimizerNumbers) {
+  JobSpec spec = Good();
+  spec.mutable_optimizer()->set_lr(0);
+  EXPECT_EQ(ErrorOf(spec), "optimizer.lr: must be a finite number > 0");
+  spec.mutable_optimizer()->set_lr(std::numeric_limits<double>::infinity());
+  EXPECT_EQ(ErrorOf(spec), "optimizer.lr: must be a finite number > 0");
+  spec = Good();
+  spec.mutable_optimizer()->set_beta2(1.0);
+  EXPECT_EQ(ErrorOf(spec), "optimizer.beta2: must be in [0, 1)");
+  spec = Good();
+  spec.mutable_optimizer()->set_weight_decay(-1);
+  EXPECT_EQ(ErrorOf(spec),
+            "optimizer.weight_decay: must be a finite number >= 0");
+  spec = Good();
+  spec.mutable_optimizer()->set_min_lr_ratio(std::nan(""));
+  EXPECT_EQ(ErrorOf(spec), "optimizer.min_lr_ratio: must be in [0, 1]");
+}
+
+TEST_F(ValidationTest, NameAndEnums) {
+  JobSpec spec = Good();
+  spec.set_name(std::string(129, 'n'));
+  EXPECT_EQ(ErrorOf(spec), "name: at most 128 characters, got 129");
+  spec.set_name("a\nb");
+  EXPECT_EQ(ErrorOf(spec), "name: must not contain control characters");
+  spec = Good();
+  spec.set_precision(static_cast<trainyard::v1::Precision>(9));
+  EXPECT_EQ(ErrorOf(spec), "precision: must be FP32 or BF16, got 9");
+  spec.set_precision(trainyard::v1::BF16);
+  EXPECT_EQ(ErrorOf(spec), "precision: BF16 needs a GPU (resources.gpus >= 1)");
+}
+
+TEST_F(ValidationTest, MnistShapes) {
+  JobSpec spec = Good();
+  spec.mutable_model()->mutable_mlp()->set_input_dim(100);
+  EXPECT_EQ(ErrorOf(spec),
+            "model.mlp.input_dim: must be 784 (or 0) for MNIST data, got 100");
+  spec = Good();
+  spec.mutable_data()->mutable_mnist()->set_holdout(-1);
+  EXPECT_THAT(ErrorOf(spec), StartsWith("data.mnist.holdout: must be in"));
+  spec = Good();
+  spec.mutable_data()->mutable_mnist()->set_eval_images("mnist/images.gz");
+  EXPECT_EQ(ErrorOf(spec),
+            "data.mnist.eval_labels: required (a path relative to the data "
+            "root); data.mnist.holdout: must be 0 when eval_images is set");
+}
+
+TEST_F(ValidationTest, MissingFile) {
+  JobSpec spec = Good();
+  spec.mutable_data()->mutable_mnist()->set_images("examples/x.gz");
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: file not found: examples/x.gz");
+  options_.check_files_exist = false;
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+}
+
+TEST_F(ValidationTest, PathEscapes) {
+  JobSpec spec = Good();
+  spec.mutable_data()->mutable_mnist()->set_images("../secret.gz");
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: path escapes the data root");
+  spec.mutable_data()->mutable_mnist()->set_images("mnist/../../secret.gz");
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: path escapes the data root");
+  ASSERT_EQ(::symlink((base_ + "/secret.gz").c_str(),
+                      (root_ + "/mnist/link.gz").c_str()),
+            0);
+  spec.mutable_data()->mutable_mnist()->set_images("mnist/link.gz");
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: path escapes the data root");
+  options_.check_files_exist = false;
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: path escapes the data root");
+}
+
+TEST_F(ValidationTest, AbsolutePathIsRefused) {
+  JobSpec spec = Good();
+  spec.mutable_data()->mutable_mnist()->set_labels(root_ + "/mnist/labels.gz");
+  EXPECT_THAT(ErrorOf(spec),
+              StartsWith("data.mnist.labels: must be relative to the data "
+                         "root, got the absolute path /"));
+}
+
+TEST_F(ValidationTest, DirectoryIsNotAFile) {
+  JobSpec spec = Good();
+  spec.mutable_data()->mutable_mnist()->set_images("mnist");
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: not a regular file: mnist");
+}
+
+TEST_F(ValidationTest, LongPathIsRefused) {
+  JobSpec spec = Good();
+  spec.mutable_data()->mutable_mnist()->set_images(std::string(2000, 'a'));
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: at most 1024 characters");
+}
+
+TEST_F(ValidationTest, GptAndTextAreNotSupportedYet) {
+  JobSpec spec = *ParseJobSpec(
+      "model: {gpt: {n_layer: 2, n_head: 2, d_model: 64, seq_len: 64, "
+      "vocab_size: 256}}\ndata: {text: {train: mnist/images.gz}}\n"
+      "batch: {micro_batch: 4}\nsteps: 10\n");
+  EXPECT_EQ(ErrorOf(spec),
+            "model.gpt: not supported by this build yet; "
+            "data.text: not supported by this build yet");
+  spec.mutable_model()->mutable_gpt()->set_d_model(63);
+  EXPECT_THAT(ErrorOf(spec),
+              StartsWith("model.gpt.d_model: must be a multiple of n_head"));
+  spec.mutable_data()->mutable_tokens()->add_train("../x.bin");
+  EXPECT_THAT(ErrorOf(spec),
+              HasSubstr("data.tokens.train[0]: path escapes the data root"));
+}
+
+TEST_F(ValidationTest, ResolveDataPathReturnsTheRealPath) {
+  absl::StatusOr<std::string> path =
+      ResolveDataPath("f", root_, "mnist/./images.gz", true);
+  ASSERT_TRUE(path.ok()) << path.status();
+  char real[PATH_MAX];
+  ASSERT_NE(::realpath(root_.c_str(), real), nullptr);
+  EXPECT_EQ(*path, absl::StrCat(real, "/mnist/images.gz"));
+  path = ResolveDataPath("f", root_, "new/dir/out.bin", false);
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, absl::StrCat(real, "/new/dir/out.bin"));
+  EXPECT_EQ(ResolveDataPath("f", root_, "", true).status().message(),
+            "f: required (a path relative to the data root)");
+  EXPECT_THAT(
+      ResolveDataPath("f", base_ + "/nope", "a", true).status().message(),
+      HasSubstr("is not accessible"));
+}
+
+}  // namespace
+}  // namespace trainyard::spec

@@ -1,0 +1,250 @@
+// YAML -> JSON for job specs. yaml-cpp builds a node graph in which an alias
+// is a shared node, so the graph stays small; the expansion happens here,
+// while writing JSON, and that is where the node budget is enforced.
+#include "spec/yaml_to_json.h"
+
+#include <cstdint>
+#include <exception>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "yaml-cpp/depthguard.h"
+#include "yaml-cpp/yaml.h"
+
+namespace trainyard::spec {
+namespace {
+
+std::string Where(const YAML::Mark& mark) {
+  if (mark.is_null()) return "";
+  return absl::StrCat("line ", mark.line + 1, ", column ", mark.column + 1,
+                      ": ");
+}
+
+void AppendJsonString(absl::string_view s, std::string* out) {
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (c < 0x20) {
+          out->append(absl::StrFormat("\\u%04x", c));
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+bool AllDigits(absl::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!absl::ascii_isdigit(c)) return false;
+  }
+  return true;
+}
+
+// A YAML 1.2 core-schema decimal number ("+5", ".5", "1.", "1e-3") written
+// as a JSON number, or false when `s` is not one.
+bool YamlNumberToJson(absl::string_view s, std::string* json) {
+  std::string sign;
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
+    if (s[0] == '-') sign = "-";
+    s.remove_prefix(1);
+  }
+  absl::string_view mantissa = s, exponent;
+  if (size_t e = s.find_first_of("eE"); e != absl::string_view::npos) {
+    mantissa = s.substr(0, e);
+    exponent = s.substr(e + 1);
+    absl::string_view digits = exponent;
+    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
+      digits.remove_prefix(1);
+    }
+    if (!AllDigits(digits)) return false;
+  }
+  absl::string_view int_part = mantissa, frac_part;
+  bool has_point = false;
+  if (size_t p = mantissa.find('.'); p != absl::string_view::npos) {
+    has_point = true;
+    int_part = mantissa.substr(0, p);
+    frac_part = mantissa.substr(p + 1);
+  }
+  if (int_part.empty() && frac_part.empty()) return false;
+  if (!int_part.empty() && !AllDigits(int_part)) return false;
+  if (!frac_part.empty() && !AllDigits(frac_part)) return false;
+  if (!has_point && exponent.empty() && int_part.size() > 1 &&
+      int_part[0] == '0') {
+    return false;  // "0755" is octal in YAML 1.1: keep it a string.
+  }
+  size_t nonzero = int_part.find_first_not_of('0');
+  absl::string_view int_digits =
+      nonzero == absl::string_view::npos ? "0" : int_part.substr(nonzero);
+  *json = absl::StrCat(sign, int_digits);
+  if (!frac_part.empty()) absl::StrAppend(json, ".", frac_part);
+  if (!exponent.empty()) absl::StrAppend(json, "e", exponent);
+  return true;
+}
+
+class JsonWriter {
+ public:
+  explicit JsonWriter(const YamlLimits& limits) : limits_(limits) {}
+
+  absl::Status Write(const YAML::Node& node, int depth, std::string* out) {
+    if (++nodes_ > limits_.max_nodes) {
+      return Error(
+          node, absl::StrCat("document expands to more than ",
+                             limits_.max_nodes, " nodes (too many aliases?)"));
+    }
+    if (depth > limits_.max_depth) {
+      return Error(node, absl::StrCat("nested deeper than ", limits_.max_depth,
+                                      " levels"));
+    }
+    switch (node.Type()) {
+      case YAML::NodeType::Map:
+        return WriteMap(node, depth, out);
+      case YAML::NodeType::Sequence:
+        return WriteSequence(node, depth, out);
+      case YAML::NodeType::Scalar:
+        WriteScalar(node, out);
+        return {};
+      default:
+        out->append("null");
+        return {};
+    }
+  }
+
+ private:
+  static absl::Status Error(const YAML::Node& node, absl::string_view msg) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(node.Mark()), msg));
+  }
+
+  absl::Status WriteMap(const YAML::Node& node, int depth, std::string* out) {
+    std::set<std::string> seen;
+    out->push_back('{');
+    bool first = true;
+    for (const auto& kv : node) {
+      const YAML::Node& key = kv.first;
+      if (key.IsNull()) {
+        return Error(key, "missing key (a stray ',' or ':'?)");
+      }
+      if (!key.IsScalar()) {
+        return Error(key, "keys must be plain names");
+      }
+      if (!seen.insert(key.Scalar()).second) {
+        return Error(key, absl::StrCat("duplicate key \"", key.Scalar(), "\""));
+      }
+      if (!first) out->push_back(',');
+      first = false;
+      AppendJsonString(key.Scalar(), out);
+      out->push_back(':');
+      absl::Status s = Write(kv.second, depth + 1, out);
+      if (!s.ok()) return s;
+    }
+    out->push_back('}');
+    return {};
+  }
+
+  absl::Status WriteSequence(const YAML::Node& node, int depth,
+                             std::string* out) {
+    out->push_back('[');
+    bool first = true;
+    for (const auto& item : node) {
+      if (!first) out->push_back(',');
+      first = false;
+      absl::Status s = Write(item, depth + 1, out);
+      if (!s.ok()) return s;
+    }
+    out->push_back(']');
+    return {};
+  }
+
+  static void WriteScalar(const YAML::Node& node, std::string* out) {
+    const std::string& value = node.Scalar();
+    if (node.Tag() != "?") {  // quoted or explicitly tagged: a string
+      AppendJsonString(value, out);
+      return;
+    }
+    std::string lower = absl::AsciiStrToLower(value);
+    std::string number;
+    if (lower == "true" || lower == "false") {
+      out->append(lower);
+    } else if (lower == ".inf" || lower == "+.inf") {
+      out->append("\"Infinity\"");
+    } else if (lower == "-.inf") {
+      out->append("\"-Infinity\"");
+    } else if (lower == ".nan") {
+      out->append("\"NaN\"");
+    } else if (YamlNumberToJson(value, &number)) {
+      out->append(number);
+    } else {
+      AppendJsonString(value, out);
+    }
+  }
+
+  const YamlLimits& limits_;
+  int64_t nodes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> YamlToJson(std::string_view text,
+                                       const YamlLimits& limits) {
+  if (static_cast<int64_t>(text.size()) > limits.max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("document is ", text.size(),
+                                                   " bytes; the limit is ",
+                                                   limits.max_bytes));
+  }
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(e.mark), "nested too deeply"));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(e.mark), e.msg));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  if (docs.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(docs[1].Mark()), "expected one document, found a second one"));
+  }
+  if (docs.empty() || docs[0].IsNull()) {
+    return absl::InvalidArgumentError("empty");
+  }
+  if (!docs[0].IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(docs[0].Mark()),
+        "expected a mapping of field names to values at the top level"));
+  }
+  std::string json;
+  try {
+    JsonWriter writer(limits);
+    absl::Status s = writer.Write(docs[0], 0, &json);
+    if (!s.ok()) return s;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return json;
+}
+
+}  // namespace trainyard::spec

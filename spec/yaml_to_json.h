@@ -1,0 +1,34 @@
+// Converts one YAML document (JSON included, as JSON is a subset of YAML)
+// into JSON text for protobuf's JSON parser. Plain scalars that read as
+// numbers, booleans or null become JSON values; quoted or tagged scalars stay
+// strings. Built for untrusted input: the document size, nesting depth and
+// the number of nodes after alias expansion are bounded, duplicate keys are
+// rejected, and no input makes it crash or loop. Stateless; thread-safe.
+#ifndef TRAINYARD_SPEC_YAML_TO_JSON_H_
+#define TRAINYARD_SPEC_YAML_TO_JSON_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace trainyard::spec {
+
+struct YamlLimits {
+  int64_t max_bytes = 1 << 20;
+  int max_depth = 32;
+  // Nodes visited while expanding aliases: a "billion laughs" document is
+  // small on disk and enormous once expanded.
+  int64_t max_nodes = 100'000;
+};
+
+// Returns the JSON text, or INVALID_ARGUMENT with a message such as
+// "line 3, column 7: duplicate key \"steps\"" (1-based positions), or
+// "empty" for a document with no content.
+absl::StatusOr<std::string> YamlToJson(std::string_view text,
+                                       const YamlLimits& limits = {});
+
+}  // namespace trainyard::spec
+
+#endif  // TRAINYARD_SPEC_YAML_TO_JSON_H_
