@@ -1,0 +1,317 @@
+#include "worker/job_runner.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace trainyard::worker {
+namespace fs = std::filesystem;
+namespace {
+
+absl::Status WriteFileAtomically(const fs::path& path,
+                                 const std::string& contents) {
+  const fs::path temp = path.string() + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << contents;
+    out.close();
+    if (!out) {
+      return absl::InternalError(absl::StrCat("cannot write ", temp.string()));
+    }
+  }
+  std::error_code ec;
+  fs::rename(temp, path, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot rename ", temp.string(),
+                                            " to ", path.string(), ": ",
+                                            ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SpecJson(const trainyard::v1::JobSpec& spec) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = true;
+  const auto status =
+      google::protobuf::util::MessageToJsonString(spec, &json, options);
+  if (!status.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot write the spec as JSON: ", status.ToString()));
+  }
+  return json;
+}
+
+absl::Status CheckAssignment(const trainyard::v1::Assignment& a) {
+  if (!IsSafeId(a.job_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_id \"", a.job_id(),
+                     "\" is not 1-128 characters of [A-Za-z0-9._-]"));
+  }
+  if (a.attempt() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attempt must be at least 1, got ", a.attempt()));
+  }
+  const int asked = a.spec().resources().gpus();
+  if (asked != a.gpu_indices_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the spec asks for ", asked,
+                     " GPUs but the assignment gives ", a.gpu_indices_size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsSafeId(absl::string_view id) {
+  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  });
+}
+
+JobRunner::JobRunner(JobRunnerOptions options, ReportFn report)
+    : options_(std::move(options)), report_(std::move(report)) {}
+
+JobRunner::~JobRunner() {
+  StopAccepting();
+  KillAll();
+  WaitIdle(absl::InfiniteFuture());
+}
+
+void JobRunner::Start(const trainyard::v1::Assignment& a) {
+  JoinDone();
+  if (absl::Status s = CheckAssignment(a); !s.ok()) {
+    Refuse(a, s.message());
+    return;
+  }
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    const Key key(a.job_id(), a.attempt());
+    if (jobs_.contains(key)) {
+      YARD_LOG(INFO) << "job " << a.job_id() << " attempt " << a.attempt()
+                     << " already runs here; ignoring the repeated assignment";
+      return;
+    }
+    refused = ReserveLocked(a);
+    if (refused.ok()) {
+      Entry entry;
+      entry.cpu_slot = a.gpu_indices().empty();
+      entry.gpus.assign(a.gpu_indices().begin(), a.gpu_indices().end());
+      absl::StatusOr<JobLaunch> launch = PrepareLaunch(a);
+      if (launch.ok()) {
+        entry.process =
+            std::make_shared<JobProcess>(*std::move(launch), report_);
+        // The thread waits on mu_ before it can finish, so the entry is in
+        // the map by the time it looks for it.
+        entry.thread =
+            std::thread(&JobRunner::RunJob, this, key, entry.process);
+        jobs_.emplace(key, std::move(entry));
+        return;
+      }
+      ReleaseLocked(entry);
+      refused = launch.status();
+    }
+  }
+  Refuse(a, refused.message());
+}
+
+absl::Status JobRunner::ReserveLocked(const trainyard::v1::Assignment& a) {
+  if (!accepting_) return absl::UnavailableError("the worker is shutting down");
+  if (a.gpu_indices().empty()) {
+    if (cpu_in_use_ >= options_.cpu_slots) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no free CPU slot on this worker (", cpu_in_use_, " of ",
+                       options_.cpu_slots, " in use)"));
+    }
+    ++cpu_in_use_;
+    return absl::OkStatus();
+  }
+  std::set<int32_t> asked;
+  for (int32_t gpu : a.gpu_indices()) {
+    const bool owned = std::find(options_.gpus.begin(), options_.gpus.end(),
+                                 gpu) != options_.gpus.end();
+    if (!owned) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("this worker has no GPU ", gpu));
+    }
+    if (gpus_in_use_.contains(gpu) || !asked.insert(gpu).second) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("GPU ", gpu, " is already in use"));
+    }
+  }
+  gpus_in_use_.insert(asked.begin(), asked.end());
+  return absl::OkStatus();
+}
+
+void JobRunner::ReleaseLocked(const Entry& entry) {
+  if (entry.cpu_slot) --cpu_in_use_;
+  for (int32_t gpu : entry.gpus) gpus_in_use_.erase(gpu);
+}
+
+absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
+    const trainyard::v1::Assignment& a) const {
+  const fs::path job_dir = fs::path(options_.work_dir) / "jobs" / a.job_id();
+  const fs::path dir = job_dir / std::to_string(a.attempt());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  }
+  ASSIGN_OR_RETURN(std::string json, SpecJson(a.spec()));
+  const fs::path spec_path = dir / "spec.json";
+  RETURN_IF_ERROR(WriteFileAtomically(spec_path, json + "\n"));
+
+  // The server sends an absolute directory on the shared checkpoint root;
+  // without one the job still resumes across attempts on this worker.
+  fs::path checkpoint_dir = a.checkpoint_dir().empty()
+                                ? job_dir / "checkpoints"
+                                : fs::path(a.checkpoint_dir());
+  if (checkpoint_dir.is_relative())
+    checkpoint_dir = fs::absolute(checkpoint_dir, ec);
+  const auto& resources = a.spec().resources();
+  const int threads = resources.has_cpu_threads() && resources.cpu_threads() > 0
+                          ? resources.cpu_threads()
+                          : 1;
+  JobLaunch launch;
+  launch.job_id = a.job_id();
+  launch.attempt = a.attempt();
+  launch.log_path = (dir / "log").string();
+  launch.spawn.path = options_.train_bin;
+  launch.spawn.argv = {options_.train_bin,
+                       "run",
+                       spec_path.string(),
+                       "--data-root",
+                       options_.data_root,
+                       "--checkpoint-dir",
+                       checkpoint_dir.string(),
+                       "--progress",
+                       "json",
+                       "--threads",
+                       std::to_string(threads)};
+  // A CPU job sees no GPU, so it cannot take memory from a GPU job.
+  launch.spawn.env =
+      EnvironmentWith({absl::StrCat("CUDA_VISIBLE_DEVICES=",
+                                    absl::StrJoin(a.gpu_indices(), ",")),
+                       absl::StrCat("YARD_JOB_ID=", a.job_id()),
+                       absl::StrCat("YARD_ATTEMPT=", a.attempt())});
+  launch.spawn.cwd = dir.string();
+  return launch;
+}
+
+void JobRunner::Refuse(const trainyard::v1::Assignment& a,
+                       absl::string_view reason) {
+  YARD_LOG(WARNING) << "refusing job " << a.job_id() << " attempt "
+                    << a.attempt() << ": " << reason;
+  trainyard::v1::JobUpdate update;
+  update.set_job_id(a.job_id());
+  update.set_attempt(a.attempt());
+  update.mutable_exited()->set_exit_code(kRefusedExitCode);
+  update.mutable_exited()->set_error(std::string(reason));
+  report_(std::move(update));
+}
+
+void JobRunner::RunJob(Key key, std::shared_ptr<JobProcess> process) {
+  process->Run();  // reports the exit before returning
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return;
+  ReleaseLocked(it->second);
+  done_.push_back(std::move(it->second.thread));
+  jobs_.erase(it);
+}
+
+void JobRunner::JoinDone() {
+  std::vector<std::thread> done;
+  {
+    absl::MutexLock lock(&mu_);
+    done.swap(done_);
+  }
+  for (std::thread& t : done) t.join();
+}
+
+std::shared_ptr<JobProcess> JobRunner::Find(const std::string& job_id,
+                                            int32_t attempt) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(Key(job_id, attempt));
+  return it == jobs_.end() ? nullptr : it->second.process;
+}
+
+bool JobRunner::Cancel(const std::string& job_id, int32_t attempt,
+                       absl::Duration grace) {
+  std::shared_ptr<JobProcess> process = Find(job_id, attempt);
+  if (process == nullptr) return false;
+  if (grace <= absl::ZeroDuration()) grace = options_.default_cancel_grace;
+  YARD_LOG(INFO) << "cancelling job " << job_id << " attempt " << attempt
+                 << " (SIGKILL after " << grace << ")";
+  process->Terminate(grace, /*cancelled=*/true);
+  return true;
+}
+
+bool JobRunner::Stop(const std::string& job_id, int32_t attempt) {
+  std::shared_ptr<JobProcess> process = Find(job_id, attempt);
+  if (process == nullptr) return false;
+  YARD_LOG(INFO) << "stopping stale job " << job_id << " attempt " << attempt;
+  process->Kill(/*cancelled=*/true);
+  return true;
+}
+
+void JobRunner::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+void JobRunner::TerminateAll(absl::Duration grace) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : jobs_) entry.process->Terminate(grace, false);
+}
+
+void JobRunner::KillAll() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : jobs_) entry.process->Kill(false);
+}
+
+bool JobRunner::WaitIdle(absl::Time deadline) {
+  bool idle;
+  {
+    absl::MutexLock lock(&mu_);
+    auto empty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return jobs_.empty();
+    };
+    idle = mu_.AwaitWithDeadline(absl::Condition(&empty), deadline);
+  }
+  JoinDone();
+  return idle;
+}
+
+std::vector<trainyard::v1::RunningJobRef> JobRunner::Running() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<trainyard::v1::RunningJobRef> out;
+  for (const auto& [key, entry] : jobs_) {
+    trainyard::v1::RunningJobRef& ref = out.emplace_back();
+    ref.set_job_id(key.first);
+    ref.set_attempt(key.second);
+  }
+  return out;
+}
+
+int JobRunner::free_cpu_slots() const {
+  absl::MutexLock lock(&mu_);
+  return options_.cpu_slots - cpu_in_use_;
+}
+
+}  // namespace trainyard::worker

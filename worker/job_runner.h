@@ -1,0 +1,123 @@
+// JobRunner: the jobs running on this worker. It turns an Assignment into a
+// JobProcess on its own thread (after writing the spec and the attempt's
+// directory), accounts CPU slots and GPUs, and finds running attempts for
+// Cancel and StopAttempt. An assignment that does not fit (no free slot, a
+// GPU this worker does not have, a bad id) is refused: it is reported as a
+// JobExited with exit_code kRefusedExitCode and the reason, never run
+// oversubscribed.
+//
+// Every report of an attempt, ending with its JobExited, goes through the
+// report callback (on the job's thread). An attempt stays in Running() until
+// its JobExited has been handed to the callback, so a hello built from
+// Running() plus the reports not yet sent never misses a job.
+//
+// Thread-safe. The report callback must not call back into the JobRunner.
+#ifndef TRAINYARD_WORKER_JOB_RUNNER_H_
+#define TRAINYARD_WORKER_JOB_RUNNER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "trainyard/v1/cluster.pb.h"
+#include "trainyard/v1/worker.pb.h"
+#include "worker/job_process.h"
+
+namespace trainyard::worker {
+
+struct JobRunnerOptions {
+  std::string work_dir;   // attempts live in WORK_DIR/jobs/<job_id>/<attempt>
+  std::string train_bin;  // the yard-train executable
+  std::string data_root;  // passed to yard-train as --data-root
+  int cpu_slots = 1;      // jobs without GPUs that may run at once
+  std::vector<int32_t> gpus;  // device indices this worker may hand out
+  // Used when a Cancel carries no grace period.
+  absl::Duration default_cancel_grace = absl::Seconds(10);
+};
+
+class JobRunner {
+ public:
+  using ReportFn = JobProcess::ReportFn;
+
+  // JobExited.exit_code of an attempt that was refused and never started.
+  static constexpr int kRefusedExitCode = -1;
+
+  JobRunner(JobRunnerOptions options, ReportFn report);
+  // Kills whatever still runs and waits for it (their exits are reported).
+  ~JobRunner();
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  // Starts the attempt, or refuses it (reported as a JobExited). A second
+  // assignment of an attempt that already runs here is ignored.
+  void Start(const trainyard::v1::Assignment& assignment);
+
+  // SIGTERM, then SIGKILL after `grace` (the default when not positive);
+  // the exit is reported with cancelled=true. False for an unknown attempt.
+  bool Cancel(const std::string& job_id, int32_t attempt, absl::Duration grace);
+  // SIGKILL at once; reported with cancelled=true. False when unknown.
+  bool Stop(const std::string& job_id, int32_t attempt);
+
+  // From now on every assignment is refused.
+  void StopAccepting();
+  // SIGTERM every job (they checkpoint and exit), SIGKILL after `grace`.
+  void TerminateAll(absl::Duration grace);
+  void KillAll();
+  // Waits until no job runs; false if some still run at `deadline`.
+  bool WaitIdle(absl::Time deadline);
+
+  // The attempts running (or whose exit is being reported).
+  std::vector<trainyard::v1::RunningJobRef> Running() const;
+  int free_cpu_slots() const;
+
+ private:
+  using Key = std::pair<std::string, int32_t>;
+  struct Entry {
+    std::shared_ptr<JobProcess> process;
+    std::thread thread;
+    bool cpu_slot = false;
+    std::vector<int32_t> gpus;
+  };
+
+  // Why `a` cannot run here, or OK. Also reserves its slot or GPUs.
+  absl::Status ReserveLocked(const trainyard::v1::Assignment& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates the attempt directory and spec file; returns how to run it.
+  absl::StatusOr<JobLaunch> PrepareLaunch(
+      const trainyard::v1::Assignment& a) const;
+  void Refuse(const trainyard::v1::Assignment& a, absl::string_view reason);
+  void RunJob(Key key, std::shared_ptr<JobProcess> process);
+  void JoinDone();
+  std::shared_ptr<JobProcess> Find(const std::string& job_id,
+                                   int32_t attempt) const;
+
+  const JobRunnerOptions options_;
+  const ReportFn report_;
+
+  mutable absl::Mutex mu_;
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  std::map<Key, Entry> jobs_ ABSL_GUARDED_BY(mu_);
+  int cpu_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<int32_t> gpus_in_use_ ABSL_GUARDED_BY(mu_);
+  // Threads of finished jobs, joined by whoever comes next.
+  std::vector<std::thread> done_ ABSL_GUARDED_BY(mu_);
+};
+
+// A job id usable as a directory name: 1-128 of [A-Za-z0-9._-], not a dot
+// path. Also used for worker ids.
+bool IsSafeId(absl::string_view id);
+
+}  // namespace trainyard::worker
+
+#endif  // TRAINYARD_WORKER_JOB_RUNNER_H_

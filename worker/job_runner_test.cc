@@ -1,0 +1,290 @@
+#include "worker/job_runner.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/test_scripts.h"
+
+namespace trainyard::worker {
+namespace {
+
+using testing::HasEvent;
+using ::testing::HasSubstr;
+using testing::MakeAssignment;
+using ::testing::Not;
+using trainyard::v1::TrainerEvent;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class JobRunnerTest : public ::testing::Test {
+ protected:
+  JobRunnerTest() {
+    std::filesystem::create_directories(tmp_.Sub("data"));
+    options_.work_dir = tmp_.Sub("work");
+    options_.data_root = tmp_.Sub("data");
+    options_.train_bin = testing::WriteFakeTrainer(tmp_.path());
+    options_.cpu_slots = 2;
+  }
+
+  JobRunner& runner() {
+    if (runner_ == nullptr)
+      runner_ = std::make_unique<JobRunner>(options_, reports_.Fn());
+    return *runner_;
+  }
+
+  v1::Assignment Job(const std::string& id, const std::string& mode,
+                     int attempt = 1) {
+    return MakeAssignment(id, attempt, mode, tmp_.Sub("ckpt/" + id));
+  }
+
+  void Start(const std::string& id, const std::string& mode, int attempt = 1) {
+    runner().Start(Job(id, mode, attempt));
+  }
+
+  bool WaitEvent(const std::string& id, TrainerEvent::EventCase kind,
+                 int attempt = 1) {
+    return reports_.WaitFor(
+        [&](const auto& u) { return HasEvent(u, id, attempt, kind); });
+  }
+
+  testing::TempDir tmp_;
+  JobRunnerOptions options_;
+  testing::ReportCollector reports_;
+  std::unique_ptr<JobRunner> runner_;
+};
+
+TEST_F(JobRunnerTest, RunsJobAndReportsEventsLogAndExit) {
+  Start("j1", "succeed");
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 0);
+  EXPECT_EQ(exit->signal(), 0);
+  EXPECT_EQ(exit->error(), "");
+  EXPECT_FALSE(exit->cancelled());
+
+  auto updates = reports_.Updates("j1", 1);
+  ASSERT_GE(updates.size(), 5u);
+  ASSERT_TRUE(updates.front().has_started());
+  EXPECT_GT(updates.front().started().pid(), 0);
+  EXPECT_TRUE(updates.back().has_exited());
+  std::vector<TrainerEvent::EventCase> events;
+  for (const auto& u : updates) {
+    if (u.has_trainer()) events.push_back(u.trainer().event_case());
+  }
+  EXPECT_THAT(events, ::testing::ElementsAre(TrainerEvent::kStarted,
+                                             TrainerEvent::kProgress,
+                                             TrainerEvent::kFinished));
+
+  const std::string dir = options_.work_dir + "/jobs/j1/1";
+  const std::string log = reports_.Log("j1", 1);
+  EXPECT_THAT(log, HasSubstr("plain stdout line\n"));
+  EXPECT_THAT(log, HasSubstr("warning on stderr\n"));
+  EXPECT_THAT(
+      log, HasSubstr("args: run " + dir + "/spec.json --data-root " +
+                     options_.data_root + " --checkpoint-dir " +
+                     tmp_.Sub("ckpt/j1") + " --progress json --threads 1\n"));
+  EXPECT_THAT(log, HasSubstr("cwd: " + dir + "\n"));
+  EXPECT_THAT(log, HasSubstr("job: j1/1 gpus=[]\n"));
+  EXPECT_THAT(log, Not(HasSubstr("{\"")));  // events are not log
+  EXPECT_EQ(ReadFile(dir + "/log"), log);
+  EXPECT_THAT(ReadFile(dir + "/spec.json"), HasSubstr("\"name\": \"succeed\""));
+}
+
+TEST_F(JobRunnerTest, PassesCpuThreadsFromTheSpec) {
+  v1::Assignment a = Job("j1", "succeed");
+  a.mutable_spec()->mutable_resources()->set_cpu_threads(3);
+  runner().Start(a);
+  ASSERT_TRUE(reports_.WaitExit("j1", 1).has_value());
+  EXPECT_THAT(reports_.Log("j1", 1),
+              HasSubstr("--progress json --threads 3\n"));
+}
+
+TEST_F(JobRunnerTest, FailureCarriesTheStderrTail) {
+  Start("j1", "fail");
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 1);
+  EXPECT_FALSE(exit->cancelled());
+  EXPECT_THAT(exit->error(), HasSubstr("exited with code 1"));
+  EXPECT_THAT(exit->error(), HasSubstr("line 49\nfatal: boom"));
+  EXPECT_THAT(exit->error(), Not(HasSubstr("line 10\n")));    // only the tail
+  EXPECT_THAT(reports_.Log("j1", 1), HasSubstr("line 0\n"));  // the log has all
+}
+
+TEST_F(JobRunnerTest, CrashFailsOnlyThatJob) {
+  Start("crash", "segv");
+  auto exit = reports_.WaitExit("crash", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->signal(), SIGSEGV);
+  EXPECT_THAT(exit->error(), HasSubstr("killed by signal 11"));
+  EXPECT_THAT(exit->error(), HasSubstr("about to crash"));
+
+  Start("next", "succeed");
+  auto next = reports_.WaitExit("next", 1);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->exit_code(), 0);
+}
+
+TEST_F(JobRunnerTest, MissingTrainBinaryFailsTheJob) {
+  options_.train_bin = tmp_.Sub("no-such-yard-train");
+  Start("j1", "succeed");
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), JobProcess::kExecFailedExitCode);
+  EXPECT_THAT(exit->error(), HasSubstr("cannot execute"));
+  EXPECT_THAT(exit->error(), HasSubstr("No such file or directory"));
+  for (const auto& u : reports_.Updates("j1", 1)) EXPECT_FALSE(u.has_started());
+  EXPECT_TRUE(runner().WaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(runner().free_cpu_slots(), 2);
+}
+
+TEST_F(JobRunnerTest, CancelTerminatesAndReportsCancelled) {
+  Start("j1", "wait_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  EXPECT_TRUE(runner().Cancel("j1", 1, absl::Seconds(30)));
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 3);
+  EXPECT_TRUE(exit->cancelled());
+  EXPECT_TRUE(WaitEvent("j1", TrainerEvent::kInterrupted));
+}
+
+TEST_F(JobRunnerTest, CancelEscalatesToSigkillAfterGrace) {
+  Start("j1", "ignore_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  const absl::Time start = absl::Now();
+  const absl::Duration grace = absl::Milliseconds(300);
+  EXPECT_TRUE(runner().Cancel("j1", 1, grace));
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_GE(absl::Now() - start, grace);
+  EXPECT_EQ(exit->signal(), SIGKILL);
+  EXPECT_TRUE(exit->cancelled());
+}
+
+TEST_F(JobRunnerTest, StopKillsAtOnce) {
+  Start("j1", "ignore_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  EXPECT_TRUE(runner().Stop("j1", 1));
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->signal(), SIGKILL);
+  EXPECT_TRUE(exit->cancelled());
+}
+
+TEST_F(JobRunnerTest, UnknownAttemptsAreIgnored) {
+  EXPECT_FALSE(runner().Cancel("nope", 1, absl::Seconds(1)));
+  EXPECT_FALSE(runner().Stop("nope", 1));
+  Start("j1", "wait_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  EXPECT_FALSE(runner().Cancel("j1", 2, absl::Seconds(1)));
+  EXPECT_FALSE(runner().Stop("j1", 2));
+  EXPECT_EQ(runner().Running().size(), 1u);
+  EXPECT_TRUE(runner().Stop("j1", 1));
+}
+
+TEST_F(JobRunnerTest, RefusesBeyondFreeSlots) {
+  options_.cpu_slots = 1;
+  Start("a", "wait_term");
+  ASSERT_TRUE(WaitEvent("a", TrainerEvent::kStarted));
+  EXPECT_EQ(runner().free_cpu_slots(), 0);
+  Start("b", "succeed");
+  auto refused = reports_.WaitExit("b", 1);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->exit_code(), JobRunner::kRefusedExitCode);
+  EXPECT_THAT(refused->error(), HasSubstr("no free CPU slot"));
+  ASSERT_EQ(runner().Running().size(), 1u);
+  EXPECT_EQ(runner().Running()[0].job_id(), "a");
+
+  runner().Cancel("a", 1, absl::Seconds(30));
+  ASSERT_TRUE(reports_.WaitExit("a", 1).has_value());
+  ASSERT_TRUE(runner().WaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(runner().free_cpu_slots(), 1);
+  Start("c", "succeed");
+  auto c = reports_.WaitExit("c", 1);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->exit_code(), 0);
+}
+
+TEST_F(JobRunnerTest, RefusesBadAssignments) {
+  runner().Start(Job("../escape", "succeed"));
+  v1::Assignment no_attempt = Job("j0", "succeed", 0);
+  runner().Start(no_attempt);
+  v1::Assignment gpu = Job("j1", "succeed");
+  gpu.mutable_spec()->mutable_resources()->set_gpus(1);
+  gpu.add_gpu_indices(0);
+  runner().Start(gpu);
+  v1::Assignment mismatch = Job("j2", "succeed");
+  mismatch.mutable_spec()->mutable_resources()->set_gpus(1);
+  runner().Start(mismatch);
+
+  auto error_of = [&](const std::string& id, int attempt) -> std::string {
+    auto exit = reports_.WaitExit(id, attempt);
+    if (!exit.has_value()) return "<no exit reported>";
+    EXPECT_EQ(exit->exit_code(), JobRunner::kRefusedExitCode);
+    return exit->error();
+  };
+  EXPECT_THAT(error_of("../escape", 1), HasSubstr("job_id"));
+  EXPECT_THAT(error_of("j0", 0), HasSubstr("attempt must be at least 1"));
+  EXPECT_THAT(error_of("j1", 1), HasSubstr("no GPU 0"));
+  EXPECT_THAT(error_of("j2", 1), HasSubstr("asks for 1 GPUs"));
+  EXPECT_TRUE(runner().Running().empty());
+  EXPECT_FALSE(std::filesystem::exists(tmp_.Sub("escape")));
+}
+
+TEST_F(JobRunnerTest, RepeatedAssignmentOfARunningAttemptIsIgnored) {
+  Start("j1", "wait_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  Start("j1", "wait_term");
+  EXPECT_EQ(runner().Running().size(), 1u);
+  EXPECT_EQ(runner().free_cpu_slots(), 1);
+  runner().Stop("j1", 1);
+  ASSERT_TRUE(reports_.WaitExit("j1", 1).has_value());
+  int started = 0;
+  for (const auto& u : reports_.Updates("j1", 1)) started += u.has_started();
+  EXPECT_EQ(started, 1);
+}
+
+TEST_F(JobRunnerTest, StopAcceptingRefusesNewWork) {
+  runner().StopAccepting();
+  Start("j1", "succeed");
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_THAT(exit->error(), HasSubstr("shutting down"));
+}
+
+TEST_F(JobRunnerTest, TerminateAllStopsEveryJob) {
+  Start("a", "wait_term");
+  Start("b", "wait_term");
+  ASSERT_TRUE(WaitEvent("a", TrainerEvent::kStarted));
+  ASSERT_TRUE(WaitEvent("b", TrainerEvent::kStarted));
+  runner().TerminateAll(absl::Seconds(30));
+  EXPECT_TRUE(runner().WaitIdle(absl::Now() + absl::Seconds(20)));
+  for (const char* id : {"a", "b"}) {
+    auto exit = reports_.WaitExit(id, 1);
+    ASSERT_TRUE(exit.has_value());
+    EXPECT_EQ(exit->exit_code(), 3);
+    EXPECT_FALSE(exit->cancelled());  // the worker stopped, nobody cancelled
+  }
+}
+
+TEST_F(JobRunnerTest, DestructorKillsWhatStillRuns) {
+  Start("j1", "ignore_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  runner_.reset();
+  auto exit = reports_.WaitExit("j1", 1, absl::ZeroDuration());
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->signal(), SIGKILL);
+}
+
+}  // namespace
+}  // namespace trainyard::worker

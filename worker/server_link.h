@@ -1,0 +1,123 @@
+// ServerLink: the worker's end of WorkerService.Connect. It keeps one stream
+// open to the server, reconnecting with capped exponential backoff whenever
+// the stream fails (server restart, network), and on every (re)connect sends
+// a WorkerHello listing the attempts still running, then the reports queued
+// meanwhile, then a Heartbeat every HelloAck.heartbeat_interval_ms. Server
+// messages other than HelloAck go to the Delegate on the link's reader
+// thread. Jobs never depend on the link: losing it stops no job.
+//
+// An exit written just before a stream broke is sent again on the next
+// stream, so the server may see one JobExited twice and must ignore the
+// second (the attempt already ended).
+//
+// Report() and Shutdown() are thread-safe. The Delegate's methods are called
+// without any ServerLink lock held, so they may call Report().
+#ifndef TRAINYARD_WORKER_SERVER_LINK_H_
+#define TRAINYARD_WORKER_SERVER_LINK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "trainyard/v1/worker.grpc.pb.h"
+#include "trainyard/v1/worker.pb.h"
+#include "worker/report_queue.h"
+
+namespace trainyard::worker {
+
+struct ServerLinkOptions {
+  std::string server_address;  // HOST:PORT
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // Until the server's HelloAck says otherwise.
+  absl::Duration default_heartbeat_interval = absl::Seconds(1);
+  ReportQueueLimits queue_limits;
+};
+
+class ServerLink {
+ public:
+  class Delegate {
+   public:
+    virtual ~Delegate() = default;
+    // Who this worker is; ServerLink fills in `running`.
+    virtual trainyard::v1::WorkerHello Hello() = 0;
+    // The attempts whose processes still run (or whose exit is being
+    // reported right now).
+    virtual std::vector<trainyard::v1::RunningJobRef> RunningJobs() = 0;
+    // Assignment, Cancel, StopAttempt: on the reader thread, in order.
+    virtual void OnServerMessage(const trainyard::v1::ServerMessage& m) = 0;
+  };
+
+  // `delegate` must outlive the link.
+  ServerLink(ServerLinkOptions options, Delegate* delegate);
+  // Shutdown(zero) if not done yet.
+  ~ServerLink();
+  ServerLink(const ServerLink&) = delete;
+  ServerLink& operator=(const ServerLink&) = delete;
+
+  // Starts connecting in the background.
+  void Start();
+  // Queues a report; sent in order after the current or next hello.
+  void Report(trainyard::v1::JobUpdate update);
+  // Stops reconnecting. If connected, first sends what is queued (for at
+  // most `flush_timeout`) and closes the stream. Returns when the link's
+  // threads are gone.
+  void Shutdown(absl::Duration flush_timeout);
+
+  // A HelloAck arrived on the current stream.
+  bool connected() const;
+  size_t queued() const;
+
+ private:
+  using Stream =
+      grpc::ClientReaderWriterInterface<trainyard::v1::WorkerMessage,
+                                        trainyard::v1::ServerMessage>;
+
+  void Loop();
+  // One stream from connect to failure or shutdown. `acked` tells whether
+  // the server answered the hello (then the backoff starts over).
+  absl::Status RunConnection(bool& acked);
+  // Writes queued reports and heartbeats until the stream breaks (false) or
+  // the link is shut down and flushed (true).
+  bool WriteLoop(Stream& stream);
+  void ReadLoop(Stream& stream);
+  std::vector<trainyard::v1::RunningJobRef> Running();
+  void WaitBackoff(absl::Duration backoff);
+
+  const ServerLinkOptions options_;
+  Delegate* const delegate_;
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  ReportQueue queue_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time flush_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool loop_done_ ABSL_GUARDED_BY(mu_) = false;
+  // The current stream: its context (to cancel it), whether the server
+  // acked the hello, whether it broke, whether its reader has finished.
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool acked_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
+  // Exits written on the current stream, with the heartbeats written since.
+  // gRPC has no delivery receipt: an exit written just before the stream
+  // broke may be lost, so it is sent again on the next stream unless
+  // kExitConfirmHeartbeats heartbeats went out after it.
+  struct SentExit {
+    trainyard::v1::JobUpdate update;
+    int heartbeats_after = 0;
+  };
+  std::vector<SentExit> unconfirmed_exits_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainyard::worker
+
+#endif  // TRAINYARD_WORKER_SERVER_LINK_H_

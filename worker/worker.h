@@ -1,0 +1,65 @@
+// Worker: one yard-worker node put together. It joins the JobRunner (the
+// jobs on this node) to the ServerLink (the stream to the server): server
+// messages become job starts and cancels, job reports go up the link, and
+// every hello and heartbeat lists the running attempts. The process-level
+// concerns (flags, signals) stay in worker_main.cc.
+//
+// Thread-safe. Shutdown() may be called once, from any thread.
+#ifndef TRAINYARD_WORKER_WORKER_H_
+#define TRAINYARD_WORKER_WORKER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "trainyard/v1/cluster.pb.h"
+#include "trainyard/v1/worker.pb.h"
+#include "worker/job_runner.h"
+#include "worker/server_link.h"
+
+namespace trainyard::worker {
+
+inline constexpr char kWorkerVersion[] = "0.1.0";
+
+struct WorkerConfig {
+  std::string worker_id;
+  std::string hostname;
+  std::vector<trainyard::v1::Device> devices;
+  JobRunnerOptions runner;  // cpu_slots and gpus come from here
+  ServerLinkOptions link;
+};
+
+class Worker : public ServerLink::Delegate {
+ public:
+  explicit Worker(WorkerConfig config);
+  // Stops the link, then kills and reaps whatever still runs.
+  ~Worker() override;
+
+  // Connects to the server in the background.
+  void Start();
+  // Refuses new assignments, SIGTERMs the jobs (they checkpoint and exit),
+  // SIGKILLs what still runs after `grace`, then sends the exits (for at
+  // most `flush_timeout`) and closes the link.
+  void Shutdown(absl::Duration grace, absl::Duration flush_timeout);
+  // SIGKILL every job now (a second SIGTERM during shutdown).
+  void KillJobs();
+
+  JobRunner& runner() { return *runner_; }
+  ServerLink& link() { return *link_; }
+
+  // ServerLink::Delegate
+  trainyard::v1::WorkerHello Hello() override;
+  std::vector<trainyard::v1::RunningJobRef> RunningJobs() override;
+  void OnServerMessage(const trainyard::v1::ServerMessage& message) override;
+
+ private:
+  const WorkerConfig config_;
+  // The link outlives the runner: the runner reports into it to the end.
+  std::unique_ptr<ServerLink> link_;
+  std::unique_ptr<JobRunner> runner_;
+};
+
+}  // namespace trainyard::worker
+
+#endif  // TRAINYARD_WORKER_WORKER_H_
