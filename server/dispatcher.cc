@@ -1,0 +1,53 @@
+#include "server/dispatcher.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace trainyard::server {
+
+DispatchCounts Dispatcher::Carry(
+    const scheduler::Plan& plan,
+    const std::map<std::string, JobRecord>& queued) {
+  DispatchCounts counts;
+  for (const scheduler::Placement& p : plan.placements) {
+    absl::StatusOr<JobRecord> record =
+        lifecycle_->Assign(p.job_id, p.worker_id, p.gpu_indices);
+    if (!record.ok()) {
+      // Cancelled or otherwise moved on since the snapshot: nothing to do.
+      if (!absl::IsFailedPrecondition(record.status())) {
+        YARD_LOG(ERROR) << "assigning job " << p.job_id << " to worker "
+                        << p.worker_id << ": " << record.status();
+      }
+      ++counts.skipped;
+      continue;
+    }
+    if (!workers_->Send(p.worker_id, lifecycle_->AssignmentFor(*record),
+                        /*require_ready=*/true)) {
+      ++counts.undeliverable;
+      absl::Status s = lifecycle_->ReturnToQueue(
+          p.job_id, record->job.attempt(), p.worker_id,
+          absl::StrCat("worker ", p.worker_id,
+                       " went away before the assignment was delivered"));
+      if (!s.ok()) {
+        YARD_LOG(ERROR) << "re-queueing job " << p.job_id << ": " << s;
+      }
+      continue;
+    }
+    ++counts.placed;
+    YARD_LOG(INFO) << "job " << p.job_id << " attempt " << record->job.attempt()
+                   << " assigned to worker " << p.worker_id;
+  }
+  for (const scheduler::JobWait& w : plan.waits) {
+    auto it = queued.find(w.job_id);
+    if (it != queued.end() && it->second.job.state_reason() == w.reason) {
+      continue;
+    }
+    absl::Status s = lifecycle_->SetWaitReason(w.job_id, w.reason);
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      YARD_LOG(WARNING) << "job " << w.job_id << " wait reason: " << s;
+    }
+  }
+  return counts;
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,241 @@
+// JobLifecycle: client and scheduler driven changes. Worker reports are in
+// job_reports.cc.
+#include "server/job_lifecycle.h"
+
+#include <google/protobuf/unknown_field_set.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "server/job_state.h"
+
+namespace trainyard::server {
+namespace {
+
+// On the wire a spec field this server does not know, or a known one sent
+// with the wrong wire type, arrives as an unknown field. Running the job
+// without it would run something other than what was asked: refuse it,
+// naming where it was and its field number.
+absl::Status RejectUnknownFields(const google::protobuf::Message& message,
+                                 const std::string& path) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  const google::protobuf::UnknownFieldSet& unknown =
+      reflection->GetUnknownFields(message);
+  if (!unknown.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": unknown field number ", unknown.field(0).number(),
+        " (not part of this server's JobSpec, or sent with the wrong type)"));
+  }
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      continue;
+    }
+    const std::string child = absl::StrCat(path, ".", f->name());
+    if (f->is_repeated()) {
+      for (int i = 0; i < reflection->FieldSize(message, f); ++i) {
+        RETURN_IF_ERROR(RejectUnknownFields(
+            reflection->GetRepeatedMessage(message, f, i),
+            absl::StrCat(child, "[", i, "]")));
+      }
+    } else {
+      RETURN_IF_ERROR(
+          RejectUnknownFields(reflection->GetMessage(message, f), child));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsCurrentAttempt(const JobRecord& record, const std::string& worker_id,
+                      int32_t attempt) {
+  return IsActive(record.job.state()) && record.job.attempt() == attempt &&
+         record.job.worker_id() == worker_id;
+}
+
+JobLifecycle::JobLifecycle(JobStore* store, WorkerRegistry* workers,
+                           Clock* clock, JobLifecycleOptions options)
+    : store_(store),
+      workers_(workers),
+      clock_(clock),
+      options_(std::move(options)) {}
+
+void JobLifecycle::WakeScheduler() const {
+  if (wake_scheduler_) wake_scheduler_();
+}
+
+absl::StatusOr<SubmitResult> JobLifecycle::Submit(
+    const v1::SubmitJobRequest& request) {
+  if (!request.has_spec()) {
+    return absl::InvalidArgumentError("spec: required");
+  }
+  if (static_cast<int32_t>(request.request_id().size()) >
+      options_.max_request_id_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: at most ", options_.max_request_id_length,
+                     " characters, got ", request.request_id().size()));
+  }
+  RETURN_IF_ERROR(RejectUnknownFields(request.spec(), "spec"));
+  v1::JobSpec spec = spec::WithDefaults(request.spec());
+  RETURN_IF_ERROR(spec::ValidateJobSpec(spec, options_.validation));
+
+  v1::Job job;
+  job.set_tenant(options_.tenant);
+  job.set_request_id(request.request_id());
+  job.set_name(spec.name());
+  *job.mutable_spec() = spec;
+  ASSIGN_OR_RETURN(JobStore::Created created, store_->CreateJob(std::move(job)));
+  if (created.already_existed &&
+      !google::protobuf::util::MessageDifferencer::Equals(
+          created.record.job.spec(), spec)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "request_id ", request.request_id(), " was already used by job ",
+        created.record.job.id(), " with a different spec"));
+  }
+  if (!created.already_existed) {
+    YARD_LOG(INFO) << "job " << created.record.job.id() << " submitted"
+                   << (spec.name().empty() ? "" : " (") << spec.name()
+                   << (spec.name().empty() ? "" : ")");
+    WakeScheduler();
+  }
+  return SubmitResult{std::move(created.record.job), created.already_existed};
+}
+
+absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
+                                             const std::string& reason) {
+  const std::string why = reason.empty() ? "cancelled by user" : reason;
+  v1::JobState before = v1::JOB_STATE_UNSPECIFIED;
+  ASSIGN_OR_RETURN(
+      JobRecord record,
+      store_->UpdateJob(
+          job_id, Durability::kTransition,
+          [&](JobRecord& r, std::vector<v1::JobEvent>& events)
+              -> absl::StatusOr<bool> {
+            before = r.job.state();
+            RETURN_IF_ERROR(CheckCancellable(r.job));
+            if (before == v1::QUEUED || before == v1::SCHEDULED) {
+              ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
+                               Transition(r.job, v1::CANCELLED, why,
+                                          clock_->Now()));
+              r.gpu_indices.clear();
+              return true;
+            }
+            if (r.cancel_requested()) return false;  // already on its way
+            r.cancel_reason = why;
+            r.job.set_state_reason(absl::StrCat("cancel requested: ", why));
+            return true;
+          }));
+  if (before == v1::SCHEDULED) {
+    // The worker may have started it already: stop that attempt at once.
+    v1::ServerMessage stop;
+    stop.mutable_stop_attempt()->set_job_id(job_id);
+    stop.mutable_stop_attempt()->set_attempt(record.job.attempt());
+    workers_->Send(record.job.worker_id(), stop);
+  } else if (IsActive(record.job.state())) {
+    // Sent again on a repeated cancel: harmless, and it covers a Cancel
+    // lost with a broken stream.
+    workers_->Send(record.job.worker_id(), CancelFor(record));
+  }
+  YARD_LOG(INFO) << "job " << job_id << " cancel: " << why << " (was "
+                 << JobStateName(before) << ")";
+  WakeScheduler();
+  return std::move(record.job);
+}
+
+v1::ServerMessage JobLifecycle::CancelFor(const JobRecord& record) const {
+  v1::ServerMessage msg;
+  v1::Cancel* cancel = msg.mutable_cancel();
+  cancel->set_job_id(record.job.id());
+  cancel->set_attempt(record.job.attempt());
+  cancel->set_grace_ms(options_.cancel_grace_ms);
+  return msg;
+}
+
+absl::StatusOr<JobRecord> JobLifecycle::Assign(
+    const std::string& job_id, const std::string& worker_id,
+    const std::vector<int32_t>& gpu_indices) {
+  return store_->UpdateJob(
+      job_id, Durability::kTransition,
+      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
+          -> absl::StatusOr<bool> {
+        ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
+                         StartAttempt(r.job, worker_id, clock_->Now()));
+        // Set once: every attempt resumes from the same directory, even if
+        // the server later restarts with another checkpoint root.
+        if (r.job.checkpoint_dir().empty()) {
+          r.job.set_checkpoint_dir(
+              absl::StrCat(options_.checkpoint_root, "/", job_id));
+        }
+        r.gpu_indices = gpu_indices;
+        return true;
+      });
+}
+
+v1::ServerMessage JobLifecycle::AssignmentFor(const JobRecord& record) const {
+  v1::ServerMessage msg;
+  v1::Assignment* a = msg.mutable_assignment();
+  a->set_job_id(record.job.id());
+  a->set_attempt(record.job.attempt());
+  *a->mutable_spec() = record.job.spec();
+  a->set_checkpoint_dir(record.job.checkpoint_dir());
+  for (int32_t g : record.gpu_indices) a->add_gpu_indices(g);
+  return msg;
+}
+
+absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
+                                         int32_t attempt,
+                                         const std::string& worker_id,
+                                         const std::string& reason) {
+  bool changed = false;
+  absl::StatusOr<JobRecord> r = store_->UpdateJob(
+      job_id, Durability::kTransition,
+      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
+          -> absl::StatusOr<bool> {
+        if (!IsCurrentAttempt(r, worker_id, attempt)) return false;
+        const bool cancel = r.cancel_requested();
+        ASSIGN_OR_RETURN(
+            *events.emplace_back().mutable_state_change(),
+            Transition(r.job, cancel ? v1::CANCELLED : v1::QUEUED,
+                       cancel ? absl::StrCat(r.cancel_reason, " (", reason, ")")
+                              : reason,
+                       clock_->Now()));
+        r.gpu_indices.clear();
+        changed = true;
+        return true;
+      });
+  if (!r.ok()) return r.status();
+  if (changed) {
+    YARD_LOG(INFO) << "job " << job_id << " attempt " << attempt << " -> "
+                   << JobStateName(r->job.state()) << ": " << reason;
+    WakeScheduler();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> JobLifecycle::RecoverHeldJobs() {
+  ASSIGN_OR_RETURN(std::vector<JobRecord> held,
+                   store_->JobsInStates(
+                       {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
+  for (const JobRecord& r : held) workers_->AddRecovered(r.job.worker_id());
+  return static_cast<int>(held.size());
+}
+
+absl::Status JobLifecycle::SetWaitReason(const std::string& job_id,
+                                         const std::string& reason) {
+  return store_
+      ->UpdateJob(job_id, Durability::kTelemetry,
+                  [&](JobRecord& r, std::vector<v1::JobEvent>&) {
+                    if (r.job.state() != v1::QUEUED ||
+                        r.job.state_reason() == reason) {
+                      return false;
+                    }
+                    r.job.set_state_reason(reason);
+                    return true;
+                  })
+      .status();
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,126 @@
+// JobLifecycle: every change to a job's life, whoever asks for it — a
+// client (submit, cancel), the scheduler (assign, give back), or a worker
+// (started, progress, exited, log). Each change is checked against the
+// state machine (job_state.h), committed to the JobStore, and only then
+// acted on (a message to a worker, a scheduler wake-up).
+//
+// Worker reports are fenced: a report counts only when it is for the job's
+// current attempt on that worker while the job holds the worker
+// (SCHEDULED/RUNNING/PREEMPTING). Anything else is stale, and the caller
+// answers it with StopAttempt so an old attempt never keeps running.
+// No gRPC inside; safe for concurrent use (the store serializes commits).
+#ifndef TRAINYARD_SERVER_JOB_LIFECYCLE_H_
+#define TRAINYARD_SERVER_JOB_LIFECYCLE_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "server/job_store.h"
+#include "server/worker_registry.h"
+#include "spec/spec.h"
+#include "trainyard/v1/jobs.pb.h"
+#include "trainyard/v1/worker.pb.h"
+
+namespace trainyard::server {
+
+struct JobLifecycleOptions {
+  std::string tenant = "default";  // every job's tenant until auth exists
+  // Absolute; each job checkpoints under CHECKPOINT_ROOT/<job id>.
+  std::string checkpoint_root;
+  spec::ValidationOptions validation;  // data root for spec paths
+  int32_t cancel_grace_ms = 10'000;     // SIGTERM, then SIGKILL after this
+  int32_t max_request_id_length = 128;
+};
+
+struct SubmitResult {
+  v1::Job job;
+  bool already_existed = false;
+};
+
+enum class ReportOutcome {
+  kApplied,  // the report was for the current attempt and is recorded
+  kStale,    // not the current attempt (or unknown job): stop it
+};
+
+class JobLifecycle {
+ public:
+  JobLifecycle(JobStore* store, WorkerRegistry* workers, Clock* clock,
+               JobLifecycleOptions options);
+
+  // Called after any change that may let the scheduler place a job.
+  void set_scheduler_wake(std::function<void()> wake) {
+    wake_scheduler_ = std::move(wake);
+  }
+
+  // --- Clients ---
+  // Validates the spec (defaults applied first; INVALID_ARGUMENT naming the
+  // field), stores the job QUEUED. A repeated request_id returns the first
+  // job; with a different spec it is ALREADY_EXISTS.
+  absl::StatusOr<SubmitResult> Submit(const v1::SubmitJobRequest& request);
+  // QUEUED/SCHEDULED: CANCELLED at once. RUNNING: the worker is told to
+  // stop it and the job becomes CANCELLED when it exits. Terminal:
+  // FAILED_PRECONDITION.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
+                                 const std::string& reason);
+
+  // --- Scheduler ---
+  // QUEUED -> SCHEDULED on worker_id: a new attempt, its checkpoint dir.
+  absl::StatusOr<JobRecord> Assign(const std::string& job_id,
+                                   const std::string& worker_id,
+                                   const std::vector<int32_t>& gpu_indices);
+  // The Assignment message for a record returned by Assign.
+  v1::ServerMessage AssignmentFor(const JobRecord& record) const;
+  // Gives the job back to the queue (or CANCELLED if a cancel is pending)
+  // when (attempt, worker_id) is still its current attempt; else no-op.
+  absl::Status ReturnToQueue(const std::string& job_id, int32_t attempt,
+                             const std::string& worker_id,
+                             const std::string& reason);
+  // Records why a QUEUED job waits (written only when it changes).
+  absl::Status SetWaitReason(const std::string& job_id,
+                             const std::string& reason);
+
+  // After a server restart: every worker that the store says holds a job
+  // gets a fresh lease from now, to reconnect and re-attach its jobs before
+  // they go back to the queue. Returns the number of such jobs.
+  absl::StatusOr<int> RecoverHeldJobs();
+
+  // --- Workers ---
+  absl::StatusOr<ReportOutcome> OnUpdate(const std::string& worker_id,
+                                         const v1::JobUpdate& update);
+  // A worker re-attached a job it still runs (after reconnecting): a
+  // SCHEDULED job becomes RUNNING. kStale when it is not the current attempt.
+  absl::StatusOr<ReportOutcome> Reattach(const std::string& worker_id,
+                                         int32_t attempt,
+                                         const std::string& job_id);
+  // The Cancel message for a running job whose cancel is pending.
+  v1::ServerMessage CancelFor(const JobRecord& record) const;
+
+ private:
+  absl::StatusOr<ReportOutcome> OnStarted(const std::string& worker_id,
+                                          const v1::JobUpdate& update);
+  absl::StatusOr<ReportOutcome> OnTrainerEvent(const std::string& worker_id,
+                                               const v1::JobUpdate& update);
+  absl::StatusOr<ReportOutcome> OnExited(const std::string& worker_id,
+                                         const v1::JobUpdate& update);
+  absl::StatusOr<ReportOutcome> OnLog(const std::string& worker_id,
+                                      const v1::JobUpdate& update);
+  void WakeScheduler() const;
+
+  JobStore* const store_;
+  WorkerRegistry* const workers_;
+  Clock* const clock_;
+  const JobLifecycleOptions options_;
+  std::function<void()> wake_scheduler_;
+};
+
+// Whether `record` is held by (worker_id, attempt) right now.
+bool IsCurrentAttempt(const JobRecord& record, const std::string& worker_id,
+                      int32_t attempt);
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_JOB_LIFECYCLE_H_

@@ -1,0 +1,352 @@
+// Job lifecycle driven through the logic classes: submissions, the
+// scheduler pass, fake workers' reports, cancellation.
+#include "server/job_lifecycle.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/job_state.h"
+#include "server/server_test_fixture.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+using JobLifecycleTest = ServerLogicTest;
+
+std::vector<v1::JobState> StateChanges(JobStore& store, const std::string& id) {
+  std::vector<v1::JobState> out;
+  auto events = store.ReadEvents(id, 0, 1000);
+  EXPECT_TRUE(events.ok()) << events.status();
+  for (const auto& e : *events) {
+    if (e.has_state_change()) out.push_back(e.state_change().to());
+  }
+  return out;
+}
+
+TEST_F(JobLifecycleTest, SubmitStoresTheSpecWithDefaultsAndWakesScheduler) {
+  const std::string id = Submit();
+  EXPECT_EQ(id, "j-000001");
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::QUEUED);
+  EXPECT_EQ(r.job.tenant(), "default");
+  EXPECT_EQ(r.job.name(), "test");
+  EXPECT_EQ(r.job.spec().log_every_steps(), 10);  // a default, now explicit
+  EXPECT_TRUE(r.job.spec().optimizer().has_lr());
+  EXPECT_GT(wakes_, 0);
+}
+
+TEST_F(JobLifecycleTest, SubmitRejectsBadSpecsNamingTheField) {
+  v1::SubmitJobRequest empty;
+  auto r = lifecycle_->Submit(empty);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("spec"));
+
+  v1::SubmitJobRequest bad;
+  *bad.mutable_spec() = Spec();
+  bad.mutable_spec()->mutable_batch()->set_micro_batch(0);
+  r = lifecycle_->Submit(bad);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("batch.micro_batch"));
+
+  v1::SubmitJobRequest escape;
+  *escape.mutable_spec() = Spec();
+  escape.mutable_spec()->mutable_data()->mutable_mnist()->set_images(
+      "../../etc/passwd");
+  EXPECT_EQ(lifecycle_->Submit(escape).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  v1::SubmitJobRequest unknown;
+  *unknown.mutable_spec() = Spec();
+  unknown.mutable_spec()
+      ->mutable_model()
+      ->mutable_mlp()
+      ->GetReflection()
+      ->MutableUnknownFields(unknown.mutable_spec()->mutable_model()->mutable_mlp())
+      ->AddVarint(77, 1);
+  r = lifecycle_->Submit(unknown);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("spec.model.mlp"));
+  EXPECT_THAT(r.status().message(), HasSubstr("77"));
+
+  v1::SubmitJobRequest long_id;
+  *long_id.mutable_spec() = Spec();
+  long_id.set_request_id(std::string(200, 'x'));
+  EXPECT_THAT(lifecycle_->Submit(long_id).status().message(),
+              HasSubstr("request_id"));
+  EXPECT_TRUE(store_->ListJobs({})->jobs.empty());
+}
+
+TEST_F(JobLifecycleTest, FailedWritesReturnErrorsAndChangeNothing) {
+  const std::string id = Submit();
+  fail_writes_ = true;
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec();
+  EXPECT_EQ(lifecycle_->Submit(req).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(lifecycle_->Cancel(id, "").status().code(),
+            absl::StatusCode::kUnavailable);
+  fail_writes_ = false;
+  EXPECT_EQ(store_->ListJobs({})->jobs.size(), 1u);
+  EXPECT_EQ(Job(id).job.state(), v1::QUEUED);
+  EXPECT_EQ(Job(id).last_sequence, 1);
+}
+
+TEST_F(JobLifecycleTest, RequestIdMakesSubmitIdempotent) {
+  const std::string first = Submit(0, 0, "req-7");
+  v1::SubmitJobRequest again;
+  *again.mutable_spec() = Spec();
+  again.set_request_id("req-7");
+  auto r = lifecycle_->Submit(again);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->already_existed);
+  EXPECT_EQ(r->job.id(), first);
+  again.mutable_spec()->set_steps(99);
+  auto different = lifecycle_->Submit(again);
+  EXPECT_EQ(different.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(different.status().message(), HasSubstr(first));
+}
+
+TEST_F(JobLifecycleTest, RunsToSuccessThroughTheWholeProtocol) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  auto assigned = w.Assignments();
+  ASSERT_EQ(assigned.size(), 1u);
+  EXPECT_EQ(assigned[0].job_id(), id);
+  EXPECT_EQ(assigned[0].attempt(), 1);
+  EXPECT_EQ(assigned[0].checkpoint_dir(), absl::StrCat(dir_.File("ckpt"), "/", id));
+  EXPECT_EQ(assigned[0].spec().steps(), 10);
+  EXPECT_EQ(Job(id).job.state(), v1::SCHEDULED);
+  EXPECT_EQ(Job(id).job.checkpoint_dir(), assigned[0].checkpoint_dir());
+
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  EXPECT_EQ(Job(id).job.state(), v1::RUNNING);
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 u.mutable_trainer()->mutable_progress()->set_step(5);
+                 u.mutable_trainer()->mutable_progress()->set_loss(0.5);
+               }).ok());
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 u.mutable_trainer()->mutable_eval()->set_accuracy(0.95);
+               }).ok());
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 u.mutable_trainer()->mutable_checkpoint()->set_step(10);
+                 u.mutable_trainer()->mutable_checkpoint()->set_path("/c/10");
+               }).ok());
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 u.mutable_trainer()->mutable_finished()->set_eval_accuracy(0.96);
+               }).ok());
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 u.set_log("step 5 loss 0.5\n");
+               }).ok());
+  JobRecord mid = Job(id);
+  EXPECT_EQ(mid.job.progress().step(), 5);
+  EXPECT_DOUBLE_EQ(mid.job.last_eval().accuracy(), 0.95);
+  EXPECT_EQ(mid.job.last_checkpoint().path(), "/c/10");
+  ASSERT_TRUE(w.Exited(id, 1, 0).ok());
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) { u.set_log("bye\n"); })
+                  .ok());  // late bytes of the same attempt are kept
+
+  JobRecord done = Job(id);
+  EXPECT_EQ(done.job.state(), v1::SUCCEEDED);
+  EXPECT_DOUBLE_EQ(done.job.result().eval_accuracy(), 0.96);
+  EXPECT_TRUE(done.job.has_end_time());
+  ASSERT_EQ(done.job.attempts_size(), 1);
+  EXPECT_EQ(done.job.attempts(0).outcome(), v1::SUCCEEDED);
+  EXPECT_THAT(StateChanges(*store_, id),
+              ElementsAre(v1::QUEUED, v1::SCHEDULED, v1::RUNNING,
+                          v1::SUCCEEDED));
+  EXPECT_EQ(store_->ReadLog(id, 0, 1000)->data, "step 5 loss 0.5\nbye\n");
+  EXPECT_TRUE(w.link->Take().empty());  // nothing stale was stopped
+}
+
+TEST_F(JobLifecycleTest, FailedExitRecordsTheErrorTail) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  ASSERT_TRUE(w.Exited(id, 1, 1, "RuntimeError: data file is corrupt").ok());
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::FAILED);
+  EXPECT_EQ(r.job.state_reason(), "RuntimeError: data file is corrupt");
+  EXPECT_EQ(r.job.attempts(0).outcome(), v1::FAILED);
+}
+
+TEST_F(JobLifecycleTest, ExitWithoutStartedStillPassesThroughRunning) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Exited(id, 1, 0, "", false).ok());
+  EXPECT_THAT(StateChanges(*store_, id),
+              ElementsAre(v1::QUEUED, v1::SCHEDULED, v1::RUNNING,
+                          v1::SUCCEEDED));
+}
+
+TEST_F(JobLifecycleTest, InterruptedRunGoesBackToTheQueue) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Exited(id, 1, 3).ok());
+  EXPECT_EQ(Job(id).job.state(), v1::QUEUED);
+  EXPECT_THAT(Job(id).job.state_reason(), HasSubstr("interrupted"));
+  Pass();
+  auto again = w.Assignments();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt(), 2);
+}
+
+TEST_F(JobLifecycleTest, CancelQueuedIsImmediateAndTerminalIsRefused) {
+  const std::string id = Submit();
+  auto cancelled = lifecycle_->Cancel(id, "");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  auto again = lifecycle_->Cancel(id, "");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().message(),
+            absl::StrCat("job ", id, " is already CANCELLED"));
+  auto unknown = lifecycle_->Cancel("j-999999", "");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("j-999999"));
+}
+
+TEST_F(JobLifecycleTest, CancelScheduledStopsTheAttemptAtOnce) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  w.link->Take();
+  ASSERT_EQ(lifecycle_->Cancel(id, "changed my mind")->state(), v1::CANCELLED);
+  auto sent = w.link->Take();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].stop_attempt().job_id(), id);
+  // The worker's late JobStarted is for a dead attempt: stopped again.
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  EXPECT_EQ(Job(id).job.state(), v1::CANCELLED);
+  ASSERT_EQ(w.link->Take().size(), 1u);
+}
+
+TEST_F(JobLifecycleTest, CancelRunningWaitsForTheWorkerToStopIt) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  w.link->Take();
+  auto r = lifecycle_->Cancel(id, "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->state(), v1::RUNNING);
+  EXPECT_THAT(r->state_reason(), HasSubstr("cancel requested"));
+  auto sent = w.link->Take();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].cancel().job_id(), id);
+  EXPECT_EQ(sent[0].cancel().attempt(), 1);
+  EXPECT_GT(sent[0].cancel().grace_ms(), 0);
+  ASSERT_TRUE(w.Exited(id, 1, 3, "", /*cancelled=*/true).ok());
+  EXPECT_EQ(Job(id).job.state(), v1::CANCELLED);
+  EXPECT_EQ(Job(id).job.state_reason(), "cancelled by user");
+}
+
+TEST_F(JobLifecycleTest, CancelRunningOnALostWorkerEndsCancelled) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  w.session->Close();  // the stream breaks; the lease still runs
+  ASSERT_EQ(lifecycle_->Cancel(id, "")->state(), v1::RUNNING);
+  clock_.Advance(kLease + absl::Seconds(1));
+  Pass();
+  EXPECT_EQ(Job(id).job.state(), v1::CANCELLED);
+}
+
+TEST_F(JobLifecycleTest, HigherPriorityRunsFirstAndSlotsAreNeverOverCommitted) {
+  const std::string low = Submit(0);
+  const std::string high = Submit(5);
+  const std::string low2 = Submit(0);
+  FakeWorker& w = Connect("w1", /*slots=*/2);
+  Pass();
+  auto first = w.Assignments();
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].job_id(), high);
+  EXPECT_EQ(first[1].job_id(), low);
+  EXPECT_EQ(Job(low2).job.state(), v1::QUEUED);
+  EXPECT_THAT(Job(low2).job.state_reason(), HasSubstr("waiting for a CPU slot"));
+  Pass();  // nothing frees up, nothing more is placed
+  EXPECT_TRUE(w.Assignments().empty());
+  ASSERT_TRUE(w.Exited(high, 1, 0).ok());
+  Pass();
+  auto next = w.Assignments();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].job_id(), low2);
+}
+
+TEST_F(JobLifecycleTest, InfeasibleJobIsToldAtOnceAndWaitReasonWrittenOnce) {
+  const std::string gpu_job = Submit(0, /*gpus=*/2);
+  Connect("w1", 1, /*gpus=*/1);
+  Pass();
+  JobRecord r = Job(gpu_job);
+  EXPECT_EQ(r.job.state(), v1::QUEUED);
+  EXPECT_THAT(r.job.state_reason(), HasSubstr("infeasible"));
+  const auto update_time = r.job.update_time().SerializeAsString();
+  clock_.Advance(absl::Seconds(1));
+  Pass();
+  EXPECT_EQ(Job(gpu_job).job.update_time().SerializeAsString(), update_time);
+}
+
+TEST_F(JobLifecycleTest, GpuJobsGetDistinctGpus) {
+  const std::string a = Submit(0, 1);
+  const std::string b = Submit(0, 1);
+  FakeWorker& w = Connect("g1", 0, /*gpus=*/2);
+  Pass();
+  auto sent = w.Assignments();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_THAT(sent[0].gpu_indices(), ElementsAre(0));
+  EXPECT_THAT(sent[1].gpu_indices(), ElementsAre(1));
+  EXPECT_EQ(Job(b).gpu_indices, std::vector<int32_t>{1});
+  const std::string c = Submit(0, 1);
+  ASSERT_TRUE(w.Exited(a, 1, 0).ok());
+  Pass();
+  sent = w.Assignments();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].job_id(), c);
+  EXPECT_THAT(sent[0].gpu_indices(), ElementsAre(0));
+}
+
+TEST_F(JobLifecycleTest, UndeliverableAssignmentGoesStraightBack) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  w.link->Take();
+  w.link->set_fail_sends(true);
+  Pass();
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::QUEUED);
+  EXPECT_EQ(r.job.attempt(), 1);
+  EXPECT_EQ(r.job.attempts(0).outcome(), v1::QUEUED);
+  EXPECT_THAT(r.job.attempts(0).reason(), HasSubstr("went away"));
+}
+
+TEST_F(JobLifecycleTest, TrainerEventsOfStaleAttemptsAreIgnoredAndStopped) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  w.link->Take();
+  ASSERT_TRUE(w.Update(id, 7, [](v1::JobUpdate& u) {
+                 u.mutable_trainer()->mutable_progress()->set_step(99);
+               }).ok());
+  ASSERT_TRUE(w.Update(id, 7, [](v1::JobUpdate& u) { u.set_log("x"); }).ok());
+  EXPECT_EQ(Job(id).job.progress().step(), 0);
+  EXPECT_EQ(store_->ReadLog(id, 0, 10)->end, 0);
+  auto sent = w.link->Take();
+  ASSERT_EQ(sent.size(), 1u);  // one StopAttempt per attempt
+  EXPECT_EQ(sent[0].stop_attempt().attempt(), 7);
+  ASSERT_TRUE(w.Update("j-424242", 1, [](v1::JobUpdate& u) {
+                 u.mutable_started();
+               }).ok());
+  EXPECT_EQ(w.link->Take().size(), 1u);  // unknown jobs are stopped too
+  EXPECT_EQ(w.Update(id, 1, [](v1::JobUpdate&) {}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace trainyard::server

@@ -1,0 +1,230 @@
+// JobLifecycle: reports from workers (started, trainer events, exits, log
+// bytes), fenced by attempt.
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "server/job_lifecycle.h"
+#include "server/job_state.h"
+
+namespace trainyard::server {
+namespace {
+
+// yard-train's exit code after SIGTERM with a checkpoint written.
+constexpr int32_t kExitInterrupted = 3;
+
+// A report for the current attempt while the job is still SCHEDULED means
+// the process started (its JobStarted was lost or overtaken).
+absl::Status EnsureRunning(JobRecord& r, const std::string& why,
+                           absl::Time now, std::vector<v1::JobEvent>& events) {
+  if (r.job.state() != v1::SCHEDULED) return absl::OkStatus();
+  ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
+                   Transition(r.job, v1::RUNNING, why, now));
+  return absl::OkStatus();
+}
+
+void ApplyTrainerEvent(const v1::TrainerEvent& e, v1::Job& job) {
+  switch (e.event_case()) {
+    case v1::TrainerEvent::kStarted:
+      if (job.attempts_size() > 0) {
+        job.mutable_attempts(job.attempts_size() - 1)
+            ->set_resumed_from_step(e.started().start_step());
+      }
+      break;
+    case v1::TrainerEvent::kProgress:
+      *job.mutable_progress() = e.progress();
+      break;
+    case v1::TrainerEvent::kEval:
+      *job.mutable_last_eval() = e.eval();
+      break;
+    case v1::TrainerEvent::kCheckpoint:
+      *job.mutable_last_checkpoint() = e.checkpoint();
+      break;
+    case v1::TrainerEvent::kFinished:
+      *job.mutable_result() = e.finished();
+      break;
+    case v1::TrainerEvent::kInterrupted:
+      job.mutable_last_checkpoint()->set_step(e.interrupted().step());
+      job.mutable_last_checkpoint()->set_path(e.interrupted().checkpoint_path());
+      break;
+    case v1::TrainerEvent::EVENT_NOT_SET:
+      break;
+  }
+}
+
+// The state a job's exit leads to, and why.
+std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
+                                                 const v1::JobExited& exit,
+                                                 const std::string& worker_id) {
+  if (exit.exit_code() == 0 && exit.signal() == 0 && !exit.cancelled()) {
+    return {v1::SUCCEEDED, "finished"};
+  }
+  if (exit.cancelled() || r.cancel_requested()) {
+    return {v1::CANCELLED, r.cancel_requested() ? r.cancel_reason
+                                                : "stopped by the worker"};
+  }
+  if (exit.exit_code() == kExitInterrupted && exit.signal() == 0 &&
+      r.job.state() == v1::RUNNING) {
+    // Stopped by someone else's SIGTERM after checkpointing: run it again.
+    return {v1::QUEUED,
+            absl::StrCat("interrupted on worker ", worker_id,
+                         "; will resume from its checkpoint")};
+  }
+  if (!exit.error().empty()) return {v1::FAILED, exit.error()};
+  if (exit.signal() != 0) {
+    return {v1::FAILED, absl::StrCat("killed by signal ", exit.signal())};
+  }
+  return {v1::FAILED, absl::StrCat("exited with code ", exit.exit_code())};
+}
+
+}  // namespace
+
+absl::StatusOr<ReportOutcome> JobLifecycle::OnUpdate(
+    const std::string& worker_id, const v1::JobUpdate& update) {
+  absl::StatusOr<ReportOutcome> outcome;
+  switch (update.update_case()) {
+    case v1::JobUpdate::kStarted:
+      outcome = OnStarted(worker_id, update);
+      break;
+    case v1::JobUpdate::kTrainer:
+      outcome = OnTrainerEvent(worker_id, update);
+      break;
+    case v1::JobUpdate::kExited:
+      outcome = OnExited(worker_id, update);
+      break;
+    case v1::JobUpdate::kLog:
+      outcome = OnLog(worker_id, update);
+      break;
+    case v1::JobUpdate::UPDATE_NOT_SET:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "JobUpdate for job ", update.job_id(), " carries no update"));
+  }
+  // A job this server does not know is as stale as an old attempt.
+  if (absl::IsNotFound(outcome.status())) return ReportOutcome::kStale;
+  return outcome;
+}
+
+absl::StatusOr<ReportOutcome> JobLifecycle::OnStarted(
+    const std::string& worker_id, const v1::JobUpdate& update) {
+  ReportOutcome outcome = ReportOutcome::kApplied;
+  RETURN_IF_ERROR(
+      store_
+          ->UpdateJob(update.job_id(), Durability::kTransition,
+                      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
+                          -> absl::StatusOr<bool> {
+                        if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
+                          outcome = ReportOutcome::kStale;
+                          return false;
+                        }
+                        if (r.job.state() != v1::SCHEDULED) return false;
+                        RETURN_IF_ERROR(EnsureRunning(
+                            r,
+                            absl::StrCat("started on worker ", worker_id,
+                                         " (pid ", update.started().pid(), ")"),
+                            clock_->Now(), events));
+                        return true;
+                      })
+          .status());
+  return outcome;
+}
+
+absl::StatusOr<ReportOutcome> JobLifecycle::OnTrainerEvent(
+    const std::string& worker_id, const v1::JobUpdate& update) {
+  ReportOutcome outcome = ReportOutcome::kApplied;
+  // Progress is telemetry, unless this event also moves the job to RUNNING
+  // (its JobStarted was lost): a transition is always committed in full.
+  ASSIGN_OR_RETURN(JobRecord current, store_->GetJob(update.job_id()));
+  const Durability durability = current.job.state() == v1::SCHEDULED
+                                    ? Durability::kTransition
+                                    : Durability::kTelemetry;
+  RETURN_IF_ERROR(
+      store_
+          ->UpdateJob(update.job_id(), durability,
+                      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
+                          -> absl::StatusOr<bool> {
+                        if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
+                          outcome = ReportOutcome::kStale;
+                          return false;
+                        }
+                        RETURN_IF_ERROR(EnsureRunning(
+                            r, absl::StrCat("started on worker ", worker_id),
+                            clock_->Now(), events));
+                        ApplyTrainerEvent(update.trainer(), r.job);
+                        *events.emplace_back().mutable_trainer() =
+                            update.trainer();
+                        return true;
+                      })
+          .status());
+  return outcome;
+}
+
+absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
+    const std::string& worker_id, const v1::JobUpdate& update) {
+  ReportOutcome outcome = ReportOutcome::kApplied;
+  ASSIGN_OR_RETURN(
+      JobRecord record,
+      store_->UpdateJob(
+          update.job_id(), Durability::kTransition,
+          [&](JobRecord& r, std::vector<v1::JobEvent>& events)
+              -> absl::StatusOr<bool> {
+            if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
+              outcome = ReportOutcome::kStale;
+              return false;
+            }
+            auto [to, why] = ExitOutcome(r, update.exited(), worker_id);
+            if (to != v1::QUEUED) {
+              RETURN_IF_ERROR(EnsureRunning(
+                  r, absl::StrCat("started on worker ", worker_id),
+                  clock_->Now(), events));
+            }
+            ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
+                             Transition(r.job, to, why, clock_->Now()));
+            if (to != v1::SUCCEEDED) r.job.clear_result();
+            r.gpu_indices.clear();
+            return true;
+          }));
+  if (outcome == ReportOutcome::kApplied) {
+    YARD_LOG(INFO) << "job " << update.job_id() << " attempt "
+                   << update.attempt() << " exited on " << worker_id << ": "
+                   << JobStateName(record.job.state()) << " ("
+                   << record.job.state_reason() << ")";
+    WakeScheduler();
+  }
+  return outcome;
+}
+
+absl::StatusOr<ReportOutcome> JobLifecycle::OnLog(
+    const std::string& worker_id, const v1::JobUpdate& update) {
+  ASSIGN_OR_RETURN(JobRecord r, store_->GetJob(update.job_id()));
+  // The last bytes of an attempt may arrive just after its exit was
+  // recorded: keep them. Bytes from any other attempt (a job handed back to
+  // the queue has no worker) are dropped.
+  const bool same_attempt = r.job.attempt() == update.attempt() &&
+                            r.job.worker_id() == worker_id;
+  if (!same_attempt) return ReportOutcome::kStale;
+  RETURN_IF_ERROR(store_->AppendLog(update.job_id(), update.log()));
+  return ReportOutcome::kApplied;
+}
+
+absl::StatusOr<ReportOutcome> JobLifecycle::Reattach(
+    const std::string& worker_id, int32_t attempt, const std::string& job_id) {
+  ReportOutcome outcome = ReportOutcome::kApplied;
+  absl::StatusOr<JobRecord> r = store_->UpdateJob(
+      job_id, Durability::kTransition,
+      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
+          -> absl::StatusOr<bool> {
+        if (!IsCurrentAttempt(r, worker_id, attempt)) {
+          outcome = ReportOutcome::kStale;
+          return false;
+        }
+        if (r.job.state() != v1::SCHEDULED) return false;
+        RETURN_IF_ERROR(EnsureRunning(
+            r, absl::StrCat("running on worker ", worker_id, " (re-attached)"),
+            clock_->Now(), events));
+        return true;
+      });
+  if (absl::IsNotFound(r.status())) return ReportOutcome::kStale;
+  if (!r.ok()) return r.status();
+  return outcome;
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,97 @@
+#include "server/job_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_status.h"
+#include "server/job_state.h"
+
+namespace trainyard::server {
+namespace {
+
+absl::Status RequireJobId(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: required");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
+                                       const v1::SubmitJobRequest* request,
+                                       v1::SubmitJobResponse* response) {
+  absl::StatusOr<SubmitResult> result = lifecycle_->Submit(*request);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *response->mutable_job() = std::move(result->job);
+  response->set_already_existed(result->already_existed);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*,
+                                    const v1::GetJobRequest* request,
+                                    v1::Job* response) {
+  if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<JobRecord> record = store_->GetJob(request->job_id());
+  if (!record.ok()) return ToGrpcStatus(record.status());
+  *response = std::move(record->job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
+                                      const v1::ListJobsRequest* request,
+                                      v1::ListJobsResponse* response) {
+  ListJobsQuery query;
+  query.page_size = request->page_size();
+  query.page_token = request->page_token();
+  query.tenant = request->tenant();
+  for (int state : request->states()) {
+    if (!IsKnownState(static_cast<v1::JobState>(state))) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("states: ", state, " is not a job state")));
+    }
+    query.states.push_back(static_cast<v1::JobState>(state));
+  }
+  absl::StatusOr<JobPage> page = store_->ListJobs(query);
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
+  response->set_next_page_token(page->next_page_token);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
+                                       const v1::CancelJobRequest* request,
+                                       v1::Job* response) {
+  if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<v1::Job> job =
+      lifecycle_->Cancel(request->job_id(), request->reason());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
+                                      const v1::WatchJobRequest* request,
+                                      grpc::ServerWriter<v1::JobEvent>* writer) {
+  if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  return ToGrpcStatus(watcher_->WatchEvents(
+      request->job_id(), request->after_sequence(),
+      [writer](const v1::JobEvent& e) { return writer->Write(e); },
+      [context] { return context->IsCancelled(); }));
+}
+
+grpc::Status JobServiceImpl::GetJobLogs(
+    grpc::ServerContext* context, const v1::GetJobLogsRequest* request,
+    grpc::ServerWriter<v1::LogChunk>* writer) {
+  if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  return ToGrpcStatus(watcher_->StreamLog(
+      request->job_id(), request->offset(), request->follow(),
+      [writer](const v1::LogChunk& c) { return writer->Write(c); },
+      [context] { return context->IsCancelled(); }));
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,59 @@
+// The job state machine of DESIGN.md §4, as pure functions over a v1::Job:
+//
+//   QUEUED -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
+//   QUEUED | SCHEDULED -> CANCELLED          (cancelled before it ran)
+//   SCHEDULED | RUNNING -> QUEUED            (worker lost, assignment lost)
+//   RUNNING -> PREEMPTING -> QUEUED          (preemption; resumes later)
+//   SCHEDULED -> FAILED                      (the job could not start)
+//   PREEMPTING -> SUCCEEDED | FAILED | CANCELLED (it ended while stopping)
+//
+// Every SCHEDULED starts a new attempt (Job.attempt + 1, recorded in
+// Job.attempts with its worker and times); leaving SCHEDULED/RUNNING/
+// PREEMPTING for QUEUED or a terminal state ends it with that outcome.
+// No I/O and no locks: callers apply these inside a store transaction.
+#ifndef TRAINYARD_SERVER_JOB_STATE_H_
+#define TRAINYARD_SERVER_JOB_STATE_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "trainyard/v1/jobs.pb.h"
+
+namespace trainyard::server {
+
+// "QUEUED", "RUNNING", ...
+std::string JobStateName(v1::JobState state);
+
+bool IsTerminal(v1::JobState state);  // SUCCEEDED, FAILED, CANCELLED
+// SCHEDULED, RUNNING, PREEMPTING: an attempt holds a worker.
+bool IsActive(v1::JobState state);
+// The states a job in the store can be in (QUEUED through PREEMPTING).
+bool IsKnownState(v1::JobState state);
+
+// OK when from -> to is a legal transition; else FAILED_PRECONDITION naming
+// the job and both states.
+absl::Status CheckTransition(std::string_view job_id, v1::JobState from,
+                             v1::JobState to);
+
+// Moves `job` to `to`: sets state, state_reason and the times (start_time at
+// the first RUNNING, end_time when terminal); ends the current attempt when
+// leaving an active state. Returns the StateChange to record as its event.
+// Use StartAttempt for QUEUED -> SCHEDULED.
+absl::StatusOr<v1::StateChange> Transition(v1::Job& job, v1::JobState to,
+                                           std::string reason, absl::Time now);
+
+// QUEUED -> SCHEDULED on `worker_id`: starts attempt job.attempt + 1.
+absl::StatusOr<v1::StateChange> StartAttempt(v1::Job& job,
+                                             std::string worker_id,
+                                             absl::Time now);
+
+// FAILED_PRECONDITION "job j-.. is already SUCCEEDED" for a terminal job.
+absl::Status CheckCancellable(const v1::Job& job);
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_JOB_STATE_H_

@@ -1,0 +1,119 @@
+#include "server/job_state.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/proto_time.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
+
+v1::Job NewJob() {
+  v1::Job job;
+  job.set_id("j-000001");
+  job.set_state(v1::QUEUED);
+  return job;
+}
+
+TEST(JobStateTest, LegalTransitions) {
+  const std::vector<std::pair<v1::JobState, v1::JobState>> legal = {
+      {v1::QUEUED, v1::SCHEDULED},     {v1::QUEUED, v1::CANCELLED},
+      {v1::SCHEDULED, v1::RUNNING},    {v1::SCHEDULED, v1::QUEUED},
+      {v1::SCHEDULED, v1::CANCELLED},  {v1::SCHEDULED, v1::FAILED},
+      {v1::RUNNING, v1::SUCCEEDED},    {v1::RUNNING, v1::FAILED},
+      {v1::RUNNING, v1::CANCELLED},    {v1::RUNNING, v1::QUEUED},
+      {v1::RUNNING, v1::PREEMPTING},   {v1::PREEMPTING, v1::QUEUED},
+      {v1::PREEMPTING, v1::CANCELLED}, {v1::PREEMPTING, v1::SUCCEEDED},
+  };
+  for (auto [from, to] : legal) {
+    EXPECT_TRUE(CheckTransition("j", from, to).ok())
+        << JobStateName(from) << " -> " << JobStateName(to);
+  }
+}
+
+TEST(JobStateTest, IllegalTransitionsNameBothStates) {
+  const std::vector<std::pair<v1::JobState, v1::JobState>> illegal = {
+      {v1::QUEUED, v1::RUNNING},      {v1::QUEUED, v1::SUCCEEDED},
+      {v1::QUEUED, v1::PREEMPTING},   {v1::SCHEDULED, v1::SUCCEEDED},
+      {v1::SUCCEEDED, v1::QUEUED},    {v1::FAILED, v1::RUNNING},
+      {v1::CANCELLED, v1::CANCELLED}, {v1::RUNNING, v1::SCHEDULED},
+      {v1::PREEMPTING, v1::RUNNING},  {v1::JOB_STATE_UNSPECIFIED, v1::QUEUED},
+  };
+  for (auto [from, to] : illegal) {
+    absl::Status s = CheckTransition("j-000007", from, to);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(s.message(), HasSubstr("j-000007"));
+    EXPECT_THAT(s.message(), HasSubstr(JobStateName(from)));
+    EXPECT_THAT(s.message(), HasSubstr(JobStateName(to)));
+  }
+}
+
+TEST(JobStateTest, AttemptsAreNumberedAndClosedWithOutcome) {
+  v1::Job job = NewJob();
+  auto c1 = StartAttempt(job, "w1", kT0);
+  ASSERT_TRUE(c1.ok()) << c1.status();
+  EXPECT_EQ(c1->attempt(), 1);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.worker_id(), "w1");
+  ASSERT_TRUE(Transition(job, v1::RUNNING, "started", kT0 + absl::Seconds(1)).ok());
+  EXPECT_EQ(FromProtoTime(job.start_time()), kT0 + absl::Seconds(1));
+  auto lost = Transition(job, v1::QUEUED, "worker w1 lost", kT0 + absl::Seconds(5));
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(lost->from(), v1::RUNNING);
+  EXPECT_EQ(lost->attempt(), 1);
+  EXPECT_EQ(lost->worker_id(), "w1");
+  EXPECT_TRUE(job.worker_id().empty());
+  ASSERT_EQ(job.attempts_size(), 1);
+  EXPECT_EQ(job.attempts(0).outcome(), v1::QUEUED);
+  EXPECT_EQ(job.attempts(0).reason(), "worker w1 lost");
+
+  ASSERT_TRUE(StartAttempt(job, "w2", kT0 + absl::Seconds(6)).ok());
+  ASSERT_TRUE(Transition(job, v1::RUNNING, "", kT0 + absl::Seconds(7)).ok());
+  // The first RUNNING stays the job's start time.
+  EXPECT_EQ(FromProtoTime(job.start_time()), kT0 + absl::Seconds(1));
+  ASSERT_TRUE(Transition(job, v1::SUCCEEDED, "done", kT0 + absl::Seconds(9)).ok());
+  EXPECT_EQ(job.attempt(), 2);
+  ASSERT_EQ(job.attempts_size(), 2);
+  EXPECT_EQ(job.attempts(1).number(), 2);
+  EXPECT_EQ(job.attempts(1).worker_id(), "w2");
+  EXPECT_EQ(job.attempts(1).outcome(), v1::SUCCEEDED);
+  EXPECT_EQ(FromProtoTime(job.end_time()), kT0 + absl::Seconds(9));
+  EXPECT_EQ(job.worker_id(), "w2");  // where it ended
+}
+
+TEST(JobStateTest, RejectedTransitionLeavesJobUntouched) {
+  v1::Job job = NewJob();
+  v1::Job before = job;
+  EXPECT_FALSE(Transition(job, v1::SUCCEEDED, "x", kT0).ok());
+  EXPECT_FALSE(Transition(job, v1::SCHEDULED, "x", kT0).ok());
+  EXPECT_FALSE(StartAttempt(job, "", kT0).ok());
+  EXPECT_EQ(job.SerializeAsString(), before.SerializeAsString());
+  ASSERT_TRUE(StartAttempt(job, "w", kT0).ok());
+  EXPECT_EQ(StartAttempt(job, "w", kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(JobStateTest, CancellingATerminalJobNamesItsState) {
+  v1::Job job = NewJob();
+  EXPECT_TRUE(CheckCancellable(job).ok());
+  job.set_state(v1::SUCCEEDED);
+  absl::Status s = CheckCancellable(job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "job j-000001 is already SUCCEEDED");
+}
+
+TEST(JobStateTest, Predicates) {
+  EXPECT_TRUE(IsTerminal(v1::CANCELLED));
+  EXPECT_FALSE(IsTerminal(v1::PREEMPTING));
+  EXPECT_TRUE(IsActive(v1::PREEMPTING));
+  EXPECT_FALSE(IsActive(v1::QUEUED));
+  EXPECT_FALSE(IsKnownState(v1::JOB_STATE_UNSPECIFIED));
+  EXPECT_FALSE(IsKnownState(static_cast<v1::JobState>(99)));
+  EXPECT_EQ(JobStateName(v1::RUNNING), "RUNNING");
+}
+
+}  // namespace
+}  // namespace trainyard::server

@@ -1,0 +1,394 @@
+// JobStore: opening, schema, and the jobs table. Events and logs live in
+// job_store_events.cc.
+#include "server/job_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "server/job_state.h"
+#include "server/proto_time.h"
+
+namespace trainyard::server {
+namespace {
+
+// "TYD1" in the SQLite header's application_id: marks the file as ours.
+constexpr int64_t kApplicationId = 0x54594431;
+
+constexpr char kSchema[] = R"sql(
+CREATE TABLE meta (
+  key TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+);
+INSERT INTO meta (key, value) VALUES ('next_job_number', 1);
+CREATE TABLE jobs (
+  create_seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  tenant TEXT NOT NULL,
+  state INTEGER NOT NULL,
+  request_id TEXT NOT NULL,
+  cancel_reason TEXT NOT NULL DEFAULT '',
+  gpu_indices TEXT NOT NULL DEFAULT '',
+  last_sequence INTEGER NOT NULL DEFAULT 0,
+  pruned_through INTEGER NOT NULL DEFAULT 0,
+  trainer_events INTEGER NOT NULL DEFAULT 0,
+  log_start INTEGER NOT NULL DEFAULT 0,
+  log_end INTEGER NOT NULL DEFAULT 0,
+  job BLOB NOT NULL
+);
+CREATE INDEX jobs_by_state ON jobs (state, create_seq);
+CREATE UNIQUE INDEX jobs_by_request ON jobs (tenant, request_id)
+  WHERE request_id != '';
+CREATE TABLE events (
+  job_seq INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  kind INTEGER NOT NULL,
+  event BLOB NOT NULL,
+  PRIMARY KEY (job_seq, seq)
+) WITHOUT ROWID;
+CREATE INDEX events_by_kind ON events (job_seq, kind, seq);
+CREATE TABLE logs (
+  job_seq INTEGER NOT NULL,
+  start INTEGER NOT NULL,
+  end INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  PRIMARY KEY (job_seq, start)
+) WITHOUT ROWID;
+)sql";
+
+constexpr char kJobColumns[] =
+    "create_seq, cancel_reason, gpu_indices, last_sequence, job";
+
+absl::StatusOr<JobRecord> RecordFromRow(const SqliteStatement& row) {
+  JobRecord r;
+  r.create_seq = row.ColumnInt64(0);
+  r.cancel_reason = row.ColumnText(1);
+  for (absl::string_view part :
+       absl::StrSplit(row.ColumnText(2), ',', absl::SkipEmpty())) {
+    int32_t g = 0;
+    if (!absl::SimpleAtoi(part, &g)) {
+      return absl::DataLossError(
+          absl::StrCat("job row ", r.create_seq, ": bad gpu_indices"));
+    }
+    r.gpu_indices.push_back(g);
+  }
+  r.last_sequence = row.ColumnInt64(3);
+  if (!r.job.ParseFromString(row.ColumnBlob(4))) {
+    return absl::DataLossError(
+        absl::StrCat("job row ", r.create_seq, ": cannot parse the job"));
+  }
+  return r;
+}
+
+// The filters a page token was issued for, so a token cannot be replayed
+// against different filters.
+std::string FilterKey(const ListJobsQuery& q) {
+  std::vector<int> states(q.states.begin(), q.states.end());
+  std::sort(states.begin(), states.end());
+  return absl::StrCat(absl::StrJoin(states, ","), "|", q.tenant);
+}
+
+std::string MakePageToken(int64_t last_seq, const ListJobsQuery& q) {
+  return absl::WebSafeBase64Escape(
+      absl::StrCat("v1:", last_seq, ":", FilterKey(q)));
+}
+
+absl::StatusOr<int64_t> ParsePageToken(const ListJobsQuery& q) {
+  const absl::Status bad = absl::InvalidArgumentError(
+      "page_token: not a token from a previous ListJobs response");
+  std::string raw;
+  if (!absl::WebSafeBase64Unescape(q.page_token, &raw)) return bad;
+  std::vector<std::string> parts = absl::StrSplit(raw, absl::MaxSplits(':', 2));
+  int64_t seq = 0;
+  if (parts.size() != 3 || parts[0] != "v1" ||
+      !absl::SimpleAtoi(parts[1], &seq) || seq < 0) {
+    return bad;
+  }
+  if (parts[2] != FilterKey(q)) {
+    return absl::InvalidArgumentError(
+        "page_token: was issued for a different state or tenant filter");
+  }
+  return seq;
+}
+
+}  // namespace
+
+std::string JobIdForNumber(int64_t number) {
+  return absl::StrFormat("j-%06d", number);
+}
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
+    JobStoreOptions options) {
+  if (options.path.empty()) {
+    return absl::InvalidArgumentError("job store: empty database path");
+  }
+  if (options.trainer_events_kept < 1 || options.log_bytes_kept < 1) {
+    return absl::InvalidArgumentError(
+        "job store: retention limits must be positive");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(options.path));
+  std::unique_ptr<JobStore> store(
+      new JobStore(std::move(options), std::move(db)));
+  absl::MutexLock lock(&store->mu_);
+  RETURN_IF_ERROR(store->InitSchema());
+  return store;
+}
+
+absl::Status JobStore::InitSchema() {
+  const std::string& path = db_->path();
+  absl::StatusOr<int64_t> app_id = db_->QueryInt64("PRAGMA application_id");
+  if (!app_id.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not a Trainyard job store (", app_id.status().message(),
+        "); refusing to use it"));
+  }
+  ASSIGN_OR_RETURN(int64_t version, db_->QueryInt64("PRAGMA user_version"));
+  ASSIGN_OR_RETURN(int64_t tables,
+                   db_->QueryInt64("SELECT count(*) FROM sqlite_master"));
+  const bool fresh = *app_id == 0 && version == 0 && tables == 0;
+  if (!fresh && *app_id != kApplicationId) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not a Trainyard job store (SQLite application_id ",
+        *app_id, ", ", tables, " schema objects); refusing to modify it"));
+  }
+  if (!fresh && version != kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": job store schema version ", version,
+        " is not supported by this yard-server (it knows version ",
+        kSchemaVersion, "); refusing to modify it"));
+  }
+  // WAL: readers never block the writer, and a commit is one append+fsync.
+  {
+    ASSIGN_OR_RETURN(SqliteStatement wal,
+                     db_->Prepare("PRAGMA journal_mode=WAL"));
+    ASSIGN_OR_RETURN(bool row, wal.Step());
+    if (!row || wal.ColumnText(0) != "wal") {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, ": cannot switch the database to WAL mode"));
+    }
+  }  // the statement must be finished before the schema transaction
+  RETURN_IF_ERROR(db_->Exec("PRAGMA synchronous=FULL"));
+  current_durability_ = Durability::kTransition;
+  if (!fresh) return absl::OkStatus();
+  return InTransaction(Durability::kTransition, "init", [&] {
+    RETURN_IF_ERROR(db_->Exec(kSchema));
+    RETURN_IF_ERROR(
+        db_->Exec(absl::StrCat("PRAGMA application_id=", kApplicationId)));
+    return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
+  });
+}
+
+absl::Status JobStore::InTransaction(
+    Durability durability, std::string_view operation,
+    const std::function<absl::Status()>& body) {
+  if (durability != current_durability_) {
+    RETURN_IF_ERROR(db_->Exec(durability == Durability::kTransition
+                                  ? "PRAGMA synchronous=FULL"
+                                  : "PRAGMA synchronous=NORMAL"));
+    current_durability_ = durability;
+  }
+  RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
+  absl::Status s = body();
+  if (s.ok() && options_.fault_injector) s = options_.fault_injector(operation);
+  if (s.ok()) s = db_->Exec("COMMIT");
+  if (!s.ok()) {
+    // After some failures SQLite has already rolled back; that is fine.
+    db_->Exec("ROLLBACK").IgnoreError();
+    return s;
+  }
+  if (options_.on_commit) options_.on_commit();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord> JobStore::LoadJob(std::string_view id) const {
+  ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare(absl::StrCat("SELECT ", kJobColumns,
+                                " FROM jobs WHERE id = ?")));
+  q.BindText(1, id);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", std::string(id), " not found"));
+  }
+  return RecordFromRow(q);
+}
+
+absl::Status JobStore::WriteJobRow(const JobRecord& r) {
+  ASSIGN_OR_RETURN(SqliteStatement u,
+                   db_->Prepare("UPDATE jobs SET state = ?, "
+                                "cancel_reason = ?, gpu_indices = ?, "
+                                "last_sequence = ?, job = ? "
+                                "WHERE create_seq = ?"));
+  u.Bind(1, r.job.state())
+      .BindText(2, r.cancel_reason)
+      .BindText(3, absl::StrJoin(r.gpu_indices, ","))
+      .Bind(4, r.last_sequence)
+      .BindBlob(5, r.job.SerializeAsString())
+      .Bind(6, r.create_seq);
+  return u.Run();
+}
+
+absl::StatusOr<JobStore::Created> JobStore::CreateJob(v1::Job job) {
+  absl::MutexLock lock(&mu_);
+  Created out;
+  RETURN_IF_ERROR(InTransaction(Durability::kTransition, "create", [&] {
+    if (!job.request_id().empty()) {
+      ASSIGN_OR_RETURN(
+          SqliteStatement q,
+          db_->Prepare(absl::StrCat("SELECT ", kJobColumns,
+                                    " FROM jobs WHERE tenant = ? AND "
+                                    "request_id = ?")));
+      q.BindText(1, job.tenant()).BindText(2, job.request_id());
+      ASSIGN_OR_RETURN(bool row, q.Step());
+      if (row) {
+        ASSIGN_OR_RETURN(out.record, RecordFromRow(q));
+        out.already_existed = true;
+        return absl::OkStatus();
+      }
+    }
+    ASSIGN_OR_RETURN(int64_t number,
+                     db_->QueryInt64("SELECT value FROM meta WHERE key = "
+                                     "'next_job_number'"));
+    RETURN_IF_ERROR(db_->Exec(
+        "UPDATE meta SET value = value + 1 WHERE key = 'next_job_number'"));
+    const absl::Time now = options_.clock->Now();
+    job.set_id(JobIdForNumber(number));
+    job.set_state(v1::QUEUED);
+    *job.mutable_create_time() = ToProtoTime(now);
+    *job.mutable_update_time() = ToProtoTime(now);
+    ASSIGN_OR_RETURN(SqliteStatement ins,
+                     db_->Prepare("INSERT INTO jobs (create_seq, id, tenant, "
+                                  "state, request_id, job) "
+                                  "VALUES (?, ?, ?, ?, ?, ?)"));
+    ins.Bind(1, number)
+        .BindText(2, job.id())
+        .BindText(3, job.tenant())
+        .Bind(4, job.state())
+        .BindText(5, job.request_id())
+        .BindBlob(6, job.SerializeAsString());
+    RETURN_IF_ERROR(ins.Run());
+    out.record.job = std::move(job);
+    out.record.create_seq = number;
+    std::vector<v1::JobEvent> events(1);
+    v1::StateChange* change = events[0].mutable_state_change();
+    change->set_to(v1::QUEUED);
+    change->set_reason("submitted");
+    RETURN_IF_ERROR(InsertEvents(out.record, events));
+    return WriteJobRow(out.record);
+  }));
+  return out;
+}
+
+absl::StatusOr<JobRecord> JobStore::GetJob(std::string_view id) const {
+  absl::MutexLock lock(&mu_);
+  return LoadJob(id);
+}
+
+absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
+  if (query.page_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: must be >= 0, got ", query.page_size));
+  }
+  int32_t size = query.page_size == 0 ? kDefaultPageSize
+                                      : std::min(query.page_size, kMaxPageSize);
+  int64_t after = 0;
+  if (!query.page_token.empty()) {
+    ASSIGN_OR_RETURN(after, ParsePageToken(query));
+  }
+  std::string sql = absl::StrCat("SELECT ", kJobColumns,
+                                 " FROM jobs WHERE create_seq > ?");
+  if (!query.states.empty()) {
+    std::vector<int> states(query.states.begin(), query.states.end());
+    absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
+  }
+  if (!query.tenant.empty()) absl::StrAppend(&sql, " AND tenant = ?");
+  absl::StrAppend(&sql, " ORDER BY create_seq LIMIT ?");
+
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(SqliteStatement q, db_->Prepare(sql));
+  int index = 1;
+  q.Bind(index++, after);
+  if (!query.tenant.empty()) q.BindText(index++, query.tenant);
+  q.Bind(index++, size + 1);  // one more tells whether another page exists
+  JobPage page;
+  int64_t last_seq = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    if (static_cast<int32_t>(page.jobs.size()) == size) {
+      page.next_page_token = MakePageToken(last_seq, query);
+      break;
+    }
+    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
+    last_seq = r.create_seq;
+    page.jobs.push_back(std::move(r.job));
+  }
+  return page;
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::JobsInStates(
+    const std::vector<v1::JobState>& states) const {
+  std::vector<int> ints(states.begin(), states.end());
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(SqliteStatement q,
+                   db_->Prepare(absl::StrCat(
+                       "SELECT ", kJobColumns, " FROM jobs WHERE state IN (",
+                       absl::StrJoin(ints, ","), ") ORDER BY create_seq")));
+  std::vector<JobRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
+    out.push_back(std::move(r));
+  }
+}
+
+absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState()
+    const {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare("SELECT state, count(*) FROM jobs GROUP BY state"));
+  std::map<v1::JobState, int64_t> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    out[static_cast<v1::JobState>(q.ColumnInt64(0))] = q.ColumnInt64(1);
+  }
+}
+
+absl::StatusOr<JobRecord> JobStore::UpdateJob(std::string_view id,
+                                              Durability durability,
+                                              const Mutation& mutation) {
+  absl::MutexLock lock(&mu_);
+  JobRecord record;
+  RETURN_IF_ERROR(InTransaction(durability, "update", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(record, LoadJob(id));
+    const JobRecord before = record;
+    std::vector<v1::JobEvent> events;
+    ASSIGN_OR_RETURN(bool changed, mutation(record, events));
+    if (!changed) {
+      record = before;
+      return absl::OkStatus();  // commits an empty transaction: cheap
+    }
+    if (record.job.id() != before.job.id() ||
+        record.job.tenant() != before.job.tenant() ||
+        record.job.request_id() != before.job.request_id() ||
+        record.create_seq != before.create_seq) {
+      return absl::InternalError(absl::StrCat(
+          "job ", std::string(id), ": a mutation changed its identity"));
+    }
+    *record.job.mutable_update_time() = ToProtoTime(options_.clock->Now());
+    RETURN_IF_ERROR(InsertEvents(record, events));
+    return WriteJobRow(record);
+  }));
+  return record;
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,179 @@
+// JobStore: the durable record of every job, its events and its log, kept in
+// one SQLite database in WAL mode (STATE_DIR/trainyard.db). It is the source
+// of truth for job state: the server commits a change here before it tells
+// anyone about it or acts on it, and recovers everything from here after a
+// restart.
+//
+// Durability: job creation and state transitions commit with
+// synchronous=FULL (the WAL is fsynced before the call returns). Trainer
+// progress events, wait reasons and log bytes commit with synchronous=NORMAL:
+// they survive a crash of the process (the WAL is in the OS page cache) and
+// may lose only their last few commits on power loss, which costs a progress
+// line, never a job or a transition. A FULL commit also makes every earlier
+// NORMAL commit durable, since the WAL is written in order.
+//
+// Retention: state-change events are kept forever. Trainer events are pruned
+// to the most recent `trainer_events_kept` per job; a reader resuming from a
+// pruned sequence gets OUT_OF_RANGE. Each job's log keeps its last
+// `log_bytes_kept` bytes: whole oldest chunks (one worker message each) are
+// dropped once they lie entirely before that tail, so a little more than the
+// cap may be held. Offsets keep counting from the first byte ever written.
+//
+// Every write is one transaction: a failed write returns an error and leaves
+// the store as it was. A JobStore is safe for concurrent use; calls are
+// serialized on one connection (each is short).
+#ifndef TRAINYARD_SERVER_JOB_STORE_H_
+#define TRAINYARD_SERVER_JOB_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "server/sqlite_db.h"
+#include "trainyard/v1/jobs.pb.h"
+
+namespace trainyard::server {
+
+// Everything the store keeps about one job.
+struct JobRecord {
+  v1::Job job;
+  int64_t create_seq = 0;  // creation order, assigned by the store
+  // Set when CancelJob arrived while the job was running: the worker was
+  // told to stop it, and its exit (or its worker's loss) makes the job
+  // CANCELLED with this reason. Empty: no cancel pending.
+  std::string cancel_reason;
+  std::vector<int32_t> gpu_indices;  // GPUs of the current attempt
+  int64_t last_sequence = 0;         // sequence number of its latest event
+
+  bool cancel_requested() const { return !cancel_reason.empty(); }
+};
+
+enum class Durability {
+  kTransition,  // synchronous=FULL
+  kTelemetry,   // synchronous=NORMAL (see the file comment)
+};
+
+struct JobStoreOptions {
+  std::string path;  // the database file; created if missing
+  int32_t trainer_events_kept = 1000;
+  int64_t log_bytes_kept = int64_t{8} << 20;
+  Clock* clock = Clock::Real();
+  // Called after every successful write, with the store's lock held: it
+  // must not call back into the store (e.g. it notifies waiters).
+  std::function<void()> on_commit;
+  // Tests inject failing writes here: called before each COMMIT with the
+  // operation's name; a non-OK status rolls the write back and is returned.
+  std::function<absl::Status(std::string_view operation)> fault_injector;
+};
+
+struct ListJobsQuery {
+  int32_t page_size = 0;  // 0 = 50; capped at 500; negative INVALID_ARGUMENT
+  std::string page_token;
+  std::vector<v1::JobState> states;  // empty = all
+  std::string tenant;                // empty = all
+};
+
+struct JobPage {
+  std::vector<v1::Job> jobs;  // oldest first
+  std::string next_page_token;  // empty on the last page
+};
+
+struct LogRead {
+  int64_t offset = 0;  // offset of `data` (>= the requested one if trimmed)
+  std::string data;
+  int64_t end = 0;     // the log's total size so far
+};
+
+class JobStore {
+ public:
+  static constexpr int32_t kSchemaVersion = 1;
+  static constexpr int32_t kDefaultPageSize = 50;
+  static constexpr int32_t kMaxPageSize = 500;
+
+  // Opens or creates the store. A file that is not a Trainyard job store,
+  // or one with a schema version this build does not know, is refused with
+  // FAILED_PRECONDITION and left untouched.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(JobStoreOptions options);
+
+  struct Created {
+    JobRecord record;
+    bool already_existed = false;
+  };
+  // Stores `job` as a new QUEUED job: assigns its id ("j-000001", ...) and
+  // create time and records event 1 (the state change to QUEUED). When
+  // job.request_id is set and a job of the same tenant was created with it,
+  // returns that job instead, with already_existed.
+  absl::StatusOr<Created> CreateJob(v1::Job job);
+
+  // NOT_FOUND naming the id when there is no such job.
+  absl::StatusOr<JobRecord> GetJob(std::string_view id) const;
+  absl::StatusOr<JobPage> ListJobs(const ListJobsQuery& query) const;
+  // All jobs in any of `states`, oldest first.
+  absl::StatusOr<std::vector<JobRecord>> JobsInStates(
+      const std::vector<v1::JobState>& states) const;
+  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() const;
+
+  // Read-modify-write of one job in one transaction. The mutation sees the
+  // current record; it may change it and add events (payload only: the
+  // store fills in job id, sequence and time). It returns false to leave the
+  // job as it was, or an error to abort. The job's id, tenant and
+  // request_id cannot change. Returns the record as stored afterwards.
+  using Mutation = std::function<absl::StatusOr<bool>(
+      JobRecord& record, std::vector<v1::JobEvent>& new_events)>;
+  absl::StatusOr<JobRecord> UpdateJob(std::string_view id,
+                                      Durability durability,
+                                      const Mutation& mutation);
+
+  // Events with sequence > after_sequence, at most max_events, in order.
+  // OUT_OF_RANGE when events after after_sequence were pruned (after_sequence
+  // 0 means "everything still held") or after_sequence is past the last one.
+  absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(
+      std::string_view id, int64_t after_sequence, int32_t max_events) const;
+
+  // Appends bytes to the job's log, trimming its head past the cap.
+  absl::Status AppendLog(std::string_view id, std::string_view bytes);
+  // Up to max_bytes of the log from `offset` (moved forward to the oldest
+  // byte still held). OUT_OF_RANGE when offset is past the end.
+  absl::StatusOr<LogRead> ReadLog(std::string_view id, int64_t offset,
+                                  int64_t max_bytes) const;
+
+ private:
+  JobStore(JobStoreOptions options, std::unique_ptr<SqliteDb> db)
+      : options_(std::move(options)), db_(std::move(db)) {}
+
+  absl::Status InitSchema() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InTransaction(Durability durability, std::string_view operation,
+                             const std::function<absl::Status()>& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<JobRecord> LoadJob(std::string_view id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InsertEvents(JobRecord& record,
+                            std::vector<v1::JobEvent>& events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PruneTrainerEvents(int64_t create_seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteJobRow(const JobRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const JobStoreOptions options_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<SqliteDb> db_ ABSL_GUARDED_BY(mu_);
+  Durability current_durability_ ABSL_GUARDED_BY(mu_) = Durability::kTransition;
+};
+
+// "j-000042": job ids sort by creation (lexically up to j-999999, and by
+// number beyond; ListJobs always orders by creation).
+std::string JobIdForNumber(int64_t number);
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_JOB_STORE_H_

@@ -1,0 +1,441 @@
+#include "server/job_store.h"
+
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/test_dir.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<JobStore> Open(JobStoreOptions options = {}) {
+    options.path = dir_.File("trainyard.db");
+    options.clock = &clock_;
+    auto store = JobStore::Open(std::move(options));
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  static v1::Job NewJob(std::string request_id = "",
+                        std::string tenant = "default") {
+    v1::Job job;
+    job.set_tenant(std::move(tenant));
+    job.set_request_id(std::move(request_id));
+    job.mutable_spec()->set_steps(100);
+    return job;
+  }
+
+  static v1::JobEvent ProgressEvent(int64_t step) {
+    v1::JobEvent e;
+    e.mutable_trainer()->mutable_progress()->set_step(step);
+    return e;
+  }
+
+  // Adds one trainer event per step to job `id`.
+  static void AddProgress(JobStore& store, const std::string& id, int from,
+                          int to) {
+    for (int step = from; step <= to; ++step) {
+      auto r = store.UpdateJob(id, Durability::kTelemetry,
+                               [&](JobRecord& rec, auto& events) {
+                                 rec.job.mutable_progress()->set_step(step);
+                                 events.push_back(ProgressEvent(step));
+                                 return true;
+                               });
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+  }
+
+  TestDir dir_;
+  FakeClock clock_;
+};
+
+JobStoreOptions AtPath(std::string path) {
+  JobStoreOptions o;
+  o.path = std::move(path);
+  return o;
+}
+
+TEST_F(JobStoreTest, CreatesQueuedJobsWithSortableIdsAndFirstEvent) {
+  auto store = Open();
+  auto a = store->CreateJob(NewJob());
+  auto b = store->CreateJob(NewJob());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->record.job.id(), "j-000001");
+  EXPECT_EQ(b->record.job.id(), "j-000002");
+  EXPECT_EQ(a->record.job.state(), v1::QUEUED);
+  EXPECT_FALSE(a->already_existed);
+  auto events = store->ReadEvents("j-000001", 0, 100);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].sequence(), 1);
+  EXPECT_EQ((*events)[0].job_id(), "j-000001");
+  EXPECT_EQ((*events)[0].state_change().to(), v1::QUEUED);
+  auto got = store->GetJob("j-000002");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->job.spec().steps(), 100);
+  EXPECT_EQ(got->last_sequence, 1);
+}
+
+TEST_F(JobStoreTest, UnknownJobIsNotFoundNamingTheId) {
+  auto store = Open();
+  auto got = store->GetJob("j-424242");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(got.status().message(), HasSubstr("j-424242"));
+  EXPECT_EQ(store->ReadEvents("nope", 0, 1).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->AppendLog("nope", "x").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobStoreTest, CreateIsIdempotentPerTenantAndRequestId) {
+  auto store = Open();
+  auto first = store->CreateJob(NewJob("req-1"));
+  auto again = store->CreateJob(NewJob("req-1"));
+  auto other_tenant = store->CreateJob(NewJob("req-1", "other"));
+  ASSERT_TRUE(first.ok() && again.ok() && other_tenant.ok());
+  EXPECT_TRUE(again->already_existed);
+  EXPECT_EQ(again->record.job.id(), first->record.job.id());
+  EXPECT_FALSE(other_tenant->already_existed);
+  EXPECT_NE(other_tenant->record.job.id(), first->record.job.id());
+}
+
+TEST_F(JobStoreTest, ListsOldestFirstInPages) {
+  auto store = Open();
+  for (int i = 0; i < 120; ++i) ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  std::vector<std::string> seen;
+  ListJobsQuery q;  // page_size 0 = 50
+  int pages = 0;
+  do {
+    auto page = store->ListJobs(q);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const auto& j : page->jobs) seen.push_back(j.id());
+    q.page_token = page->next_page_token;
+    ++pages;
+  } while (!q.page_token.empty());
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(seen.size(), 120u);
+  EXPECT_EQ(seen.front(), "j-000001");
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 120u);
+
+  ListJobsQuery big;
+  big.page_size = 100000;  // capped at 500
+  auto all = store->ListJobs(big);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->jobs.size(), 120u);
+  EXPECT_TRUE(all->next_page_token.empty());
+}
+
+TEST_F(JobStoreTest, ListFiltersByStateAndTenant) {
+  auto store = Open();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  ASSERT_TRUE(store->CreateJob(NewJob("", "other")).ok());
+  ASSERT_TRUE(store
+                  ->UpdateJob("j-000002", Durability::kTransition,
+                              [](JobRecord& r, auto&) {
+                                r.job.set_state(v1::CANCELLED);
+                                return true;
+                              })
+                  .ok());
+  ListJobsQuery q;
+  q.states = {v1::CANCELLED};
+  auto cancelled = store->ListJobs(q);
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_EQ(cancelled->jobs.size(), 1u);
+  EXPECT_EQ(cancelled->jobs[0].id(), "j-000002");
+  q.states = {};
+  q.tenant = "other";
+  auto other = store->ListJobs(q);
+  ASSERT_TRUE(other.ok());
+  ASSERT_EQ(other->jobs.size(), 1u);
+  EXPECT_EQ(other->jobs[0].id(), "j-000005");
+  auto counts = store->CountJobsByState();
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ((*counts)[v1::QUEUED], 4);
+  EXPECT_EQ((*counts)[v1::CANCELLED], 1);
+}
+
+TEST_F(JobStoreTest, BadPageTokensAndSizesAreInvalidArgument) {
+  auto store = Open();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  ListJobsQuery q;
+  q.page_token = "garbage!";
+  EXPECT_EQ(store->ListJobs(q).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  q.page_token = "djE6eHl6OnF1ZXVl";  // base64 of something not ours
+  EXPECT_THAT(store->ListJobs(q).status().message(), HasSubstr("page_token"));
+  q.page_token = "";
+  q.page_size = 1;
+  auto first = store->ListJobs(q);
+  ASSERT_TRUE(first.ok());
+  ASSERT_FALSE(first->next_page_token.empty());
+  q.page_token = first->next_page_token;
+  q.states = {v1::RUNNING};  // a token must be used with the same filters
+  EXPECT_EQ(store->ListJobs(q).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ListJobsQuery negative;
+  negative.page_size = -1;
+  EXPECT_EQ(store->ListJobs(negative).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobStoreTest, UpdateAppendsNumberedEventsOrLeavesJobAlone) {
+  auto store = Open();
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  auto updated = store->UpdateJob(
+      "j-000001", Durability::kTransition, [](JobRecord& r, auto& events) {
+        r.job.set_state(v1::SCHEDULED);
+        r.gpu_indices = {0, 3};
+        r.cancel_reason = "user asked";
+        events.emplace_back().mutable_state_change()->set_to(v1::SCHEDULED);
+        events.emplace_back().mutable_state_change()->set_to(v1::RUNNING);
+        return true;
+      });
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->last_sequence, 3);
+  auto got = store->GetJob("j-000001");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->gpu_indices, (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(got->cancel_reason, "user asked");
+  EXPECT_EQ(got->job.state(), v1::SCHEDULED);
+
+  auto unchanged = store->UpdateJob("j-000001", Durability::kTransition,
+                                    [](JobRecord& r, auto& events) {
+                                      r.job.set_state(v1::FAILED);
+                                      events.emplace_back();
+                                      return false;
+                                    });
+  ASSERT_TRUE(unchanged.ok());
+  EXPECT_EQ(unchanged->job.state(), v1::SCHEDULED);
+  auto failed = store->UpdateJob(
+      "j-000001", Durability::kTransition,
+      [](JobRecord& r, auto&) -> absl::StatusOr<bool> {
+        r.job.set_state(v1::FAILED);
+        return absl::FailedPreconditionError("no");
+      });
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto renamed = store->UpdateJob("j-000001", Durability::kTransition,
+                                  [](JobRecord& r, auto&) {
+                                    r.job.set_id("j-999999");
+                                    return true;
+                                  });
+  EXPECT_EQ(renamed.status().code(), absl::StatusCode::kInternal);
+  auto after = store->GetJob("j-000001");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->job.state(), v1::SCHEDULED);
+  EXPECT_EQ(after->last_sequence, 3);
+}
+
+TEST_F(JobStoreTest, PrunesOldTrainerEventsAndKeepsStateChanges) {
+  JobStoreOptions o;
+  o.trainer_events_kept = 3;
+  auto store = Open(o);
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());  // event 1: QUEUED
+  AddProgress(*store, "j-000001", 1, 10);         // events 2..11
+  auto all = store->ReadEvents("j-000001", 0, 100);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 4u);  // the state change and the last 3 progress
+  EXPECT_TRUE((*all)[0].has_state_change());
+  EXPECT_EQ((*all)[1].sequence(), 9);
+  EXPECT_EQ((*all)[3].trainer().progress().step(), 10);
+
+  auto pruned = store->ReadEvents("j-000001", 2, 100);
+  EXPECT_EQ(pruned.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(pruned.status().message(), HasSubstr("pruned"));
+  auto resume = store->ReadEvents("j-000001", 8, 100);
+  ASSERT_TRUE(resume.ok()) << resume.status();
+  EXPECT_EQ(resume->size(), 3u);
+  auto limited = store->ReadEvents("j-000001", 8, 2);
+  ASSERT_TRUE(limited.ok());
+  EXPECT_EQ(limited->size(), 2u);
+  EXPECT_TRUE(store->ReadEvents("j-000001", 11, 100)->empty());
+  EXPECT_EQ(store->ReadEvents("j-000001", 12, 100).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(store->ReadEvents("j-000001", -1, 100).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobStoreTest, LogsAppendReadAndKeepTheTail) {
+  JobStoreOptions o;
+  o.log_bytes_kept = 10;
+  auto store = Open(o);
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  ASSERT_TRUE(store->AppendLog("j-000001", "hello ").ok());
+  ASSERT_TRUE(store->AppendLog("j-000001", "world").ok());
+  auto read = store->ReadLog("j-000001", 0, 1 << 20);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->offset, 0);
+  EXPECT_EQ(read->data, "hello world");  // the first chunk still straddles
+  EXPECT_EQ(read->end, 11);
+  auto mid = store->ReadLog("j-000001", 3, 4);
+  ASSERT_TRUE(mid.ok());
+  EXPECT_EQ(mid->data, "lo w");
+  ASSERT_TRUE(store->AppendLog("j-000001", "!!!!!").ok());  // "hello " drops
+  auto tail = store->ReadLog("j-000001", 0, 1 << 20);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->offset, 6);
+  EXPECT_EQ(tail->data, "world!!!!!");
+  ASSERT_TRUE(store->AppendLog("j-000001", "0123456789abcdef").ok());
+  auto big = store->ReadLog("j-000001", 0, 1 << 20);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->data, "6789abcdef");
+  EXPECT_EQ(big->offset, 22);
+  EXPECT_EQ(big->end, 32);
+  auto at_end = store->ReadLog("j-000001", 32, 100);
+  ASSERT_TRUE(at_end.ok());
+  EXPECT_TRUE(at_end->data.empty());
+  EXPECT_EQ(store->ReadLog("j-000001", 33, 100).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(store->ReadLog("j-000001", -5, 100).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobStoreTest, FailedWriteReturnsErrorAndLeavesStoreConsistent) {
+  bool fail = false;
+  JobStoreOptions o;
+  o.fault_injector = [&](std::string_view op) {
+    return fail ? absl::UnavailableError(
+                      absl::StrCat("injected: ", std::string(op)))
+                : absl::OkStatus();
+  };
+  auto store = Open(o);
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  fail = true;
+  auto created = store->CreateJob(NewJob("r"));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kUnavailable);
+  auto updated = store->UpdateJob("j-000001", Durability::kTransition,
+                                  [](JobRecord& r, auto& events) {
+                                    r.job.set_state(v1::SCHEDULED);
+                                    events.emplace_back();
+                                    return true;
+                                  });
+  EXPECT_FALSE(updated.ok());
+  EXPECT_FALSE(store->AppendLog("j-000001", "lost").ok());
+  fail = false;
+  // Nothing of the failed writes is visible, and the id was not consumed.
+  auto job = store->GetJob("j-000001");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job.state(), v1::QUEUED);
+  EXPECT_EQ(job->last_sequence, 1);
+  EXPECT_EQ(store->ReadEvents("j-000001", 0, 10)->size(), 1u);
+  EXPECT_EQ(store->ReadLog("j-000001", 0, 10)->end, 0);
+  auto next = store->CreateJob(NewJob("r"));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->record.job.id(), "j-000002");
+  EXPECT_FALSE(next->already_existed);
+}
+
+TEST_F(JobStoreTest, EverythingSurvivesAProcessThatDiesWithoutClosing) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    JobStoreOptions options;
+    options.path = dir_.File("trainyard.db");
+    auto store = JobStore::Open(options);
+    if (!store.ok()) _exit(10);
+    for (int i = 0; i < 3; ++i) {
+      if (!(*store)->CreateJob(NewJob(absl::StrCat("r", i))).ok()) _exit(11);
+    }
+    if (!(*store)->AppendLog("j-000002", "log bytes").ok()) _exit(12);
+    auto r = (*store)->UpdateJob("j-000003", Durability::kTelemetry,
+                                 [](JobRecord& rec, auto& events) {
+                                   events.push_back(ProgressEvent(7));
+                                   rec.job.mutable_progress()->set_step(7);
+                                   return true;
+                                 });
+    if (!r.ok()) _exit(13);
+    _exit(0);  // no destructors: the connection is never closed
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+
+  auto store = Open();
+  auto page = store->ListJobs({});
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 3u);
+  EXPECT_EQ(store->ReadLog("j-000002", 0, 100)->data, "log bytes");
+  EXPECT_EQ(store->GetJob("j-000003")->job.progress().step(), 7);
+  EXPECT_EQ(store->ReadEvents("j-000003", 0, 10)->size(), 2u);
+  EXPECT_TRUE(store->CreateJob(NewJob("r1"))->already_existed);
+  EXPECT_EQ(store->CreateJob(NewJob())->record.job.id(), "j-000004");
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(JobStoreTest, RefusesAFileThatIsNotADatabase) {
+  const std::string path = dir_.File("trainyard.db");
+  std::ofstream(path) << "these are somebody's notes, not a database\n";
+  auto store = JobStore::Open(AtPath(path));
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr("not a Trainyard job store"));
+  EXPECT_EQ(ReadFile(path), "these are somebody's notes, not a database\n");
+}
+
+TEST_F(JobStoreTest, RefusesAForeignOrNewerSchemaWithoutTouchingIt) {
+  const std::string path = dir_.File("trainyard.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE invoices(x); INSERT INTO "
+                           "invoices VALUES (42);", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  const std::string before = ReadFile(path);
+  auto foreign = JobStore::Open(AtPath(path));
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(foreign.status().message(), HasSubstr("refusing"));
+  EXPECT_EQ(ReadFile(path), before);
+
+  const std::string ours = dir_.File("newer.db");
+  ASSERT_TRUE(JobStore::Open(AtPath(ours)).ok());
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(ours.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=7", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto newer = JobStore::Open(AtPath(ours));
+  EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(newer.status().message(), HasSubstr("schema version 7"));
+}
+
+TEST_F(JobStoreTest, SafeForConcurrentUse) {
+  auto store = Open();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        auto c = store->CreateJob(NewJob(absl::StrCat("t", t, "-", i % 20)));
+        ASSERT_TRUE(c.ok()) << c.status();
+        ASSERT_TRUE(store->AppendLog(c->record.job.id(), "x").ok());
+        ASSERT_TRUE(store->ListJobs({}).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ListJobsQuery q;
+  q.page_size = 500;
+  EXPECT_EQ(store->ListJobs(q)->jobs.size(), 80u);  // 20 distinct ids per thread
+}
+
+}  // namespace
+}  // namespace trainyard::server

@@ -1,0 +1,81 @@
+#include "server/job_watch.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/job_state.h"
+
+namespace trainyard::server {
+
+JobWatcher::JobWatcher(JobStore* store, ChangeNotifier* notifier,
+                       JobWatchOptions options)
+    : store_(store), notifier_(notifier), options_(options) {}
+
+absl::Status JobWatcher::WaitForChange(uint64_t seen,
+                                       const IsCancelled& cancelled) const {
+  while (true) {
+    switch (notifier_->WaitForChange(seen, options_.recheck)) {
+      case ChangeNotifier::Wake::kChanged:
+        return absl::OkStatus();
+      case ChangeNotifier::Wake::kShutdown:
+        return absl::UnavailableError("the server is shutting down");
+      case ChangeNotifier::Wake::kTimeout:
+        if (cancelled()) return absl::CancelledError("the client went away");
+        break;
+    }
+  }
+}
+
+absl::Status JobWatcher::WatchEvents(const std::string& job_id,
+                                     int64_t after_sequence,
+                                     const EmitEvent& emit,
+                                     const IsCancelled& cancelled) const {
+  int64_t seen = after_sequence;
+  while (true) {
+    const uint64_t generation = notifier_->Generation();
+    ASSIGN_OR_RETURN(std::vector<v1::JobEvent> events,
+                     store_->ReadEvents(job_id, seen,
+                                        options_.events_per_read));
+    for (const v1::JobEvent& e : events) {
+      if (!emit(e)) return absl::CancelledError("the client went away");
+      seen = e.sequence();
+      if (e.has_state_change() && IsTerminal(e.state_change().to())) {
+        return absl::OkStatus();
+      }
+    }
+    if (static_cast<int32_t>(events.size()) == options_.events_per_read) {
+      continue;  // more are waiting
+    }
+    // Resumed after the terminal event: nothing more will come.
+    ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
+    if (IsTerminal(record.job.state()) && record.last_sequence <= seen) {
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(WaitForChange(generation, cancelled));
+  }
+}
+
+absl::Status JobWatcher::StreamLog(const std::string& job_id, int64_t offset,
+                                   bool follow, const EmitLog& emit,
+                                   const IsCancelled& cancelled) const {
+  while (true) {
+    const uint64_t generation = notifier_->Generation();
+    // Read the state before the log, so bytes written before the job ended
+    // are always read once it is seen ended.
+    ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
+    ASSIGN_OR_RETURN(LogRead read,
+                     store_->ReadLog(job_id, offset, options_.log_chunk_bytes));
+    if (!read.data.empty()) {
+      v1::LogChunk chunk;
+      chunk.set_offset(read.offset);
+      chunk.set_data(std::move(read.data));
+      offset = read.offset + static_cast<int64_t>(chunk.data().size());
+      if (!emit(chunk)) return absl::CancelledError("the client went away");
+      continue;
+    }
+    offset = read.offset;
+    if (!follow || IsTerminal(record.job.state())) return absl::OkStatus();
+    RETURN_IF_ERROR(WaitForChange(generation, cancelled));
+  }
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,187 @@
+// WatchJob and followed logs: live streams woken by commits, resumable,
+// ended by the terminal event, by the client going away, or by shutdown.
+#include "server/job_watch.h"
+
+#include <atomic>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server_test_fixture.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class JobWatchTest : public ServerLogicTest {
+ protected:
+  JobWatchOptions FastRecheck() {
+    JobWatchOptions o;
+    o.recheck = absl::Milliseconds(5);
+    return o;
+  }
+  // Runs job `id` to success on worker `w`, logging on the way.
+  void RunToSuccess(FakeWorker& w, const std::string& id) {
+    Pass();
+    ASSERT_TRUE(w.Started(id, 1).ok());
+    for (int step = 1; step <= 3; ++step) {
+      ASSERT_TRUE(w.Update(id, 1, [&](v1::JobUpdate& u) {
+                     u.mutable_trainer()->mutable_progress()->set_step(step);
+                   }).ok());
+      ASSERT_TRUE(w.Update(id, 1, [&](v1::JobUpdate& u) {
+                     u.set_log(absl::StrCat("step ", step, "\n"));
+                   }).ok());
+    }
+    ASSERT_TRUE(w.Exited(id, 1, 0).ok());
+  }
+};
+
+TEST_F(JobWatchTest, FollowsLiveUntilTheTerminalEvent) {
+  const std::string id = Submit();
+  JobWatcher watcher(store_.get(), &notifier_);
+  std::vector<v1::JobEvent> seen;
+  absl::Status result;
+  std::thread watch([&] {
+    result = watcher.WatchEvents(
+        id, 0,
+        [&](const v1::JobEvent& e) {
+          seen.push_back(e);
+          return true;
+        },
+        [] { return false; });
+  });
+  FakeWorker& w = Connect("w1");
+  RunToSuccess(w, id);
+  watch.join();  // returns by itself after SUCCEEDED
+  ASSERT_TRUE(result.ok()) << result;
+  ASSERT_EQ(seen.size(), 7u);  // QUEUED SCHEDULED RUNNING 3x progress SUCCEEDED
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].sequence(), static_cast<int64_t>(i + 1));
+  }
+  EXPECT_EQ(seen.back().state_change().to(), v1::SUCCEEDED);
+}
+
+TEST_F(JobWatchTest, ResumesFromASequenceAndEndsAtOnceAfterTheEnd) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  RunToSuccess(w, id);
+  JobWatcher watcher(store_.get(), &notifier_);
+  std::vector<int64_t> seqs;
+  auto collect = [&](const v1::JobEvent& e) {
+    seqs.push_back(e.sequence());
+    return true;
+  };
+  ASSERT_TRUE(watcher.WatchEvents(id, 4, collect, [] { return false; }).ok());
+  EXPECT_EQ(seqs, (std::vector<int64_t>{5, 6, 7}));
+  seqs.clear();
+  ASSERT_TRUE(watcher.WatchEvents(id, 7, collect, [] { return false; }).ok());
+  EXPECT_TRUE(seqs.empty());
+  EXPECT_EQ(watcher.WatchEvents(id, 8, collect, [] { return false; }).code(),
+            absl::StatusCode::kOutOfRange);
+  absl::Status unknown =
+      watcher.WatchEvents("j-000999", 0, collect, [] { return false; });
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.message(), HasSubstr("j-000999"));
+}
+
+TEST_F(JobWatchTest, PrunedSequenceIsOutOfRange) {
+  JobStoreOptions so;
+  so.path = dir_.File("pruned.db");
+  so.trainer_events_kept = 1;
+  auto store = JobStore::Open(so);
+  ASSERT_TRUE(store.ok());
+  v1::Job job;
+  job.set_tenant("default");
+  ASSERT_TRUE((*store)->CreateJob(job).ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*store)
+                    ->UpdateJob("j-000001", Durability::kTelemetry,
+                                [](JobRecord&, auto& events) {
+                                  events.emplace_back()
+                                      .mutable_trainer()
+                                      ->mutable_progress();
+                                  return true;
+                                })
+                    .ok());
+  }
+  JobWatcher watcher(store->get(), &notifier_);
+  absl::Status s = watcher.WatchEvents(
+      "j-000001", 1, [](const v1::JobEvent&) { return true; },
+      [] { return false; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(JobWatchTest, EndsWhenTheClientGoesAwayOrTheServerStops) {
+  const std::string id = Submit();
+  JobWatcher watcher(store_.get(), &notifier_, FastRecheck());
+  std::atomic<bool> gone{false};
+  absl::Status result;
+  std::thread watch([&] {
+    result = watcher.WatchEvents(
+        id, 0, [](const v1::JobEvent&) { return true; },
+        [&] { return gone.load(); });
+  });
+  gone = true;
+  watch.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled);
+
+  // A client that cannot take the next event ends the stream too.
+  EXPECT_EQ(watcher
+                .WatchEvents(
+                    id, 0, [](const v1::JobEvent&) { return false; },
+                    [] { return false; })
+                .code(),
+            absl::StatusCode::kCancelled);
+
+  std::thread watch2([&] {
+    result = watcher.WatchEvents(
+        id, 0, [](const v1::JobEvent&) { return true; }, [] { return false; });
+  });
+  notifier_.Shutdown();
+  watch2.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(JobWatchTest, LogsReadOnceOrFollowedToTheEnd) {
+  const std::string id = Submit();
+  JobWatcher watcher(store_.get(), &notifier_);
+  std::string followed;
+  absl::Status result;
+  std::thread follow([&] {
+    result = watcher.StreamLog(
+        id, 0, true,
+        [&](const v1::LogChunk& c) {
+          EXPECT_EQ(c.offset(), static_cast<int64_t>(followed.size()));
+          followed += c.data();
+          return true;
+        },
+        [] { return false; });
+  });
+  FakeWorker& w = Connect("w1");
+  RunToSuccess(w, id);
+  follow.join();
+  ASSERT_TRUE(result.ok()) << result;
+  EXPECT_EQ(followed, "step 1\nstep 2\nstep 3\n");
+
+  std::string once;
+  ASSERT_TRUE(watcher
+                  .StreamLog(
+                      id, 7, false,
+                      [&](const v1::LogChunk& c) {
+                        once += c.data();
+                        return true;
+                      },
+                      [] { return false; })
+                  .ok());
+  EXPECT_EQ(once, "step 2\nstep 3\n");
+  EXPECT_EQ(watcher
+                .StreamLog(
+                    id, 1000, false, [](const v1::LogChunk&) { return true; },
+                    [] { return false; })
+                .code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace trainyard::server

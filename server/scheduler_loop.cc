@@ -1,0 +1,126 @@
+#include "server/scheduler_loop.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "server/cluster_view.h"
+
+namespace trainyard::server {
+
+SchedulerLoop::SchedulerLoop(JobStore* store, WorkerRegistry* workers,
+                             JobLifecycle* lifecycle,
+                             const scheduler::PlacementPolicy* policy,
+                             Clock* clock, SchedulerLoopOptions options)
+    : store_(store),
+      workers_(workers),
+      lifecycle_(lifecycle),
+      policy_(policy),
+      clock_(clock),
+      options_(options),
+      dispatcher_(lifecycle, workers) {}
+
+SchedulerLoop::~SchedulerLoop() { Stop(); }
+
+void SchedulerLoop::Start() {
+  absl::MutexLock lock(&mu_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void SchedulerLoop::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void SchedulerLoop::Wake() {
+  absl::MutexLock lock(&mu_);
+  woken_ = true;
+}
+
+void SchedulerLoop::Loop() {
+  while (true) {
+    absl::Status s = RunPass();
+    if (!s.ok()) {
+      YARD_LOG(ERROR) << "scheduling pass failed: " << s;
+    }
+    // Sleep until woken, the next lease deadline, or the tick.
+    absl::Duration wait = options_.tick;
+    if (std::optional<absl::Time> lease = workers_->NextLeaseDeadline()) {
+      wait = std::min(wait, *lease - clock_->Now() + absl::Milliseconds(1));
+    }
+    wait = std::max(wait, absl::Milliseconds(1));
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return woken_ || stopping_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
+    if (stopping_) return;
+    woken_ = false;
+  }
+}
+
+// Declares silent workers lost, then gives back every job held by a lost or
+// unknown worker. Scanning the jobs (rather than only those of workers lost
+// just now) also settles jobs whose give-back failed in an earlier pass.
+absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
+  workers_->ExpireLeases();
+  ASSIGN_OR_RETURN(std::vector<JobRecord> active,
+                   store_->JobsInStates(
+                       {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
+  std::map<std::string, v1::WorkerState> states;
+  for (const WorkerStatus& w : workers_->List()) states[w.id] = w.state;
+  std::vector<JobRecord> still_held;
+  absl::Status first_error;
+  for (JobRecord& r : active) {
+    auto it = states.find(r.job.worker_id());
+    if (it != states.end() && it->second != v1::WORKER_LOST) {
+      still_held.push_back(std::move(r));
+      continue;
+    }
+    absl::Status s = lifecycle_->ReturnToQueue(
+        r.job.id(), r.job.attempt(), r.job.worker_id(),
+        absl::StrCat("worker ", r.job.worker_id(), " lost"));
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  if (!first_error.ok()) return first_error;
+  return still_held;
+}
+
+absl::Status SchedulerLoop::RunPass() {
+  absl::MutexLock pass(&pass_mu_);
+  ASSIGN_OR_RETURN(std::vector<JobRecord> active, SettleLostWorkers());
+  ASSIGN_OR_RETURN(std::vector<JobRecord> queued,
+                   store_->JobsInStates({v1::QUEUED}));
+  if (queued.empty()) return absl::OkStatus();
+  std::vector<scheduler::PendingJob> pending;
+  std::map<std::string, JobRecord> by_id;
+  for (JobRecord& r : queued) {
+    const JobNeed need = NeedOf(r.job.spec());
+    pending.push_back({r.job.id(), r.job.spec().priority(), r.create_seq,
+                       need.gpus, std::max(need.cpu_slots, 1)});
+    by_id.emplace(r.job.id(), std::move(r));
+  }
+  ASSIGN_OR_RETURN(
+      scheduler::ClusterSnapshot snapshot,
+      scheduler::ClusterSnapshot::Create(
+          SchedulableCapacity(workers_->List(), UsageByWorker(active)),
+          std::move(pending)));
+  const scheduler::Plan plan = policy_->Place(snapshot);
+  absl::Status valid = scheduler::CheckPlan(snapshot, plan);
+  if (!valid.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "policy ", std::string(policy_->name()), " made a bad plan: ",
+        valid.message()));
+  }
+  dispatcher_.Carry(plan, by_id);
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,74 @@
+// SchedulerLoop: the thread that keeps the cluster busy. Each pass declares
+// workers whose lease ran out lost and gives back the jobs of lost workers
+// (to the queue, or CANCELLED when a cancel was pending), takes
+// an immutable ClusterSnapshot (queued jobs from the store, free capacity of
+// schedulable workers), asks the PlacementPolicy for a plan, checks the plan
+// never over-commits, and hands it to the Dispatcher.
+//
+// A pass runs when woken (submit, cancel, job end, worker joins or leaves)
+// or after `tick` at the latest, and as soon as the next lease runs out.
+// Wake-ups coalesce: many events while a pass runs cause one more pass. The
+// pass holds no lock that RPC threads wait on: it reads the store and the
+// registry through their own short critical sections.
+// Start/Stop/Wake are thread-safe; RunPass is serialized internally.
+#ifndef TRAINYARD_SERVER_SCHEDULER_LOOP_H_
+#define TRAINYARD_SERVER_SCHEDULER_LOOP_H_
+
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "scheduler/placement_policy.h"
+#include "server/dispatcher.h"
+#include "server/job_lifecycle.h"
+#include "server/job_store.h"
+#include "server/worker_registry.h"
+
+namespace trainyard::server {
+
+struct SchedulerLoopOptions {
+  absl::Duration tick = absl::Seconds(1);
+};
+
+class SchedulerLoop {
+ public:
+  SchedulerLoop(JobStore* store, WorkerRegistry* workers,
+                JobLifecycle* lifecycle,
+                const scheduler::PlacementPolicy* policy, Clock* clock,
+                SchedulerLoopOptions options);
+  ~SchedulerLoop();
+
+  void Start();
+  void Stop();
+  void Wake();
+
+  // One scheduling pass. Tests call it directly instead of Start().
+  absl::Status RunPass();
+
+ private:
+  void Loop();
+  absl::StatusOr<std::vector<JobRecord>> SettleLostWorkers();
+
+  JobStore* const store_;
+  WorkerRegistry* const workers_;
+  JobLifecycle* const lifecycle_;
+  const scheduler::PlacementPolicy* const policy_;
+  Clock* const clock_;
+  const SchedulerLoopOptions options_;
+  Dispatcher dispatcher_;
+
+  absl::Mutex pass_mu_;  // one pass at a time
+
+  absl::Mutex mu_;
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_SCHEDULER_LOOP_H_

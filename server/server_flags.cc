@@ -1,0 +1,113 @@
+#include "server/server_flags.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace trainyard::server {
+namespace {
+
+using Setter =
+    std::function<absl::Status(const std::string& flag, const std::string& v,
+                               YardServerOptions& o)>;
+
+Setter String(std::string YardServerOptions::*field) {
+  return [field](const std::string& flag, const std::string& v,
+                 YardServerOptions& o) {
+    if (v.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": empty value"));
+    }
+    o.*field = v;
+    return absl::OkStatus();
+  };
+}
+
+Setter Millis(absl::Duration YardServerOptions::*field) {
+  return [field](const std::string& flag, const std::string& v,
+                 YardServerOptions& o) {
+    int64_t ms = 0;
+    if (!absl::SimpleAtoi(v, &ms) || ms <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": expected a positive number of milliseconds, got \"", v,
+          "\""));
+    }
+    o.*field = absl::Milliseconds(ms);
+    return absl::OkStatus();
+  };
+}
+
+const std::map<std::string, Setter>& Flags() {
+  static const auto* flags = new std::map<std::string, Setter>{
+      {"--listen", String(&YardServerOptions::listen)},
+      {"--state-dir", String(&YardServerOptions::state_dir)},
+      {"--data-root", String(&YardServerOptions::data_root)},
+      {"--checkpoint-root", String(&YardServerOptions::checkpoint_root)},
+      {"--policy", String(&YardServerOptions::policy)},
+      {"--heartbeat-interval-ms",
+       Millis(&YardServerOptions::heartbeat_interval)},
+      {"--worker-lease-ms", Millis(&YardServerOptions::worker_lease)},
+  };
+  return *flags;
+}
+
+}  // namespace
+
+std::string ServerUsage() {
+  return "usage: yard-server --state-dir DIR [--listen 127.0.0.1:7070]\n"
+         "                   [--data-root DIR (default: the current dir)]\n"
+         "                   [--checkpoint-root DIR (default: STATE_DIR/"
+         "checkpoints)]\n"
+         "                   [--heartbeat-interval-ms 1000] "
+         "[--worker-lease-ms 10000]\n"
+         "                   [--policy first-fit]\n"
+         "--listen HOST:0 picks a free port; the address is written to "
+         "STATE_DIR/yard-server.addr.\n";
+}
+
+absl::StatusOr<ServerCommandLine> ParseServerFlags(
+    const std::vector<std::string>& args) {
+  ServerCommandLine cl;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (name.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument \"", args[i], "\" (see --help)"));
+    }
+    std::replace(name.begin() + 2, name.end(), '_', '-');
+    if (name == "--help" || name == "-h") {
+      cl.help = true;
+      continue;
+    }
+    auto it = Flags().find(name);
+    if (it == Flags().end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag ", name, " (see --help)"));
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": missing value"));
+      }
+      value = args[++i];
+    }
+    RETURN_IF_ERROR(it->second(name, value, cl.options));
+  }
+  if (!cl.help && cl.options.state_dir.empty()) {
+    return absl::InvalidArgumentError("--state-dir: required (see --help)");
+  }
+  if (!cl.help) RETURN_IF_ERROR(CheckListenAddress(cl.options.listen));
+  return cl;
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,63 @@
+#include "server/server_flags.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ServerFlagsTest, ParsesEveryFlagInBothSpellings) {
+  auto cl = ParseServerFlags(
+      {"--listen=127.0.0.1:0", "--state-dir", "/tmp/s", "--data_root=/d",
+       "--checkpoint-root", "/c", "--heartbeat-interval-ms=250",
+       "--worker-lease-ms", "3000", "--policy", "first-fit"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const YardServerOptions& o = cl->options;
+  EXPECT_EQ(o.listen, "127.0.0.1:0");
+  EXPECT_EQ(o.state_dir, "/tmp/s");
+  EXPECT_EQ(o.data_root, "/d");
+  EXPECT_EQ(o.checkpoint_root, "/c");
+  EXPECT_EQ(o.heartbeat_interval, absl::Milliseconds(250));
+  EXPECT_EQ(o.worker_lease, absl::Seconds(3));
+  EXPECT_EQ(o.policy, "first-fit");
+  EXPECT_FALSE(cl->help);
+}
+
+TEST(ServerFlagsTest, DefaultsMatchTheDocumentedOnes) {
+  auto cl = ParseServerFlags({"--state-dir=/s"});
+  ASSERT_TRUE(cl.ok());
+  EXPECT_EQ(cl->options.listen, "127.0.0.1:7070");
+  EXPECT_EQ(cl->options.heartbeat_interval, absl::Seconds(1));
+  EXPECT_EQ(cl->options.worker_lease, absl::Seconds(10));
+  EXPECT_TRUE(ParseServerFlags({"--help"})->help);
+}
+
+TEST(ServerFlagsTest, BadFlagsAreNamed) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string mentions;
+  };
+  const std::vector<Case> cases = {
+      {{}, "--state-dir"},
+      {{"--state-dir"}, "--state-dir: missing value"},
+      {{"--state-dir="}, "empty value"},
+      {{"--state-dir=/s", "--frobnicate=1"}, "unknown flag --frobnicate"},
+      {{"--state-dir=/s", "stray"}, "unexpected argument"},
+      {{"--state-dir=/s", "--worker-lease-ms=soon"}, "--worker-lease-ms"},
+      {{"--state-dir=/s", "--heartbeat-interval-ms=-5"},
+       "--heartbeat-interval-ms"},
+      {{"--state-dir=/s", "--listen=0.0.0.0:7070"}, "loopback"},
+      {{"--state-dir=/s", "--listen=127.0.0.1"}, "HOST:PORT"},
+  };
+  for (const Case& c : cases) {
+    auto cl = ParseServerFlags(c.args);
+    ASSERT_FALSE(cl.ok()) << c.mentions;
+    EXPECT_EQ(cl.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(cl.status().message(), HasSubstr(c.mentions));
+  }
+}
+
+}  // namespace
+}  // namespace trainyard::server

@@ -1,0 +1,132 @@
+#include "server/sqlite_db.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace trainyard::server {
+
+absl::Status SqliteError(int rc, std::string_view what,
+                         std::string_view detail) {
+  std::string msg = absl::StrCat(std::string(what), ": ", std::string(detail));
+  switch (rc & 0xff) {
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(msg);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(msg);
+    case SQLITE_NOTADB:
+      return absl::FailedPreconditionError(msg);
+    case SQLITE_CORRUPT:
+      return absl::DataLossError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+SqliteStatement::SqliteStatement(SqliteStatement&& other) noexcept
+    : db_(other.db_), stmt_(other.stmt_), label_(other.label_) {
+  other.stmt_ = nullptr;
+}
+
+SqliteStatement::~SqliteStatement() {
+  if (stmt_ != nullptr) sqlite3_finalize(stmt_);
+}
+
+SqliteStatement& SqliteStatement::Bind(int index, int64_t value) {
+  sqlite3_bind_int64(stmt_, index, value);
+  return *this;
+}
+
+SqliteStatement& SqliteStatement::BindText(int index, std::string_view value) {
+  sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()),
+                    SQLITE_TRANSIENT);
+  return *this;
+}
+
+SqliteStatement& SqliteStatement::BindBlob(int index, std::string_view value) {
+  // A zero-length blob must still be a blob, not NULL.
+  sqlite3_bind_blob(stmt_, index, value.empty() ? "" : value.data(),
+                    static_cast<int>(value.size()), SQLITE_TRANSIENT);
+  return *this;
+}
+
+absl::StatusOr<bool> SqliteStatement::Step() {
+  int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  return SqliteError(rc, label_, sqlite3_errmsg(db_));
+}
+
+absl::Status SqliteStatement::Run() {
+  while (true) {
+    absl::StatusOr<bool> row = Step();
+    if (!row.ok()) return row.status();
+    if (!*row) return absl::OkStatus();
+  }
+}
+
+int64_t SqliteStatement::ColumnInt64(int index) const {
+  return sqlite3_column_int64(stmt_, index);
+}
+
+std::string SqliteStatement::ColumnText(int index) const {
+  const unsigned char* text = sqlite3_column_text(stmt_, index);
+  if (text == nullptr) return "";
+  return std::string(reinterpret_cast<const char*>(text),
+                     sqlite3_column_bytes(stmt_, index));
+}
+
+std::string SqliteStatement::ColumnBlob(int index) const {
+  const void* data = sqlite3_column_blob(stmt_, index);
+  if (data == nullptr) return "";
+  return std::string(static_cast<const char*>(data),
+                     sqlite3_column_bytes(stmt_, index));
+}
+
+absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(
+    const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                               SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status s = SqliteError(
+        rc, path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    sqlite3_close(db);
+    return s;
+  }
+  sqlite3_extended_result_codes(db, 1);
+  // Another process (an operator's sqlite3 shell) may hold a lock briefly.
+  sqlite3_busy_timeout(db, 5000);
+  return std::unique_ptr<SqliteDb>(new SqliteDb(db, path));
+}
+
+SqliteDb::~SqliteDb() { sqlite3_close_v2(db_); }
+
+absl::Status SqliteDb::Exec(std::string_view sql) {
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, std::string(sql).c_str(), nullptr, nullptr, &err);
+  if (rc == SQLITE_OK) return absl::OkStatus();
+  absl::Status s = SqliteError(rc, path_, err ? err : sqlite3_errstr(rc));
+  sqlite3_free(err);
+  return s;
+}
+
+absl::StatusOr<SqliteStatement> SqliteDb::Prepare(std::string_view sql) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()),
+                              &stmt, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(rc, path_, sqlite3_errmsg(db_));
+  return SqliteStatement(db_, stmt, path_);
+}
+
+absl::StatusOr<int64_t> SqliteDb::QueryInt64(std::string_view sql) {
+  absl::StatusOr<SqliteStatement> stmt = Prepare(sql);
+  if (!stmt.ok()) return stmt.status();
+  absl::StatusOr<bool> row = stmt->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("no row for ", std::string(sql)));
+  return stmt->ColumnInt64(0);
+}
+
+}  // namespace trainyard::server

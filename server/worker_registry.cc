@@ -1,0 +1,152 @@
+#include "server/worker_registry.h"
+
+#include "common/log.h"
+
+namespace trainyard::server {
+
+WorkerRegistry::WorkerRegistry(Clock* clock, absl::Duration lease)
+    : clock_(clock), lease_(lease) {}
+
+void WorkerRegistry::AddRecovered(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  if (workers_.contains(worker_id)) return;
+  Entry& e = workers_[worker_id];
+  e.status.id = worker_id;
+  e.status.state = v1::WORKER_READY;
+  e.status.lease_deadline = clock_->Now() + lease_;
+}
+
+int64_t WorkerRegistry::Attach(const v1::WorkerHello& hello,
+                               std::shared_ptr<WorkerLink> link) {
+  std::shared_ptr<WorkerLink> old;
+  int64_t session;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    Entry& e = workers_[hello.worker_id()];
+    old = std::move(e.link);
+    e.link = std::move(link);
+    e.session = session = next_session_++;
+    e.status.id = hello.worker_id();
+    e.status.hello = hello;
+    e.status.state = v1::WORKER_READY;
+    e.status.connected = true;
+    e.status.schedulable = false;
+    e.status.connect_time = now;
+    e.status.last_heartbeat = now;
+    e.status.lease_deadline = now + lease_;
+  }
+  if (old) {
+    old->Close(absl::AbortedError("replaced by a newer connection"));
+  }
+  return session;
+}
+
+void WorkerRegistry::MarkReady(const std::string& worker_id, int64_t session) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.session != session) return;
+  it->second.status.schedulable = it->second.status.connected;
+}
+
+bool WorkerRegistry::Renew(const std::string& worker_id, int64_t session) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.session != session ||
+      it->second.status.state == v1::WORKER_LOST) {
+    return false;
+  }
+  const absl::Time now = clock_->Now();
+  it->second.status.last_heartbeat = now;
+  it->second.status.lease_deadline = now + lease_;
+  return true;
+}
+
+void WorkerRegistry::Detach(const std::string& worker_id, int64_t session) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.session != session) return;
+  it->second.link.reset();
+  it->second.status.connected = false;
+  it->second.status.schedulable = false;
+}
+
+std::vector<std::string> WorkerRegistry::ExpireLeases() {
+  std::vector<std::string> lost;
+  std::vector<std::shared_ptr<WorkerLink>> to_close;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    for (auto& [id, e] : workers_) {
+      if (e.status.state == v1::WORKER_LOST || now < e.status.lease_deadline) {
+        continue;
+      }
+      e.status.state = v1::WORKER_LOST;
+      e.status.connected = false;
+      e.status.schedulable = false;
+      if (e.link) to_close.push_back(std::move(e.link));
+      e.link.reset();
+      lost.push_back(id);
+    }
+  }
+  for (auto& link : to_close) {
+    link->Close(absl::UnavailableError(
+        "the worker's lease expired; it was declared lost"));
+  }
+  for (const std::string& id : lost) {
+    YARD_LOG(WARNING) << "worker " << id << " lost: no heartbeat within "
+                      << absl::FormatDuration(lease_);
+  }
+  return lost;
+}
+
+bool WorkerRegistry::Send(const std::string& worker_id,
+                          const v1::ServerMessage& message,
+                          bool require_ready) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || !it->second.link) return false;
+  if (require_ready && !it->second.status.schedulable) return false;
+  return it->second.link->Send(message);
+}
+
+std::vector<WorkerStatus> WorkerRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerStatus> out;
+  out.reserve(workers_.size());
+  for (const auto& [id, e] : workers_) out.push_back(e.status);
+  return out;
+}
+
+std::optional<WorkerStatus> WorkerRegistry::Find(
+    const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return std::nullopt;
+  return it->second.status;
+}
+
+std::optional<absl::Time> WorkerRegistry::NextLeaseDeadline() const {
+  absl::MutexLock lock(&mu_);
+  std::optional<absl::Time> next;
+  for (const auto& [id, e] : workers_) {
+    if (e.status.state == v1::WORKER_LOST) continue;
+    if (!next || e.status.lease_deadline < *next) {
+      next = e.status.lease_deadline;
+    }
+  }
+  return next;
+}
+
+void WorkerRegistry::CloseAll(const absl::Status& status) {
+  std::vector<std::shared_ptr<WorkerLink>> links;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, e] : workers_) {
+      if (e.link) links.push_back(e.link);
+    }
+  }
+  for (auto& link : links) link->Close(status);
+}
+
+}  // namespace trainyard::server

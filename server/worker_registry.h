@@ -1,0 +1,99 @@
+// WorkerRegistry: the live view of workers — which are connected, their
+// capacity (from their hello), their leases, and the link to each. It holds
+// no job state (the JobStore does); what a worker is running is derived from
+// the store when needed.
+//
+// Leases: every message from a worker's current session renews its lease
+// for `lease`. A worker whose lease runs out is declared LOST by
+// ExpireLeases(); a worker whose stream merely ended keeps its lease, so it
+// can reconnect and re-attach its running jobs. Workers known only from the
+// store after a server restart get a fresh lease from the registry's start.
+// Safe for concurrent use.
+#ifndef TRAINYARD_SERVER_WORKER_REGISTRY_H_
+#define TRAINYARD_SERVER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "server/worker_link.h"
+#include "trainyard/v1/cluster.pb.h"
+#include "trainyard/v1/worker.pb.h"
+
+namespace trainyard::server {
+
+// A copy of what the registry knows about one worker.
+struct WorkerStatus {
+  std::string id;
+  v1::WorkerHello hello;  // empty for a recovered worker not yet back
+  v1::WorkerState state = v1::WORKER_READY;
+  bool connected = false;    // a stream is open
+  bool schedulable = false;  // connected, re-attached, and not lost
+  absl::Time connect_time = absl::InfinitePast();
+  absl::Time last_heartbeat = absl::InfinitePast();
+  absl::Time lease_deadline = absl::InfinitePast();
+};
+
+class WorkerRegistry {
+ public:
+  WorkerRegistry(Clock* clock, absl::Duration lease);
+
+  absl::Duration lease() const { return lease_; }
+
+  // A worker the store says holds jobs, before it reconnects (server
+  // restart): it gets a fresh lease from now. No-op for a known worker.
+  void AddRecovered(const std::string& worker_id);
+
+  // A worker opened a stream and said hello. Closes an older link of the
+  // same worker. Returns the new session number. The worker is not
+  // schedulable until MarkReady (its running jobs are re-attached first).
+  int64_t Attach(const v1::WorkerHello& hello, std::shared_ptr<WorkerLink> link);
+  void MarkReady(const std::string& worker_id, int64_t session);
+  // Renews the lease. False when `session` is no longer the worker's
+  // current one (replaced, or the worker was declared lost): its stream
+  // should end.
+  bool Renew(const std::string& worker_id, int64_t session);
+  // The session's stream ended; the lease keeps running.
+  void Detach(const std::string& worker_id, int64_t session);
+
+  // Declares every worker whose lease has run out LOST, closes its link,
+  // and returns their ids (only newly lost ones).
+  std::vector<std::string> ExpireLeases();
+
+  // Queues `message` on the worker's link; false when it is not connected.
+  // Assignments go only to schedulable workers (`require_ready`).
+  bool Send(const std::string& worker_id, const v1::ServerMessage& message,
+            bool require_ready = false);
+
+  std::vector<WorkerStatus> List() const;  // ordered by id
+  std::optional<WorkerStatus> Find(const std::string& worker_id) const;
+  // The earliest lease deadline of a worker not yet lost, if any.
+  std::optional<absl::Time> NextLeaseDeadline() const;
+
+  // Closes every link (server shutdown).
+  void CloseAll(const absl::Status& status);
+
+ private:
+  struct Entry {
+    WorkerStatus status;
+    int64_t session = 0;
+    std::shared_ptr<WorkerLink> link;
+  };
+
+  Clock* const clock_;
+  const absl::Duration lease_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_WORKER_REGISTRY_H_

@@ -1,0 +1,216 @@
+#include "server/worker_session.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "server/job_state.h"
+
+namespace trainyard::server {
+namespace {
+
+bool IsIdChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+}
+
+bool Lists(const google::protobuf::RepeatedPtrField<v1::RunningJobRef>& refs,
+           const std::string& job_id, int32_t attempt) {
+  return std::any_of(refs.begin(), refs.end(), [&](const auto& r) {
+    return r.job_id() == job_id && r.attempt() == attempt;
+  });
+}
+
+}  // namespace
+
+absl::Status ValidateHello(const v1::WorkerHello& hello,
+                           const WorkerSessionOptions& options) {
+  const std::string& id = hello.worker_id();
+  if (id.empty()) return absl::InvalidArgumentError("hello.worker_id: required");
+  if (static_cast<int32_t>(id.size()) > options.max_worker_id_length ||
+      !std::all_of(id.begin(), id.end(), IsIdChar)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hello.worker_id: at most ", options.max_worker_id_length,
+        " characters of [A-Za-z0-9._-], got \"", id, "\""));
+  }
+  if (hello.cpu_slots() < 0 || hello.cpu_slots() > options.max_cpu_slots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.cpu_slots: must be in [0, ", options.max_cpu_slots,
+                     "], got ", hello.cpu_slots()));
+  }
+  if (hello.devices_size() > options.max_devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.devices: at most ", options.max_devices));
+  }
+  std::set<int32_t> indices;
+  for (const v1::Device& d : hello.devices()) {
+    if (d.index() < 0 || !indices.insert(d.index()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hello.devices: index ", d.index(), " is negative or repeated"));
+    }
+  }
+  for (const v1::RunningJobRef& r : hello.running()) {
+    if (r.job_id().empty() || r.attempt() < 1) {
+      return absl::InvalidArgumentError(
+          "hello.running: each entry needs a job_id and an attempt >= 1");
+    }
+  }
+  return absl::OkStatus();
+}
+
+WorkerSession::WorkerSession(JobStore* store, WorkerRegistry* workers,
+                             JobLifecycle* lifecycle,
+                             std::shared_ptr<WorkerLink> link,
+                             WorkerSessionOptions options,
+                             std::function<void()> wake_scheduler)
+    : store_(store),
+      workers_(workers),
+      lifecycle_(lifecycle),
+      link_(std::move(link)),
+      options_(options),
+      wake_scheduler_(std::move(wake_scheduler)) {}
+
+WorkerSession::~WorkerSession() { Close(); }
+
+void WorkerSession::Close() {
+  if (closed_) return;
+  closed_ = true;
+  if (session_ == 0) return;
+  workers_->Detach(worker_id_, session_);
+  YARD_LOG(INFO) << "worker " << worker_id_ << " disconnected";
+  if (wake_scheduler_) wake_scheduler_();
+}
+
+absl::Status WorkerSession::Handle(const v1::WorkerMessage& message) {
+  if (session_ == 0 && !message.has_hello()) {
+    return absl::InvalidArgumentError(
+        "the first message on WorkerService.Connect must be a WorkerHello");
+  }
+  switch (message.msg_case()) {
+    case v1::WorkerMessage::kHello:
+      if (session_ != 0) {
+        return absl::InvalidArgumentError(
+            "WorkerHello sent twice on one stream");
+      }
+      return OnHello(message.hello());
+    case v1::WorkerMessage::kHeartbeat:
+      return OnHeartbeat(message.heartbeat());
+    case v1::WorkerMessage::kUpdate:
+      return OnUpdate(message.update());
+    case v1::WorkerMessage::MSG_NOT_SET:
+      return RenewLease();  // from a newer worker: nothing we understand
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerSession::OnHello(const v1::WorkerHello& hello) {
+  RETURN_IF_ERROR(ValidateHello(hello, options_));
+  worker_id_ = hello.worker_id();
+  session_ = workers_->Attach(hello, link_);
+  v1::ServerMessage ack;
+  ack.mutable_hello_ack()->set_heartbeat_interval_ms(static_cast<int32_t>(
+      absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  ack.mutable_hello_ack()->set_lease_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(workers_->lease())));
+  link_->Send(ack);
+  RETURN_IF_ERROR(Reattach(hello));
+  workers_->MarkReady(worker_id_, session_);
+  YARD_LOG(INFO) << "worker " << worker_id_ << " connected ("
+                 << (hello.hostname().empty() ? "?" : hello.hostname()) << ", "
+                 << hello.cpu_slots() << " CPU slots, " << hello.devices_size()
+                 << " GPUs, " << hello.running_size() << " jobs running)";
+  if (wake_scheduler_) wake_scheduler_();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerSession::Reattach(const v1::WorkerHello& hello) {
+  for (const v1::RunningJobRef& ref : hello.running()) {
+    ASSIGN_OR_RETURN(ReportOutcome outcome,
+                     lifecycle_->Reattach(worker_id_, ref.attempt(), ref.job_id()));
+    if (outcome == ReportOutcome::kStale) {
+      Stop(ref.job_id(), ref.attempt());
+      continue;
+    }
+    YARD_LOG(INFO) << "job " << ref.job_id() << " attempt " << ref.attempt()
+                   << " re-attached on worker " << worker_id_;
+    absl::StatusOr<JobRecord> r = store_->GetJob(ref.job_id());
+    if (r.ok() && r->cancel_requested()) link_->Send(lifecycle_->CancelFor(*r));
+  }
+  ASSIGN_OR_RETURN(std::vector<JobRecord> held,
+                   store_->JobsInStates(
+                       {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
+  unconfirmed_.clear();
+  for (const JobRecord& r : held) {
+    if (r.job.worker_id() != worker_id_ ||
+        Lists(hello.running(), r.job.id(), r.job.attempt())) {
+      continue;
+    }
+    v1::RunningJobRef& ref = unconfirmed_.emplace_back();
+    ref.set_job_id(r.job.id());
+    ref.set_attempt(r.job.attempt());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerSession::RenewLease() {
+  if (workers_->Renew(worker_id_, session_)) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      "this stream of worker ", worker_id_,
+      " is no longer current (replaced by a newer connection, or its lease "
+      "expired); reconnect"));
+}
+
+absl::Status WorkerSession::OnHeartbeat(const v1::Heartbeat& heartbeat) {
+  RETURN_IF_ERROR(RenewLease());
+  for (const v1::RunningJobRef& ref : unconfirmed_) {
+    if (Lists(heartbeat.running(), ref.job_id(), ref.attempt())) continue;
+    RETURN_IF_ERROR(lifecycle_->ReturnToQueue(
+        ref.job_id(), ref.attempt(), worker_id_,
+        absl::StrCat("worker ", worker_id_,
+                     " reconnected without it (assignment or process lost)")));
+  }
+  unconfirmed_.clear();
+  for (const v1::RunningJobRef& ref : heartbeat.running()) {
+    absl::StatusOr<JobRecord> r = store_->GetJob(ref.job_id());
+    if (absl::IsNotFound(r.status()) ||
+        (r.ok() && !IsCurrentAttempt(*r, worker_id_, ref.attempt()))) {
+      Stop(ref.job_id(), ref.attempt());
+    } else if (!r.ok()) {
+      return r.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerSession::OnUpdate(const v1::JobUpdate& update) {
+  RETURN_IF_ERROR(RenewLease());
+  absl::StatusOr<ReportOutcome> outcome =
+      lifecycle_->OnUpdate(worker_id_, update);
+  if (!outcome.ok()) {
+    YARD_LOG(ERROR) << "worker " << worker_id_ << ": update for job "
+                    << update.job_id() << " failed: " << outcome.status();
+    return outcome.status();
+  }
+  if (*outcome == ReportOutcome::kStale) {
+    if (update.has_exited()) {
+      YARD_LOG(INFO) << "ignored the exit of stale attempt " << update.attempt()
+                     << " of job " << update.job_id() << " on " << worker_id_;
+    } else {
+      Stop(update.job_id(), update.attempt());
+    }
+  }
+  return absl::OkStatus();
+}
+
+void WorkerSession::Stop(const std::string& job_id, int32_t attempt) {
+  if (!stopped_.insert({job_id, attempt}).second) return;
+  YARD_LOG(INFO) << "stopping stale attempt " << attempt << " of job "
+                 << job_id << " on worker " << worker_id_;
+  v1::ServerMessage stop;
+  stop.mutable_stop_attempt()->set_job_id(job_id);
+  stop.mutable_stop_attempt()->set_attempt(attempt);
+  link_->Send(stop);
+}
+
+}  // namespace trainyard::server

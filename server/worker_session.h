@@ -1,0 +1,94 @@
+// WorkerSession: the server's side of one worker's Connect stream, without
+// gRPC: it takes the worker's messages in order and answers through a
+// WorkerLink. The protocol (see trainyard/v1/worker.proto):
+//
+//   - The first message is a WorkerHello (else INVALID_ARGUMENT). The server
+//     answers HelloAck, then re-attaches the jobs the hello lists as running:
+//     the job's current attempt on this worker keeps running (a SCHEDULED one
+//     becomes RUNNING); anything else (a finished job, a superseded attempt,
+//     an unknown job) gets StopAttempt. Only then may assignments go to it.
+//   - Jobs the store places on this worker but the hello does not list either
+//     exited while the worker was cut off (their exit reports follow the
+//     hello) or were lost with the worker or its stream. They are settled at
+//     the first heartbeat, after those reports: any still held and still not
+//     running there go back to the queue.
+//   - Heartbeats and every other message renew the lease. A heartbeat that
+//     lists a stale attempt gets StopAttempt.
+//   - Job updates are fenced by attempt (JobLifecycle::OnUpdate); a stale
+//     one is answered with StopAttempt (once per attempt and session).
+//
+// Not thread-safe: one session per stream, driven by that stream's reader.
+#ifndef TRAINYARD_SERVER_WORKER_SESSION_H_
+#define TRAINYARD_SERVER_WORKER_SESSION_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "server/job_lifecycle.h"
+#include "server/job_store.h"
+#include "server/worker_link.h"
+#include "server/worker_registry.h"
+#include "trainyard/v1/worker.pb.h"
+
+namespace trainyard::server {
+
+struct WorkerSessionOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  int32_t max_cpu_slots = 4096;
+  int32_t max_devices = 1024;
+  int32_t max_worker_id_length = 128;
+};
+
+class WorkerSession {
+ public:
+  WorkerSession(JobStore* store, WorkerRegistry* workers,
+                JobLifecycle* lifecycle, std::shared_ptr<WorkerLink> link,
+                WorkerSessionOptions options,
+                std::function<void()> wake_scheduler);
+  ~WorkerSession();
+
+  // Handles one message. A non-OK status ends the stream with it.
+  absl::Status Handle(const v1::WorkerMessage& message);
+  // The stream ended (idempotent; also done by the destructor).
+  void Close();
+
+  const std::string& worker_id() const { return worker_id_; }
+
+ private:
+  absl::Status OnHello(const v1::WorkerHello& hello);
+  absl::Status Reattach(const v1::WorkerHello& hello);
+  absl::Status OnHeartbeat(const v1::Heartbeat& heartbeat);
+  absl::Status OnUpdate(const v1::JobUpdate& update);
+  absl::Status RenewLease();
+  void Stop(const std::string& job_id, int32_t attempt);
+
+  JobStore* const store_;
+  WorkerRegistry* const workers_;
+  JobLifecycle* const lifecycle_;
+  const std::shared_ptr<WorkerLink> link_;
+  const WorkerSessionOptions options_;
+  const std::function<void()> wake_scheduler_;
+
+  std::string worker_id_;  // empty until the hello
+  int64_t session_ = 0;
+  bool closed_ = false;
+  // Held by this worker in the store but missing from its hello; settled
+  // at the first heartbeat.
+  std::vector<v1::RunningJobRef> unconfirmed_;
+  std::set<std::pair<std::string, int32_t>> stopped_;
+};
+
+// INVALID_ARGUMENT naming the field when a hello is malformed.
+absl::Status ValidateHello(const v1::WorkerHello& hello,
+                           const WorkerSessionOptions& options);
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_WORKER_SESSION_H_

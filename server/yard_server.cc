@@ -1,0 +1,313 @@
+#include "server/yard_server.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "scheduler/placement_policy.h"
+#include "server/change_notifier.h"
+#include "server/cluster_service.h"
+#include "server/cluster_view.h"
+#include "server/job_lifecycle.h"
+#include "server/job_service.h"
+#include "server/job_store.h"
+#include "server/job_watch.h"
+#include "server/scheduler_loop.h"
+#include "server/worker_registry.h"
+#include "server/worker_service.h"
+
+namespace trainyard::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+absl::StatusOr<HostPort> SplitHostPort(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  HostPort hp;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(listen.substr(colon + 1), &hp.port) || hp.port < 0 ||
+      hp.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen, ": expected HOST:PORT, e.g. 127.0.0.1:7070"));
+  }
+  hp.host = listen.substr(0, colon);
+  return hp;
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "[::1]" ||
+         absl::StartsWith(host, "127.");
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) {
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+// One server per state dir: a second one would fight over the jobs.
+absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
+  const std::string path = state_dir + "/yard-server.lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another yard-server is using the state dir ", state_dir));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 ||
+      ::write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+    YARD_LOG(WARNING) << "cannot record the pid in " << path;
+  }
+  return fd;
+}
+
+absl::Status CheckOptions(const YardServerOptions& o) {
+  RETURN_IF_ERROR(CheckListenAddress(o.listen));
+  if (o.state_dir.empty()) {
+    return absl::InvalidArgumentError("--state-dir: required");
+  }
+  if (o.heartbeat_interval <= absl::ZeroDuration() ||
+      o.heartbeat_interval > absl::Hours(1)) {
+    return absl::InvalidArgumentError(
+        "--heartbeat-interval-ms: must be in [1, 3600000]");
+  }
+  if (o.worker_lease <= o.heartbeat_interval ||
+      o.worker_lease > absl::Hours(24)) {
+    return absl::InvalidArgumentError(
+        "--worker-lease-ms: must be greater than --heartbeat-interval-ms "
+        "and at most 86400000");
+  }
+  return absl::OkStatus();
+}
+
+std::string Absolute(const std::string& path) {
+  return fs::absolute(path).lexically_normal().string();
+}
+
+}  // namespace
+
+absl::Status CheckListenAddress(const std::string& listen) {
+  ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(listen));
+  if (!IsLoopbackHost(hp.host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen, ": only loopback addresses (127.0.0.1, "
+        "localhost, [::1]) are allowed until TLS is supported"));
+  }
+  return absl::OkStatus();
+}
+
+struct YardServer::Parts {
+  YardServerOptions options;
+  std::string address;
+  std::string address_file;
+  int lock_fd = -1;
+  ChangeNotifier notifier;
+  std::unique_ptr<JobStore> store;
+  std::unique_ptr<WorkerRegistry> workers;
+  std::unique_ptr<JobLifecycle> lifecycle;
+  std::unique_ptr<scheduler::PlacementPolicy> policy;
+  std::unique_ptr<SchedulerLoop> loop;
+  std::unique_ptr<ClusterView> view;
+  std::unique_ptr<JobWatcher> watcher;
+  std::unique_ptr<JobServiceImpl> job_service;
+  std::unique_ptr<ClusterServiceImpl> cluster_service;
+  std::unique_ptr<WorkerServiceImpl> worker_service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  bool shut_down = false;
+
+  ~Parts() {
+    if (lock_fd >= 0) ::close(lock_fd);
+  }
+
+  absl::Status OpenState();
+  absl::Status Recover();
+  void BuildLogic();
+  absl::Status Serve();
+};
+
+absl::Status YardServer::Parts::OpenState() {
+  YardServerOptions& o = options;
+  std::error_code ec;
+  fs::create_directories(o.state_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create the state dir ", o.state_dir, ": ", ec.message()));
+  }
+  o.state_dir = Absolute(o.state_dir);
+  o.data_root = Absolute(o.data_root);
+  o.checkpoint_root = Absolute(o.checkpoint_root.empty()
+                                   ? o.state_dir + "/checkpoints"
+                                   : o.checkpoint_root);
+  fs::create_directories(o.checkpoint_root, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create the checkpoint root ", o.checkpoint_root, ": ",
+        ec.message()));
+  }
+  ASSIGN_OR_RETURN(lock_fd, LockStateDir(o.state_dir));
+  JobStoreOptions so;
+  so.path = o.state_dir + "/trainyard.db";
+  so.trainer_events_kept = o.trainer_events_kept;
+  so.log_bytes_kept = o.log_bytes_kept;
+  so.clock = o.clock;
+  so.on_commit = [this] { notifier.Notify(); };
+  ASSIGN_OR_RETURN(store, JobStore::Open(std::move(so)));
+  return absl::OkStatus();
+}
+
+// Jobs holding a worker stay as they are; the worker gets a lease from now
+// to come back and re-attach them, or they return to the queue.
+absl::Status YardServer::Parts::Recover() {
+  ASSIGN_OR_RETURN(int held, lifecycle->RecoverHeldJobs());
+  ASSIGN_OR_RETURN(auto counts, store->CountJobsByState());
+  int64_t total = 0;
+  for (const auto& [state, n] : counts) total += n;
+  YARD_LOG(INFO) << "recovered " << total << " jobs: " << counts[v1::QUEUED]
+                 << " queued, " << held << " on workers awaiting re-attach";
+  return absl::OkStatus();
+}
+
+void YardServer::Parts::BuildLogic() {
+  const YardServerOptions& o = options;
+  workers = std::make_unique<WorkerRegistry>(o.clock, o.worker_lease);
+  JobLifecycleOptions lo;
+  lo.checkpoint_root = o.checkpoint_root;
+  lo.validation.data_root = o.data_root;
+  lo.cancel_grace_ms = o.cancel_grace_ms;
+  lifecycle = std::make_unique<JobLifecycle>(store.get(), workers.get(),
+                                             o.clock, lo);
+  SchedulerLoopOptions sched;
+  sched.tick = o.scheduler_tick;
+  loop = std::make_unique<SchedulerLoop>(store.get(), workers.get(),
+                                         lifecycle.get(), policy.get(),
+                                         o.clock, sched);
+  lifecycle->set_scheduler_wake([this] { loop->Wake(); });
+  view = std::make_unique<ClusterView>(store.get(), workers.get(),
+                                       kServerVersion);
+  watcher = std::make_unique<JobWatcher>(store.get(), &notifier);
+  job_service = std::make_unique<JobServiceImpl>(lifecycle.get(), store.get(),
+                                                 watcher.get());
+  cluster_service = std::make_unique<ClusterServiceImpl>(view.get());
+  WorkerSessionOptions wo;
+  wo.heartbeat_interval = o.heartbeat_interval;
+  worker_service = std::make_unique<WorkerServiceImpl>(
+      store.get(), workers.get(), lifecycle.get(), wo,
+      [this] { loop->Wake(); });
+}
+
+absl::Status YardServer::Parts::Serve() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &port);
+  // Workers and watchers may keep idle streams alive with pings.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.RegisterService(job_service.get());
+  builder.RegisterService(cluster_service.get());
+  builder.RegisterService(worker_service.get());
+  grpc_server = builder.BuildAndStart();
+  if (grpc_server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen, " (address in use?)"));
+  }
+  ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(options.listen));
+  address = absl::StrCat(hp.host == "[::1]" ? hp.host : "127.0.0.1", ":",
+                         port);
+  address_file = options.state_dir + "/yard-server.addr";
+  return WriteFileAtomically(address_file, address + "\n");
+}
+
+absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
+    YardServerOptions options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  auto parts = std::make_unique<Parts>();
+  parts->options = std::move(options);
+  ASSIGN_OR_RETURN(parts->policy,
+                   scheduler::MakePlacementPolicy(parts->options.policy));
+  RETURN_IF_ERROR(parts->OpenState());
+  parts->BuildLogic();
+  RETURN_IF_ERROR(parts->Recover());
+  std::unique_ptr<YardServer> server(new YardServer(std::move(parts)));
+  RETURN_IF_ERROR(server->parts_->Serve());
+  server->parts_->loop->Start();
+  YARD_LOG(INFO) << "yard-server " << kServerVersion << " serving on "
+                 << server->address() << " (state dir "
+                 << server->parts_->options.state_dir << ", policy "
+                 << server->parts_->policy->name() << ")";
+  return server;
+}
+
+YardServer::YardServer(std::unique_ptr<Parts> parts)
+    : parts_(std::move(parts)) {}
+
+YardServer::~YardServer() { Shutdown(); }
+
+const std::string& YardServer::address() const { return parts_->address; }
+
+void YardServer::Shutdown() {
+  Parts& p = *parts_;
+  if (p.shut_down) return;
+  p.shut_down = true;
+  if (!p.address_file.empty()) {
+    std::error_code ec;
+    fs::remove(p.address_file, ec);
+  }
+  if (p.grpc_server && p.grpc_server->GetHealthCheckService() != nullptr) {
+    p.grpc_server->GetHealthCheckService()->Shutdown();
+  }
+  p.notifier.Shutdown();  // watch and log streams end
+  if (p.loop) p.loop->Stop();
+  if (p.workers) {
+    p.workers->CloseAll(absl::UnavailableError("the server is shutting down"));
+  }
+  if (p.grpc_server) {
+    p.grpc_server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+    p.grpc_server->Wait();
+  }
+  p.store.reset();
+  YARD_LOG(INFO) << "yard-server stopped";
+}
+
+}  // namespace trainyard::server

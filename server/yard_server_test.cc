@@ -1,0 +1,422 @@
+// yard-server in-process over real gRPC on 127.0.0.1:0: clients call the
+// services with the generated stubs, and a fake worker written here speaks
+// the WorkerService protocol. Leases are long; lease expiry is covered with
+// a FakeClock in worker_session_test.
+#include "server/yard_server.h"
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/test_dir.h"
+#include "trainyard/v1/cluster.grpc.pb.h"
+#include "trainyard/v1/jobs.grpc.pb.h"
+#include "trainyard/v1/worker.grpc.pb.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string ToString(const grpc::ByteBuffer& bb) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(bb.Dump(&slices).ok());
+  std::string out;
+  for (const auto& s : slices) out.append(s.begin(), s.end());
+  return out;
+}
+
+// Waits for the completion-queue tag of the one operation in flight.
+bool Await(grpc::CompletionQueue& cq) {
+  void* tag = nullptr;
+  bool ok = false;
+  EXPECT_TRUE(cq.Next(&tag, &ok));
+  return ok;
+}
+
+// Calls a unary method with raw protobuf bytes (for services whose
+// generated code is not installed: health and reflection).
+std::string RawUnary(grpc::Channel* channel, const std::string& method,
+                     const std::string& request, grpc::Status* status) {
+  grpc::GenericStub stub(channel->shared_from_this());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  grpc::Slice slice(request);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  auto call = stub.PrepareUnaryCall(&ctx, method, req, &cq);
+  call->StartCall();
+  call->Finish(&resp, status, nullptr);
+  Await(cq);
+  return ToString(resp);
+}
+
+// Sends one message on a bidi method and reads one answer.
+std::string RawBidiOnce(grpc::Channel* channel, const std::string& method,
+                        const std::string& request) {
+  grpc::GenericStub stub(channel->shared_from_this());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  auto call = stub.PrepareCall(&ctx, method, &cq);
+  call->StartCall(nullptr);
+  Await(cq);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  call->Write(req, nullptr);
+  Await(cq);
+  call->Read(&resp, nullptr);
+  const bool got = Await(cq);
+  call->WritesDone(nullptr);
+  Await(cq);
+  grpc::Status status;
+  call->Finish(&status, nullptr);
+  Await(cq);
+  return got ? ToString(resp) : "";
+}
+
+class YardServerTest : public ::testing::Test {
+ protected:
+  YardServerTest() {
+    std::ofstream(dir_.File("images.gz")) << "x";
+    std::ofstream(dir_.File("labels.gz")) << "x";
+  }
+
+  void StartServer() {
+    YardServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.state_dir = dir_.File("state");
+    o.data_root = dir_.path();
+    o.worker_lease = absl::Minutes(10);
+    auto server = YardServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = grpc::CreateChannel(server_->address(),
+                                   grpc::InsecureChannelCredentials());
+    jobs_ = v1::JobService::NewStub(channel_);
+    cluster_ = v1::ClusterService::NewStub(channel_);
+    worker_stub_ = v1::WorkerService::NewStub(channel_);
+  }
+
+  static v1::JobSpec Spec() {
+    v1::JobSpec spec;
+    spec.set_name("grpc-test");
+    spec.mutable_model()->mutable_mlp()->add_hidden(8);
+    spec.mutable_data()->mutable_mnist()->set_images("images.gz");
+    spec.mutable_data()->mutable_mnist()->set_labels("labels.gz");
+    spec.mutable_batch()->set_micro_batch(8);
+    spec.set_steps(10);
+    return spec;
+  }
+
+  std::string Submit() {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec();
+    v1::SubmitJobResponse resp;
+    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job().id();
+  }
+
+  v1::Job Get(const std::string& id, grpc::Status* status = nullptr) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    grpc::Status s = jobs_->GetJob(&ctx, req, &job);
+    if (status) *status = s;
+    return job;
+  }
+
+  // A fake worker: one Connect stream.
+  struct Worker {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage,
+                                             v1::ServerMessage>> stream;
+    bool Send(const v1::WorkerMessage& m) { return stream->Write(m); }
+    v1::ServerMessage Next() {
+      v1::ServerMessage m;
+      EXPECT_TRUE(stream->Read(&m));
+      return m;
+    }
+    bool Update(const std::string& job, int attempt,
+                const std::function<void(v1::JobUpdate&)>& fill) {
+      v1::WorkerMessage m;
+      m.mutable_update()->set_job_id(job);
+      m.mutable_update()->set_attempt(attempt);
+      fill(*m.mutable_update());
+      return Send(m);
+    }
+  };
+
+  std::unique_ptr<Worker> ConnectWorker(
+      std::vector<std::pair<std::string, int>> running = {}) {
+    auto w = std::make_unique<Worker>();
+    w->stream = worker_stub_->Connect(&w->ctx);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_id("w1");
+    hello.mutable_hello()->set_hostname("test-host");
+    hello.mutable_hello()->set_cpu_slots(1);
+    for (auto& [job, attempt] : running) {
+      auto* r = hello.mutable_hello()->add_running();
+      r->set_job_id(job);
+      r->set_attempt(attempt);
+    }
+    EXPECT_TRUE(w->Send(hello));
+    EXPECT_TRUE(w->Next().has_hello_ack());
+    return w;
+  }
+
+  // Watches `id` from `after` on a thread; Join() returns its events.
+  struct Watch {
+    std::thread thread;
+    grpc::ClientContext ctx;
+    std::vector<v1::JobEvent> events;
+    grpc::Status status;
+    void Join() { thread.join(); }
+  };
+  std::unique_ptr<Watch> StartWatch(const std::string& id, int64_t after) {
+    auto w = std::make_unique<Watch>();
+    w->thread = std::thread([this, id, after, w = w.get()] {
+      v1::WatchJobRequest req;
+      req.set_job_id(id);
+      req.set_after_sequence(after);
+      auto reader = jobs_->WatchJob(&w->ctx, req);
+      v1::JobEvent e;
+      while (reader->Read(&e)) w->events.push_back(e);
+      w->status = reader->Finish();
+    });
+    return w;
+  }
+
+  TestDir dir_;
+  std::unique_ptr<YardServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_;
+  std::unique_ptr<v1::WorkerService::Stub> worker_stub_;
+};
+
+TEST_F(YardServerTest, ServesHealthReflectionAndWritesItsAddress) {
+  StartServer();
+  EXPECT_EQ(ReadAll(dir_.File("state/yard-server.addr")),
+            server_->address() + "\n");
+  grpc::Status status;
+  // HealthCheckRequest{} -> HealthCheckResponse{status: SERVING (1)}.
+  EXPECT_EQ(RawUnary(channel_.get(), "/grpc.health.v1.Health/Check", "",
+                     &status),
+            std::string("\x08\x01", 2));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  // ServerReflectionRequest{list_services: ""} lists our services.
+  const std::string listing = RawBidiOnce(
+      channel_.get(),
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      std::string("\x3a\x00", 2));
+  EXPECT_THAT(listing, HasSubstr("trainyard.v1.JobService"));
+  EXPECT_THAT(listing, HasSubstr("trainyard.v1.WorkerService"));
+  server_->Shutdown();
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("state/yard-server.addr")));
+}
+
+TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
+  StartServer();
+  auto worker = ConnectWorker();
+  const std::string id = Submit();
+  auto watch = StartWatch(id, 0);
+  v1::ServerMessage m = worker->Next();
+  ASSERT_TRUE(m.has_assignment());
+  EXPECT_EQ(m.assignment().job_id(), id);
+  EXPECT_THAT(m.assignment().checkpoint_dir(), HasSubstr("/checkpoints/" + id));
+  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.mutable_started(); }));
+  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) {
+    u.mutable_trainer()->mutable_progress()->set_step(10);
+  }));
+  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.set_log("hello log\n"); }));
+  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) {
+    u.mutable_trainer()->mutable_finished()->set_eval_accuracy(0.97);
+  }));
+  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.mutable_exited(); }));
+  watch->Join();
+  ASSERT_TRUE(watch->status.ok()) << watch->status.error_message();
+  ASSERT_FALSE(watch->events.empty());
+  EXPECT_EQ(watch->events.back().state_change().to(), v1::SUCCEEDED);
+
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_DOUBLE_EQ(job.result().eval_accuracy(), 0.97);
+
+  grpc::ClientContext logs_ctx;
+  v1::GetJobLogsRequest logs_req;
+  logs_req.set_job_id(id);
+  auto logs = jobs_->GetJobLogs(&logs_ctx, logs_req);
+  v1::LogChunk chunk;
+  std::string log;
+  while (logs->Read(&chunk)) log += chunk.data();
+  EXPECT_TRUE(logs->Finish().ok());
+  EXPECT_EQ(log, "hello log\n");
+
+  grpc::ClientContext list_ctx;
+  v1::ListJobsRequest list_req;
+  list_req.add_states(v1::SUCCEEDED);
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(&list_ctx, list_req, &list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).id(), id);
+
+  grpc::ClientContext workers_ctx;
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(cluster_->ListWorkers(&workers_ctx, {}, &workers).ok());
+  ASSERT_EQ(workers.workers_size(), 1);
+  EXPECT_EQ(workers.workers(0).id(), "w1");
+  EXPECT_EQ(workers.workers(0).hostname(), "test-host");
+  EXPECT_EQ(workers.workers(0).free_cpu_slots(), 1);
+  grpc::ClientContext status_ctx;
+  v1::ClusterStatus cs;
+  ASSERT_TRUE(cluster_->GetClusterStatus(&status_ctx, {}, &cs).ok());
+  EXPECT_EQ(cs.workers_ready(), 1);
+  EXPECT_EQ(cs.jobs_succeeded(), 1);
+  worker->stream->WritesDone();
+  EXPECT_TRUE(worker->stream->Finish().ok());
+}
+
+TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
+  StartServer();
+  grpc::Status s;
+  Get("j-000404", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("j-000404"));
+  Get("", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext submit_ctx;
+  v1::SubmitJobResponse resp;
+  s = jobs_->SubmitJob(&submit_ctx, v1::SubmitJobRequest(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext bad_ctx;
+  v1::SubmitJobRequest bad;
+  *bad.mutable_spec() = Spec();
+  bad.mutable_spec()->mutable_data()->mutable_mnist()->set_images("missing.gz");
+  s = jobs_->SubmitJob(&bad_ctx, bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data.mnist.images"));
+
+  grpc::ClientContext list_ctx;
+  v1::ListJobsRequest list_req;
+  list_req.set_page_token("not-a-token");
+  v1::ListJobsResponse list;
+  s = jobs_->ListJobs(&list_ctx, list_req, &list);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  const std::string id = Submit();
+  grpc::ClientContext cancel_ctx;
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(&cancel_ctx, cancel, &cancelled).ok());
+  EXPECT_EQ(cancelled.state(), v1::CANCELLED);
+  grpc::ClientContext again_ctx;
+  s = jobs_->CancelJob(&again_ctx, cancel, &cancelled);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(), "job " + id + " is already CANCELLED");
+
+  auto watch = StartWatch("j-000404", 0);
+  watch->Join();
+  EXPECT_EQ(watch->status.error_code(), grpc::StatusCode::NOT_FOUND);
+  auto future = StartWatch(id, 100);
+  future->Join();
+  EXPECT_EQ(future->status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+
+  // A worker that does not start with a hello is refused.
+  grpc::ClientContext worker_ctx;
+  auto stream = worker_stub_->Connect(&worker_ctx);
+  v1::WorkerMessage heartbeat;
+  heartbeat.mutable_heartbeat();
+  stream->Write(heartbeat);
+  v1::ServerMessage unused;
+  EXPECT_FALSE(stream->Read(&unused));
+  s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("WorkerHello"));
+}
+
+TEST_F(YardServerTest, RestartKeepsTheRunningJobAndTheWatchResumes) {
+  StartServer();
+  auto worker = ConnectWorker();
+  const std::string id = Submit();
+  ASSERT_TRUE(worker->Next().has_assignment());
+  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.mutable_started(); }));
+  {  // Follow the job until RUNNING is committed (events 1..3).
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    auto reader = jobs_->WatchJob(&ctx, req);
+    v1::JobEvent e;
+    while (reader->Read(&e) && e.state_change().to() != v1::RUNNING) {
+    }
+    EXPECT_EQ(e.sequence(), 3);
+    ctx.TryCancel();
+    reader->Finish();
+  }
+
+  server_->Shutdown();
+  worker->stream->Finish();  // the old stream ended with the server
+  server_.reset();
+  StartServer();  // same state dir, new port
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+  auto back = ConnectWorker({{id, 1}});
+  auto watch = StartWatch(id, 3);
+  ASSERT_TRUE(back->Update(id, 1, [](auto& u) { u.mutable_exited(); }));
+  watch->Join();
+  ASSERT_TRUE(watch->status.ok()) << watch->status.error_message();
+  ASSERT_EQ(watch->events.size(), 1u);
+  EXPECT_EQ(watch->events[0].sequence(), 4);
+  EXPECT_EQ(watch->events[0].state_change().to(), v1::SUCCEEDED);
+  EXPECT_EQ(Get(id).attempt(), 1);  // re-attached, never run twice
+  back->stream->WritesDone();
+  EXPECT_TRUE(back->stream->Finish().ok());
+}
+
+TEST_F(YardServerTest, ShutdownEndsLiveStreams) {
+  StartServer();
+  const std::string id = Submit();  // no worker: it stays queued
+  auto watch = StartWatch(id, 0);
+  auto worker = ConnectWorker();
+  server_->Shutdown();
+  watch->Join();
+  EXPECT_FALSE(watch->status.ok());
+  v1::ServerMessage m;
+  while (worker->stream->Read(&m)) {
+  }
+  EXPECT_FALSE(worker->stream->Finish().ok());
+}
+
+TEST_F(YardServerTest, RefusesNonLoopbackAndASecondServerOnOneStateDir) {
+  EXPECT_EQ(CheckListenAddress("0.0.0.0:7070").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckListenAddress("10.1.2.3:7070").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckListenAddress("127.0.0.1").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckListenAddress("localhost:0").ok());
+  EXPECT_TRUE(CheckListenAddress("[::1]:7070").ok());
+  StartServer();
+  YardServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.state_dir = dir_.File("state");
+  auto second = YardServer::Start(o);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("another yard-server"));
+}
+
+}  // namespace
+}  // namespace trainyard::server
