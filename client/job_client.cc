@@ -32,15 +32,20 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& server) {
                                    args);
 }
 
-// Waits until the channel is READY; gives up at the first connection
-// failure (a server that is not running refuses at once) or the deadline.
+// Waits until the channel is READY. Connection failures are retried for a
+// short grace period (a server that is restarting, or a listen backlog that
+// refused once) before giving up, so a server that is not running is still
+// reported in about two seconds rather than at the full timeout.
 absl::Status WaitUntilReady(grpc::Channel& channel, const std::string& server,
                             absl::Duration timeout) {
+  constexpr absl::Duration kRefusedGrace = absl::Seconds(2);
   auto deadline = Deadline(timeout);
+  absl::Time give_up_on_failure = absl::Now() + std::min(kRefusedGrace, timeout);
   grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
   while (state != GRPC_CHANNEL_READY) {
-    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
-        state == GRPC_CHANNEL_SHUTDOWN) {
+    bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+                  state == GRPC_CHANNEL_SHUTDOWN;
+    if (failed && absl::Now() >= give_up_on_failure) {
       return absl::UnavailableError(
           absl::StrCat("cannot reach yard-server at ", server,
                        " (is it running? set --server or YARD_SERVER)"));
