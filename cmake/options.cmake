@@ -12,7 +12,8 @@ set(YARD_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures to compile for
 
 if(YARD_CUDA)
   set(CMAKE_CUDA_ARCHITECTURES ${YARD_CUDA_ARCHITECTURES})
-  set(CMAKE_CUDA_STANDARD 20)
+  # nvcc 13 with CMake 3.25 has no CUDA20 dialect mapping; device code is C++17.
+  set(CMAKE_CUDA_STANDARD 17)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
 endif()

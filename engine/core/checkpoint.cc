@@ -1,0 +1,314 @@
+// Checkpoint directories: atomic write, strict read, listing and pruning.
+// See checkpoint.h.
+#include "engine/core/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "engine/core/file_io.h"
+#include "engine/core/json.h"
+#include "engine/core/safetensors.h"
+
+namespace trainyard::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kMaxMetaBytes = 64 << 20;
+constexpr int64_t kMaxTensorFileBytes = int64_t{64} << 30;
+
+std::string JoinPath(const std::string& dir, absl::string_view name) {
+  return (fs::path(dir) / std::string(name)).string();
+}
+
+// Parses "step-<digits>"; -1 otherwise.
+int64_t StepFromDirName(absl::string_view name) {
+  if (!absl::StartsWith(name, "step-") || name.size() == 5) return -1;
+  int64_t step = -1;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return -1;
+  }
+  if (!absl::SimpleAtoi(name.substr(5), &step)) return -1;
+  return step;
+}
+
+Json TensorList(const std::vector<HostTensor>& tensors) {
+  Json list = Json::MakeArray();
+  for (const HostTensor& t : tensors) {
+    Json shape = Json::MakeArray();
+    for (int64_t d : t.shape) shape.Append(Json::Int(d));
+    list.Append(Json::MakeObject({{"name", Json::String(t.name)},
+                                  {"dtype", Json::String("F32")},
+                                  {"shape", std::move(shape)}}));
+  }
+  return list;
+}
+
+std::string MetaJson(const Checkpoint& ckpt,
+                     const SafetensorsWriteResult& file) {
+  const CheckpointMeta& m = ckpt.meta;
+  Json meta = Json::MakeObject();
+  meta.Set("magic", Json::String(kCheckpointMagic));
+  meta.Set("version", Json::Int(kCheckpointVersion));
+  meta.Set("step", Json::Int(m.step));
+  meta.Set("rng", Json::MakeObject({{"algorithm", Json::String("xoshiro256**")},
+                                    {"state", Json::String(m.rng_state)}}));
+  meta.Set("data_cursor",
+           Json::MakeObject({{"epoch", Json::Int(m.cursor.epoch)},
+                             {"position", Json::Int(m.cursor.position)}}));
+  meta.Set("spec_fingerprint", Json::String(m.fingerprint));
+  meta.Set("tensors_file",
+           Json::MakeObject(
+               {{"name", Json::String(kCheckpointTensorsFile)},
+                {"bytes", Json::Int(file.bytes)},
+                {"crc32", Json::String(absl::StrFormat("%08x", file.crc32))}}));
+  meta.Set("tensors", TensorList(ckpt.tensors));
+  return meta.Serialize() + "\n";
+}
+
+struct ParsedMeta {
+  CheckpointMeta meta;
+  int64_t file_bytes = 0;
+  std::string file_crc;
+  std::vector<std::pair<std::string, Shape>> tensors;
+};
+
+absl::Status ParseTensorList(const Json& list, ParsedMeta* out) {
+  if (!list.is_array()) return absl::DataLossError("`tensors` is not a list");
+  for (const Json& t : list.array()) {
+    ASSIGN_OR_RETURN(const Json* name, RequireField(t, "name"));
+    ASSIGN_OR_RETURN(std::string n, name->AsString("tensors[].name"));
+    ASSIGN_OR_RETURN(const Json* shape, RequireField(t, "shape"));
+    if (!shape->is_array()) return absl::DataLossError("tensors[].shape");
+    Shape s;
+    for (const Json& d : shape->array()) {
+      ASSIGN_OR_RETURN(int64_t dim, d.AsInt("tensors[].shape"));
+      s.push_back(dim);
+    }
+    out->tensors.emplace_back(std::move(n), std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParsedMeta> ParseMeta(absl::string_view text) {
+  ASSIGN_OR_RETURN(Json j, ParseJson(text));
+  if (!j.is_object()) return absl::DataLossError("not a JSON object");
+  ParsedMeta out;
+  ASSIGN_OR_RETURN(const Json* magic, RequireField(j, "magic"));
+  if (!magic->is_string() || *magic->AsString("magic") != kCheckpointMagic) {
+    return absl::DataLossError(
+        absl::StrCat("magic is not \"", kCheckpointMagic, "\""));
+  }
+  ASSIGN_OR_RETURN(const Json* version, RequireField(j, "version"));
+  ASSIGN_OR_RETURN(int64_t v, version->AsInt("version"));
+  if (v != kCheckpointVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version ", v, " is not supported (this engine reads version ",
+        kCheckpointVersion, ")"));
+  }
+  ASSIGN_OR_RETURN(const Json* step, RequireField(j, "step"));
+  ASSIGN_OR_RETURN(out.meta.step, step->AsInt("step"));
+  ASSIGN_OR_RETURN(const Json* rng, RequireField(j, "rng"));
+  ASSIGN_OR_RETURN(const Json* rng_state, RequireField(*rng, "state"));
+  ASSIGN_OR_RETURN(out.meta.rng_state, rng_state->AsString("rng.state"));
+  ASSIGN_OR_RETURN(const Json* cursor, RequireField(j, "data_cursor"));
+  ASSIGN_OR_RETURN(const Json* epoch, RequireField(*cursor, "epoch"));
+  ASSIGN_OR_RETURN(out.meta.cursor.epoch, epoch->AsInt("data_cursor.epoch"));
+  ASSIGN_OR_RETURN(const Json* pos, RequireField(*cursor, "position"));
+  ASSIGN_OR_RETURN(out.meta.cursor.position,
+                   pos->AsInt("data_cursor.position"));
+  if (out.meta.step < 0 || out.meta.cursor.epoch < 0 ||
+      out.meta.cursor.position < 0) {
+    return absl::DataLossError("negative step or data cursor");
+  }
+  ASSIGN_OR_RETURN(const Json* fp, RequireField(j, "spec_fingerprint"));
+  ASSIGN_OR_RETURN(out.meta.fingerprint, fp->AsString("spec_fingerprint"));
+  ASSIGN_OR_RETURN(const Json* file, RequireField(j, "tensors_file"));
+  ASSIGN_OR_RETURN(const Json* bytes, RequireField(*file, "bytes"));
+  ASSIGN_OR_RETURN(out.file_bytes, bytes->AsInt("tensors_file.bytes"));
+  ASSIGN_OR_RETURN(const Json* crc, RequireField(*file, "crc32"));
+  ASSIGN_OR_RETURN(out.file_crc, crc->AsString("tensors_file.crc32"));
+  ASSIGN_OR_RETURN(const Json* tensors, RequireField(j, "tensors"));
+  RETURN_IF_ERROR(ParseTensorList(*tensors, &out));
+  return out;
+}
+
+// Checks the tensor file against what meta.json promised.
+absl::Status CheckAgainstMeta(const ParsedMeta& meta,
+                              const std::vector<HostTensor>& tensors) {
+  if (meta.tensors.size() != tensors.size()) {
+    return absl::DataLossError(absl::StrCat("holds ", tensors.size(),
+                                            " tensors, meta.json lists ",
+                                            meta.tensors.size()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, shape] = meta.tensors[i];
+    auto it = std::find_if(tensors.begin(), tensors.end(),
+                           [&](const HostTensor& t) { return t.name == name; });
+    if (it == tensors.end()) {
+      return absl::DataLossError(absl::StrCat("tensor ", name, " is missing"));
+    }
+    if (it->shape != shape) {
+      return absl::DataLossError(
+          absl::StrCat("tensor ", name, " has shape ", ShapeString(it->shape),
+                       ", meta.json says ", ShapeString(shape)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Prefixes a status message with the file it is about.
+absl::Status InFile(const std::string& file, const absl::Status& s) {
+  if (s.ok() || absl::StartsWith(s.message(), file)) return s;
+  return absl::Status(s.code(), absl::StrCat(file, ": ", s.message()));
+}
+
+}  // namespace
+
+std::string CheckpointDirName(int64_t step) {
+  return absl::StrFormat("step-%08d", step);
+}
+
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& root,
+                                            const Checkpoint& checkpoint) {
+  RETURN_IF_ERROR(MakeDirectories(root));
+  const std::string name = CheckpointDirName(checkpoint.meta.step);
+  const std::string tmp = JoinPath(root, ".tmp-" + name);
+  const std::string final_path = JoinPath(root, name);
+  const std::string old = JoinPath(root, ".old-" + name);
+  RETURN_IF_ERROR(RemoveTree(tmp));
+  RETURN_IF_ERROR(MakeDirectories(tmp));
+  ASSIGN_OR_RETURN(SafetensorsWriteResult file,
+                   WriteSafetensors(JoinPath(tmp, kCheckpointTensorsFile),
+                                    checkpoint.tensors));
+  RETURN_IF_ERROR(WriteFileDurably(JoinPath(tmp, kCheckpointMetaFile),
+                                   MetaJson(checkpoint, file)));
+  RETURN_IF_ERROR(SyncDirectory(tmp));
+  std::error_code ec;
+  if (fs::exists(final_path, ec)) {
+    RETURN_IF_ERROR(RemoveTree(old));
+    fs::rename(final_path, old, ec);
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat(final_path, ": cannot move aside: ", ec.message()));
+  }
+  fs::rename(tmp, final_path, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ",
+                                            final_path, ": ", ec.message()));
+  }
+  RETURN_IF_ERROR(SyncDirectory(root));
+  RETURN_IF_ERROR(RemoveTree(old));
+  return final_path;
+}
+
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
+  const std::string meta_path = JoinPath(path, kCheckpointMetaFile);
+  const std::string tensors_path = JoinPath(path, kCheckpointTensorsFile);
+  absl::StatusOr<std::string> meta_text =
+      ReadWholeFile(meta_path, kMaxMetaBytes);
+  if (!meta_text.ok()) return InFile(meta_path, meta_text.status());
+  absl::StatusOr<ParsedMeta> meta = ParseMeta(*meta_text);
+  if (!meta.ok()) {
+    absl::Status s = meta.status();
+    if (s.code() == absl::StatusCode::kInvalidArgument) {
+      s = absl::DataLossError(s.message());  // malformed file, not bad input
+    }
+    return InFile(meta_path, s);
+  }
+  const int64_t dir_step = StepFromDirName(fs::path(path).filename().string());
+  if (dir_step >= 0 && dir_step != meta->meta.step) {
+    return absl::DataLossError(
+        absl::StrCat(meta_path, ": step ", meta->meta.step,
+                     " does not match the directory name"));
+  }
+  absl::StatusOr<std::string> bytes =
+      ReadWholeFile(tensors_path, kMaxTensorFileBytes);
+  if (!bytes.ok()) return InFile(tensors_path, bytes.status());
+  if (static_cast<int64_t>(bytes->size()) != meta->file_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        tensors_path, ": ",
+        static_cast<int64_t>(bytes->size()) < meta->file_bytes ? "truncated"
+                                                               : "corrupt",
+        ": ", bytes->size(), " bytes, meta.json says ", meta->file_bytes));
+  }
+  const std::string crc = absl::StrFormat("%08x", Crc32(0, *bytes));
+  if (crc != meta->file_crc) {
+    return absl::DataLossError(absl::StrCat(tensors_path, ": corrupt: CRC-32 ",
+                                            crc, ", meta.json says ",
+                                            meta->file_crc));
+  }
+  Checkpoint out;
+  ASSIGN_OR_RETURN(out.tensors, ParseSafetensors(*bytes, tensors_path));
+  RETURN_IF_ERROR(InFile(tensors_path, CheckAgainstMeta(*meta, out.tensors)));
+  out.meta = meta->meta;
+  return out;
+}
+
+absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
+    const std::string& root) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return out;
+  fs::directory_iterator it(root, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat(root, ": cannot list: ", ec.message()));
+  }
+  for (const fs::directory_entry& e : it) {
+    const int64_t step = StepFromDirName(e.path().filename().string());
+    if (step >= 0 && e.is_directory(ec))
+      out.push_back({step, e.path().string()});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) {
+              return a.step > b.step;
+            });
+  return out;
+}
+
+absl::Status PruneCheckpoints(const std::string& root, int keep_last) {
+  ASSIGN_OR_RETURN(std::vector<CheckpointEntry> all, ListCheckpoints(root));
+  for (size_t i = static_cast<size_t>(std::max(keep_last, 1)); i < all.size();
+       ++i) {
+    RETURN_IF_ERROR(RemoveTree(all[i].path));
+  }
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (absl::StartsWith(name, ".tmp-step-") ||
+        absl::StartsWith(name, ".old-step-")) {
+      RETURN_IF_ERROR(RemoveTree(e.path().string()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<LatestCheckpoint>> ReadLatestCheckpoint(
+    const std::string& root) {
+  ASSIGN_OR_RETURN(std::vector<CheckpointEntry> all, ListCheckpoints(root));
+  std::vector<std::string> skipped;
+  for (const CheckpointEntry& e : all) {
+    absl::StatusOr<Checkpoint> ckpt = ReadCheckpoint(e.path);
+    if (ckpt.ok()) {
+      return LatestCheckpoint{e.path, *std::move(ckpt), std::move(skipped)};
+    }
+    skipped.push_back(std::string(ckpt.status().message()));
+  }
+  if (!skipped.empty()) {
+    return absl::DataLossError(absl::StrCat("no readable checkpoint in ", root,
+                                            ": ",
+                                            absl::StrJoin(skipped, "; ")));
+  }
+  return std::nullopt;
+}
+
+}  // namespace trainyard::engine

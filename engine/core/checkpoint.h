@@ -1,0 +1,90 @@
+// Checkpoints on disk. A checkpoint is a directory `step-00001234/` inside a
+// checkpoint root holding
+//   model.safetensors  weights and optimizer moments as named F32 tensors
+//   meta.json          {"magic": "trainyard-checkpoint", "version": 1, step,
+//                       RNG state, data cursor, spec fingerprint, the tensor
+//                       list, and the byte size + CRC-32 of model.safetensors}
+// A checkpoint is written into a temp dir, every file and the dir are
+// fsynced, then the dir is renamed into place, so a crash leaves either the
+// old set or the new one, never a half-written checkpoint under a step name.
+// Reading checks everything and rejects truncated or corrupt files with an
+// error naming the file and the problem.
+//
+// Thread-safety: functions are safe to call concurrently on different roots;
+// one writer per root at a time.
+#ifndef TRAINYARD_ENGINE_CORE_CHECKPOINT_H_
+#define TRAINYARD_ENGINE_CORE_CHECKPOINT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/core/batch.h"
+#include "engine/core/tensor.h"
+
+namespace trainyard::engine {
+
+inline constexpr char kCheckpointMagic[] = "trainyard-checkpoint";
+inline constexpr int kCheckpointVersion = 1;
+inline constexpr char kCheckpointTensorsFile[] = "model.safetensors";
+inline constexpr char kCheckpointMetaFile[] = "meta.json";
+
+struct CheckpointMeta {
+  int64_t step = 0;
+  std::string rng_state;  // Rng::SerializeState()
+  DataCursor cursor;
+  // Identifies the configuration that produced it; resume refuses a
+  // checkpoint with a different fingerprint.
+  std::string fingerprint;
+};
+
+struct Checkpoint {
+  CheckpointMeta meta;
+  std::vector<HostTensor> tensors;
+};
+
+// "step-00001234"
+std::string CheckpointDirName(int64_t step);
+
+// Writes root/step-NNNNNNNN atomically (creating root if needed) and returns
+// its path. An existing checkpoint of the same step is replaced.
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& root,
+                                            const Checkpoint& checkpoint);
+
+// Reads and verifies one checkpoint directory. DATA_LOSS for corrupt or
+// truncated contents, NOT_FOUND for missing files, FAILED_PRECONDITION for a
+// newer version; every message starts with the offending file's path.
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
+
+struct CheckpointEntry {
+  int64_t step = 0;
+  std::string path;
+};
+
+// The step-* directories under root, newest first. Empty when root is absent.
+absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
+    const std::string& root);
+
+// Deletes all but the newest `keep_last` checkpoints (keep_last >= 1) and
+// leftovers of interrupted writes.
+absl::Status PruneCheckpoints(const std::string& root, int keep_last);
+
+struct LatestCheckpoint {
+  std::string path;
+  Checkpoint checkpoint;
+  // Newer checkpoints that failed to read, as "path: reason".
+  std::vector<std::string> skipped;
+};
+
+// The newest checkpoint under root that reads cleanly; nullopt when root
+// holds none. DATA_LOSS when there are checkpoints but none reads cleanly:
+// starting over would silently throw the run's progress away.
+absl::StatusOr<std::optional<LatestCheckpoint>> ReadLatestCheckpoint(
+    const std::string& root);
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_CORE_CHECKPOINT_H_

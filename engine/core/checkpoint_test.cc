@@ -1,0 +1,174 @@
+#include "engine/core/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "engine/core/file_io.h"
+#include "engine/core/rng.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "checkpoint_test/" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+  }
+
+  static Checkpoint Sample(int64_t step) {
+    Checkpoint c;
+    c.meta.step = step;
+    c.meta.rng_state = Rng(step + 1).SerializeState();
+    c.meta.cursor = {3, 17};
+    c.meta.fingerprint = "00112233aabbccdd";
+    c.tensors = {{"fc0.weight", {2, 2}, {1, 2, 3, static_cast<float>(step)}},
+                 {"adamw.m.fc0.weight", {2, 2}, {0.1f, 0.2f, 0.3f, 0.4f}}};
+    return c;
+  }
+
+  static void Overwrite(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+
+  std::string root_;
+};
+
+TEST_F(CheckpointTest, RoundTripsEverything) {
+  absl::StatusOr<std::string> path = WriteCheckpoint(root_, Sample(1234));
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(fs::path(*path).filename(), "step-00001234");
+  EXPECT_TRUE(fs::exists(*path + "/model.safetensors"));
+  absl::StatusOr<Checkpoint> back = ReadCheckpoint(*path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const Checkpoint want = Sample(1234);
+  EXPECT_EQ(back->meta.step, 1234);
+  EXPECT_EQ(back->meta.rng_state, want.meta.rng_state);
+  EXPECT_EQ(back->meta.cursor, want.meta.cursor);
+  EXPECT_EQ(back->meta.fingerprint, want.meta.fingerprint);
+  ASSERT_EQ(back->tensors.size(), 2u);
+  EXPECT_EQ(back->tensors[0].name, "fc0.weight");
+  EXPECT_EQ(back->tensors[0].data, want.tensors[0].data);
+  EXPECT_EQ(back->tensors[1].data, want.tensors[1].data);
+  // No temp dirs left behind.
+  for (const auto& e : fs::directory_iterator(root_)) {
+    EXPECT_FALSE(absl::StartsWith(e.path().filename().string(), "."));
+  }
+  const std::string meta = *ReadWholeFile(*path + "/meta.json", 1 << 20);
+  EXPECT_TRUE(absl::StrContains(meta, R"("magic":"trainyard-checkpoint")"));
+  EXPECT_TRUE(absl::StrContains(meta, R"("version":1)"));
+}
+
+TEST_F(CheckpointTest, RewritingAStepReplacesIt) {
+  ASSERT_TRUE(WriteCheckpoint(root_, Sample(5)).ok());
+  Checkpoint again = Sample(5);
+  again.tensors[0].data[0] = 42;
+  ASSERT_TRUE(WriteCheckpoint(root_, again).ok());
+  EXPECT_EQ(ReadCheckpoint(root_ + "/step-00000005")->tensors[0].data[0], 42);
+}
+
+TEST_F(CheckpointTest, RejectsTruncatedTensorFile) {
+  const std::string path = *WriteCheckpoint(root_, Sample(1));
+  const std::string file = path + "/model.safetensors";
+  std::string bytes = *ReadWholeFile(file, 1 << 20);
+  Overwrite(file, bytes.substr(0, bytes.size() - 3));
+  absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StartsWith(r.status().message(), file)) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "truncated"))
+      << r.status();
+}
+
+TEST_F(CheckpointTest, RejectsFlippedByte) {
+  const std::string path = *WriteCheckpoint(root_, Sample(1));
+  const std::string file = path + "/model.safetensors";
+  std::string bytes = *ReadWholeFile(file, 1 << 20);
+  bytes[bytes.size() - 2] ^= 0x40;  // inside the tensor data
+  Overwrite(file, bytes);
+  absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "CRC-32")) << r.status();
+}
+
+TEST_F(CheckpointTest, RejectsBadMeta) {
+  const std::string path = *WriteCheckpoint(root_, Sample(1));
+  const std::string meta_path = path + "/meta.json";
+  const std::string good = *ReadWholeFile(meta_path, 1 << 20);
+  struct Case {
+    std::string from, to, expect;
+  };
+  const Case cases[] = {
+      {"trainyard-checkpoint", "something-else", "magic"},
+      {R"("version":1)", R"("version":2)", "version 2"},
+      {R"("step":1)", R"("step":2)", "does not match the directory"},
+      {R"("epoch":3)", R"("epoch":"x")", "data_cursor.epoch"},
+      {R"("spec_fingerprint")", R"("fingerprint")", "spec_fingerprint"},
+      {"{", "[", "invalid JSON"},
+  };
+  for (const Case& c : cases) {
+    std::string text = good;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    Overwrite(meta_path, text);
+    absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
+    ASSERT_FALSE(r.ok()) << c.to;
+    EXPECT_TRUE(absl::StartsWith(r.status().message(), meta_path))
+        << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), c.expect))
+        << r.status();
+  }
+  Overwrite(meta_path, good.substr(0, good.size() / 2));
+  EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kDataLoss);
+  fs::remove(meta_path);
+  EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointTest, LatestSkipsCorruptOnesAndPruneKeepsTheNewest) {
+  for (int64_t step : {10, 20, 30, 40})
+    ASSERT_TRUE(WriteCheckpoint(root_, Sample(step)).ok());
+  fs::create_directories(root_ + "/.tmp-step-00000050");  // a crashed write
+  ASSERT_TRUE(PruneCheckpoints(root_, 3).ok());
+  absl::StatusOr<std::vector<CheckpointEntry>> list = ListCheckpoints(root_);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].step, 40);
+  EXPECT_EQ((*list)[2].step, 20);
+  EXPECT_FALSE(fs::exists(root_ + "/.tmp-step-00000050"));
+
+  Overwrite(root_ + "/step-00000040/model.safetensors", "garbage");
+  absl::StatusOr<std::optional<LatestCheckpoint>> latest =
+      ReadLatestCheckpoint(root_);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->checkpoint.meta.step, 30);
+  ASSERT_EQ((*latest)->skipped.size(), 1u);
+  EXPECT_TRUE(absl::StrContains((*latest)->skipped[0], "step-00000040"));
+}
+
+TEST_F(CheckpointTest, NoCheckpointsIsNotAnErrorButAllCorruptIs) {
+  absl::StatusOr<std::optional<LatestCheckpoint>> none =
+      ReadLatestCheckpoint(root_ + "/missing");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  ASSERT_TRUE(WriteCheckpoint(root_, Sample(1)).ok());
+  Overwrite(root_ + "/step-00000001/meta.json", "{}");
+  EXPECT_EQ(ReadLatestCheckpoint(root_).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointTest, IgnoresUnrelatedEntries) {
+  fs::create_directories(root_ + "/step-abc");
+  fs::create_directories(root_ + "/notes");
+  std::ofstream(root_ + "/step-00000009") << "a file, not a dir";
+  absl::StatusOr<std::vector<CheckpointEntry>> list = ListCheckpoints(root_);
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+}
+
+}  // namespace
+}  // namespace trainyard::engine

@@ -1,0 +1,307 @@
+// The training loop. See trainer.h.
+#include "engine/core/trainer.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "engine/core/checkpoint.h"
+#include "engine/core/file_io.h"
+
+namespace trainyard::engine {
+namespace {
+
+absl::Status CheckConfig(const TrainerConfig& c) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer: ", what));
+  };
+  if (c.total_steps < 0) return bad("total_steps must be >= 0");
+  if (c.micro_batch < 1) return bad("micro_batch must be >= 1");
+  if (c.grad_accum < 1) return bad("grad_accum must be >= 1");
+  if (!(c.lr > 0)) return bad("lr must be > 0");
+  if (c.warmup_steps < 0) return bad("warmup_steps must be >= 0");
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) {
+    return bad("min_lr_ratio must be in [0, 1]");
+  }
+  if (c.log_every_steps < 1) return bad("log_every_steps must be >= 1");
+  if (c.eval_every_steps < 0 || c.eval_max_batches < 0) {
+    return bad("eval_every_steps and eval_max_batches must be >= 0");
+  }
+  if (c.checkpoint.every_steps < 0 || c.checkpoint.keep_last < 1) {
+    return bad("checkpoint every_steps must be >= 0 and keep_last >= 1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainerConfig& config, Model* model, Backend* backend,
+                 BatchSource* train, const ExampleSet* eval,
+                 TrainerEventSink* sink, Clock* clock)
+    : config_(config),
+      schedule_{config.lr, config.warmup_steps, config.total_steps,
+                config.min_lr_ratio},
+      model_(model),
+      backend_(backend),
+      train_(train),
+      eval_(eval),
+      sink_(sink),
+      clock_(clock),
+      rng_(config.seed) {}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const TrainerConfig& config, Model* model, Backend* backend,
+    BatchSource* train, const ExampleSet* eval, TrainerEventSink* sink,
+    Clock* clock) {
+  RETURN_IF_ERROR(CheckConfig(config));
+  if (config.micro_batch > model->max_batch()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: micro_batch ", config.micro_batch,
+                     " exceeds the model's max batch ", model->max_batch()));
+  }
+  std::unique_ptr<Trainer> t(
+      new Trainer(config, model, backend, train, eval, sink, clock));
+  ASSIGN_OR_RETURN(t->optimizer_, AdamW::Create(config.optimizer,
+                                                &model->parameters(), backend));
+  RETURN_IF_ERROR(model->InitializeParameters(t->rng_));
+  return t;
+}
+
+absl::StatusOr<Trainer::Outcome> Trainer::Run(const std::atomic<bool>* stop) {
+  RETURN_IF_ERROR(Start());
+  while (!done()) {
+    if (stop != nullptr && stop->load()) {
+      RETURN_IF_ERROR(Interrupt());
+      return Outcome::kInterrupted;
+    }
+    RETURN_IF_ERROR(Advance());
+  }
+  RETURN_IF_ERROR(Finish());
+  return Outcome::kFinished;
+}
+
+absl::Status Trainer::Start() {
+  run_start_ = window_start_ = clock_->Now();
+  std::string resumed_from;
+  if (!config_.checkpoint.dir.empty()) {
+    // Fail now, not at the first checkpoint many steps in.
+    RETURN_IF_ERROR(MakeDirectories(config_.checkpoint.dir));
+    ASSIGN_OR_RETURN(std::optional<LatestCheckpoint> latest,
+                     ReadLatestCheckpoint(config_.checkpoint.dir));
+    if (latest.has_value()) {
+      for (const std::string& why : latest->skipped) {
+        YARD_LOG(WARNING) << "skipping unreadable checkpoint: " << why;
+      }
+      RETURN_IF_ERROR(Restore(latest->path, latest->checkpoint));
+      resumed_from = latest->path;
+    }
+  }
+  RETURN_IF_ERROR(train_->Seek(cursor_));
+  sink_->Emit(TrainStartedEvent{step_, config_.total_steps,
+                                model_->num_parameters(), resumed_from,
+                                std::string(backend_->name())});
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Restore(const std::string& path, const Checkpoint& ckpt) {
+  auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot resume from ", path, ": ", why));
+  };
+  if (!config_.fingerprint.empty() &&
+      ckpt.meta.fingerprint != config_.fingerprint) {
+    return refuse(absl::StrCat(
+        "it was written for a different job configuration (fingerprint ",
+        ckpt.meta.fingerprint, ", this job has ", config_.fingerprint,
+        "); use another checkpoint directory"));
+  }
+  if (ckpt.meta.step > config_.total_steps) {
+    return refuse(absl::StrCat("its step ", ckpt.meta.step,
+                               " is past the job's ", config_.total_steps,
+                               " steps"));
+  }
+  // Weights then moments, each matched by name; all checked before any is
+  // copied so a refused checkpoint leaves the fresh state untouched.
+  std::vector<std::tuple<std::string, Shape, float*>> wanted;
+  for (const Parameter& p : model_->parameters()) {
+    wanted.emplace_back(p.name, p.shape, p.value);
+  }
+  for (const AdamW::MomentRef& m : optimizer_->moments()) {
+    wanted.emplace_back(m.name, m.shape, m.data);
+  }
+  if (wanted.size() != ckpt.tensors.size()) {
+    return refuse(absl::StrCat("it holds ", ckpt.tensors.size(),
+                               " tensors, the model and optimizer have ",
+                               wanted.size()));
+  }
+  std::map<std::string, const HostTensor*> by_name;
+  for (const HostTensor& t : ckpt.tensors) by_name[t.name] = &t;
+  for (const auto& [name, shape, data] : wanted) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return refuse(absl::StrCat("tensor ", name, " is missing"));
+    }
+    if (it->second->shape != shape) {
+      return refuse(absl::StrCat("tensor ", name, " has shape ",
+                                 ShapeString(it->second->shape), ", expected ",
+                                 ShapeString(shape)));
+    }
+  }
+  ASSIGN_OR_RETURN(rng_, Rng::FromState(ckpt.meta.rng_state));
+  for (const auto& [name, shape, data] : wanted) {
+    const HostTensor& t = *by_name[name];
+    backend_->CopyToDevice(data, t.data.data(), t.data.size() * 4);
+  }
+  step_ = ckpt.meta.step;
+  cursor_ = ckpt.meta.cursor;
+  optimizer_->set_step_count(step_);
+  last_checkpoint_path_ = path;
+  last_checkpoint_step_ = step_;
+  return backend_->Synchronize();
+}
+
+absl::Status Trainer::Advance() {
+  const double lr = schedule_.At(step_);
+  model_->ZeroGradients();
+  for (int64_t micro = 0; micro < config_.grad_accum; ++micro) {
+    ASSIGN_OR_RETURN(Batch batch, train_->Next());
+    ASSIGN_OR_RETURN(ForwardStats stats, model_->Forward(batch));
+    // The step's loss is the mean over all its examples.
+    model_->Backward(1.0f /
+                     static_cast<float>(batch.size * config_.grad_accum));
+    window_loss_sum_ += stats.loss_sum;
+    window_examples_ += stats.examples;
+    cursor_ = batch.next;
+  }
+  ASSIGN_OR_RETURN(OptimizerStepStats opt, optimizer_->Step(lr));
+  ++step_;
+  ++window_steps_;
+  if (step_ % config_.log_every_steps == 0 || done()) {
+    ReportProgress(lr, opt.grad_norm);
+  }
+  if (done()) return absl::OkStatus();  // Finish evaluates and saves
+  if (config_.eval_every_steps > 0 && step_ % config_.eval_every_steps == 0) {
+    RETURN_IF_ERROR(EvaluateAndReport());
+  }
+  if (config_.checkpoint.every_steps > 0 &&
+      step_ % config_.checkpoint.every_steps == 0) {
+    RETURN_IF_ERROR(SaveCheckpoint().status());
+  }
+  // Throughput counts training only, not the evaluation or checkpoint that
+  // followed a report.
+  if (window_steps_ == 0) window_start_ = clock_->Now();
+  return absl::OkStatus();
+}
+
+void Trainer::ReportProgress(double lr, double grad_norm) {
+  const absl::Time now = clock_->Now();
+  const double seconds = absl::ToDoubleSeconds(now - window_start_);
+  TrainProgressEvent e;
+  e.step = step_;
+  e.total_steps = config_.total_steps;
+  e.loss = window_examples_ > 0 ? window_loss_sum_ / window_examples_ : 0;
+  e.lr = lr;
+  e.grad_norm = grad_norm;
+  e.samples_per_second = seconds > 0 ? window_examples_ / seconds : 0;
+  e.memory_bytes = backend_->peak_allocated_bytes();
+  last_train_loss_ = e.loss;
+  sink_->Emit(e);
+  window_loss_sum_ = 0;
+  window_examples_ = 0;
+  window_steps_ = 0;
+  window_start_ = now;
+}
+
+absl::StatusOr<EvalMetrics> Trainer::Evaluate() {
+  EvalMetrics m;
+  if (eval_ == nullptr || eval_->size() == 0) return m;
+  const int64_t batch_size = model_->max_batch();
+  int64_t limit = eval_->size();
+  if (config_.eval_max_batches > 0) {
+    limit = std::min(limit, config_.eval_max_batches * batch_size);
+  }
+  double loss_sum = 0;
+  int64_t correct = 0;
+  std::vector<int64_t> indices;
+  Batch batch;
+  for (int64_t begin = 0; begin < limit; begin += batch_size) {
+    const int64_t n = std::min(batch_size, limit - begin);
+    indices.resize(n);
+    for (int64_t i = 0; i < n; ++i) indices[i] = begin + i;
+    eval_->Gather(indices, &batch);
+    ASSIGN_OR_RETURN(ForwardStats stats, model_->Forward(batch));
+    loss_sum += stats.loss_sum;
+    correct += stats.correct;
+    m.examples += stats.examples;
+  }
+  m.loss = loss_sum / m.examples;
+  m.accuracy = static_cast<double>(correct) / m.examples;
+  return m;
+}
+
+absl::Status Trainer::EvaluateAndReport() {
+  if (eval_ == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(last_eval_, Evaluate());
+  last_eval_step_ = step_;
+  sink_->Emit(EvalResultEvent{step_, last_eval_.loss, last_eval_.accuracy,
+                              last_eval_.examples});
+  return absl::OkStatus();
+}
+
+std::vector<HostTensor> Trainer::StateTensors() const {
+  std::vector<HostTensor> out;
+  auto add = [&](const std::string& name, const Shape& shape, const float* d) {
+    HostTensor t{name, shape, std::vector<float>(NumElements(shape))};
+    backend_->CopyToHost(t.data.data(), d, t.data.size() * 4);
+    out.push_back(std::move(t));
+  };
+  for (const Parameter& p : model_->parameters()) add(p.name, p.shape, p.value);
+  for (const AdamW::MomentRef& m : optimizer_->moments()) {
+    add(m.name, m.shape, m.data);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
+  if (config_.checkpoint.dir.empty()) return std::string();
+  Checkpoint ckpt;
+  ckpt.meta = {step_, rng_.SerializeState(), cursor_, config_.fingerprint};
+  ckpt.tensors = StateTensors();
+  RETURN_IF_ERROR(backend_->Synchronize());
+  ASSIGN_OR_RETURN(std::string path,
+                   WriteCheckpoint(config_.checkpoint.dir, ckpt));
+  RETURN_IF_ERROR(
+      PruneCheckpoints(config_.checkpoint.dir, config_.checkpoint.keep_last));
+  last_checkpoint_path_ = path;
+  last_checkpoint_step_ = step_;
+  sink_->Emit(CheckpointSavedEvent{step_, path});
+  return path;
+}
+
+absl::Status Trainer::Finish() {
+  if (last_eval_step_ != step_) RETURN_IF_ERROR(EvaluateAndReport());
+  if (last_checkpoint_step_ != step_)
+    RETURN_IF_ERROR(SaveCheckpoint().status());
+  TrainFinishedEvent e;
+  e.step = step_;
+  e.train_loss = window_examples_ > 0 ? window_loss_sum_ / window_examples_
+                                      : last_train_loss_;
+  e.eval_loss = last_eval_.loss;
+  e.eval_accuracy = last_eval_.accuracy;
+  e.checkpoint_path = last_checkpoint_path_;
+  e.wall_seconds = absl::ToDoubleSeconds(clock_->Now() - run_start_);
+  sink_->Emit(e);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Interrupt() {
+  if (last_checkpoint_step_ != step_)
+    RETURN_IF_ERROR(SaveCheckpoint().status());
+  sink_->Emit(TrainInterruptedEvent{step_, last_checkpoint_path_});
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard::engine

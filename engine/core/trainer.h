@@ -1,0 +1,141 @@
+// Trainer: the training loop. Each optimizer step zeroes the gradients, runs
+// `grad_accum` micro-batches forward and backward, clips by global norm and
+// applies AdamW at the scheduled learning rate; every few steps it reports
+// progress, evaluates on the held-out set and writes a checkpoint.
+//
+// Resume is exact: a checkpoint holds the weights, the AdamW moments, the
+// step, the RNG state and the data cursor, so a run stopped at any
+// checkpoint and resumed ends bitwise equal to an uninterrupted run.
+//
+// Thread-safety: not thread-safe; one thread drives a Trainer (the
+// BatchSource may prefetch on its own thread behind the scenes).
+#ifndef TRAINYARD_ENGINE_CORE_TRAINER_H_
+#define TRAINYARD_ENGINE_CORE_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "engine/core/adamw.h"
+#include "engine/core/backend.h"
+#include "engine/core/batch.h"
+#include "engine/core/checkpoint.h"
+#include "engine/core/lr_schedule.h"
+#include "engine/core/model.h"
+#include "engine/core/rng.h"
+#include "engine/core/tensor.h"
+#include "engine/core/trainer_events.h"
+
+namespace trainyard::engine {
+
+struct CheckpointPolicy {
+  // Checkpoint root; empty turns checkpoints (and resume) off.
+  std::string dir;
+  int64_t every_steps = 0;  // 0: only at the end and when interrupted
+  int keep_last = 3;
+};
+
+struct TrainerConfig {
+  int64_t total_steps = 1;
+  int64_t micro_batch = 32;
+  int64_t grad_accum = 1;
+  double lr = 1e-3;
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.1;
+  AdamWConfig optimizer;
+  int64_t log_every_steps = 10;
+  int64_t eval_every_steps = 0;  // 0: only at the end
+  int64_t eval_max_batches = 0;  // 0: the whole eval set
+  CheckpointPolicy checkpoint;
+  uint64_t seed = 0;
+  // Identifies the job's configuration; a checkpoint with a different one is
+  // refused on resume.
+  std::string fingerprint;
+};
+
+struct EvalMetrics {
+  double loss = 0;
+  double accuracy = 0;
+  int64_t examples = 0;
+};
+
+class Trainer {
+ public:
+  enum class Outcome { kFinished, kInterrupted };
+
+  // Initializes the model's weights from config.seed. Everything passed in
+  // must outlive the trainer; `eval` may be null (no evaluation).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const TrainerConfig& config, Model* model, Backend* backend,
+      BatchSource* train, const ExampleSet* eval, TrainerEventSink* sink,
+      Clock* clock = Clock::Real());
+
+  // Start(), then Advance() until done or until *stop turns true (checked
+  // between steps), then Finish() or Interrupt().
+  absl::StatusOr<Outcome> Run(const std::atomic<bool>* stop);
+
+  // The pieces of Run, for callers that drive steps themselves.
+  // Resumes from the newest readable checkpoint when there is one and emits
+  // TrainStarted.
+  absl::Status Start();
+  bool done() const { return step_ >= config_.total_steps; }
+  // One optimizer step plus its periodic report, evaluation and checkpoint.
+  absl::Status Advance();
+  // Final evaluation and checkpoint; emits TrainFinished.
+  absl::Status Finish();
+  // Checkpoint (unless one exists for this step); emits TrainInterrupted.
+  absl::Status Interrupt();
+
+  absl::StatusOr<EvalMetrics> Evaluate();
+  // Writes a checkpoint of the current state (emits CheckpointSaved) and
+  // returns its path; "" when checkpoints are off.
+  absl::StatusOr<std::string> SaveCheckpoint();
+
+  int64_t step() const { return step_; }
+  // Host copies of the whole training state: weights, then AdamW moments.
+  std::vector<HostTensor> StateTensors() const;
+
+ private:
+  Trainer(const TrainerConfig& config, Model* model, Backend* backend,
+          BatchSource* train, const ExampleSet* eval, TrainerEventSink* sink,
+          Clock* clock);
+  absl::Status Restore(const std::string& path, const Checkpoint& ckpt);
+  void ReportProgress(double lr, double grad_norm);
+  absl::Status EvaluateAndReport();
+
+  const TrainerConfig config_;
+  const LrSchedule schedule_;
+  Model* const model_;
+  Backend* const backend_;
+  BatchSource* const train_;
+  const ExampleSet* const eval_;
+  TrainerEventSink* const sink_;
+  Clock* const clock_;
+  std::unique_ptr<AdamW> optimizer_;
+  Rng rng_;
+
+  int64_t step_ = 0;
+  DataCursor cursor_;
+  std::string last_checkpoint_path_;
+  int64_t last_checkpoint_step_ = -1;
+  EvalMetrics last_eval_;
+  int64_t last_eval_step_ = -1;
+
+  // Progress window since the last report.
+  double window_loss_sum_ = 0;
+  int64_t window_examples_ = 0;
+  int64_t window_steps_ = 0;
+  absl::Time window_start_;
+  double last_train_loss_ = 0;
+  absl::Time run_start_;
+};
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_CORE_TRAINER_H_

@@ -1,0 +1,78 @@
+// CpuBackend: the fp32 reference implementation of Backend, the oracle the
+// CUDA backend is checked against. Plain loops and our own blocked GEMM,
+// parallelized over `threads` with a ThreadPool. Every op splits work only
+// along outputs and sums in a fixed order, so results are bitwise identical
+// for any thread count.
+//
+// Thread-safety: as Backend (one training loop at a time).
+#ifndef TRAINYARD_ENGINE_CPU_CPU_BACKEND_H_
+#define TRAINYARD_ENGINE_CPU_CPU_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/core/backend.h"
+#include "engine/cpu/thread_pool.h"
+
+namespace trainyard::engine {
+
+struct CpuBackendOptions {
+  int threads = 1;
+  // Allocation cap; 0 = unlimited. Beyond it Allocate is RESOURCE_EXHAUSTED.
+  int64_t memory_limit_bytes = 0;
+};
+
+class CpuBackend : public Backend {
+ public:
+  // INVALID_ARGUMENT unless 1 <= threads <= 1024.
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(
+      const CpuBackendOptions& options);
+
+  absl::string_view name() const override { return "cpu"; }
+  int threads() const override { return pool_.threads(); }
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(
+      int64_t bytes) override;
+  int64_t peak_allocated_bytes() const override { return peak_bytes_; }
+  void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
+  void CopyToHost(void* dst, const void* src, int64_t bytes) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  void Fill(float* x, int64_t n, float value) override;
+  void Scale(float* x, int64_t n, float s) override;
+  double SumSquares(const float* x, int64_t n) override;
+  void LinearForward(float* out, const float* inp, const float* weight,
+                     const float* bias, int64_t batch, int64_t in,
+                     int64_t out_features) override;
+  void LinearBackward(float* dinp, float* dweight, float* dbias,
+                      const float* dout, const float* inp, const float* weight,
+                      int64_t batch, int64_t in, int64_t out_features) override;
+  void ReluForward(float* out, const float* x, int64_t n) override;
+  void ReluBackward(float* dx, const float* dout, const float* out,
+                    int64_t n) override;
+  void SoftmaxCrossEntropyForward(float* probs, float* losses,
+                                  const float* logits, const int32_t* targets,
+                                  int64_t batch, int64_t classes) override;
+  void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
+                                   const int32_t* targets, float scale,
+                                   int64_t batch, int64_t classes) override;
+  void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
+             const AdamWUpdate& update) override;
+
+ private:
+  friend class CpuBuffer;
+  explicit CpuBackend(const CpuBackendOptions& options);
+  // fn(begin, end) over [0, n) in chunks; serial for small n.
+  void ForChunks(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+  const CpuBackendOptions options_;
+  ThreadPool pool_;
+  int64_t allocated_bytes_ = 0;
+  int64_t peak_bytes_ = 0;
+};
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_CPU_CPU_BACKEND_H_

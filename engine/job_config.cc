@@ -1,0 +1,153 @@
+// JobSpec -> engine configs. See job_config.h.
+#include "engine/job_config.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "spec/spec.h"
+
+namespace trainyard::engine {
+namespace {
+
+using ::trainyard::v1::JobSpec;
+
+absl::Status Unsupported(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", what, " not supported by this engine yet"));
+}
+
+absl::Status CheckSupported(const JobSpec& spec) {
+  if (spec.model().has_gpt()) return Unsupported("model.gpt", "GPT models are");
+  if (!spec.model().has_mlp()) {
+    return absl::InvalidArgumentError("model: required (mlp)");
+  }
+  if (spec.data().has_text()) return Unsupported("data.text", "text data is");
+  if (spec.data().has_tokens()) {
+    return Unsupported("data.tokens", "token shards are");
+  }
+  if (!spec.data().has_mnist()) {
+    return absl::InvalidArgumentError("data: required (mnist)");
+  }
+  if (spec.precision() == trainyard::v1::BF16) {
+    return Unsupported("precision", "BF16 is");
+  }
+  if (spec.resources().gpus() > 0) {
+    return absl::InvalidArgumentError(
+        "resources.gpus: GPU training is not supported by this engine yet "
+        "(set gpus: 0 to train on CPU threads)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MnistFiles> ResolveMnist(const trainyard::v1::MnistData& m,
+                                        const std::string& root) {
+  MnistFiles files;
+  files.holdout = m.holdout();
+  ASSIGN_OR_RETURN(files.images, spec::ResolveDataPath("data.mnist.images",
+                                                       root, m.images(), true));
+  ASSIGN_OR_RETURN(files.labels, spec::ResolveDataPath("data.mnist.labels",
+                                                       root, m.labels(), true));
+  if (!m.eval_images().empty()) {
+    ASSIGN_OR_RETURN(files.eval_images,
+                     spec::ResolveDataPath("data.mnist.eval_images", root,
+                                           m.eval_images(), true));
+    ASSIGN_OR_RETURN(files.eval_labels,
+                     spec::ResolveDataPath("data.mnist.eval_labels", root,
+                                           m.eval_labels(), true));
+  }
+  return files;
+}
+
+TrainerConfig TrainerConfigFromSpec(const JobSpec& spec) {
+  const auto& opt = spec.optimizer();
+  TrainerConfig t;
+  t.total_steps = spec.steps();
+  t.micro_batch = spec.batch().micro_batch();
+  t.grad_accum = spec.batch().grad_accum();
+  t.lr = opt.lr();
+  t.warmup_steps = opt.warmup_steps();
+  t.min_lr_ratio = opt.min_lr_ratio();
+  t.optimizer.beta1 = opt.beta1();
+  t.optimizer.beta2 = opt.beta2();
+  t.optimizer.eps = opt.eps();
+  t.optimizer.weight_decay = opt.weight_decay();
+  t.optimizer.grad_clip = opt.grad_clip();
+  t.log_every_steps = spec.log_every_steps();
+  t.eval_every_steps = spec.eval().every_steps();
+  t.eval_max_batches = spec.eval().max_batches();
+  t.checkpoint.every_steps = spec.checkpoint().every_steps();
+  t.checkpoint.keep_last = spec.checkpoint().keep_last();
+  t.seed = spec.seed();
+  t.fingerprint = SpecFingerprint(spec);
+  return t;
+}
+
+uint64_t Fnv1a64(absl::string_view data) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string SpecFingerprint(const JobSpec& spec) {
+  JobSpec shaping;
+  *shaping.mutable_model() = spec.model();
+  *shaping.mutable_data() = spec.data();
+  *shaping.mutable_optimizer() = spec.optimizer();
+  *shaping.mutable_batch() = spec.batch();
+  shaping.set_steps(spec.steps());
+  shaping.set_precision(spec.precision());
+  shaping.set_seed(spec.seed());
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&bytes);
+    google::protobuf::io::CodedOutputStream out(&raw);
+    out.SetSerializationDeterministic(true);
+    shaping.SerializeToCodedStream(&out);
+  }
+  return absl::StrFormat("%016x", Fnv1a64(bytes));
+}
+
+std::string DefaultCheckpointDir(const JobSpec& spec) {
+  std::string name;
+  for (char c : spec.name()) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    name.push_back(ok ? c : '_');
+  }
+  if (name.empty() || name.find_first_not_of('.') == std::string::npos) {
+    name = "run";
+  }
+  return "checkpoints/" + name;
+}
+
+absl::StatusOr<EngineJob> EngineJobFromSpec(const JobSpec& spec,
+                                            const JobConfigOptions& options) {
+  RETURN_IF_ERROR(CheckSupported(spec));
+  EngineJob job;
+  job.name = spec.name();
+  const auto& mlp = spec.model().mlp();
+  job.mlp.input_dim = mlp.input_dim();
+  job.mlp.num_classes = mlp.num_classes();
+  job.mlp.hidden.assign(mlp.hidden().begin(), mlp.hidden().end());
+  ASSIGN_OR_RETURN(job.mnist,
+                   ResolveMnist(spec.data().mnist(), options.data_root));
+  job.trainer = TrainerConfigFromSpec(spec);
+  job.trainer.checkpoint.dir = options.checkpoint_dir.empty()
+                                   ? DefaultCheckpointDir(spec)
+                                   : options.checkpoint_dir;
+  job.threads =
+      options.threads > 0 ? options.threads : spec.resources().cpu_threads();
+  if (job.threads < 1) job.threads = 1;
+  return job;
+}
+
+}  // namespace trainyard::engine

@@ -1,0 +1,63 @@
+// From a JobSpec (the API's protobuf message) to the engine's plain configs.
+// This is the one place that knows both: the engine libraries stay free of
+// protobuf, and yard-train calls this after spec::WithDefaults and
+// spec::ValidateJobSpec. Pure functions; thread-safe.
+#ifndef TRAINYARD_ENGINE_JOB_CONFIG_H_
+#define TRAINYARD_ENGINE_JOB_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/core/mlp.h"
+#include "engine/core/trainer.h"
+#include "trainyard/v1/spec.pb.h"
+
+namespace trainyard::engine {
+
+struct JobConfigOptions {
+  // Spec data paths are relative to this root.
+  std::string data_root = ".";
+  // Empty: DefaultCheckpointDir(spec).
+  std::string checkpoint_dir;
+  // 0: spec.resources.cpu_threads.
+  int threads = 0;
+};
+
+// MNIST files, resolved inside the data root.
+struct MnistFiles {
+  std::string images;
+  std::string labels;
+  int64_t holdout = 0;
+  // Separate evaluation files; empty when the holdout split is used.
+  std::string eval_images;
+  std::string eval_labels;
+};
+
+struct EngineJob {
+  std::string name;
+  MlpConfig mlp;
+  MnistFiles mnist;
+  TrainerConfig trainer;
+  int threads = 1;
+};
+
+// REQUIRES: spec has defaults applied and passed validation. Still returns
+// INVALID_ARGUMENT, starting with the field path, for what this engine
+// cannot run yet (GPT models, text or token data, BF16, GPUs).
+absl::StatusOr<EngineJob> EngineJobFromSpec(const trainyard::v1::JobSpec& spec,
+                                            const JobConfigOptions& options);
+
+// 16 hex digits identifying everything that shapes the trained weights:
+// model, data, optimizer, batch, steps, precision and seed. Not the name,
+// threads (results do not depend on them), logging, evaluation or
+// checkpoint policy, so those may change across a resume.
+std::string SpecFingerprint(const trainyard::v1::JobSpec& spec);
+
+// "checkpoints/<name>", the name reduced to [A-Za-z0-9._-] ("run" when
+// nothing usable is left).
+std::string DefaultCheckpointDir(const trainyard::v1::JobSpec& spec);
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_JOB_CONFIG_H_

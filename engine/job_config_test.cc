@@ -1,0 +1,226 @@
+// JobSpec -> engine configs, event conversion, and TrainJob assembly.
+#include "engine/job_config.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "engine/event_proto.h"
+#include "engine/train_job.h"
+#include "gtest/gtest.h"
+#include "spec/spec.h"
+
+namespace trainyard::engine {
+namespace {
+
+using ::trainyard::v1::JobSpec;
+
+const std::string kRoot = YARD_SOURCE_DIR;
+
+JobSpec Example() {
+  absl::StatusOr<JobSpec> spec =
+      spec::ReadJobSpecFile(kRoot + "/examples/mnist-mlp.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec::WithDefaults(*spec);
+}
+
+JobConfigOptions Options() {
+  JobConfigOptions o;
+  o.data_root = kRoot;
+  return o;
+}
+
+TEST(JobConfigTest, TheExampleSpecIsValidAndConverts) {
+  const JobSpec spec = Example();
+  spec::ValidationOptions v;
+  v.data_root = kRoot;
+  ASSERT_TRUE(spec::ValidateJobSpec(spec, v).ok())
+      << spec::ValidateJobSpec(spec, v);
+  absl::StatusOr<EngineJob> job = EngineJobFromSpec(spec, Options());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->mlp.input_dim, 784);
+  EXPECT_EQ(job->mlp.hidden, (std::vector<int64_t>{512, 256}));
+  EXPECT_EQ(job->mlp.num_classes, 10);
+  EXPECT_EQ(job->mnist.holdout, 2000);
+  EXPECT_TRUE(absl::EndsWith(job->mnist.images, "t10k-images-idx3-ubyte.gz"));
+  EXPECT_TRUE(std::filesystem::exists(job->mnist.images));
+  EXPECT_EQ(job->trainer.total_steps, spec.steps());
+  EXPECT_EQ(job->trainer.micro_batch, 128);
+  EXPECT_EQ(job->trainer.grad_accum, 1);
+  EXPECT_DOUBLE_EQ(job->trainer.lr, 0.002);
+  EXPECT_EQ(job->trainer.checkpoint.keep_last, 3);
+  EXPECT_EQ(job->trainer.checkpoint.dir, "checkpoints/mnist-mlp");
+  EXPECT_EQ(job->trainer.seed, 1u);
+  EXPECT_EQ(job->threads, 2);
+  EXPECT_EQ(job->trainer.fingerprint.size(), 16u);
+}
+
+TEST(JobConfigTest, FlagsOverrideTheSpec) {
+  JobConfigOptions o = Options();
+  o.threads = 5;
+  o.checkpoint_dir = "/tmp/elsewhere";
+  absl::StatusOr<EngineJob> job = EngineJobFromSpec(Example(), o);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->threads, 5);
+  EXPECT_EQ(job->trainer.checkpoint.dir, "/tmp/elsewhere");
+}
+
+TEST(JobConfigTest, RefusesWhatThisEngineCannotRunYet) {
+  struct Case {
+    std::function<void(JobSpec*)> edit;
+    std::string field;
+  };
+  const Case cases[] = {
+      {[](JobSpec* s) { s->mutable_model()->mutable_gpt()->set_n_layer(2); },
+       "model.gpt: "},
+      {[](JobSpec* s) {
+         s->mutable_data()->mutable_text()->set_train("a.txt");
+       },
+       "data.text: "},
+      {[](JobSpec* s) {
+         s->mutable_data()->mutable_tokens()->add_train("a.bin");
+       },
+       "data.tokens: "},
+      {[](JobSpec* s) { s->set_precision(trainyard::v1::BF16); },
+       "precision: "},
+      {[](JobSpec* s) { s->mutable_resources()->set_gpus(1); },
+       "resources.gpus: "},
+  };
+  for (const Case& c : cases) {
+    JobSpec spec = Example();
+    c.edit(&spec);
+    absl::StatusOr<EngineJob> job = EngineJobFromSpec(spec, Options());
+    ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.field;
+    EXPECT_TRUE(absl::StartsWith(job.status().message(), c.field))
+        << job.status();
+    EXPECT_TRUE(absl::StrContains(job.status().message(), "not supported"));
+  }
+}
+
+TEST(JobConfigTest, PathsMustStayInsideTheDataRoot) {
+  JobSpec spec = Example();
+  spec.mutable_data()->mutable_mnist()->set_images("../outside.gz");
+  absl::StatusOr<EngineJob> job = EngineJobFromSpec(spec, Options());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "data.mnist.images"));
+}
+
+TEST(JobConfigTest, FingerprintCoversWhatShapesTheWeightsOnly) {
+  const JobSpec base = Example();
+  const std::string fp = SpecFingerprint(base);
+  EXPECT_EQ(fp, SpecFingerprint(base));
+  auto changed = [&](const std::function<void(JobSpec*)>& edit) {
+    JobSpec s = base;
+    edit(&s);
+    return SpecFingerprint(s) != fp;
+  };
+  EXPECT_TRUE(changed([](JobSpec* s) { s->set_seed(2); }));
+  EXPECT_TRUE(changed([](JobSpec* s) { s->mutable_optimizer()->set_lr(0.1); }));
+  EXPECT_TRUE(changed([](JobSpec* s) { s->set_steps(5); }));
+  EXPECT_TRUE(changed(
+      [](JobSpec* s) { s->mutable_model()->mutable_mlp()->add_hidden(8); }));
+  EXPECT_TRUE(
+      changed([](JobSpec* s) { s->mutable_batch()->set_grad_accum(2); }));
+  EXPECT_FALSE(changed([](JobSpec* s) { s->set_name("other"); }));
+  EXPECT_FALSE(
+      changed([](JobSpec* s) { s->mutable_resources()->set_cpu_threads(7); }));
+  EXPECT_FALSE(
+      changed([](JobSpec* s) { s->mutable_checkpoint()->set_every_steps(1); }));
+  EXPECT_FALSE(changed([](JobSpec* s) { s->set_log_every_steps(3); }));
+  EXPECT_FALSE(
+      changed([](JobSpec* s) { s->mutable_eval()->set_every_steps(3); }));
+}
+
+TEST(JobConfigTest, DefaultCheckpointDirIsASafeName) {
+  JobSpec s;
+  EXPECT_EQ(DefaultCheckpointDir(s), "checkpoints/run");
+  s.set_name("../../etc");
+  EXPECT_EQ(DefaultCheckpointDir(s), "checkpoints/.._.._etc");
+  s.set_name("..");
+  EXPECT_EQ(DefaultCheckpointDir(s), "checkpoints/run");
+  s.set_name("my run/1");
+  EXPECT_EQ(DefaultCheckpointDir(s), "checkpoints/my_run_1");
+}
+
+TEST(EventProtoTest, ConvertsEveryEvent) {
+  TrainFinishedEvent f;
+  f.step = 1000;
+  f.eval_accuracy = 0.97;
+  f.checkpoint_path = "ck/step-00001000";
+  const std::string json = ToJsonLine(ToProto(f));
+  EXPECT_EQ(json.find('\n'), std::string::npos);
+  trainyard::v1::TrainerEvent back;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &back).ok());
+  EXPECT_EQ(back.finished().step(), 1000);
+  EXPECT_DOUBLE_EQ(back.finished().eval_accuracy(), 0.97);
+  EXPECT_EQ(back.finished().checkpoint_path(), "ck/step-00001000");
+
+  EXPECT_TRUE(ToProto(TrainStartedEvent{3, 10, 5, "x", "cpu"}).has_started());
+  EXPECT_TRUE(ToProto(TrainProgressEvent{}).has_progress());
+  EXPECT_TRUE(ToProto(EvalResultEvent{}).has_eval());
+  EXPECT_TRUE(ToProto(CheckpointSavedEvent{}).has_checkpoint());
+  EXPECT_TRUE(ToProto(TrainInterruptedEvent{7, "p"}).has_interrupted());
+  EXPECT_TRUE(absl::StrContains(ToTextLine(f), "accuracy 97.00%"));
+}
+
+// TrainJob assembly: the spec must fit the data.
+class TrainJobTest : public ::testing::Test {
+ protected:
+  EngineJob Job() {
+    EngineJob job = *EngineJobFromSpec(Example(), Options());
+    job.mlp.hidden = {16};
+    job.trainer.total_steps = 60;
+    job.trainer.warmup_steps = 0;
+    job.trainer.micro_batch = 32;
+    job.trainer.eval_every_steps = 0;
+    job.trainer.checkpoint.every_steps = 0;
+    job.trainer.checkpoint.dir =
+        ::testing::TempDir() + "train_job_test/" +
+        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(job.trainer.checkpoint.dir);
+    return job;
+  }
+  struct NullSink : TrainerEventSink {
+    void Emit(const TrainerEvent& e) override { events.push_back(e); }
+    std::vector<TrainerEvent> events;
+  } sink_;
+};
+
+TEST_F(TrainJobTest, RunsASmallJob) {
+  absl::StatusOr<std::unique_ptr<TrainJob>> job =
+      TrainJob::Create(Job(), &sink_);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(*(*job)->Run(nullptr), Trainer::Outcome::kFinished);
+  const auto* finished = std::get_if<TrainFinishedEvent>(&sink_.events.back());
+  ASSERT_NE(finished, nullptr);
+  EXPECT_GT(finished->eval_accuracy, 0.7);
+}
+
+TEST_F(TrainJobTest, SpecThatDoesNotFitTheDataIsInvalidArgument) {
+  EngineJob job = Job();
+  job.mlp.input_dim = 100;
+  absl::StatusOr<std::unique_ptr<TrainJob>> t = TrainJob::Create(job, &sink_);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(t.status().message(), "model.mlp.input_dim: "));
+  job = Job();
+  job.mnist.holdout = 10000;
+  t = TrainJob::Create(job, &sink_);
+  EXPECT_TRUE(absl::StartsWith(t.status().message(), "data.mnist.holdout: "))
+      << t.status();
+}
+
+TEST_F(TrainJobTest, UnreadableDataIsDataLoss) {
+  const std::string bad = ::testing::TempDir() + "train_job_test_garbage.gz";
+  std::ofstream(bad) << "this is not gzip or idx";
+  EngineJob job = Job();
+  job.mnist.images = bad;
+  absl::StatusOr<std::unique_ptr<TrainJob>> t = TrainJob::Create(job, &sink_);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(t.status().message(), bad)) << t.status();
+}
+
+}  // namespace
+}  // namespace trainyard::engine

@@ -1,0 +1,265 @@
+// yard-train as a process: the CLI contract other components rely on —
+// exit codes, JSON events on stdout, SIGTERM -> checkpoint + exit 3, and
+// resume from that checkpoint.
+#include <fcntl.h>
+#include <google/protobuf/util/json_util.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "trainyard/v1/trainer.pb.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::vector<std::string> stdout_lines;
+  std::string stderr_text;
+  std::string last_stderr_line() const {
+    std::vector<std::string> lines =
+        absl::StrSplit(stderr_text, '\n', absl::SkipEmpty());
+    return lines.empty() ? "" : lines.back();
+  }
+};
+
+// Runs yard-train with `args` in `cwd`. `on_line` sees each stdout line as
+// it arrives and may signal the child. Lines must keep coming: 60 s without
+// one kills the child and fails the test (no hang).
+Result RunYardTrain(
+    const std::vector<std::string>& args, const std::string& cwd,
+    const std::function<void(const std::string&, pid_t)>& on_line = {}) {
+  int out[2];
+  EXPECT_EQ(pipe(out), 0);
+  const std::string err_path = cwd + "/stderr.txt";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(err, 2);
+    close(out[0]);
+    if (chdir(cwd.c_str()) != 0) _exit(127);
+    std::vector<char*> argv = {const_cast<char*>(YARD_TRAIN_BIN)};
+    for (const std::string& a : args)
+      argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(YARD_TRAIN_BIN, argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  Result r;
+  std::string pending;
+  char buf[4096];
+  while (true) {
+    pollfd p = {out[0], POLLIN, 0};
+    if (poll(&p, 1, 60'000) <= 0) {
+      kill(pid, SIGKILL);
+      ADD_FAILURE() << "yard-train went quiet for 60 s";
+      break;
+    }
+    const ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    pending.append(buf, n);
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      r.stdout_lines.push_back(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+      if (on_line) on_line(r.stdout_lines.back(), pid);
+    }
+  }
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(err_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.stderr_text = ss.str();
+  return r;
+}
+
+trainyard::v1::TrainerEvent Parse(const std::string& line) {
+  trainyard::v1::TrainerEvent e;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(line, &e).ok())
+      << line;
+  return e;
+}
+
+class YardTrainCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "yard_train_cli_test/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+
+  // A small MNIST job; `steps` and `extra` YAML vary per test.
+  std::string WriteSpec(int64_t steps, const std::string& extra = "") {
+    const std::string path = dir_ + "/spec.yaml";
+    std::ofstream(path)
+        << "name: cli-test\n"
+        << "model: {mlp: {hidden: [8]}}\n"
+        << "data: {mnist: {images: "
+           "examples/data/mnist/t10k-images-idx3-ubyte.gz,"
+        << " labels: examples/data/mnist/t10k-labels-idx1-ubyte.gz,"
+        << " holdout: 500}}\n"
+        << "batch: {micro_batch: 16}\n"
+        << "steps: " << steps << "\n"
+        << "eval: {max_batches: 4}\n"
+        << "log_every_steps: 5\n"
+        << extra;
+    return path;
+  }
+
+  std::vector<std::string> Args(const std::string& spec) {
+    return {
+        "run",  spec,        "--data-root", YARD_SOURCE_DIR,    "--progress",
+        "json", "--threads", "2",           "--checkpoint-dir", dir_ + "/ck"};
+  }
+
+  std::string dir_;
+};
+
+TEST_F(YardTrainCliTest, FinishesWithJsonEventsOnly) {
+  Result r = RunYardTrain(Args(WriteSpec(20)), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  ASSERT_GE(r.stdout_lines.size(), 4u);
+  for (const std::string& line : r.stdout_lines) Parse(line);  // all JSON
+  EXPECT_TRUE(Parse(r.stdout_lines.front()).has_started());
+  const auto finished = Parse(r.stdout_lines.back());
+  ASSERT_TRUE(finished.has_finished());
+  EXPECT_EQ(finished.finished().step(), 20);
+  EXPECT_EQ(finished.finished().checkpoint_path(), dir_ + "/ck/step-00000020");
+  EXPECT_GT(finished.finished().eval_accuracy(), 0.2);
+  EXPECT_TRUE(fs::exists(dir_ + "/ck/step-00000020/model.safetensors"));
+}
+
+TEST_F(YardTrainCliTest, DefaultCheckpointDirIsUnderTheWorkingDirectory) {
+  Result r =
+      RunYardTrain({"run", WriteSpec(3), "--data-root", YARD_SOURCE_DIR}, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_TRUE(fs::exists(dir_ + "/checkpoints/cli-test/step-00000003"));
+  EXPECT_TRUE(absl::StartsWith(r.stdout_lines.back(), "finished: step 3"))
+      << r.stdout_lines.back();
+}
+
+TEST_F(YardTrainCliTest, SigtermCheckpointsExitsThreeAndResumes) {
+  // Far more steps than can run before the signal lands.
+  const std::string spec = WriteSpec(1'000'000);
+  auto term_after_progress = [](const std::string& line, pid_t pid) {
+    if (absl::StrContains(line, "\"progress\"")) kill(pid, SIGTERM);
+  };
+  Result first = RunYardTrain(Args(spec), dir_, term_after_progress);
+  ASSERT_EQ(first.exit_code, 3) << first.stderr_text;
+  const auto interrupted = Parse(first.stdout_lines.back());
+  ASSERT_TRUE(interrupted.has_interrupted()) << first.stdout_lines.back();
+  const int64_t step = interrupted.interrupted().step();
+  EXPECT_GE(step, 5);
+  EXPECT_TRUE(
+      fs::exists(interrupted.interrupted().checkpoint_path() + "/meta.json"));
+
+  Result second = RunYardTrain(Args(spec), dir_, term_after_progress);
+  ASSERT_EQ(second.exit_code, 3) << second.stderr_text;
+  const auto started = Parse(second.stdout_lines.front());
+  ASSERT_TRUE(started.has_started());
+  EXPECT_EQ(started.started().start_step(), step);
+  EXPECT_EQ(started.started().resumed_from(),
+            interrupted.interrupted().checkpoint_path());
+  EXPECT_GT(Parse(second.stdout_lines.back()).interrupted().step(), step);
+}
+
+TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
+  const std::string spec = WriteSpec(3);
+  const std::vector<std::vector<std::string>> bad = {
+      {},
+      {"train", spec},
+      {"run"},
+      {"run", spec, "--threads", "0"},
+      {"run", spec, "--threads"},
+      {"run", spec, "--progress", "xml"},
+      {"run", spec, "--bogus", "1"},
+      {"run", spec, "extra"},
+      {"run", dir_ + "/missing.yaml"},
+  };
+  for (const auto& args : bad) {
+    Result r = RunYardTrain(args, dir_);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << "\n"
+                              << r.stderr_text;
+    EXPECT_TRUE(absl::StartsWith(r.last_stderr_line(), "yard-train: "))
+        << r.stderr_text;
+  }
+  EXPECT_EQ(RunYardTrain({"--help"}, dir_).exit_code, 0);
+}
+
+TEST_F(YardTrainCliTest, InvalidSpecsExitTwoNamingTheField) {
+  struct Case {
+    std::string yaml, field;
+  };
+  const Case cases[] = {
+      {"batch: {micro_batch: 0}\n", "batch.micro_batch"},
+      {"model: {gpt: {n_layer: 2, n_head: 2, d_model: 8, seq_len: 8, "
+       "vocab_size: 8}}\n",
+       "model.gpt"},
+      {"data: {mnist: {images: ../../etc/passwd, labels: x, holdout: 1}}\n",
+       "data.mnist.images"},
+      {"model: {mlp: {hidden: [8], input_dim: 100}}\n", "model.mlp.input_dim"},
+  };
+  for (const Case& c : cases) {
+    // Later YAML keys would be duplicates; write the case's spec whole.
+    std::string base;
+    {
+      std::ifstream in(WriteSpec(3));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      base = ss.str();
+    }
+    std::string yaml;
+    const std::string key = c.yaml.substr(0, c.yaml.find(':'));
+    for (absl::string_view line :
+         absl::StrSplit(base, '\n', absl::SkipEmpty())) {
+      if (!absl::StartsWith(line, key + ":"))
+        absl::StrAppend(&yaml, line, "\n");
+    }
+    const std::string path = dir_ + "/bad.yaml";
+    std::ofstream(path) << yaml << c.yaml;
+    Result r = RunYardTrain(Args(path), dir_);
+    EXPECT_EQ(r.exit_code, 2) << c.yaml << r.stderr_text;
+    EXPECT_TRUE(absl::StrContains(r.last_stderr_line(), c.field))
+        << c.field << " vs " << r.stderr_text;
+    EXPECT_TRUE(r.stdout_lines.empty());
+  }
+}
+
+TEST_F(YardTrainCliTest, CorruptDataExitsOne) {
+  fs::create_directories(dir_ + "/root");
+  std::ofstream(dir_ + "/root/images.gz") << "garbage";
+  std::ofstream(dir_ + "/root/labels.gz") << "garbage";
+  const std::string path = dir_ + "/spec.json";
+  std::ofstream(path) << R"({"model": {"mlp": {"hidden": [8]}},
+    "data": {"mnist": {"images": "images.gz", "labels": "labels.gz", "holdout": 1}},
+    "batch": {"microBatch": 4}, "steps": 2})";
+  Result r = RunYardTrain({"run", path, "--data-root", dir_ + "/root",
+                           "--checkpoint-dir", dir_ + "/ck"},
+                          dir_);
+  EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
+  EXPECT_TRUE(absl::StrContains(r.last_stderr_line(), "images.gz"))
+      << r.stderr_text;
+}
+
+}  // namespace
