@@ -7,22 +7,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "client/output_format.h"
+#include "common/proto_time.h"
 
 namespace trainyard::client {
 namespace {
 
 namespace v1 = ::trainyard::v1;
 
-absl::Time FromProto(const google::protobuf::Timestamp& ts) {
-  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
-}
-
-bool IsSet(const google::protobuf::Timestamp& ts) {
-  return ts.seconds() != 0 || ts.nanos() != 0;
-}
-
 std::string When(const google::protobuf::Timestamp& ts, absl::Time now) {
-  absl::Time t = FromProto(ts);
+  absl::Time t = FromProtoTime(ts);
   return absl::StrCat(
       absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone()), " (",
       FormatAge(t, now), " ago)");
@@ -84,9 +77,9 @@ std::string AttemptsTable(const v1::Job& job, absl::Time now) {
     rows.push_back(
         {absl::StrCat("  ", a.number()),
          a.worker_id().empty() ? "-" : a.worker_id(),
-         IsSet(a.start_time()) ? FormatAge(FromProto(a.start_time()), now)
+         IsSet(a.start_time()) ? FormatAge(FromProtoTime(a.start_time()), now)
                                : "-",
-         IsSet(a.end_time()) ? FormatAge(FromProto(a.end_time()), now) : "-",
+         IsSet(a.end_time()) ? FormatAge(FromProtoTime(a.end_time()), now) : "-",
          a.outcome() == v1::JOB_STATE_UNSPECIFIED ? "running"
                                                   : StateName(a.outcome()),
          absl::StrCat(a.resumed_from_step()), a.reason()});
@@ -140,7 +133,7 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
                     absl::StrCat(w.free_gpus(), "/", w.devices_size()),
                     jobs.empty() ? "-" : absl::StrJoin(jobs, ","),
                     IsSet(w.last_heartbeat())
-                        ? FormatAge(FromProto(w.last_heartbeat()), now) + " ago"
+                        ? FormatAge(FromProtoTime(w.last_heartbeat()), now) + " ago"
                         : "-"});
   }
   std::string out = FormatTable(

@@ -2,6 +2,7 @@
 // everywhere (loss with 4 decimals, accuracy as a percentage with 2) so that
 // watch lines, tables and details read alike.
 #include "client/output_format.h"
+#include "common/proto_time.h"
 
 #include <algorithm>
 
@@ -16,14 +17,6 @@ namespace trainyard::client {
 namespace {
 
 namespace v1 = ::trainyard::v1;
-
-absl::Time FromProto(const google::protobuf::Timestamp& ts) {
-  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
-}
-
-bool IsSet(const google::protobuf::Timestamp& ts) {
-  return ts.seconds() != 0 || ts.nanos() != 0;
-}
 
 std::string Percent(double fraction) {
   return absl::StrFormat("%.2f%%", fraction * 100.0);
@@ -172,7 +165,7 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs, absl::Time now) {
          StateName(job.state()),
          job.attempt() > 0 ? absl::StrCat(job.attempt()) : "-",
          job.worker_id().empty() ? "-" : job.worker_id(), StepColumn(job),
-         IsSet(job.create_time()) ? FormatAge(FromProto(job.create_time()), now)
+         IsSet(job.create_time()) ? FormatAge(FromProtoTime(job.create_time()), now)
                                   : "-"});
   }
   return FormatTable(

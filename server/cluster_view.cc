@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/status_macros.h"
-#include "server/proto_time.h"
+#include "common/proto_time.h"
 
 namespace trainyard::server {
 namespace {

@@ -1,7 +1,7 @@
 #include "server/job_state.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/proto_time.h"
+#include "common/proto_time.h"
 
 namespace trainyard::server {
 namespace {

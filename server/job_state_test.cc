@@ -2,7 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/proto_time.h"
+#include "common/proto_time.h"
 
 namespace trainyard::server {
 namespace {

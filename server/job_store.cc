@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "server/job_state.h"
-#include "server/proto_time.h"
+#include "common/proto_time.h"
 
 namespace trainyard::server {
 namespace {

@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/job_store.h"
-#include "server/proto_time.h"
+#include "common/proto_time.h"
 
 namespace trainyard::server {
 namespace {

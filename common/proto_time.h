@@ -1,13 +1,14 @@
 // Conversions between absl::Time and google.protobuf.Timestamp. Pure
-// functions, safe anywhere.
-#ifndef TRAINYARD_SERVER_PROTO_TIME_H_
-#define TRAINYARD_SERVER_PROTO_TIME_H_
+// functions, safe anywhere. Header-only: users link the protobuf runtime
+// through their proto targets.
+#ifndef TRAINYARD_COMMON_PROTO_TIME_H_
+#define TRAINYARD_COMMON_PROTO_TIME_H_
 
 #include <google/protobuf/timestamp.pb.h>
 
 #include "absl/time/time.h"
 
-namespace trainyard::server {
+namespace trainyard {
 
 inline google::protobuf::Timestamp ToProtoTime(absl::Time t) {
   google::protobuf::Timestamp ts;
@@ -25,6 +26,11 @@ inline absl::Time FromProtoTime(const google::protobuf::Timestamp& ts) {
   return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
 }
 
-}  // namespace trainyard::server
+// True when the timestamp was set (the epoch itself counts as unset).
+inline bool IsSet(const google::protobuf::Timestamp& ts) {
+  return ts.seconds() != 0 || ts.nanos() != 0;
+}
 
-#endif  // TRAINYARD_SERVER_PROTO_TIME_H_
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_PROTO_TIME_H_
