@@ -1,0 +1,151 @@
+// The pieces of a real Trainyard cluster as a test drives them: a yard-server
+// on a loopback port picked at run time, yard-workers, the `yard` CLI, and
+// direct gRPC stubs for precise assertions. Every process logs to files in
+// the test's own directory. Not safe for concurrent use; a test owns its
+// cluster.
+#ifndef TRAINYARD_TESTS_CLUSTER_H_
+#define TRAINYARD_TESTS_CLUSTER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tests/process.h"
+#include "trainyard/v1/cluster.grpc.pb.h"
+#include "trainyard/v1/jobs.grpc.pb.h"
+
+namespace trainyard::itest {
+
+// Where the binaries and the data are (compile definitions).
+std::string BinDir();
+std::string SourceDir();
+std::string BinPath(const std::string& name);  // BinDir()/name
+
+// Multiplies every deadline; YARD_TEST_TIMEOUT_SCALE=3 on slow machines.
+absl::Duration Scaled(absl::Duration d);
+
+// A fresh directory for one test, under $TEST_TMPDIR or /tmp. Kept when the
+// test failed (its path is printed), removed otherwise.
+class TestDir {
+ public:
+  static absl::StatusOr<std::unique_ptr<TestDir>> Create(
+      const std::string& test_name);
+  ~TestDir();
+
+  const std::string& path() const { return path_; }
+  // path()/name, created as a directory.
+  std::string Subdir(const std::string& name) const;
+  // Writes path()/name and returns its path.
+  std::string WriteFile(const std::string& name, const std::string& text,
+                        bool executable = false) const;
+  // A unique prefix path()/logs/<stem>-N for a process's log files.
+  std::string LogPrefix(const std::string& stem);
+
+ private:
+  explicit TestDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+  int next_log_ = 1;
+};
+
+struct ServerOptions {
+  std::string state_dir;  // required
+  int port = 0;           // 0: let the server pick
+  int heartbeat_interval_ms = 300;
+  int worker_lease_ms = 1500;
+  std::vector<std::string> extra_args;
+};
+
+// A running yard-server whose address has been read from its address file
+// and which answers RPCs.
+class ServerProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      TestDir& dir, const ServerOptions& options);
+
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  const ServerOptions& options() const { return options_; }
+  ChildProcess& process() { return *process_; }
+
+ private:
+  ServerProcess(ServerOptions options, std::unique_ptr<ChildProcess> p)
+      : options_(std::move(options)), process_(std::move(p)) {}
+  absl::Status AwaitServing(absl::Duration timeout);
+
+  ServerOptions options_;
+  std::unique_ptr<ChildProcess> process_;
+  std::string address_;
+  int port_ = 0;
+};
+
+struct WorkerOptions {
+  std::string name;  // --name; required (tests assert on it)
+  int cpu_slots = 1;
+  std::string train_bin;  // empty: the worker's default
+  std::string work_dir;   // empty: <test dir>/worker-<name>
+  std::vector<std::string> extra_args;
+};
+
+class WorkerProcess {
+ public:
+  // Data root: the source tree; cwd: the work dir.
+  static absl::StatusOr<std::unique_ptr<WorkerProcess>> Start(
+      TestDir& dir, const std::string& server_address,
+      const WorkerOptions& options);
+
+  const std::string& name() const { return options_.name; }
+  const std::string& work_dir() const { return work_dir_; }
+  ChildProcess& process() { return *process_; }
+  // Live yard-train processes run by this worker (its direct children).
+  std::vector<pid_t> TrainerPids() const;
+
+ private:
+  WorkerProcess(WorkerOptions options, std::string work_dir,
+                std::unique_ptr<ChildProcess> p)
+      : options_(std::move(options)),
+        work_dir_(std::move(work_dir)),
+        process_(std::move(p)) {}
+
+  WorkerOptions options_;
+  std::string work_dir_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// gRPC stubs for one server address.
+struct Stubs {
+  explicit Stubs(const std::string& address);
+
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<trainyard::v1::JobService::Stub> jobs;
+  std::unique_ptr<trainyard::v1::ClusterService::Stub> cluster;
+};
+
+// A ClientContext with a deadline `timeout` from now.
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(
+    absl::Duration timeout = absl::Seconds(10));
+
+// Calls a method by its full name ("/pkg.Service/Method") with raw request
+// bytes; for requests the typed stubs cannot express (garbage bytes) and
+// services we have no stubs for (grpc.health.v1).
+grpc::Status RawUnaryCall(grpc::Channel& channel, const std::string& method,
+                          const std::string& request, std::string* response,
+                          absl::Duration timeout = absl::Seconds(10));
+
+// grpc.health.v1.Health/Check for the overall server: OK when SERVING.
+absl::Status CheckHealth(grpc::Channel& channel);
+
+// Runs `yard --server ADDRESS args...` within `timeout`.
+CommandResult RunYard(TestDir& dir, const std::string& address,
+                      const std::vector<std::string>& args,
+                      absl::Duration timeout = absl::Seconds(30));
+
+// The name of a gRPC status code ("NOT_FOUND").
+std::string CodeName(grpc::StatusCode code);
+
+}  // namespace trainyard::itest
+
+#endif  // TRAINYARD_TESTS_CLUSTER_H_

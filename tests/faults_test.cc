@@ -1,0 +1,219 @@
+// Faults with real processes: a worker SIGKILLed mid-job, the server
+// SIGKILLed and restarted mid-run, and a training process that crashes.
+#include <signal.h>
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/harness.h"
+
+namespace trainyard::itest {
+namespace {
+namespace v1 = trainyard::v1;
+
+class FaultsTest : public ClusterTest {};
+
+// Long enough to be interrupted after its first checkpoints, short enough
+// to finish in seconds afterwards.
+MnistSpec LongJob(const std::string& name) {
+  return MnistSpec{.name = name,
+                   .hidden = 128,
+                   .steps = 2000,
+                   .micro_batch = 64,
+                   .checkpoint_every = 100,
+                   .log_every = 20};
+}
+
+std::vector<v1::TrainStarted> TrainStartedEvents(
+    const std::vector<v1::JobEvent>& events) {
+  std::vector<v1::TrainStarted> out;
+  for (const auto& e : events) {
+    if (e.has_trainer() && e.trainer().has_started()) {
+      out.push_back(e.trainer().started());
+    }
+  }
+  return out;
+}
+
+TEST_F(FaultsTest, WorkerKilledMidJobResumesOnSecondWorkerFromCheckpoint) {
+  YARD_ASSERT_OK(
+      StartServer({.heartbeat_interval_ms = 300, .worker_lease_ms = 1500}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * first,
+                      StartReadyWorker({.name = "first"}));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted,
+                      Submit(LongJob("worker-loss").ToProto()));
+  const std::string id = submitted.job().id();
+  YARD_ASSIGN_OR_FAIL(v1::JobEvent saved,
+                      WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
+                                   IsCheckpointSaved));
+  std::vector<pid_t> trainers = first->TrainerPids();
+  ASSERT_EQ(trainers.size(), 1u);
+
+  ExitStatus killed = first->process().Kill();
+  ASSERT_TRUE(killed.Killed(SIGKILL)) << killed.ToString();
+  YARD_ASSERT_OK(PollUntil("the dead worker's yard-train to die with it",
+                           StartTimeout(),
+                           [&] { return !ProcessAlive(trainers[0]); }));
+  YARD_ASSIGN_OR_FAIL(v1::Job mid, GetJob(jobs(), id));
+  ASSERT_FALSE(IsTerminal(mid.state()))
+      << "the job finished before the worker was killed; make LongJob "
+         "longer\n"
+      << mid.DebugString();
+
+  YARD_ASSERT_OK(WaitForWorkerLost(cluster(), "first", JobTimeout()));
+  YARD_ASSERT_OK(StartReadyWorker({.name = "second"}).status());
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+
+  ASSERT_EQ(job.attempts_size(), 2) << job.DebugString();
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_EQ(job.attempts(0).number(), 1);
+  EXPECT_EQ(job.attempts(0).worker_id(), "first");
+  EXPECT_EQ(job.attempts(0).outcome(), v1::QUEUED) << "handed back";
+  EXPECT_EQ(job.attempts(1).number(), 2);
+  EXPECT_EQ(job.attempts(1).worker_id(), "second");
+  EXPECT_EQ(job.attempts(1).outcome(), v1::SUCCEEDED);
+  EXPECT_GE(job.attempts(1).resumed_from_step(),
+            saved.trainer().checkpoint().step());
+
+  WatchResult all = Watch(jobs(), id, 0, JobTimeout());
+  ASSERT_TRUE(all.status.ok()) << all.status.error_message();
+  std::vector<v1::TrainStarted> starts = TrainStartedEvents(all.events);
+  ASSERT_EQ(starts.size(), 2u) << DescribeEvents(all.events);
+  EXPECT_EQ(starts[0].start_step(), 0);
+  EXPECT_GE(starts[1].start_step(), saved.trainer().checkpoint().step())
+      << "the second attempt must resume from a checkpoint\n"
+      << DescribeEvents(all.events);
+  EXPECT_FALSE(starts[1].resumed_from().empty());
+  EXPECT_EQ(job.result().step(), 2000);
+}
+
+TEST_F(FaultsTest, ServerKilledAndRestartedLosesNothingAndWatchResumes) {
+  // A lease long enough for the worker to reconnect to the new server.
+  YARD_ASSERT_OK(
+      StartServer({.heartbeat_interval_ms = 300, .worker_lease_ms = 5000}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker,
+                      StartReadyWorker({.name = "steady"}));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse long_job,
+                      Submit(LongJob("through-restart").ToProto()));
+  const std::string id = long_job.job().id();
+  std::vector<std::string> ids = {id};
+  for (int i = 0; i < 2; ++i) {
+    MnistSpec queued{.name = absl::StrCat("behind-", i), .steps = 100};
+    YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(queued.ToProto()));
+    ids.push_back(r.job().id());
+  }
+  YARD_ASSIGN_OR_FAIL(v1::JobEvent progress,
+                      WaitForEvent(jobs(), id, "training progress",
+                                   JobTimeout(), IsTrainProgress));
+  const int64_t last_seen = progress.sequence();
+  std::vector<pid_t> trainers = worker->TrainerPids();
+  ASSERT_EQ(trainers.size(), 1u);
+  // A CLI follower that must ride through the restart.
+  YARD_ASSIGN_OR_FAIL(std::unique_ptr<ChildProcess> follower,
+                      StartYard({"-o", "json", "watch", id}));
+  YARD_ASSERT_OK(PollUntil(
+      "yard watch to print the first events", StartTimeout(),
+      [&] { return !follower->Stdout().empty() || !follower->Running(); }));
+
+  YARD_ASSERT_OK(KillAndRestartServer());
+  EXPECT_TRUE(ProcessAlive(trainers[0]))
+      << "the server restart must not stop the running job";
+
+  // The resumed watch continues without gaps to the terminal event.
+  WatchResult rest = Watch(jobs(), id, last_seen, JobTimeout());
+  ASSERT_TRUE(rest.status.ok()) << CodeName(rest.status.error_code()) << " "
+                                << rest.status.error_message() << "\n"
+                                << DescribeEvents(rest.events);
+  EXPECT_TRUE(ConsecutiveToTerminal(rest.events, last_seen + 1, v1::SUCCEEDED));
+  EXPECT_TRUE(TrainStartedEvents(rest.events).empty())
+      << "the trainer was restarted\n"
+      << DescribeEvents(rest.events);
+
+  YARD_ASSIGN_OR_FAIL(v1::Job job, GetJob(jobs(), id));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  EXPECT_EQ(job.attempt(), 1) << "re-attached, not re-run";
+  EXPECT_EQ(job.attempts_size(), 1) << job.DebugString();
+  EXPECT_EQ(job.worker_id(), "steady");
+  for (size_t i = 1; i < ids.size(); ++i) {
+    YARD_ASSIGN_OR_FAIL(v1::Job other,
+                        WaitForTerminal(jobs(), ids[i], JobTimeout()));
+    EXPECT_EQ(other.state(), v1::SUCCEEDED) << other.DebugString();
+  }
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs(), 2));
+  std::vector<std::string> listed;
+  for (const auto& j : all) listed.push_back(j.id());
+  EXPECT_EQ(listed, ids) << "every job exactly once, in submission order";
+
+  // `yard watch` resumed by itself: every event once, in order, to the end.
+  std::optional<ExitStatus> watched = follower->WaitForExit(JobTimeout());
+  ASSERT_TRUE(watched.has_value()) << "yard watch did not end\n"
+                                   << follower->OutputTail();
+  EXPECT_TRUE(watched->Exited(YardExit::kOk)) << watched->ToString() << "\n"
+                                              << follower->OutputTail();
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::JobEvent> printed,
+                      ParseJsonEventLines(follower->Stdout()));
+  EXPECT_TRUE(ConsecutiveToTerminal(printed, 1, v1::SUCCEEDED))
+      << "yard watch lost or repeated events across the restart";
+}
+
+// Stands in for yard-train: a spec named crash-* fails the way a broken
+// trainer does; anything else runs the real trainer.
+std::string TrainerScript() {
+  return absl::StrCat(
+      "#!/bin/sh\n"
+      "for arg in \"$@\"; do [ -f \"$arg\" ] && spec=\"$arg\"; done\n"
+      "if grep -q '\"crash-exit' \"$spec\"; then\n"
+      "  echo 'loading data' >&2\n"
+      "  echo 'fatal: simulated engine failure (out of cheese)' >&2\n"
+      "  exit 1\n"
+      "fi\n"
+      "if grep -q '\"crash-signal' \"$spec\"; then\n"
+      "  echo 'about to crash' >&2\n"
+      "  kill -SEGV $$\n"
+      "fi\n"
+      "exec '",
+      BinPath("yard-train"), "' \"$@\"\n");
+}
+
+TEST_F(FaultsTest, CrashingJobFailsWithStderrTailAndWorkerRunsTheNext) {
+  YARD_ASSERT_OK(StartServer());
+  std::string script = dir().WriteFile("fake-train.sh", TrainerScript(),
+                                       /*executable=*/true);
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker,
+                      StartReadyWorker({.name = "w1", .train_bin = script}));
+
+  std::string crash =
+      WriteSpec("crash.yaml", MnistSpec{.name = "crash-exit"}.ToYaml());
+  CommandResult submit = Yard({"submit", crash, "--wait"}, JobTimeout());
+  EXPECT_EQ(submit.exit_code(), YardExit::kJobNotSucceeded)
+      << submit.DebugString();
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].state(), v1::FAILED) << all[0].DebugString();
+  EXPECT_NE(
+      all[0].state_reason().find("simulated engine failure (out of cheese)"),
+      std::string::npos)
+      << all[0].DebugString();
+
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse sig,
+                      Submit(MnistSpec{.name = "crash-signal"}.ToProto()));
+  YARD_ASSIGN_OR_FAIL(v1::Job sig_job,
+                      WaitForTerminal(jobs(), sig.job().id(), JobTimeout()));
+  EXPECT_EQ(sig_job.state(), v1::FAILED) << sig_job.DebugString();
+  EXPECT_FALSE(sig_job.state_reason().empty()) << sig_job.DebugString();
+
+  EXPECT_TRUE(worker->process().Running()) << "a crashing job must not take "
+                                              "the worker down";
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse next,
+                      Submit(MnistSpec{.name = "after-crash"}.ToProto()));
+  YARD_ASSIGN_OR_FAIL(v1::Job ok,
+                      WaitForTerminal(jobs(), next.job().id(), JobTimeout()));
+  EXPECT_EQ(ok.state(), v1::SUCCEEDED) << ok.DebugString();
+  EXPECT_EQ(ok.worker_id(), "w1");
+}
+
+}  // namespace
+}  // namespace trainyard::itest

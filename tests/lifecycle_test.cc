@@ -1,0 +1,97 @@
+// A job's life through real processes: submitted with the CLI and followed
+// to SUCCEEDED, and cancelled while it runs.
+#include <signal.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/harness.h"
+
+namespace trainyard::itest {
+namespace {
+namespace v1 = trainyard::v1;
+
+class LifecycleTest : public ClusterTest {};
+
+TEST_F(LifecycleTest, SubmitWaitRunsToSucceededWithAccuracyAndCheckpoint) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1"}).status());
+  MnistSpec spec{.name = "submit-wait", .steps = 200, .checkpoint_every = 100};
+  std::string path = WriteSpec("submit-wait.yaml", spec.ToYaml());
+
+  CommandResult submit = Yard({"submit", path, "--wait"}, JobTimeout());
+  ASSERT_EQ(submit.exit_code(), YardExit::kOk) << submit.DebugString();
+
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
+  ASSERT_EQ(all.size(), 1u);
+  const v1::Job& job = all[0];
+  EXPECT_NE(submit.out.find(job.id()), std::string::npos)
+      << "submit should print the job id\n"
+      << submit.DebugString();
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  EXPECT_EQ(job.name(), "submit-wait");
+  ASSERT_TRUE(job.has_result()) << job.DebugString();
+  EXPECT_EQ(job.result().step(), 200);
+  EXPECT_GT(job.result().eval_accuracy(), 0.5) << job.DebugString();
+  EXPECT_LE(job.result().eval_accuracy(), 1.0);
+  ASSERT_FALSE(job.result().checkpoint_path().empty()) << job.DebugString();
+  EXPECT_TRUE(std::filesystem::exists(job.result().checkpoint_path()))
+      << job.result().checkpoint_path();
+  ASSERT_EQ(job.attempts_size(), 1) << job.DebugString();
+  EXPECT_EQ(job.attempts(0).worker_id(), "w1");
+  EXPECT_EQ(job.attempts(0).outcome(), v1::SUCCEEDED);
+
+  // The same answer through `yard get`.
+  CommandResult get = Yard({"-o", "json", "get", job.id()});
+  ASSERT_EQ(get.exit_code(), YardExit::kOk) << get.DebugString();
+  EXPECT_NE(get.out.find("SUCCEEDED"), std::string::npos) << get.out;
+  EXPECT_NE(get.out.find(job.result().checkpoint_path()), std::string::npos)
+      << get.out;
+  CommandResult table = Yard({"get", job.id()});
+  EXPECT_EQ(table.exit_code(), YardExit::kOk) << table.DebugString();
+  EXPECT_NE(table.out.find(job.id()), std::string::npos) << table.out;
+
+  // Its log holds what the trainer wrote.
+  CommandResult logs = Yard({"logs", job.id()});
+  EXPECT_EQ(logs.exit_code(), YardExit::kOk) << logs.DebugString();
+}
+
+TEST_F(LifecycleTest, CancelWhileRunningStopsTheTrainer) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker, StartReadyWorker({.name = "w1"}));
+  // Far more steps than the test will wait for.
+  MnistSpec spec{.name = "to-cancel", .hidden = 64, .steps = 1'000'000};
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(spec.ToProto()));
+  const std::string id = submitted.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "training progress", JobTimeout(),
+                              IsTrainProgress)
+                     .status());
+  std::vector<pid_t> trainers = worker->TrainerPids();
+  ASSERT_EQ(trainers.size(), 1u) << "the worker should run one yard-train";
+  EXPECT_EQ(ProcessName(trainers[0]), "yard-train");
+
+  CommandResult cancel = Yard({"cancel", id});
+  EXPECT_EQ(cancel.exit_code(), YardExit::kOk) << cancel.DebugString();
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  EXPECT_EQ(job.state(), v1::CANCELLED) << job.DebugString();
+  YARD_ASSERT_OK(PollUntil("the cancelled job's yard-train to be gone",
+                           StartTimeout(),
+                           [&] { return !ProcessAlive(trainers[0]); }));
+  EXPECT_TRUE(worker->process().Running()) << "the worker must stay up";
+
+  // Cancelling it again: it has already finished.
+  auto ctx = ContextWithTimeout();
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::Job ignored;
+  EXPECT_TRUE(RpcFailedWith(jobs().CancelJob(ctx.get(), req, &ignored),
+                            grpc::StatusCode::FAILED_PRECONDITION, {id}));
+  EXPECT_TRUE(
+      CliFailedWith(Yard({"cancel", id}), YardExit::kFailedPrecondition, {id}));
+  YARD_ASSIGN_OR_FAIL(v1::Job after, GetJob(jobs(), id));
+  EXPECT_EQ(after.state(), v1::CANCELLED);
+}
+
+}  // namespace
+}  // namespace trainyard::itest
