@@ -10,41 +10,109 @@
 namespace trainyard::scheduler {
 namespace {
 
-absl::Status CheckWorker(WorkerCapacity& w) {
-  if (w.id.empty()) return absl::InvalidArgumentError("worker: empty id");
-  if (w.cpu_slots < 0 || w.free_cpu_slots < 0 ||
-      w.free_cpu_slots > w.cpu_slots) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker ", w.id, ": free_cpu_slots ", w.free_cpu_slots,
-                     " outside [0, cpu_slots ", w.cpu_slots, "]"));
+absl::Status Bad(const std::string& what, const std::string& id,
+                 const std::string& detail) {
+  return absl::InvalidArgumentError(absl::StrCat(what, " ", id, ": ", detail));
+}
+
+absl::Status CheckRange(const std::string& id, const char* name, int64_t free,
+                        int64_t total) {
+  if (total < 0 || free < 0 || free > total) {
+    return Bad(
+        "worker", id,
+        absl::StrCat("free ", name, " ", free, " outside [0, ", total, "]"));
   }
+  return absl::OkStatus();
+}
+
+// Devices from the index lists, for workers described only by them.
+absl::Status DevicesFromIndices(WorkerCapacity& w) {
   std::set<int32_t> all;
   for (int32_t g : w.gpus) {
     if (g < 0 || !all.insert(g).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("worker ", w.id, ": bad or repeated gpu index ", g));
+      return Bad("worker", w.id, absl::StrCat("bad or repeated gpu index ", g));
     }
   }
   std::set<int32_t> free;
   for (int32_t g : w.free_gpus) {
     if (!all.contains(g) || !free.insert(g).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "worker ", w.id, ": free gpu ", g, " is unknown or repeated"));
+      return Bad("worker", w.id,
+                 absl::StrCat("free gpu ", g, " is unknown or repeated"));
     }
   }
-  std::sort(w.free_gpus.begin(), w.free_gpus.end());
+  for (int32_t g : all) {
+    w.devices.push_back({g, 0, 0, free.contains(g) ? kWholeGpuMilli : 0});
+  }
   return absl::OkStatus();
+}
+
+absl::Status CheckDevices(WorkerCapacity& w) {
+  std::sort(w.devices.begin(), w.devices.end(),
+            [](const GpuCapacity& a, const GpuCapacity& b) {
+              return a.index < b.index;
+            });
+  w.gpus.clear();
+  w.free_gpus.clear();
+  for (size_t i = 0; i < w.devices.size(); ++i) {
+    const GpuCapacity& d = w.devices[i];
+    if (d.index < 0 || (i > 0 && w.devices[i - 1].index == d.index)) {
+      return Bad("worker", w.id,
+                 absl::StrCat("bad or repeated gpu index ", d.index));
+    }
+    RETURN_IF_ERROR(
+        CheckRange(w.id, "gpu memory", d.free_memory_bytes, d.memory_bytes));
+    RETURN_IF_ERROR(
+        CheckRange(w.id, "gpu compute", d.free_compute_milli, kWholeGpuMilli));
+    w.gpus.push_back(d.index);
+    if (d.wholly_free()) w.free_gpus.push_back(d.index);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWorker(WorkerCapacity& w) {
+  if (w.id.empty()) return absl::InvalidArgumentError("worker: empty id");
+  RETURN_IF_ERROR(CheckRange(w.id, "cpu_slots", w.free_cpu_slots, w.cpu_slots));
+  RETURN_IF_ERROR(CheckRange(w.id, "cpu_milli", w.free_cpu_milli, w.cpu_milli));
+  RETURN_IF_ERROR(
+      CheckRange(w.id, "memory_bytes", w.free_memory_bytes, w.memory_bytes));
+  if (w.devices.empty()) RETURN_IF_ERROR(DevicesFromIndices(w));
+  return CheckDevices(w);
 }
 
 absl::Status CheckJob(const PendingJob& j) {
   if (j.id.empty()) return absl::InvalidArgumentError("job: empty id");
-  if (j.gpus < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job ", j.id, ": negative gpus ", j.gpus));
+  if (j.gpus < 0 || j.cpu_slots < 0 || j.cpu_milli < 0 || j.memory_bytes < 0 ||
+      j.gpu_memory_bytes < 0) {
+    return Bad("job", j.id, "negative resource request");
   }
-  if (j.gpus == 0 && j.cpu_slots < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job ", j.id, ": a CPU job needs at least one slot"));
+  if (j.gpus == 0 && j.cpu_slots < 1 && j.cpu_milli < 1) {
+    return Bad("job", j.id, "a job without GPUs needs a CPU slot or CPU");
+  }
+  if (j.gpus > 0 &&
+      (j.gpu_compute_milli < 1 || j.gpu_compute_milli > kWholeGpuMilli)) {
+    return Bad("job", j.id,
+               absl::StrCat("gpu_compute_milli ", j.gpu_compute_milli,
+                            " outside [1, ", kWholeGpuMilli, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRunning(const RunningJob& r, const WorkerCapacity* w) {
+  if (r.id.empty()) return absl::InvalidArgumentError("running job: empty id");
+  if (w == nullptr) {
+    return Bad("running job", r.id,
+               absl::StrCat("unknown worker \"", r.worker_id, "\""));
+  }
+  for (int32_t g : r.gpu_indices) {
+    if (std::find(w->gpus.begin(), w->gpus.end(), g) == w->gpus.end()) {
+      return Bad("running job", r.id,
+                 absl::StrCat("GPU ", g, " is not on worker ", w->id));
+    }
+  }
+  if (r.gpu_compute_milli < 0 || r.gpu_compute_milli > kWholeGpuMilli ||
+      r.gpu_memory_bytes < 0 || r.cpu_slots < 0 || r.cpu_milli < 0 ||
+      r.memory_bytes < 0 || !(r.work_since_checkpoint >= 0)) {
+    return Bad("running job", r.id, "negative or out-of-range holding");
   }
   return absl::OkStatus();
 }
@@ -52,38 +120,60 @@ absl::Status CheckJob(const PendingJob& j) {
 }  // namespace
 
 absl::StatusOr<ClusterSnapshot> ClusterSnapshot::Create(
-    std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending) {
-  std::set<std::string> ids;
-  for (WorkerCapacity& w : workers) {
-    RETURN_IF_ERROR(CheckWorker(w));
-    if (!ids.insert(w.id).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("worker ", w.id, ": repeated id"));
+    std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending,
+    std::vector<TaskClass> workload, std::vector<RunningJob> running,
+    absl::flat_hash_map<std::string, double> tenant_weights) {
+  ClusterSnapshot s;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    RETURN_IF_ERROR(CheckWorker(workers[i]));
+    if (!s.worker_at_.emplace(workers[i].id, i).second) {
+      return Bad("worker", workers[i].id, "repeated id");
     }
   }
-  ids.clear();
-  for (const PendingJob& j : pending) {
-    RETURN_IF_ERROR(CheckJob(j));
-    if (!ids.insert(j.id).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job ", j.id, ": repeated id"));
+  for (size_t i = 0; i < pending.size(); ++i) {
+    RETURN_IF_ERROR(CheckJob(pending[i]));
+    if (!s.job_at_.emplace(pending[i].id, i).second) {
+      return Bad("job", pending[i].id, "repeated id");
     }
   }
-  return ClusterSnapshot(std::move(workers), std::move(pending));
+  for (const TaskClass& c : workload) {
+    if (!(c.weight > 0)) {
+      return absl::InvalidArgumentError("workload: a class weight is not > 0");
+    }
+  }
+  s.workers_ = std::move(workers);
+  std::set<std::string> running_ids;
+  for (const RunningJob& r : running) {
+    RETURN_IF_ERROR(CheckRunning(r, s.FindWorker(r.worker_id)));
+    if (!running_ids.insert(r.id).second || s.job_at_.contains(r.id)) {
+      return Bad("running job", r.id, "repeated id");
+    }
+  }
+  for (const auto& [tenant, weight] : tenant_weights) {
+    if (!(weight > 0)) {
+      return Bad("tenant", tenant, "fair-share weight is not > 0");
+    }
+  }
+  s.pending_ = std::move(pending);
+  s.workload_ = std::move(workload);
+  s.running_ = std::move(running);
+  s.tenant_weights_ = std::move(tenant_weights);
+  return s;
+}
+
+double ClusterSnapshot::TenantWeight(const std::string& tenant) const {
+  auto it = tenant_weights_.find(tenant);
+  return it == tenant_weights_.end() ? 1.0 : it->second;
 }
 
 const WorkerCapacity* ClusterSnapshot::FindWorker(const std::string& id) const {
-  for (const WorkerCapacity& w : workers_) {
-    if (w.id == id) return &w;
-  }
-  return nullptr;
+  auto it = worker_at_.find(id);
+  return it == worker_at_.end() ? nullptr : &workers_[it->second];
 }
 
 const PendingJob* ClusterSnapshot::FindJob(const std::string& id) const {
-  for (const PendingJob& j : pending_) {
-    if (j.id == id) return &j;
-  }
-  return nullptr;
+  auto it = job_at_.find(id);
+  return it == job_at_.end() ? nullptr : &pending_[it->second];
 }
 
 }  // namespace trainyard::scheduler

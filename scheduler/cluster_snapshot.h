@@ -1,9 +1,17 @@
 // ClusterSnapshot: an immutable picture of the cluster at one instant — the
 // free capacity of every schedulable worker and the jobs waiting for a place —
-// taken by the server and handed to a PlacementPolicy. Plain structs, no
-// protobuf or gRPC, so policies and the simulator can build snapshots freely.
-// A ClusterSnapshot never changes after Create(), so it is safe to share
-// between threads.
+// taken by the server (or the simulator) and handed to a PlacementPolicy.
+// Plain structs, no protobuf or gRPC, so policies and the simulator can build
+// snapshots freely. A ClusterSnapshot never changes after Create(), so it is
+// safe to share between threads.
+//
+// Resource model. Each GPU offers memory (bytes) and compute (milli-GPU, 1000
+// = whole). A node also offers CPU (milli-CPU), host memory (bytes) and CPU
+// slots (one per CPU-slot job, the skeleton's CPU jobs). A job asks `gpus` x
+// (memory, compute share) plus CPU and host memory. A GPU job whose per-GPU
+// memory is 0 asks for whole GPUs: each must be wholly free and is taken
+// whole. A worker described only by `gpus`/`free_gpus` (no `devices`) gets
+// one device per index with unknown memory (0), wholly free or wholly taken.
 #ifndef TRAINYARD_SCHEDULER_CLUSTER_SNAPSHOT_H_
 #define TRAINYARD_SCHEDULER_CLUSTER_SNAPSHOT_H_
 
@@ -11,53 +19,123 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
 namespace trainyard::scheduler {
 
-// Capacity of one worker. A CPU slot runs one CPU job; a GPU is given whole to
-// one job (exclusive placement; packing comes with a later policy).
+inline constexpr int32_t kWholeGpuMilli = 1000;
+
+// One GPU of a worker and what of it is not used by any job now.
+struct GpuCapacity {
+  int32_t index = 0;         // device index on its worker
+  int64_t memory_bytes = 0;  // total; 0 = unknown
+  int64_t free_memory_bytes = 0;
+  int32_t free_compute_milli = kWholeGpuMilli;
+
+  bool wholly_free() const {
+    return free_compute_milli == kWholeGpuMilli &&
+           free_memory_bytes == memory_bytes;
+  }
+};
+
+// Capacity of one worker. Fields past `free_gpus` are the fine-grained
+// model; a worker that leaves them at zero offers no CPU/host memory beyond
+// its slots, and its devices are derived from `gpus`/`free_gpus`.
 struct WorkerCapacity {
   std::string id;
-  int32_t cpu_slots = 0;             // total CPU slots
-  int32_t free_cpu_slots = 0;        // not used by any job now
-  std::vector<int32_t> gpus;         // device indices of all its GPUs
-  std::vector<int32_t> free_gpus;    // device indices not used by any job now
+  int32_t cpu_slots = 0;                  // total CPU slots
+  int32_t free_cpu_slots = 0;             // not used by any job now
+  std::vector<int32_t> gpus;              // device indices of all its GPUs
+  std::vector<int32_t> free_gpus;         // indices of wholly free GPUs
+  std::vector<GpuCapacity> devices = {};  // the truth once Create() ran
+  int64_t cpu_milli = 0;                  // total CPU, milli-CPU
+  int64_t free_cpu_milli = 0;
+  int64_t memory_bytes = 0;  // total host memory
+  int64_t free_memory_bytes = 0;
 };
 
 // A job waiting in the queue.
 struct PendingJob {
   std::string id;
-  int32_t priority = 0;      // higher runs first
-  int64_t submit_order = 0;  // smaller was submitted earlier
-  int32_t gpus = 0;          // GPUs needed; 0 = the job runs on CPU slots
-  int32_t cpu_slots = 1;     // CPU slots needed when gpus == 0
+  int32_t priority = 0;          // higher runs first
+  int64_t submit_order = 0;      // smaller was submitted earlier
+  int32_t gpus = 0;              // GPUs needed; 0 = the job needs no GPU
+  int32_t cpu_slots = 1;         // CPU slots needed when gpus == 0
+  int64_t gpu_memory_bytes = 0;  // per GPU; 0 = whole GPUs
+  int32_t gpu_compute_milli = kWholeGpuMilli;  // per GPU share of compute
+  int64_t cpu_milli = 0;                       // CPU on its node, milli-CPU
+  int64_t memory_bytes = 0;                    // host memory on its node
+  std::string tenant = {};
+
+  bool whole_gpus() const { return gpu_memory_bytes == 0; }
+};
+
+// A job holding resources now, as preemption and fair share see it. What it
+// holds on its worker: `gpu_indices` x (memory, compute), or those GPUs
+// whole, plus CPU slots, CPU and host memory.
+struct RunningJob {
+  std::string id;
+  std::string worker_id;
+  std::string tenant = {};
+  int32_t priority = 0;
+  std::vector<int32_t> gpu_indices = {};
+  int64_t gpu_memory_bytes = 0;  // per GPU; 0 = the GPUs are held whole
+  int32_t gpu_compute_milli = kWholeGpuMilli;
+  int32_t cpu_slots = 0;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  bool preemptible = true;
+  // Work lost if it were stopped now: GPU-seconds (CPU-slot seconds for a
+  // job without GPUs) since its last checkpoint.
+  double work_since_checkpoint = 0;
+};
+
+// A kind of task and how often it arrives: the workload FGD packs for.
+struct TaskClass {
+  PendingJob shape;   // only the resource fields matter
+  double weight = 0;  // relative frequency, > 0
 };
 
 class ClusterSnapshot {
  public:
   // Checks the invariants policies rely on: unique non-empty worker and job
-  // ids; 0 <= free_cpu_slots <= cpu_slots; gpu indices unique and
-  // non-negative, free_gpus a subset of gpus; job needs non-negative and a
-  // CPU job needing at least one slot. INVALID_ARGUMENT names the offender.
-  // Free GPU lists are sorted ascending; worker and job order is kept.
+  // ids; free amounts within [0, total]; gpu indices unique and non-negative,
+  // free_gpus a subset of gpus; job needs non-negative, compute share in
+  // [1, 1000], a job without GPUs needing a CPU slot or CPU. INVALID_ARGUMENT
+  // names the offender. Devices are filled in from gpus/free_gpus when
+  // absent and sorted by index, then gpus/free_gpus are re-derived from
+  // them; worker and job order is kept. `workload` is optional (FGD falls
+  // back to the pending jobs). Running jobs name a known worker and GPUs of
+  // it; their resources are already taken out of the workers' free
+  // capacity. Tenant weights are > 0.
   static absl::StatusOr<ClusterSnapshot> Create(
-      std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending);
+      std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending,
+      std::vector<TaskClass> workload = {},
+      std::vector<RunningJob> running = {},
+      absl::flat_hash_map<std::string, double> tenant_weights = {});
 
   const std::vector<WorkerCapacity>& workers() const { return workers_; }
   const std::vector<PendingJob>& pending() const { return pending_; }
+  const std::vector<TaskClass>& workload() const { return workload_; }
+  const std::vector<RunningJob>& running() const { return running_; }
+  // Fair-share weight of a tenant (1 unless set).
+  double TenantWeight(const std::string& tenant) const;
 
   // Looks a worker / job up by id; nullptr when absent.
   const WorkerCapacity* FindWorker(const std::string& id) const;
   const PendingJob* FindJob(const std::string& id) const;
 
  private:
-  ClusterSnapshot(std::vector<WorkerCapacity> workers,
-                  std::vector<PendingJob> pending)
-      : workers_(std::move(workers)), pending_(std::move(pending)) {}
+  ClusterSnapshot() = default;
 
   std::vector<WorkerCapacity> workers_;
   std::vector<PendingJob> pending_;
+  std::vector<TaskClass> workload_;
+  std::vector<RunningJob> running_;
+  absl::flat_hash_map<std::string, double> tenant_weights_;
+  absl::flat_hash_map<std::string, size_t> worker_at_;  // id -> position
+  absl::flat_hash_map<std::string, size_t> job_at_;
 };
 
 }  // namespace trainyard::scheduler

@@ -89,7 +89,7 @@ TEST(FirstFitPolicyTest, SeparatesInfeasibleFromRetryLater) {
   EXPECT_THAT(plan.placements, IsEmpty());
   ASSERT_EQ(plan.waits.size(), 3u);
   EXPECT_EQ(plan.waits[0].kind, WaitKind::kInfeasible);
-  EXPECT_THAT(plan.waits[0].reason, HasSubstr("needs 4 GPUs"));
+  EXPECT_THAT(plan.waits[0].reason, HasSubstr("needs 4 whole GPUs"));
   EXPECT_THAT(plan.waits[0].reason, HasSubstr("largest worker has 2 GPUs"));
   EXPECT_EQ(plan.waits[1].kind, WaitKind::kRetryLater);
   EXPECT_EQ(plan.waits[2].kind, WaitKind::kRetryLater);

@@ -1,72 +1,124 @@
 #include "scheduler/placement_policy.h"
 
-#include <map>
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "scheduler/best_fit_policy.h"
+#include "scheduler/fgd_policy.h"
 #include "scheduler/first_fit_policy.h"
+#include "scheduler/node_fit.h"
 
 namespace trainyard::scheduler {
 
-absl::StatusOr<std::unique_ptr<PlacementPolicy>> MakePlacementPolicy(
-    std::string_view name) {
-  if (name == FirstFitPolicy::kName) return std::make_unique<FirstFitPolicy>();
+namespace {
+
+absl::Status UnknownPolicy(std::string_view name) {
   return absl::InvalidArgumentError(
       absl::StrCat("policy: unknown placement policy \"", std::string(name),
                    "\" (known: ", absl::StrJoin(PlacementPolicyNames(), ", "),
-                   ")"));
+                   ", each optionally with +drf, +backfill, +preempt)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PlacementPolicy>> MakePlacementPolicy(
+    std::string_view name) {
+  std::vector<std::string> parts =
+      absl::StrSplit(absl::string_view(name.data(), name.size()), '+');
+  PassFeatures f;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i] == "drf" && !f.fair_share) {
+      f.fair_share = true;
+    } else if (parts[i] == "backfill" && f.reservations == 0) {
+      f.reservations = 1;
+    } else if (parts[i] == "preempt" && !f.preemption) {
+      f.preemption = true;
+    } else {
+      return UnknownPolicy(name);
+    }
+  }
+  if (parts[0] == FirstFitPolicy::kName) {
+    return std::make_unique<FirstFitPolicy>(f);
+  }
+  if (parts[0] == BestFitPolicy::kName) {
+    return std::make_unique<BestFitPolicy>(f);
+  }
+  if (parts[0] == FgdPolicy::kName) return std::make_unique<FgdPolicy>(f);
+  return UnknownPolicy(name);
 }
 
 std::vector<std::string> PlacementPolicyNames() {
-  return {std::string(FirstFitPolicy::kName)};
+  return {std::string(FirstFitPolicy::kName), std::string(BestFitPolicy::kName),
+          std::string(FgdPolicy::kName)};
 }
 
 namespace {
 
-// What one worker still has while the plan's placements are subtracted.
-struct Remaining {
-  int32_t cpu_slots = 0;
-  std::set<int32_t> gpus;
-};
+absl::Status Invalid(const Placement& p, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "plan: job ", p.job_id, " on worker ", p.worker_id, ": ", what));
+}
 
-absl::Status Take(const PendingJob& job, const Placement& p, Remaining& r) {
-  if (job.gpus == 0) {
-    if (!p.gpu_indices.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan: CPU job ", job.id, " was given GPUs"));
-    }
-    if (r.cpu_slots < job.cpu_slots) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "plan: worker ", p.worker_id, " over-committed on CPU slots by job ",
-          job.id));
-    }
-    r.cpu_slots -= job.cpu_slots;
-    return absl::OkStatus();
-  }
+// Subtracts one placement from `w`, failing where it does not fit.
+absl::Status TakeChecked(const PendingJob& job, const Placement& p,
+                         WorkerCapacity& w) {
   if (static_cast<int32_t>(p.gpu_indices.size()) != job.gpus) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("plan: job ", job.id, " needs ", job.gpus, " GPUs, got ",
-                     p.gpu_indices.size()));
+    return Invalid(p, absl::StrCat("needs ", job.gpus, " GPUs, got ",
+                                   p.gpu_indices.size()));
   }
-  for (int32_t g : p.gpu_indices) {
-    if (r.gpus.erase(g) == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan: GPU ", g, " of worker ", p.worker_id,
-                       " is not free (job ", job.id, ")"));
+  if (!HostFits(w, job)) {
+    return Invalid(p, "over-committed on CPU slots, CPU or host memory");
+  }
+  const GpuDemand demand = DemandOf(job, p.exclusive);
+  std::vector<size_t> positions;
+  std::set<int32_t> seen;
+  for (int32_t index : p.gpu_indices) {
+    size_t pos = 0;
+    while (pos < w.devices.size() && w.devices[pos].index != index) ++pos;
+    if (pos == w.devices.size() || !seen.insert(index).second) {
+      return Invalid(p, absl::StrCat("GPU ", index, " unknown or repeated"));
     }
+    if (!GpuFits(w.devices[pos], demand)) {
+      return Invalid(p, absl::StrCat("GPU ", index, " is not free enough"));
+    }
+    positions.push_back(pos);
   }
+  Take(w, job, demand, positions);
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status CheckPlan(const ClusterSnapshot& snapshot, const Plan& plan) {
-  std::map<std::string, Remaining> remaining;
-  for (const WorkerCapacity& w : snapshot.workers()) {
-    remaining[w.id] = {w.free_cpu_slots,
-                       std::set<int32_t>(w.free_gpus.begin(), w.free_gpus.end())};
+absl::Status CheckPreemptions(const ClusterSnapshot& snapshot,
+                              const Plan& plan) {
+  std::set<std::string> stopped;
+  for (const Preemption& p : plan.preemptions) {
+    auto it =
+        std::find_if(snapshot.running().begin(), snapshot.running().end(),
+                     [&](const RunningJob& r) { return r.id == p.job_id; });
+    if (it == snapshot.running().end() || it->worker_id != p.worker_id) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan: preempts ", p.job_id, ", not running on ", p.worker_id));
+    }
+    if (snapshot.FindJob(p.for_job_id) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: preempts ", p.job_id, " for ", p.for_job_id,
+                       ", which is not pending"));
+    }
+    if (!stopped.insert(p.job_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: preempts ", p.job_id, " twice"));
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPlan(const ClusterSnapshot& snapshot, const Plan& plan) {
+  if (absl::Status s = CheckPreemptions(snapshot, plan); !s.ok()) return s;
+  std::vector<WorkerCapacity> free = snapshot.workers();
   std::set<std::string> placed;
   for (const Placement& p : plan.placements) {
     const PendingJob* job = snapshot.FindJob(p.job_id);
@@ -78,12 +130,12 @@ absl::Status CheckPlan(const ClusterSnapshot& snapshot, const Plan& plan) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan: job ", p.job_id, " placed twice"));
     }
-    auto it = remaining.find(p.worker_id);
-    if (it == remaining.end()) {
+    const WorkerCapacity* w = snapshot.FindWorker(p.worker_id);
+    if (w == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan: unknown worker ", p.worker_id));
     }
-    absl::Status s = Take(*job, p, it->second);
+    absl::Status s = TakeChecked(*job, p, free[w - snapshot.workers().data()]);
     if (!s.ok()) return s;
   }
   for (const JobWait& w : plan.waits) {

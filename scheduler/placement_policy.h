@@ -25,7 +25,10 @@ namespace trainyard::scheduler {
 struct Placement {
   std::string job_id;
   std::string worker_id;
-  std::vector<int32_t> gpu_indices;  // empty for a CPU job
+  std::vector<int32_t> gpu_indices;  // empty for a job without GPUs
+  // The GPUs are taken whole although the job asks only a share of each
+  // (exclusive policies).
+  bool exclusive = false;
 };
 
 enum class WaitKind {
@@ -37,11 +40,33 @@ struct JobWait {
   std::string job_id;
   WaitKind kind = WaitKind::kRetryLater;
   std::string reason;  // for people: shown as the job's state_reason
+  // 1-based place among the waiting jobs in the order the pass considered
+  // them (priority, then submit order or fair share): its queue position.
+  int64_t position = 0;
+};
+
+// Stop a running job (it resumes later from its checkpoint) to make room
+// for a waiting job of higher priority.
+struct Preemption {
+  std::string job_id;  // the running job to stop
+  std::string worker_id;
+  std::string for_job_id;  // the pending job it makes room for
+};
+
+// A worker held for a waiting job: later jobs of this pass were not put on
+// it, so it fills up for that job as its running jobs end (backfill never
+// takes a reserved worker).
+struct Reservation {
+  std::string job_id;
+  std::string worker_id;
 };
 
 struct Plan {
-  std::vector<Placement> placements;  // in the order they should be carried out
-  std::vector<JobWait> waits;         // one per pending job not placed
+  // In the order they should be carried out.
+  std::vector<Placement> placements = {};
+  std::vector<JobWait> waits = {};  // one per pending job not placed
+  std::vector<Preemption> preemptions = {};
+  std::vector<Reservation> reservations = {};
 };
 
 class PlacementPolicy {
@@ -52,18 +77,25 @@ class PlacementPolicy {
   virtual Plan Place(const ClusterSnapshot& snapshot) const = 0;
 };
 
-// The policy registered under `name` ("first-fit"). INVALID_ARGUMENT naming
-// the known policies for any other name.
+// The policy registered under `name`: a base policy ("first-fit",
+// "best-fit", "fgd") optionally followed by features joined with '+':
+// "preempt" (priorities with preemption), "drf" (weighted dominant-resource
+// fair share between tenants within a priority), "backfill" (the first
+// blocked job reserves a worker; the others backfill the rest), e.g.
+// "fgd+drf+preempt". INVALID_ARGUMENT naming the known names otherwise.
 absl::StatusOr<std::unique_ptr<PlacementPolicy>> MakePlacementPolicy(
     std::string_view name);
 
-// Names MakePlacementPolicy accepts.
+// Base names MakePlacementPolicy accepts (features may be added to each).
 std::vector<std::string> PlacementPolicyNames();
 
-// Checks a plan against its snapshot: every placement names a pending job
-// (at most once) and a known worker, and no worker is given more CPU slots
-// or GPUs than it has free. The dispatcher checks every plan with this before
-// acting on it; tests use it to prove a policy never over-commits.
+// Checks a plan against its snapshot: every preemption names a running job
+// (at most once) on its own worker; every placement names a pending job
+// (at most once) and a known worker, gives it exactly `gpus` distinct devices
+// of that worker, and no worker is given more CPU slots, CPU, host memory,
+// GPU memory or GPU compute than it has free. The dispatcher checks every plan
+// with this before acting on it; tests use it to prove a policy never
+// over-commits.
 absl::Status CheckPlan(const ClusterSnapshot& snapshot, const Plan& plan);
 
 }  // namespace trainyard::scheduler

@@ -14,6 +14,18 @@ TEST(MakePlacementPolicyTest, KnowsFirstFit) {
   EXPECT_EQ((*policy)->name(), "first-fit");
 }
 
+TEST(MakePlacementPolicyTest, KnowsEveryBaseWithAndWithoutFeatures) {
+  for (const std::string& base : PlacementPolicyNames()) {
+    for (const std::string& name : {base, base + "+drf+backfill+preempt"}) {
+      auto policy = MakePlacementPolicy(name);
+      ASSERT_TRUE(policy.ok()) << name << ": " << policy.status();
+      EXPECT_EQ((*policy)->name(), name);
+    }
+  }
+  EXPECT_EQ(PlacementPolicyNames(),
+            (std::vector<std::string>{"first-fit", "best-fit", "fgd"}));
+}
+
 TEST(MakePlacementPolicyTest, UnknownNameIsInvalidArgumentListingKnownOnes) {
   auto policy = MakePlacementPolicy("best-guess");
   ASSERT_FALSE(policy.ok());

@@ -7,7 +7,10 @@ PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev
-  libgtest-dev libgmock-dev zlib1g-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libyaml-cpp-dev
+  # Observability tests: a real Prometheus scrapes the daemons, promtool
+  # lints their /metrics and the alert rules; curl fetches over HTTP.
+  prometheus curl
 )
 
 missing=()

@@ -1,0 +1,36 @@
+// BestFitPolicy: packing baseline. GPUs are shared: a job asking a share of a
+// GPU takes only that share. Each job goes to the worker it fits with the
+// least free GPU compute (then the least free CPU; then snapshot order), and
+// there to the fitting GPUs with the least free compute, so partly used
+// GPUs fill up before idle ones are touched. Jobs without GPUs go to the
+// worker with the least free CPU they fit. Multi-GPU jobs are gangs: all
+// their GPUs on one node, or they wait. Stateless and thread-safe.
+#ifndef TRAINYARD_SCHEDULER_BEST_FIT_POLICY_H_
+#define TRAINYARD_SCHEDULER_BEST_FIT_POLICY_H_
+
+#include <string>
+#include <string_view>
+
+#include "scheduler/packing_pass.h"
+#include "scheduler/placement_policy.h"
+
+namespace trainyard::scheduler {
+
+class BestFitPolicy : public PlacementPolicy {
+ public:
+  static constexpr std::string_view kName = "best-fit";
+
+  explicit BestFitPolicy(PassFeatures features = {})
+      : features_(features), name_(NameWithFeatures(kName, features)) {}
+
+  std::string_view name() const override { return name_; }
+  Plan Place(const ClusterSnapshot& snapshot) const override;
+
+ private:
+  const PassFeatures features_;
+  const std::string name_;
+};
+
+}  // namespace trainyard::scheduler
+
+#endif  // TRAINYARD_SCHEDULER_BEST_FIT_POLICY_H_

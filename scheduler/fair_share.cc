@@ -1,0 +1,107 @@
+#include "scheduler/fair_share.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace trainyard::scheduler {
+namespace {
+
+std::array<double, 4> UseOf(int32_t gpus, bool whole, int32_t compute,
+                            int64_t cpu_milli, int64_t memory, int32_t slots) {
+  const double per_gpu = whole ? kWholeGpuMilli : compute;
+  return {gpus * per_gpu, static_cast<double>(cpu_milli),
+          static_cast<double>(memory), static_cast<double>(slots)};
+}
+
+}  // namespace
+
+std::vector<const PendingJob*> InPlacementOrder(
+    const std::vector<PendingJob>& pending) {
+  // Sorting copies of the keys keeps the comparisons in cache; the id only
+  // breaks exact ties, which are rare.
+  struct Entry {
+    int32_t priority;
+    int64_t submit_order;
+    const PendingJob* job;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(pending.size());
+  for (const PendingJob& j : pending) {
+    entries.push_back({j.priority, j.submit_order, &j});
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.priority != b.priority) return a.priority > b.priority;
+    if (a.submit_order != b.submit_order) {
+      return a.submit_order < b.submit_order;
+    }
+    return a.job->id < b.job->id;
+  });
+  std::vector<const PendingJob*> order;
+  order.reserve(entries.size());
+  for (const Entry& e : entries) order.push_back(e.job);
+  return order;
+}
+
+JobOrder::JobOrder(const ClusterSnapshot& snapshot, bool fair_share)
+    : snapshot_(snapshot),
+      fair_share_(fair_share),
+      order_(InPlacementOrder(snapshot.pending())) {
+  if (!fair_share_) return;
+  for (const WorkerCapacity& w : snapshot.workers()) {
+    total_[0] += static_cast<double>(w.devices.size()) * kWholeGpuMilli;
+    total_[1] += static_cast<double>(w.cpu_milli);
+    total_[2] += static_cast<double>(w.memory_bytes);
+    total_[3] += w.cpu_slots;
+  }
+  for (const RunningJob& r : snapshot.running()) {
+    Add(r.tenant, UseOf(static_cast<int32_t>(r.gpu_indices.size()),
+                        r.gpu_memory_bytes == 0, r.gpu_compute_milli,
+                        r.cpu_milli, r.memory_bytes, r.cpu_slots));
+  }
+}
+
+const PendingJob* JobOrder::Next() {
+  if (!fair_share_) return next_ < order_.size() ? order_[next_++] : nullptr;
+  if (level_.empty()) {
+    if (next_ == order_.size()) return nullptr;
+    const int32_t priority = order_[next_]->priority;
+    while (next_ < order_.size() && order_[next_]->priority == priority) {
+      level_[order_[next_]->tenant].push_back(order_[next_]);
+      ++next_;
+    }
+  }
+  auto pick = level_.begin();
+  double least = std::numeric_limits<double>::infinity();
+  for (auto it = level_.begin(); it != level_.end(); ++it) {
+    const double share = DominantShare(it->first);
+    if (share < least) least = share, pick = it;
+  }
+  const PendingJob* job = pick->second.front();
+  pick->second.pop_front();
+  if (pick->second.empty()) level_.erase(pick);
+  return job;
+}
+
+void JobOrder::Placed(const PendingJob& job) {
+  if (!fair_share_) return;
+  Add(job.tenant,
+      UseOf(job.gpus, job.whole_gpus(), job.gpu_compute_milli, job.cpu_milli,
+            job.memory_bytes, job.gpus == 0 ? job.cpu_slots : 0));
+}
+
+double JobOrder::DominantShare(const std::string& tenant) const {
+  auto it = used_.find(tenant);
+  if (it == used_.end()) return 0;
+  double dominant = 0;
+  for (size_t i = 0; i < total_.size(); ++i) {
+    if (total_[i] > 0) dominant = std::max(dominant, it->second[i] / total_[i]);
+  }
+  return dominant / snapshot_.TenantWeight(tenant);
+}
+
+void JobOrder::Add(const std::string& tenant, const Usage& use) {
+  Usage& u = used_[tenant];
+  for (size_t i = 0; i < u.size(); ++i) u[i] += use[i];
+}
+
+}  // namespace trainyard::scheduler

@@ -1,0 +1,54 @@
+// JobOrder: the order a pass considers pending jobs in. Priority is strict
+// (higher first). Within one priority, either submit order, or — with fair
+// share on — weighted DRF between tenants: the tenant whose dominant share
+// (the largest of its GPU, CPU, host memory and CPU-slot shares of the
+// cluster, divided by its weight) is smallest goes next, with its oldest
+// job. Shares start from the running jobs and grow as the pass places jobs
+// (Placed), so a tenant that got much waits for the others.
+// Thread-compatible; lives for one pass.
+#ifndef TRAINYARD_SCHEDULER_FAIR_SHARE_H_
+#define TRAINYARD_SCHEDULER_FAIR_SHARE_H_
+
+#include <array>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "scheduler/cluster_snapshot.h"
+
+namespace trainyard::scheduler {
+
+// Jobs by priority, then submit order, then id.
+std::vector<const PendingJob*> InPlacementOrder(
+    const std::vector<PendingJob>& pending);
+
+class JobOrder {
+ public:
+  JobOrder(const ClusterSnapshot& snapshot, bool fair_share);
+
+  // The next job to consider; nullptr when all were handed out.
+  const PendingJob* Next();
+  // The job Next() returned was placed: its tenant's share grows.
+  void Placed(const PendingJob& job);
+
+ private:
+  using Usage = std::array<double, 4>;  // GPU milli, CPU milli, memory, slots
+
+  double DominantShare(const std::string& tenant) const;
+  void Add(const std::string& tenant, const Usage& use);
+
+  const ClusterSnapshot& snapshot_;
+  const bool fair_share_;
+  std::vector<const PendingJob*> order_;  // priority, submit order
+  size_t next_ = 0;
+  // Fair share: the jobs of the current priority level, by tenant.
+  std::map<std::string, std::deque<const PendingJob*>> level_;
+  std::map<std::string, Usage> used_;
+  Usage total_{};
+};
+
+}  // namespace trainyard::scheduler
+
+#endif  // TRAINYARD_SCHEDULER_FAIR_SHARE_H_

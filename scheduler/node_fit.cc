@@ -1,0 +1,123 @@
+#include "scheduler/node_fit.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace trainyard::scheduler {
+
+GpuDemand DemandOf(const PendingJob& job, bool exclusive) {
+  if (exclusive || job.whole_gpus()) return {0, kWholeGpuMilli, true};
+  return {job.gpu_memory_bytes, job.gpu_compute_milli, false};
+}
+
+bool GpuFitsWhenIdle(const GpuCapacity& gpu, const GpuDemand& demand) {
+  return demand.whole || gpu.memory_bytes >= demand.memory_bytes;
+}
+
+bool HostFits(const WorkerCapacity& w, const PendingJob& job) {
+  if (job.gpus == 0 && w.free_cpu_slots < job.cpu_slots) return false;
+  return w.free_cpu_milli >= job.cpu_milli &&
+         w.free_memory_bytes >= job.memory_bytes;
+}
+
+bool HostFitsWhenIdle(const WorkerCapacity& w, const PendingJob& job) {
+  if (job.gpus == 0 && w.cpu_slots < job.cpu_slots) return false;
+  return w.cpu_milli >= job.cpu_milli && w.memory_bytes >= job.memory_bytes;
+}
+
+bool FitsNow(const WorkerCapacity& w, const PendingJob& job,
+             const GpuDemand& demand) {
+  if (static_cast<int32_t>(w.devices.size()) < job.gpus) return false;
+  if (!HostFits(w, job)) return false;
+  int32_t fitting = 0;
+  for (const GpuCapacity& g : w.devices) {
+    if (fitting >= job.gpus) break;
+    if (GpuFits(g, demand)) ++fitting;
+  }
+  return fitting >= job.gpus;
+}
+
+bool FitsWhenIdle(const WorkerCapacity& w, const PendingJob& job,
+                  const GpuDemand& demand) {
+  if (!HostFitsWhenIdle(w, job)) return false;
+  int32_t fitting = 0;
+  for (const GpuCapacity& g : w.devices) {
+    if (GpuFitsWhenIdle(g, demand)) ++fitting;
+  }
+  return fitting >= job.gpus;
+}
+
+void Take(WorkerCapacity& w, const PendingJob& job, const GpuDemand& demand,
+          const std::vector<size_t>& device_positions) {
+  if (job.gpus == 0) w.free_cpu_slots -= job.cpu_slots;
+  w.free_cpu_milli -= job.cpu_milli;
+  w.free_memory_bytes -= job.memory_bytes;
+  for (size_t pos : device_positions) {
+    GpuCapacity& g = w.devices[pos];
+    if (demand.whole) {
+      g.free_compute_milli = 0;
+      g.free_memory_bytes = 0;
+    } else {
+      g.free_compute_milli -= demand.compute_milli;
+      g.free_memory_bytes -= demand.memory_bytes;
+    }
+  }
+}
+
+int64_t FreeGpuMilli(const WorkerCapacity& w) {
+  int64_t sum = 0;
+  for (const GpuCapacity& g : w.devices) sum += g.free_compute_milli;
+  return sum;
+}
+
+namespace {
+
+// `value / unit` with at most one decimal ("16", "2.5"); plain StrCat, as
+// this runs once per waiting job shape in every pass.
+std::string OneDecimal(int64_t value, int64_t unit) {
+  const int64_t tenths = (value * 10 + unit / 2) / unit;
+  if (tenths % 10 == 0) return absl::StrCat(tenths / 10);
+  return absl::StrCat(tenths / 10, ".", tenths % 10);
+}
+
+std::string Bytes(int64_t b) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  if (b >= (int64_t{1} << 30)) return OneDecimal(b, kMiB * 1024) + " GiB";
+  return OneDecimal(b, kMiB) + " MiB";
+}
+
+std::string HostPart(const PendingJob& job) {
+  std::string out;
+  if (job.cpu_milli > 0) {
+    absl::StrAppend(&out, OneDecimal(job.cpu_milli, 1000), " CPUs");
+  }
+  if (job.memory_bytes > 0) {
+    absl::StrAppend(&out, out.empty() ? "" : " and ", Bytes(job.memory_bytes),
+                    " host memory");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string DescribeNeed(const PendingJob& job, const GpuDemand& demand) {
+  std::string out;
+  if (job.gpus == 0) {
+    if (job.cpu_slots > 0) {
+      out = job.cpu_slots == 1 ? std::string("a CPU slot")
+                               : absl::StrCat(job.cpu_slots, " CPU slots");
+    }
+  } else if (demand.whole) {
+    out = absl::StrCat(job.gpus, job.gpus == 1 ? " whole GPU" : " whole GPUs");
+  } else {
+    out =
+        absl::StrCat(job.gpus, job.gpus == 1 ? " GPU with " : " GPUs with ",
+                     Bytes(demand.memory_bytes), " and ", demand.compute_milli,
+                     " milli-GPU free", job.gpus == 1 ? "" : " each");
+  }
+  const std::string host = HostPart(job);
+  if (!host.empty()) absl::StrAppend(&out, out.empty() ? "" : ", ", host);
+  if (job.gpus > 1) absl::StrAppend(&out, " on one node");
+  return out;
+}
+
+}  // namespace trainyard::scheduler

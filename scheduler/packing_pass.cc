@@ -1,0 +1,268 @@
+#include "scheduler/packing_pass.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "scheduler/fair_share.h"
+#include "scheduler/preemption.h"
+
+namespace trainyard::scheduler {
+namespace {
+
+// Jobs with equal keys fit exactly the same places.
+using ShapeKey =
+    std::tuple<int32_t, int32_t, int64_t, int32_t, int64_t, int64_t>;
+
+ShapeKey KeyOf(const PendingJob& j) {
+  const bool gpu = j.gpus > 0;
+  return {j.gpus,
+          gpu ? 0 : j.cpu_slots,
+          gpu ? j.gpu_memory_bytes : 0,
+          gpu ? j.gpu_compute_milli : 0,
+          j.cpu_milli,
+          j.memory_bytes};
+}
+
+std::string LargestWorker(const std::vector<WorkerCapacity>& workers,
+                          const PendingJob& job) {
+  size_t gpus = 0;
+  int32_t slots = 0;
+  for (const WorkerCapacity& w : workers) {
+    gpus = std::max(gpus, w.devices.size());
+    slots = std::max(slots, w.cpu_slots);
+  }
+  if (job.gpus > static_cast<int32_t>(gpus)) {
+    return absl::StrCat("; the largest worker has ", gpus, " GPUs");
+  }
+  if (job.gpus == 0 && job.cpu_slots > slots) {
+    return absl::StrCat("; the largest worker has ", slots, " CPU slots");
+  }
+  return "; no worker can hold it even when idle";
+}
+
+std::optional<JobWait> Infeasibility(const PendingJob& job,
+                                     const GpuDemand& demand,
+                                     const std::vector<WorkerCapacity>& all) {
+  if (all.empty()) {
+    return JobWait{job.id, WaitKind::kInfeasible,
+                   "infeasible: no worker is connected"};
+  }
+  for (const WorkerCapacity& w : all) {
+    if (FitsWhenIdle(w, job, demand)) return std::nullopt;
+  }
+  return JobWait{job.id, WaitKind::kInfeasible,
+                 absl::StrCat("infeasible: needs ", DescribeNeed(job, demand),
+                              LargestWorker(all, job))};
+}
+
+// Does `a` ask at least as much as `b` on every dimension, so that `a` fits
+// nowhere `b` does not fit?
+bool AsksAtLeast(const PendingJob& a, const GpuDemand& ad, const PendingJob& b,
+                 const GpuDemand& bd) {
+  if (a.gpus < b.gpus || (a.gpus > 0) != (b.gpus > 0)) return false;
+  if (a.cpu_milli < b.cpu_milli || a.memory_bytes < b.memory_bytes) {
+    return false;
+  }
+  if (a.gpus == 0) return a.cpu_slots >= b.cpu_slots;
+  if (ad.whole != bd.whole) return false;
+  return ad.whole || (ad.compute_milli >= bd.compute_milli &&
+                      ad.memory_bytes >= bd.memory_bytes);
+}
+
+// The jobs that found no place in this pass. Free capacity only shrinks
+// during a pass, so a job asking at least as much as one of them cannot fit
+// either: it is turned away without another scan of the workers.
+class FailedShapes {
+ public:
+  // The wait for `job` if it cannot fit; nullptr when it must be tried.
+  const JobWait* Find(const ShapeKey& key, const PendingJob& job,
+                      const GpuDemand& demand) {
+    if (auto it = exact_.find(key); it != exact_.end()) return &it->second;
+    for (const Failed& f : dominators_) {
+      if (AsksAtLeast(job, demand, f.job, f.demand)) {
+        return &exact_.emplace(key, RetryLater(job, demand)).first->second;
+      }
+    }
+    return nullptr;
+  }
+
+  // Records that `job` fits nowhere now; returns its wait.
+  const JobWait& Add(const ShapeKey& key, const PendingJob& job,
+                     const GpuDemand& demand) {
+    if (dominators_.size() < kMaxDominators) {
+      dominators_.push_back({job, demand});
+    }
+    return exact_.try_emplace(key, RetryLater(job, demand)).first->second;
+  }
+
+  static JobWait RetryLater(const PendingJob& job, const GpuDemand& demand) {
+    return {job.id, WaitKind::kRetryLater,
+            absl::StrCat("waiting for ", DescribeNeed(job, demand),
+                         ": no worker has that free now")};
+  }
+
+ private:
+  static constexpr size_t kMaxDominators = 64;
+  struct Failed {
+    PendingJob job;
+    GpuDemand demand;
+  };
+  absl::flat_hash_map<ShapeKey, JobWait> exact_;
+  std::vector<Failed> dominators_;
+};
+
+}  // namespace
+
+namespace {
+
+// Backfill: the worker to hold for a blocked job — one that could hold it
+// when idle, with the most of its GPUs (then CPU) already free.
+std::optional<size_t> WorkerToReserve(const PendingJob& job,
+                                      const GpuDemand& demand,
+                                      const FreeCapacity& free) {
+  std::optional<size_t> best;
+  std::pair<int32_t, int64_t> best_key;
+  for (size_t i = 0; i < free.workers.size(); ++i) {
+    const WorkerCapacity& w = free.workers[i];
+    if (free.summaries[i].reserved || !FitsWhenIdle(w, job, demand)) continue;
+    int32_t fitting = 0;
+    for (const GpuCapacity& g : w.devices) fitting += GpuFits(g, demand);
+    const std::pair<int32_t, int64_t> key{fitting, w.free_cpu_milli};
+    if (!best || key > best_key) best = i, best_key = key;
+  }
+  return best;
+}
+
+FreeCapacity InitialFree(const ClusterSnapshot& snapshot) {
+  FreeCapacity free{snapshot.workers(), {}};
+  free.summaries.reserve(free.workers.size());
+  for (const WorkerCapacity& w : free.workers) {
+    free.summaries.push_back(Summarize(w));
+  }
+  return free;
+}
+
+void AddPlacement(const PendingJob& job, const GpuDemand& demand,
+                  const Choice& choice, FreeCapacity& free, Plan& plan) {
+  WorkerCapacity& w = free.workers[choice.worker];
+  Take(w, job, demand, choice.devices);
+  free.summaries[choice.worker] = Summarize(w);
+  Placement p{job.id, w.id, {}, demand.whole && !job.whole_gpus()};
+  for (size_t pos : choice.devices) {
+    p.gpu_indices.push_back(w.devices[pos].index);
+  }
+  plan.placements.push_back(std::move(p));
+}
+
+}  // namespace
+
+Plan RunPackingPass(const ClusterSnapshot& snapshot,
+                    const PackingPassOptions& options,
+                    ChooserFactory make_chooser) {
+  FreeCapacity free = InitialFree(snapshot);  // shrinks as jobs are placed
+  std::unique_ptr<NodeChooser> chooser = make_chooser(free);
+  JobOrder order(snapshot, options.fair_share);
+  FailedShapes failed;
+  // Per shape: why it can never fit, or nullopt when some worker could hold it.
+  absl::flat_hash_map<ShapeKey, std::optional<JobWait>> infeasible;
+  int32_t reservations_left = options.reservations;
+  Plan plan;
+  while (const PendingJob* job = order.Next()) {
+    const GpuDemand demand = DemandOf(*job, options.exclusive);
+    const ShapeKey key = KeyOf(*job);
+    auto [never, added] = infeasible.try_emplace(key);
+    if (added) never->second = Infeasibility(*job, demand, snapshot.workers());
+    const JobWait* known =
+        never->second ? &*never->second : failed.Find(key, *job, demand);
+    std::optional<Choice> choice;
+    if (known == nullptr) choice = chooser->Choose(*job, demand, free);
+    if (choice) {
+      AddPlacement(*job, demand, *choice, free, plan);
+      chooser->Changed(choice->worker, free);
+      order.Placed(*job);
+      continue;
+    }
+    plan.waits.push_back(known ? *known : failed.Add(key, *job, demand));
+    plan.waits.back().job_id = job->id;
+    plan.waits.back().position = static_cast<int64_t>(plan.waits.size());
+    if (plan.waits.back().kind == WaitKind::kInfeasible ||
+        reservations_left == 0) {
+      continue;
+    }
+    if (std::optional<size_t> r = WorkerToReserve(*job, demand, free)) {
+      --reservations_left;
+      free.summaries[*r].reserved = true;  // later jobs fit nowhere there
+      chooser->Changed(*r, free);
+      plan.reservations.push_back({job->id, free.workers[*r].id});
+      absl::StrAppend(&plan.waits.back().reason, "; worker ",
+                      free.workers[*r].id, " is reserved for it");
+    }
+  }
+  if (options.preemption) {
+    PlanPreemptions(snapshot, options.exclusive, free, plan);
+  }
+  return plan;
+}
+
+std::string NameWithFeatures(std::string_view base, const PassFeatures& f) {
+  std::string name(base);
+  if (f.fair_share) name += "+drf";
+  if (f.reservations > 0) name += "+backfill";
+  if (f.preemption) name += "+preempt";
+  return name;
+}
+
+NodeSummary Summarize(const WorkerCapacity& w) {
+  NodeSummary s;
+  s.free_cpu_milli = w.free_cpu_milli;
+  s.free_memory_bytes = w.free_memory_bytes;
+  s.free_cpu_slots = w.free_cpu_slots;
+  s.gpus = static_cast<int32_t>(w.devices.size());
+  for (const GpuCapacity& g : w.devices) {
+    s.free_gpu_milli += g.free_compute_milli;
+    s.max_free_gpu_memory =
+        std::max(s.max_free_gpu_memory, g.free_memory_bytes);
+    s.max_free_compute = std::max(s.max_free_compute, g.free_compute_milli);
+    if (g.wholly_free()) ++s.wholly_free_gpus;
+  }
+  return s;
+}
+
+bool MayFit(const NodeSummary& s, const PendingJob& job,
+            const GpuDemand& demand) {
+  if (s.reserved || s.free_cpu_milli < job.cpu_milli ||
+      s.free_memory_bytes < job.memory_bytes) {
+    return false;
+  }
+  if (job.gpus == 0) return s.free_cpu_slots >= job.cpu_slots;
+  if (demand.whole) return s.wholly_free_gpus >= job.gpus;
+  return s.gpus >= job.gpus && s.max_free_compute >= demand.compute_milli &&
+         s.max_free_gpu_memory >= demand.memory_bytes;
+}
+
+std::vector<size_t> TightestDevices(const WorkerCapacity& w,
+                                    const GpuDemand& demand, int32_t count) {
+  std::vector<size_t> fit;
+  for (size_t i = 0; i < w.devices.size(); ++i) {
+    if (GpuFits(w.devices[i], demand)) fit.push_back(i);
+  }
+  std::stable_sort(fit.begin(), fit.end(), [&](size_t a, size_t b) {
+    return w.devices[a].free_compute_milli < w.devices[b].free_compute_milli;
+  });
+  if (static_cast<int32_t>(fit.size()) > count) fit.resize(count);
+  return fit;
+}
+
+std::vector<size_t> FirstDevices(const WorkerCapacity& w,
+                                 const GpuDemand& demand, int32_t count) {
+  std::vector<size_t> fit;
+  for (size_t i = 0;
+       i < w.devices.size() && static_cast<int32_t>(fit.size()) < count; ++i) {
+    if (GpuFits(w.devices[i], demand)) fit.push_back(i);
+  }
+  return fit;
+}
+
+}  // namespace trainyard::scheduler

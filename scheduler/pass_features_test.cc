@@ -1,0 +1,188 @@
+// Preemption, weighted DRF fair share and backfill with reservations, as
+// features of any base policy.
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/placement_policy.h"
+#include "scheduler/scheduler_test_util.h"
+
+namespace trainyard::scheduler {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using namespace ::trainyard::scheduler::testing;  // NOLINT
+
+std::unique_ptr<PlacementPolicy> Policy(const std::string& name) {
+  auto p = MakePlacementPolicy(name);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+std::vector<std::string> PlacedIds(const Plan& plan) {
+  std::vector<std::string> ids;
+  for (const Placement& p : plan.placements) ids.push_back(p.job_id);
+  return ids;
+}
+
+TEST(PolicyNamesTest, FeaturesComposeAndBadOnesAreRejected) {
+  EXPECT_EQ(Policy("fgd+preempt+drf")->name(), "fgd+drf+preempt");
+  EXPECT_EQ(Policy("best-fit+backfill")->name(), "best-fit+backfill");
+  for (const char* bad : {"fgd+", "fgd+turbo", "fgd+drf+drf", "+drf", ""}) {
+    auto p = MakePlacementPolicy(bad);
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_THAT(p.status().message(), HasSubstr("+preempt"));
+  }
+}
+
+// Two workers full of low-priority jobs; the one whose jobs checkpointed
+// most recently (least work lost) is preempted for the urgent job.
+TEST(PreemptionTest, StopsTheVictimsThatLoseTheLeastWork) {
+  WorkerCapacity a = Node("a", {1000, 1000}), b = Node("b", {1000, 1000});
+  std::vector<RunningJob> running;
+  StartRunning(a, Share("a1", 0, 1, 1000), /*work=*/500, running);
+  StartRunning(a, Share("a2", 0, 1, 1000), 10, running);
+  StartRunning(b, Share("b1", 0, 1, 1000), 20, running);
+  StartRunning(b, Share("b2", 0, 1, 1000), 30, running);
+  auto s = ClusterSnapshot::Create(
+      {a, b}, {Share("urgent", 1, 1, 1000, 1, /*priority=*/5)}, {}, running);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Plan plan = Policy("best-fit+preempt")->Place(*s);
+  EXPECT_TRUE(plan.placements.empty());
+  ASSERT_EQ(plan.preemptions.size(), 1u);
+  EXPECT_EQ(plan.preemptions[0].job_id, "a2");  // 10 < 20 < 30 < 500
+  EXPECT_EQ(plan.preemptions[0].for_job_id, "urgent");
+  ASSERT_EQ(plan.waits.size(), 1u);
+  EXPECT_THAT(plan.waits[0].reason, HasSubstr("preempted"));
+  EXPECT_TRUE(CheckPlan(*s, plan).ok()) << CheckPlan(*s, plan);
+}
+
+TEST(PreemptionTest, NeverStopsEqualOrHigherPriorityOrProtectedJobs) {
+  WorkerCapacity a = Node("a", {1000});
+  std::vector<RunningJob> running;
+  StartRunning(a, Share("peer", 0, 1, 1000, 1, /*priority=*/5), 0, running);
+  WorkerCapacity b = Node("b", {1000});
+  StartRunning(b, Share("protected", 0, 1, 1000), 0, running);
+  running.back().preemptible = false;
+  auto s = ClusterSnapshot::Create({a, b}, {Share("urgent", 1, 1, 1000, 1, 5)},
+                                   {}, running);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Plan plan = Policy("fgd+preempt")->Place(*s);
+  EXPECT_TRUE(plan.preemptions.empty());
+}
+
+TEST(PreemptionTest, TwoWaitingJobsDoNotCountOnTheSameRoom) {
+  WorkerCapacity a = Node("a", {1000});
+  std::vector<RunningJob> running;
+  StartRunning(a, Share("low", 0, 1, 1000), 0, running);
+  auto s = ClusterSnapshot::Create(
+      {a}, {Share("u1", 1, 1, 1000, 1, 5), Share("u2", 2, 1, 1000, 1, 5)}, {},
+      running);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Plan plan = Policy("first-fit+preempt")->Place(*s);
+  ASSERT_EQ(plan.preemptions.size(), 1u);
+  EXPECT_EQ(plan.preemptions[0].for_job_id, "u1");
+}
+
+// Tenant "big" already holds most of the cluster: with DRF the other
+// tenant's later jobs go first; without it, submit order rules.
+TEST(FairShareTest, TenantWithLessDominantShareGoesFirst) {
+  WorkerCapacity a = Node("a", {1000, 1000, 1000, 1000});
+  std::vector<RunningJob> running;
+  PendingJob held = Share("held", 0, 2, 1000);
+  held.tenant = "big";
+  StartRunning(a, held, 0, running);
+  PendingJob b1 = Share("big-1", 1, 1, 1000), b2 = Share("big-2", 2, 1, 1000);
+  PendingJob s1 = Share("small-1", 3, 1, 1000),
+             s2 = Share("small-2", 4, 1, 1000);
+  b1.tenant = b2.tenant = "big";
+  s1.tenant = s2.tenant = "small";
+  auto s = ClusterSnapshot::Create({a}, {b1, b2, s1, s2}, {}, running);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(PlacedIds(Policy("best-fit+drf")->Place(*s)),
+              ElementsAre("small-1", "small-2"));
+  EXPECT_THAT(PlacedIds(Policy("best-fit")->Place(*s)),
+              ElementsAre("big-1", "big-2"));
+}
+
+TEST(FairShareTest, WeightsScaleTheShare) {
+  WorkerCapacity a = Node("a", {1000, 1000, 1000});
+  std::vector<PendingJob> jobs;
+  for (int i = 0; i < 3; ++i) {
+    PendingJob x = Share(absl::StrCat("x", i), i, 1, 1000);
+    PendingJob y = Share(absl::StrCat("y", i), 10 + i, 1, 1000);
+    x.tenant = "x";
+    y.tenant = "y";
+    jobs.push_back(x);
+    jobs.push_back(y);
+  }
+  auto s = ClusterSnapshot::Create({a}, jobs, {}, {}, {{"y", 2.0}});
+  ASSERT_TRUE(s.ok()) << s.status();
+  // x and y both start at 0 (x first by name); then y, weighted 2, stays
+  // below x for one more job.
+  EXPECT_THAT(PlacedIds(Policy("first-fit+drf")->Place(*s)),
+              ElementsAre("x0", "y0", "y1"));
+}
+
+// The gang waits for node "a" (the most GPUs free); small jobs behind it
+// go elsewhere instead of taking a's last free GPU.
+TEST(BackfillTest, BlockedGangReservesAWorkerSmallJobsBackfillTheRest) {
+  std::vector<RunningJob> running;
+  WorkerCapacity a = Node("a", {1000, 1000, 1000, 1000});
+  StartRunning(a, Share("r", 0, 1, 1000), 0, running);
+  WorkerCapacity b = Node("b", {1000, 1000});
+  auto s = ClusterSnapshot::Create(
+      {a, b},
+      {Share("gang", 1, 4, 1000), Share("s1", 2, 1, 1000),
+       Share("s2", 3, 1, 1000), Share("s3", 4, 1, 1000)},
+      {}, running);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Plan plan = Policy("first-fit+backfill")->Place(*s);
+  ASSERT_EQ(plan.reservations.size(), 1u);
+  EXPECT_EQ(plan.reservations[0].worker_id, "a");
+  EXPECT_THAT(PlacedIds(plan), ElementsAre("s1", "s2"));
+  for (const Placement& p : plan.placements) EXPECT_EQ(p.worker_id, "b");
+  EXPECT_THAT(plan.waits[0].reason, HasSubstr("reserved"));
+  ASSERT_EQ(plan.waits.size(), 2u);
+  EXPECT_EQ(plan.waits[0].position, 1);
+  EXPECT_EQ(plan.waits[1].job_id, "s3");
+  EXPECT_EQ(plan.waits[1].position, 2);
+  // Without backfill the small jobs take a's free GPUs.
+  EXPECT_EQ(Policy("first-fit")->Place(*s).placements.size(), 3u);
+}
+
+TEST(CheckPlanTest, RejectsBadPreemptions) {
+  WorkerCapacity a = Node("a", {1000});
+  std::vector<RunningJob> running;
+  StartRunning(a, Share("low", 0, 1, 1000), 0, running);
+  auto s =
+      ClusterSnapshot::Create({a}, {Share("u", 1, 1, 1000, 1, 5)}, {}, running);
+  ASSERT_TRUE(s.ok());
+  Plan unknown;
+  unknown.preemptions.push_back({"ghost", "a", "u"});
+  EXPECT_FALSE(CheckPlan(*s, unknown).ok());
+  Plan twice;
+  twice.preemptions = {{"low", "a", "u"}, {"low", "a", "u"}};
+  EXPECT_FALSE(CheckPlan(*s, twice).ok());
+  Plan for_nobody;
+  for_nobody.preemptions = {{"low", "a", "ghost"}};
+  EXPECT_FALSE(CheckPlan(*s, for_nobody).ok());
+  Plan wrong_worker;
+  wrong_worker.preemptions = {{"low", "b", "u"}};
+  EXPECT_FALSE(CheckPlan(*s, wrong_worker).ok());
+  Plan fine;
+  fine.preemptions = {{"low", "a", "u"}};
+  EXPECT_TRUE(CheckPlan(*s, fine).ok());
+}
+
+TEST(ClusterSnapshotTest, RejectsBadRunningJobsAndWeights) {
+  WorkerCapacity a = Node("a", {1000});
+  RunningJob on_ghost{"r", "ghost"};
+  EXPECT_FALSE(ClusterSnapshot::Create({a}, {}, {}, {on_ghost}).ok());
+  RunningJob bad_gpu{"r", "a"};
+  bad_gpu.gpu_indices = {7};
+  EXPECT_FALSE(ClusterSnapshot::Create({a}, {}, {}, {bad_gpu}).ok());
+  EXPECT_FALSE(ClusterSnapshot::Create({a}, {}, {}, {}, {{"t", 0.0}}).ok());
+}
+
+}  // namespace
+}  // namespace trainyard::scheduler

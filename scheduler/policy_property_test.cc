@@ -1,0 +1,160 @@
+// Randomized, seeded properties every placement policy must keep.
+#include <algorithm>
+#include <cctype>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/placement_policy.h"
+#include "scheduler/preemption.h"
+#include "scheduler/scheduler_test_util.h"
+
+namespace trainyard::scheduler {
+namespace {
+
+using namespace ::trainyard::scheduler::testing;  // NOLINT
+
+// Whether `job` would fit some worker once the plan's placements are made
+// and every lower-priority preemptible job there stopped.
+bool RoomByPreempting(const ClusterSnapshot& s, const Plan& plan,
+                      const PendingJob& job, bool exclusive) {
+  std::vector<WorkerCapacity> free = s.workers();
+  auto at = [&](const std::string& id) {
+    return static_cast<size_t>(s.FindWorker(id) - s.workers().data());
+  };
+  for (const Placement& p : plan.placements) {
+    WorkerCapacity& w = free[at(p.worker_id)];
+    const PendingJob& placed = *s.FindJob(p.job_id);
+    std::vector<size_t> positions;
+    for (int32_t g : p.gpu_indices) {
+      for (size_t i = 0; i < w.devices.size(); ++i) {
+        if (w.devices[i].index == g) positions.push_back(i);
+      }
+    }
+    Take(w, placed, DemandOf(placed, p.exclusive), positions);
+  }
+  bool any_lower = false;
+  for (const RunningJob& r : s.running()) {
+    if (!r.preemptible || r.priority >= job.priority) continue;
+    GiveBack(free[at(r.worker_id)], r);
+    any_lower = true;
+  }
+  for (const WorkerCapacity& w : free) {
+    if (any_lower && FitsNow(w, job, DemandOf(job, exclusive))) return true;
+  }
+  return false;
+}
+
+class PolicyPropertyTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<PlacementPolicy> policy_ = *MakePlacementPolicy(GetParam());
+};
+
+// CheckPlan replays the plan on the free capacity and fails on any GPU
+// memory, compute, CPU, host memory or slot over-commit, and on a gang that
+// got fewer GPUs than it asked (a placement names one worker, so a gang is
+// all on one node or not placed at all).
+TEST_P(PolicyPropertyTest, NeverOverCommitsAndAccountsForEveryJob) {
+  for (uint32_t seed = 1; seed <= 400; ++seed) {
+    ClusterSnapshot s = RandomSnapshot(seed);
+    Plan plan = policy_->Place(s);
+    ASSERT_TRUE(CheckPlan(s, plan).ok())
+        << "seed " << seed << ": " << CheckPlan(s, plan);
+    ASSERT_EQ(plan.placements.size() + plan.waits.size(), s.pending().size())
+        << "seed " << seed;
+    for (const Placement& p : plan.placements) {
+      ASSERT_EQ(static_cast<int32_t>(p.gpu_indices.size()),
+                s.FindJob(p.job_id)->gpus);
+    }
+  }
+}
+
+TEST_P(PolicyPropertyTest, SameSeedSamePlan) {
+  for (uint32_t seed = 1; seed <= 100; ++seed) {
+    EXPECT_EQ(PlanString(policy_->Place(RandomSnapshot(seed))),
+              PlanString(policy_->Place(RandomSnapshot(seed))))
+        << "seed " << seed;
+  }
+}
+
+// A job that waits as infeasible fits no worker even when idle; one that
+// waits to retry later would fit some idle worker.
+TEST_P(PolicyPropertyTest, InfeasibleMeansNoIdleWorkerFits) {
+  for (uint32_t seed = 1; seed <= 200; ++seed) {
+    ClusterSnapshot s = RandomSnapshot(seed);
+    std::vector<WorkerCapacity> idle = s.workers();
+    for (WorkerCapacity& w : idle) {
+      w.free_cpu_slots = w.cpu_slots;
+      w.free_cpu_milli = w.cpu_milli;
+      w.free_memory_bytes = w.memory_bytes;
+      for (GpuCapacity& g : w.devices) {
+        g.free_compute_milli = kWholeGpuMilli;
+        g.free_memory_bytes = g.memory_bytes;
+      }
+    }
+    for (const JobWait& wait : policy_->Place(s).waits) {
+      ClusterSnapshot alone = MakeSnapshot(idle, {*s.FindJob(wait.job_id)});
+      const bool placed_alone = !policy_->Place(alone).placements.empty();
+      EXPECT_EQ(wait.kind == WaitKind::kInfeasible, !placed_alone)
+          << "seed " << seed << " job " << wait.job_id << ": " << wait.reason;
+    }
+  }
+}
+
+// Victims always have lower priority than the job they make room for, and
+// the highest-priority waiting job is never kept waiting by lower-priority
+// jobs it may preempt: if stopping them on some worker would make room for
+// it, the plan stops some.
+TEST_P(PolicyPropertyTest, HigherPriorityIsNotKeptWaitingByLower) {
+  if (GetParam().find("preempt") == std::string::npos) GTEST_SKIP();
+  int preempting_plans = 0;
+  for (uint32_t seed = 1; seed <= 400; ++seed) {
+    ClusterSnapshot s = RandomSnapshot(seed);
+    Plan plan = policy_->Place(s);
+    for (const Preemption& p : plan.preemptions) {
+      const RunningJob* victim = nullptr;
+      for (const RunningJob& r : s.running()) {
+        if (r.id == p.job_id) victim = &r;
+      }
+      ASSERT_NE(victim, nullptr);
+      EXPECT_LT(victim->priority, s.FindJob(p.for_job_id)->priority);
+    }
+    preempting_plans += !plan.preemptions.empty();
+    auto first = std::find_if(
+        plan.waits.begin(), plan.waits.end(),
+        [](const JobWait& w) { return w.kind == WaitKind::kRetryLater; });
+    if (first == plan.waits.end()) continue;
+    const PendingJob& job = *s.FindJob(first->job_id);
+    const bool preempts = std::any_of(
+        plan.preemptions.begin(), plan.preemptions.end(),
+        [&](const Preemption& p) { return p.for_job_id == job.id; });
+    EXPECT_EQ(preempts, RoomByPreempting(s, plan, job,
+                                         GetParam().starts_with("first-fit")))
+        << "seed " << seed;
+  }
+  EXPECT_GT(preempting_plans, 10);
+}
+
+std::vector<std::string> AllVariants() {
+  std::vector<std::string> names;
+  for (const std::string& base : PlacementPolicyNames()) {
+    for (const char* features :
+         {"", "+preempt", "+drf", "+backfill", "+drf+backfill+preempt"}) {
+      names.push_back(base + features);
+    }
+  }
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyPropertyTest,
+                         ::testing::ValuesIn(AllVariants()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c)))
+                               c = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace trainyard::scheduler

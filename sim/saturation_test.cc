@@ -1,0 +1,84 @@
+#include "sim/saturation.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/best_fit_policy.h"
+#include "scheduler/fgd_policy.h"
+#include "scheduler/first_fit_policy.h"
+#include "sim/test_files.h"
+
+namespace trainyard::sim {
+namespace {
+
+using ::testing::DoubleNear;
+using testing::TempDir;
+
+std::vector<scheduler::WorkerCapacity> Cluster() {
+  TempDir dir;
+  auto nodes = LoadOpenbNodes(dir.Write("n.csv",
+                                        "sn,cpu_milli,memory_mib,gpu,model\n"
+                                        "a,8000,8192,1,T4\nb,8000,8192,1,T4\n"
+                                        "c,16000,16384,2,T4\n"));
+  EXPECT_TRUE(nodes.ok()) << nodes.status();
+  return *nodes;
+}
+
+std::vector<TracePod> Pods(const std::string& rows) {
+  TempDir dir;
+  auto pods = LoadOpenbPods(dir.Write(
+      "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + rows));
+  EXPECT_TRUE(pods.ok()) << pods.status();
+  return *pods;
+}
+
+TEST(SaturationTest, ExclusivePlacementStrandsHalfOfEachGpu) {
+  std::vector<TracePod> halves = Pods("h,1000,1024,1,500\n");
+  auto ff = RunSaturation(Cluster(), halves, scheduler::FirstFitPolicy(),
+                          {.loads = {0.5, 1.0}, .seed = 1});
+  ASSERT_TRUE(ff.ok()) << ff.status();
+  ASSERT_EQ(ff->size(), 2u);
+  EXPECT_EQ((*ff)[1].arrived_tasks, 8);
+  EXPECT_EQ((*ff)[1].failed_tasks, 4);
+  EXPECT_THAT((*ff)[1].unallocated_share, DoubleNear(0.5, 1e-9));
+  const scheduler::BestFitPolicy best_fit;
+  const scheduler::FgdPolicy fgd;
+  for (const scheduler::PlacementPolicy* p :
+       {static_cast<const scheduler::PlacementPolicy*>(&best_fit),
+        static_cast<const scheduler::PlacementPolicy*>(&fgd)}) {
+    auto points = RunSaturation(Cluster(), halves, *p, {.loads = {1.0}});
+    ASSERT_TRUE(points.ok()) << points.status();
+    EXPECT_EQ((*points)[0].failed_tasks, 0) << p->name();
+    EXPECT_THAT((*points)[0].unallocated_share, DoubleNear(0, 1e-9));
+  }
+}
+
+TEST(SaturationTest, SameSeedSameResultAndMonotone) {
+  std::vector<TracePod> mix = Pods(
+      "a,1000,1024,1,300\nb,2000,1024,1,1000\nc,1000,512,0,0\n"
+      "d,1000,1024,2,1000\ne,4000,4096,1,700\n");
+  scheduler::FgdPolicy fgd;
+  SaturationOptions o{.loads = {0.5, 0.8, 1.0}, .seed = 7};
+  auto a = RunSaturation(Cluster(), mix, fgd, o);
+  auto b = RunSaturation(Cluster(), mix, fgd, o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].unallocated_share, (*b)[i].unallocated_share);
+    EXPECT_EQ((*a)[i].failed_tasks, (*b)[i].failed_tasks);
+    if (i > 0) {
+      EXPECT_LE((*a)[i].unallocated_share, (*a)[i - 1].unallocated_share);
+      EXPECT_GE((*a)[i].failed_tasks, (*a)[i - 1].failed_tasks);
+    }
+  }
+}
+
+TEST(SaturationTest, RejectsBadInputs) {
+  std::vector<TracePod> pods = Pods("a,1000,1024,1,300\n");
+  scheduler::BestFitPolicy bf;
+  EXPECT_FALSE(RunSaturation({}, pods, bf, {}).ok());
+  EXPECT_FALSE(RunSaturation(Cluster(), {}, bf, {}).ok());
+  EXPECT_FALSE(RunSaturation(Cluster(), pods, bf, {.loads = {0.9, 0.5}}).ok());
+  EXPECT_FALSE(RunSaturation(Cluster(), pods, bf, {.loads = {1.5}}).ok());
+}
+
+}  // namespace
+}  // namespace trainyard::sim

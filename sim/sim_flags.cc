@@ -1,0 +1,113 @@
+#include "sim/sim_flags.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace trainyard::sim {
+namespace {
+
+absl::Status Bad(const std::string& flag, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, ": ", why));
+}
+
+absl::StatusOr<std::vector<std::string>> List(const std::string& flag,
+                                              const std::string& v) {
+  std::vector<std::string> out = absl::StrSplit(v, ',', absl::SkipEmpty());
+  if (out.empty()) return Bad(flag, "empty list");
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> Loads(const std::string& flag,
+                                          const std::string& v) {
+  ASSIGN_OR_RETURN(std::vector<std::string> parts, List(flag, v));
+  std::vector<double> out;
+  for (const std::string& p : parts) {
+    double d = 0;
+    if (!absl::SimpleAtod(p, &d) || !(d > 0 && d <= 1) ||
+        (!out.empty() && d <= out.back())) {
+      return Bad(flag,
+                 absl::StrCat("\"", p, "\": loads are ascending, in (0, 1]"));
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
+absl::Status Set(const std::string& flag, const std::string& v, SimFlags& f) {
+  if (v.empty()) return Bad(flag, "empty value");
+  if (flag == "--trace") {
+    f.trace = v;
+  } else if (flag == "--nodes") {
+    f.nodes = v;
+  } else if (flag == "--pods") {
+    ASSIGN_OR_RETURN(f.pods, List(flag, v));
+  } else if (flag == "--policies") {
+    ASSIGN_OR_RETURN(f.policies, List(flag, v));
+  } else if (flag == "--seeds") {
+    if (!absl::SimpleAtoi(v, &f.seeds) || f.seeds < 1 || f.seeds > 1000) {
+      return Bad(flag, absl::StrCat("\"", v, "\" is not in [1, 1000]"));
+    }
+  } else if (flag == "--loads") {
+    ASSIGN_OR_RETURN(f.loads, Loads(flag, v));
+  } else if (flag == "--arrival-speedup") {
+    if (!absl::SimpleAtod(v, &f.arrival_speedup) ||
+        !(f.arrival_speedup >= 1 && f.arrival_speedup <= 1e6)) {
+      return Bad(flag, absl::StrCat("\"", v, "\" is not in [1, 1e6]"));
+    }
+  } else if (flag == "--cluster-fraction") {
+    if (!absl::SimpleAtod(v, &f.cluster_fraction) ||
+        !(f.cluster_fraction > 0 && f.cluster_fraction <= 1)) {
+      return Bad(flag, absl::StrCat("\"", v, "\" is not in (0, 1]"));
+    }
+  } else if (flag == "--csv") {
+    f.csv = v;
+  } else {
+    return Bad(flag, "unknown flag");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string SimUsage() {
+  return "usage: yard-sim saturation|replay [--trace DIR "
+         "(default ../shared/traces/alibaba-gpu-v2023)]\n"
+         "         [--nodes openb_node_list_gpu_node.csv]\n"
+         "         [--pods openb_pod_list_default.csv[,more.csv]]\n"
+         "         [--policies first-fit,best-fit,fgd] [--seeds 10]\n"
+         "         [--loads 0.8,0.9,0.95,1] [--csv FILE]\n"
+         "File names are relative to DIR (or DIR/csv when it exists).\n"
+         "         [--arrival-speedup 1 (replay: arrivals N times faster)]\n"
+         "         [--cluster-fraction 1 (replay: keep this share of the "
+         "nodes)]\n"
+         "replay ignores --seeds and --loads; its --csv is the GPU "
+         "allocation over time.\n";
+}
+
+absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
+  SimFlags f;
+  if (args.empty()) return absl::InvalidArgumentError("missing experiment");
+  f.experiment = args[0];
+  if (f.experiment != "saturation" && f.experiment != "replay") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown experiment \"", f.experiment,
+                     "\" (known: saturation, replay)"));
+  }
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    if (size_t eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return Bad(flag, "missing value");
+    }
+    RETURN_IF_ERROR(Set(flag, value, f));
+  }
+  return f;
+}
+
+}  // namespace trainyard::sim

@@ -1,0 +1,49 @@
+#include "sim/sim_flags.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::sim {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(SimFlagsTest, DefaultsAndOverrides) {
+  auto f = ParseSimFlags({"saturation"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->trace, "../shared/traces/alibaba-gpu-v2023");
+  EXPECT_EQ(f->seeds, 10);
+  f = ParseSimFlags({"saturation", "--seeds", "3", "--policies=fgd,best-fit",
+                     "--loads", "0.5,1", "--pods", "a.csv,b.csv", "--csv",
+                     "out.csv", "--arrival-speedup", "50"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->seeds, 3);
+  EXPECT_THAT(f->policies, ElementsAre("fgd", "best-fit"));
+  EXPECT_THAT(f->loads, ElementsAre(0.5, 1.0));
+  EXPECT_THAT(f->pods, ElementsAre("a.csv", "b.csv"));
+  EXPECT_EQ(f->csv, "out.csv");
+  EXPECT_EQ(f->arrival_speedup, 50);
+  EXPECT_TRUE(ParseSimFlags({"replay"}).ok());
+}
+
+TEST(SimFlagsTest, BadInputNamesTheFlag) {
+  EXPECT_THAT(ParseSimFlags({}).status().message(), HasSubstr("experiment"));
+  EXPECT_THAT(ParseSimFlags({"replay-all"}).status().message(),
+              HasSubstr("replay-all"));
+  EXPECT_THAT(ParseSimFlags({"saturation", "--seeds", "0"}).status().message(),
+              HasSubstr("--seeds"));
+  EXPECT_THAT(
+      ParseSimFlags({"saturation", "--loads", "0.9,0.8"}).status().message(),
+      HasSubstr("--loads"));
+  EXPECT_THAT(
+      ParseSimFlags({"replay", "--arrival-speedup", "0.5"}).status().message(),
+      HasSubstr("--arrival-speedup"));
+  EXPECT_THAT(ParseSimFlags({"saturation", "--bogus", "1"}).status().message(),
+              HasSubstr("--bogus"));
+  EXPECT_THAT(ParseSimFlags({"saturation", "--csv"}).status().message(),
+              HasSubstr("missing value"));
+}
+
+}  // namespace
+}  // namespace trainyard::sim
