@@ -96,9 +96,14 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   d.Add("ID", job.id());
   d.Add("Name", job.name());
   std::string state = StateName(job.state());
-  if (!job.state_reason().empty())
+  const bool queued = job.state() == v1::QUEUED;
+  if (queued && job.queue_position() > 0) {
+    absl::StrAppend(&state, " (#", job.queue_position(), " in the queue)");
+  }
+  if (!queued && !job.state_reason().empty())
     absl::StrAppend(&state, ": ", job.state_reason());
   d.Add("State", state);
+  if (queued) d.Add("Waiting", job.state_reason());
   d.Add("Tenant", job.tenant());
   if (job.attempt() > 0) {
     d.Add("Attempt",

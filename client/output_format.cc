@@ -157,12 +157,19 @@ std::string StateName(v1::JobState state) {
   return name.empty() ? absl::StrCat(static_cast<int>(state)) : name;
 }
 
+// "QUEUED (#3)" for a queued job whose place in the queue is known.
+std::string StateColumn(const v1::Job& job) {
+  if (job.state() != v1::QUEUED || job.queue_position() <= 0) {
+    return StateName(job.state());
+  }
+  return absl::StrCat(StateName(job.state()), " (#", job.queue_position(), ")");
+}
+
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const v1::Job& job : jobs) {
     rows.push_back(
-        {job.id(), job.name().empty() ? "-" : job.name(),
-         StateName(job.state()),
+        {job.id(), job.name().empty() ? "-" : job.name(), StateColumn(job),
          job.attempt() > 0 ? absl::StrCat(job.attempt()) : "-",
          job.worker_id().empty() ? "-" : job.worker_id(), StepColumn(job),
          IsSet(job.create_time()) ? FormatAge(FromProtoTime(job.create_time()), now)

@@ -66,6 +66,40 @@ TEST(FormatJobsTableTest, OneRowPerJob) {
             "j-22  -      QUEUED   -        -       -         2h\n");
 }
 
+TEST(FormatJobsTableTest, QueuedJobsShowTheirPlaceInTheQueue) {
+  v1::Job queued = FromText<v1::Job>(R"pb(
+    id: "j-3"
+    state: QUEUED
+    queue_position: 3
+    create_time { seconds: 1699999880 }
+  )pb");
+  v1::Job stale = FromText<v1::Job>(R"pb(
+    id: "j-4"
+    state: RUNNING
+    queue_position: 2
+    create_time { seconds: 1699999880 }
+  )pb");
+  EXPECT_EQ(FormatJobsTable({queued, stale}, kNow),
+            "ID   NAME  STATE        ATTEMPT  WORKER  STEP  AGE\n"
+            "j-3  -     QUEUED (#3)  -        -       -     2m\n"
+            "j-4  -     RUNNING      -        -       -     2m\n");
+}
+
+TEST(FormatJobDetailsTest, QueuedJobSaysWhereAndWhyItWaits) {
+  auto job = FromText<v1::Job>(R"pb(
+    id: "j-7"
+    state: QUEUED
+    state_reason: "waiting for 1 free CPU slot"
+    queue_position: 2
+  )pb");
+  std::string text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("State:    QUEUED (#2 in the queue)\n"));
+  EXPECT_THAT(text, HasSubstr("Waiting:  waiting for 1 free CPU slot\n"));
+  job.set_queue_position(0);  // not known yet (no pass since a restart)
+  text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("State:    QUEUED\n"));
+}
+
 TEST(FormatEventTest, Progress) {
   auto e = FromText<v1::JobEvent>(R"pb(
     sequence: 7

@@ -69,8 +69,8 @@ info "logs:      $LOG_DIR/{yard-server,yard-worker}.log"
 
 say "Starting yard-server on 127.0.0.1 (port picked at run time)"
 cd "$ROOT"
-"$BIN_DIR/yard-server" --listen 127.0.0.1:0 --state-dir "$STATE_DIR/server" \
-  --data-root "$ROOT" >"$LOG_DIR/yard-server.log" 2>&1 &
+"$BIN_DIR/yard-server" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+  --state-dir "$STATE_DIR/server" --data-root "$ROOT" >"$LOG_DIR/yard-server.log" 2>&1 &
 SERVER_PID=$!
 
 ADDR_FILE="$STATE_DIR/server/yard-server.addr"
@@ -83,10 +83,13 @@ done
 [[ -s "$ADDR_FILE" ]] || die "yard-server wrote no address within 30 s (see $LOG_DIR/yard-server.log)"
 ADDR="$(head -n 1 "$ADDR_FILE")"
 info "listening on $ADDR"
+METRICS_ADDR="$(head -n 1 "$STATE_DIR/server/yard-server.metrics-addr" 2>/dev/null || true)"
+[[ -n "$METRICS_ADDR" ]] && info "metrics:   http://$METRICS_ADDR/metrics"
 
 say "Starting yard-worker (1 CPU slot)"
 "$BIN_DIR/yard-worker" --server "$ADDR" --work-dir "$STATE_DIR/worker" \
   --cpu-slots 1 --data-root "$ROOT" --name demo-worker \
+  --metrics-listen 127.0.0.1:0 \
   >"$LOG_DIR/yard-worker.log" 2>&1 &
 WORKER_PID=$!
 

@@ -5,10 +5,38 @@
 
 namespace trainyard::server {
 
+void Dispatcher::CarryPreemptions(
+    const scheduler::Plan& plan, const std::map<std::string, JobRecord>& queued,
+    DispatchCounts& counts) {
+  for (const scheduler::Preemption& p : plan.preemptions) {
+    auto it = queued.find(p.for_job_id);
+    const std::string reason =
+        it == queued.end()
+            ? absl::StrCat("preempted by ", p.for_job_id)
+            : absl::StrCat("preempted by ", p.for_job_id, " (priority ",
+                           it->second.job.spec().priority(), ")");
+    absl::StatusOr<JobRecord> record =
+        lifecycle_->Preempt(p.job_id, p.worker_id, reason);
+    if (!record.ok()) {
+      // Already stopping (an earlier pass preempted it), or it moved on.
+      if (!absl::IsFailedPrecondition(record.status())) {
+        YARD_LOG(ERROR) << "preempting job " << p.job_id << ": "
+                        << record.status();
+      }
+      continue;
+    }
+    ++counts.preempted;
+    // Not delivered (the worker is away): it is sent again when the worker
+    // re-attaches the job, and a lost worker's jobs go back to the queue.
+    workers_->Send(p.worker_id, lifecycle_->PreemptFor(*record));
+  }
+}
+
 DispatchCounts Dispatcher::Carry(
     const scheduler::Plan& plan,
     const std::map<std::string, JobRecord>& queued) {
   DispatchCounts counts;
+  CarryPreemptions(plan, queued, counts);
   for (const scheduler::Placement& p : plan.placements) {
     absl::StatusOr<JobRecord> record =
         lifecycle_->Assign(p.job_id, p.worker_id, p.gpu_indices);

@@ -1,7 +1,11 @@
 // Dispatcher: carries out a placement Plan ("policy decides, mechanism
-// acts"). For each placement it first commits QUEUED -> SCHEDULED to the
-// store, then sends the Assignment on the worker's stream; if the worker is
-// gone by then, the attempt goes straight back to the queue. For each job
+// acts"). For each preemption it first commits RUNNING -> PREEMPTING (the
+// reason names the job it makes room for), then sends the worker a Preempt;
+// a job already stopping is left alone. The job it makes room for is placed
+// by a later pass, once the victims have exited. For each placement it
+// first commits QUEUED -> SCHEDULED to the store, then sends the Assignment
+// on the worker's stream; if the worker is gone by then, the attempt goes
+// straight back to the queue. For each job
 // the plan leaves waiting it records the reason (only when it changed).
 // Used by the scheduler loop's thread; holds no state of its own.
 #ifndef TRAINYARD_SERVER_DISPATCHER_H_
@@ -21,6 +25,7 @@ struct DispatchCounts {
   int placed = 0;
   int undeliverable = 0;  // committed, but the worker went away
   int skipped = 0;        // the job changed meanwhile (e.g. cancelled)
+  int preempted = 0;      // victims told to stop
 };
 
 class Dispatcher {
@@ -33,6 +38,10 @@ class Dispatcher {
                        const std::map<std::string, JobRecord>& queued);
 
  private:
+  void CarryPreemptions(const scheduler::Plan& plan,
+                        const std::map<std::string, JobRecord>& queued,
+                        DispatchCounts& counts);
+
   JobLifecycle* const lifecycle_;
   WorkerRegistry* const workers_;
 };

@@ -33,6 +33,7 @@ struct JobLifecycleOptions {
   std::string checkpoint_root;
   spec::ValidationOptions validation;  // data root for spec paths
   int32_t cancel_grace_ms = 10'000;     // SIGTERM, then SIGKILL after this
+  int32_t preempt_grace_ms = 10'000;    // the same for a preempted job
   int32_t max_request_id_length = 128;
 };
 
@@ -79,6 +80,16 @@ class JobLifecycle {
   absl::Status ReturnToQueue(const std::string& job_id, int32_t attempt,
                              const std::string& worker_id,
                              const std::string& reason);
+  // RUNNING -> PREEMPTING on worker_id, `reason` naming the job it makes
+  // room for. FAILED_PRECONDITION when the job is not RUNNING there (it
+  // moved on, is already stopping, or a cancel is pending): nothing to do.
+  // Its exit then makes it QUEUED; it resumes from its checkpoint
+  // (job_preemption.cc).
+  absl::StatusOr<JobRecord> Preempt(const std::string& job_id,
+                                    const std::string& worker_id,
+                                    const std::string& reason);
+  // The Preempt message for a PREEMPTING job.
+  v1::ServerMessage PreemptFor(const JobRecord& record) const;
   // Records why a QUEUED job waits (written only when it changes).
   absl::Status SetWaitReason(const std::string& job_id,
                              const std::string& reason);

@@ -1,5 +1,6 @@
 // JobLifecycle: reports from workers (started, trainer events, exits, log
 // bytes), fenced by attempt.
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -11,6 +12,42 @@ namespace {
 
 // yard-train's exit code after SIGTERM with a checkpoint written.
 constexpr int32_t kExitInterrupted = 3;
+// JobExited.exit_code of an assignment the worker refused without starting
+// it (no free slot yet, shutting down, ...).
+constexpr int32_t kExitRefused = -1;
+// A job refused this many times in a row fails instead of going round.
+constexpr int kMaxRefusals = 3;
+constexpr char kRefusedBy[] = "refused by worker ";
+
+// How many attempts before the current one were refused, counting back.
+int RefusalsInARow(const v1::Job& job) {
+  int n = 0;
+  for (int i = job.attempts_size() - 2; i >= 0; --i) {
+    const v1::Attempt& a = job.attempts(i);
+    if (a.outcome() != v1::QUEUED ||
+        !absl::StartsWith(a.reason(), kRefusedBy)) {
+      break;
+    }
+    ++n;
+  }
+  return n;
+}
+
+// The outcome of a refused assignment: the job never ran, so it goes back
+// to the queue, unless workers keep refusing it (a job no worker will take
+// must not go round forever).
+std::pair<v1::JobState, std::string> RefusalOutcome(
+    const JobRecord& r, const v1::JobExited& exit,
+    const std::string& worker_id) {
+  const std::string why =
+      absl::StrCat(kRefusedBy, worker_id, ": ",
+                   exit.error().empty() ? "no reason given" : exit.error());
+  if (RefusalsInARow(r.job) + 1 >= kMaxRefusals) {
+    return {v1::FAILED,
+            absl::StrCat(why, " (", kMaxRefusals, " refusals in a row)")};
+  }
+  return {v1::QUEUED, why};
+}
 
 // A report for the current attempt while the job is still SCHEDULED means
 // the process started (its JobStarted was lost or overtaken).
@@ -61,6 +98,16 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
   if (exit.cancelled() || r.cancel_requested()) {
     return {v1::CANCELLED, r.cancel_requested() ? r.cancel_reason
                                                 : "stopped by the worker"};
+  }
+  if (exit.exit_code() == kExitRefused && exit.signal() == 0 &&
+      r.job.state() == v1::SCHEDULED) {
+    return RefusalOutcome(r, exit, worker_id);
+  }
+  if (r.job.state() == v1::PREEMPTING &&
+      (exit.exit_code() == kExitInterrupted || exit.signal() != 0)) {
+    // Checkpointed and stopped, or killed after the grace period: it
+    // resumes from its latest checkpoint. The reason names the preemptor.
+    return {v1::QUEUED, r.job.state_reason()};
   }
   if (exit.exit_code() == kExitInterrupted && exit.signal() == 0 &&
       r.job.state() == v1::RUNNING) {
@@ -171,7 +218,9 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
               return false;
             }
             auto [to, why] = ExitOutcome(r, update.exited(), worker_id);
-            if (to != v1::QUEUED) {
+            // A refused attempt never started: it does not pass RUNNING.
+            const bool refused = update.exited().exit_code() == kExitRefused;
+            if (to != v1::QUEUED && !refused) {
               RETURN_IF_ERROR(EnsureRunning(
                   r, absl::StrCat("started on worker ", worker_id),
                   clock_->Now(), events));

@@ -18,7 +18,10 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
   absl::StatusOr<SubmitResult> result = lifecycle_->Submit(*request);
-  if (!result.ok()) return ToGrpcStatus(result.status());
+  if (!result.ok()) {
+    if (on_submit_rejected_) on_submit_rejected_(result.status());
+    return ToGrpcStatus(result.status());
+  }
   *response->mutable_job() = std::move(result->job);
   response->set_already_existed(result->already_existed);
   return grpc::Status::OK;
@@ -33,6 +36,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*,
   absl::StatusOr<JobRecord> record = store_->GetJob(request->job_id());
   if (!record.ok()) return ToGrpcStatus(record.status());
   *response = std::move(record->job);
+  if (queue_positions_ != nullptr) queue_positions_->Fill(*response);
   return grpc::Status::OK;
 }
 
@@ -52,7 +56,10 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
   }
   absl::StatusOr<JobPage> page = store_->ListJobs(query);
   if (!page.ok()) return ToGrpcStatus(page.status());
-  for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
+  for (v1::Job& job : page->jobs) {
+    if (queue_positions_ != nullptr) queue_positions_->Fill(job);
+    *response->add_jobs() = std::move(job);
+  }
   response->set_next_page_token(page->next_page_token);
   return grpc::Status::OK;
 }

@@ -5,9 +5,12 @@
 #ifndef TRAINYARD_SERVER_JOB_SERVICE_H_
 #define TRAINYARD_SERVER_JOB_SERVICE_H_
 
+#include <functional>
+
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
 #include "server/job_watch.h"
+#include "server/queue_positions.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
 
 namespace trainyard::server {
@@ -17,6 +20,17 @@ class JobServiceImpl final : public v1::JobService::Service {
   JobServiceImpl(JobLifecycle* lifecycle, JobStore* store,
                  const JobWatcher* watcher)
       : lifecycle_(lifecycle), store_(store), watcher_(watcher) {}
+
+  // Told about every refused SubmitJob (metrics). Set before serving.
+  void set_on_submit_rejected(std::function<void(const absl::Status&)> f) {
+    on_submit_rejected_ = std::move(f);
+  }
+
+  // Fills Job.queue_position of queued jobs in GetJob and ListJobs. Set
+  // before serving; without it positions stay 0.
+  void set_queue_positions(const QueuePositions* positions) {
+    queue_positions_ = positions;
+  }
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -41,6 +55,8 @@ class JobServiceImpl final : public v1::JobService::Service {
   JobLifecycle* const lifecycle_;
   JobStore* const store_;
   const JobWatcher* const watcher_;
+  std::function<void(const absl::Status&)> on_submit_rejected_;
+  const QueuePositions* queue_positions_ = nullptr;
 };
 
 }  // namespace trainyard::server

@@ -2,7 +2,8 @@
 //
 //   QUEUED -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
 //   QUEUED | SCHEDULED -> CANCELLED          (cancelled before it ran)
-//   SCHEDULED | RUNNING -> QUEUED            (worker lost, assignment lost)
+//   SCHEDULED | RUNNING -> QUEUED            (worker lost, assignment lost
+//                                             or refused by the worker)
 //   RUNNING -> PREEMPTING -> QUEUED          (preemption; resumes later)
 //   SCHEDULED -> FAILED                      (the job could not start)
 //   PREEMPTING -> SUCCEEDED | FAILED | CANCELLED (it ended while stopping)

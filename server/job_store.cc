@@ -199,8 +199,15 @@ absl::Status JobStore::InTransaction(
   if (!s.ok()) {
     // After some failures SQLite has already rolled back; that is fine.
     db_->Exec("ROLLBACK").IgnoreError();
+    uncommitted_changes_.clear();
     return s;
   }
+  if (options_.on_state_change) {
+    for (const v1::StateChange& c : uncommitted_changes_) {
+      options_.on_state_change(c);
+    }
+  }
+  uncommitted_changes_.clear();
   if (options_.on_commit) options_.on_commit();
   return absl::OkStatus();
 }

@@ -70,6 +70,9 @@ struct JobStoreOptions {
   // Called after every successful write, with the store's lock held: it
   // must not call back into the store (e.g. it notifies waiters).
   std::function<void()> on_commit;
+  // Called after each successful write once per state change it recorded
+  // (metrics count transitions here), under the same rules as on_commit.
+  std::function<void(const v1::StateChange&)> on_state_change;
   // Tests inject failing writes here: called before each COMMIT with the
   // operation's name; a non-OK status rolls the write back and is returned.
   std::function<absl::Status(std::string_view operation)> fault_injector;
@@ -168,6 +171,8 @@ class JobStore {
   mutable absl::Mutex mu_;
   std::unique_ptr<SqliteDb> db_ ABSL_GUARDED_BY(mu_);
   Durability current_durability_ ABSL_GUARDED_BY(mu_) = Durability::kTransition;
+  // State changes of the transaction in progress, for on_state_change.
+  std::vector<v1::StateChange> uncommitted_changes_ ABSL_GUARDED_BY(mu_);
 };
 
 // "j-000042": job ids sort by creation (lexically up to j-999999, and by

@@ -45,6 +45,7 @@ absl::Status JobStore::InsertEvents(JobRecord& record,
     e.set_sequence(++record.last_sequence);
     if (!e.has_time()) *e.mutable_time() = ToProtoTime(now);
     const bool trainer = e.has_trainer();
+    if (e.has_state_change()) uncommitted_changes_.push_back(e.state_change());
     ASSIGN_OR_RETURN(SqliteStatement ins,
                      db_->Prepare("INSERT INTO events (job_seq, seq, kind, "
                                   "event) VALUES (?, ?, ?, ?)"));

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/cluster_view.h"
+#include "server/scheduler_snapshot.h"
 
 namespace trainyard::server {
 
@@ -46,7 +47,9 @@ void SchedulerLoop::Wake() {
 
 void SchedulerLoop::Loop() {
   while (true) {
+    const absl::Time pass_start = absl::Now();  // wall time, not clock_
     absl::Status s = RunPass();
+    if (options_.on_pass_done) options_.on_pass_done(absl::Now() - pass_start);
     if (!s.ok()) {
       YARD_LOG(ERROR) << "scheduling pass failed: " << s;
     }
@@ -98,20 +101,24 @@ absl::Status SchedulerLoop::RunPass() {
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, SettleLostWorkers());
   ASSIGN_OR_RETURN(std::vector<JobRecord> queued,
                    store_->JobsInStates({v1::QUEUED}));
-  if (queued.empty()) return absl::OkStatus();
+  if (queued.empty()) {
+    if (options_.queue_positions != nullptr) options_.queue_positions->Clear();
+    return absl::OkStatus();
+  }
   std::vector<scheduler::PendingJob> pending;
   std::map<std::string, JobRecord> by_id;
   for (JobRecord& r : queued) {
-    const JobNeed need = NeedOf(r.job.spec());
-    pending.push_back({r.job.id(), r.job.spec().priority(), r.create_seq,
-                       need.gpus, std::max(need.cpu_slots, 1)});
+    pending.push_back(PendingJobOf(r));
     by_id.emplace(r.job.id(), std::move(r));
   }
-  ASSIGN_OR_RETURN(
-      scheduler::ClusterSnapshot snapshot,
-      scheduler::ClusterSnapshot::Create(
-          SchedulableCapacity(workers_->List(), UsageByWorker(active)),
-          std::move(pending)));
+  std::vector<scheduler::WorkerCapacity> capacity =
+      SchedulableCapacity(workers_->List(), UsageByWorker(active));
+  std::vector<scheduler::RunningJob> running =
+      RunningJobsOf(active, capacity, clock_->Now());
+  ASSIGN_OR_RETURN(scheduler::ClusterSnapshot snapshot,
+                   scheduler::ClusterSnapshot::Create(
+                       std::move(capacity), std::move(pending), {},
+                       std::move(running), options_.tenant_weights));
   const scheduler::Plan plan = policy_->Place(snapshot);
   absl::Status valid = scheduler::CheckPlan(snapshot, plan);
   if (!valid.ok()) {
@@ -120,6 +127,9 @@ absl::Status SchedulerLoop::RunPass() {
         valid.message()));
   }
   dispatcher_.Carry(plan, by_id);
+  if (options_.queue_positions != nullptr) {
+    options_.queue_positions->Replace(plan.waits);
+  }
   return absl::OkStatus();
 }
 

@@ -2,8 +2,10 @@
 // workers whose lease ran out lost and gives back the jobs of lost workers
 // (to the queue, or CANCELLED when a cancel was pending), takes
 // an immutable ClusterSnapshot (queued jobs from the store, free capacity of
-// schedulable workers), asks the PlacementPolicy for a plan, checks the plan
-// never over-commits, and hands it to the Dispatcher.
+// schedulable workers, the jobs running on them with their tenant, priority
+// and work at risk), asks the PlacementPolicy for a plan, checks the plan
+// never over-commits, hands it to the Dispatcher, and records the waiting
+// jobs' queue positions.
 //
 // A pass runs when woken (submit, cancel, job end, worker joins or leaves)
 // or after `tick` at the latest, and as soon as the next lease runs out.
@@ -14,10 +16,12 @@
 #ifndef TRAINYARD_SERVER_SCHEDULER_LOOP_H_
 #define TRAINYARD_SERVER_SCHEDULER_LOOP_H_
 
+#include <functional>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -26,12 +30,19 @@
 #include "server/dispatcher.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
+#include "server/queue_positions.h"
 #include "server/worker_registry.h"
 
 namespace trainyard::server {
 
 struct SchedulerLoopOptions {
   absl::Duration tick = absl::Seconds(1);
+  // Told how long each pass of the loop's thread took (metrics).
+  std::function<void(absl::Duration)> on_pass_done;
+  // Where each pass leaves the waiting jobs' queue positions; may be null.
+  QueuePositions* queue_positions = nullptr;
+  // Fair-share weight per tenant (1 when absent), for the +drf policies.
+  absl::flat_hash_map<std::string, double> tenant_weights;
 };
 
 class SchedulerLoop {

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/metrics_endpoint.h"
 
 namespace trainyard::server {
 namespace {
@@ -50,6 +51,13 @@ const std::map<std::string, Setter>& Flags() {
       {"--heartbeat-interval-ms",
        Millis(&YardServerOptions::heartbeat_interval)},
       {"--worker-lease-ms", Millis(&YardServerOptions::worker_lease)},
+      {"--health-listen", String(&YardServerOptions::health_listen)},
+      // Empty is allowed: it turns the endpoint off.
+      {"--metrics-listen",
+       [](const std::string&, const std::string& v, YardServerOptions& o) {
+         o.metrics_listen = v;
+         return absl::OkStatus();
+       }},
   };
   return *flags;
 }
@@ -63,14 +71,24 @@ std::string ServerUsage() {
          "checkpoints)]\n"
          "                   [--heartbeat-interval-ms 1000] "
          "[--worker-lease-ms 10000]\n"
-         "                   [--policy first-fit]\n"
+         "                   [--policy first-fit (or best-fit, fgd; each "
+         "may add +drf, +backfill, +preempt)]\n"
+         "                   [--metrics-listen 127.0.0.1:9470 (empty: off)]\n"
+         "                   [--health-listen HOST:PORT (default: none)]\n"
          "--listen HOST:0 picks a free port; the address is written to "
-         "STATE_DIR/yard-server.addr.\n";
+         "STATE_DIR/yard-server.addr.\n"
+         "--metrics-listen serves Prometheus /metrics (loopback only); port "
+         "0 picks a free port,\nwritten to STATE_DIR/yard-server.metrics-addr."
+         "\n"
+         "--health-listen serves only grpc.health.v1 (for Kubernetes probes); "
+         "it may bind any\naddress. Port 0: STATE_DIR/yard-server.health-addr."
+         "\n";
 }
 
 absl::StatusOr<ServerCommandLine> ParseServerFlags(
     const std::vector<std::string>& args) {
   ServerCommandLine cl;
+  cl.options.metrics_listen = kDefaultServerMetricsListen;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i];
     std::string value;
@@ -107,6 +125,10 @@ absl::StatusOr<ServerCommandLine> ParseServerFlags(
     return absl::InvalidArgumentError("--state-dir: required (see --help)");
   }
   if (!cl.help) RETURN_IF_ERROR(CheckListenAddress(cl.options.listen));
+  if (!cl.help && !cl.options.metrics_listen.empty()) {
+    RETURN_IF_ERROR(
+        CheckMetricsListen(cl.options.metrics_listen, "--metrics-listen"));
+  }
   return cl;
 }
 

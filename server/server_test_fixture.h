@@ -124,6 +124,9 @@ class ServerLogicTest : public ::testing::Test {
     so.path = dir_.File("trainyard.db");
     so.clock = &clock_;
     so.on_commit = [this] { notifier_.Notify(); };
+    so.on_state_change = [this](const v1::StateChange& c) {
+      if (on_state_change_) on_state_change_(c);
+    };
     so.fault_injector = [this](std::string_view op) {
       return fail_writes_ ? absl::UnavailableError(
                                 absl::StrCat("injected failure: ", std::string(op)))
@@ -216,6 +219,8 @@ class ServerLogicTest : public ::testing::Test {
   std::unique_ptr<SchedulerLoop> loop_;
   int wakes_ = 0;
   bool fail_writes_ = false;  // every store write fails while set
+  // Told every committed state change (metrics tests).
+  std::function<void(const v1::StateChange&)> on_state_change_;
   std::map<std::string, FakeWorker> workers_map_;  // last: sessions use the rest
 };
 

@@ -135,7 +135,12 @@ absl::Status WorkerSession::Reattach(const v1::WorkerHello& hello) {
     YARD_LOG(INFO) << "job " << ref.job_id() << " attempt " << ref.attempt()
                    << " re-attached on worker " << worker_id_;
     absl::StatusOr<JobRecord> r = store_->GetJob(ref.job_id());
-    if (r.ok() && r->cancel_requested()) link_->Send(lifecycle_->CancelFor(*r));
+    if (r.ok() && r->cancel_requested()) {
+      link_->Send(lifecycle_->CancelFor(*r));
+    } else if (r.ok() && r->job.state() == v1::PREEMPTING) {
+      // The Preempt may have been lost with the old stream: send it again.
+      link_->Send(lifecycle_->PreemptFor(*r));
+    }
   }
   ASSIGN_OR_RETURN(std::vector<JobRecord> held,
                    store_->JobsInStates(

@@ -22,11 +22,15 @@
 #include "server/change_notifier.h"
 #include "server/cluster_service.h"
 #include "server/cluster_view.h"
+#include "server/health_endpoint.h"
 #include "server/job_lifecycle.h"
 #include "server/job_service.h"
 #include "server/job_store.h"
 #include "server/job_watch.h"
+#include "server/metrics_endpoint.h"
+#include "server/queue_positions.h"
 #include "server/scheduler_loop.h"
+#include "server/server_metrics.h"
 #include "server/worker_registry.h"
 #include "server/worker_service.h"
 
@@ -101,6 +105,9 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
 
 absl::Status CheckOptions(const YardServerOptions& o) {
   RETURN_IF_ERROR(CheckListenAddress(o.listen));
+  if (!o.metrics_listen.empty()) {
+    RETURN_IF_ERROR(CheckMetricsListen(o.metrics_listen, "--metrics-listen"));
+  }
   if (o.state_dir.empty()) {
     return absl::InvalidArgumentError("--state-dir: required");
   }
@@ -144,6 +151,7 @@ struct YardServer::Parts {
   std::unique_ptr<WorkerRegistry> workers;
   std::unique_ptr<JobLifecycle> lifecycle;
   std::unique_ptr<scheduler::PlacementPolicy> policy;
+  QueuePositions queue_positions;  // the loop writes, JobService reads
   std::unique_ptr<SchedulerLoop> loop;
   std::unique_ptr<ClusterView> view;
   std::unique_ptr<JobWatcher> watcher;
@@ -151,6 +159,9 @@ struct YardServer::Parts {
   std::unique_ptr<ClusterServiceImpl> cluster_service;
   std::unique_ptr<WorkerServiceImpl> worker_service;
   std::unique_ptr<grpc::Server> grpc_server;
+  std::shared_ptr<ServerMetrics> metrics;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint;  // null: metrics off
+  std::unique_ptr<HealthEndpoint> health_endpoint;    // null: none
   bool shut_down = false;
 
   ~Parts() {
@@ -161,6 +172,7 @@ struct YardServer::Parts {
   absl::Status Recover();
   void BuildLogic();
   absl::Status Serve();
+  absl::Status ServeSidePorts();  // /metrics and the health-only port
 };
 
 absl::Status YardServer::Parts::OpenState() {
@@ -189,6 +201,10 @@ absl::Status YardServer::Parts::OpenState() {
   so.log_bytes_kept = o.log_bytes_kept;
   so.clock = o.clock;
   so.on_commit = [this] { notifier.Notify(); };
+  metrics = std::make_shared<ServerMetrics>(o.clock, kServerVersion);
+  so.on_state_change = [m = metrics.get()](const v1::StateChange& c) {
+    m->OnStateChange(c);
+  };
   ASSIGN_OR_RETURN(store, JobStore::Open(std::move(so)));
   return absl::OkStatus();
 }
@@ -216,6 +232,10 @@ void YardServer::Parts::BuildLogic() {
                                              o.clock, lo);
   SchedulerLoopOptions sched;
   sched.tick = o.scheduler_tick;
+  sched.queue_positions = &queue_positions;
+  sched.on_pass_done = [m = metrics.get()](absl::Duration d) {
+    m->ObserveSchedulingPass(d);
+  };
   loop = std::make_unique<SchedulerLoop>(store.get(), workers.get(),
                                          lifecycle.get(), policy.get(),
                                          o.clock, sched);
@@ -225,6 +245,10 @@ void YardServer::Parts::BuildLogic() {
   watcher = std::make_unique<JobWatcher>(store.get(), &notifier);
   job_service = std::make_unique<JobServiceImpl>(lifecycle.get(), store.get(),
                                                  watcher.get());
+  job_service->set_queue_positions(&queue_positions);
+  job_service->set_on_submit_rejected(
+      [m = metrics.get()](const absl::Status& s) { m->OnSubmitRejected(s); });
+  metrics->Watch(store.get(), workers.get());
   cluster_service = std::make_unique<ClusterServiceImpl>(view.get());
   WorkerSessionOptions wo;
   wo.heartbeat_interval = o.heartbeat_interval;
@@ -259,6 +283,25 @@ absl::Status YardServer::Parts::Serve() {
   return WriteFileAtomically(address_file, address + "\n");
 }
 
+absl::Status YardServer::Parts::ServeSidePorts() {
+  if (!options.metrics_listen.empty()) {
+    MetricsEndpointOptions mo;
+    mo.listen = options.metrics_listen;
+    mo.address_file = options.state_dir + "/yard-server.metrics-addr";
+    ASSIGN_OR_RETURN(metrics_endpoint, MetricsEndpoint::Start(mo, metrics));
+    YARD_LOG(INFO) << "metrics on http://" << metrics_endpoint->address()
+                   << "/metrics";
+  }
+  if (!options.health_listen.empty()) {
+    ASSIGN_OR_RETURN(
+        health_endpoint,
+        HealthEndpoint::Start(options.health_listen,
+                              options.state_dir + "/yard-server.health-addr"));
+    YARD_LOG(INFO) << "gRPC health on " << health_endpoint->address();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
     YardServerOptions options) {
   RETURN_IF_ERROR(CheckOptions(options));
@@ -271,6 +314,7 @@ absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
   RETURN_IF_ERROR(parts->Recover());
   std::unique_ptr<YardServer> server(new YardServer(std::move(parts)));
   RETURN_IF_ERROR(server->parts_->Serve());
+  RETURN_IF_ERROR(server->parts_->ServeSidePorts());
   server->parts_->loop->Start();
   YARD_LOG(INFO) << "yard-server " << kServerVersion << " serving on "
                  << server->address() << " (state dir "
@@ -286,6 +330,11 @@ YardServer::~YardServer() { Shutdown(); }
 
 const std::string& YardServer::address() const { return parts_->address; }
 
+const std::string& YardServer::metrics_address() const {
+  static const std::string kNone;
+  return parts_->metrics_endpoint ? parts_->metrics_endpoint->address() : kNone;
+}
+
 void YardServer::Shutdown() {
   Parts& p = *parts_;
   if (p.shut_down) return;
@@ -297,6 +346,8 @@ void YardServer::Shutdown() {
   if (p.grpc_server && p.grpc_server->GetHealthCheckService() != nullptr) {
     p.grpc_server->GetHealthCheckService()->Shutdown();
   }
+  if (p.health_endpoint) p.health_endpoint->Shutdown();  // probes fail now
+  p.metrics_endpoint.reset();  // scrapes read the store: stop them first
   p.notifier.Shutdown();  // watch and log streams end
   if (p.loop) p.loop->Stop();
   if (p.workers) {

@@ -35,7 +35,17 @@ struct YardServerOptions {
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
   Clock* clock = Clock::Real();
+  // Prometheus /metrics on HOST:PORT (loopback only; port 0 picks one and
+  // STATE_DIR/yard-server.metrics-addr names it). Empty: no endpoint.
+  // yard-server's flag defaults to kDefaultServerMetricsListen.
+  std::string metrics_listen;
+  // A port serving only grpc.health.v1 (Kubernetes gRPC probes); it may
+  // bind any address, port 0 picks one (STATE_DIR/yard-server.health-addr).
+  // Empty: none.
+  std::string health_listen;
 };
+
+inline constexpr char kDefaultServerMetricsListen[] = "127.0.0.1:9470";
 
 // INVALID_ARGUMENT unless `listen` is HOST:PORT with a loopback HOST
 // (127.0.0.1, localhost, [::1]) and a port in [0, 65535]. Non-loopback
@@ -50,6 +60,8 @@ class YardServer {
 
   // "127.0.0.1:PORT" (also written to STATE_DIR/yard-server.addr).
   const std::string& address() const;
+  // "127.0.0.1:PORT" of /metrics; empty when metrics are off.
+  const std::string& metrics_address() const;
   // Stops accepting, ends streams, stops the scheduler, closes the store.
   // Idempotent.
   void Shutdown();

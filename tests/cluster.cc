@@ -109,7 +109,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
             "--heartbeat-interval-ms",
             absl::StrCat(options.heartbeat_interval_ms),
             "--worker-lease-ms",
-            absl::StrCat(options.worker_lease_ms)};
+            absl::StrCat(options.worker_lease_ms),
+            // Tests run side by side: never the fixed default port.
+            "--metrics-listen",
+            "127.0.0.1:0"};
   p.argv.insert(p.argv.end(), options.extra_args.begin(),
                 options.extra_args.end());
   p.cwd = options.state_dir;
@@ -187,7 +190,9 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
             "--data-root",
             SourceDir(),
             "--name",
-            options.name};
+            options.name,
+            "--metrics-listen",
+            "127.0.0.1:0"};
   if (!options.train_bin.empty()) {
     p.argv.push_back("--train-bin");
     p.argv.push_back(options.train_bin);

@@ -113,8 +113,11 @@ void JobRunner::Start(const trainyard::v1::Assignment& a) {
       entry.gpus.assign(a.gpu_indices().begin(), a.gpu_indices().end());
       absl::StatusOr<JobLaunch> launch = PrepareLaunch(a);
       if (launch.ok()) {
-        entry.process =
-            std::make_shared<JobProcess>(*std::move(launch), report_);
+        entry.process = std::make_shared<JobProcess>(
+            *std::move(launch), [this, key](trainyard::v1::JobUpdate u) {
+              if (u.has_exited()) ReleaseAtExit(key);
+              report_(std::move(u));
+            });
         // The thread waits on mu_ before it can finish, so the entry is in
         // the map by the time it looks for it.
         entry.thread =
@@ -157,9 +160,17 @@ absl::Status JobRunner::ReserveLocked(const trainyard::v1::Assignment& a) {
   return absl::OkStatus();
 }
 
-void JobRunner::ReleaseLocked(const Entry& entry) {
+void JobRunner::ReleaseLocked(Entry& entry) {
+  if (entry.released) return;
+  entry.released = true;
   if (entry.cpu_slot) --cpu_in_use_;
   for (int32_t gpu : entry.gpus) gpus_in_use_.erase(gpu);
+}
+
+void JobRunner::ReleaseAtExit(const Key& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(key);
+  if (it != jobs_.end()) ReleaseLocked(it->second);
 }
 
 absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
@@ -259,6 +270,17 @@ bool JobRunner::Cancel(const std::string& job_id, int32_t attempt,
   YARD_LOG(INFO) << "cancelling job " << job_id << " attempt " << attempt
                  << " (SIGKILL after " << grace << ")";
   process->Terminate(grace, /*cancelled=*/true);
+  return true;
+}
+
+bool JobRunner::Preempt(const std::string& job_id, int32_t attempt,
+                        absl::Duration grace) {
+  std::shared_ptr<JobProcess> process = Find(job_id, attempt);
+  if (process == nullptr) return false;
+  if (grace <= absl::ZeroDuration()) grace = options_.default_cancel_grace;
+  YARD_LOG(INFO) << "preempting job " << job_id << " attempt " << attempt
+                 << " (SIGKILL after " << grace << ")";
+  process->Terminate(grace, /*cancelled=*/false);
   return true;
 }
 

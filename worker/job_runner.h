@@ -1,7 +1,7 @@
 // JobRunner: the jobs running on this worker. It turns an Assignment into a
 // JobProcess on its own thread (after writing the spec and the attempt's
 // directory), accounts CPU slots and GPUs, and finds running attempts for
-// Cancel and StopAttempt. An assignment that does not fit (no free slot, a
+// Cancel, Preempt and StopAttempt. An assignment that does not fit (no free slot, a
 // GPU this worker does not have, a bad id) is refused: it is reported as a
 // JobExited with exit_code kRefusedExitCode and the reason, never run
 // oversubscribed.
@@ -67,6 +67,11 @@ class JobRunner {
   bool Cancel(const std::string& job_id, int32_t attempt, absl::Duration grace);
   // SIGKILL at once; reported with cancelled=true. False when unknown.
   bool Stop(const std::string& job_id, int32_t attempt);
+  // Preemption: SIGTERM (the job checkpoints and exits), then SIGKILL after
+  // `grace` (the default when not positive); the exit is reported with
+  // cancelled=false, so the server re-queues the job. False when unknown.
+  bool Preempt(const std::string& job_id, int32_t attempt,
+               absl::Duration grace);
 
   // From now on every assignment is refused.
   void StopAccepting();
@@ -87,12 +92,16 @@ class JobRunner {
     std::thread thread;
     bool cpu_slot = false;
     std::vector<int32_t> gpus;
+    bool released = false;  // its slot or GPUs are free again
   };
 
   // Why `a` cannot run here, or OK. Also reserves its slot or GPUs.
   absl::Status ReserveLocked(const trainyard::v1::Assignment& a)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseLocked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the attempt's slot or GPUs once its process is reaped, before its
+  // exit is reported: the server may assign the place again at once.
+  void ReleaseAtExit(const Key& key);
   // Creates the attempt directory and spec file; returns how to run it.
   absl::StatusOr<JobLaunch> PrepareLaunch(
       const trainyard::v1::Assignment& a) const;

@@ -171,6 +171,44 @@ TEST_F(JobRunnerTest, CancelEscalatesToSigkillAfterGrace) {
   EXPECT_TRUE(exit->cancelled());
 }
 
+TEST_F(JobRunnerTest, PreemptTerminatesAndReportsNotCancelled) {
+  Start("j1", "wait_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  EXPECT_TRUE(runner().Preempt("j1", 1, absl::Seconds(30)));
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 3) << "checkpointed and stopped";
+  EXPECT_FALSE(exit->cancelled()) << "the server must re-queue it";
+  EXPECT_TRUE(WaitEvent("j1", TrainerEvent::kInterrupted));
+}
+
+TEST_F(JobRunnerTest, PreemptEscalatesToSigkillAfterGrace) {
+  Start("j1", "ignore_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  const absl::Time start = absl::Now();
+  const absl::Duration grace = absl::Milliseconds(300);
+  EXPECT_TRUE(runner().Preempt("j1", 1, grace));
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_GE(absl::Now() - start, grace);
+  EXPECT_EQ(exit->signal(), SIGKILL);
+  EXPECT_FALSE(exit->cancelled());
+}
+
+TEST_F(JobRunnerTest, PlaceIsFreeOnceTheExitIsReported) {
+  // The server may hand the place to another job as soon as it hears of
+  // the exit: the worker must not refuse that assignment.
+  options_.cpu_slots = 1;
+  Start("j1", "wait_term");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  EXPECT_TRUE(runner().Preempt("j1", 1, absl::Seconds(30)));
+  ASSERT_TRUE(reports_.WaitExit("j1", 1).has_value());
+  EXPECT_EQ(runner().free_cpu_slots(), 1);
+  Start("j2", "wait_term");
+  ASSERT_TRUE(WaitEvent("j2", TrainerEvent::kStarted));
+  EXPECT_TRUE(runner().Stop("j2", 1));
+}
+
 TEST_F(JobRunnerTest, StopKillsAtOnce) {
   Start("j1", "ignore_term");
   ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
@@ -183,6 +221,7 @@ TEST_F(JobRunnerTest, StopKillsAtOnce) {
 
 TEST_F(JobRunnerTest, UnknownAttemptsAreIgnored) {
   EXPECT_FALSE(runner().Cancel("nope", 1, absl::Seconds(1)));
+  EXPECT_FALSE(runner().Preempt("nope", 1, absl::Seconds(1)));
   EXPECT_FALSE(runner().Stop("nope", 1));
   Start("j1", "wait_term");
   ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));

@@ -10,7 +10,9 @@ Worker::Worker(WorkerConfig config)
     : config_(std::move(config)),
       link_(std::make_unique<ServerLink>(config_.link, this)),
       runner_(std::make_unique<JobRunner>(
-          config_.runner, [link = link_.get()](trainyard::v1::JobUpdate u) {
+          config_.runner,
+          [this, link = link_.get()](trainyard::v1::JobUpdate u) {
+            if (config_.observe_report) config_.observe_report(u);
             link->Report(std::move(u));
           })) {}
 
@@ -66,6 +68,15 @@ void Worker::OnServerMessage(const trainyard::v1::ServerMessage& message) {
                            absl::Milliseconds(c.grace_ms()))) {
         YARD_LOG(INFO) << "ignoring cancel of job " << c.job_id() << " attempt "
                        << c.attempt() << ": not running here";
+      }
+      return;
+    }
+    case trainyard::v1::ServerMessage::kPreempt: {
+      const auto& p = message.preempt();
+      if (!runner_->Preempt(p.job_id(), p.attempt(),
+                            absl::Milliseconds(p.grace_ms()))) {
+        YARD_LOG(INFO) << "ignoring preemption of job " << p.job_id()
+                       << " attempt " << p.attempt() << ": not running here";
       }
       return;
     }

@@ -1,13 +1,14 @@
 // Worker: one yard-worker node put together. It joins the JobRunner (the
 // jobs on this node) to the ServerLink (the stream to the server): server
-// messages become job starts and cancels, job reports go up the link, and
-// every hello and heartbeat lists the running attempts. The process-level
-// concerns (flags, signals) stay in worker_main.cc.
+// messages become job starts, cancels and preemptions, job reports go up
+// the link, and every hello and heartbeat lists the running attempts. The
+// process-level concerns (flags, signals) stay in worker_main.cc.
 //
 // Thread-safe. Shutdown() may be called once, from any thread.
 #ifndef TRAINYARD_WORKER_WORKER_H_
 #define TRAINYARD_WORKER_WORKER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ struct WorkerConfig {
   std::vector<trainyard::v1::Device> devices;
   JobRunnerOptions runner;  // cpu_slots and gpus come from here
   ServerLinkOptions link;
+  // Sees every job report before it goes to the server (metrics).
+  std::function<void(const trainyard::v1::JobUpdate&)> observe_report;
 };
 
 class Worker : public ServerLink::Delegate {

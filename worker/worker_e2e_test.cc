@@ -156,6 +156,21 @@ TEST_F(WorkerE2eTest, CancelFromTheServer) {
   EXPECT_EQ(ExitOf(r, "nope", 1), nullptr);
 }
 
+TEST_F(WorkerE2eTest, PreemptFromTheServer) {
+  Assign("j1", "wait_term");
+  ASSERT_TRUE(WaitStarted("j1"));
+  ServerMessage preempt;
+  preempt.mutable_preempt()->set_job_id("j1");
+  preempt.mutable_preempt()->set_attempt(1);
+  preempt.mutable_preempt()->set_grace_ms(30'000);
+  hub_.Send(preempt);
+  ASSERT_TRUE(WaitExit("j1"));
+  const auto r = hub_.received();
+  EXPECT_EQ(ExitOf(r, "j1", 1)->exit_code(), 3);
+  EXPECT_FALSE(ExitOf(r, "j1", 1)->cancelled()) << "the server re-queues it";
+  EXPECT_TRUE(HasTrainerEvent(r, "j1", TrainerEvent::kInterrupted));
+}
+
 TEST_F(WorkerE2eTest, StopAttemptKillsAtOnce) {
   Assign("j1", "ignore_term");
   ASSERT_TRUE(WaitStarted("j1"));

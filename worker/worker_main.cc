@@ -1,6 +1,7 @@
 // yard-worker: the Trainyard node agent. Connects to yard-server, runs the
 // jobs it is assigned as yard-train child processes and reports on them.
-// Listens on no port. SIGTERM/SIGINT: the jobs checkpoint and stop, their
+// Listens only for Prometheus scrapes (--metrics-listen, loopback; empty
+// turns it off). SIGTERM/SIGINT: the jobs checkpoint and stop, their
 // exits are reported, exit 0; a second signal kills the jobs at once.
 // Usage errors: one line on stderr, exit 2.
 #include <fcntl.h>
@@ -16,8 +17,10 @@
 
 #include "absl/strings/string_view.h"
 #include "common/log.h"
+#include "server/metrics_endpoint.h"
 #include "worker/device_discovery.h"
 #include "worker/worker.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_options.h"
 
 namespace trainyard::worker {
@@ -49,6 +52,33 @@ std::string Hostname() {
   char buf[256] = {};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
   return buf;
+}
+
+// The /metrics endpoint, fed by the worker's job reports (through `config`);
+// null when --metrics-listen is empty.
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetrics(
+    const WorkerFlags& flags, const std::vector<trainyard::v1::Device>& devices,
+    WorkerConfig& config) {
+  if (flags.metrics_listen.empty()) return nullptr;
+  auto metrics = std::make_shared<WorkerMetrics>(WorkerMetricsOptions{
+      .version = kWorkerVersion,
+      .devices = devices,
+      .cpu_slots = flags.cpu_slots,
+      .sample_gpus = {}});  // GPU telemetry arrives with the GPU build
+  config.observe_report = [metrics](const trainyard::v1::JobUpdate& u) {
+    metrics->OnReport(u);
+  };
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      MetricsEndpoint::Start(
+          {.listen = flags.metrics_listen,
+           .flag_name = "--metrics-listen",
+           .address_file = flags.work_dir + "/yard-worker.metrics-addr"},
+          metrics);
+  if (endpoint.ok()) {
+    YARD_LOG(INFO) << "metrics on http://" << (*endpoint)->address()
+                   << "/metrics";
+  }
+  return endpoint;
 }
 
 // Blocks in sigwait until the worker has shut down; see the file comment.
@@ -116,6 +146,13 @@ int Main(int argc, char** argv) {
   config.runner.cpu_slots = flags->cpu_slots;
   for (const auto& d : *devices) config.runner.gpus.push_back(d.index());
   config.link.server_address = flags->server;
+
+  // After the signal mask: the endpoint's threads must inherit it.
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
+      StartMetrics(*flags, *devices, config);
+  if (!metrics_endpoint.ok()) {
+    return Fail(1, metrics_endpoint.status().message());
+  }
 
   YARD_LOG(INFO) << "yard-worker " << kWorkerVersion << " id " << *id
                  << ": server " << flags->server << ", " << flags->cpu_slots

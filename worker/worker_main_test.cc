@@ -33,7 +33,8 @@ bool AwaitReadable(int fd, int timeout_ms = 20'000) {
 std::unique_ptr<ChildProcess> RunWorker(std::vector<std::string> args) {
   SpawnRequest r;
   r.path = YARD_WORKER_BIN;
-  r.argv = {r.path};
+  // Tests run side by side: never the fixed default metrics port.
+  r.argv = {r.path, "--metrics-listen=127.0.0.1:0"};
   r.argv.insert(r.argv.end(), args.begin(), args.end());
   r.env = EnvironmentWith({"YARD_SERVER="});
   auto child = SpawnChild(r);

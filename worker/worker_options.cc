@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/metrics_endpoint.h"
 #include "worker/job_runner.h"
 
 namespace trainyard::worker {
@@ -53,6 +54,8 @@ absl::Status SetFlag(WorkerFlags& flags, const std::string& name,
     absl::StatusOr<int> n = ParseIntFlag(name, value, 0, 1024);
     if (!n.ok()) return n.status();
     flags.cpu_slots = *n;
+  } else if (name == "metrics-listen") {
+    flags.metrics_listen = value;  // empty turns metrics off
   } else if (name == "shutdown-grace-ms") {
     absl::StatusOr<int> n = ParseIntFlag(name, value, 0, 3'600'000);
     if (!n.ok()) return n.status();
@@ -71,6 +74,13 @@ absl::Status CheckFlags(const WorkerFlags& flags) {
   if (absl::Status s = CheckServerAddress(flags.server); !s.ok()) return s;
   if (flags.work_dir.empty()) {
     return absl::InvalidArgumentError("--work-dir DIR is required");
+  }
+  if (!flags.metrics_listen.empty()) {
+    if (absl::Status s =
+            CheckMetricsListen(flags.metrics_listen, "--metrics-listen");
+        !s.ok()) {
+      return s;
+    }
   }
   if (!flags.name.empty() && !IsSafeId(flags.name)) {
     return absl::InvalidArgumentError(
@@ -102,6 +112,9 @@ Runs the training jobs the Trainyard server assigns to this node.
   --name ID               worker id (default: generated, kept in WORK_DIR/worker_id)
   --train-bin PATH        the yard-train executable (default: beside yard-worker)
   --shutdown-grace-ms N   on SIGTERM, how long jobs get to checkpoint (default 30000)
+  --metrics-listen H:P    Prometheus /metrics, loopback only (default
+                          127.0.0.1:9471; port 0: any free port, written to
+                          WORK_DIR/yard-worker.metrics-addr; empty: off)
 )";
 }
 

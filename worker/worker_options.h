@@ -24,6 +24,9 @@ struct WorkerFlags {
   std::string train_bin;  // empty: yard-train beside our own executable
   // SIGTERM to the worker: how long its jobs get to checkpoint and exit.
   absl::Duration shutdown_grace = absl::Seconds(30);
+  // Prometheus /metrics (loopback only; port 0 picks one, written to
+  // WORK_DIR/yard-worker.metrics-addr). Empty: no endpoint.
+  std::string metrics_listen = "127.0.0.1:9471";
   bool help = false;
 };
 

@@ -1,0 +1,67 @@
+#include "server/health_endpoint.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace trainyard::server {
+
+absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
+    const std::string& listen, const std::string& address_file) {
+  const size_t colon = listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--health-listen ", listen, ": expected HOST:PORT, e.g. 0.0.0.0:7071"));
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound);
+  std::unique_ptr<HealthEndpoint> endpoint(new HealthEndpoint());
+  endpoint->server_ = builder.BuildAndStart();
+  if (endpoint->server_ == nullptr || bound == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "--health-listen ", listen, ": cannot listen (address in use?)"));
+  }
+  endpoint->address_ = absl::StrCat(listen.substr(0, colon), ":", bound);
+  if (!address_file.empty()) {
+    const std::string tmp = address_file + ".tmp";
+    std::ofstream(tmp, std::ios::trunc) << endpoint->address_ << "\n";
+    std::error_code ec;
+    std::filesystem::rename(tmp, address_file, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot write ", address_file, ": ", ec.message()));
+    }
+    endpoint->address_file_ = address_file;
+  }
+  return endpoint;
+}
+
+HealthEndpoint::~HealthEndpoint() { Shutdown(); }
+
+void HealthEndpoint::Shutdown() {
+  if (server_ == nullptr) return;
+  if (server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->Shutdown();
+  }
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  server_->Wait();
+  server_.reset();
+  if (!address_file_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(address_file_, ec);
+  }
+}
+
+}  // namespace trainyard::server

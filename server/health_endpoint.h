@@ -1,0 +1,45 @@
+// HealthEndpoint: a second gRPC port that serves only grpc.health.v1.Health,
+// for Kubernetes' native gRPC liveness and readiness probes. It carries no
+// job data and accepts no commands, so unlike the API port it may bind a
+// non-loopback address (the kubelet probes the pod IP). It answers SERVING
+// from the moment the API port serves until shutdown begins.
+//
+// Start/Shutdown/destruction are for one owner thread.
+#ifndef TRAINYARD_SERVER_HEALTH_ENDPOINT_H_
+#define TRAINYARD_SERVER_HEALTH_ENDPOINT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace trainyard::server {
+
+class HealthEndpoint {
+ public:
+  // `listen` is HOST:PORT (port 0 picks one); the bound address is written
+  // to `address_file` when it is not empty. INVALID_ARGUMENT for a bad
+  // address, UNAVAILABLE when it cannot bind.
+  static absl::StatusOr<std::unique_ptr<HealthEndpoint>> Start(
+      const std::string& listen, const std::string& address_file);
+  ~HealthEndpoint();
+
+  const std::string& address() const { return address_; }
+  // Reports NOT_SERVING, then stops the port. Idempotent.
+  void Shutdown();
+
+ private:
+  HealthEndpoint() = default;
+
+  std::string address_;
+  std::string address_file_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_HEALTH_ENDPOINT_H_

@@ -1,0 +1,49 @@
+// JobLifecycle: preemption. The scheduler stops a running job to make room
+// for one of higher priority: RUNNING -> PREEMPTING is committed first, then
+// the worker is told (Preempt: SIGTERM, the job checkpoints and exits). Its
+// exit (job_reports.cc) makes it QUEUED again, and its next attempt resumes
+// from the checkpoint in its per-job checkpoint directory.
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "server/job_lifecycle.h"
+#include "server/job_state.h"
+
+namespace trainyard::server {
+
+absl::StatusOr<JobRecord> JobLifecycle::Preempt(const std::string& job_id,
+                                                const std::string& worker_id,
+                                                const std::string& reason) {
+  ASSIGN_OR_RETURN(
+      JobRecord record,
+      store_->UpdateJob(
+          job_id, Durability::kTransition,
+          [&](JobRecord& r,
+              std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
+            if (r.job.state() != v1::RUNNING ||
+                r.job.worker_id() != worker_id || r.cancel_requested()) {
+              return absl::FailedPreconditionError(absl::StrCat(
+                  "job ", job_id, " is not running on worker ", worker_id, " (",
+                  JobStateName(r.job.state()),
+                  r.cancel_requested() ? ", cancel pending" : "", ")"));
+            }
+            ASSIGN_OR_RETURN(
+                *events.emplace_back().mutable_state_change(),
+                Transition(r.job, v1::PREEMPTING, reason, clock_->Now()));
+            return true;
+          }));
+  YARD_LOG(INFO) << "job " << job_id << " attempt " << record.job.attempt()
+                 << " on worker " << worker_id << " -> PREEMPTING: " << reason;
+  return record;
+}
+
+v1::ServerMessage JobLifecycle::PreemptFor(const JobRecord& record) const {
+  v1::ServerMessage msg;
+  v1::Preempt* preempt = msg.mutable_preempt();
+  preempt->set_job_id(record.job.id());
+  preempt->set_attempt(record.job.attempt());
+  preempt->set_grace_ms(options_.preempt_grace_ms);
+  return msg;
+}
+
+}  // namespace trainyard::server

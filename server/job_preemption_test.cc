@@ -1,0 +1,244 @@
+// Preemption, refused assignments and queue positions through the server's
+// logic: a first-fit+preempt scheduler loop, a real store, fake workers.
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/queue_positions.h"
+#include "server/server_test_fixture.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class JobPreemptionTest : public ServerLogicTest {
+ protected:
+  JobPreemptionTest()
+      : preempting_(scheduler::PassFeatures{.preemption = true}) {
+    UsePreemptingLoop();
+  }
+
+  void UsePreemptingLoop() {
+    SchedulerLoopOptions options;
+    options.queue_positions = &positions_;
+    loop_ = std::make_unique<SchedulerLoop>(store_.get(), registry_.get(),
+                                            lifecycle_.get(), &preempting_,
+                                            &clock_, options);
+  }
+
+  // The Preempt messages among what the worker was sent since the last
+  // Take (assignments are dropped).
+  static std::vector<v1::Preempt> Preempts(FakeWorker& w) {
+    std::vector<v1::Preempt> out;
+    for (auto& m : w.link->Take()) {
+      if (m.has_preempt()) out.push_back(m.preempt());
+    }
+    return out;
+  }
+
+  // Connects a one-slot worker and runs a low-priority job on it.
+  std::string RunLowJob(FakeWorker& w) {
+    const std::string low = Submit(/*priority=*/0);
+    Pass();
+    EXPECT_EQ(w.Assignments().size(), 1u);
+    EXPECT_TRUE(w.Started(low, 1).ok());
+    EXPECT_EQ(Job(low).job.state(), v1::RUNNING);
+    return low;
+  }
+
+  absl::Status Exit(FakeWorker& w, const std::string& job, int code,
+                    int signal) {
+    return w.Update(job, 1, [&](v1::JobUpdate& u) {
+      u.mutable_exited()->set_exit_code(code);
+      u.mutable_exited()->set_signal(signal);
+    });
+  }
+
+  scheduler::FirstFitPolicy preempting_;
+  QueuePositions positions_;
+};
+
+TEST_F(JobPreemptionTest, HigherPriorityJobPreemptsAndTheVictimIsRequeued) {
+  FakeWorker& w = Connect("w1", /*slots=*/1);
+  const std::string low = RunLowJob(w);
+  const std::string high = Submit(/*priority=*/10);
+  Pass();
+
+  JobRecord victim = Job(low);
+  EXPECT_EQ(victim.job.state(), v1::PREEMPTING);
+  EXPECT_EQ(victim.job.state_reason(),
+            absl::StrCat("preempted by ", high, " (priority 10)"));
+  std::vector<v1::Preempt> sent = Preempts(w);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].job_id(), low);
+  EXPECT_EQ(sent[0].attempt(), 1);
+  EXPECT_EQ(sent[0].grace_ms(), 10'000);
+  EXPECT_EQ(Job(high).job.state(), v1::QUEUED);
+  EXPECT_THAT(Job(high).job.state_reason(), HasSubstr("preempted"));
+  EXPECT_EQ(positions_.Of(high), 1);
+
+  // While the victim winds down, nothing else is stopped or placed.
+  Pass();
+  EXPECT_TRUE(w.link->Take().empty());
+  EXPECT_EQ(Job(low).job.state(), v1::PREEMPTING);
+
+  // yard-train checkpointed and exited 3.
+  ASSERT_TRUE(Exit(w, low, 3, 0).ok());
+  victim = Job(low);
+  EXPECT_EQ(victim.job.state(), v1::QUEUED);
+  ASSERT_EQ(victim.job.attempts_size(), 1);
+  EXPECT_EQ(victim.job.attempts(0).outcome(), v1::QUEUED);
+  EXPECT_THAT(victim.job.attempts(0).reason(),
+              StartsWith(absl::StrCat("preempted by ", high)));
+
+  Pass();
+  std::vector<v1::Assignment> a = w.Assignments();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].job_id(), high);
+  EXPECT_EQ(positions_.Of(low), 1);
+  EXPECT_EQ(positions_.Of(high), 0) << "placed jobs have no position";
+
+  // The high job ends; the victim runs again as attempt 2, same directory.
+  ASSERT_TRUE(w.Started(high, 1).ok());
+  ASSERT_TRUE(w.Exited(high, 1, 0).ok());
+  Pass();
+  a = w.Assignments();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].job_id(), low);
+  EXPECT_EQ(a[0].attempt(), 2);
+  EXPECT_EQ(a[0].checkpoint_dir(), victim.job.checkpoint_dir());
+}
+
+TEST_F(JobPreemptionTest, KilledAfterTheGracePeriodIsRequeuedToo) {
+  FakeWorker& w = Connect("w1", 1);
+  const std::string low = RunLowJob(w);
+  Submit(10);
+  Pass();
+  ASSERT_TRUE(Exit(w, low, 0, /*signal=*/9).ok());
+  EXPECT_EQ(Job(low).job.state(), v1::QUEUED);
+}
+
+TEST_F(JobPreemptionTest, EndingWhileStoppingKeepsTheRealOutcome) {
+  FakeWorker& w = Connect("w1", 2);
+  const std::string done = RunLowJob(w);
+  const std::string broken = Submit(0);
+  Pass();
+  ASSERT_TRUE(w.Started(broken, 1).ok());
+  w.link->Take();
+  Submit(10);
+  Submit(10);
+  Pass();
+  ASSERT_EQ(Job(done).job.state(), v1::PREEMPTING);
+  ASSERT_EQ(Job(broken).job.state(), v1::PREEMPTING);
+  ASSERT_TRUE(Exit(w, done, 0, 0).ok());
+  ASSERT_TRUE(Exit(w, broken, 1, 0).ok());
+  EXPECT_EQ(Job(done).job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(Job(broken).job.state(), v1::FAILED);
+}
+
+TEST_F(JobPreemptionTest, CancelWhileStoppingCancels) {
+  FakeWorker& w = Connect("w1", 1);
+  const std::string low = RunLowJob(w);
+  Submit(10);
+  Pass();
+  ASSERT_TRUE(lifecycle_->Cancel(low, "not needed").ok());
+  ASSERT_TRUE(Exit(w, low, 3, 0).ok());
+  EXPECT_EQ(Job(low).job.state(), v1::CANCELLED);
+}
+
+TEST_F(JobPreemptionTest, EqualPriorityNeverPreempts) {
+  FakeWorker& w = Connect("w1", 1);
+  const std::string low = RunLowJob(w);
+  const std::string same = Submit(0);
+  Pass();
+  EXPECT_EQ(Job(low).job.state(), v1::RUNNING);
+  EXPECT_TRUE(Preempts(w).empty());
+  EXPECT_EQ(positions_.Of(same), 1);
+}
+
+TEST_F(JobPreemptionTest, OneVictimPerWaitingJobAcrossPasses) {
+  FakeWorker& w = Connect("w1", 2);
+  const std::string a = RunLowJob(w);
+  const std::string b = Submit(0);
+  Pass();
+  ASSERT_TRUE(w.Started(b, 1).ok());
+  w.link->Take();
+  Submit(10);
+  Pass();
+  Pass();
+  Pass();
+  const int stopping = (Job(a).job.state() == v1::PREEMPTING) +
+                       (Job(b).job.state() == v1::PREEMPTING);
+  EXPECT_EQ(stopping, 1) << "a job already stopping makes the room";
+  EXPECT_EQ(Preempts(w).size(), 1u);
+}
+
+TEST_F(JobPreemptionTest, PreemptIsSentAgainWhenTheWorkerReattaches) {
+  FakeWorker& w = Connect("w1", 1);
+  const std::string low = RunLowJob(w);
+  w.link->set_fail_sends(true);  // the Preempt is lost with the stream
+  Submit(10);
+  Pass();
+  ASSERT_EQ(Job(low).job.state(), v1::PREEMPTING);
+  FakeWorker& again = Connect("w1", 1, 0, {{low, 1}});
+  std::vector<v1::Preempt> sent = Preempts(again);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].job_id(), low);
+}
+
+TEST_F(JobPreemptionTest, RefusedAssignmentGoesBackToTheQueue) {
+  FakeWorker& w = Connect("w1", 1);
+  const std::string id = Submit(0);
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Exited(id, 1, -1, "no free CPU slot on this worker").ok());
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::QUEUED);
+  EXPECT_THAT(r.job.attempts(0).reason(),
+              HasSubstr("refused by worker w1: no free CPU slot"));
+  EXPECT_FALSE(r.job.has_start_time()) << "it never ran";
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Started(id, 2).ok());
+  EXPECT_EQ(Job(id).job.state(), v1::RUNNING);
+}
+
+TEST_F(JobPreemptionTest, RefusedThreeTimesInARowFails) {
+  FakeWorker& w = Connect("w1", 1);
+  const std::string id = Submit(0);
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    Pass();
+    ASSERT_EQ(w.Assignments().size(), 1u) << "attempt " << attempt;
+    ASSERT_TRUE(w.Exited(id, attempt, -1, "cannot create the job dir").ok());
+  }
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::FAILED);
+  EXPECT_THAT(r.job.state_reason(), HasSubstr("3 refusals in a row"));
+}
+
+TEST_F(JobPreemptionTest, QueuePositionsFollowPriorityAndAreFilledOnRead) {
+  Connect("w1", 1);
+  const std::string running = Submit(0);
+  Pass();  // takes the only slot (and is not yet started: not preemptible)
+  const std::string first = Submit(0);
+  const std::string urgent = Submit(5);
+  const std::string last = Submit(-5);
+  Pass();
+  EXPECT_EQ(positions_.Of(running), 0);
+  EXPECT_EQ(positions_.Of(urgent), 1);
+  EXPECT_EQ(positions_.Of(first), 2);
+  EXPECT_EQ(positions_.Of(last), 3);
+  v1::Job job = Job(last).job;
+  positions_.Fill(job);
+  EXPECT_EQ(job.queue_position(), 3);
+  EXPECT_FALSE(job.state_reason().empty()) << "it says why it waits";
+  v1::Job placed = Job(running).job;
+  placed.set_queue_position(7);
+  positions_.Fill(placed);
+  EXPECT_EQ(placed.queue_position(), 0) << "only QUEUED jobs have one";
+}
+
+}  // namespace
+}  // namespace trainyard::server

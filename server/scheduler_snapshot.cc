@@ -1,0 +1,92 @@
+#include "server/scheduler_snapshot.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "common/proto_time.h"
+#include "server/cluster_view.h"
+
+namespace trainyard::server {
+namespace {
+
+constexpr double kLeastWorkAtRisk = 1e-3;  // GPU-seconds
+
+// Whether every GPU of `r` is a device of `w` (else the snapshot refuses it).
+bool HeldOn(const JobRecord& r, const scheduler::WorkerCapacity& w) {
+  return std::all_of(
+      r.gpu_indices.begin(), r.gpu_indices.end(), [&](int32_t g) {
+        return std::find(w.gpus.begin(), w.gpus.end(), g) != w.gpus.end();
+      });
+}
+
+}  // namespace
+
+scheduler::PendingJob PendingJobOf(const JobRecord& record) {
+  const JobNeed need = NeedOf(record.job.spec());
+  scheduler::PendingJob p;
+  p.id = record.job.id();
+  p.priority = record.job.spec().priority();
+  p.submit_order = record.create_seq;
+  p.gpus = need.gpus;
+  p.cpu_slots = std::max(need.cpu_slots, 1);
+  p.tenant = record.job.tenant();
+  return p;
+}
+
+double WorkSinceCheckpoint(const v1::Job& job, absl::Time now) {
+  const double width = std::max(job.spec().resources().gpus(), 1);
+  int64_t safe_step = job.last_checkpoint().step();
+  const v1::Attempt* attempt = job.attempts_size() > 0
+                                   ? &job.attempts(job.attempts_size() - 1)
+                                   : nullptr;
+  if (attempt != nullptr) {
+    safe_step = std::max(safe_step, attempt->resumed_from_step());
+  }
+  const int64_t steps = std::max<int64_t>(0, job.progress().step() - safe_step);
+  const v1::BatchSpec& batch = job.spec().batch();
+  const double examples_per_step =
+      static_cast<double>(batch.micro_batch()) *
+      std::max(batch.has_grad_accum() ? batch.grad_accum() : 1, 1);
+  const double rate = job.progress().samples_per_second();
+  if (rate > 0 && examples_per_step > 0) {
+    return width * static_cast<double>(steps) * examples_per_step / rate;
+  }
+  // No throughput reported yet: the whole attempt so far is at risk.
+  if (attempt == nullptr || !attempt->has_start_time()) return 0;
+  const absl::Duration ran = now - FromProtoTime(attempt->start_time());
+  return width * std::max(0.0, absl::ToDoubleSeconds(ran));
+}
+
+std::vector<scheduler::RunningJob> RunningJobsOf(
+    const std::vector<JobRecord>& active,
+    const std::vector<scheduler::WorkerCapacity>& workers, absl::Time now) {
+  std::map<std::string, const scheduler::WorkerCapacity*> by_id;
+  for (const scheduler::WorkerCapacity& w : workers) by_id[w.id] = &w;
+  std::vector<scheduler::RunningJob> out;
+  for (const JobRecord& r : active) {
+    auto it = by_id.find(r.job.worker_id());
+    if (it == by_id.end() || !HeldOn(r, *it->second)) continue;
+    scheduler::RunningJob& j = out.emplace_back();
+    j.id = r.job.id();
+    j.worker_id = r.job.worker_id();
+    j.tenant = r.job.tenant();
+    j.priority = r.job.spec().priority();
+    j.gpu_indices = r.gpu_indices;
+    j.cpu_slots = NeedOf(r.job.spec()).cpu_slots;
+    if (r.job.state() == v1::PREEMPTING) {
+      j.priority = std::numeric_limits<int32_t>::min();
+      j.preemptible = true;
+      j.work_since_checkpoint = 0;
+      continue;
+    }
+    j.preemptible = r.job.state() == v1::RUNNING && !r.cancel_requested();
+    // A job that runs always risks a little, so one already stopping (0)
+    // is strictly the cheaper victim.
+    j.work_since_checkpoint =
+        std::max(WorkSinceCheckpoint(r.job, now), kLeastWorkAtRisk);
+  }
+  return out;
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,275 @@
+#include "server/server_metrics.h"
+
+#include <prometheus/gauge.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "common/proto_time.h"
+#include "server/cluster_view.h"
+
+namespace trainyard::server {
+namespace {
+
+namespace pm = prometheus;
+
+// Seconds, from a sub-millisecond empty pass up to a pathological one.
+const pm::Histogram::BucketBoundaries kPassBuckets = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1,    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
+
+const std::vector<std::pair<v1::JobState, const char*>> kJobStates = {
+    {v1::QUEUED, "queued"},       {v1::SCHEDULED, "scheduled"},
+    {v1::RUNNING, "running"},     {v1::PREEMPTING, "preempting"},
+    {v1::SUCCEEDED, "succeeded"}, {v1::FAILED, "failed"},
+    {v1::CANCELLED, "cancelled"}};
+
+const std::vector<std::pair<v1::WorkerState, const char*>> kWorkerStates = {
+    {v1::WORKER_READY, "ready"},
+    {v1::WORKER_DRAINING, "draining"},
+    {v1::WORKER_LOST, "lost"}};
+
+const char* const kRejectionReasons[] = {"invalid_spec", "request_id_conflict",
+                                         "quota", "unavailable", "internal"};
+
+pm::MetricFamily GaugeFamily(std::string name, std::string help) {
+  pm::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = pm::MetricType::Gauge;
+  return f;
+}
+
+void AddGauge(pm::MetricFamily& f, double value,
+              std::vector<pm::ClientMetric::Label> labels = {}) {
+  pm::ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  f.metric.push_back(std::move(m));
+}
+
+pm::MetricFamily SingleGauge(std::string name, std::string help, double value) {
+  pm::MetricFamily f = GaugeFamily(std::move(name), std::move(help));
+  AddGauge(f, value);
+  return f;
+}
+
+// When a queued job joined the queue: its last attempt's end, or creation.
+absl::Time QueuedSince(const v1::Job& job) {
+  if (job.attempts_size() > 0 &&
+      job.attempts(job.attempts_size() - 1).has_end_time()) {
+    return FromProtoTime(job.attempts(job.attempts_size() - 1).end_time());
+  }
+  return FromProtoTime(job.create_time());
+}
+
+}  // namespace
+
+std::string RejectionReason(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return "invalid_spec";
+    case absl::StatusCode::kAlreadyExists:
+      return "request_id_conflict";
+    case absl::StatusCode::kResourceExhausted:
+      return "quota";
+    case absl::StatusCode::kUnavailable:
+      return "unavailable";
+    default:
+      return "internal";
+  }
+}
+
+ServerMetrics::ServerMetrics(Clock* clock, std::string version)
+    : clock_(clock),
+      version_(std::move(version)),
+      registry_(std::make_shared<pm::Registry>()) {
+  submissions_ = &pm::BuildCounter()
+                      .Name("yard_job_submissions_total")
+                      .Help(
+                          "Jobs accepted by SubmitJob (count; an idempotent "
+                          "retry is not counted again).")
+                      .Register(*registry_)
+                      .Add({});
+  rejections_ = &pm::BuildCounter()
+                     .Name("yard_job_rejections_total")
+                     .Help("SubmitJob requests refused, by reason (count).")
+                     .Register(*registry_);
+  for (const char* reason : kRejectionReasons) {
+    rejections_->Add({{"reason", reason}});
+  }
+  restarts_ = &pm::BuildCounter()
+                   .Name("yard_job_restarts_total")
+                   .Help(
+                       "Jobs handed back to the queue from SCHEDULED or "
+                       "RUNNING, e.g. after their worker was lost (count).")
+                   .Register(*registry_)
+                   .Add({});
+  preemptions_ = &pm::BuildCounter()
+                      .Name("yard_preemptions_total")
+                      .Help(
+                          "Running jobs asked to stop to make room for "
+                          "others (count).")
+                      .Register(*registry_)
+                      .Add({});
+  finished_ = &pm::BuildCounter()
+                   .Name("yard_jobs_finished_total")
+                   .Help(
+                       "Jobs that reached a terminal state, by that state "
+                       "(count).")
+                   .Register(*registry_);
+  for (const char* s : {"succeeded", "failed", "cancelled"}) {
+    finished_->Add({{"state", s}});
+  }
+  pass_seconds_ = &pm::BuildHistogram()
+                       .Name("yard_scheduling_pass_duration_seconds")
+                       .Help(
+                           "Wall time of one scheduling pass: lease "
+                           "expiry, snapshot, policy, dispatch (seconds).")
+                       .Register(*registry_)
+                       .Add({}, kPassBuckets);
+  scrape_errors_ = &pm::BuildCounter()
+                        .Name("yard_metrics_scrape_errors_total")
+                        .Help(
+                            "Scrapes whose store-derived gauges could not "
+                            "be read and were left out (count).")
+                        .Register(*registry_)
+                        .Add({});
+}
+
+void ServerMetrics::Watch(const JobStore* store,
+                          const WorkerRegistry* workers) {
+  store_ = store;
+  workers_ = workers;
+}
+
+void ServerMetrics::OnStateChange(const v1::StateChange& change) {
+  const v1::JobState from = change.from();
+  const v1::JobState to = change.to();
+  if (from == v1::JOB_STATE_UNSPECIFIED && to == v1::QUEUED) {
+    submissions_->Increment();
+  } else if (to == v1::QUEUED &&
+             (from == v1::SCHEDULED || from == v1::RUNNING)) {
+    restarts_->Increment();
+  } else if (to == v1::PREEMPTING) {
+    preemptions_->Increment();
+  }
+  for (const auto& [state, name] : kJobStates) {
+    if (state == to &&
+        (to == v1::SUCCEEDED || to == v1::FAILED || to == v1::CANCELLED)) {
+      finished_->Add({{"state", name}}).Increment();
+    }
+  }
+}
+
+void ServerMetrics::OnSubmitRejected(const absl::Status& status) {
+  if (status.ok()) return;
+  rejections_->Add({{"reason", RejectionReason(status)}}).Increment();
+}
+
+void ServerMetrics::ObserveSchedulingPass(absl::Duration duration) {
+  pass_seconds_->Observe(absl::ToDoubleSeconds(duration));
+}
+
+std::vector<pm::MetricFamily> ServerMetrics::Collect() const {
+  std::vector<pm::MetricFamily> out;
+  pm::MetricFamily info = GaugeFamily(
+      "yard_build_info", "The yard-server version; the value is always 1.");
+  AddGauge(info, 1, {{"version", version_}});
+  out.push_back(std::move(info));
+  if (store_ != nullptr && workers_ != nullptr) {
+    CollectJobs(out);
+    CollectCapacity(out);
+  }
+  for (pm::MetricFamily& f : registry_->Collect()) out.push_back(std::move(f));
+  return out;
+}
+
+void ServerMetrics::CollectJobs(std::vector<pm::MetricFamily>& out) const {
+  absl::StatusOr<std::map<v1::JobState, int64_t>> counts =
+      store_->CountJobsByState();
+  absl::StatusOr<std::vector<JobRecord>> queued =
+      store_->JobsInStates({v1::QUEUED});
+  if (!counts.ok() || !queued.ok()) {
+    scrape_errors_->Increment();
+    return;
+  }
+  pm::MetricFamily jobs =
+      GaugeFamily("yard_jobs", "Jobs in the store, by state (count).");
+  for (const auto& [state, name] : kJobStates) {
+    auto it = counts->find(state);
+    AddGauge(jobs, it == counts->end() ? 0 : static_cast<double>(it->second),
+             {{"state", name}});
+  }
+  out.push_back(std::move(jobs));
+  out.push_back(SingleGauge("yard_queue_length",
+                            "Jobs waiting in the queue (count).",
+                            static_cast<double>(queued->size())));
+  double oldest = 0;
+  const absl::Time now = clock_->Now();
+  for (const JobRecord& r : *queued) {
+    oldest = std::max(oldest, absl::ToDoubleSeconds(now - QueuedSince(r.job)));
+  }
+  out.push_back(SingleGauge(
+      "yard_queue_oldest_age_seconds",
+      "How long the longest-waiting queued job has waited since it last "
+      "joined the queue; 0 when the queue is empty (seconds).",
+      oldest));
+}
+
+void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
+  absl::StatusOr<std::vector<JobRecord>> active =
+      store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING});
+  if (!active.ok()) {
+    scrape_errors_->Increment();
+    return;
+  }
+  const std::map<std::string, WorkerUsage> usage = UsageByWorker(*active);
+  std::map<v1::WorkerState, int> by_state;
+  double gpus = 0, gpus_used = 0, mem = 0, mem_used = 0, cpu = 0, cpu_used = 0;
+  for (const WorkerStatus& w : workers_->List()) {
+    ++by_state[w.state];
+    if (w.state == v1::WORKER_LOST) continue;  // its capacity is gone
+    auto it = usage.find(w.id);
+    const WorkerUsage* used = it == usage.end() ? nullptr : &it->second;
+    cpu += w.hello.cpu_slots();
+    if (used != nullptr) cpu_used += used->cpu_slots;
+    for (const v1::Device& d : w.hello.devices()) {
+      gpus += 1;
+      mem += static_cast<double>(d.memory_bytes());
+      if (used != nullptr && used->gpus.contains(d.index())) {
+        gpus_used += 1;
+        mem_used += static_cast<double>(d.memory_bytes());
+      }
+    }
+  }
+  pm::MetricFamily workers =
+      GaugeFamily("yard_workers",
+                  "Workers known to the server, by state "
+                  "(count).");
+  for (const auto& [state, name] : kWorkerStates) {
+    AddGauge(workers, by_state[state], {{"state", name}});
+  }
+  out.push_back(std::move(workers));
+  out.push_back(
+      SingleGauge("yard_gpus", "GPUs on workers not lost (count).", gpus));
+  out.push_back(SingleGauge("yard_gpus_allocated",
+                            "GPUs held by scheduled or running jobs (count).",
+                            gpus_used));
+  out.push_back(SingleGauge("yard_gpu_memory_total_bytes",
+                            "Memory of the GPUs on workers not lost (bytes).",
+                            mem));
+  out.push_back(SingleGauge(
+      "yard_gpu_memory_allocated_bytes",
+      "GPU memory held by scheduled or running jobs (bytes).", mem_used));
+  out.push_back(SingleGauge(
+      "yard_gpu_compute_allocated_ratio",
+      "Allocated GPU compute over total GPU compute, 0 without GPUs (ratio).",
+      gpus > 0 ? gpus_used / gpus : 0));
+  out.push_back(SingleGauge("yard_cpu_slots",
+                            "CPU job slots on workers not lost (count).", cpu));
+  out.push_back(SingleGauge("yard_cpu_slots_allocated",
+                            "CPU job slots held by jobs (count).", cpu_used));
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,81 @@
+// ServerMetrics: yard-server's Prometheus metrics (DESIGN.md §8). Two kinds:
+//  - counters and the scheduling-pass histogram, fed by hooks: every state
+//    change the JobStore commits (submissions, restarts, preemptions, jobs
+//    finished), every refused SubmitJob, every scheduling pass;
+//  - gauges computed at scrape time from the JobStore and WorkerRegistry
+//    (jobs by state, queue, allocated vs total capacity, workers by state),
+//    so they can never drift from the state they describe.
+// No series carries a job id. Counters restart from zero with the process,
+// as Prometheus expects.
+//
+// Thread-safe: hooks come from RPC and scheduler threads, Collect from the
+// scrape threads. Set the sources (Watch) before the first Collect.
+#ifndef TRAINYARD_SERVER_SERVER_METRICS_H_
+#define TRAINYARD_SERVER_SERVER_METRICS_H_
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "server/job_store.h"
+#include "server/worker_registry.h"
+#include "trainyard/v1/jobs.pb.h"
+
+namespace trainyard::server {
+
+// The bounded `reason` label of yard_job_rejections_total for a refused
+// SubmitJob: invalid_spec, request_id_conflict, quota, unavailable, internal.
+std::string RejectionReason(const absl::Status& status);
+
+class ServerMetrics : public prometheus::Collectable {
+ public:
+  ServerMetrics(Clock* clock, std::string version);
+
+  // The sources of the scrape-time gauges. Call once, before serving.
+  void Watch(const JobStore* store, const WorkerRegistry* workers);
+
+  // --- Hooks ---
+  // A state change committed to the store.
+  void OnStateChange(const v1::StateChange& change);
+  // SubmitJob refused the request with `status`.
+  void OnSubmitRejected(const absl::Status& status);
+  // One scheduling pass took `duration`.
+  void ObserveSchedulingPass(absl::Duration duration);
+
+  // prometheus::Collectable: every family, hooks' and scrape-time ones.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  void CollectJobs(std::vector<prometheus::MetricFamily>& out) const;
+  void CollectCapacity(std::vector<prometheus::MetricFamily>& out) const;
+
+  Clock* const clock_;
+  const std::string version_;
+  const JobStore* store_ = nullptr;
+  const WorkerRegistry* workers_ = nullptr;
+
+  // prometheus-cpp's metrics are thread-safe; the registry owns them.
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Counter* submissions_;
+  prometheus::Family<prometheus::Counter>* rejections_;
+  prometheus::Counter* restarts_;
+  prometheus::Counter* preemptions_;
+  prometheus::Family<prometheus::Counter>* finished_;
+  prometheus::Histogram* pass_seconds_;
+  prometheus::Counter* scrape_errors_;
+};
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_SERVER_METRICS_H_

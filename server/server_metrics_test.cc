@@ -1,0 +1,218 @@
+// ServerMetrics over the real server logic (store, registry, lifecycle,
+// scheduler pass) with a FakeClock: the gauges follow job and worker
+// transitions, the counters count what the hooks saw, and the exposition
+// passes `promtool check metrics` when promtool is installed.
+#include "server/server_metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "server/server_test_fixture.h"
+
+namespace trainyard::server {
+namespace {
+
+namespace pm = prometheus;
+
+class ServerMetricsTest : public ServerLogicTest {
+ protected:
+  ServerMetricsTest() {
+    on_state_change_ = [this](const v1::StateChange& c) {
+      metrics_.OnStateChange(c);
+    };
+    metrics_.Watch(store_.get(), registry_.get());
+  }
+
+  // The sample of `name` whose labels include every one of `labels`;
+  // NaN when there is none. Histograms answer with their sample count.
+  double Value(const std::string& name,
+               const std::map<std::string, std::string>& labels = {}) {
+    for (const pm::MetricFamily& f : metrics_.Collect()) {
+      if (f.name != name) continue;
+      for (const pm::ClientMetric& m : f.metric) {
+        size_t matched = 0;
+        for (const auto& l : m.label) {
+          auto it = labels.find(l.name);
+          if (it != labels.end() && it->second == l.value) ++matched;
+        }
+        if (matched != labels.size()) continue;
+        switch (f.type) {
+          case pm::MetricType::Counter:
+            return m.counter.value;
+          case pm::MetricType::Histogram:
+            return static_cast<double>(m.histogram.sample_count);
+          default:
+            return m.gauge.value;
+        }
+      }
+    }
+    return std::nan("");
+  }
+  double Jobs(const std::string& state) {
+    return Value("yard_jobs", {{"state", state}});
+  }
+
+  ServerMetrics metrics_{&clock_, "9.9.9"};
+};
+
+TEST_F(ServerMetricsTest, JobGaugesFollowTransitions) {
+  EXPECT_EQ(Jobs("queued"), 0);
+  EXPECT_EQ(Value("yard_queue_length"), 0);
+  EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 0);
+  const std::string a = Submit();
+  Submit();
+  EXPECT_EQ(Jobs("queued"), 2);
+  EXPECT_EQ(Value("yard_queue_length"), 2);
+  EXPECT_EQ(Value("yard_job_submissions_total"), 2);
+  clock_.Advance(absl::Seconds(30));
+  EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 30);
+
+  FakeWorker& w = Connect("w1", /*slots=*/1);
+  Pass();
+  EXPECT_EQ(Jobs("queued"), 1);
+  EXPECT_EQ(Jobs("scheduled"), 1);
+  EXPECT_EQ(Value("yard_cpu_slots"), 1);
+  EXPECT_EQ(Value("yard_cpu_slots_allocated"), 1);
+  ASSERT_TRUE(w.Started(a, 1).ok());
+  EXPECT_EQ(Jobs("scheduled"), 0);
+  EXPECT_EQ(Jobs("running"), 1);
+  ASSERT_TRUE(w.Exited(a, 1, 0).ok());
+  EXPECT_EQ(Jobs("running"), 0);
+  EXPECT_EQ(Jobs("succeeded"), 1);
+  EXPECT_EQ(Value("yard_jobs_finished_total", {{"state", "succeeded"}}), 1);
+  EXPECT_EQ(Value("yard_jobs_finished_total", {{"state", "failed"}}), 0);
+  EXPECT_EQ(Value("yard_cpu_slots_allocated"), 0);
+  EXPECT_EQ(Value("yard_job_restarts_total"), 0);
+}
+
+TEST_F(ServerMetricsTest, LostWorkerCountsARestartAndItsCapacityGoes) {
+  const std::string a = Submit();
+  FakeWorker& w = Connect("w1", /*slots=*/2);
+  Pass();
+  ASSERT_TRUE(w.Started(a, 1).ok());
+  EXPECT_EQ(Value("yard_workers", {{"state", "ready"}}), 1);
+  EXPECT_EQ(Value("yard_workers", {{"state", "lost"}}), 0);
+  clock_.Advance(kLease + absl::Seconds(1));
+  Pass();
+  EXPECT_EQ(Value("yard_workers", {{"state", "lost"}}), 1);
+  EXPECT_EQ(Value("yard_workers", {{"state", "ready"}}), 0);
+  EXPECT_EQ(Value("yard_job_restarts_total"), 1);
+  EXPECT_EQ(Jobs("queued"), 1);
+  EXPECT_EQ(Value("yard_cpu_slots"), 0);
+  // Re-queued just now: the queue age restarts from the attempt's end.
+  EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 0);
+}
+
+TEST_F(ServerMetricsTest, GpuAllocationFollowsPlacement) {
+  EXPECT_EQ(Value("yard_gpus"), 0);
+  EXPECT_EQ(Value("yard_gpu_compute_allocated_ratio"), 0);
+  const std::string a = Submit(/*priority=*/0, /*gpus=*/1);
+  Connect("g1", /*slots=*/1, /*gpus=*/2);
+  Pass();
+  EXPECT_EQ(Jobs("scheduled"), 1) << Job(a).job.state_reason();
+  EXPECT_EQ(Value("yard_gpus"), 2);
+  EXPECT_EQ(Value("yard_gpus_allocated"), 1);
+  EXPECT_EQ(Value("yard_gpu_compute_allocated_ratio"), 0.5);
+  ASSERT_TRUE(lifecycle_->Cancel(a, "").ok());
+  EXPECT_EQ(Value("yard_gpus_allocated"), 0);
+  EXPECT_EQ(Value("yard_jobs_finished_total", {{"state", "cancelled"}}), 1);
+}
+
+TEST_F(ServerMetricsTest, PreemptionThroughTheLifecycleCountedOnce) {
+  const std::string a = Submit();
+  FakeWorker& w = Connect("w1", /*slots=*/1);
+  Pass();
+  ASSERT_TRUE(w.Started(a, 1).ok());
+  ASSERT_TRUE(lifecycle_->Preempt(a, "w1", "room for a higher priority").ok());
+  EXPECT_EQ(Jobs("preempting"), 1);
+  EXPECT_EQ(Value("yard_preemptions_total"), 1);
+  // It stops (exit 3: checkpointed) and goes back to the queue: that is
+  // the preemption finishing, not a restart after a loss.
+  ASSERT_TRUE(w.Exited(a, 1, 3).ok());
+  EXPECT_EQ(Jobs("queued"), 1);
+  EXPECT_EQ(Value("yard_preemptions_total"), 1);
+  EXPECT_EQ(Value("yard_job_restarts_total"), 0);
+}
+
+TEST_F(ServerMetricsTest, RejectionsByBoundedReason) {
+  for (const char* reason : {"invalid_spec", "request_id_conflict", "quota",
+                             "unavailable", "internal"}) {
+    EXPECT_EQ(Value("yard_job_rejections_total", {{"reason", reason}}), 0)
+        << reason;
+  }
+  metrics_.OnSubmitRejected(absl::InvalidArgumentError("spec.steps: bad"));
+  metrics_.OnSubmitRejected(absl::InvalidArgumentError("spec.model: bad"));
+  metrics_.OnSubmitRejected(absl::AlreadyExistsError("request_id"));
+  metrics_.OnSubmitRejected(absl::DataLossError("odd"));
+  metrics_.OnSubmitRejected(absl::OkStatus());  // not a rejection
+  EXPECT_EQ(Value("yard_job_rejections_total", {{"reason", "invalid_spec"}}),
+            2);
+  EXPECT_EQ(
+      Value("yard_job_rejections_total", {{"reason", "request_id_conflict"}}),
+      1);
+  EXPECT_EQ(Value("yard_job_rejections_total", {{"reason", "internal"}}), 1);
+}
+
+TEST_F(ServerMetricsTest, PreemptionAndSchedulingPassCounted) {
+  v1::StateChange preempt;
+  preempt.set_from(v1::RUNNING);
+  preempt.set_to(v1::PREEMPTING);
+  metrics_.OnStateChange(preempt);
+  v1::StateChange back;  // the preemption completing is not a restart
+  back.set_from(v1::PREEMPTING);
+  back.set_to(v1::QUEUED);
+  metrics_.OnStateChange(back);
+  EXPECT_EQ(Value("yard_preemptions_total"), 1);
+  EXPECT_EQ(Value("yard_job_restarts_total"), 0);
+  EXPECT_EQ(Value("yard_scheduling_pass_duration_seconds"), 0);
+  metrics_.ObserveSchedulingPass(absl::Milliseconds(3));
+  EXPECT_EQ(Value("yard_scheduling_pass_duration_seconds"), 1);
+  EXPECT_EQ(Value("yard_build_info", {{"version", "9.9.9"}}), 1);
+}
+
+TEST_F(ServerMetricsTest, NoJobIdLabelsAndEveryFamilyDocumented) {
+  Submit();
+  Connect("w1");
+  Pass();
+  for (const pm::MetricFamily& f : metrics_.Collect()) {
+    EXPECT_EQ(f.name.rfind("yard_", 0), 0u) << f.name;
+    EXPECT_FALSE(f.help.empty()) << f.name;
+    for (const pm::ClientMetric& m : f.metric) {
+      for (const auto& l : m.label) {
+        EXPECT_NE(l.name, "job") << f.name;
+        EXPECT_NE(l.name, "job_id") << f.name;
+      }
+    }
+  }
+}
+
+TEST_F(ServerMetricsTest, ExpositionPassesPromtool) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool is not installed (scripts/install-deps.sh "
+                    "installs it with the prometheus package)";
+  }
+  Submit();
+  Connect("g1", 1, 2);
+  Pass();
+  metrics_.ObserveSchedulingPass(absl::Milliseconds(2));
+  std::ostringstream text;
+  pm::TextSerializer().Serialize(text, metrics_.Collect());
+  const std::string path = dir_.File("metrics.txt");
+  std::ofstream(path) << text.str();
+  const std::string cmd = "promtool check metrics < " + path + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  EXPECT_EQ(pclose(p), 0) << out << "\n--- exposition:\n" << text.str();
+  EXPECT_EQ(out, "") << text.str();
+}
+
+}  // namespace
+}  // namespace trainyard::server

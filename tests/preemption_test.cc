@@ -1,0 +1,164 @@
+// Preemption with real processes: a yard-server running first-fit+preempt,
+// one worker with one CPU slot, a long low-priority job interrupted by a
+// high-priority one. The low job checkpoints, goes back to the queue, waits
+// for the high job to finish, and resumes from its checkpoint.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/harness.h"
+
+namespace trainyard::itest {
+namespace {
+namespace v1 = trainyard::v1;
+
+using ::testing::HasSubstr;
+
+class PreemptionTest : public ClusterTest {};
+
+// Long enough to be preempted after its first checkpoint, short enough to
+// finish in seconds afterwards.
+v1::JobSpec LowPriorityJob() {
+  v1::JobSpec spec = MnistSpec{.name = "low",
+                               .hidden = 128,
+                               .steps = 1000,
+                               .micro_batch = 64,
+                               .checkpoint_every = 100,
+                               .log_every = 20}
+                         .ToProto();
+  spec.set_priority(0);
+  return spec;
+}
+
+v1::JobSpec HighPriorityJob() {
+  v1::JobSpec spec = MnistSpec{.name = "high", .steps = 100}.ToProto();
+  spec.set_priority(10);
+  return spec;
+}
+
+bool IsChange(const v1::JobEvent& e, v1::JobState from, v1::JobState to) {
+  return e.has_state_change() && e.state_change().from() == from &&
+         e.state_change().to() == to;
+}
+
+std::vector<v1::TrainStarted> TrainStartedEvents(
+    const std::vector<v1::JobEvent>& events) {
+  std::vector<v1::TrainStarted> out;
+  for (const auto& e : events) {
+    if (e.has_trainer() && e.trainer().has_started()) {
+      out.push_back(e.trainer().started());
+    }
+  }
+  return out;
+}
+
+TEST_F(PreemptionTest, HighPriorityJobPreemptsAndTheLowOneResumes) {
+  YARD_ASSERT_OK(
+      StartServer({.extra_args = {"--policy", "first-fit+preempt"}}));
+  YARD_ASSERT_OK(StartReadyWorker({.name = "solo", .cpu_slots = 1}).status());
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse low, Submit(LowPriorityJob()));
+  const std::string low_id = low.job().id();
+  YARD_ASSIGN_OR_FAIL(v1::JobEvent saved,
+                      WaitForEvent(jobs(), low_id, "CheckpointSaved",
+                                   JobTimeout(), IsCheckpointSaved));
+
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse high, Submit(HighPriorityJob()));
+  const std::string high_id = high.job().id();
+  YARD_ASSIGN_OR_FAIL(v1::JobEvent stopping,
+                      WaitForEvent(jobs(), low_id, "RUNNING -> PREEMPTING",
+                                   JobTimeout(), [](const v1::JobEvent& e) {
+                                     return IsChange(e, v1::RUNNING,
+                                                     v1::PREEMPTING);
+                                   }));
+  EXPECT_THAT(stopping.state_change().reason(),
+              HasSubstr(absl::StrCat("preempted by ", high_id)));
+  YARD_ASSERT_OK(WaitForEvent(jobs(), low_id, "PREEMPTING -> QUEUED",
+                              JobTimeout(),
+                              [](const v1::JobEvent& e) {
+                                return IsChange(e, v1::PREEMPTING, v1::QUEUED);
+                              })
+                     .status());
+
+  YARD_ASSIGN_OR_FAIL(v1::Job high_done,
+                      WaitForTerminal(jobs(), high_id, JobTimeout()));
+  ASSERT_EQ(high_done.state(), v1::SUCCEEDED) << high_done.DebugString();
+  EXPECT_EQ(high_done.attempts_size(), 1)
+      << "the worker must have taken it at once\n"
+      << high_done.DebugString();
+
+  YARD_ASSIGN_OR_FAIL(v1::Job low_done,
+                      WaitForTerminal(jobs(), low_id, JobTimeout()));
+  ASSERT_EQ(low_done.state(), v1::SUCCEEDED) << low_done.DebugString();
+  ASSERT_EQ(low_done.attempts_size(), 2) << low_done.DebugString();
+  EXPECT_EQ(low_done.attempts(0).outcome(), v1::QUEUED);
+  EXPECT_THAT(low_done.attempts(0).reason(),
+              HasSubstr(absl::StrCat("preempted by ", high_id)));
+  EXPECT_EQ(low_done.result().step(), 1000);
+  // The high job ran while the low one was out.
+  EXPECT_LE(absl::FromUnixSeconds(low_done.attempts(0).end_time().seconds()),
+            absl::FromUnixSeconds(high_done.start_time().seconds()));
+
+  WatchResult all = Watch(jobs(), low_id, 0, JobTimeout());
+  ASSERT_TRUE(all.status.ok()) << all.status.error_message();
+  std::vector<v1::TrainStarted> starts = TrainStartedEvents(all.events);
+  ASSERT_EQ(starts.size(), 2u) << DescribeEvents(all.events);
+  EXPECT_EQ(starts[0].start_step(), 0);
+  EXPECT_GT(starts[1].start_step(), 0) << DescribeEvents(all.events);
+  EXPECT_GE(starts[1].start_step(), saved.trainer().checkpoint().step());
+  EXPECT_FALSE(starts[1].resumed_from().empty());
+}
+
+// The queue as users see it: `yard ls` and `yard get` show a waiting job's
+// place in the queue and why it waits.
+TEST_F(PreemptionTest, QueuedJobsShowTheirPlaceAndWhyTheyWait) {
+  YARD_ASSERT_OK(
+      StartServer({.extra_args = {"--policy", "first-fit+preempt"}}));
+  YARD_ASSERT_OK(StartReadyWorker({.name = "solo", .cpu_slots = 1}).status());
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse busy, Submit(LowPriorityJob()));
+  YARD_ASSERT_OK(
+      WaitForState(jobs(), busy.job().id(), v1::RUNNING, JobTimeout())
+          .status());
+  std::vector<std::string> waiting;
+  for (int priority : {0, -5}) {
+    v1::JobSpec spec =
+        MnistSpec{.name = absl::StrCat("wait", priority)}.ToProto();
+    spec.set_priority(priority);
+    YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(spec));
+    waiting.push_back(r.job().id());
+  }
+  YARD_ASSERT_OK(PollUntil("both waiting jobs to have a queue position",
+                           JobTimeout(), [&] {
+                             for (const std::string& id : waiting) {
+                               absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
+                               if (!j.ok() || j->queue_position() == 0) {
+                                 return false;
+                               }
+                             }
+                             return true;
+                           }));
+  YARD_ASSIGN_OR_FAIL(v1::Job second, GetJob(jobs(), waiting[1]));
+  EXPECT_EQ(second.state(), v1::QUEUED);
+  EXPECT_EQ(second.queue_position(), 2);
+
+  CommandResult ls = Yard({"ls"});
+  ASSERT_EQ(ls.exit_code(), 0) << ls.DebugString();
+  EXPECT_THAT(ls.out, HasSubstr("QUEUED (#1)")) << ls.out;
+  EXPECT_THAT(ls.out, HasSubstr("QUEUED (#2)")) << ls.out;
+  CommandResult get = Yard({"get", waiting[1]});
+  ASSERT_EQ(get.exit_code(), 0) << get.DebugString();
+  EXPECT_THAT(get.out, HasSubstr("QUEUED (#2 in the queue)")) << get.out;
+  EXPECT_THAT(get.out, HasSubstr("Waiting:")) << get.out;
+
+  // Done: stop everything rather than wait for it.
+  for (const std::string& id : {waiting[0], waiting[1], busy.job().id()}) {
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(id);
+    v1::Job cancelled;
+    YARD_ASSERT_OK(ToAbsl(
+        jobs().CancelJob(ContextWithTimeout().get(), cancel, &cancelled)));
+  }
+}
+
+}  // namespace
+}  // namespace trainyard::itest
