@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -341,6 +342,25 @@ TEST_F(DeployManifestsTest, DockerfileIsMultiStageAndUnprivileged) {
   ASSERT_FALSE(user.empty());
   EXPECT_NE(user.back(), "root");
   EXPECT_FALSE(absl::StartsWith(user.back(), "0"));
+}
+
+// The image builds with the same libraries as `make`: every -dev package the
+// deps script installs must be installed in the Dockerfile's build stage too
+// (otherwise find_package fails there, which no test here could notice).
+TEST_F(DeployManifestsTest, DockerfileInstallsEveryDevPackageOfTheDepsScript) {
+  const std::string deps = ReadAll(SourceDir() + "/scripts/install-deps.sh");
+  const std::string dockerfile = ReadAll(DeployDir() + "/Dockerfile");
+  int checked = 0;
+  for (absl::string_view word : absl::StrSplit(
+           deps, absl::ByAnyChar(" \n\t()"), absl::SkipEmpty())) {
+    if (!absl::EndsWith(word, "-dev")) continue;
+    ++checked;
+    EXPECT_TRUE(absl::StrContains(dockerfile, absl::StrCat(" ", word, " ")) ||
+                absl::StrContains(dockerfile, absl::StrCat(" ", word, "\n")))
+        << word << " is installed by scripts/install-deps.sh but not by "
+        << "deploy/Dockerfile";
+  }
+  EXPECT_GE(checked, 8) << "found too few -dev packages in install-deps.sh";
 }
 
 }  // namespace
