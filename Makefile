@@ -16,7 +16,11 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build
+# The test venv must exist before configuring: CMake picks the Python that
+# the PyTorch/transformers checks run with.
+test: deps
+	@scripts/setup-test-venv.sh
+	@$(MAKE) --no-print-directory build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 demo: build

@@ -92,9 +92,12 @@ std::string ToTextLine(const TrainerEvent& event) {
           [](const TrainProgressEvent& e) {
             return absl::StrFormat(
                 "step %d/%d  loss %.4f  lr %.3e  grad_norm %.3f  %.0f "
-                "samples/s",
+                "samples/s%s",
                 e.step, e.total_steps, e.loss, e.lr, e.grad_norm,
-                e.samples_per_second);
+                e.samples_per_second,
+                e.tokens_per_second > 0
+                    ? absl::StrFormat("  %.0f tokens/s", e.tokens_per_second)
+                    : "");
           },
           [](const EvalResultEvent& e) {
             return absl::StrFormat(

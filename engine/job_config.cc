@@ -21,16 +21,20 @@ absl::Status Unsupported(absl::string_view field, absl::string_view what) {
 }
 
 absl::Status CheckSupported(const JobSpec& spec) {
-  if (spec.model().has_gpt()) return Unsupported("model.gpt", "GPT models are");
-  if (!spec.model().has_mlp()) {
-    return absl::InvalidArgumentError("model: required (mlp)");
-  }
-  if (spec.data().has_text()) return Unsupported("data.text", "text data is");
-  if (spec.data().has_tokens()) {
-    return Unsupported("data.tokens", "token shards are");
-  }
-  if (!spec.data().has_mnist()) {
-    return absl::InvalidArgumentError("data: required (mnist)");
+  const bool lm_data = spec.data().has_text() || spec.data().has_tokens();
+  if (spec.model().has_gpt()) {
+    if (!lm_data) {
+      return absl::InvalidArgumentError(
+          "data: a GPT model trains on text or token data (data.text or "
+          "data.tokens)");
+    }
+  } else if (spec.model().has_mlp()) {
+    if (!spec.data().has_mnist()) {
+      return absl::InvalidArgumentError(
+          "data: an MLP model trains on MNIST data (data.mnist)");
+    }
+  } else {
+    return absl::InvalidArgumentError("model: required (mlp or gpt)");
   }
   if (spec.precision() == trainyard::v1::BF16) {
     return Unsupported("precision", "BF16 is");
@@ -60,6 +64,57 @@ absl::StatusOr<MnistFiles> ResolveMnist(const trainyard::v1::MnistData& m,
                                            m.eval_labels(), true));
   }
   return files;
+}
+
+absl::StatusOr<TextFiles> ResolveText(const trainyard::v1::TextData& t,
+                                      const std::string& root) {
+  TextFiles files;
+  files.char_tokenizer = t.tokenizer() == trainyard::v1::CHAR;
+  ASSIGN_OR_RETURN(files.train, spec::ResolveDataPath("data.text.train", root,
+                                                      t.train(), true));
+  if (!t.eval().empty()) {
+    ASSIGN_OR_RETURN(files.eval, spec::ResolveDataPath("data.text.eval", root,
+                                                       t.eval(), true));
+  }
+  return files;
+}
+
+absl::StatusOr<TokenFiles> ResolveTokens(const trainyard::v1::TokenShards& t,
+                                         const std::string& root) {
+  TokenFiles files;
+  for (int i = 0; i < t.train_size(); ++i) {
+    ASSIGN_OR_RETURN(
+        files.train.emplace_back(),
+        spec::ResolveDataPath(absl::StrCat("data.tokens.train[", i, "]"), root,
+                              t.train(i), true));
+  }
+  for (int i = 0; i < t.eval_size(); ++i) {
+    ASSIGN_OR_RETURN(
+        files.eval.emplace_back(),
+        spec::ResolveDataPath(absl::StrCat("data.tokens.eval[", i, "]"), root,
+                              t.eval(i), true));
+  }
+  return files;
+}
+
+absl::Status FillGpt(const JobSpec& spec, const std::string& root,
+                     EngineJob* job) {
+  const auto& g = spec.model().gpt();
+  job->is_gpt = true;
+  job->gpt = {g.n_layer(), g.n_head(), g.d_model(), g.seq_len(),
+              g.vocab_size()};
+  if (!g.init_from().empty()) {
+    ASSIGN_OR_RETURN(job->gpt_init_from,
+                     spec::ResolveDataPath("model.gpt.init_from", root,
+                                           g.init_from(), true));
+  }
+  if (spec.data().has_text()) {
+    ASSIGN_OR_RETURN(job->text, ResolveText(spec.data().text(), root));
+  } else {
+    ASSIGN_OR_RETURN(job->tokens, ResolveTokens(spec.data().tokens(), root));
+  }
+  job->trainer.model_description = GptDescription(job->gpt);
+  return absl::OkStatus();
 }
 
 TrainerConfig TrainerConfigFromSpec(const JobSpec& spec) {
@@ -116,6 +171,21 @@ std::string SpecFingerprint(const JobSpec& spec) {
   return absl::StrFormat("%016x", Fnv1a64(bytes));
 }
 
+MemoryEstimate EstimateSpecMemory(const JobSpec& spec, DeviceKind device) {
+  const int64_t batch = spec.batch().micro_batch();
+  const int threads = std::max(1, spec.resources().cpu_threads());
+  if (spec.model().has_gpt()) {
+    const auto& g = spec.model().gpt();
+    return EstimateGptMemory(
+        {g.n_layer(), g.n_head(), g.d_model(), g.seq_len(), g.vocab_size()},
+        batch, threads, device);
+  }
+  const auto& m = spec.model().mlp();
+  MlpConfig mlp{
+      m.input_dim(), {m.hidden().begin(), m.hidden().end()}, m.num_classes()};
+  return EstimateMlpMemory(mlp, batch, threads, device);
+}
+
 std::string DefaultCheckpointDir(const JobSpec& spec) {
   std::string name;
   for (char c : spec.name()) {
@@ -134,13 +204,17 @@ absl::StatusOr<EngineJob> EngineJobFromSpec(const JobSpec& spec,
   RETURN_IF_ERROR(CheckSupported(spec));
   EngineJob job;
   job.name = spec.name();
-  const auto& mlp = spec.model().mlp();
-  job.mlp.input_dim = mlp.input_dim();
-  job.mlp.num_classes = mlp.num_classes();
-  job.mlp.hidden.assign(mlp.hidden().begin(), mlp.hidden().end());
-  ASSIGN_OR_RETURN(job.mnist,
-                   ResolveMnist(spec.data().mnist(), options.data_root));
   job.trainer = TrainerConfigFromSpec(spec);
+  if (spec.model().has_gpt()) {
+    RETURN_IF_ERROR(FillGpt(spec, options.data_root, &job));
+  } else {
+    const auto& mlp = spec.model().mlp();
+    job.mlp.input_dim = mlp.input_dim();
+    job.mlp.num_classes = mlp.num_classes();
+    job.mlp.hidden.assign(mlp.hidden().begin(), mlp.hidden().end());
+    ASSIGN_OR_RETURN(job.mnist,
+                     ResolveMnist(spec.data().mnist(), options.data_root));
+  }
   job.trainer.checkpoint.dir = options.checkpoint_dir.empty()
                                    ? DefaultCheckpointDir(spec)
                                    : options.checkpoint_dir;

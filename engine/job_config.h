@@ -6,9 +6,13 @@
 #define TRAINYARD_ENGINE_JOB_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/gpt.h"
+#include "engine/core/memory_estimate.h"
 #include "engine/core/mlp.h"
 #include "engine/core/trainer.h"
 #include "trainyard/v1/spec.pb.h"
@@ -34,17 +38,40 @@ struct MnistFiles {
   std::string eval_labels;
 };
 
+// A text file, resolved inside the data root.
+struct TextFiles {
+  std::string train;
+  std::string eval;  // empty: hold out the last 10% of train
+  bool char_tokenizer = false;
+};
+
+// llm.c token shards, resolved inside the data root.
+struct TokenFiles {
+  std::vector<std::string> train;
+  std::vector<std::string> eval;  // empty: hold out the last 10% of train
+};
+
+// Fraction of the training tokens held out when no eval data is given.
+inline constexpr double kTokenHoldoutFraction = 0.1;
+
 struct EngineJob {
   std::string name;
+  // Exactly one model: the MLP on MNIST, or the GPT on text or tokens.
+  bool is_gpt = false;
   MlpConfig mlp;
   MnistFiles mnist;
+  GptConfig gpt;
+  // Hugging Face GPT-2 folder to start from; empty for a fresh init.
+  std::string gpt_init_from;
+  std::optional<TextFiles> text;
+  std::optional<TokenFiles> tokens;
   TrainerConfig trainer;
   int threads = 1;
 };
 
 // REQUIRES: spec has defaults applied and passed validation. Still returns
 // INVALID_ARGUMENT, starting with the field path, for what this engine
-// cannot run yet (GPT models, text or token data, BF16, GPUs).
+// cannot run (a model and data that do not go together, BF16, GPUs).
 absl::StatusOr<EngineJob> EngineJobFromSpec(const trainyard::v1::JobSpec& spec,
                                             const JobConfigOptions& options);
 
@@ -53,6 +80,11 @@ absl::StatusOr<EngineJob> EngineJobFromSpec(const trainyard::v1::JobSpec& spec,
 // threads (results do not depend on them), logging, evaluation or
 // checkpoint policy, so those may change across a resume.
 std::string SpecFingerprint(const trainyard::v1::JobSpec& spec);
+
+// The memory the spec's job needs on `device` (see memory_estimate.h).
+// REQUIRES: defaults applied (spec::WithDefaults) and a valid model.
+MemoryEstimate EstimateSpecMemory(const trainyard::v1::JobSpec& spec,
+                                  DeviceKind device);
 
 // "checkpoints/<name>", the name reduced to [A-Za-z0-9._-] ("run" when
 // nothing usable is left).

@@ -3,7 +3,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status_macros.h"
+#include "engine/core/file_io.h"
+#include "engine/core/gpt.h"
+#include "engine/core/mlp.h"
+#include "engine/data/mnist.h"
+#include "engine/data/token_data.h"
+#include "engine/gpt_tools.h"
 
 namespace trainyard::engine {
 namespace {
@@ -24,6 +31,13 @@ absl::StatusOr<std::unique_ptr<MnistExamples>> LoadMnist(
   return set;
 }
 
+// Text files up to 1 GiB; larger corpora belong in token shards.
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadWholeFile(path, int64_t{1} << 30);
+  if (!text.ok()) return AsDataError(text.status());
+  return text;
+}
+
 absl::Status CheckModelFitsData(const MlpConfig& mlp, const ExampleSet& data) {
   if (mlp.input_dim != data.feature_dim()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -38,21 +52,53 @@ absl::Status CheckModelFitsData(const MlpConfig& mlp, const ExampleSet& data) {
   return absl::OkStatus();
 }
 
+absl::Status LoadShards(const TokenFiles& files, int64_t vocab_size,
+                        std::vector<int32_t>* train,
+                        std::vector<int32_t>* eval) {
+  for (const std::string& path : files.train) {
+    RETURN_IF_ERROR(AsDataError(ReadTokenShard(path, train)));
+  }
+  for (const std::string& path : files.eval) {
+    RETURN_IF_ERROR(AsDataError(ReadTokenShard(path, eval)));
+  }
+  for (const auto* set : {train, eval}) {
+    const int64_t bad = FirstTokenOutside(*set, vocab_size);
+    if (bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.gpt.vocab_size: the token shards hold token ", (*set)[bad],
+          ", outside the vocabulary of ", vocab_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The init_from folder, its errors prefixed with the spec field.
+absl::StatusOr<std::optional<HfGpt2>> ReadInitFrom(const EngineJob& job) {
+  if (job.gpt_init_from.empty()) return std::nullopt;
+  absl::StatusOr<HfGpt2> hf = ReadHfGpt2(job.gpt_init_from);
+  if (!hf.ok()) {
+    return absl::Status(
+        hf.status().code(),
+        absl::StrCat("model.gpt.init_from: ", hf.status().message()));
+  }
+  return std::optional<HfGpt2>(*std::move(hf));
+}
+
 }  // namespace
 
-absl::Status TrainJob::LoadData(const EngineJob& job) {
+absl::Status TrainJob::LoadMnistData(const EngineJob& job) {
   ASSIGN_OR_RETURN(std::unique_ptr<MnistExamples> all,
                    LoadMnist(job.mnist.images, job.mnist.labels));
   if (!job.mnist.eval_images.empty()) {
-    train_ = std::move(all);
-    ASSIGN_OR_RETURN(eval_,
+    ASSIGN_OR_RETURN(std::unique_ptr<MnistExamples> eval,
                      LoadMnist(job.mnist.eval_images, job.mnist.eval_labels));
-    if (eval_->feature_dim() != train_->feature_dim()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data.mnist.eval_images: ", eval_->rows(), "x",
-                       eval_->cols(), " images, the training images are ",
-                       train_->rows(), "x", train_->cols()));
+    if (eval->feature_dim() != all->feature_dim()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.mnist.eval_images: ", eval->rows(), "x", eval->cols(),
+          " images, the training images are ", all->rows(), "x", all->cols()));
     }
+    train_ = std::move(all);
+    eval_ = std::move(eval);
   } else {
     absl::StatusOr<MnistSplit> split = SplitHoldout(*all, job.mnist.holdout);
     if (!split.ok()) {
@@ -65,24 +111,150 @@ absl::Status TrainJob::LoadData(const EngineJob& job) {
   return CheckModelFitsData(job.mlp, *train_);
 }
 
+absl::Status TrainJob::LoadText(const TextFiles& files, const GptConfig& gpt,
+                                std::vector<int32_t>* train,
+                                std::vector<int32_t>* eval) {
+  ASSIGN_OR_RETURN(std::string text, ReadText(files.train));
+  if (tokenizer_.has_value()) {
+    // From init_from: the model's own vocabulary.
+    if (tokenizer_->is_char() != files.char_tokenizer) {
+      return absl::InvalidArgumentError(
+          "data.text.tokenizer: differs from the init_from model's tokenizer");
+    }
+  } else if (files.char_tokenizer) {
+    absl::StatusOr<Tokenizer> chars = Tokenizer::CharsFromText(text);
+    if (!chars.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("data.text.train: ", chars.status().message()));
+    }
+    tokenizer_ = *std::move(chars);
+  } else {
+    tokenizer_ = Tokenizer::Bytes();
+  }
+  if (tokenizer_->vocab_size() > gpt.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.gpt.vocab_size: ", gpt.vocab_size, " is smaller than the ",
+        tokenizer_->vocab_size(),
+        files.char_tokenizer ? " distinct characters of data.text.train"
+                             : " tokens of the byte tokenizer"));
+  }
+  absl::StatusOr<std::vector<int32_t>> encoded_train = tokenizer_->Encode(text);
+  if (!encoded_train.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.text.train: ", encoded_train.status().message()));
+  }
+  *train = *std::move(encoded_train);
+  if (!files.eval.empty()) {
+    ASSIGN_OR_RETURN(std::string eval_text, ReadText(files.eval));
+    absl::StatusOr<std::vector<int32_t>> encoded =
+        tokenizer_->Encode(eval_text);
+    if (!encoded.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.text.eval: ", encoded.status().message()));
+    }
+    *eval = *std::move(encoded);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainJob::LoadTokenData(const EngineJob& job) {
+  std::vector<int32_t> train, eval;
+  if (job.text.has_value()) {
+    RETURN_IF_ERROR(LoadText(*job.text, job.gpt, &train, &eval));
+  } else {
+    RETURN_IF_ERROR(LoadShards(*job.tokens, job.gpt.vocab_size, &train, &eval));
+  }
+  const bool held_out =
+      job.text.has_value() ? job.text->eval.empty() : job.tokens->eval.empty();
+  if (held_out) {
+    // The tail, not a random sample: held-out windows never overlap
+    // training windows.
+    const size_t keep =
+        train.size() - static_cast<size_t>(static_cast<double>(train.size()) *
+                                           kTokenHoldoutFraction);
+    eval.assign(train.begin() + keep, train.end());
+    train.resize(keep);
+  }
+  const char* field =
+      job.text.has_value() ? "data.text.train" : "data.tokens.train";
+  const int64_t T = job.gpt.seq_len;
+  auto train_tokens =
+      std::make_shared<const std::vector<int32_t>>(std::move(train));
+  auto windows = std::make_unique<TokenWindows>(
+      train_tokens, T, 1, static_cast<int32_t>(job.gpt.vocab_size));
+  if (windows->size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", train_tokens->size(),
+                     " training tokens are fewer than "
+                     "model.gpt.seq_len + 1 (",
+                     T + 1, ")"));
+  }
+  train_ = std::move(windows);
+  auto eval_windows = std::make_unique<TokenWindows>(
+      std::make_shared<const std::vector<int32_t>>(std::move(eval)), T, T,
+      static_cast<int32_t>(job.gpt.vocab_size));
+  if (eval_windows->size() > 0) {
+    eval_ = std::move(eval_windows);
+  } else {
+    YARD_LOG(WARNING) << "evaluation data is shorter than one window of "
+                      << T + 1 << " tokens; evaluation is off";
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
     const EngineJob& job, TrainerEventSink* sink) {
   std::unique_ptr<TrainJob> t(new TrainJob());
-  RETURN_IF_ERROR(t->LoadData(job));
+  TrainerConfig trainer_config = job.trainer;
+  ASSIGN_OR_RETURN(std::optional<HfGpt2> init, ReadInitFrom(job));
+  if (init.has_value()) {
+    if (init->tokenizer.type() != Json::Type::kNull) {
+      absl::StatusOr<Tokenizer> tok = Tokenizer::FromJson(init->tokenizer);
+      if (!tok.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("model.gpt.init_from: ", tok.status().message()));
+      }
+      t->tokenizer_ = *std::move(tok);
+    }
+  }
+  if (job.is_gpt) {
+    RETURN_IF_ERROR(t->LoadTokenData(job));
+    if (t->tokenizer_.has_value()) {
+      trainer_config.tokenizer = t->tokenizer_->ToJson();
+    }
+  } else {
+    RETURN_IF_ERROR(t->LoadMnistData(job));
+  }
   CpuBackendOptions backend_options;
   backend_options.threads = job.threads;
   ASSIGN_OR_RETURN(t->backend_, CpuBackend::Create(backend_options));
-  ASSIGN_OR_RETURN(t->model_, MlpModel::Create(job.mlp, job.trainer.micro_batch,
-                                               t->backend_.get()));
   ShuffledLoaderOptions loader_options;
   loader_options.batch_size = job.trainer.micro_batch;
   loader_options.seed = job.trainer.seed;
+  GptModel* gpt = nullptr;
+  if (job.is_gpt) {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GptModel> model,
+        GptModel::Create(job.gpt, job.trainer.micro_batch, t->backend_.get()));
+    gpt = model.get();
+    t->model_ = std::move(model);
+    loader_options.with_replacement = true;
+  } else {
+    ASSIGN_OR_RETURN(
+        t->model_,
+        MlpModel::Create(job.mlp, job.trainer.micro_batch, t->backend_.get()));
+  }
   ASSIGN_OR_RETURN(t->loader_,
                    ShuffledLoader::Create(t->train_.get(), loader_options));
   ASSIGN_OR_RETURN(
       t->trainer_,
-      Trainer::Create(job.trainer, t->model_.get(), t->backend_.get(),
+      Trainer::Create(trainer_config, t->model_.get(), t->backend_.get(),
                       t->loader_.get(), t->eval_.get(), sink));
+  // Fine-tuning: the imported weights replace the fresh initialization (a
+  // checkpoint found when the run starts replaces both).
+  if (init.has_value()) {
+    RETURN_IF_ERROR(LoadHfWeights(*init, gpt, t->backend_.get()));
+  }
   return t;
 }
 

@@ -1,5 +1,5 @@
-// TrainJob: one EngineJob put together — the MNIST data loaded and split,
-// the CPU backend, the MLP, the shuffled loader and the trainer — ready to
+// TrainJob: one EngineJob put together — the data loaded and split, the CPU
+// backend, the model (MLP or GPT), the loader and the trainer — ready to
 // run. yard-train is a thin shell around it; tests run jobs in-process.
 //
 // Thread-safety: not thread-safe; the `stop` flag passed to Run may be set
@@ -9,13 +9,15 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/core/mlp.h"
+#include "engine/core/model.h"
 #include "engine/core/trainer.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/data/mnist.h"
 #include "engine/data/shuffled_loader.h"
+#include "engine/data/tokenizer.h"
 #include "engine/job_config.h"
 
 namespace trainyard::engine {
@@ -23,9 +25,10 @@ namespace trainyard::engine {
 class TrainJob {
  public:
   // Errors: INVALID_ARGUMENT (message starts with the spec field) when the
-  // spec does not fit the data, e.g. a holdout larger than the data or an
-  // input_dim other than the images' size; DATA_LOSS or NOT_FOUND when a
-  // data file cannot be read. `sink` must outlive the job.
+  // spec does not fit the data, e.g. a holdout larger than the data, an
+  // input_dim other than the images' size, a vocabulary larger than
+  // vocab_size or a text shorter than one window; DATA_LOSS or NOT_FOUND
+  // when a data file cannot be read. `sink` must outlive the job.
   static absl::StatusOr<std::unique_ptr<TrainJob>> Create(
       const EngineJob& job, TrainerEventSink* sink);
 
@@ -36,16 +39,25 @@ class TrainJob {
   }
 
   Trainer& trainer() { return *trainer_; }
+  Model& model() { return *model_; }
+  Backend& backend() { return *backend_; }
+  // Text data only.
+  const std::optional<Tokenizer>& tokenizer() const { return tokenizer_; }
 
  private:
   TrainJob() = default;
-  absl::Status LoadData(const EngineJob& job);
+  absl::Status LoadMnistData(const EngineJob& job);
+  absl::Status LoadTokenData(const EngineJob& job);
+  absl::Status LoadText(const TextFiles& files, const GptConfig& gpt,
+                        std::vector<int32_t>* train,
+                        std::vector<int32_t>* eval);
 
   // Declaration order is teardown order reversed: the trainer and model free
   // their buffers before the backend goes.
   std::unique_ptr<CpuBackend> backend_;
-  std::unique_ptr<MnistExamples> train_, eval_;
-  std::unique_ptr<MlpModel> model_;
+  std::unique_ptr<ExampleSet> train_, eval_;
+  std::optional<Tokenizer> tokenizer_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<ShuffledLoader> loader_;
   std::unique_ptr<Trainer> trainer_;
 };

@@ -262,4 +262,84 @@ TEST_F(YardTrainCliTest, CorruptDataExitsOne) {
       << r.stderr_text;
 }
 
+TEST_F(YardTrainCliTest, TrainsAGptThenSamplesAndExports) {
+  fs::create_directories(dir_ + "/root");
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += "so shaken as we are, so wan with care\n";
+  std::ofstream(dir_ + "/root/t.txt") << text;
+  const std::string spec = dir_ + "/gpt.yaml";
+  std::ofstream(spec) << "model: {gpt: {n_layer: 1, n_head: 2, d_model: 16, "
+                         "seq_len: 16, vocab_size: 20}}\n"
+                      << "data: {text: {train: t.txt, tokenizer: CHAR}}\n"
+                      << "batch: {micro_batch: 4}\nsteps: 6\n";
+  Result r = RunYardTrain({"run", spec, "--data-root", dir_ + "/root",
+                           "--checkpoint-dir", dir_ + "/ck"},
+                          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::vector<std::string> sample = {
+      "sample", dir_ + "/ck", "--tokens", "30",       "--seed",
+      "3",      "--top-k",    "5",        "--prompt", "so "};
+  Result a = RunYardTrain(sample, dir_);
+  ASSERT_EQ(a.exit_code, 0) << a.stderr_text;
+  ASSERT_FALSE(a.stdout_lines.empty());
+  EXPECT_TRUE(absl::StartsWith(a.stdout_lines[0], "so "));
+  EXPECT_EQ(RunYardTrain(sample, dir_).stdout_lines, a.stdout_lines);
+  Result bad = RunYardTrain({"sample", dir_ + "/ck", "--prompt", "xyz"}, dir_);
+  EXPECT_EQ(bad.exit_code, 2);  // 'x' is not in the vocabulary
+  EXPECT_TRUE(absl::StrContains(bad.last_stderr_line(), "U+0078"));
+  EXPECT_EQ(RunYardTrain({"sample", dir_ + "/none"}, dir_).exit_code, 1);
+
+  Result e = RunYardTrain({"export", dir_ + "/ck", dir_ + "/hf"}, dir_);
+  ASSERT_EQ(e.exit_code, 0) << e.stderr_text;
+  EXPECT_TRUE(fs::exists(dir_ + "/hf/config.json"));
+  EXPECT_TRUE(fs::exists(dir_ + "/hf/model.safetensors"));
+  EXPECT_EQ(RunYardTrain({"export", dir_ + "/ck"}, dir_).exit_code, 2);
+}
+
+// A GPT run killed with SIGKILL right after its step-4 checkpoint and
+// started again ends with the same bytes (weights and AdamW moments) as an
+// uninterrupted run.
+TEST_F(YardTrainCliTest, GptKilledAndResumedEndsBitwiseEqual) {
+  fs::create_directories(dir_ + "/root");
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += "now is the winter of our discontent\n";
+  std::ofstream(dir_ + "/root/t.txt") << text;
+  const std::string spec = dir_ + "/gpt.yaml";
+  std::ofstream(spec) << "model: {gpt: {n_layer: 2, n_head: 2, d_model: 16, "
+                         "seq_len: 16, vocab_size: 20}}\n"
+                      << "data: {text: {train: t.txt, tokenizer: CHAR}}\n"
+                      << "batch: {micro_batch: 4, grad_accum: 2}\nsteps: 30\n"
+                      << "checkpoint: {every_steps: 2}\nlog_every_steps: 1\n";
+  auto run = [&](const std::string& ck,
+                 const std::function<void(const std::string&, pid_t)>& f) {
+    return RunYardTrain(
+        {"run", spec, "--data-root", dir_ + "/root", "--checkpoint-dir",
+         dir_ + "/" + ck, "--progress", "json", "--threads", "2"},
+        dir_, f);
+  };
+  ASSERT_EQ(run("straight", {}).exit_code, 0);
+  auto kill_at_4 = [](const std::string& line, pid_t pid) {
+    const auto e = Parse(line);
+    if (e.has_checkpoint() && e.checkpoint().step() == 4) kill(pid, SIGKILL);
+  };
+  Result killed = run("killed", kill_at_4);
+  ASSERT_EQ(killed.exit_code, 128 + SIGKILL);
+  Result resumed = run("killed", {});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.stderr_text;
+  // From step 4, or a later checkpoint written before the kill landed.
+  const int64_t start =
+      Parse(resumed.stdout_lines.front()).started().start_step();
+  EXPECT_GE(start, 4);
+  EXPECT_LT(start, 30);
+  auto bytes = [&](const std::string& ck) {
+    std::ifstream in(dir_ + "/" + ck + "/step-00000030/model.safetensors",
+                     std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string want = bytes("straight");
+  ASSERT_GT(want.size(), 1000u);
+  EXPECT_TRUE(want == bytes("killed"));
+}
+
 }  // namespace

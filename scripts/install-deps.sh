@@ -11,6 +11,9 @@ PACKAGES=(
   # Observability tests: a real Prometheus scrapes the daemons, promtool
   # lints their /metrics and the alert rules; curl fetches over HTTP.
   prometheus curl
+  # Engine tests: the GPT is checked against PyTorch (CPU) on the same
+  # weights; the venv made by setup-test-venv.sh adds transformers.
+  python3-torch python3-venv
 )
 
 missing=()

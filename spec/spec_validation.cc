@@ -73,6 +73,18 @@ void CheckName(const JobSpec& spec, const Limits& limits, Problems* p) {
   }
 }
 
+void CheckPath(absl::string_view field, const std::string& path,
+               const ValidationOptions& options, Problems* p) {
+  if (static_cast<int64_t>(path.size()) > options.limits.max_path_length) {
+    p->Add(field, absl::StrCat("at most ", options.limits.max_path_length,
+                               " characters"));
+    return;
+  }
+  p->Add(ResolveDataPath(std::string_view(field.data(), field.size()),
+                         options.data_root, path, options.check_files_exist)
+             .status());
+}
+
 void CheckMlp(const JobSpec& spec, const Limits& limits, Problems* p) {
   const auto& mlp = spec.model().mlp();
   if (mlp.hidden_size() == 0) {
@@ -92,6 +104,10 @@ void CheckMlp(const JobSpec& spec, const Limits& limits, Problems* p) {
     p->Range("model.mlp.num_classes", mlp.num_classes(), 2,
              limits.max_layer_width);
   }
+  if (!spec.data().has_mnist() &&
+      (spec.data().has_text() || spec.data().has_tokens())) {
+    p->Add("model.mlp", "trains on MNIST data, not text or tokens");
+  }
   if (spec.data().has_mnist()) {
     if (mlp.input_dim() != 0 && mlp.input_dim() != kMnistInputs) {
       p->Add("model.mlp.input_dim",
@@ -106,7 +122,9 @@ void CheckMlp(const JobSpec& spec, const Limits& limits, Problems* p) {
   }
 }
 
-void CheckGpt(const JobSpec& spec, const Limits& limits, Problems* p) {
+void CheckGpt(const JobSpec& spec, const ValidationOptions& options,
+              Problems* p) {
+  const Limits& limits = options.limits;
   const auto& gpt = spec.model().gpt();
   size_t before = p->size();
   p->Range("model.gpt.n_layer", gpt.n_layer(), 1, limits.max_layers);
@@ -119,15 +137,29 @@ void CheckGpt(const JobSpec& spec, const Limits& limits, Problems* p) {
            absl::StrCat("must be a multiple of n_head (", gpt.n_head(),
                         "), got ", gpt.d_model()));
   }
-  p->Add("model.gpt", "not supported by this build yet");
+  if (!gpt.init_from().empty()) {
+    CheckPath("model.gpt.init_from", gpt.init_from(), options, p);
+  }
+  const auto& data = spec.data();
+  if (data.has_mnist()) {
+    p->Add("model.gpt", "trains on text or token data, not MNIST");
+  } else if (data.has_text() &&
+             data.text().tokenizer() != trainyard::v1::CHAR &&
+             gpt.vocab_size() < 256) {
+    p->Add("model.gpt.vocab_size",
+           absl::StrCat("must be >= 256 for the byte tokenizer, got ",
+                        gpt.vocab_size()));
+  }
 }
 
-void CheckModel(const JobSpec& spec, const Limits& limits, Problems* p) {
+void CheckModel(const JobSpec& spec, const ValidationOptions& options,
+                Problems* p) {
+  const Limits& limits = options.limits;
   size_t before = p->size();
   if (spec.model().has_mlp()) {
     CheckMlp(spec, limits, p);
   } else if (spec.model().has_gpt()) {
-    CheckGpt(spec, limits, p);
+    CheckGpt(spec, options, p);
   } else {
     p->Add("model", "required (mlp or gpt)");
     return;
@@ -139,18 +171,6 @@ void CheckModel(const JobSpec& spec, const Limits& limits, Problems* p) {
                                  " parameters exceeds the limit of ",
                                  FormatCount(limits.max_parameters)));
   }
-}
-
-void CheckPath(absl::string_view field, const std::string& path,
-               const ValidationOptions& options, Problems* p) {
-  if (static_cast<int64_t>(path.size()) > options.limits.max_path_length) {
-    p->Add(field, absl::StrCat("at most ", options.limits.max_path_length,
-                               " characters"));
-    return;
-  }
-  p->Add(ResolveDataPath(std::string_view(field.data(), field.size()),
-                         options.data_root, path, options.check_files_exist)
-             .status());
 }
 
 void CheckMnist(const JobSpec& spec, const ValidationOptions& options,
@@ -182,7 +202,6 @@ void CheckData(const JobSpec& spec, const ValidationOptions& options,
     if (!trainyard::v1::Tokenizer_IsValid(data.text().tokenizer())) {
       p->Add("data.text.tokenizer", "must be BYTE or CHAR");
     }
-    p->Add("data.text", "not supported by this build yet");
   } else if (data.has_tokens()) {
     const auto& t = data.tokens();
     if (t.train_size() == 0) p->Add("data.tokens.train", "at least one shard");
@@ -199,7 +218,6 @@ void CheckData(const JobSpec& spec, const ValidationOptions& options,
                   p);
       }
     }
-    p->Add("data.tokens", "not supported by this build yet");
   } else {
     p->Add("data", "required (mnist, text or tokens)");
   }
@@ -278,7 +296,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec,
                              const ValidationOptions& options) {
   Problems problems;
   CheckName(spec, options.limits, &problems);
-  CheckModel(spec, options.limits, &problems);
+  CheckModel(spec, options, &problems);
   CheckData(spec, options, &problems);
   CheckRun(spec, options.limits, &problems);
   CheckResources(spec, options.limits, &problems);

@@ -223,20 +223,46 @@ TEST_F(ValidationTest, LongPathIsRefused) {
   EXPECT_EQ(ErrorOf(spec), "data.mnist.images: at most 1024 characters");
 }
 
-TEST_F(ValidationTest, GptAndTextAreNotSupportedYet) {
+TEST_F(ValidationTest, GptOnTextOrTokens) {
   JobSpec spec = *ParseJobSpec(
       "model: {gpt: {n_layer: 2, n_head: 2, d_model: 64, seq_len: 64, "
       "vocab_size: 256}}\ndata: {text: {train: mnist/images.gz}}\n"
       "batch: {micro_batch: 4}\nsteps: 10\n");
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok())
+      << ValidateJobSpec(spec, options_);
+  spec.mutable_model()->mutable_gpt()->set_vocab_size(65);
   EXPECT_EQ(ErrorOf(spec),
-            "model.gpt: not supported by this build yet; "
-            "data.text: not supported by this build yet");
+            "model.gpt.vocab_size: must be >= 256 for the byte tokenizer, "
+            "got 65");
+  spec.mutable_data()->mutable_text()->set_tokenizer(trainyard::v1::CHAR);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok())
+      << ValidateJobSpec(spec, options_);
+  spec.mutable_model()->mutable_gpt()->set_init_from("../hf");
+  EXPECT_EQ(ErrorOf(spec), "model.gpt.init_from: path escapes the data root");
+  spec.mutable_model()->mutable_gpt()->set_init_from("");
   spec.mutable_model()->mutable_gpt()->set_d_model(63);
   EXPECT_THAT(ErrorOf(spec),
               StartsWith("model.gpt.d_model: must be a multiple of n_head"));
+  spec.mutable_model()->mutable_gpt()->set_d_model(64);
   spec.mutable_data()->mutable_tokens()->add_train("../x.bin");
   EXPECT_THAT(ErrorOf(spec),
               HasSubstr("data.tokens.train[0]: path escapes the data root"));
+  spec.mutable_data()->mutable_tokens()->set_train(0, "mnist/images.gz");
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok())
+      << ValidateJobSpec(spec, options_);
+}
+
+TEST_F(ValidationTest, ModelAndDataMustGoTogether) {
+  JobSpec spec = Good();  // an MLP on MNIST
+  spec.mutable_data()->mutable_text()->set_train("mnist/images.gz");
+  EXPECT_EQ(ErrorOf(spec),
+            "model.mlp: trains on MNIST data, not text or tokens");
+  spec = *ParseJobSpec(
+      "model: {gpt: {n_layer: 1, n_head: 1, d_model: 8, seq_len: 8, "
+      "vocab_size: 256}}\ndata: {mnist: {images: mnist/images.gz, labels: "
+      "mnist/labels.gz}}\nbatch: {micro_batch: 4}\nsteps: 10\n");
+  EXPECT_EQ(ErrorOf(spec),
+            "model.gpt: trains on text or token data, not MNIST");
 }
 
 TEST_F(ValidationTest, ResolveDataPathReturnsTheRealPath) {

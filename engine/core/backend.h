@@ -101,6 +101,10 @@ class Backend {
                                           const float* logits,
                                           const int32_t* targets, int64_t batch,
                                           int64_t classes) = 0;
+  // How many rows of logits [rows, classes] have their largest entry (the
+  // first, on ties) at the target.
+  virtual int64_t CountArgmaxHits(const float* logits, const int32_t* targets,
+                                  int64_t rows, int64_t classes) = 0;
   // dlogits = (probs - onehot(target)) * scale  (overwritten).
   virtual void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
                                            const int32_t* targets, float scale,
@@ -108,6 +112,58 @@ class Backend {
 
   virtual void AdamW(float* param, const float* grad, float* m, float* v,
                      int64_t n, const AdamWUpdate& update) = 0;
+
+  // ---- GPT ops. Shapes: B sequences of T tokens, C channels, NH heads.
+
+  // out = a + b; may run in place (out == a or out == b).
+  virtual void Add(float* out, const float* a, const float* b, int64_t n) = 0;
+
+  // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :].
+  // REQUIRES: every token in [0, rows of wte), T <= rows of wpe.
+  virtual void EmbeddingForward(float* out, const int32_t* tokens,
+                                const float* wte, const float* wpe,
+                                int64_t batch, int64_t seq,
+                                int64_t channels) = 0;
+  // dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += dout[b, t, :]
+  // (accumulated, summed over b, t in ascending order).
+  virtual void EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                                 const int32_t* tokens, int64_t batch,
+                                 int64_t seq, int64_t channels) = 0;
+
+  // Per row of inp [rows, C]: out = (x - mean) * rstd * weight + bias with
+  // rstd = 1 / sqrt(var + 1e-5); saves mean and rstd [rows] for backward.
+  virtual void LayerNormForward(float* out, float* mean, float* rstd,
+                                const float* inp, const float* weight,
+                                const float* bias, int64_t rows,
+                                int64_t channels) = 0;
+  // dinp += ..., dweight += ..., dbias += ... (all accumulated: dinp is the
+  // residual stream's gradient, which several ops add into).
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias,
+                                 const float* dout, const float* inp,
+                                 const float* weight, const float* mean,
+                                 const float* rstd, int64_t rows,
+                                 int64_t channels) = 0;
+
+  // GELU, tanh approximation (GPT-2's): out = 0.5 x (1 + tanh(sqrt(2/pi)
+  // (x + 0.044715 x^3))).
+  virtual void GeluForward(float* out, const float* x, int64_t n) = 0;
+  // dx = gelu'(x) * dout (overwritten); may run in place (dx == dout).
+  virtual void GeluBackward(float* dx, const float* x, const float* dout,
+                            int64_t n) = 0;
+
+  // Causal multi-head self-attention. qkv [B, T, 3C] holds q, k and v side
+  // by side, each split into NH heads of C / NH channels; out [B, T, C] is
+  // the heads' outputs side by side; att [B, NH, T, T] receives the
+  // attention probabilities (zero above the diagonal) for backward.
+  virtual void AttentionForward(float* out, float* att, const float* qkv,
+                                int64_t batch, int64_t seq, int64_t channels,
+                                int64_t heads) = 0;
+  // dqkv [B, T, 3C] (overwritten) from dout [B, T, C]. `scratch` holds
+  // B * NH * T * T floats, clobbered.
+  virtual void AttentionBackward(float* dqkv, float* scratch, const float* dout,
+                                 const float* qkv, const float* att,
+                                 int64_t batch, int64_t seq, int64_t channels,
+                                 int64_t heads) = 0;
 };
 
 }  // namespace trainyard::engine

@@ -1,7 +1,7 @@
 // What a model trains on: a Batch of examples on the host, the ExampleSet it
 // is gathered from, and the BatchSource that hands training batches to the
-// trainer in a deterministic order. engine/data implements them for MNIST;
-// token data will gather token windows into the same Batch.
+// trainer in a deterministic order. engine/data implements them for MNIST
+// images and for windows of token streams (language models).
 //
 // DataCursor is the position in the training stream (epoch, example within
 // the epoch's order); it is checkpointed, so the batch order after a resume
@@ -24,11 +24,16 @@ struct DataCursor {
   bool operator==(const DataCursor&) const = default;
 };
 
+// Classifier batches fill features and one target per example; token
+// batches (language models) fill tokens and one target per token, the next
+// token of each window.
 struct Batch {
   int64_t size = 0;
   int64_t feature_dim = 0;
-  std::vector<float> features;   // [size, feature_dim]
-  std::vector<int32_t> targets;  // [size]
+  std::vector<float> features;  // [size, feature_dim]
+  int64_t seq_len = 0;
+  std::vector<int32_t> tokens;   // [size, seq_len]
+  std::vector<int32_t> targets;  // [size] or [size, seq_len]
   // Where the stream stands after this batch (valid for training batches).
   DataCursor next;
 };

@@ -70,6 +70,10 @@ std::string MetaJson(const Checkpoint& ckpt,
                {{"name", Json::String(kCheckpointTensorsFile)},
                 {"bytes", Json::Int(file.bytes)},
                 {"crc32", Json::String(absl::StrFormat("%08x", file.crc32))}}));
+  if (m.model.type() != Json::Type::kNull) meta.Set("model", m.model);
+  if (m.tokenizer.type() != Json::Type::kNull) {
+    meta.Set("tokenizer", m.tokenizer);
+  }
   meta.Set("tensors", TensorList(ckpt.tensors));
   return meta.Serialize() + "\n";
 }
@@ -136,6 +140,8 @@ absl::StatusOr<ParsedMeta> ParseMeta(absl::string_view text) {
   ASSIGN_OR_RETURN(out.file_bytes, bytes->AsInt("tensors_file.bytes"));
   ASSIGN_OR_RETURN(const Json* crc, RequireField(*file, "crc32"));
   ASSIGN_OR_RETURN(out.file_crc, crc->AsString("tensors_file.crc32"));
+  if (const Json* model = j.Find("model")) out.meta.model = *model;
+  if (const Json* tok = j.Find("tokenizer")) out.meta.tokenizer = *tok;
   ASSIGN_OR_RETURN(const Json* tensors, RequireField(j, "tensors"));
   RETURN_IF_ERROR(ParseTensorList(*tensors, &out));
   return out;

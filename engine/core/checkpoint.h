@@ -3,7 +3,10 @@
 //   model.safetensors  weights and optimizer moments as named F32 tensors
 //   meta.json          {"magic": "trainyard-checkpoint", "version": 1, step,
 //                       RNG state, data cursor, spec fingerprint, the tensor
-//                       list, and the byte size + CRC-32 of model.safetensors}
+//                       list, the byte size + CRC-32 of model.safetensors,
+//                       and, for language models, "model" (kind and sizes)
+//                       and "tokenizer", so a checkpoint alone is enough to
+//                       sample from or export}
 // A checkpoint is written into a temp dir, every file and the dir are
 // fsynced, then the dir is renamed into place, so a crash leaves either the
 // old set or the new one, never a half-written checkpoint under a step name.
@@ -23,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/core/batch.h"
+#include "engine/core/json.h"
 #include "engine/core/tensor.h"
 
 namespace trainyard::engine {
@@ -39,6 +43,10 @@ struct CheckpointMeta {
   // Identifies the configuration that produced it; resume refuses a
   // checkpoint with a different fingerprint.
   std::string fingerprint;
+  // Optional descriptions (null when absent): the model's kind and sizes,
+  // e.g. {"kind": "gpt", "n_layer": 4, ...}, and the tokenizer's JSON.
+  Json model;
+  Json tokenizer;
 };
 
 struct Checkpoint {

@@ -1,5 +1,5 @@
 // Model: a network with explicit forward and backward passes written against
-// Backend ops. The MLP classifier implements it now; the GPT decoder will.
+// Backend ops: the MLP classifier and the GPT decoder.
 // Parameters are listed in a fixed order with their gradients, so the
 // optimizer and checkpoints treat every model alike.
 //
@@ -26,16 +26,19 @@ struct Parameter {
   Shape shape;
   float* value = nullptr;
   float* grad = nullptr;
-  // Biases (and, later, norm gains) skip weight decay unless configured.
+  // Biases, norm gains and embeddings skip weight decay unless configured
+  // (AdamWConfig::decay_biases).
   bool is_bias = false;
   int64_t size() const { return NumElements(shape); }
 };
 
-// Sums over the examples of one forward pass.
+// Sums over one forward pass. The loss is a sum of `examples` terms: one per
+// example for classifiers, one per predicted token for language models.
 struct ForwardStats {
   double loss_sum = 0;
-  int64_t correct = 0;  // classifiers: argmax == target
+  int64_t correct = 0;  // argmax == target
   int64_t examples = 0;
+  int64_t tokens = 0;  // language models: tokens processed
 };
 
 class Model {

@@ -1,6 +1,8 @@
 // xoshiro256** (Blackman & Vigna) with SplitMix64 seeding. See rng.h.
 #include "engine/core/rng.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -43,6 +45,14 @@ float Rng::NextFloat() {
 }
 
 float Rng::Uniform(float lo, float hi) { return lo + (hi - lo) * NextFloat(); }
+
+float Rng::Normal(float mean, float stddev) {
+  // u1 in (0, 1] so the log is finite.
+  const double u1 = (static_cast<double>(NextU64() >> 11) + 1.0) * 0x1.0p-53;
+  const double u2 = static_cast<double>(NextU64() >> 11) * 0x1.0p-53;
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  return static_cast<float>(mean + stddev * z);
+}
 
 uint64_t Rng::Below(uint64_t n) {
   // Reject the top partial range so every residue is equally likely.

@@ -26,6 +26,10 @@ class Rng {
   float NextFloat();
   // Uniform in [lo, hi).
   float Uniform(float lo, float hi);
+  // Normal with the given mean and standard deviation (Box-Muller in
+  // double; two draws per call, no cached spare, so the state stays the
+  // four words).
+  float Normal(float mean, float stddev);
   // Uniform integer in [0, n). REQUIRES: n > 0. Unbiased (rejection).
   uint64_t Below(uint64_t n);
 

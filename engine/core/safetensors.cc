@@ -30,8 +30,10 @@ std::string LittleEndian64(uint64_t v) {
 absl::StatusOr<std::string> BuildHeader(
     const std::vector<HostTensor>& tensors) {
   Json header = Json::MakeObject();
+  // "format": "pt" is what Hugging Face loaders expect of PyTorch weights.
   header.Set("__metadata__",
-             Json::MakeObject({{"producer", Json::String("trainyard")}}));
+             Json::MakeObject({{"format", Json::String("pt")},
+                               {"producer", Json::String("trainyard")}}));
   std::set<std::string> names;
   int64_t offset = 0;
   for (const HostTensor& t : tensors) {

@@ -169,11 +169,14 @@ absl::Status Trainer::Advance() {
   for (int64_t micro = 0; micro < config_.grad_accum; ++micro) {
     ASSIGN_OR_RETURN(Batch batch, train_->Next());
     ASSIGN_OR_RETURN(ForwardStats stats, model_->Forward(batch));
-    // The step's loss is the mean over all its examples.
+    // The step's loss is the mean over all its loss terms (examples, or
+    // predicted tokens for language models).
     model_->Backward(1.0f /
-                     static_cast<float>(batch.size * config_.grad_accum));
+                     static_cast<float>(stats.examples * config_.grad_accum));
     window_loss_sum_ += stats.loss_sum;
     window_examples_ += stats.examples;
+    window_tokens_ += stats.tokens;
+    window_samples_ += batch.size;
     cursor_ = batch.next;
   }
   ASSIGN_OR_RETURN(OptimizerStepStats opt, optimizer_->Step(lr));
@@ -205,12 +208,15 @@ void Trainer::ReportProgress(double lr, double grad_norm) {
   e.loss = window_examples_ > 0 ? window_loss_sum_ / window_examples_ : 0;
   e.lr = lr;
   e.grad_norm = grad_norm;
-  e.samples_per_second = seconds > 0 ? window_examples_ / seconds : 0;
+  e.samples_per_second = seconds > 0 ? window_samples_ / seconds : 0;
+  e.tokens_per_second = seconds > 0 ? window_tokens_ / seconds : 0;
   e.memory_bytes = backend_->peak_allocated_bytes();
   last_train_loss_ = e.loss;
   sink_->Emit(e);
   window_loss_sum_ = 0;
   window_examples_ = 0;
+  window_tokens_ = 0;
+  window_samples_ = 0;
   window_steps_ = 0;
   window_start_ = now;
 }
@@ -268,7 +274,12 @@ std::vector<HostTensor> Trainer::StateTensors() const {
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   if (config_.checkpoint.dir.empty()) return std::string();
   Checkpoint ckpt;
-  ckpt.meta = {step_, rng_.SerializeState(), cursor_, config_.fingerprint};
+  ckpt.meta = {step_,
+               rng_.SerializeState(),
+               cursor_,
+               config_.fingerprint,
+               config_.model_description,
+               config_.tokenizer};
   ckpt.tensors = StateTensors();
   RETURN_IF_ERROR(backend_->Synchronize());
   ASSIGN_OR_RETURN(std::string path,

@@ -57,6 +57,9 @@ struct TrainerConfig {
   // Identifies the job's configuration; a checkpoint with a different one is
   // refused on resume.
   std::string fingerprint;
+  // Written into every checkpoint's metadata (see CheckpointMeta).
+  Json model_description;
+  Json tokenizer;
 };
 
 struct EvalMetrics {
@@ -130,6 +133,8 @@ class Trainer {
   // Progress window since the last report.
   double window_loss_sum_ = 0;
   int64_t window_examples_ = 0;
+  int64_t window_tokens_ = 0;
+  int64_t window_samples_ = 0;
   int64_t window_steps_ = 0;
   absl::Time window_start_;
   double last_train_loss_ = 0;

@@ -93,6 +93,24 @@ void CpuBackend::ForChunks(int64_t n,
   });
 }
 
+void CpuBackend::ForRange(int64_t n, int64_t grain,
+                          const std::function<void(int64_t, int64_t)>& fn) {
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t ranges = (n + grain - 1) / grain;
+  if (ranges <= 1 || pool_.threads() == 1) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  pool_.ParallelFor(
+      ranges, [&](int64_t r) { fn(r * grain, std::min(n, (r + 1) * grain)); });
+}
+
+void CpuBackend::Add(float* out, const float* a, const float* b, int64_t n) {
+  ForChunks(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+  });
+}
+
 void CpuBackend::Fill(float* x, int64_t n, float value) {
   ForChunks(n, [&](int64_t b, int64_t e) { std::fill(x + b, x + e, value); });
 }
@@ -180,11 +198,13 @@ void CpuBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
   g.ldc = in;
   Gemm(g, &pool_);
   if (dbias != nullptr) {
-    // Row by row so each column sums its batch terms in order.
-    for (int64_t b = 0; b < batch; ++b) {
-      const float* row = dout + b * out_features;
-      for (int64_t o = 0; o < out_features; ++o) dbias[o] += row[o];
-    }
+    // Parallel over columns; each column sums its batch terms in order.
+    ForRange(out_features, 64, [&](int64_t o0, int64_t o1) {
+      for (int64_t b = 0; b < batch; ++b) {
+        const float* row = dout + b * out_features;
+        for (int64_t o = o0; o < o1; ++o) dbias[o] += row[o];
+      }
+    });
   }
 }
 
@@ -205,34 +225,54 @@ void CpuBackend::SoftmaxCrossEntropyForward(float* probs, float* losses,
                                             const float* logits,
                                             const int32_t* targets,
                                             int64_t batch, int64_t classes) {
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* x = logits + b * classes;
-    float* p = probs + b * classes;
-    float max = x[0];
-    for (int64_t c = 1; c < classes; ++c) max = std::max(max, x[c]);
-    float sum = 0.f;
-    for (int64_t c = 0; c < classes; ++c) {
-      p[c] = std::exp(x[c] - max);
-      sum += p[c];
+  const int64_t grain = std::max<int64_t>(1, 8192 / classes);
+  ForRange(batch, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* x = logits + b * classes;
+      float* p = probs + b * classes;
+      float max = x[0];
+      for (int64_t c = 1; c < classes; ++c) max = std::max(max, x[c]);
+      float sum = 0.f;
+      for (int64_t c = 0; c < classes; ++c) {
+        p[c] = std::exp(x[c] - max);
+        sum += p[c];
+      }
+      const float inv = 1.f / sum;
+      for (int64_t c = 0; c < classes; ++c) p[c] *= inv;
+      // log-sum-exp form: exact even when p[target] underflows to 0.
+      losses[b] = std::log(sum) - (x[targets[b]] - max);
     }
-    const float inv = 1.f / sum;
-    for (int64_t c = 0; c < classes; ++c) p[c] *= inv;
-    // log-sum-exp form: exact even when p[target] underflows to 0.
-    losses[b] = std::log(sum) - (x[targets[b]] - max);
+  });
+}
+
+int64_t CpuBackend::CountArgmaxHits(const float* logits, const int32_t* targets,
+                                    int64_t rows, int64_t classes) {
+  int64_t hits = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * classes;
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c) {
+      if (x[c] > x[best]) best = c;
+    }
+    if (best == targets[r]) ++hits;
   }
+  return hits;
 }
 
 void CpuBackend::SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
                                              const int32_t* targets,
                                              float scale, int64_t batch,
                                              int64_t classes) {
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* p = probs + b * classes;
-    float* d = dlogits + b * classes;
-    for (int64_t c = 0; c < classes; ++c) {
-      d[c] = (p[c] - (c == targets[b] ? 1.f : 0.f)) * scale;
+  const int64_t grain = std::max<int64_t>(1, 8192 / classes);
+  ForRange(batch, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* p = probs + b * classes;
+      float* d = dlogits + b * classes;
+      for (int64_t c = 0; c < classes; ++c) {
+        d[c] = (p[c] - (c == targets[b] ? 1.f : 0.f)) * scale;
+      }
     }
-  }
+  });
 }
 
 void CpuBackend::AdamW(float* param, const float* grad, float* m, float* v,

@@ -55,17 +55,50 @@ class CpuBackend : public Backend {
   void SoftmaxCrossEntropyForward(float* probs, float* losses,
                                   const float* logits, const int32_t* targets,
                                   int64_t batch, int64_t classes) override;
+  int64_t CountArgmaxHits(const float* logits, const int32_t* targets,
+                          int64_t rows, int64_t classes) override;
   void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
                                    const int32_t* targets, float scale,
                                    int64_t batch, int64_t classes) override;
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
              const AdamWUpdate& update) override;
 
+  // GPT ops; each family in its own file (embedding.cc, layernorm.cc,
+  // gelu.cc, attention.cc).
+  void Add(float* out, const float* a, const float* b, int64_t n) override;
+  void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                        const float* wpe, int64_t batch, int64_t seq,
+                        int64_t channels) override;
+  void EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                         const int32_t* tokens, int64_t batch, int64_t seq,
+                         int64_t channels) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                        const float* weight, const float* bias, int64_t rows,
+                        int64_t channels) override;
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias,
+                         const float* dout, const float* inp,
+                         const float* weight, const float* mean,
+                         const float* rstd, int64_t rows,
+                         int64_t channels) override;
+  void GeluForward(float* out, const float* x, int64_t n) override;
+  void GeluBackward(float* dx, const float* x, const float* dout,
+                    int64_t n) override;
+  void AttentionForward(float* out, float* att, const float* qkv, int64_t batch,
+                        int64_t seq, int64_t channels, int64_t heads) override;
+  void AttentionBackward(float* dqkv, float* scratch, const float* dout,
+                         const float* qkv, const float* att, int64_t batch,
+                         int64_t seq, int64_t channels, int64_t heads) override;
+
  private:
   friend class CpuBuffer;
   explicit CpuBackend(const CpuBackendOptions& options);
   // fn(begin, end) over [0, n) in chunks; serial for small n.
   void ForChunks(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  // fn(begin, end) over [0, n) in ranges of `grain`; serial when one range
+  // or one thread. Ops keep every output's summation order independent of
+  // the ranges, so the grain never changes results.
+  void ForRange(int64_t n, int64_t grain,
+                const std::function<void(int64_t, int64_t)>& fn);
 
   const CpuBackendOptions options_;
   ThreadPool pool_;

@@ -10,10 +10,10 @@
 namespace trainyard::engine {
 namespace {
 
-constexpr int kMR = 4;  // micro-tile rows
-constexpr int kNR = 8;  // micro-tile columns (4 x 8 fits 16 SSE registers)
+constexpr int kMR = 6;        // micro-tile rows
+constexpr int kNR = 16;       // micro-tile columns: 6 x 2 AVX accumulators
 constexpr int64_t kKC = 256;  // K block: a B panel of kKC x kNR stays in L1
-constexpr int64_t kMC = 64;   // rows per task
+constexpr int64_t kMC = 72;   // rows per task, a multiple of kMR
 
 inline float OpA(const GemmArgs& g, int64_t i, int64_t k) {
   return g.trans_a ? g.a[k * g.lda + i] : g.a[i * g.lda + k];
@@ -56,27 +56,70 @@ void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
   }
 }
 
+// Eight floats in one vector (GCC vector extension): one AVX register, or
+// two SSE ones when built without AVX. Elementwise a * b + c stays a
+// rounded multiply then a rounded add (-ffp-contract=off), exactly as the
+// scalar reference does it.
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V8Unaligned
+    __attribute__((vector_size(32), aligned(4), may_alias));
+
+inline V8 Load(const float* p) {
+  return *reinterpret_cast<const V8Unaligned*>(p);
+}
+inline void Store(float* p, V8 v) { *reinterpret_cast<V8Unaligned*>(p) = v; }
+
 // acc = C tile; acc += sum_k a[:, k] b[k, :] in ascending k; C tile = acc.
-// Only the mr x nr valid corner of C is read and written.
-void MicroKernel(int64_t kc, const float* __restrict ap,
-                 const float* __restrict bp, float* c, int64_t ldc, int mr,
-                 int nr) {
-  float acc[kMR][kNR];
-  const bool full = mr == kMR && nr == kNR;
+// `c` is a full kMR x kNR tile with row stride ldc.
+inline void FullTile(int64_t kc, const float* __restrict ap,
+                     const float* __restrict bp, float* c, int64_t ldc) {
+  V8 acc[kMR][kNR / 8];
+#pragma GCC unroll 8
   for (int i = 0; i < kMR; ++i) {
-    for (int j = 0; j < kNR; ++j) {
-      acc[i][j] = (full || (i < mr && j < nr)) ? c[i * ldc + j] : 0.f;
+#pragma GCC unroll 2
+    for (int j = 0; j < kNR / 8; ++j) {
+      acc[i][j] = Load(c + i * ldc + 8 * j);
     }
   }
   for (int64_t k = 0; k < kc; ++k) {
-    const float* b = bp + k * kNR;
+    V8 b[kNR / 8];
+#pragma GCC unroll 2
+    for (int j = 0; j < kNR / 8; ++j) {
+      b[j] = Load(bp + k * kNR + 8 * j);
+    }
+#pragma GCC unroll 8
     for (int i = 0; i < kMR; ++i) {
       const float a = ap[k * kMR + i];
-      for (int j = 0; j < kNR; ++j) acc[i][j] += a * b[j];
+      const V8 av = {a, a, a, a, a, a, a, a};
+#pragma GCC unroll 2
+      for (int j = 0; j < kNR / 8; ++j) acc[i][j] += av * b[j];
     }
   }
+#pragma GCC unroll 8
+  for (int i = 0; i < kMR; ++i) {
+#pragma GCC unroll 2
+    for (int j = 0; j < kNR / 8; ++j) {
+      Store(c + i * ldc + 8 * j, acc[i][j]);
+    }
+  }
+}
+
+// Any tile: edge tiles (mr < kMR or nr < kNR) go through a full local tile,
+// so every element sees the same operations in the same order.
+void MicroKernel(int64_t kc, const float* __restrict ap,
+                 const float* __restrict bp, float* c, int64_t ldc, int mr,
+                 int nr) {
+  if (mr == kMR && nr == kNR) {
+    FullTile(kc, ap, bp, c, ldc);
+    return;
+  }
+  float tile[kMR * kNR] = {};
   for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
+    for (int j = 0; j < nr; ++j) tile[i * kNR + j] = c[i * ldc + j];
+  }
+  FullTile(kc, ap, bp, tile, kNR);
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < nr; ++j) c[i * ldc + j] = tile[i * kNR + j];
   }
 }
 

@@ -50,11 +50,22 @@ std::vector<int64_t> ShuffledLoader::EpochOrder(uint64_t seed, int64_t epoch,
   return order;
 }
 
+int64_t ShuffledLoader::DrawnExample(uint64_t seed, int64_t draw,
+                                     int64_t size) {
+  // Streams from 2^62 up: far above the per-epoch shuffle streams.
+  Rng rng(seed, (uint64_t{1} << 62) + static_cast<uint64_t>(draw));
+  return static_cast<int64_t>(rng.Below(static_cast<uint64_t>(size)));
+}
+
 Batch ShuffledLoader::Build(DataCursor cursor) {
   const int64_t n = examples_->size();
   std::vector<int64_t> indices;
   indices.reserve(static_cast<size_t>(options_.batch_size));
   for (int64_t i = 0; i < options_.batch_size; ++i) {
+    if (options_.with_replacement) {
+      indices.push_back(DrawnExample(options_.seed, cursor.position++, n));
+      continue;
+    }
     if (cursor.position >= n) {
       ++cursor.epoch;
       cursor.position = 0;
@@ -94,8 +105,11 @@ void ShuffledLoader::ProduceLoop() {
 }
 
 absl::Status ShuffledLoader::Seek(const DataCursor& cursor) {
-  if (cursor.epoch < 0 || cursor.position < 0 ||
-      cursor.position > examples_->size()) {
+  const bool outside = options_.with_replacement
+                           ? cursor.epoch != 0 || cursor.position < 0
+                           : cursor.epoch < 0 || cursor.position < 0 ||
+                                 cursor.position > examples_->size();
+  if (outside) {
     return absl::InvalidArgumentError(
         absl::StrCat("loader: data cursor (epoch ", cursor.epoch, ", position ",
                      cursor.position, ") is outside the ", examples_->size(),

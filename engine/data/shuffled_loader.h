@@ -4,6 +4,11 @@
 // background thread while the current step trains. Batches are always full:
 // one that crosses an epoch boundary continues into the next epoch's order.
 //
+// With `with_replacement` it draws examples independently instead (draw i
+// is a pure function of (seed, i)); the cursor's epoch stays 0 and its
+// position counts draws. Language-model windows use this: every token
+// offset is an example, too many to permute each epoch.
+//
 // Because the order is a pure function of (seed, epoch), the DataCursor
 // (epoch, position) is all a checkpoint needs to continue the same stream.
 //
@@ -29,6 +34,7 @@ struct ShuffledLoaderOptions {
   int64_t batch_size = 32;
   uint64_t seed = 0;
   int prefetch = 2;  // batches prepared ahead
+  bool with_replacement = false;
 };
 
 class ShuffledLoader : public BatchSource {
@@ -46,6 +52,8 @@ class ShuffledLoader : public BatchSource {
   // The example order of `epoch`; a pure function of (seed, epoch, size).
   static std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch,
                                          int64_t size);
+  // The example of draw `draw` when sampling with replacement.
+  static int64_t DrawnExample(uint64_t seed, int64_t draw, int64_t size);
 
  private:
   ShuffledLoader(const ExampleSet* examples, const ShuffledLoaderOptions& o);

@@ -77,6 +77,31 @@ TEST(ShuffledLoaderTest, SeekContinuesTheSameStream) {
             std::vector<int64_t>(all.begin(), all.begin() + 8));
 }
 
+TEST(ShuffledLoaderTest, DrawsWithReplacementFromTheSeedAndResumes) {
+  auto data = Tiny(10);
+  ShuffledLoaderOptions o{4, 7, 2, /*with_replacement=*/true};
+  auto straight = *ShuffledLoader::Create(data.get(), o);
+  const std::vector<int64_t> all = Draw(*straight, 6);
+  for (size_t i = 0; i < all.size(); ++i) {
+    ASSERT_EQ(all[i], ShuffledLoader::DrawnExample(7, i, 10));
+  }
+  // 24 draws from 10 examples: some repeat, all are in range.
+  EXPECT_LT(std::set<int64_t>(all.begin(), all.end()).size(), all.size());
+  auto first = *ShuffledLoader::Create(data.get(), o);
+  DataCursor cursor;
+  for (int i = 0; i < 2; ++i) cursor = first->Next()->next;
+  EXPECT_EQ(cursor, (DataCursor{0, 8}));
+  auto resumed = *ShuffledLoader::Create(data.get(), o);
+  ASSERT_TRUE(resumed->Seek(cursor).ok());
+  EXPECT_EQ(Draw(*resumed, 4),
+            std::vector<int64_t>(all.begin() + 8, all.end()));
+  EXPECT_TRUE(resumed->Seek({0, 1000}).ok());  // no epoch end
+  EXPECT_FALSE(resumed->Seek({1, 0}).ok());
+  o.seed = 8;
+  auto other = *ShuffledLoader::Create(data.get(), o);
+  EXPECT_NE(Draw(*other, 6), all);
+}
+
 TEST(ShuffledLoaderTest, RejectsBadInput) {
   auto data = Tiny(10);
   EXPECT_FALSE(ShuffledLoader::Create(data.get(), {0, 1, 1}).ok());

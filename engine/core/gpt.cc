@@ -1,0 +1,378 @@
+// GPT-2 forward/backward over Backend ops. See gpt.h.
+#include "engine/core/gpt.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace trainyard::engine {
+namespace {
+
+// The twelve parameters of a block, in order.
+enum BlockParam {
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kProjW,
+  kProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFcProjW,
+  kFcProjB,
+};
+
+constexpr float kInitStd = 0.02f;
+
+}  // namespace
+
+GptActivationSizes GptActivationFloats(const GptConfig& c, int64_t seq) {
+  const int64_t tc = seq * c.d_model;
+  const int64_t att = c.n_head * seq * seq;
+  GptActivationSizes s;
+  s.per_sequence = tc + c.n_layer * (18 * tc + 4 * seq + att) + tc + 3 * seq +
+                   2 * seq * c.vocab_size;
+  s.grad_per_sequence = 10 * tc + att + seq * c.vocab_size;
+  return s;
+}
+
+absl::Status ValidateGptConfig(const GptConfig& c) {
+  struct Limit {
+    const char* name;
+    int64_t value, max;
+  };
+  for (const Limit& l :
+       {Limit{"n_layer", c.n_layer, 256}, Limit{"n_head", c.n_head, 1024},
+        Limit{"d_model", c.d_model, 65536}, Limit{"seq_len", c.seq_len, 65536},
+        Limit{"vocab_size", c.vocab_size, 1 << 20}}) {
+    if (l.value < 1 || l.value > l.max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpt: ", l.name, " must be in [1, ", l.max, "], got ", l.value));
+    }
+  }
+  if (c.d_model % c.n_head != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpt: d_model ", c.d_model, " is not a multiple of n_head ", c.n_head));
+  }
+  if (GptParameterCount(c) > 2'000'000'000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpt: ", GptParameterCount(c), " parameters exceeds the limit of 2e9"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t GptParameterCount(const GptConfig& c) {
+  const int64_t d = c.d_model;
+  return c.vocab_size * d + c.seq_len * d + c.n_layer * (12 * d * d + 13 * d) +
+         2 * d;
+}
+
+Json GptDescription(const GptConfig& c) {
+  return Json::MakeObject({{"kind", Json::String("gpt")},
+                           {"n_layer", Json::Int(c.n_layer)},
+                           {"n_head", Json::Int(c.n_head)},
+                           {"d_model", Json::Int(c.d_model)},
+                           {"seq_len", Json::Int(c.seq_len)},
+                           {"vocab_size", Json::Int(c.vocab_size)}});
+}
+
+absl::StatusOr<GptConfig> GptConfigFromDescription(const Json& d) {
+  const Json* kind = d.Find("kind");
+  if (kind == nullptr || !kind->is_string() ||
+      *kind->AsString("kind") != "gpt") {
+    return absl::InvalidArgumentError("model: not a GPT (kind is not \"gpt\")");
+  }
+  GptConfig c;
+  for (auto [name, field] :
+       {std::pair{"n_layer", &c.n_layer}, std::pair{"n_head", &c.n_head},
+        std::pair{"d_model", &c.d_model}, std::pair{"seq_len", &c.seq_len},
+        std::pair{"vocab_size", &c.vocab_size}}) {
+    ASSIGN_OR_RETURN(const Json* v, RequireField(d, name));
+    ASSIGN_OR_RETURN(*field, v->AsInt(absl::StrCat("model.", name)));
+  }
+  RETURN_IF_ERROR(ValidateGptConfig(c));
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
+    const GptConfig& config, int64_t max_batch, Backend* backend) {
+  RETURN_IF_ERROR(ValidateGptConfig(config));
+  if (max_batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpt: the batch must be >= 1, got ", max_batch));
+  }
+  std::unique_ptr<GptModel> model(new GptModel(config, max_batch, backend));
+  RETURN_IF_ERROR(model->AllocateParameters());
+  RETURN_IF_ERROR(model->AllocateActivations());
+  return model;
+}
+
+absl::Status GptModel::AllocateParameters() {
+  const int64_t C = config_.d_model, V = config_.vocab_size;
+  struct Spec {
+    std::string name;
+    Shape shape;
+    bool no_decay;
+  };
+  std::vector<Spec> specs = {{"wte", {V, C}, true},
+                             {"wpe", {config_.seq_len, C}, true}};
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    for (const Spec& s :
+         std::vector<Spec>{{"ln_1.weight", {C}, true},
+                           {"ln_1.bias", {C}, true},
+                           {"attn.c_attn.weight", {3 * C, C}, false},
+                           {"attn.c_attn.bias", {3 * C}, true},
+                           {"attn.c_proj.weight", {C, C}, false},
+                           {"attn.c_proj.bias", {C}, true},
+                           {"ln_2.weight", {C}, true},
+                           {"ln_2.bias", {C}, true},
+                           {"mlp.c_fc.weight", {4 * C, C}, false},
+                           {"mlp.c_fc.bias", {4 * C}, true},
+                           {"mlp.c_proj.weight", {C, 4 * C}, false},
+                           {"mlp.c_proj.bias", {C}, true}}) {
+      specs.push_back({h + s.name, s.shape, s.no_decay});
+    }
+  }
+  specs.push_back({"ln_f.weight", {C}, true});
+  specs.push_back({"ln_f.bias", {C}, true});
+  int64_t total = 0;
+  for (const Spec& s : specs) total += NumElements(s.shape);
+  ASSIGN_OR_RETURN(param_buf_, backend_->Allocate(total * 4));
+  ASSIGN_OR_RETURN(grad_buf_, backend_->Allocate(total * 4));
+  int64_t offset = 0;
+  for (const Spec& s : specs) {
+    params_.push_back({s.name, s.shape, param_buf_->f32() + offset,
+                       grad_buf_->f32() + offset, s.no_decay});
+    offset += NumElements(s.shape);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::AllocateActivations() {
+  const int64_t B = max_batch_, T = config_.seq_len, C = config_.d_model;
+  const int64_t V = config_.vocab_size, NH = config_.n_head;
+  const GptActivationSizes sizes = GptActivationFloats(config_, T);
+  // In double first: absurd sizes must be refused, not wrap around.
+  const double bytes = 4.0 * B *
+                       (static_cast<double>(sizes.per_sequence) +
+                        static_cast<double>(sizes.grad_per_sequence));
+  if (bytes > 0x1p56) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("gpt: activations for a batch of ", B, " would take ",
+                     bytes, " bytes"));
+  }
+  ASSIGN_OR_RETURN(act_buf_, backend_->Allocate(B * sizes.per_sequence * 4));
+  ASSIGN_OR_RETURN(grad_act_buf_,
+                   backend_->Allocate(B * sizes.grad_per_sequence * 4));
+  ASSIGN_OR_RETURN(token_buf_, backend_->Allocate(2 * B * T * 4));
+  float* p = act_buf_->f32();
+  auto take = [&p](int64_t n) {
+    float* out = p;
+    p += n;
+    return out;
+  };
+  const int64_t btc = B * T * C, bt = B * T;
+  encoded_ = take(btc);
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    BlockActs a;
+    a.ln1 = take(btc);
+    a.ln1_mean = take(bt);
+    a.ln1_rstd = take(bt);
+    a.qkv = take(3 * btc);
+    a.atty = take(btc);
+    a.att = take(B * NH * T * T);
+    a.attproj = take(btc);
+    a.res2 = take(btc);
+    a.ln2 = take(btc);
+    a.ln2_mean = take(bt);
+    a.ln2_rstd = take(bt);
+    a.fch = take(4 * btc);
+    a.fch_gelu = take(4 * btc);
+    a.fcproj = take(btc);
+    a.res3 = take(btc);
+    blocks_.push_back(a);
+  }
+  lnf_ = take(btc);
+  lnf_mean_ = take(bt);
+  lnf_rstd_ = take(bt);
+  logits_ = take(bt * V);
+  probs_ = take(bt * V);
+  losses_ = take(bt);
+  p = grad_act_buf_->f32();
+  dres_ = take(btc);
+  dln_ = take(btc);
+  dqkv_ = take(3 * btc);
+  datty_ = take(btc);
+  dfch_ = take(4 * btc);
+  datt_ = take(B * NH * T * T);
+  dlogits_ = take(bt * V);
+  tokens_ = token_buf_->i32();
+  targets_ = tokens_ + bt;
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::InitializeParameters(Rng& rng) {
+  const float residual_std =
+      kInitStd / std::sqrt(2.0f * static_cast<float>(config_.n_layer));
+  for (const Parameter& p : params_) {
+    std::vector<float> host(p.size(), 0.f);
+    const bool is_ln_weight =
+        p.name.find("ln_") != std::string::npos && p.name.ends_with(".weight");
+    if (is_ln_weight) {
+      std::fill(host.begin(), host.end(), 1.f);
+    } else if (p.shape.size() == 2) {
+      const bool residual_proj = p.name.ends_with("c_proj.weight");
+      const float std = residual_proj ? residual_std : kInitStd;
+      for (float& x : host) x = rng.Normal(0.f, std);
+    }
+    backend_->CopyToDevice(p.value, host.data(), p.size() * 4);
+  }
+  return backend_->Synchronize();
+}
+
+absl::Status GptModel::CheckBatch(const Batch& batch) const {
+  if (batch.size < 1 || batch.size > max_batch_ || batch.seq_len < 1 ||
+      batch.seq_len > config_.seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpt: batch of ", batch.size, " x ", batch.seq_len,
+        " tokens; must be at most ", max_batch_, " x ", config_.seq_len));
+  }
+  const size_t n = static_cast<size_t>(batch.size * batch.seq_len);
+  if (batch.tokens.size() != n || batch.targets.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpt: batch holds ", batch.tokens.size(), " tokens and ",
+                     batch.targets.size(), " targets, expected ", n));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t t = batch.tokens[i], y = batch.targets[i];
+    if (t < 0 || t >= config_.vocab_size || y < 0 || y >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpt: token ", t < 0 || t >= config_.vocab_size ? t : y,
+          " outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GptModel::ForwardBlock(int64_t l, const float* residual) {
+  const int64_t B = last_b_, T = last_t_, C = config_.d_model;
+  const int64_t BT = B * T;
+  const BlockActs& a = blocks_[l];
+  Backend& be = *backend_;
+  be.LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual,
+                      Block(l, kLn1W).value, Block(l, kLn1B).value, BT, C);
+  be.LinearForward(a.qkv, a.ln1, Block(l, kQkvW).value, Block(l, kQkvB).value,
+                   BT, C, 3 * C);
+  be.AttentionForward(a.atty, a.att, a.qkv, B, T, C, config_.n_head);
+  be.LinearForward(a.attproj, a.atty, Block(l, kProjW).value,
+                   Block(l, kProjB).value, BT, C, C);
+  be.Add(a.res2, residual, a.attproj, BT * C);
+  be.LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2,
+                      Block(l, kLn2W).value, Block(l, kLn2B).value, BT, C);
+  be.LinearForward(a.fch, a.ln2, Block(l, kFcW).value, Block(l, kFcB).value, BT,
+                   C, 4 * C);
+  be.GeluForward(a.fch_gelu, a.fch, BT * 4 * C);
+  be.LinearForward(a.fcproj, a.fch_gelu, Block(l, kFcProjW).value,
+                   Block(l, kFcProjB).value, BT, 4 * C, C);
+  be.Add(a.res3, a.res2, a.fcproj, BT * C);
+}
+
+absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
+  RETURN_IF_ERROR(CheckBatch(batch));
+  const int64_t B = batch.size, T = batch.seq_len, C = config_.d_model;
+  const int64_t V = config_.vocab_size, BT = B * T;
+  last_b_ = B;
+  last_t_ = T;
+  Backend& be = *backend_;
+  be.CopyToDevice(tokens_, batch.tokens.data(), BT * 4);
+  be.CopyToDevice(targets_, batch.targets.data(), BT * 4);
+  be.EmbeddingForward(encoded_, tokens_, params_[0].value, params_[1].value, B,
+                      T, C);
+  const float* residual = encoded_;
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    ForwardBlock(l, residual);
+    residual = blocks_[l].res3;
+  }
+  const size_t nf = params_.size();
+  be.LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
+                      params_[nf - 2].value, params_[nf - 1].value, BT, C);
+  be.LinearForward(logits_, lnf_, params_[0].value, nullptr, BT, C, V);
+  be.SoftmaxCrossEntropyForward(probs_, losses_, logits_, targets_, BT, V);
+  std::vector<float> losses(BT);
+  be.CopyToHost(losses.data(), losses_, BT * 4);
+  RETURN_IF_ERROR(be.Synchronize());
+  ForwardStats stats;
+  for (float x : losses) stats.loss_sum += x;
+  stats.correct = be.CountArgmaxHits(logits_, targets_, BT, V);
+  stats.examples = BT;
+  stats.tokens = BT;
+  return stats;
+}
+
+void GptModel::BackwardBlock(int64_t l, const float* residual,
+                             float* dresidual) {
+  const int64_t B = last_b_, T = last_t_, C = config_.d_model;
+  const int64_t BT = B * T;
+  const BlockActs& a = blocks_[l];
+  Backend& be = *backend_;
+  // res3 = res2 + fcproj: dresidual is the gradient of both.
+  be.LinearBackward(dfch_, Block(l, kFcProjW).grad, Block(l, kFcProjB).grad,
+                    dresidual, a.fch_gelu, Block(l, kFcProjW).value, BT, 4 * C,
+                    C);
+  be.GeluBackward(dfch_, a.fch, dfch_, BT * 4 * C);
+  be.LinearBackward(dln_, Block(l, kFcW).grad, Block(l, kFcB).grad, dfch_,
+                    a.ln2, Block(l, kFcW).value, BT, C, 4 * C);
+  be.LayerNormBackward(dresidual, Block(l, kLn2W).grad, Block(l, kLn2B).grad,
+                       dln_, a.res2, Block(l, kLn2W).value, a.ln2_mean,
+                       a.ln2_rstd, BT, C);
+  // res2 = residual + attproj.
+  be.LinearBackward(datty_, Block(l, kProjW).grad, Block(l, kProjB).grad,
+                    dresidual, a.atty, Block(l, kProjW).value, BT, C, C);
+  be.AttentionBackward(dqkv_, datt_, datty_, a.qkv, a.att, B, T, C,
+                       config_.n_head);
+  be.LinearBackward(dln_, Block(l, kQkvW).grad, Block(l, kQkvB).grad, dqkv_,
+                    a.ln1, Block(l, kQkvW).value, BT, C, 3 * C);
+  be.LayerNormBackward(dresidual, Block(l, kLn1W).grad, Block(l, kLn1B).grad,
+                       dln_, residual, Block(l, kLn1W).value, a.ln1_mean,
+                       a.ln1_rstd, BT, C);
+}
+
+void GptModel::Backward(float loss_scale) {
+  const int64_t B = last_b_, T = last_t_, C = config_.d_model;
+  const int64_t V = config_.vocab_size, BT = B * T;
+  Backend& be = *backend_;
+  const size_t nf = params_.size();
+  be.SoftmaxCrossEntropyBackward(dlogits_, probs_, targets_, loss_scale, BT, V);
+  // The tied output projection adds its share to the token embedding's grad.
+  be.LinearBackward(dln_, params_[0].grad, nullptr, dlogits_, lnf_,
+                    params_[0].value, BT, C, V);
+  be.Fill(dres_, BT * C, 0.f);
+  const float* last = config_.n_layer > 0 ? blocks_.back().res3 : encoded_;
+  be.LayerNormBackward(dres_, params_[nf - 2].grad, params_[nf - 1].grad, dln_,
+                       last, params_[nf - 2].value, lnf_mean_, lnf_rstd_, BT,
+                       C);
+  for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
+    const float* residual = l == 0 ? encoded_ : blocks_[l - 1].res3;
+    BackwardBlock(l, residual, dres_);
+  }
+  be.EmbeddingBackward(params_[0].grad, params_[1].grad, dres_, tokens_, B, T,
+                       C);
+}
+
+void GptModel::ZeroGradients() {
+  backend_->Fill(grad_buf_->f32(), grad_buf_->bytes() / 4, 0.0f);
+}
+
+std::vector<float> GptModel::Logits(int64_t b, int64_t t) const {
+  const int64_t V = config_.vocab_size;
+  std::vector<float> out(V);
+  backend_->CopyToHost(out.data(), logits_ + (b * last_t_ + t) * V, V * 4);
+  return out;
+}
+
+}  // namespace trainyard::engine

@@ -1,0 +1,125 @@
+// GptModel: a GPT-2 architecture decoder (learned token and position
+// embeddings, pre-LayerNorm blocks of causal multi-head attention and a GELU
+// MLP, a final LayerNorm, and the output projection tied to the token
+// embedding) trained with next-token cross-entropy. Forward and backward are
+// written op by op against Backend, in the manner of llm.c's train_gpt2.c:
+// every activation the backward needs is kept in buffers allocated once for
+// the largest batch.
+//
+// Parameter names follow Hugging Face's GPT-2 without the "transformer."
+// prefix ("wte", "h.0.attn.c_attn.weight", ...), but linear weights are
+// stored [out, in] like every Backend linear layer (Hugging Face's Conv1D
+// stores [in, out]; export transposes).
+//
+// Thread-safety: not thread-safe; one training loop drives it.
+#ifndef TRAINYARD_ENGINE_CORE_GPT_H_
+#define TRAINYARD_ENGINE_CORE_GPT_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/core/backend.h"
+#include "engine/core/json.h"
+#include "engine/core/model.h"
+
+namespace trainyard::engine {
+
+struct GptConfig {
+  int64_t n_layer = 2;
+  int64_t n_head = 2;
+  int64_t d_model = 64;
+  int64_t seq_len = 64;  // the longest context (rows of the position table)
+  int64_t vocab_size = 256;
+};
+
+// Floats the model allocates per sequence of `seq` tokens: activations kept
+// for the backward, and the backward's scratch. The memory estimate and the
+// model's allocation share them.
+struct GptActivationSizes {
+  int64_t per_sequence = 0;       // forward activations kept for backward
+  int64_t grad_per_sequence = 0;  // backward scratch
+};
+GptActivationSizes GptActivationFloats(const GptConfig& config, int64_t seq);
+
+// INVALID_ARGUMENT unless every size is positive and within the limits
+// specs have (n_layer <= 256, n_head <= 1024, d_model and seq_len <= 65536,
+// vocab_size <= 2^20, at most 2e9 parameters) and d_model is a multiple of
+// n_head. Configs read from files (checkpoints, imports) pass through it
+// before anything is allocated.
+absl::Status ValidateGptConfig(const GptConfig& config);
+
+// Parameter count of `config` (embeddings tied).
+int64_t GptParameterCount(const GptConfig& config);
+
+// {"kind": "gpt", "n_layer": .., "n_head": .., "d_model": .., "seq_len": ..,
+// "vocab_size": ..}: how checkpoints describe the model, and back
+// (INVALID_ARGUMENT naming the missing or bad field).
+Json GptDescription(const GptConfig& config);
+absl::StatusOr<GptConfig> GptConfigFromDescription(const Json& description);
+
+class GptModel : public Model {
+ public:
+  // INVALID_ARGUMENT for non-positive sizes or d_model not a multiple of
+  // n_head; RESOURCE_EXHAUSTED when the backend cannot hold the buffers.
+  // `backend` must outlive the model.
+  static absl::StatusOr<std::unique_ptr<GptModel>> Create(
+      const GptConfig& config, int64_t max_batch, Backend* backend);
+
+  absl::string_view kind() const override { return "gpt"; }
+  const std::vector<Parameter>& parameters() const override { return params_; }
+  int64_t max_batch() const override { return max_batch_; }
+  // GPT-2's initialization: N(0, 0.02) for embeddings and linear weights,
+  // with the two residual projections of each block scaled by
+  // 1 / sqrt(2 n_layer); zero biases; LayerNorm gains 1.
+  absl::Status InitializeParameters(Rng& rng) override;
+  // Batches of `size` windows of `seq_len` <= config.seq_len tokens.
+  absl::StatusOr<ForwardStats> Forward(const Batch& batch) override;
+  void Backward(float loss_scale) override;
+  void ZeroGradients() override;
+
+  const GptConfig& config() const { return config_; }
+  // Logits of the last Forward at (sequence b, position t), on the host.
+  std::vector<float> Logits(int64_t b, int64_t t) const;
+
+ private:
+  GptModel(const GptConfig& config, int64_t max_batch, Backend* backend)
+      : config_(config), max_batch_(max_batch), backend_(backend) {}
+  absl::Status AllocateParameters();
+  absl::Status AllocateActivations();
+  absl::Status CheckBatch(const Batch& batch) const;
+  // Parameter i (0..11) of block l, in the order listed in gpt.cc.
+  const Parameter& Block(int64_t l, int i) const {
+    return params_[2 + 12 * l + i];
+  }
+  void ForwardBlock(int64_t l, const float* residual);
+  void BackwardBlock(int64_t l, const float* residual, float* dresidual);
+
+  // Per-block activations, sized for max_batch_ x seq_len.
+  struct BlockActs {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
+  };
+
+  const GptConfig config_;
+  const int64_t max_batch_;
+  Backend* const backend_;
+
+  std::unique_ptr<DeviceBuffer> param_buf_, grad_buf_;
+  std::vector<Parameter> params_;
+  std::unique_ptr<DeviceBuffer> act_buf_, grad_act_buf_, token_buf_;
+  float* encoded_ = nullptr;
+  std::vector<BlockActs> blocks_;
+  float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *probs_, *losses_;
+  // Backward scratch.
+  float *dres_, *dln_, *dqkv_, *datty_, *dfch_, *datt_, *dlogits_;
+  int32_t *tokens_ = nullptr, *targets_ = nullptr;
+
+  int64_t last_b_ = 0, last_t_ = 0;
+};
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_CORE_GPT_H_

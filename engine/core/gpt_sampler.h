@@ -1,0 +1,38 @@
+// Text generation from a GptModel: extend a context one token at a time,
+// each drawn from the model's next-token distribution with a temperature
+// and an optional top-k cut, from a seeded Rng (same seed, same text).
+// The model sees at most its last seq_len tokens. Not thread-safe (drives
+// the model).
+#ifndef TRAINYARD_ENGINE_CORE_GPT_SAMPLER_H_
+#define TRAINYARD_ENGINE_CORE_GPT_SAMPLER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/core/gpt.h"
+
+namespace trainyard::engine {
+
+struct SampleOptions {
+  int64_t tokens = 200;      // how many to generate
+  double temperature = 1.0;  // 0: always the most likely token
+  int64_t top_k = 0;         // 0: no cut
+  uint64_t seed = 0;
+};
+
+// Returns only the generated tokens. INVALID_ARGUMENT for an empty context,
+// tokens outside the vocabulary, a negative count, top_k or temperature.
+absl::StatusOr<std::vector<int32_t>> SampleTokens(GptModel& model,
+                                                  std::vector<int32_t> context,
+                                                  const SampleOptions& options);
+
+// Index drawn from `logits` / temperature restricted to the top_k largest
+// (ties to the lower index); argmax when temperature is 0. Exposed for
+// tests.
+int32_t SampleFromLogits(const std::vector<float>& logits, double temperature,
+                         int64_t top_k, Rng& rng);
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_CORE_GPT_SAMPLER_H_

@@ -1,0 +1,49 @@
+// How many bytes of device memory a training job needs, computed from its
+// model and batch alone so the scheduler can pack jobs before they start:
+// weights, gradients and AdamW moments (fp32), the activations the model
+// keeps for one micro-batch (and the backward's scratch), GEMM workspace,
+// and a fixed overhead per process (runtime, code, loader buffers; on a GPU
+// the CUDA context). The first four are exactly what the models and the
+// optimizer allocate through Backend::Allocate; tests hold the estimate to
+// the CPU backend's measured peak. Pure functions; thread-safe.
+#ifndef TRAINYARD_ENGINE_CORE_MEMORY_ESTIMATE_H_
+#define TRAINYARD_ENGINE_CORE_MEMORY_ESTIMATE_H_
+
+#include <cstdint>
+
+#include "engine/core/gpt.h"
+#include "engine/core/mlp.h"
+
+namespace trainyard::engine {
+
+enum class DeviceKind { kCpu, kCuda };
+
+struct MemoryEstimate {
+  int64_t weights = 0;
+  int64_t gradients = 0;
+  int64_t optimizer = 0;    // AdamW m and v
+  int64_t activations = 0;  // kept for backward, plus backward scratch
+  int64_t workspace = 0;    // GEMM packing buffers
+  int64_t overhead = 0;     // fixed per process
+  // What the engine allocates through its backend.
+  int64_t allocated() const {
+    return weights + gradients + optimizer + activations;
+  }
+  int64_t total() const { return allocated() + workspace + overhead; }
+};
+
+// Fixed overhead: 64 MiB on a CPU, 512 MiB on a GPU (CUDA context and
+// library handles, measured on H100-class devices in the hundreds of MiB).
+inline constexpr int64_t kCpuOverheadBytes = int64_t{64} << 20;
+inline constexpr int64_t kCudaOverheadBytes = int64_t{512} << 20;
+
+// REQUIRES: sizes within ValidateGptConfig's limits; activations saturate
+// at 2^60 bytes.
+MemoryEstimate EstimateGptMemory(const GptConfig& config, int64_t micro_batch,
+                                 int threads, DeviceKind device);
+MemoryEstimate EstimateMlpMemory(const MlpConfig& config, int64_t micro_batch,
+                                 int threads, DeviceKind device);
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_CORE_MEMORY_ESTIMATE_H_

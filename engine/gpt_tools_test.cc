@@ -1,0 +1,172 @@
+// Export, import and sampling of trained GPTs: a checkpoint exported as a
+// Hugging Face GPT-2 folder reads back bitwise equal (with Conv1D weights
+// stored transposed under transformers' names), a job with init_from starts
+// from exactly those weights, sampling is reproducible for a seed, and bad
+// folders are refused with errors naming the file.
+#include "engine/gpt_tools.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "engine/core/file_io.h"
+#include "engine/core/gpt_sampler.h"
+#include "engine/core/safetensors.h"
+#include "engine/job_config.h"
+#include "engine/train_job.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::engine {
+namespace {
+
+struct NullSink : TrainerEventSink {
+  void Emit(const TrainerEvent&) override {}
+};
+
+class GptToolsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "gpt_tools_test/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::string text;
+    for (int i = 0; i < 60; ++i) text += "to be or not to be, that is it\n";
+    std::ofstream(dir_ + "/text.txt") << text;
+  }
+
+  EngineJob Job(const std::string& name) {
+    EngineJob job;
+    job.is_gpt = true;
+    job.gpt = {2, 2, 16, 8, 16};
+    job.text = TextFiles{dir_ + "/text.txt", "", true};
+    job.trainer.total_steps = 3;
+    job.trainer.micro_batch = 2;
+    job.trainer.lr = 1e-2;
+    job.trainer.checkpoint.dir = dir_ + "/" + name;
+    job.trainer.model_description = GptDescription(job.gpt);
+    return job;
+  }
+
+  // Trains `name` and returns its final weights by name.
+  std::map<std::string, std::vector<float>> Train(const std::string& name) {
+    auto job = *TrainJob::Create(Job(name), &sink_);
+    EXPECT_EQ(*job->Run(nullptr), Trainer::Outcome::kFinished);
+    std::map<std::string, std::vector<float>> out;
+    for (const Parameter& p : job->model().parameters()) {
+      out[p.name] = std::vector<float>(p.value, p.value + p.size());
+    }
+    return out;
+  }
+
+  std::string dir_;
+  NullSink sink_;
+};
+
+TEST_F(GptToolsTest, ExportReadsBackBitwiseWithHuggingFaceLayout) {
+  const auto weights = Train("run");
+  const std::string out = dir_ + "/hf";
+  ASSERT_TRUE(ExportGptCheckpoint(dir_ + "/run", out).ok());
+  for (const char* f : {kHfConfigFile, kHfWeightsFile, kHfTokenizerFile}) {
+    EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
+  }
+  // transformers' names and Conv1D layout, checked on the raw file.
+  const std::string bytes = *ReadWholeFile(out + "/" + kHfWeightsFile, 1 << 24);
+  EXPECT_TRUE(absl::StrContains(bytes.substr(0, 200), "\"format\":\"pt\""));
+  const auto raw = *ParseSafetensors(bytes, "hf");
+  const HostTensor* c_attn = nullptr;
+  for (const HostTensor& t : raw) {
+    if (t.name == "transformer.h.1.attn.c_attn.weight") c_attn = &t;
+  }
+  ASSERT_NE(c_attn, nullptr);
+  EXPECT_EQ(c_attn->shape, (Shape{16, 48}));  // [in, out]
+  const std::vector<float>& ours = weights.at("h.1.attn.c_attn.weight");
+  EXPECT_EQ(c_attn->data[1 * 48 + 5], ours[5 * 16 + 1]);  // [o=5, i=1]
+
+  absl::StatusOr<HfGpt2> back = ReadHfGpt2(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->config.n_layer, 2);
+  EXPECT_EQ(back->config.vocab_size, 16);
+  ASSERT_EQ(back->params.size(), weights.size());
+  for (const HostTensor& t : back->params) {
+    EXPECT_EQ(t.data, weights.at(t.name)) << t.name;
+  }
+  EXPECT_TRUE(Tokenizer::FromJson(back->tokenizer).ok());
+}
+
+TEST_F(GptToolsTest, InitFromStartsTrainingFromTheExportedWeights) {
+  const auto weights = Train("run");
+  ASSERT_TRUE(ExportGptCheckpoint(dir_ + "/run", dir_ + "/hf").ok());
+  EngineJob job = Job("finetune");
+  job.gpt_init_from = dir_ + "/hf";
+  auto finetune = TrainJob::Create(job, &sink_);
+  ASSERT_TRUE(finetune.ok()) << finetune.status();
+  for (const Parameter& p : (*finetune)->model().parameters()) {
+    EXPECT_EQ(std::vector<float>(p.value, p.value + p.size()),
+              weights.at(p.name))
+        << p.name;
+  }
+  ASSERT_EQ(*(*finetune)->Run(nullptr), Trainer::Outcome::kFinished);
+
+  job.gpt.n_layer = 3;
+  EXPECT_EQ(std::string(TrainJob::Create(job, &sink_).status().message()),
+            "model.gpt.n_layer: 3 differs from the init_from model's 2");
+}
+
+TEST_F(GptToolsTest, SamplingIsReproducibleForASeed) {
+  Train("run");
+  absl::StatusOr<LoadedGpt> gpt = LoadGptCheckpoint(dir_ + "/run", 1);
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  ASSERT_TRUE(gpt->tokenizer.has_value());
+  const std::vector<int32_t> prompt = *gpt->tokenizer->Encode("to be");
+  SampleOptions o{20, 0.8, 5, 3};
+  auto a = *SampleTokens(*gpt->model, prompt, o);
+  auto b = *SampleTokens(*gpt->model, prompt, o);
+  EXPECT_EQ(a.size(), 20u);
+  EXPECT_EQ(a, b);
+  o.seed = 4;
+  EXPECT_NE(a, *SampleTokens(*gpt->model, prompt, o));
+  EXPECT_FALSE(SampleTokens(*gpt->model, {}, o).ok());
+  EXPECT_FALSE(SampleTokens(*gpt->model, {99}, o).ok());
+  // A checkpoint dir of an MLP or nothing at all is refused.
+  EXPECT_EQ(LoadGptCheckpoint(dir_ + "/nothing", 1).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(SampleFromLogitsTest, TemperatureAndTopK) {
+  const std::vector<float> logits = {0.f, 3.f, 1.f, 3.f};
+  Rng rng(1);
+  EXPECT_EQ(SampleFromLogits(logits, 0, 0, rng), 1);  // ties: lower index
+  for (int i = 0; i < 200; ++i) {
+    const int32_t k2 = SampleFromLogits(logits, 1.0, 2, rng);
+    ASSERT_TRUE(k2 == 1 || k2 == 3);
+  }
+  int counts[4] = {};
+  for (int i = 0; i < 4000; ++i)
+    ++counts[SampleFromLogits(logits, 1.0, 0, rng)];
+  // p = e^{0,3,1,3} / sum: about 0.024, 0.47, 0.064, 0.47.
+  EXPECT_NEAR(counts[1] / 4000.0, 0.47, 0.04);
+  EXPECT_NEAR(counts[0] / 4000.0, 0.024, 0.015);
+}
+
+TEST_F(GptToolsTest, BadFoldersAreRefusedNamingTheFile) {
+  Train("run");
+  const std::string out = dir_ + "/hf";
+  ASSERT_TRUE(ExportGptCheckpoint(dir_ + "/run", out).ok());
+  const std::string config = out + "/" + kHfConfigFile;
+  const std::string weights = out + "/" + kHfWeightsFile;
+  std::string text = *ReadWholeFile(config, 1 << 20);
+  std::ofstream(config, std::ios::trunc) << "{\"model_type\": \"llama\"}";
+  absl::Status s = ReadHfGpt2(out).status();
+  EXPECT_EQ(s.message(), config + ": model_type is not \"gpt2\"");
+  std::ofstream(config, std::ios::trunc) << text;
+  std::filesystem::resize_file(weights, 1000);
+  s = ReadHfGpt2(out).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StartsWith(s.message(), weights)) << s;
+  std::filesystem::remove(weights);
+  EXPECT_EQ(ReadHfGpt2(out).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace trainyard::engine
