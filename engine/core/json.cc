@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_string.h"
 
 namespace trainyard::engine {
 
@@ -89,36 +90,6 @@ Json& Json::Append(Json value) {
 
 namespace {
 
-void WriteString(absl::string_view s, std::string* out) {
-  out->push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (c < 0x20) {
-          absl::StrAppendFormat(out, "\\u%04x", c);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
-}
-
 void WriteValue(const Json& j, std::string* out) {
   switch (j.type()) {
     case Json::Type::kNull:
@@ -129,7 +100,7 @@ void WriteValue(const Json& j, std::string* out) {
       out->append(j.Serialize());
       return;
     case Json::Type::kString:
-      WriteString(*j.AsString(""), out);
+      AppendJsonString(*j.AsString(""), out);
       return;
     case Json::Type::kArray: {
       out->push_back('[');
@@ -146,7 +117,7 @@ void WriteValue(const Json& j, std::string* out) {
       for (const auto& [k, v] : j.object()) {
         if (!first) out->push_back(',');
         first = false;
-        WriteString(k, out);
+        AppendJsonString(k, out);
         out->push_back(':');
         WriteValue(v, out);
       }
