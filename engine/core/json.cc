@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/json_string.h"
+#include "common/utf8.h"
 
 namespace trainyard::engine {
 
@@ -275,24 +276,6 @@ class JsonParser {
     return absl::OkStatus();
   }
 
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
   absl::Status ParseEscape(std::string* out) {
     if (pos_ >= s_.size()) return Error("truncated escape");
     char e = s_[pos_++];
@@ -337,7 +320,7 @@ class JsonParser {
     } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
       return Error("unpaired surrogate");
     }
-    AppendUtf8(cp, out);
+    ::trainyard::AppendUtf8(cp, out);
     return absl::OkStatus();
   }
 

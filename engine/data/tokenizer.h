@@ -49,7 +49,6 @@ class Tokenizer {
 // Decodes one UTF-8 code point at text[*pos], advancing *pos; false for an
 // invalid sequence (overlong, surrogate, truncated, > U+10FFFF).
 bool NextCodePoint(absl::string_view text, size_t* pos, uint32_t* cp);
-void AppendUtf8(uint32_t cp, std::string* out);
 
 }  // namespace trainyard::engine
 
