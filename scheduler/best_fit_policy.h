@@ -16,19 +16,14 @@
 
 namespace trainyard::scheduler {
 
-class BestFitPolicy : public PlacementPolicy {
+class BestFitPolicy : public PackingPolicy {
  public:
   static constexpr std::string_view kName = "best-fit";
 
   explicit BestFitPolicy(PassFeatures features = {})
-      : features_(features), name_(NameWithFeatures(kName, features)) {}
+      : PackingPolicy(kName, features) {}
 
-  std::string_view name() const override { return name_; }
   Plan Place(const ClusterSnapshot& snapshot) const override;
-
- private:
-  const PassFeatures features_;
-  const std::string name_;
 };
 
 }  // namespace trainyard::scheduler

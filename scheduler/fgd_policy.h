@@ -25,19 +25,14 @@
 
 namespace trainyard::scheduler {
 
-class FgdPolicy : public PlacementPolicy {
+class FgdPolicy : public PackingPolicy {
  public:
   static constexpr std::string_view kName = "fgd";
 
   explicit FgdPolicy(PassFeatures features = {})
-      : features_(features), name_(NameWithFeatures(kName, features)) {}
+      : PackingPolicy(kName, features) {}
 
-  std::string_view name() const override { return name_; }
   Plan Place(const ClusterSnapshot& snapshot) const override;
-
- private:
-  const PassFeatures features_;
-  const std::string name_;
 };
 
 // One kind of task as FGD weighs it.

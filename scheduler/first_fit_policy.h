@@ -19,19 +19,14 @@
 
 namespace trainyard::scheduler {
 
-class FirstFitPolicy : public PlacementPolicy {
+class FirstFitPolicy : public PackingPolicy {
  public:
   static constexpr std::string_view kName = "first-fit";
 
   explicit FirstFitPolicy(PassFeatures features = {})
-      : features_(features), name_(NameWithFeatures(kName, features)) {}
+      : PackingPolicy(kName, features) {}
 
-  std::string_view name() const override { return name_; }
   Plan Place(const ClusterSnapshot& snapshot) const override;
-
- private:
-  const PassFeatures features_;
-  const std::string name_;
 };
 
 }  // namespace trainyard::scheduler

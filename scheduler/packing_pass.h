@@ -89,6 +89,23 @@ struct PassFeatures {
 // "+backfill".
 std::string NameWithFeatures(std::string_view base, const PassFeatures& f);
 
+// What every policy built on RunPackingPass shares: its name (the base name
+// with the feature suffixes) and the features it runs the pass with.
+// Subclasses implement Place. Immutable, so thread-safe.
+class PackingPolicy : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return name_; }
+
+ protected:
+  PackingPolicy(std::string_view base_name, const PassFeatures& features)
+      : features_(features), name_(NameWithFeatures(base_name, features)) {}
+
+  const PassFeatures features_;
+
+ private:
+  const std::string name_;
+};
+
 struct PackingPassOptions {
   bool exclusive = false;  // every GPU job takes whole GPUs
   bool preemption = false;
