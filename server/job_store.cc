@@ -134,9 +134,34 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(options.path));
   std::unique_ptr<JobStore> store(
       new JobStore(std::move(options), std::move(db)));
-  absl::MutexLock lock(&store->mu_);
-  RETURN_IF_ERROR(store->InitSchema());
+  {
+    absl::MutexLock lock(&store->mu_);
+    RETURN_IF_ERROR(store->InitSchema());
+  }
+  for (int i = 0; i < kReadConnections; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> reader,
+                     SqliteDb::Open(store->options_.path));
+    RETURN_IF_ERROR(reader->Exec("PRAGMA query_only=1"));
+    absl::MutexLock lock(&store->read_mu_);
+    store->idle_readers_.push_back(std::move(reader));
+  }
   return store;
+}
+
+JobStore::Reader::Reader(const JobStore* store) : store_(store) {
+  absl::MutexLock lock(&store->read_mu_);
+  store->read_mu_.Await(absl::Condition(
+      +[](std::vector<std::unique_ptr<SqliteDb>>* idle) {
+        return !idle->empty();
+      },
+      &store->idle_readers_));
+  db_ = std::move(store->idle_readers_.back());
+  store->idle_readers_.pop_back();
+}
+
+JobStore::Reader::~Reader() {
+  absl::MutexLock lock(&store_->read_mu_);
+  store_->idle_readers_.push_back(std::move(db_));
 }
 
 absl::Status JobStore::InitSchema() {
@@ -212,11 +237,12 @@ absl::Status JobStore::InTransaction(
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobRecord> JobStore::LoadJob(std::string_view id) const {
+static absl::StatusOr<JobRecord> LoadJobFrom(SqliteDb& db,
+                                              std::string_view id) {
   ASSIGN_OR_RETURN(
       SqliteStatement q,
-      db_->Prepare(absl::StrCat("SELECT ", kJobColumns,
-                                " FROM jobs WHERE id = ?")));
+      db.Prepare(absl::StrCat("SELECT ", kJobColumns,
+                              " FROM jobs WHERE id = ?")));
   q.BindText(1, id);
   ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) {
@@ -224,6 +250,10 @@ absl::StatusOr<JobRecord> JobStore::LoadJob(std::string_view id) const {
         absl::StrCat("job ", std::string(id), " not found"));
   }
   return RecordFromRow(q);
+}
+
+absl::StatusOr<JobRecord> JobStore::LoadJob(std::string_view id) const {
+  return LoadJobFrom(*db_, id);
 }
 
 absl::Status JobStore::WriteJobRow(const JobRecord& r) {
@@ -242,15 +272,17 @@ absl::Status JobStore::WriteJobRow(const JobRecord& r) {
 }
 
 absl::StatusOr<JobStore::Created> JobStore::CreateJob(v1::Job job) {
-  absl::MutexLock lock(&mu_);
   Created out;
-  RETURN_IF_ERROR(InTransaction(Durability::kTransition, "create", [&] {
+  RETURN_IF_ERROR(Commit(Durability::kTransition, "create", [&] {
     if (!job.request_id().empty()) {
       ASSIGN_OR_RETURN(
           SqliteStatement q,
           db_->Prepare(absl::StrCat("SELECT ", kJobColumns,
                                     " FROM jobs WHERE tenant = ? AND "
-                                    "request_id = ?")));
+                                    // The second term lets SQLite use the
+                                    // partial index jobs_by_request rather
+                                    // than scan every job.
+                                    "request_id = ? AND request_id != ''")));
       q.BindText(1, job.tenant()).BindText(2, job.request_id());
       ASSIGN_OR_RETURN(bool row, q.Step());
       if (row) {
@@ -293,8 +325,8 @@ absl::StatusOr<JobStore::Created> JobStore::CreateJob(v1::Job job) {
 }
 
 absl::StatusOr<JobRecord> JobStore::GetJob(std::string_view id) const {
-  absl::MutexLock lock(&mu_);
-  return LoadJob(id);
+  Reader reader(this);
+  return LoadJobFrom(reader.db(), id);
 }
 
 absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
@@ -317,8 +349,8 @@ absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
   if (!query.tenant.empty()) absl::StrAppend(&sql, " AND tenant = ?");
   absl::StrAppend(&sql, " ORDER BY create_seq LIMIT ?");
 
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(SqliteStatement q, db_->Prepare(sql));
+  Reader reader(this);
+  ASSIGN_OR_RETURN(SqliteStatement q, reader.db().Prepare(sql));
   int index = 1;
   q.Bind(index++, after);
   if (!query.tenant.empty()) q.BindText(index++, query.tenant);
@@ -342,9 +374,9 @@ absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
 absl::StatusOr<std::vector<JobRecord>> JobStore::JobsInStates(
     const std::vector<v1::JobState>& states) const {
   std::vector<int> ints(states.begin(), states.end());
-  absl::MutexLock lock(&mu_);
+  Reader reader(this);
   ASSIGN_OR_RETURN(SqliteStatement q,
-                   db_->Prepare(absl::StrCat(
+                   reader.db().Prepare(absl::StrCat(
                        "SELECT ", kJobColumns, " FROM jobs WHERE state IN (",
                        absl::StrJoin(ints, ","), ") ORDER BY create_seq")));
   std::vector<JobRecord> out;
@@ -358,10 +390,10 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::JobsInStates(
 
 absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState()
     const {
-  absl::MutexLock lock(&mu_);
+  Reader reader(this);
   ASSIGN_OR_RETURN(
       SqliteStatement q,
-      db_->Prepare("SELECT state, count(*) FROM jobs GROUP BY state"));
+      reader.db().Prepare("SELECT state, count(*) FROM jobs GROUP BY state"));
   std::map<v1::JobState, int64_t> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
@@ -373,9 +405,8 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState()
 absl::StatusOr<JobRecord> JobStore::UpdateJob(std::string_view id,
                                               Durability durability,
                                               const Mutation& mutation) {
-  absl::MutexLock lock(&mu_);
   JobRecord record;
-  RETURN_IF_ERROR(InTransaction(durability, "update", [&]() -> absl::Status {
+  RETURN_IF_ERROR(Commit(durability, "update", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(record, LoadJob(id));
     const JobRecord before = record;
     std::vector<v1::JobEvent> events;

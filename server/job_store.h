@@ -10,7 +10,8 @@
 // they survive a crash of the process (the WAL is in the OS page cache) and
 // may lose only their last few commits on power loss, which costs a progress
 // line, never a job or a transition. A FULL commit also makes every earlier
-// NORMAL commit durable, since the WAL is written in order.
+// NORMAL commit durable, since the WAL is written in order. A batch (below)
+// commits with FULL when any of its writes is a transition.
 //
 // Retention: state-change events are kept forever. Trainer events are pruned
 // to the most recent `trainer_events_kept` per job; a reader resuming from a
@@ -19,9 +20,18 @@
 // dropped once they lie entirely before that tail, so a little more than the
 // cap may be held. Offsets keep counting from the first byte ever written.
 //
-// Every write is one transaction: a failed write returns an error and leaves
-// the store as it was. A JobStore is safe for concurrent use; calls are
-// serialized on one connection (each is short).
+// Group commit: concurrent writes (CreateJob, UpdateJob, AppendLog) are
+// batched into one SQLite transaction and one fsync. A writer queues its
+// write; the first writer to find no batch in progress becomes the leader,
+// runs every queued write in its own SAVEPOINT and commits them all at once,
+// while later writers queue up behind it for the next batch. Every call
+// returns only after its batch is durable (or failed). A write whose own
+// body fails is rolled back alone; a failed COMMIT (disk full, I/O error)
+// fails every write of the batch with "store: ..." and leaves the store as
+// it was before the batch. Reads use a small pool of read-only connections,
+// so they see only committed data and never wait for a commit's fsync.
+//
+// A JobStore is safe for concurrent use.
 #ifndef TRAINYARD_SERVER_JOB_STORE_H_
 #define TRAINYARD_SERVER_JOB_STORE_H_
 
@@ -67,8 +77,9 @@ struct JobStoreOptions {
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
   Clock* clock = Clock::Real();
-  // Called after every successful write, with the store's lock held: it
-  // must not call back into the store (e.g. it notifies waiters).
+  // Called after every successful commit (once per batch), with the store's
+  // write lock held: it must not call back into the store (e.g. it notifies
+  // waiters).
   std::function<void()> on_commit;
   // Called after each successful write once per state change it recorded
   // (metrics count transitions here), under the same rules as on_commit.
@@ -76,6 +87,11 @@ struct JobStoreOptions {
   // Tests inject failing writes here: called before each COMMIT with the
   // operation's name; a non-OK status rolls the write back and is returned.
   std::function<absl::Status(std::string_view operation)> fault_injector;
+  // Tests inject a failing COMMIT here (as a full disk would): called once
+  // per batch; a non-OK status fails the whole batch as COMMIT would.
+  std::function<absl::Status()> commit_fault;
+  // The most writes one batch takes (bounds a batch's latency).
+  int32_t max_batch = 512;
 };
 
 struct ListJobsQuery {
@@ -142,6 +158,10 @@ class JobStore {
   absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(
       std::string_view id, int64_t after_sequence, int32_t max_events) const;
 
+  // Writes queued for the next batch, not yet being committed (tests watch
+  // it to line up a batch).
+  int32_t QueuedWrites() const ABSL_LOCKS_EXCLUDED(queue_mu_);
+
   // Appends bytes to the job's log, trimming its head past the cap.
   absl::Status AppendLog(std::string_view id, std::string_view bytes);
   // Up to max_bytes of the log from `offset` (moved forward to the oldest
@@ -153,12 +173,46 @@ class JobStore {
   JobStore(JobStoreOptions options, std::unique_ptr<SqliteDb> db)
       : options_(std::move(options)), db_(std::move(db)) {}
 
+  // One queued write: its body runs inside the batch's transaction.
+  struct Write {
+    Durability durability;
+    std::string_view operation;
+    const std::function<absl::Status()>* body;
+    absl::Status result = absl::OkStatus();
+    bool done = false;  // its batch committed or failed
+    bool lead = false;  // it runs the next batch
+  };
+
   absl::Status InitSchema() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `body` for the next batch and returns once that batch committed
+  // or failed. REQUIRES: mu_ and queue_mu_ not held.
+  absl::Status Commit(Durability durability, std::string_view operation,
+                      const std::function<absl::Status()>& body)
+      ABSL_LOCKS_EXCLUDED(mu_, queue_mu_);
+  // Runs `batch` in one transaction; sets each write's result.
+  void CommitBatch(const std::vector<Write*>& batch) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CommitBatchLocked(const std::vector<Write*>& batch,
+                                 std::vector<v1::StateChange>& changes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InTransaction(Durability durability, std::string_view operation,
                              const std::function<absl::Status()>& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<JobRecord> LoadJob(std::string_view id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A read connection leased from the pool for one call: it sees only
+  // committed data, and readers never wait on each other or on a commit.
+  class Reader {
+   public:
+    explicit Reader(const JobStore* store);
+    ~Reader();
+    Reader(const Reader&) = delete;
+    Reader& operator=(const Reader&) = delete;
+    SqliteDb& db() { return *db_; }
+
+   private:
+    const JobStore* store_;
+    std::unique_ptr<SqliteDb> db_;
+  };
   absl::Status InsertEvents(JobRecord& record,
                             std::vector<v1::JobEvent>& events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -168,8 +222,18 @@ class JobStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobStoreOptions options_;
-  mutable absl::Mutex mu_;
+  // Lock order: queue_mu_ is never held while taking mu_ or read_mu_.
+  mutable absl::Mutex queue_mu_;
+  std::vector<Write*> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool leader_active_ ABSL_GUARDED_BY(queue_mu_) = false;
+
+  mutable absl::Mutex mu_;  // the write connection
   std::unique_ptr<SqliteDb> db_ ABSL_GUARDED_BY(mu_);
+  static constexpr int kReadConnections = 4;
+  mutable absl::Mutex read_mu_;
+  // Idle read connections (the pool); a Reader takes one while it reads.
+  mutable std::vector<std::unique_ptr<SqliteDb>> idle_readers_
+      ABSL_GUARDED_BY(read_mu_);
   Durability current_durability_ ABSL_GUARDED_BY(mu_) = Durability::kTransition;
   // State changes of the transaction in progress, for on_state_change.
   std::vector<v1::StateChange> uncommitted_changes_ ABSL_GUARDED_BY(mu_);

@@ -105,8 +105,8 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ReadEvents(
     return absl::InvalidArgumentError(absl::StrCat(
         "after_sequence: must be >= 0, got ", after_sequence));
   }
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(JobCounters c, LoadCounters(*db_, id));
+  Reader reader(this);
+  ASSIGN_OR_RETURN(JobCounters c, LoadCounters(reader.db(), id));
   if (after_sequence > c.last_sequence) {
     return absl::OutOfRangeError(absl::StrCat(
         "after_sequence ", after_sequence, " is past the last event (",
@@ -121,7 +121,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ReadEvents(
         c.pruned_through));
   }
   ASSIGN_OR_RETURN(SqliteStatement q,
-                   db_->Prepare("SELECT event FROM events WHERE job_seq = ? "
+                   reader.db().Prepare("SELECT event FROM events WHERE job_seq = ? "
                                 "AND seq > ? ORDER BY seq LIMIT ?"));
   q.Bind(1, c.create_seq).Bind(2, after_sequence).Bind(3, max_events);
   std::vector<v1::JobEvent> out;
@@ -139,8 +139,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ReadEvents(
 
 absl::Status JobStore::AppendLog(std::string_view id, std::string_view bytes) {
   if (bytes.empty()) return absl::OkStatus();
-  absl::MutexLock lock(&mu_);
-  return InTransaction(Durability::kTelemetry, "append_log", [&] {
+  return Commit(Durability::kTelemetry, "append_log", [&] {
     ASSIGN_OR_RETURN(JobCounters c, LoadCounters(*db_, id));
     const int64_t cap = options_.log_bytes_kept;
     int64_t start = c.log_end;
@@ -180,8 +179,8 @@ absl::StatusOr<LogRead> JobStore::ReadLog(std::string_view id, int64_t offset,
     return absl::InvalidArgumentError(
         absl::StrCat("offset: must be >= 0, got ", offset));
   }
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(JobCounters c, LoadCounters(*db_, id));
+  Reader reader(this);
+  ASSIGN_OR_RETURN(JobCounters c, LoadCounters(reader.db(), id));
   if (offset > c.log_end) {
     return absl::OutOfRangeError(
         absl::StrCat("offset ", offset, " is past the end of the log of job ",
@@ -191,7 +190,7 @@ absl::StatusOr<LogRead> JobStore::ReadLog(std::string_view id, int64_t offset,
   out.offset = std::max(offset, c.log_start);
   out.end = c.log_end;
   ASSIGN_OR_RETURN(SqliteStatement q,
-                   db_->Prepare("SELECT start, data FROM logs WHERE "
+                   reader.db().Prepare("SELECT start, data FROM logs WHERE "
                                 "job_seq = ? AND end > ? ORDER BY start"));
   q.Bind(1, c.create_seq).Bind(2, out.offset);
   while (static_cast<int64_t>(out.data.size()) < max_bytes) {

@@ -49,7 +49,8 @@ void SchedulerLoop::Loop() {
   while (true) {
     const absl::Time pass_start = absl::Now();  // wall time, not clock_
     absl::Status s = RunPass();
-    if (options_.on_pass_done) options_.on_pass_done(absl::Now() - pass_start);
+    const absl::Duration took = absl::Now() - pass_start;
+    if (options_.on_pass_done) options_.on_pass_done(took);
     if (!s.ok()) {
       YARD_LOG(ERROR) << "scheduling pass failed: " << s;
     }
@@ -60,6 +61,10 @@ void SchedulerLoop::Loop() {
     }
     wait = std::max(wait, absl::Milliseconds(1));
     absl::MutexLock lock(&mu_);
+    // Rest at least as long as the pass took: a storm of wake-ups (thousands
+    // of submissions a second) then costs the RPC threads at most half a
+    // core, and the jobs submitted meanwhile are placed by the next pass.
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), std::min(took, wait));
     auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return woken_ || stopping_;
     };

@@ -9,7 +9,9 @@
 //
 // A pass runs when woken (submit, cancel, job end, worker joins or leaves)
 // or after `tick` at the latest, and as soon as the next lease runs out.
-// Wake-ups coalesce: many events while a pass runs cause one more pass. The
+// Wake-ups coalesce: many events while a pass runs cause one more pass, and
+// after each pass the loop rests at least as long as the pass took, so the
+// scheduler never takes more than half a core from the RPC threads. The
 // pass holds no lock that RPC threads wait on: it reads the store and the
 // registry through their own short critical sections.
 // Start/Stop/Wake are thread-safe; RunPass is serialized internally.

@@ -12,6 +12,7 @@ absl::Status SqliteError(int rc, std::string_view what,
       return absl::ResourceExhaustedError(msg);
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
+    case SQLITE_IOERR:  // a failed write or fsync: retry once the disk heals
       return absl::UnavailableError(msg);
     case SQLITE_NOTADB:
       return absl::FailedPreconditionError(msg);

@@ -69,7 +69,7 @@ class SqliteDb {
 };
 
 // The absl::Status for SQLite result code `rc` (canonical code chosen by
-// kind: full disk RESOURCE_EXHAUSTED, busy UNAVAILABLE, not a database
+// kind: full disk RESOURCE_EXHAUSTED, busy or I/O error UNAVAILABLE, not a database
 // FAILED_PRECONDITION, corrupt DATA_LOSS, else INTERNAL).
 absl::Status SqliteError(int rc, std::string_view what, std::string_view detail);
 

@@ -49,6 +49,18 @@ void WorkerRegistry::MarkReady(const std::string& worker_id, int64_t session) {
   it->second.status.schedulable = it->second.status.connected;
 }
 
+void WorkerRegistry::MarkDraining(const std::string& worker_id,
+                                  int64_t session) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.session != session ||
+      it->second.status.state == v1::WORKER_LOST) {
+    return;
+  }
+  it->second.status.state = v1::WORKER_DRAINING;
+  it->second.status.schedulable = false;
+}
+
 bool WorkerRegistry::Renew(const std::string& worker_id, int64_t session) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);

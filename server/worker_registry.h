@@ -56,6 +56,9 @@ class WorkerRegistry {
   // schedulable until MarkReady (its running jobs are re-attached first).
   int64_t Attach(const v1::WorkerHello& hello, std::shared_ptr<WorkerLink> link);
   void MarkReady(const std::string& worker_id, int64_t session);
+  // The worker said it is shutting down: DRAINING, no more assignments
+  // (until it connects again).
+  void MarkDraining(const std::string& worker_id, int64_t session);
   // Renews the lease. False when `session` is no longer the worker's
   // current one (replaced, or the worker was declared lost): its stream
   // should end.

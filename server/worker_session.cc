@@ -168,6 +168,7 @@ absl::Status WorkerSession::RenewLease() {
 
 absl::Status WorkerSession::OnHeartbeat(const v1::Heartbeat& heartbeat) {
   RETURN_IF_ERROR(RenewLease());
+  if (heartbeat.draining()) workers_->MarkDraining(worker_id_, session_);
   for (const v1::RunningJobRef& ref : unconfirmed_) {
     if (Lists(heartbeat.running(), ref.job_id(), ref.attempt())) continue;
     RETURN_IF_ERROR(lifecycle_->ReturnToQueue(

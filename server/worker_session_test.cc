@@ -238,5 +238,22 @@ TEST_F(WorkerSessionTest, DisconnectedWorkerGetsNoAssignments) {
   EXPECT_THAT(Job(id).job.state_reason(), HasSubstr("no worker"));
 }
 
+TEST_F(WorkerSessionTest, DrainingWorkerGetsNoAssignmentsUntilItReconnects) {
+  FakeWorker& w = Connect("w1");
+  v1::WorkerMessage hb;
+  hb.mutable_heartbeat()->set_draining(true);
+  ASSERT_TRUE(w.session->Handle(hb).ok());
+  EXPECT_EQ(registry_->Find("w1")->state, v1::WORKER_DRAINING);
+  const std::string id = Submit();
+  Pass();
+  EXPECT_EQ(Job(id).job.state(), v1::QUEUED);
+  EXPECT_TRUE(w.Assignments().empty());
+
+  FakeWorker& again = Connect("w1");  // restarted: a new hello
+  Pass();
+  EXPECT_EQ(registry_->Find("w1")->state, v1::WORKER_READY);
+  EXPECT_EQ(again.Assignments().size(), 1u);
+}
+
 }  // namespace
 }  // namespace trainyard::server

@@ -162,6 +162,7 @@ absl::Status ServerLink::RunConnection(bool& acked) {
     if (stopping_) return absl::CancelledError("shutting down");
     context_ = &context;
     acked_ = broken_ = reader_done_ = false;
+    draining_sent_ = false;  // a new stream must hear it again
     heartbeat_interval_ = options_.default_heartbeat_interval;
   }
   std::unique_ptr<Stream> stream = stub->Connect(&context);
@@ -208,6 +209,16 @@ absl::Status ServerLink::RunConnection(bool& acked) {
   return FromGrpcStatus(status);
 }
 
+void ServerLink::SetDraining(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  draining_sent_ = false;
+  auto sent = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return draining_sent_ || broken_ || stopping_ || !acked_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&sent), timeout);
+}
+
 bool ServerLink::WriteLoop(Stream& stream) {
   absl::Time last_heartbeat = absl::Now();  // the hello counts as one
   while (true) {
@@ -219,7 +230,8 @@ bool ServerLink::WriteLoop(Stream& stream) {
       const absl::Duration interval = heartbeat_interval_;
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ || broken_ || !queue_.empty() ||
-               heartbeat_interval_ != interval;
+               heartbeat_interval_ != interval ||
+               (draining_ && !draining_sent_);
       };
       mu_.AwaitWithDeadline(absl::Condition(&ready), last_heartbeat + interval);
       if (broken_) return false;
@@ -228,7 +240,8 @@ bool ServerLink::WriteLoop(Stream& stream) {
       }
       update = queue_.Pop();
       heartbeat_due =
-          !stopping_ && absl::Now() >= last_heartbeat + heartbeat_interval_;
+          (!stopping_ && absl::Now() >= last_heartbeat + heartbeat_interval_) ||
+          (draining_ && !draining_sent_);
     }
     if (update.has_value()) {
       WorkerMessage message;
@@ -247,9 +260,16 @@ bool ServerLink::WriteLoop(Stream& stream) {
       trainyard::v1::Heartbeat* heartbeat = message.mutable_heartbeat();
       for (RunningJobRef& ref : Running())
         *heartbeat->add_running() = std::move(ref);
+      bool draining;
+      {
+        absl::MutexLock lock(&mu_);
+        draining = draining_;
+      }
+      heartbeat->set_draining(draining);
       if (!stream.Write(message)) return false;
       last_heartbeat = absl::Now();
       absl::MutexLock lock(&mu_);
+      if (draining) draining_sent_ = true;
       for (SentExit& e : unconfirmed_exits_) ++e.heartbeats_after;
       std::erase_if(unconfirmed_exits_, [](const SentExit& e) {
         return e.heartbeats_after >= kExitConfirmHeartbeats;

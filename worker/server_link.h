@@ -69,6 +69,10 @@ class ServerLink {
   // most `flush_timeout`) and closes the stream. Returns when the link's
   // threads are gone.
   void Shutdown(absl::Duration flush_timeout);
+  // From now on heartbeats say the worker is draining (the server assigns
+  // it nothing more); sends one at once and waits, up to `timeout`, until
+  // it is written, so the server hears it before the jobs' exits.
+  void SetDraining(absl::Duration timeout);
 
   // A HelloAck arrived on the current stream.
   bool connected() const;
@@ -98,6 +102,8 @@ class ServerLink {
   ReportQueue queue_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_sent_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time flush_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool loop_done_ ABSL_GUARDED_BY(mu_) = false;
   // The current stream: its context (to cancel it), whether the server

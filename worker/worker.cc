@@ -27,6 +27,9 @@ void Worker::Start() { link_->Start(); }
 
 void Worker::Shutdown(absl::Duration grace, absl::Duration flush_timeout) {
   runner_->StopAccepting();
+  // Tell the server first, so that the jobs handed back below are not
+  // offered to this worker again.
+  link_->SetDraining(absl::Seconds(1));
   const std::vector<trainyard::v1::RunningJobRef> running = runner_->Running();
   YARD_LOG(INFO) << "shutting down: stopping " << running.size()
                  << " job(s), grace " << grace;

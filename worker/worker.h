@@ -41,7 +41,9 @@ class Worker : public ServerLink::Delegate {
 
   // Connects to the server in the background.
   void Start();
-  // Refuses new assignments, SIGTERMs the jobs (they checkpoint and exit),
+  // Refuses new assignments and tells the server it is draining (so the
+  // jobs it hands back go elsewhere), SIGTERMs the jobs (they checkpoint
+  // and exit),
   // SIGKILLs what still runs after `grace`, then sends the exits (for at
   // most `flush_timeout`) and closes the link.
   void Shutdown(absl::Duration grace, absl::Duration flush_timeout);

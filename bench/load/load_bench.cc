@@ -1,0 +1,406 @@
+// yard_load_bench: a load generator for yard-server. N client threads call
+// the JobService for a fixed time and report throughput and latency
+// percentiles per RPC; then many WatchJob streams are held open (async
+// client, one completion queue) while submissions go on.
+//
+//   yard_load_bench [--server HOST:PORT] [--clients 32] [--duration-s 5]
+//                   [--watches 1000] [--channels 4] [--data-root DIR]
+//                   [--server-bin PATH]
+//
+// Without --server it starts its own yard-server (beside this program, or
+// --server-bin) on 127.0.0.1:0 with a fresh state dir under /tmp, and stops
+// it with SIGTERM at the end. SubmitJob is durable: the server acknowledges
+// only once the job is committed with fsync. Output: one line per phase and
+// RPC, "phase rpc: N ok, E errors, X/s, p50 Y ms, p99 Z ms".
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "trainyard/v1/jobs.grpc.pb.h"
+
+namespace {
+
+namespace v1 = trainyard::v1;
+
+struct Flags {
+  std::string server;
+  int clients = 32;
+  double duration_s = 5;
+  int watches = 1000;
+  int channels = 4;
+  std::string data_root = ".";
+  std::string server_bin;
+};
+
+// Latencies (microseconds) and error count of one RPC kind in one phase.
+struct Samples {
+  std::vector<double> us;
+  int64_t errors = 0;
+  std::string first_error;
+  void Merge(const Samples& o) {
+    us.insert(us.end(), o.us.begin(), o.us.end());
+    errors += o.errors;
+    if (first_error.empty()) first_error = o.first_error;
+  }
+};
+
+void Report(const std::string& phase, const std::string& rpc, Samples s,
+            double seconds) {
+  std::sort(s.us.begin(), s.us.end());
+  auto pct = [&](double p) {
+    if (s.us.empty()) return 0.0;
+    size_t i = std::min(s.us.size() - 1, static_cast<size_t>(p * s.us.size()));
+    return s.us[i] / 1000.0;
+  };
+  std::printf("%-8s %-10s %8zu ok, %5lld errors, %9.0f/s, p50 %7.2f ms, p99 %7.2f ms\n",
+              phase.c_str(), rpc.c_str(), s.us.size(),
+              static_cast<long long>(s.errors), s.us.size() / seconds,
+              pct(0.50), pct(0.99));
+  if (!s.first_error.empty()) {
+    std::printf("         first error: %s\n", s.first_error.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// CPU seconds (user + system) used so far by process `pid` (0: this one).
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(pid == 0 ? std::string("/proc/self/stat")
+                            : absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream rest(line.substr(paren + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / sysconf(_SC_CLK_TCK);
+}
+
+// Prints the CPU each side spent per successful RPC over a phase.
+struct CpuMeter {
+  pid_t server;
+  double server0 = CpuSeconds(server), client0 = CpuSeconds(0);
+  void Report(const std::string& phase, size_t rpcs) const {
+    if (rpcs == 0) return;
+    const double client = (CpuSeconds(0) - client0) / rpcs * 1e6;
+    if (server > 0) {
+      std::printf("%-8s cpu        server %.0f us/RPC, client %.0f us/RPC\n",
+                  phase.c_str(), (CpuSeconds(server) - server0) / rpcs * 1e6,
+                  client);
+    } else {
+      std::printf("%-8s cpu        client %.0f us/RPC\n", phase.c_str(), client);
+    }
+  }
+};
+
+v1::JobSpec SmallSpec() {
+  v1::JobSpec spec;
+  spec.set_name("load");
+  spec.mutable_model()->mutable_mlp()->add_hidden(32);
+  v1::MnistData* mnist = spec.mutable_data()->mutable_mnist();
+  mnist->set_images("examples/data/mnist/t10k-images-idx3-ubyte.gz");
+  mnist->set_labels("examples/data/mnist/t10k-labels-idx1-ubyte.gz");
+  mnist->set_holdout(2000);
+  spec.mutable_batch()->set_micro_batch(32);
+  spec.set_steps(100);
+  spec.set_seed(1);
+  return spec;
+}
+
+class Load {
+ public:
+  explicit Load(const Flags& f) : flags_(f) {
+    for (int i = 0; i < f.channels; ++i) {
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.channel_id", i);  // distinct connections
+      stubs_.push_back(v1::JobService::NewStub(grpc::CreateCustomChannel(
+          f.server, grpc::InsecureChannelCredentials(), args)));
+    }
+  }
+
+  v1::JobService::Stub& stub(int i) { return *stubs_[i % stubs_.size()]; }
+
+  // One thread per client; kind[i] says what client i calls.
+  enum Kind { kSubmit, kGet, kList };
+  std::vector<Samples> Run(const std::vector<Kind>& kinds, double seconds) {
+    std::vector<Samples> per_kind(3);
+    absl::Mutex mu;
+    const absl::Time end = absl::Now() + absl::Seconds(seconds);
+    std::vector<std::thread> threads;
+    for (size_t c = 0; c < kinds.size(); ++c) {
+      threads.emplace_back([&, c] {
+        Samples mine;
+        while (absl::Now() < end) {
+          const absl::Time t0 = absl::Now();
+          grpc::Status s = Call(kinds[c], static_cast<int>(c));
+          const double us = absl::ToDoubleMicroseconds(absl::Now() - t0);
+          if (s.ok()) {
+            mine.us.push_back(us);
+          } else {
+            if (mine.first_error.empty()) {
+              mine.first_error = absl::StrCat(s.error_code(), ": ",
+                                              s.error_message());
+            }
+            ++mine.errors;
+          }
+        }
+        absl::MutexLock l(&mu);
+        per_kind[kinds[c]].Merge(mine);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return per_kind;
+  }
+
+  std::vector<std::string> SomeIds(size_t n) {
+    absl::MutexLock l(&ids_mu_);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n && !ids_.empty(); ++i) {
+      out.push_back(ids_[i % ids_.size()]);
+    }
+    return out;
+  }
+
+ private:
+  grpc::Status Call(Kind kind, int client) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (kind == kSubmit) {
+      v1::SubmitJobRequest req;
+      *req.mutable_spec() = spec_;
+      req.set_request_id(absl::StrCat("load-", getpid(), "-", client, "-",
+                                      next_request_.fetch_add(1)));
+      v1::SubmitJobResponse resp;
+      grpc::Status s = stub(client).SubmitJob(&ctx, req, &resp);
+      if (s.ok()) {
+        absl::MutexLock l(&ids_mu_);
+        if (ids_.size() < 100000) ids_.push_back(resp.job().id());
+      }
+      return s;
+    }
+    std::string id;
+    {
+      absl::MutexLock l(&ids_mu_);
+      id = ids_.empty() ? "j-000001" : ids_[rng_++ % ids_.size()];
+    }
+    if (kind == kGet) {
+      v1::GetJobRequest req;
+      req.set_job_id(id);
+      v1::Job job;
+      return stub(client).GetJob(&ctx, req, &job);
+    }
+    v1::ListJobsRequest req;
+    req.set_page_size(50);
+    v1::ListJobsResponse resp;
+    return stub(client).ListJobs(&ctx, req, &resp);
+  }
+
+  const Flags flags_;
+  const v1::JobSpec spec_ = SmallSpec();
+  std::vector<std::unique_ptr<v1::JobService::Stub>> stubs_;
+  std::atomic<int64_t> next_request_{0};
+  absl::Mutex ids_mu_;
+  std::vector<std::string> ids_ ABSL_GUARDED_BY(ids_mu_);
+  uint64_t rng_ ABSL_GUARDED_BY(ids_mu_) = 0;
+};
+
+// Open WatchJob streams: each is open once its first event (the job's
+// QUEUED state change) has arrived.
+struct Watches {
+  struct One {
+    grpc::ClientContext ctx;
+    v1::JobEvent event;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::JobEvent>> reader;
+    bool first_event = false;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<One>> all;
+  std::thread poller;
+  std::atomic<int> open{0};
+  std::atomic<int> failed{0};
+
+  // Tags: index*2 (call started) and index*2+1 (read done).
+  void Start(Load& load, const std::vector<std::string>& ids) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto w = std::make_unique<One>();
+      v1::WatchJobRequest req;
+      req.set_job_id(ids[i]);
+      w->reader = load.stub(static_cast<int>(i)).PrepareAsyncWatchJob(
+          &w->ctx, req, &cq);
+      w->reader->StartCall(reinterpret_cast<void*>(i * 2));
+      all.push_back(std::move(w));
+    }
+    poller = std::thread([this] {
+      void* tag;
+      bool ok;
+      while (cq.Next(&tag, &ok)) {
+        const uintptr_t t = reinterpret_cast<uintptr_t>(tag);
+        One& w = *all[t / 2];
+        if (!ok) {
+          if (!w.first_event) failed.fetch_add(1);
+          continue;  // the stream ended (cancelled at the end of the run)
+        }
+        if (t % 2 == 1 && !w.first_event) {
+          w.first_event = true;
+          open.fetch_add(1);
+        }
+        w.reader->Read(&w.event, reinterpret_cast<void*>((t / 2) * 2 + 1));
+      }
+    });
+  }
+  void Stop() {
+    for (auto& w : all) w->ctx.TryCancel();
+    // Finish is not needed for cancelled reads; give the poller time to
+    // drain the failed reads, then shut the queue down.
+    absl::SleepFor(absl::Milliseconds(500));
+    cq.Shutdown();
+    poller.join();
+  }
+};
+
+pid_t StartServer(const Flags& f, std::string* addr) {
+  char tmpl[] = "/tmp/yard-load-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::string bin = f.server_bin;
+  if (bin.empty()) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    self[n > 0 ? n : 0] = 0;
+    bin = std::string(self).substr(0, std::string(self).rfind('/')) +
+          "/yard-server";
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string state = "--state-dir=" + dir;
+    const std::string root = "--data-root=" + f.data_root;
+    const std::string log = dir + "/server.log";
+    freopen(log.c_str(), "w", stderr);
+    execl(bin.c_str(), bin.c_str(), "--listen=127.0.0.1:0", state.c_str(),
+          root.c_str(), "--metrics-listen=127.0.0.1:0",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream in(dir + "/yard-server.addr");
+    if (in >> *addr) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (addr->empty()) {
+    std::fprintf(stderr, "yard_load_bench: %s did not start; see %s/server.log\n",
+                 bin.c_str(), dir.c_str());
+    kill(pid, SIGKILL);
+    return -1;
+  }
+  std::printf("started yard-server pid %d at %s (state dir %s)\n", pid,
+              addr->c_str(), dir.c_str());
+  return pid;
+}
+
+bool ParseFlags(int argc, char** argv, Flags& f) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* name, std::string* out) {
+      const std::string prefix = std::string(name) + "=";
+      if (a.rfind(prefix, 0) == 0) {
+        *out = a.substr(prefix.size());
+        return true;
+      }
+      if (a == name && i + 1 < argc) {
+        *out = argv[++i];
+        return true;
+      }
+      return false;
+    };
+    std::string v;
+    if (value("--server", &f.server)) continue;
+    if (value("--data-root", &f.data_root)) continue;
+    if (value("--server-bin", &f.server_bin)) continue;
+    if (value("--clients", &v) && absl::SimpleAtoi(v, &f.clients)) continue;
+    if (value("--watches", &v) && absl::SimpleAtoi(v, &f.watches)) continue;
+    if (value("--channels", &v) && absl::SimpleAtoi(v, &f.channels)) continue;
+    if (value("--duration-s", &v) && absl::SimpleAtod(v, &f.duration_s)) continue;
+    std::fprintf(stderr, "yard_load_bench: bad argument %s\n", a.c_str());
+    return false;
+  }
+  return f.clients > 0 && f.channels > 0 && f.duration_s > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  if (!ParseFlags(argc, argv, f)) return 2;
+  pid_t server_pid = 0;
+  if (f.server.empty()) {
+    server_pid = StartServer(f, &f.server);
+    if (server_pid < 0) return 1;
+  }
+  Load load(f);
+  std::printf("server %s, %d clients, %d channels, %.1f s per phase\n",
+              f.server.c_str(), f.clients, f.channels, f.duration_s);
+
+  std::vector<Load::Kind> all_submit(f.clients, Load::kSubmit);
+  CpuMeter cpu{server_pid};
+  std::vector<Samples> r = load.Run(all_submit, f.duration_s);
+  Report("submit", "SubmitJob", r[Load::kSubmit], f.duration_s);
+  cpu.Report("submit", r[Load::kSubmit].us.size());
+
+  std::vector<Load::Kind> mixed;
+  for (int c = 0; c < f.clients; ++c) {
+    mixed.push_back(c % 4 < 2 ? Load::kSubmit : c % 4 == 2 ? Load::kGet
+                                                           : Load::kList);
+  }
+  cpu = CpuMeter{server_pid};
+  r = load.Run(mixed, f.duration_s);
+  Report("mixed", "SubmitJob", r[Load::kSubmit], f.duration_s);
+  Report("mixed", "GetJob", r[Load::kGet], f.duration_s);
+  Report("mixed", "ListJobs", r[Load::kList], f.duration_s);
+  cpu.Report("mixed", r[0].us.size() + r[1].us.size() + r[2].us.size());
+
+  if (f.watches > 0) {
+    Watches w;
+    const absl::Time t0 = absl::Now();
+    w.Start(load, load.SomeIds(f.watches));
+    while (w.open + w.failed < f.watches &&
+           absl::Now() - t0 < absl::Seconds(60)) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    std::printf("watch    WatchJob   %d of %d streams open (first event in), "
+                "%d failed, %.2f s to open\n",
+                w.open.load(), f.watches, w.failed.load(),
+                absl::ToDoubleSeconds(absl::Now() - t0));
+    r = load.Run(all_submit, f.duration_s);
+    Report("watching", "SubmitJob", r[Load::kSubmit], f.duration_s);
+    w.Stop();
+  }
+  if (server_pid > 0) {
+    kill(server_pid, SIGTERM);
+    int status = 0;
+    waitpid(server_pid, &status, 0);
+    std::printf("yard-server exited with %d\n",
+                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  return 0;
+}

@@ -1,0 +1,55 @@
+#include "tests/exact_resume.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/harness.h"
+
+namespace trainyard::itest {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> FinalWeights(const std::string& checkpoint_dir) {
+  std::vector<std::string> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoint_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "step-")) steps.push_back(name);
+  }
+  if (steps.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("no step-* checkpoint under ", checkpoint_dir));
+  }
+  // step-%08d names sort by step.
+  const std::string newest = *std::max_element(steps.begin(), steps.end());
+  const std::string path =
+      absl::StrCat(checkpoint_dir, "/", newest, "/model.safetensors");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
+                                               const MnistSpec& spec) {
+  const std::string spec_path =
+      dir.WriteFile(absl::StrCat("straight-", spec.name, ".yaml"), spec.ToYaml());
+  const std::string out = absl::StrCat(dir.path(), "/straight-", spec.name);
+  CommandResult r = RunCommand(
+      {BinPath("yard-train"), "run", spec_path, "--data-root", SourceDir(),
+       "--checkpoint-dir", out, "--progress", "json"},
+      dir.LogPrefix(absl::StrCat("straight-", spec.name)), JobTimeout());
+  if (r.exit_code() != 0) {
+    return absl::InternalError(
+        absl::StrCat("straight run failed: ", r.DebugString()));
+  }
+  return FinalWeights(out);
+}
+
+}  // namespace trainyard::itest

@@ -1,0 +1,28 @@
+// Exact resume, checked from the outside: the final weights of a job that
+// was interrupted and resumed (on any worker, any number of times) must
+// equal, byte for byte, those of the same spec run straight through with
+// yard-train. Not thread-safe per TestDir (like TestDir itself).
+#ifndef TRAINYARD_TESTS_EXACT_RESUME_H_
+#define TRAINYARD_TESTS_EXACT_RESUME_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tests/cluster.h"
+
+namespace trainyard::itest {
+
+struct MnistSpec;
+
+// The bytes of model.safetensors in the newest step-* checkpoint under
+// `checkpoint_dir`. NOT_FOUND when there is none.
+absl::StatusOr<std::string> FinalWeights(const std::string& checkpoint_dir);
+
+// Runs `spec` with `yard-train run` (no faults) into dir/straight-<name>
+// and returns FinalWeights of it.
+absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
+                                               const MnistSpec& spec);
+
+}  // namespace trainyard::itest
+
+#endif  // TRAINYARD_TESTS_EXACT_RESUME_H_
