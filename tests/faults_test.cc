@@ -26,17 +26,6 @@ MnistSpec LongJob(const std::string& name) {
                    .log_every = 20};
 }
 
-std::vector<v1::TrainStarted> TrainStartedEvents(
-    const std::vector<v1::JobEvent>& events) {
-  std::vector<v1::TrainStarted> out;
-  for (const auto& e : events) {
-    if (e.has_trainer() && e.trainer().has_started()) {
-      out.push_back(e.trainer().started());
-    }
-  }
-  return out;
-}
-
 TEST_F(FaultsTest, WorkerKilledMidJobResumesOnSecondWorkerFromCheckpoint) {
   YARD_ASSERT_OK(
       StartServer({.heartbeat_interval_ms = 300, .worker_lease_ms = 1500}));

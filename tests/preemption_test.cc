@@ -42,17 +42,6 @@ bool IsChange(const v1::JobEvent& e, v1::JobState from, v1::JobState to) {
          e.state_change().to() == to;
 }
 
-std::vector<v1::TrainStarted> TrainStartedEvents(
-    const std::vector<v1::JobEvent>& events) {
-  std::vector<v1::TrainStarted> out;
-  for (const auto& e : events) {
-    if (e.has_trainer() && e.trainer().has_started()) {
-      out.push_back(e.trainer().started());
-    }
-  }
-  return out;
-}
-
 TEST_F(PreemptionTest, HighPriorityJobPreemptsAndTheLowOneResumes) {
   YARD_ASSERT_OK(
       StartServer({.extra_args = {"--policy", "first-fit+preempt"}}));

@@ -37,6 +37,17 @@ bool IsTerminal(v1::JobState state) {
 
 std::string StateName(v1::JobState state) { return v1::JobState_Name(state); }
 
+std::vector<v1::TrainStarted> TrainStartedEvents(
+    const std::vector<v1::JobEvent>& events) {
+  std::vector<v1::TrainStarted> out;
+  for (const auto& e : events) {
+    if (e.has_trainer() && e.trainer().has_started()) {
+      out.push_back(e.trainer().started());
+    }
+  }
+  return out;
+}
+
 std::string DescribeEvents(const std::vector<v1::JobEvent>& events) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opts;

@@ -25,6 +25,11 @@ namespace trainyard::itest {
 absl::Status PollUntil(absl::string_view what, absl::Duration timeout,
                        const std::function<bool()>& probe);
 
+// The TrainStarted events among `events`, in order: one per attempt that
+// started training (start_step > 0 when it resumed from a checkpoint).
+std::vector<trainyard::v1::TrainStarted> TrainStartedEvents(
+    const std::vector<trainyard::v1::JobEvent>& events);
+
 bool IsTerminal(trainyard::v1::JobState state);
 std::string StateName(trainyard::v1::JobState state);
 // One line per event, for failure messages.
