@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "engine/core/rng.h"
+#include "engine/cpu/reference_ops.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
 namespace {
 
-constexpr double kH = 1e-4;
+using reference::FiniteDifferences;
+
 constexpr double kTol = 1e-4;
 
 std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1,
@@ -32,23 +34,6 @@ std::unique_ptr<CpuBackend> MakeBackend(int threads) {
   CpuBackendOptions o;
   o.threads = threads;
   return *CpuBackend::Create(o);
-}
-
-// d f / d x[i] for every i by central differences, in double.
-std::vector<double> FiniteDifferences(
-    std::vector<double> x,
-    const std::function<double(const std::vector<double>&)>& f) {
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + kH;
-    const double up = f(x);
-    x[i] = keep - kH;
-    const double down = f(x);
-    x[i] = keep;
-    g[i] = (up - down) / (2 * kH);
-  }
-  return g;
 }
 
 std::vector<double> ToDouble(const std::vector<float>& v) {

@@ -15,9 +15,9 @@
 namespace trainyard::engine {
 namespace {
 
+using reference::FiniteDifferences;
 using reference::Vec;
 
-constexpr double kH = 1e-4;
 constexpr double kTol = 2e-4;
 
 std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1,
@@ -40,21 +40,6 @@ double Dot(const Vec& a, const std::vector<float>& r) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * r[i];
   return s;
-}
-
-// d f / d x[i] by central differences, in double.
-Vec FiniteDifferences(Vec x, const std::function<double(const Vec&)>& f) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + kH;
-    const double up = f(x);
-    x[i] = keep - kH;
-    const double down = f(x);
-    x[i] = keep;
-    g[i] = (up - down) / (2 * kH);
-  }
-  return g;
 }
 
 void ExpectNear(const std::vector<float>& got, const Vec& want, double tol,

@@ -9,11 +9,28 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace trainyard::engine::reference {
 
 using Vec = std::vector<double>;
+
+// d f / d x[i] for every i by central differences with step h, in double.
+inline Vec FiniteDifferences(Vec x, const std::function<double(const Vec&)>& f,
+                             double h = 1e-4) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = f(x);
+    x[i] = keep - h;
+    const double down = f(x);
+    x[i] = keep;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
 
 // out[r, o] = sum_i x[r, i] w[o, i] + b[o]  (b may be empty).
 inline Vec Linear(const Vec& x, const Vec& w, const Vec& b, int64_t rows,
