@@ -9,8 +9,7 @@
 
 namespace trainyard::server {
 
-absl::Status JobStore::Commit(Durability durability,
-                              std::string_view operation,
+absl::Status JobStore::Commit(Durability durability, std::string_view operation,
                               const std::function<absl::Status()>& body) {
   Write write{durability, operation, &body};
   absl::MutexLock lock(&queue_mu_);

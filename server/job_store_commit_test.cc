@@ -50,7 +50,8 @@ class GroupCommitTest : public ::testing::Test {
   // Starts a write that leads batch 1 and waits until it is held.
   void HoldFirstBatch() {
     hold_batch_ = 1;
-    threads_.emplace_back([this] { ASSERT_TRUE(store_->CreateJob(NewJob()).ok()); });
+    threads_.emplace_back(
+        [this] { ASSERT_TRUE(store_->CreateJob(NewJob()).ok()); });
     in_hook_.WaitForNotification();
   }
 
@@ -136,14 +137,16 @@ TEST_F(GroupCommitTest, OneWritesOwnErrorLeavesTheRestOfItsBatch) {
             .status();
   });
   AwaitQueued(1);
-  threads_.emplace_back([&] { created = store_->CreateJob(NewJob()).status(); });
+  threads_.emplace_back(
+      [&] { created = store_->CreateJob(NewJob()).status(); });
   AwaitQueued(2);
   ReleaseAndJoin();
   EXPECT_EQ(failed_update.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(created.ok()) << created;
   auto first = store_->GetJob("j-000001");
   ASSERT_TRUE(first.ok());
-  EXPECT_EQ(first->job.state(), v1::QUEUED) << "the failed update left no trace";
+  EXPECT_EQ(first->job.state(), v1::QUEUED)
+      << "the failed update left no trace";
   EXPECT_EQ(first->last_sequence, 1);
   EXPECT_EQ(store_->ListJobs({})->jobs.size(), 3u);
 }

@@ -196,6 +196,7 @@ absl::Status YardServer::Parts::OpenState() {
   }
   ASSIGN_OR_RETURN(lock_fd, LockStateDir(o.state_dir));
   JobStoreOptions so;
+  so.commit_fault = o.store_commit_fault;
   so.path = o.state_dir + "/trainyard.db";
   so.trainer_events_kept = o.trainer_events_kept;
   so.log_bytes_kept = o.log_bytes_kept;
@@ -272,8 +273,9 @@ absl::Status YardServer::Parts::Serve() {
   // of at most 2 idle pollers it ends a thread after nearly every call and
   // starts another for the next, which under load costs more than the calls
   // themselves; keeping up to 64 idle threads around avoids that churn.
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 64);
+  using SyncOption = grpc::ServerBuilder::SyncServerOption;
+  builder.SetSyncServerOption(SyncOption::MIN_POLLERS, 2);
+  builder.SetSyncServerOption(SyncOption::MAX_POLLERS, 64);
   builder.RegisterService(job_service.get());
   builder.RegisterService(cluster_service.get());
   builder.RegisterService(worker_service.get());

@@ -11,6 +11,7 @@
 #define TRAINYARD_SERVER_YARD_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,9 @@ struct YardServerOptions {
   // bind any address, port 0 picks one (STATE_DIR/yard-server.health-addr).
   // Empty: none.
   std::string health_listen;
+  // Tests: called before each batch's COMMIT in the job store (see
+  // JobStoreOptions::commit_fault).
+  std::function<absl::Status()> store_commit_fault;
 };
 
 inline constexpr char kDefaultServerMetricsListen[] = "127.0.0.1:9470";

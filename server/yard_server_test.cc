@@ -6,13 +6,17 @@
 
 #include <filesystem>
 #include <fstream>
+#include <atomic>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/job_store.h"
 #include "server/test_dir.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
@@ -90,8 +94,9 @@ class YardServerTest : public ::testing::Test {
     std::ofstream(dir_.File("labels.gz")) << "x";
   }
 
-  void StartServer() {
+  void StartServer(std::function<absl::Status()> commit_fault = nullptr) {
     YardServerOptions o;
+    o.store_commit_fault = std::move(commit_fault);
     o.listen = "127.0.0.1:0";
     o.state_dir = dir_.File("state");
     o.data_root = dir_.path();
@@ -416,6 +421,48 @@ TEST_F(YardServerTest, RefusesNonLoopbackAndASecondServerOnOneStateDir) {
   auto second = YardServer::Start(o);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.status().message(), HasSubstr("another yard-server"));
+}
+
+TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
+  std::atomic<bool> hold{false};
+  absl::Notification in_commit, release;
+  StartServer([&]() -> absl::Status {
+    if (hold.exchange(false)) {
+      in_commit.Notify();
+      release.WaitForNotification();
+    }
+    return absl::OkStatus();
+  });
+  hold = true;
+  grpc::Status submitted;
+  v1::SubmitJobResponse response;
+  std::thread submit([&] {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec();
+    submitted = jobs_->SubmitJob(&ctx, req, &response);
+  });
+  in_commit.WaitForNotification();
+  std::thread stop([&] { server_->Shutdown(); });
+  // Shutdown removes the address file first, then turns health off and
+  // waits for calls in flight; let the held commit go only then.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (std::filesystem::exists(dir_.File("state/yard-server.addr")) &&
+         absl::Now() < deadline) {
+    std::this_thread::yield();
+  }
+  release.Notify();
+  submit.join();
+  stop.join();
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  // Acknowledged, so on disk: a fresh store over the same file has it.
+  JobStoreOptions so;
+  so.path = dir_.File("state/trainyard.db");
+  auto store = JobStore::Open(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->GetJob(response.job().id());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->job.state(), v1::QUEUED);
 }
 
 }  // namespace

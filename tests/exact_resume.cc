@@ -38,8 +38,8 @@ absl::StatusOr<std::string> FinalWeights(const std::string& checkpoint_dir) {
 
 absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
                                                const MnistSpec& spec) {
-  const std::string spec_path =
-      dir.WriteFile(absl::StrCat("straight-", spec.name, ".yaml"), spec.ToYaml());
+  const std::string spec_path = dir.WriteFile(
+      absl::StrCat("straight-", spec.name, ".yaml"), spec.ToYaml());
   const std::string out = absl::StrCat(dir.path(), "/straight-", spec.name);
   CommandResult r = RunCommand(
       {BinPath("yard-train"), "run", spec_path, "--data-root", SourceDir(),

@@ -69,8 +69,10 @@ TEST_F(ShutdownTest, ServerSigtermFinishesRpcsFlushesStateAndExitsZero) {
   EXPECT_EQ(all.size(), acked.size())
       << "no job beyond the acknowledged ones (a submission cut off by the "
          "shutdown either committed and was answered, or left nothing)";
-  std::printf("server drain: %zu submissions acknowledged before SIGTERM, "
-              "all on disk\n", acked.size());
+  std::printf(
+      "server drain: %zu submissions acknowledged before SIGTERM, "
+      "all on disk\n",
+      acked.size());
 }
 
 // Long enough to be stopped after its first checkpoints.
@@ -101,7 +103,8 @@ TEST_F(ShutdownTest, WorkerSigtermCheckpointsAndHandsBackForExactResume) {
   EXPECT_TRUE(exit->Exited(0)) << exit->ToString();
   YARD_ASSIGN_OR_FAIL(v1::Job handed, GetJob(jobs(), id));
   ASSERT_EQ(handed.state(), v1::QUEUED)
-      << "an interrupted job goes back to the queue\n" << handed.DebugString();
+      << "an interrupted job goes back to the queue\n"
+      << handed.DebugString();
   ASSERT_GT(handed.last_checkpoint().step(), 0) << handed.DebugString();
 
   YARD_ASSERT_OK(StartReadyWorker({.name = "second"}).status());

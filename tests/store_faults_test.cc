@@ -143,12 +143,12 @@ TEST_F(StoreFaultsTest, CorruptOrForeignStateFileIsRefusedAndLeftAlone) {
 
   // Another program's SQLite database.
   const std::string foreign = dir().Subdir("foreign");
-  CommandResult made = RunCommand(
-      {"/usr/bin/env", "python3", "-c",
-       "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); "
-       "c.execute('create table accounts(x)'); c.commit()",
-       foreign + "/trainyard.db"},
-      dir().LogPrefix("make-foreign"), Scaled(absl::Seconds(30)));
+  CommandResult made =
+      RunCommand({"/usr/bin/env", "python3", "-c",
+                  "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); "
+                  "c.execute('create table accounts(x)'); c.commit()",
+                  foreign + "/trainyard.db"},
+                 dir().LogPrefix("make-foreign"), Scaled(absl::Seconds(30)));
   if (made.exit_code() != 0) GTEST_SKIP() << "no python3 sqlite3 here";
   const std::string before = ReadAll(foreign + "/trainyard.db");
   r = StartRefused(dir(), foreign);

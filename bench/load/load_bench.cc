@@ -8,10 +8,11 @@
 //                   [--server-bin PATH]
 //
 // Without --server it starts its own yard-server (beside this program, or
-// --server-bin) on 127.0.0.1:0 with a fresh state dir under /tmp, and stops
-// it with SIGTERM at the end. SubmitJob is durable: the server acknowledges
-// only once the job is committed with fsync. Output: one line per phase and
-// RPC, "phase rpc: N ok, E errors, X/s, p50 Y ms, p99 Z ms".
+// --server-bin) on 127.0.0.1:0 with a fresh state dir under /tmp, stops it
+// with SIGTERM at the end and removes that state dir. SubmitJob is durable:
+// the server acknowledges only once the job is committed with fsync.
+// Output: one line per phase and RPC, "phase rpc: N ok, E errors, X/s, p50
+// Y ms, p99 Z ms", and the CPU each side spent per RPC.
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -21,9 +22,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,10 +73,10 @@ void Report(const std::string& phase, const std::string& rpc, Samples s,
     size_t i = std::min(s.us.size() - 1, static_cast<size_t>(p * s.us.size()));
     return s.us[i] / 1000.0;
   };
-  std::printf("%-8s %-10s %8zu ok, %5lld errors, %9.0f/s, p50 %7.2f ms, p99 %7.2f ms\n",
-              phase.c_str(), rpc.c_str(), s.us.size(),
-              static_cast<long long>(s.errors), s.us.size() / seconds,
-              pct(0.50), pct(0.99));
+  std::printf(
+      "%-8s %-10s %8zu ok, %5lld errors, %9.0f/s, p50 %7.2f ms, p99 %7.2f ms\n",
+      phase.c_str(), rpc.c_str(), s.us.size(), static_cast<long long>(s.errors),
+      s.us.size() / seconds, pct(0.50), pct(0.99));
   if (!s.first_error.empty()) {
     std::printf("         first error: %s\n", s.first_error.c_str());
   }
@@ -110,7 +112,8 @@ struct CpuMeter {
                   phase.c_str(), (CpuSeconds(server) - server0) / rpcs * 1e6,
                   client);
     } else {
-      std::printf("%-8s cpu        client %.0f us/RPC\n", phase.c_str(), client);
+      std::printf("%-8s cpu        client %.0f us/RPC\n", phase.c_str(),
+                  client);
     }
   }
 };
@@ -160,8 +163,8 @@ class Load {
             mine.us.push_back(us);
           } else {
             if (mine.first_error.empty()) {
-              mine.first_error = absl::StrCat(s.error_code(), ": ",
-                                              s.error_message());
+              mine.first_error =
+                  absl::StrCat(s.error_code(), ": ", s.error_message());
             }
             ++mine.errors;
           }
@@ -186,7 +189,8 @@ class Load {
  private:
   grpc::Status Call(Kind kind, int client) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
     if (kind == kSubmit) {
       v1::SubmitJobRequest req;
       *req.mutable_spec() = spec_;
@@ -247,8 +251,8 @@ struct Watches {
       auto w = std::make_unique<One>();
       v1::WatchJobRequest req;
       req.set_job_id(ids[i]);
-      w->reader = load.stub(static_cast<int>(i)).PrepareAsyncWatchJob(
-          &w->ctx, req, &cq);
+      w->reader = load.stub(static_cast<int>(i))
+                      .PrepareAsyncWatchJob(&w->ctx, req, &cq);
       w->reader->StartCall(reinterpret_cast<void*>(i * 2));
       all.push_back(std::move(w));
     }
@@ -280,9 +284,10 @@ struct Watches {
   }
 };
 
-pid_t StartServer(const Flags& f, std::string* addr) {
+pid_t StartServer(const Flags& f, std::string* addr, std::string* dir_out) {
   char tmpl[] = "/tmp/yard-load-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
+  *dir_out = dir;
   std::string bin = f.server_bin;
   if (bin.empty()) {
     char self[4096];
@@ -308,7 +313,8 @@ pid_t StartServer(const Flags& f, std::string* addr) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   if (addr->empty()) {
-    std::fprintf(stderr, "yard_load_bench: %s did not start; see %s/server.log\n",
+    std::fprintf(stderr,
+                 "yard_load_bench: %s did not start; see %s/server.log\n",
                  bin.c_str(), dir.c_str());
     kill(pid, SIGKILL);
     return -1;
@@ -340,7 +346,8 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
     if (value("--clients", &v) && absl::SimpleAtoi(v, &f.clients)) continue;
     if (value("--watches", &v) && absl::SimpleAtoi(v, &f.watches)) continue;
     if (value("--channels", &v) && absl::SimpleAtoi(v, &f.channels)) continue;
-    if (value("--duration-s", &v) && absl::SimpleAtod(v, &f.duration_s)) continue;
+    if (value("--duration-s", &v) && absl::SimpleAtod(v, &f.duration_s))
+      continue;
     std::fprintf(stderr, "yard_load_bench: bad argument %s\n", a.c_str());
     return false;
   }
@@ -353,8 +360,9 @@ int main(int argc, char** argv) {
   Flags f;
   if (!ParseFlags(argc, argv, f)) return 2;
   pid_t server_pid = 0;
+  std::string state_dir;  // of the server we started; removed at the end
   if (f.server.empty()) {
-    server_pid = StartServer(f, &f.server);
+    server_pid = StartServer(f, &f.server, &state_dir);
     if (server_pid < 0) return 1;
   }
   Load load(f);
@@ -369,8 +377,9 @@ int main(int argc, char** argv) {
 
   std::vector<Load::Kind> mixed;
   for (int c = 0; c < f.clients; ++c) {
-    mixed.push_back(c % 4 < 2 ? Load::kSubmit : c % 4 == 2 ? Load::kGet
-                                                           : Load::kList);
+    mixed.push_back(c % 4 < 2    ? Load::kSubmit
+                    : c % 4 == 2 ? Load::kGet
+                                 : Load::kList);
   }
   cpu = CpuMeter{server_pid};
   r = load.Run(mixed, f.duration_s);
@@ -387,10 +396,11 @@ int main(int argc, char** argv) {
            absl::Now() - t0 < absl::Seconds(60)) {
       absl::SleepFor(absl::Milliseconds(20));
     }
-    std::printf("watch    WatchJob   %d of %d streams open (first event in), "
-                "%d failed, %.2f s to open\n",
-                w.open.load(), f.watches, w.failed.load(),
-                absl::ToDoubleSeconds(absl::Now() - t0));
+    std::printf(
+        "watch    WatchJob   %d of %d streams open (first event in), "
+        "%d failed, %.2f s to open\n",
+        w.open.load(), f.watches, w.failed.load(),
+        absl::ToDoubleSeconds(absl::Now() - t0));
     r = load.Run(all_submit, f.duration_s);
     Report("watching", "SubmitJob", r[Load::kSubmit], f.duration_s);
     w.Stop();
@@ -401,6 +411,8 @@ int main(int argc, char** argv) {
     waitpid(server_pid, &status, 0);
     std::printf("yard-server exited with %d\n",
                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    std::error_code ec;
+    std::filesystem::remove_all(state_dir, ec);
   }
   return 0;
 }
