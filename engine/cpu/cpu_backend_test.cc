@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/core/rng.h"
+#include "engine/cpu/test_inputs.h"
 #include "engine/cpu/reference_ops.h"
 #include "gtest/gtest.h"
 
@@ -21,14 +22,6 @@ namespace {
 using reference::FiniteDifferences;
 
 constexpr double kTol = 1e-4;
-
-std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1,
-                          float hi = 1) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = rng.Uniform(lo, hi);
-  return v;
-}
 
 std::unique_ptr<CpuBackend> MakeBackend(int threads) {
   CpuBackendOptions o;

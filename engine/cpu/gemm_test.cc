@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "engine/core/rng.h"
+#include "engine/cpu/test_inputs.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
@@ -13,13 +14,6 @@ struct Problem {
   bool ta, tb;
   int64_t m, n, k;
 };
-
-std::vector<float> Random(int64_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = rng.Uniform(-1, 1);
-  return v;
-}
 
 GemmArgs Args(const Problem& p, const std::vector<float>& a,
               const std::vector<float>& b, std::vector<float>& c) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/rng.h"
+#include "engine/cpu/test_inputs.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/reference_ops.h"
 #include "gtest/gtest.h"
@@ -19,14 +20,6 @@ using reference::FiniteDifferences;
 using reference::Vec;
 
 constexpr double kTol = 2e-4;
-
-std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1,
-                          float hi = 1) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = rng.Uniform(lo, hi);
-  return v;
-}
 
 Vec ToDouble(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 
