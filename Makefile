@@ -26,5 +26,12 @@ test: deps
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)/bin
 
+# Bounded libFuzzer runs of the fuzz targets (clang build in build-fuzz/),
+# FUZZ_SECONDS each; fails if any target finds a crash.
+FUZZ_SECONDS ?= 30
+.PHONY: fuzz
+fuzz: deps
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/run-fuzzers.sh
+
 clean:
 	rm -rf $(BUILD_DIR)

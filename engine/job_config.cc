@@ -105,8 +105,8 @@ absl::Status FillGpt(const JobSpec& spec, const std::string& root,
               g.vocab_size()};
   if (!g.init_from().empty()) {
     ASSIGN_OR_RETURN(job->gpt_init_from,
-                     spec::ResolveDataPath("model.gpt.init_from", root,
-                                           g.init_from(), true));
+                     spec::ResolveModelFolder("model.gpt.init_from", root,
+                                              g.init_from(), true));
   }
   if (spec.data().has_text()) {
     ASSIGN_OR_RETURN(job->text, ResolveText(spec.data().text(), root));

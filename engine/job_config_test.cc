@@ -146,6 +146,33 @@ TEST(JobConfigTest, PathsMustStayInsideTheDataRoot) {
   EXPECT_TRUE(absl::StrContains(job.status().message(), "data.mnist.images"));
 }
 
+TEST(JobConfigTest, InitFromIsAModelFolderInsideTheDataRoot) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(::testing::TempDir()) / "job_config_init";
+  fs::remove_all(base);
+  fs::create_directories(base / "root" / "hf");
+  for (const char* f : {"root/text.txt", "root/hf/config.json",
+                        "root/hf/model.safetensors", "secret"}) {
+    std::ofstream(base / f) << "x";
+  }
+  absl::StatusOr<JobSpec> spec = spec::ParseJobSpec(
+      "model: {gpt: {n_layer: 1, n_head: 1, d_model: 8, seq_len: 8, "
+      "vocab_size: 256, init_from: hf}}\n"
+      "data: {text: {train: text.txt}}\nbatch: {micro_batch: 2}\nsteps: 1\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  JobConfigOptions options;
+  options.data_root = (base / "root").string();
+  absl::StatusOr<EngineJob> job =
+      EngineJobFromSpec(spec::WithDefaults(*spec), options);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->gpt_init_from, fs::canonical(base / "root" / "hf").string());
+  fs::remove(base / "root" / "hf" / "config.json");
+  fs::create_symlink(base / "secret", base / "root" / "hf" / "config.json");
+  job = EngineJobFromSpec(spec::WithDefaults(*spec), options);
+  EXPECT_EQ(job.status().message(),
+            "model.gpt.init_from: path escapes the data root");
+}
+
 TEST(JobConfigTest, FingerprintCoversWhatShapesTheWeightsOnly) {
   const JobSpec base = Example();
   const std::string fp = SpecFingerprint(base);

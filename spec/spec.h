@@ -10,16 +10,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "spec/limits.h"
 #include "trainyard/v1/spec.pb.h"
 
 namespace trainyard::spec {
 
 // Parses a JobSpec from YAML or JSON text (protobuf's JSON mapping; YAML is
 // converted to JSON first). Malformed text, unknown fields and wrong types
-// are INVALID_ARGUMENT with a message naming the field or line.
+// are INVALID_ARGUMENT with a message naming the field or line; text over
+// kMaxSpecBytes is refused before parsing.
 absl::StatusOr<trainyard::v1::JobSpec> ParseJobSpec(std::string_view text);
 
 // Reads and parses a spec file; NOT_FOUND / INVALID_ARGUMENT name the file.
+// A file over kMaxSpecBytes is refused without reading it.
 absl::StatusOr<trainyard::v1::JobSpec> ReadJobSpecFile(const std::string& path);
 
 // The spec as protobuf JSON (one line unless `pretty`).
@@ -29,18 +32,20 @@ std::string JobSpecToJson(const trainyard::v1::JobSpec& spec,
 // Returns the spec with every documented default filled in (see spec.proto).
 trainyard::v1::JobSpec WithDefaults(const trainyard::v1::JobSpec& spec);
 
-// Explicit upper bounds on what one job may ask for.
+// Explicit upper bounds on what one job may ask for; spec/limits.h explains
+// the defaults. A deployment may lower them, never raise them past those.
 struct Limits {
-  int64_t max_steps = 10'000'000;
-  int64_t max_parameters = 2'000'000'000;
-  int32_t max_layer_width = 65'536;
-  int32_t max_layers = 256;
-  int32_t max_micro_batch = 65'536;
-  int32_t max_grad_accum = 4'096;
-  int32_t max_gpus = 1'024;
-  int32_t max_cpu_threads = 256;
-  int32_t max_name_length = 128;
-  int32_t max_path_length = 1'024;
+  int64_t max_steps = kMaxSteps;
+  int64_t max_parameters = kMaxParameters;
+  int64_t max_layer_width = kMaxLayerWidth;
+  int64_t max_layers = kMaxLayers;
+  int64_t max_micro_batch = kMaxMicroBatch;
+  int64_t max_grad_accum = kMaxGradAccum;
+  int64_t max_micro_batch_tokens = kMaxMicroBatchTokens;
+  int64_t max_gpus = kMaxGpus;
+  int64_t max_cpu_threads = kMaxCpuThreads;
+  int64_t max_name_length = kMaxNameLength;
+  int64_t max_path_length = kMaxPathLength;
 };
 
 struct ValidationOptions {
@@ -60,12 +65,26 @@ absl::Status ValidateJobSpec(const trainyard::v1::JobSpec& spec,
 
 // Resolves `relative` under `data_root` (following symlinks) and checks the
 // result stays inside the root. `field` names the spec field for errors.
-// INVALID_ARGUMENT for absolute paths or escapes; NOT_FOUND-worded
-// INVALID_ARGUMENT when the file is missing and must exist.
+// INVALID_ARGUMENT for absolute paths, control characters, paths longer
+// than kMaxPathLength and escapes (a "../" or a symlink anywhere on the way,
+// a dangling one included, that leads out of the root); NOT_FOUND-worded
+// INVALID_ARGUMENT when the file is missing and must exist. With must_exist
+// false the path may name a file yet to be created: the part that exists is
+// resolved and the rest must not pass through a dangling symlink.
 absl::StatusOr<std::string> ResolveDataPath(std::string_view field,
                                             const std::string& data_root,
                                             const std::string& relative,
                                             bool must_exist);
+
+// Resolves a Hugging Face GPT-2 folder (model.gpt.init_from) like
+// ResolveDataPath, but the path names a directory, and with must_exist its
+// files must be there and resolve inside the root as well: config.json and
+// model.safetensors, and trainyard_tokenizer.json when present (a link
+// inside the folder must not lead out of the root either).
+absl::StatusOr<std::string> ResolveModelFolder(std::string_view field,
+                                               const std::string& data_root,
+                                               const std::string& relative,
+                                               bool must_exist);
 
 // Number of trainable parameters of the spec's model (data-derived sizes
 // taken from the spec or, for MNIST, 784 inputs and 10 classes).

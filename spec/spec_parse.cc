@@ -19,6 +19,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "spec/json_syntax.h"
+#include "spec/limits.h"
 #include "spec/spec.h"
 #include "spec/yaml_to_json.h"
 
@@ -123,12 +124,21 @@ std::string ReadableProtoError(absl::string_view msg) {
                       Expected(type), ")");
 }
 
+absl::Status TooLarge(absl::string_view source, int64_t bytes) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": spec is ", bytes,
+                                                 " bytes; the limit is ",
+                                                 kMaxSpecBytes, " (1 MiB)"));
+}
+
 absl::StatusOr<JobSpec> ParseNamed(absl::string_view text,
                                    absl::string_view source) {
+  if (static_cast<int64_t>(text.size()) > kMaxSpecBytes) {
+    return TooLarge(source, static_cast<int64_t>(text.size()));
+  }
   std::string_view view(text.data(), text.size());
   if (LooksLikeJson(view)) {
     // A JSON spec must be JSON; the YAML route alone would be lenient.
-    absl::Status syntax = CheckJsonSyntax(view);
+    absl::Status syntax = CheckJsonSyntax(view, kMaxSpecDepth);
     if (!syntax.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": ", syntax.message()));
@@ -167,15 +177,15 @@ absl::StatusOr<JobSpec> ReadJobSpecFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a regular file"));
   }
+  if (st.st_size > kMaxSpecBytes) return TooLarge(path, st.st_size);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": cannot open spec file: ", std::strerror(errno)));
   }
-  // Read one byte past the limit so an oversized file is reported as such
-  // by YamlToJson without reading all of it.
-  YamlLimits limits;
-  std::string text(static_cast<size_t>(limits.max_bytes) + 1, '\0');
+  // Read one byte past the limit: a file that grew since the stat is still
+  // refused without reading all of it.
+  std::string text(static_cast<size_t>(kMaxSpecBytes) + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) {
     return absl::InvalidArgumentError(

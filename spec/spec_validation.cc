@@ -1,6 +1,7 @@
 // JobSpec validation: every field against explicit limits, data paths inside
 // the data root. All problems found are reported together, each starting
 // with its field path, so a user fixes a spec in one round. Thread-safe.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "spec/limits.h"
 #include "spec/spec.h"
 
 namespace trainyard::spec {
@@ -21,13 +23,63 @@ using ::trainyard::v1::JobSpec;
 
 constexpr int32_t kMnistInputs = 784;
 constexpr int32_t kMnistClasses = 10;
-constexpr int64_t kMaxHoldout = 10'000'000;
-constexpr int64_t kMaxEvalBatches = 1'000'000;
-constexpr int64_t kMaxKeepLast = 1'000;
-constexpr int64_t kMaxHeads = 1'024;
-constexpr int64_t kMaxSeqLen = 65'536;
-constexpr int64_t kMaxVocab = 1 << 20;
-constexpr int kMaxTokenShards = 10'000;
+
+// The options' limits, none above spec/limits.h: the overflow guarantees
+// there hold only up to those.
+Limits Effective(const Limits& l) {
+  Limits e;
+  e.max_steps = std::min(l.max_steps, kMaxSteps);
+  e.max_parameters = std::min(l.max_parameters, kMaxParameters);
+  e.max_layer_width = std::min(l.max_layer_width, kMaxLayerWidth);
+  e.max_layers = std::min(l.max_layers, kMaxLayers);
+  e.max_micro_batch = std::min(l.max_micro_batch, kMaxMicroBatch);
+  e.max_grad_accum = std::min(l.max_grad_accum, kMaxGradAccum);
+  e.max_micro_batch_tokens =
+      std::min(l.max_micro_batch_tokens, kMaxMicroBatchTokens);
+  e.max_gpus = std::min(l.max_gpus, kMaxGpus);
+  e.max_cpu_threads = std::min(l.max_cpu_threads, kMaxCpuThreads);
+  e.max_name_length = std::min(l.max_name_length, kMaxNameLength);
+  e.max_path_length = std::min(l.max_path_length, kMaxPathLength);
+  return e;
+}
+
+// Strict UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF): protobuf refuses to parse a string field that is not, so a
+// stored spec must never hold one.
+bool IsValidUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char lead = static_cast<unsigned char>(s[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    // Sequence length, the lead byte's payload and the smallest code point
+    // that needs this many bytes.
+    size_t len;
+    uint32_t cp, min;
+    if ((lead & 0xE0) == 0xC0) {
+      len = 2, cp = lead & 0x1F, min = 0x80;
+    } else if ((lead & 0xF0) == 0xE0) {
+      len = 3, cp = lead & 0x0F, min = 0x800;
+    } else if ((lead & 0xF8) == 0xF0) {
+      len = 4, cp = lead & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (s.size() - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
 
 // "3.2e9": short and unambiguous for counts far beyond a human's reading.
 std::string FormatCount(int64_t n) {
@@ -64,6 +116,11 @@ void CheckName(const JobSpec& spec, const Limits& limits, Problems* p) {
   if (static_cast<int64_t>(spec.name().size()) > limits.max_name_length) {
     p->Add("name", absl::StrCat("at most ", limits.max_name_length,
                                 " characters, got ", spec.name().size()));
+    return;
+  }
+  if (!IsValidUtf8(spec.name())) {
+    p->Add("name", "must be valid UTF-8");
+    return;
   }
   for (unsigned char c : spec.name()) {
     if (c < 0x20 || c == 0x7f) {
@@ -73,15 +130,45 @@ void CheckName(const JobSpec& spec, const Limits& limits, Problems* p) {
   }
 }
 
+// The encoded message, so that one spec cannot fill the store however its
+// bytes are spread over repeated fields.
+void CheckSize(const JobSpec& spec, Problems* p) {
+  const size_t bytes = spec.ByteSizeLong();
+  if (bytes > static_cast<size_t>(kMaxSpecBytes)) {
+    p->Add("spec",
+           absl::StrCat(bytes, " bytes encoded; the limit is ", kMaxSpecBytes));
+  }
+}
+
+// Length and encoding first, so the file system only sees sane strings.
+bool CheckPathText(absl::string_view field, const std::string& path,
+                   const Limits& limits, Problems* p) {
+  if (static_cast<int64_t>(path.size()) > limits.max_path_length) {
+    p->Add(field,
+           absl::StrCat("at most ", limits.max_path_length, " characters"));
+    return false;
+  }
+  if (!IsValidUtf8(path)) {
+    p->Add(field, "must be valid UTF-8");
+    return false;
+  }
+  return true;
+}
+
 void CheckPath(absl::string_view field, const std::string& path,
                const ValidationOptions& options, Problems* p) {
-  if (static_cast<int64_t>(path.size()) > options.limits.max_path_length) {
-    p->Add(field, absl::StrCat("at most ", options.limits.max_path_length,
-                               " characters"));
-    return;
-  }
+  if (!CheckPathText(field, path, options.limits, p)) return;
   p->Add(ResolveDataPath(std::string_view(field.data(), field.size()),
                          options.data_root, path, options.check_files_exist)
+             .status());
+}
+
+void CheckModelFolder(const std::string& path, const ValidationOptions& options,
+                      Problems* p) {
+  constexpr char kField[] = "model.gpt.init_from";
+  if (!CheckPathText(kField, path, options.limits, p)) return;
+  p->Add(ResolveModelFolder(kField, options.data_root, path,
+                            options.check_files_exist)
              .status());
 }
 
@@ -137,8 +224,16 @@ void CheckGpt(const JobSpec& spec, const ValidationOptions& options,
            absl::StrCat("must be a multiple of n_head (", gpt.n_head(),
                         "), got ", gpt.d_model()));
   }
+  if (p->size() == before &&
+      gpt.seq_len() * int64_t{spec.batch().micro_batch()} >
+          limits.max_micro_batch_tokens) {
+    p->Add("batch.micro_batch",
+           absl::StrCat("micro_batch x model.gpt.seq_len must be at most ",
+                        limits.max_micro_batch_tokens, " tokens, got ",
+                        gpt.seq_len() * int64_t{spec.batch().micro_batch()}));
+  }
   if (!gpt.init_from().empty()) {
-    CheckPath("model.gpt.init_from", gpt.init_from(), options, p);
+    CheckModelFolder(gpt.init_from(), options, p);
   }
   const auto& data = spec.data();
   if (data.has_mnist()) {
@@ -272,7 +367,7 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
              kMaxKeepLast);
   }
   p->Range("log_every_steps", spec.log_every_steps(), 0, max_steps);
-  p->Range("priority", spec.priority(), -1000, 1000);
+  p->Range("priority", spec.priority(), -kMaxPriority, kMaxPriority);
 }
 
 void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {
@@ -293,8 +388,11 @@ void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {
 }  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& spec,
-                             const ValidationOptions& options) {
+                             const ValidationOptions& given) {
+  ValidationOptions options = given;
+  options.limits = Effective(given.limits);
   Problems problems;
+  CheckSize(spec, &problems);
   CheckName(spec, options.limits, &problems);
   CheckModel(spec, options, &problems);
   CheckData(spec, options, &problems);

@@ -119,6 +119,7 @@ TEST_F(ValidationTest, AbsurdSizes) {
   spec.mutable_resources()->set_cpu_threads(0);
   EXPECT_THAT(ErrorOf(spec), StartsWith("resources.cpu_threads: must be in"));
   spec = Good();
+  spec = Good();
   spec.set_priority(5000);
   EXPECT_EQ(ErrorOf(spec), "priority: must be in [-1000, 1000], got 5000");
 }
@@ -219,8 +220,8 @@ TEST_F(ValidationTest, DirectoryIsNotAFile) {
 
 TEST_F(ValidationTest, LongPathIsRefused) {
   JobSpec spec = Good();
-  spec.mutable_data()->mutable_mnist()->set_images(std::string(2000, 'a'));
-  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: at most 1024 characters");
+  spec.mutable_data()->mutable_mnist()->set_images(std::string(4097, 'a'));
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: at most 4096 characters");
 }
 
 TEST_F(ValidationTest, GptOnTextOrTokens) {
@@ -250,6 +251,26 @@ TEST_F(ValidationTest, GptOnTextOrTokens) {
   spec.mutable_data()->mutable_tokens()->set_train(0, "mnist/images.gz");
   EXPECT_TRUE(ValidateJobSpec(spec, options_).ok())
       << ValidateJobSpec(spec, options_);
+}
+
+TEST_F(ValidationTest, InitFromIsAModelFolderInsideTheRoot) {
+  JobSpec spec = *ParseJobSpec(
+      "model: {gpt: {n_layer: 2, n_head: 2, d_model: 64, seq_len: 64, "
+      "vocab_size: 256, init_from: hf}}\n"
+      "data: {text: {train: mnist/images.gz}}\n"
+      "batch: {micro_batch: 4}\nsteps: 10\n");
+  EXPECT_EQ(ErrorOf(spec), "model.gpt.init_from: file not found: hf");
+  ASSERT_EQ(::mkdir((root_ + "/hf").c_str(), 0755), 0);
+  EXPECT_EQ(ErrorOf(spec),
+            "model.gpt.init_from: file not found: hf/config.json");
+  Touch(root_ + "/hf/config.json");
+  Touch(root_ + "/hf/model.safetensors");
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok())
+      << ValidateJobSpec(spec, options_);
+  ASSERT_EQ(::symlink((base_ + "/secret.gz").c_str(),
+                      (root_ + "/hf/trainyard_tokenizer.json").c_str()),
+            0);
+  EXPECT_EQ(ErrorOf(spec), "model.gpt.init_from: path escapes the data root");
 }
 
 TEST_F(ValidationTest, ModelAndDataMustGoTogether) {

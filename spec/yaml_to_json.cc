@@ -6,14 +6,15 @@
 #include <cstdint>
 #include <exception>
 #include <set>
+#include <sstream>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/json_string.h"
 #include "yaml-cpp/depthguard.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace trainyard::spec {
@@ -83,6 +84,11 @@ class JsonWriter {
       return Error(
           node, absl::StrCat("document expands to more than ",
                              limits_.max_nodes, " nodes (too many aliases?)"));
+    }
+    if (static_cast<int64_t>(out->size()) > limits_.max_json_bytes) {
+      return Error(node, absl::StrCat("document expands to more than ",
+                                      limits_.max_json_bytes,
+                                      " bytes of JSON (too many aliases?)"));
     }
     if (depth > limits_.max_depth) {
       return Error(node, absl::StrCat("nested deeper than ", limits_.max_depth,
@@ -174,6 +180,51 @@ class JsonWriter {
   int64_t nodes_ = 0;
 };
 
+// Parse events, ignored except for where each document starts.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  const YAML::Mark& last() const { return last_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override { last_ = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+ private:
+  YAML::Mark last_ = YAML::Mark::null_mark();
+};
+
+// The one document of `text`; throws what yaml-cpp throws. Not LoadAll:
+// yaml-cpp 0.7's LoadAll loops forever, allocating, on input such as ","
+// (its parser reports empty documents without consuming anything; fixed
+// upstream in 2024 by jbeder/yaml-cpp#1319). Load reads the first document,
+// and a parser asked at most twice tells whether a second one follows.
+absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& text) {
+  YAML::Node doc = YAML::Load(text);
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  parser.HandleNextDocument(starts);
+  const int first = starts.last().pos;
+  if (parser.HandleNextDocument(starts)) {
+    if (starts.last().pos <= first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(starts.last()), "unexpected text (a stray ',' or ':'?)"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(starts.last()), "expected one document, found a second one"));
+  }
+  return doc;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> YamlToJson(std::string_view text,
@@ -183,9 +234,9 @@ absl::StatusOr<std::string> YamlToJson(std::string_view text,
                                                    " bytes; the limit is ",
                                                    limits.max_bytes));
   }
-  std::vector<YAML::Node> docs;
+  absl::StatusOr<YAML::Node> doc;
   try {
-    docs = YAML::LoadAll(std::string(text));
+    doc = LoadOneDocument(std::string(text));
   } catch (const YAML::DeepRecursion& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(e.mark), "nested too deeply"));
@@ -194,22 +245,19 @@ absl::StatusOr<std::string> YamlToJson(std::string_view text,
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(e.what());
   }
-  if (docs.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(docs[1].Mark()), "expected one document, found a second one"));
-  }
-  if (docs.empty() || docs[0].IsNull()) {
+  if (!doc.ok()) return doc.status();
+  if (!doc->IsDefined() || doc->IsNull()) {
     return absl::InvalidArgumentError("empty");
   }
-  if (!docs[0].IsMap()) {
+  if (!doc->IsMap()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Where(docs[0].Mark()),
+        Where(doc->Mark()),
         "expected a mapping of field names to values at the top level"));
   }
   std::string json;
   try {
     JsonWriter writer(limits);
-    absl::Status s = writer.Write(docs[0], 0, &json);
+    absl::Status s = writer.Write(*doc, 0, &json);
     if (!s.ok()) return s;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(e.what());

@@ -12,15 +12,19 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "spec/limits.h"
 
 namespace trainyard::spec {
 
 struct YamlLimits {
-  int64_t max_bytes = 1 << 20;
-  int max_depth = 32;
+  int64_t max_bytes = kMaxSpecBytes;
+  int max_depth = kMaxSpecDepth;
   // Nodes visited while expanding aliases: a "billion laughs" document is
   // small on disk and enormous once expanded.
-  int64_t max_nodes = 100'000;
+  int64_t max_nodes = kMaxSpecNodes;
+  // Bytes of JSON written: nodes alone do not bound it, as one aliased
+  // node may be a string of most of max_bytes.
+  int64_t max_json_bytes = kMaxSpecExpandedBytes;
 };
 
 // Returns the JSON text, or INVALID_ARGUMENT with a message such as

@@ -90,6 +90,16 @@ TEST(YamlToJsonTest, TopLevelMustBeAMapping) {
 
 TEST(YamlToJsonTest, OneDocumentOnly) {
   EXPECT_THAT(Error("a: 1\n---\nb: 2\n"), HasSubstr("second one"));
+  EXPECT_EQ(Json("a: 1\n...\n"), R"({"a":1})");  // an end marker alone
+}
+
+// yaml-cpp 0.7's LoadAll never returns on these (found by fuzz_spec; the
+// fuzzer's input is fuzz/corpus/spec/crash-yaml-loadall-loop.json).
+TEST(YamlToJsonTest, StrayPunctuationIsAnErrorNotAHang) {
+  EXPECT_EQ(Error(","),
+            "line 1, column 1: unexpected text (a stray ',' or ':'?)");
+  EXPECT_THAT(Error("\n,\n"), HasSubstr("unexpected text"));
+  EXPECT_THAT(Error("{\"a\": 1,,\n \"b\": 2}"), HasSubstr("line 1"));
 }
 
 TEST(YamlToJsonTest, ComplexKeysAreRejected) {
@@ -109,6 +119,15 @@ TEST(YamlToJsonTest, BillionLaughsIsRefused) {
     absl::StrAppend(&yaml, "]\n");
   }
   EXPECT_THAT(Error(yaml), HasSubstr("expands to more than"));
+}
+
+TEST(YamlToJsonTest, AliasesOfALongStringAreRefused) {
+  // 1,000 aliases of a 500 KB string: few nodes, 500 MB of JSON.
+  std::string yaml = "a: &s " + std::string(500'000, 'x') + "\nb: [";
+  for (int i = 0; i < 1000; ++i) absl::StrAppend(&yaml, i ? ", " : "", "*s");
+  absl::StrAppend(&yaml, "]\n");
+  EXPECT_THAT(Error(yaml),
+              HasSubstr("expands to more than 8388608 bytes of JSON"));
 }
 
 TEST(YamlToJsonTest, SelfReferenceIsRefused) {

@@ -2,9 +2,12 @@
 // See checkpoint.h.
 #include "engine/core/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include "absl/strings/match.h"
@@ -22,7 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kMaxMetaBytes = 64 << 20;
+// meta.json holds the tensor list (tens of bytes per tensor) and at most a
+// char tokenizer's vocabulary (under 10 MB for all of Unicode).
+constexpr int64_t kMaxMetaBytes = int64_t{16} << 20;
 constexpr int64_t kMaxTensorFileBytes = int64_t{64} << 30;
 
 std::string JoinPath(const std::string& dir, absl::string_view name) {
@@ -147,7 +152,8 @@ absl::StatusOr<ParsedMeta> ParseMeta(absl::string_view text) {
   return out;
 }
 
-// Checks the tensor file against what meta.json promised.
+// Checks the tensor file against what meta.json promised. By name through
+// a map: a hostile file may list hundreds of thousands of tensors.
 absl::Status CheckAgainstMeta(const ParsedMeta& meta,
                               const std::vector<HostTensor>& tensors) {
   if (meta.tensors.size() != tensors.size()) {
@@ -155,17 +161,17 @@ absl::Status CheckAgainstMeta(const ParsedMeta& meta,
                                             " tensors, meta.json lists ",
                                             meta.tensors.size()));
   }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const auto& [name, shape] = meta.tensors[i];
-    auto it = std::find_if(tensors.begin(), tensors.end(),
-                           [&](const HostTensor& t) { return t.name == name; });
-    if (it == tensors.end()) {
+  std::map<absl::string_view, const HostTensor*> by_name;
+  for (const HostTensor& t : tensors) by_name[t.name] = &t;
+  for (const auto& [name, shape] : meta.tensors) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
       return absl::DataLossError(absl::StrCat("tensor ", name, " is missing"));
     }
-    if (it->shape != shape) {
-      return absl::DataLossError(
-          absl::StrCat("tensor ", name, " has shape ", ShapeString(it->shape),
-                       ", meta.json says ", ShapeString(shape)));
+    if (it->second->shape != shape) {
+      return absl::DataLossError(absl::StrCat(
+          "tensor ", name, " has shape ", ShapeString(it->second->shape),
+          ", meta.json says ", ShapeString(shape)));
     }
   }
   return absl::OkStatus();
@@ -175,6 +181,61 @@ absl::Status CheckAgainstMeta(const ParsedMeta& meta,
 absl::Status InFile(const std::string& file, const absl::Status& s) {
   if (s.ok() || absl::StartsWith(s.message(), file)) return s;
   return absl::Status(s.code(), absl::StrCat(file, ": ", s.message()));
+}
+
+// A checkpoint's files are written by WriteCheckpoint, never as links; one
+// that is a link was planted, and could lead anywhere.
+absl::Status RefuseSymlink(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": is a symlink; checkpoint files never are"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParsedMeta> ParseMetaFile(absl::string_view text,
+                                         const std::string& dir,
+                                         const std::string& meta_path) {
+  absl::StatusOr<ParsedMeta> meta = ParseMeta(text);
+  if (!meta.ok()) {
+    absl::Status s = meta.status();
+    if (s.code() == absl::StatusCode::kInvalidArgument) {
+      s = absl::DataLossError(s.message());  // malformed file, not bad input
+    }
+    return InFile(meta_path, s);
+  }
+  const int64_t dir_step = StepFromDirName(fs::path(dir).filename().string());
+  if (dir_step >= 0 && dir_step != meta->meta.step) {
+    return absl::DataLossError(
+        absl::StrCat(meta_path, ": step ", meta->meta.step,
+                     " does not match the directory name"));
+  }
+  return meta;
+}
+
+// The tensor file's bytes against meta.json: size, CRC, then contents.
+absl::StatusOr<Checkpoint> VerifyTensors(const ParsedMeta& meta,
+                                         absl::string_view bytes,
+                                         const std::string& tensors_path) {
+  if (static_cast<int64_t>(bytes.size()) != meta.file_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        tensors_path, ": ",
+        static_cast<int64_t>(bytes.size()) < meta.file_bytes ? "truncated"
+                                                             : "corrupt",
+        ": ", bytes.size(), " bytes, meta.json says ", meta.file_bytes));
+  }
+  const std::string crc = absl::StrFormat("%08x", Crc32(0, bytes));
+  if (crc != meta.file_crc) {
+    return absl::DataLossError(absl::StrCat(tensors_path, ": corrupt: CRC-32 ",
+                                            crc, ", meta.json says ",
+                                            meta.file_crc));
+  }
+  Checkpoint out;
+  ASSIGN_OR_RETURN(out.tensors, ParseSafetensors(bytes, tensors_path));
+  RETURN_IF_ERROR(InFile(tensors_path, CheckAgainstMeta(meta, out.tensors)));
+  out.meta = meta.meta;
+  return out;
 }
 
 }  // namespace
@@ -219,44 +280,30 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& root,
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   const std::string meta_path = JoinPath(path, kCheckpointMetaFile);
   const std::string tensors_path = JoinPath(path, kCheckpointTensorsFile);
+  RETURN_IF_ERROR(RefuseSymlink(meta_path));
   absl::StatusOr<std::string> meta_text =
       ReadWholeFile(meta_path, kMaxMetaBytes);
   if (!meta_text.ok()) return InFile(meta_path, meta_text.status());
-  absl::StatusOr<ParsedMeta> meta = ParseMeta(*meta_text);
-  if (!meta.ok()) {
-    absl::Status s = meta.status();
-    if (s.code() == absl::StatusCode::kInvalidArgument) {
-      s = absl::DataLossError(s.message());  // malformed file, not bad input
-    }
-    return InFile(meta_path, s);
-  }
-  const int64_t dir_step = StepFromDirName(fs::path(path).filename().string());
-  if (dir_step >= 0 && dir_step != meta->meta.step) {
-    return absl::DataLossError(
-        absl::StrCat(meta_path, ": step ", meta->meta.step,
-                     " does not match the directory name"));
-  }
+  // meta.json first: a bad one is reported without reading the big file.
+  ASSIGN_OR_RETURN(ParsedMeta meta, ParseMetaFile(*meta_text, path, meta_path));
+  RETURN_IF_ERROR(RefuseSymlink(tensors_path));
   absl::StatusOr<std::string> bytes =
       ReadWholeFile(tensors_path, kMaxTensorFileBytes);
   if (!bytes.ok()) return InFile(tensors_path, bytes.status());
-  if (static_cast<int64_t>(bytes->size()) != meta->file_bytes) {
-    return absl::DataLossError(absl::StrCat(
-        tensors_path, ": ",
-        static_cast<int64_t>(bytes->size()) < meta->file_bytes ? "truncated"
-                                                               : "corrupt",
-        ": ", bytes->size(), " bytes, meta.json says ", meta->file_bytes));
+  return VerifyTensors(meta, *bytes, tensors_path);
+}
+
+absl::StatusOr<Checkpoint> ParseCheckpoint(absl::string_view meta_json,
+                                           absl::string_view tensors,
+                                           const std::string& dir) {
+  const std::string meta_path = JoinPath(dir, kCheckpointMetaFile);
+  if (static_cast<int64_t>(meta_json.size()) > kMaxMetaBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(meta_path, ": ", meta_json.size(),
+                     " bytes, more than the limit of ", kMaxMetaBytes));
   }
-  const std::string crc = absl::StrFormat("%08x", Crc32(0, *bytes));
-  if (crc != meta->file_crc) {
-    return absl::DataLossError(absl::StrCat(tensors_path, ": corrupt: CRC-32 ",
-                                            crc, ", meta.json says ",
-                                            meta->file_crc));
-  }
-  Checkpoint out;
-  ASSIGN_OR_RETURN(out.tensors, ParseSafetensors(*bytes, tensors_path));
-  RETURN_IF_ERROR(InFile(tensors_path, CheckAgainstMeta(*meta, out.tensors)));
-  out.meta = meta->meta;
-  return out;
+  ASSIGN_OR_RETURN(ParsedMeta meta, ParseMetaFile(meta_json, dir, meta_path));
+  return VerifyTensors(meta, tensors, JoinPath(dir, kCheckpointTensorsFile));
 }
 
 absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
@@ -271,8 +318,10 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
   }
   for (const fs::directory_entry& e : it) {
     const int64_t step = StepFromDirName(e.path().filename().string());
-    if (step >= 0 && e.is_directory(ec))
+    // symlink_status: a link named step-* is not followed anywhere.
+    if (step >= 0 && fs::is_directory(e.symlink_status(ec))) {
       out.push_back({step, e.path().string()});
+    }
   }
   std::sort(out.begin(), out.end(),
             [](const CheckpointEntry& a, const CheckpointEntry& b) {

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/core/batch.h"
 #include "engine/core/json.h"
 #include "engine/core/tensor.h"
@@ -64,15 +65,25 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& root,
 
 // Reads and verifies one checkpoint directory. DATA_LOSS for corrupt or
 // truncated contents, NOT_FOUND for missing files, FAILED_PRECONDITION for a
-// newer version; every message starts with the offending file's path.
+// newer version or a file that is a symlink (the engine never writes one,
+// and following it could read from anywhere); every message starts with the
+// offending file's path.
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
+
+// The same checks on the two files' contents held in memory; `dir` names
+// the checkpoint directory in errors and, when it ends in a step-* name,
+// must agree with meta.json's step.
+absl::StatusOr<Checkpoint> ParseCheckpoint(absl::string_view meta_json,
+                                           absl::string_view tensors,
+                                           const std::string& dir);
 
 struct CheckpointEntry {
   int64_t step = 0;
   std::string path;
 };
 
-// The step-* directories under root, newest first. Empty when root is absent.
+// The step-* directories under root, newest first (symlinks are not
+// checkpoints and are skipped). Empty when root is absent.
 absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
     const std::string& root);
 

@@ -161,6 +161,56 @@ TEST_F(CheckpointTest, NoCheckpointsIsNotAnErrorButAllCorruptIs) {
             absl::StatusCode::kDataLoss);
 }
 
+TEST_F(CheckpointTest, RefusesSymlinksOutOfTheCheckpoint) {
+  absl::StatusOr<std::string> path = WriteCheckpoint(root_, Sample(3));
+  ASSERT_TRUE(path.ok()) << path.status();
+  // A planted link in place of a file: refused, not followed.
+  const std::string elsewhere = root_ + "-elsewhere";
+  fs::create_directories(elsewhere);
+  fs::rename(*path + "/model.safetensors", elsewhere + "/model.safetensors");
+  fs::create_symlink(elsewhere + "/model.safetensors",
+                     *path + "/model.safetensors");
+  absl::StatusOr<Checkpoint> r = ReadCheckpoint(*path);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "is a symlink"))
+      << r.status();
+  // A step-* link to a directory outside the root is not a checkpoint.
+  ASSERT_TRUE(WriteCheckpoint(elsewhere, Sample(9)).ok());
+  fs::create_directory_symlink(elsewhere + "/step-00000009",
+                               root_ + "/step-00000009");
+  absl::StatusOr<std::vector<CheckpointEntry>> list = ListCheckpoints(root_);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step, 3);
+  ASSERT_TRUE(PruneCheckpoints(root_, 1).ok());
+  EXPECT_TRUE(fs::exists(elsewhere + "/step-00000009/meta.json"));
+}
+
+TEST_F(CheckpointTest, ParsesFromMemoryWithTheSameChecks) {
+  absl::StatusOr<std::string> path = WriteCheckpoint(root_, Sample(5));
+  ASSERT_TRUE(path.ok()) << path.status();
+  const std::string meta = *ReadWholeFile(*path + "/meta.json", 1 << 20);
+  const std::string tensors =
+      *ReadWholeFile(*path + "/model.safetensors", 1 << 20);
+  absl::StatusOr<Checkpoint> c = ParseCheckpoint(meta, tensors, *path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->meta.step, 5);
+  EXPECT_EQ(c->tensors.size(), 2u);
+  // The directory's step name must agree; another name carries no step.
+  EXPECT_EQ(
+      ParseCheckpoint(meta, tensors, root_ + "/step-00000006").status().code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(ParseCheckpoint(meta, tensors, "anywhere").ok());
+  std::string flipped = tensors;
+  flipped.back() ^= 1;
+  EXPECT_EQ(ParseCheckpoint(meta, flipped, *path).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseCheckpoint(std::string(17 << 20, ' '), tensors, *path)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST_F(CheckpointTest, IgnoresUnrelatedEntries) {
   fs::create_directories(root_ + "/step-abc");
   fs::create_directories(root_ + "/notes");

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@ namespace {
 
 constexpr int64_t kMaxConfigBytes = 1 << 20;
 constexpr int64_t kMaxWeightsBytes = int64_t{64} << 30;
+constexpr int64_t kMaxTokenizerBytes = int64_t{16} << 20;
 
 std::string Join(const std::string& dir, const char* name) {
   return (std::filesystem::path(dir) / name).string();
@@ -134,6 +136,64 @@ absl::Status InFile(const std::string& path, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
 }
 
+absl::StatusOr<GptConfig> ParseConfigFile(absl::string_view text,
+                                          const std::string& path) {
+  if (static_cast<int64_t>(text.size()) > kMaxConfigBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": ", text.size(), " bytes, more than the limit of ",
+                     kMaxConfigBytes));
+  }
+  absl::StatusOr<Json> json = ParseJson(text);
+  if (!json.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", json.status().message()));
+  }
+  absl::StatusOr<GptConfig> config = ParseConfig(*json);
+  if (!config.ok()) return InFile(path, config.status());
+  return config;
+}
+
+// GptModel's parameters, under its names and layout, taken out of the
+// Hugging Face tensors (which are moved from).
+absl::StatusOr<std::vector<HostTensor>> ParamsFromHf(
+    const GptConfig& config, std::vector<HostTensor>* tensors,
+    const std::string& weights_path) {
+  std::map<std::string, HostTensor*> by_name;
+  for (HostTensor& t : *tensors) {
+    std::string name = t.name;
+    if (absl::StartsWith(name, "transformer.")) name = name.substr(12);
+    if (name == "wte.weight" || name == "wpe.weight") name.resize(3);
+    by_name[name] = &t;
+  }
+  std::vector<HostTensor> params;
+  for (const auto& [name, shape] : ExpectedParams(config)) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::DataLossError(
+          absl::StrCat(weights_path, ": tensor ", HfName(name), " is missing"));
+    }
+    HostTensor t = std::move(*it->second);
+    t.name = name;
+    if (IsConv1D(name)) {
+      if (t.shape.size() != 2)
+        t.shape.clear();
+      else
+        t = Transposed(t);
+    }
+    if (t.shape != shape) {
+      return absl::DataLossError(absl::StrCat(
+          weights_path, ": tensor ", HfName(name), " has shape ",
+          ShapeString(IsConv1D(name) && t.shape.size() == 2
+                          ? Shape{t.shape[1], t.shape[0]}
+                          : t.shape),
+          ", the config needs ",
+          ShapeString(IsConv1D(name) ? Shape{shape[1], shape[0]} : shape)));
+    }
+    params.push_back(std::move(t));
+  }
+  return params;
+}
+
 }  // namespace
 
 absl::Status WriteHfGpt2(const std::string& dir, const GptConfig& config,
@@ -165,67 +225,45 @@ absl::Status WriteHfGpt2(const std::string& dir, const GptConfig& config,
 }
 
 absl::StatusOr<HfGpt2> ReadHfGpt2(const std::string& dir) {
-  HfGpt2 out;
   const std::string config_path = Join(dir, kHfConfigFile);
-  {
-    absl::StatusOr<std::string> text =
-        ReadWholeFile(config_path, kMaxConfigBytes);
-    if (!text.ok()) return InFile(config_path, text.status());
-    absl::StatusOr<Json> json = ParseJson(*text);
-    if (!json.ok()) {
-      return absl::DataLossError(
-          absl::StrCat(config_path, ": ", json.status().message()));
-    }
-    absl::StatusOr<GptConfig> config = ParseConfig(*json);
-    if (!config.ok()) return InFile(config_path, config.status());
-    out.config = *config;
-  }
+  absl::StatusOr<std::string> config =
+      ReadWholeFile(config_path, kMaxConfigBytes);
+  if (!config.ok()) return InFile(config_path, config.status());
+  // The config first: a bad one is reported without reading the weights.
+  RETURN_IF_ERROR(ParseConfigFile(*config, config_path).status());
   const std::string weights_path = Join(dir, kHfWeightsFile);
-  absl::StatusOr<std::string> bytes =
+  absl::StatusOr<std::string> weights =
       ReadWholeFile(weights_path, kMaxWeightsBytes);
-  if (!bytes.ok()) return InFile(weights_path, bytes.status());
-  ASSIGN_OR_RETURN(std::vector<HostTensor> tensors,
-                   ParseSafetensors(*bytes, weights_path));
-  std::map<std::string, HostTensor*> by_name;
-  for (HostTensor& t : tensors) {
-    std::string name = t.name;
-    if (absl::StartsWith(name, "transformer.")) name = name.substr(12);
-    if (name == "wte.weight" || name == "wpe.weight") name.resize(3);
-    by_name[name] = &t;
-  }
-  for (const auto& [name, shape] : ExpectedParams(out.config)) {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
-      return absl::DataLossError(
-          absl::StrCat(weights_path, ": tensor ", HfName(name), " is missing"));
-    }
-    HostTensor t = std::move(*it->second);
-    t.name = name;
-    if (IsConv1D(name)) {
-      if (t.shape.size() != 2)
-        t.shape.clear();
-      else
-        t = Transposed(t);
-    }
-    if (t.shape != shape) {
-      return absl::DataLossError(absl::StrCat(
-          weights_path, ": tensor ", HfName(name), " has shape ",
-          ShapeString(IsConv1D(name) && t.shape.size() == 2
-                          ? Shape{t.shape[1], t.shape[0]}
-                          : t.shape),
-          ", the config needs ",
-          ShapeString(IsConv1D(name) ? Shape{shape[1], shape[0]} : shape)));
-    }
-    out.params.push_back(std::move(t));
-  }
+  if (!weights.ok()) return InFile(weights_path, weights.status());
   const std::string tok_path = Join(dir, kHfTokenizerFile);
+  std::optional<std::string> tokenizer;
   if (std::filesystem::exists(tok_path)) {
-    ASSIGN_OR_RETURN(std::string text,
-                     ReadWholeFile(tok_path, int64_t{64} << 20));
-    absl::StatusOr<Json> json = ParseJson(text);
+    absl::StatusOr<std::string> text =
+        ReadWholeFile(tok_path, kMaxTokenizerBytes);
+    if (!text.ok()) return InFile(tok_path, text.status());
+    tokenizer = *std::move(text);
+  }
+  return ParseHfGpt2(*config, *weights,
+                     tokenizer.has_value() ? &*tokenizer : nullptr, dir);
+}
+
+absl::StatusOr<HfGpt2> ParseHfGpt2(absl::string_view config_json,
+                                   absl::string_view weights,
+                                   const std::string* tokenizer_json,
+                                   const std::string& dir) {
+  HfGpt2 out;
+  ASSIGN_OR_RETURN(out.config,
+                   ParseConfigFile(config_json, Join(dir, kHfConfigFile)));
+  const std::string weights_path = Join(dir, kHfWeightsFile);
+  ASSIGN_OR_RETURN(std::vector<HostTensor> tensors,
+                   ParseSafetensors(weights, weights_path));
+  ASSIGN_OR_RETURN(out.params,
+                   ParamsFromHf(out.config, &tensors, weights_path));
+  if (tokenizer_json != nullptr) {
+    absl::StatusOr<Json> json = ParseJson(*tokenizer_json);
     if (!json.ok()) {
-      return absl::DataLossError(
-          absl::StrCat(tok_path, ": ", json.status().message()));
+      return absl::DataLossError(absl::StrCat(Join(dir, kHfTokenizerFile), ": ",
+                                              json.status().message()));
     }
     out.tokenizer = *std::move(json);
   }

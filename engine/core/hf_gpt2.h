@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/core/gpt.h"
 #include "engine/core/json.h"
 #include "engine/core/tensor.h"
@@ -50,6 +51,14 @@ struct HfGpt2 {
 // INVALID_ARGUMENT for a model this engine cannot run (not GPT-2, another
 // activation, untied embeddings).
 absl::StatusOr<HfGpt2> ReadHfGpt2(const std::string& dir);
+
+// The same checks on the files' contents held in memory; `dir` names the
+// folder in errors, and `tokenizer_json` is null when the folder has no
+// tokenizer file.
+absl::StatusOr<HfGpt2> ParseHfGpt2(absl::string_view config_json,
+                                   absl::string_view weights,
+                                   const std::string* tokenizer_json,
+                                   const std::string& dir);
 
 }  // namespace trainyard::engine
 

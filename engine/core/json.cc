@@ -140,7 +140,8 @@ std::string Json::Serialize() const {
 
 class JsonParser {
  public:
-  explicit JsonParser(absl::string_view text) : s_(text) {}
+  JsonParser(absl::string_view text, const JsonLimits& limits)
+      : s_(text), limits_(limits) {}
 
   absl::StatusOr<Json> ParseDocument() {
     Json value;
@@ -151,8 +152,6 @@ class JsonParser {
   }
 
  private:
-  static constexpr int kMaxDepth = 64;
-
   absl::Status Error(absl::string_view what) const {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid JSON at byte ", pos_, ": ", what));
@@ -172,7 +171,10 @@ class JsonParser {
   }
 
   absl::Status ParseValue(int depth, Json* out) {
-    if (depth > kMaxDepth) return Error("nesting too deep");
+    if (depth > limits_.max_depth) return Error("nesting too deep");
+    if (++values_ > limits_.max_values) {
+      return Error(absl::StrCat("more than ", limits_.max_values, " values"));
+    }
     SkipSpace();
     if (pos_ >= s_.size()) return Error("unexpected end of input");
     char c = s_[pos_];
@@ -340,11 +342,14 @@ class JsonParser {
   }
 
   absl::string_view s_;
+  const JsonLimits limits_;
   size_t pos_ = 0;
+  int64_t values_ = 0;
 };
 
-absl::StatusOr<Json> ParseJson(absl::string_view text) {
-  return JsonParser(text).ParseDocument();
+absl::StatusOr<Json> ParseJson(absl::string_view text,
+                               const JsonLimits& limits) {
+  return JsonParser(text, limits).ParseDocument();
 }
 
 absl::StatusOr<const Json*> RequireField(const Json& obj,

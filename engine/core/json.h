@@ -60,9 +60,21 @@ class Json {
   Object object_;
 };
 
+// Bounds for parsing untrusted text. A parsed value takes about 100 bytes
+// however short its text ("0," is two), so the number of values is capped,
+// not only the text's size: the default admits a char tokenizer over every
+// Unicode code point plus a checkpoint's tensor list, and holds a hostile
+// document to a few hundred MB.
+struct JsonLimits {
+  int max_depth = 64;
+  int64_t max_values = int64_t{1} << 21;
+};
+
 // Parses exactly one JSON value (surrounding whitespace allowed). Errors give
-// the byte offset. Nesting deeper than 64 levels is rejected.
-absl::StatusOr<Json> ParseJson(absl::string_view text);
+// the byte offset; nesting deeper or more values than `limits` allow are
+// errors too.
+absl::StatusOr<Json> ParseJson(absl::string_view text,
+                               const JsonLimits& limits = {});
 
 // Object member `key` of `obj`, or an error "missing field `key`".
 absl::StatusOr<const Json*> RequireField(const Json& obj,

@@ -33,6 +33,25 @@ TEST(JsonTest, RejectsMalformedInput) {
   EXPECT_FALSE(ParseJson(std::string(100, '[') + std::string(100, ']')).ok());
 }
 
+TEST(JsonTest, BoundsValuesNotOnlyDepth) {
+  // 2 bytes of text per value: a few MB would take hundreds of MB parsed.
+  std::string many = "[0";
+  for (int i = 0; i < 100; ++i) many += ",0";
+  many += "]";
+  JsonLimits limits;
+  limits.max_values = 101;
+  absl::StatusOr<Json> j = ParseJson(many, limits);
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("more than 101 values"),
+            std::string::npos)
+      << j.status();
+  limits.max_values = 102;  // the array and its 101 items
+  EXPECT_TRUE(ParseJson(many, limits).ok());
+  limits.max_depth = 3;
+  EXPECT_TRUE(ParseJson("[[[[]]]]", limits).ok());
+  EXPECT_FALSE(ParseJson("[[[[[]]]]]", limits).ok());
+}
+
 TEST(JsonTest, TypedAccessorsNameTheField) {
   Json j = *ParseJson(R"({"a": "x", "b": 1.5})");
   absl::StatusOr<int64_t> a = j.Find("a")->AsInt("a");

@@ -7,18 +7,37 @@
 namespace trainyard::engine {
 namespace {
 
+// A size past anything a device has. Estimates saturate here instead of
+// overflowing: a config no spec would pass must read as huge, never wrap
+// around to small (or negative), and six saturated parts still sum below
+// 2^63.
+constexpr int64_t kSaturated = int64_t{1} << 60;
+
+int64_t Mul(int64_t a, int64_t b) {
+  int64_t out;
+  if (a <= 0 || b <= 0) return 0;
+  if (__builtin_mul_overflow(a, b, &out) || out > kSaturated) return kSaturated;
+  return out;
+}
+
+int64_t Add(int64_t a, int64_t b) {
+  return std::min(std::max(a, int64_t{0}) + std::max(b, int64_t{0}),
+                  kSaturated);  // both <= 2^60: no overflow
+}
+
 // The CPU GEMM's packing buffers (engine/cpu/gemm.cc): op(B) panels of
 // 256 x 16 floats across the widest output, and one 72 x 256 block of op(A)
 // per thread.
 int64_t GemmWorkspace(int64_t widest_n, int threads) {
-  const int64_t panels = (widest_n + 15) / 16;
-  return (panels * 256 * 16 + int64_t{threads} * 72 * 256) * 4;
+  const int64_t panels = Add(widest_n, 15) / 16;
+  return Mul(Add(Mul(panels, 256 * 16), Mul(std::max(threads, 1), 72 * 256)),
+             4);
 }
 
 MemoryEstimate Parameters(int64_t count, int64_t overhead) {
   MemoryEstimate m;
-  m.weights = m.gradients = 4 * count;
-  m.optimizer = 8 * count;
+  m.weights = m.gradients = Mul(4, count);
+  m.optimizer = Mul(8, count);
   m.overhead = overhead;
   return m;
 }
@@ -31,17 +50,23 @@ int64_t Overhead(DeviceKind device) {
 
 MemoryEstimate EstimateGptMemory(const GptConfig& c, int64_t micro_batch,
                                  int threads, DeviceKind device) {
+  if (!ValidateGptConfig(c).ok()) {
+    // Out of the engine's limits: the model's own sizes would overflow.
+    MemoryEstimate m = Parameters(kSaturated, Overhead(device));
+    m.activations = m.workspace = kSaturated;
+    return m;
+  }
   MemoryEstimate m = Parameters(GptParameterCount(c), Overhead(device));
   const GptActivationSizes a = GptActivationFloats(c, c.seq_len);
   // Activations, backward scratch, and the token and target ids; in double
   // and saturated, so a spec far beyond any device reads as huge rather
   // than wrapping around.
-  const double bytes = 4.0 * static_cast<double>(micro_batch) *
+  const double bytes = 4.0 *
+                       static_cast<double>(std::max<int64_t>(micro_batch, 0)) *
                        (static_cast<double>(a.per_sequence) +
                         static_cast<double>(a.grad_per_sequence) +
                         2.0 * static_cast<double>(c.seq_len));
-  m.activations =
-      bytes < 0x1p60 ? static_cast<int64_t>(bytes) : int64_t{1} << 60;
+  m.activations = bytes < 0x1p60 ? static_cast<int64_t>(bytes) : kSaturated;
   m.workspace = GemmWorkspace(
       std::max({4 * c.d_model, c.vocab_size, c.seq_len}), threads);
   return m;
@@ -54,14 +79,16 @@ MemoryEstimate EstimateMlpMemory(const MlpConfig& c, int64_t micro_batch,
   std::vector<int64_t> outs(c.hidden.begin(), c.hidden.end());
   outs.push_back(c.num_classes);
   for (int64_t out : outs) {
-    params += in * out + out;
-    act += 2 * out;  // output and its gradient
+    params = Add(params, Add(Mul(in, out), out));
+    act = Add(act, Mul(2, out));  // output and its gradient
     widest = std::max({widest, in, out});
     in = out;
   }
   MemoryEstimate m = Parameters(params, Overhead(device));
   // Input, targets, layer outputs and gradients, probabilities, losses.
-  m.activations = micro_batch * (c.input_dim + 1 + act + c.num_classes + 1) * 4;
+  const int64_t per_example =
+      Add(Add(c.input_dim, 1), Add(act, Add(c.num_classes, 1)));
+  m.activations = Mul(Mul(micro_batch, per_example), 4);
   m.workspace = GemmWorkspace(widest, threads);
   return m;
 }

@@ -37,8 +37,10 @@ struct MemoryEstimate {
 inline constexpr int64_t kCpuOverheadBytes = int64_t{64} << 20;
 inline constexpr int64_t kCudaOverheadBytes = int64_t{512} << 20;
 
-// REQUIRES: sizes within ValidateGptConfig's limits; activations saturate
-// at 2^60 bytes.
+// Any sizes are accepted: every part saturates at 2^60 bytes, and a GPT
+// config outside ValidateGptConfig's limits reads as saturated throughout,
+// so a config no spec would pass reads as too big for any device rather
+// than overflowing.
 MemoryEstimate EstimateGptMemory(const GptConfig& config, int64_t micro_batch,
                                  int threads, DeviceKind device);
 MemoryEstimate EstimateMlpMemory(const MlpConfig& config, int64_t micro_batch,

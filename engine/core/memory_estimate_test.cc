@@ -3,6 +3,9 @@
 // peak equals the estimate's allocated bytes exactly.
 #include "engine/core/memory_estimate.h"
 
+#include <limits>
+#include <vector>
+
 #include "engine/core/adamw.h"
 #include "engine/core/rng.h"
 #include "engine/cpu/cpu_backend.h"
@@ -68,6 +71,29 @@ TEST(MemoryEstimateTest, GrowsWithTheBatchAndTheDevice) {
                                                 65536, 256, DeviceKind::kCuda);
   EXPECT_EQ(huge.activations, int64_t{1} << 60);
   EXPECT_GT(huge.total(), 0);
+}
+
+TEST(MemoryEstimateTest, HostileSizesSaturateInsteadOfOverflowing) {
+  constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
+  for (const GptConfig& c :
+       {GptConfig{kBig, kBig, kBig, kBig, kBig}, GptConfig{-1, 2, 64, 64, 256},
+        GptConfig{256, 1, 65536, 65536, 1 << 20}}) {
+    const MemoryEstimate e =
+        EstimateGptMemory(c, kBig, 1 << 30, DeviceKind::kCuda);
+    EXPECT_EQ(e.weights, int64_t{1} << 60);
+    EXPECT_EQ(e.activations, int64_t{1} << 60);
+    EXPECT_GT(e.total(), int64_t{1} << 60);
+  }
+  const MemoryEstimate neg =
+      EstimateGptMemory({2, 2, 16, 8, 30}, -5, -3, DeviceKind::kCpu);
+  EXPECT_EQ(neg.activations, 0);
+  EXPECT_GT(neg.workspace, 0);
+  MlpConfig mlp{kBig, std::vector<int64_t>(300, kBig), kBig};
+  const MemoryEstimate m = EstimateMlpMemory(mlp, kBig, 1, DeviceKind::kCpu);
+  EXPECT_EQ(m.weights, int64_t{1} << 60);
+  EXPECT_EQ(m.activations, int64_t{1} << 60);
+  EXPECT_EQ(m.workspace, int64_t{1} << 60);
+  EXPECT_GT(m.total(), 0);
 }
 
 }  // namespace

@@ -19,7 +19,12 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-constexpr int64_t kMaxHeaderBytes = 100 << 20;  // the format's own limit
+// The format allows 100 MB; a GPT-2 header takes tens of KB and one of our
+// checkpoints (weights and two AdamW moments of 256 layers) about 1 MB.
+constexpr int64_t kMaxHeaderBytes = int64_t{16} << 20;
+// Elements of one tensor: 2^40 fp32 values is 4 TiB, and 4 * 2^40 bytes
+// cannot overflow an offset.
+constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
 
 std::string LittleEndian64(uint64_t v) {
   std::string out(8, '\0');
@@ -86,7 +91,7 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const Json& j) {
   int64_t numel = 1;
   for (const Json& d : shape->array()) {
     ASSIGN_OR_RETURN(int64_t dim, d.AsInt("shape"));
-    if (dim < 0 || (dim > 0 && numel > (int64_t{1} << 40) / dim)) {
+    if (dim < 0 || (dim > 0 && numel > kMaxTensorElements / dim)) {
       return absl::DataLossError(absl::StrCat("bad dimension ", dim));
     }
     numel *= dim;
@@ -98,7 +103,8 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name, const Json& j) {
   }
   ASSIGN_OR_RETURN(e.begin, offsets->array()[0].AsInt("data_offsets"));
   ASSIGN_OR_RETURN(e.end, offsets->array()[1].AsInt("data_offsets"));
-  if (e.begin < 0 || e.end - e.begin != numel * 4) {
+  // end < begin first: end - begin must not overflow.
+  if (e.begin < 0 || e.end < e.begin || e.end - e.begin != numel * 4) {
     return absl::DataLossError(absl::StrCat(
         "data_offsets [", e.begin, ", ", e.end, "] do not hold shape ",
         ShapeString(e.tensor.shape), " of F32"));
@@ -187,7 +193,12 @@ absl::StatusOr<std::vector<HostTensor>> ParseSafetensors(
   std::vector<HostTensor> out;
   for (Entry& e : entries) {
     e.tensor.data.resize(static_cast<size_t>((e.end - e.begin) / 4));
-    std::memcpy(e.tensor.data.data(), data.data() + e.begin, e.end - e.begin);
+    // An empty tensor's data() may be null, and memcpy(null, p, 0) is
+    // undefined behaviour all the same.
+    if (e.end > e.begin) {
+      std::memcpy(e.tensor.data.data(), data.data() + e.begin,
+                  e.end - e.begin);
+    }
     out.push_back(std::move(e.tensor));
   }
   return out;

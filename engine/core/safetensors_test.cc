@@ -100,6 +100,41 @@ TEST(SafetensorsTest, RejectsMalformedHeaders) {
   EXPECT_FALSE(ParseSafetensors(huge, "f").ok());
 }
 
+TEST(SafetensorsTest, RejectsHostileNumbers) {
+  const std::string data(8, '\0');
+  const char* bad[] = {
+      // end - begin would overflow int64.
+      R"({"a":{"dtype":"F32","shape":[2],
+              "data_offsets":[8,-9223372036854775808]}})",
+      R"({"a":{"dtype":"F32","shape":[2],
+              "data_offsets":[-9223372036854775808,8]}})",
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,99999999999999999999]}})",
+      // Dimensions whose product overflows.
+      R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],
+              "data_offsets":[0,8]}})",
+      R"({"a":{"dtype":"F32","shape":[9223372036854775807],
+              "data_offsets":[0,8]}})",
+      R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}})",
+      R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})",
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+          "a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})",
+      R"({"a":[]})",
+  };
+  for (const char* h : bad) {
+    absl::StatusOr<std::vector<HostTensor>> r =
+        ParseSafetensors(Header(h) + data, "f");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << h;
+  }
+  // Header lengths near 2^64 and past the format's cap.
+  for (uint64_t len : {~uint64_t{0}, uint64_t{1} << 63, uint64_t{17} << 20}) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(len >> (8 * i));
+    EXPECT_EQ(ParseSafetensors(bytes + "{}", "f").status().code(),
+              absl::StatusCode::kDataLoss);
+  }
+}
+
 TEST(SafetensorsTest, WriterRejectsBadTensors) {
   EXPECT_FALSE(WriteSafetensors(TempPath("x"), {{"a", {2}, {1}}}).ok());
   EXPECT_FALSE(

@@ -3,12 +3,13 @@
 
 #include <zlib.h>
 
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/core/file_io.h"
 
 namespace trainyard::engine {
 namespace {
@@ -19,6 +20,74 @@ uint32_t BigEndian32(const unsigned char* p) {
 }
 
 constexpr int kMaxDims = 4;
+
+bool IsGzip(absl::string_view bytes) {
+  return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+         static_cast<unsigned char>(bytes[1]) == 0x8b;
+}
+
+// Inflates every gzip member of `in` (gzip -c a b > c makes several), the
+// output never growing past max_bytes: a small file must not expand into
+// all of memory.
+absl::StatusOr<std::string> Gunzip(absl::string_view in,
+                                   absl::string_view source,
+                                   int64_t max_bytes) {
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(source, ": cannot start gzip decompression"));
+  }
+  std::string out;
+  char buf[1 << 16];
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  // zlib counts input in uInt; the file size is bounded well below 4 GiB by
+  // the callers' max_bytes, but feed it in slices regardless.
+  size_t left = in.size();
+  absl::Status status;
+  while (true) {
+    if (z.avail_in == 0 && left > 0) {
+      z.avail_in = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+      left -= z.avail_in;
+    }
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof(buf);
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - z.avail_out);
+    if (static_cast<int64_t>(out.size()) > max_bytes) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          source, ": decompresses to more than ", max_bytes, " bytes"));
+      break;
+    }
+    if (rc == Z_STREAM_END) {
+      const size_t rest = z.avail_in + left;
+      if (rest == 0) break;
+      if (!IsGzip(in.substr(in.size() - rest))) {
+        status = absl::InvalidArgumentError(
+            absl::StrCat(source, ": corrupt gzip stream (", rest,
+                         " bytes after the end of the compressed data)"));
+        break;
+      }
+      inflateReset(&z);
+      continue;
+    }
+    // No progress with all input consumed: the stream ends early. (Output
+    // space is always fresh, so that is the only way to make none.)
+    if (rc == Z_BUF_ERROR && z.avail_in == 0 && left == 0) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(source, ": truncated gzip stream"));
+      break;
+    }
+    if (rc != Z_OK && !(rc == Z_BUF_ERROR && z.avail_in == 0)) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(source, ": corrupt gzip stream (",
+                       z.msg != nullptr ? z.msg : "bad data", ")"));
+      break;
+    }
+  }
+  inflateEnd(&z);
+  if (!status.ok()) return status;
+  return out;
+}
 
 }  // namespace
 
@@ -74,45 +143,31 @@ absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes,
   return out;
 }
 
+absl::StatusOr<IdxArray> DecodeIdx(absl::string_view file_bytes,
+                                   absl::string_view source,
+                                   int64_t max_bytes) {
+  if (!IsGzip(file_bytes)) {
+    if (static_cast<int64_t>(file_bytes.size()) > max_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": more than ", max_bytes, " bytes"));
+    }
+    return ParseIdx(file_bytes, source);
+  }
+  absl::StatusOr<std::string> bytes = Gunzip(file_bytes, source, max_bytes);
+  if (!bytes.ok()) return bytes.status();
+  return ParseIdx(*bytes, source);
+}
+
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path,
                                      int64_t max_bytes) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    const int err = errno;
-    std::string msg = absl::StrCat(
-        path,
-        ": cannot open: ", err != 0 ? std::strerror(err) : "out of memory");
-    return err == ENOENT ? absl::NotFoundError(msg)
-                         : absl::InvalidArgumentError(msg);
-  }
-  std::string bytes;
-  char buf[1 << 16];
-  while (true) {
-    const int n = gzread(file, buf, sizeof(buf));
-    if (n > 0) {
-      bytes.append(buf, static_cast<size_t>(n));
-      if (static_cast<int64_t>(bytes.size()) > max_bytes) {
-        gzclose(file);
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": decompresses to more than ", max_bytes, " bytes"));
-      }
-      continue;
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path, max_bytes);
+  if (!bytes.ok()) {
+    if (bytes.status().code() == absl::StatusCode::kNotFound) {
+      return bytes.status();
     }
-    int errnum = Z_OK;
-    const char* msg = gzerror(file, &errnum);
-    if (n < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
-      std::string what =
-          absl::StrCat(path, ": ",
-                       errnum == Z_BUF_ERROR ? "truncated gzip stream"
-                                             : "corrupt gzip stream",
-                       " (", msg != nullptr ? msg : "", ")");
-      gzclose(file);
-      return absl::InvalidArgumentError(what);
-    }
-    break;
+    return absl::InvalidArgumentError(bytes.status().message());
   }
-  gzclose(file);
-  return ParseIdx(bytes, path);
+  return DecodeIdx(*bytes, path, max_bytes);
 }
 
 }  // namespace trainyard::engine

@@ -113,5 +113,48 @@ TEST(IdxTest, RejectsTruncatedGzipAndMissingFiles) {
       ReadIdxFile(gz, /*max_bytes=*/1000).status().message(), "more than"));
 }
 
+std::string Gzip(const std::string& bytes) {
+  const std::string path = WriteGz("tmp.gz", bytes);
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(IdxTest, DecodesFromMemoryIncludingSeveralGzipMembers) {
+  const std::string bytes = Idx({4, 5});
+  const std::string gz = Gzip(bytes);
+  absl::StatusOr<IdxArray> a = DecodeIdx(gz, "m");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->data.size(), 20u);
+  // `cat a.gz b.gz`: one stream of both members' bytes.
+  const std::string head = bytes.substr(0, 9), tail = bytes.substr(9);
+  a = DecodeIdx(Gzip(head) + Gzip(tail), "m");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->data.size(), 20u);
+  absl::StatusOr<IdxArray> r = DecodeIdx(gz + "junk", "m");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "4 bytes after the end"))
+      << r.status();
+  std::string corrupt = gz;
+  corrupt[12] ^= 0x55;
+  EXPECT_FALSE(DecodeIdx(corrupt, "m").ok());
+  EXPECT_FALSE(DecodeIdx("\x1f\x8b", "m").ok());
+  EXPECT_FALSE(DecodeIdx("\x1f", "m").ok());
+}
+
+TEST(IdxTest, ADecompressionBombStopsAtTheLimit) {
+  // 64 MiB of zeros compress to about 64 KiB; the limit stops inflating at
+  // 1 MiB instead of holding it all.
+  const std::string bomb = Gzip(std::string(64 << 20, '\0'));
+  ASSERT_LT(bomb.size(), 1u << 20);
+  absl::StatusOr<IdxArray> r = DecodeIdx(bomb, "bomb.gz", 1 << 20);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                "bomb.gz: decompresses to more than 1048576"))
+      << r.status();
+  // A raw file over the limit is refused as well.
+  EXPECT_FALSE(DecodeIdx(Idx({2000}), "raw", 1000).ok());
+  EXPECT_FALSE(ReadIdxFile(WriteRaw("big.idx", Idx({2000})), 1000).ok());
+}
+
 }  // namespace
 }  // namespace trainyard::engine

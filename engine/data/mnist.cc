@@ -34,29 +34,36 @@ absl::StatusOr<std::unique_ptr<MnistExamples>> MnistExamples::Load(
     const std::string& images_path, const std::string& labels_path) {
   ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(images_path));
   ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(labels_path));
+  return FromIdx(std::move(images), std::move(labels), images_path,
+                 labels_path);
+}
+
+absl::StatusOr<std::unique_ptr<MnistExamples>> MnistExamples::FromIdx(
+    IdxArray images, IdxArray labels, absl::string_view images_name,
+    absl::string_view labels_name) {
   if (images.dims.size() != 3 || images.dims[1] == 0 || images.dims[2] == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        images_path, ": expected an image array [count, rows, cols], got ",
+        images_name, ": expected an image array [count, rows, cols], got ",
         images.dims.size(), " dimensions"));
   }
   if (labels.dims.size() != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(labels_path, ": expected a label vector [count], got ",
+        absl::StrCat(labels_name, ": expected a label vector [count], got ",
                      labels.dims.size(), " dimensions"));
   }
   if (images.dims[0] != labels.dims[0]) {
     return absl::InvalidArgumentError(
-        absl::StrCat(images_path, " holds ", images.dims[0], " images but ",
-                     labels_path, " holds ", labels.dims[0], " labels"));
+        absl::StrCat(images_name, " holds ", images.dims[0], " images but ",
+                     labels_name, " holds ", labels.dims[0], " labels"));
   }
   if (images.dims[0] == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(images_path, ": no examples"));
+        absl::StrCat(images_name, ": no examples"));
   }
   for (size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= kMnistClasses) {
       return absl::InvalidArgumentError(
-          absl::StrCat(labels_path, ": label ", int{labels.data[i]},
+          absl::StrCat(labels_name, ": label ", int{labels.data[i]},
                        " of example ", i, " is not a digit 0-9"));
     }
   }

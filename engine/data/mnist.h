@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/core/batch.h"
+#include "engine/data/idx.h"
 
 namespace trainyard::engine {
 
@@ -26,6 +28,12 @@ class MnistExamples : public ExampleSet {
   // malformed or disagree on the count.
   static absl::StatusOr<std::unique_ptr<MnistExamples>> Load(
       const std::string& images_path, const std::string& labels_path);
+
+  // The same checks on arrays already read (as ParseIdx returns them: data
+  // holds prod(dims) bytes); the names are for errors.
+  static absl::StatusOr<std::unique_ptr<MnistExamples>> FromIdx(
+      IdxArray images, IdxArray labels, absl::string_view images_name,
+      absl::string_view labels_name);
 
   // Builds a set from memory (tests). REQUIRES: pixels.size() ==
   // labels.size() * rows * cols and labels < 10.

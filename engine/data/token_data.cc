@@ -54,8 +54,13 @@ void TokenWindows::Gather(std::span<const int64_t> indices,
 absl::Status ReadTokenShard(const std::string& path,
                             std::vector<int32_t>* out) {
   ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path, kMaxShardBytes));
+  return ParseTokenShard(bytes, path, out);
+}
+
+absl::Status ParseTokenShard(absl::string_view bytes, absl::string_view source,
+                             std::vector<int32_t>* out) {
   auto bad = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(path, ": ", why));
+    return absl::DataLossError(absl::StrCat(source, ": ", why));
   };
   const int64_t header_bytes = kTokenShardHeaderInts * 4;
   const int64_t size = static_cast<int64_t>(bytes.size());
@@ -78,6 +83,7 @@ absl::Status ReadTokenShard(const std::string& path,
                             kTokenShardVersion, ": uint16 tokens)"));
   }
   if (count < 0) return bad(absl::StrCat("negative token count ", count));
+  // The declared count against the bytes present, before allocating for it.
   const int64_t body = size - header_bytes;
   if (body < 2 * count) {
     return bad(absl::StrCat("truncated: the header promises ", count,

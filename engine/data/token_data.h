@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/core/batch.h"
 
 namespace trainyard::engine {
@@ -51,6 +52,11 @@ class TokenWindows : public ExampleSet {
 // naming the file for a short or bad header (magic, version, count), a
 // truncated token section or trailing bytes; NOT_FOUND when missing.
 absl::Status ReadTokenShard(const std::string& path, std::vector<int32_t>* out);
+
+// The same on a shard held in memory; `source` names it in errors. Nothing
+// is appended unless the whole shard is valid.
+absl::Status ParseTokenShard(absl::string_view bytes, absl::string_view source,
+                             std::vector<int32_t>* out);
 
 // Writes a shard (tests and tools). INVALID_ARGUMENT for tokens > 65535.
 absl::Status WriteTokenShard(const std::string& path,

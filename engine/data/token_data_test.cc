@@ -75,6 +75,26 @@ TEST_F(TokenShardTest, RejectsBadHeadersAndTruncation) {
       WriteTokenShard(Path("big.bin"), std::vector<int32_t>{70000}).ok());
 }
 
+TEST_F(TokenShardTest, ParsesFromMemoryAndChecksTheCountBeforeAllocating) {
+  const std::string bytes = *ReadWholeFile(Shard("m.bin", {1, 2, 3}), 1 << 20);
+  std::vector<int32_t> out = {7};
+  ASSERT_TRUE(ParseTokenShard(bytes, "m", &out).ok());
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 1, 2, 3}));
+  // A header promising 2^31 - 1 tokens over 6 bytes: refused, and nothing
+  // appended or reserved for them.
+  std::string lying = bytes;
+  lying[8] = lying[9] = lying[10] = '\xff';
+  lying[11] = 0x7f;
+  out = {7};
+  absl::Status s = ParseTokenShard(lying, "m", &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(s.message(), "promises 2147483647 tokens"))
+      << s;
+  EXPECT_EQ(out, (std::vector<int32_t>{7}));
+  EXPECT_LT(out.capacity(), 1000u);
+  EXPECT_FALSE(ParseTokenShard("", "m", &out).ok());
+}
+
 TEST(TokenWindowsTest, WindowsAreInputsAndShiftedTargets) {
   auto tokens = std::make_shared<std::vector<int32_t>>(10);
   std::iota(tokens->begin(), tokens->end(), 0);
