@@ -18,10 +18,14 @@ build: configure
 
 # The test venv must exist before configuring: CMake picks the Python that
 # the PyTorch/transformers checks run with.
+# Every test, then a short bounded libFuzzer run of each fuzz target (the
+# seed corpora are also replayed by ctest, label `fuzz`).
+FUZZ_TEST_SECONDS ?= 10
 test: deps
 	@scripts/setup-test-venv.sh
 	@$(MAKE) --no-print-directory build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	@FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) scripts/run-fuzzers.sh
 
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)/bin

@@ -27,6 +27,8 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "watch") return Command::kWatch;
   if (name == "cancel") return Command::kCancel;
   if (name == "workers") return Command::kWorkers;
+  if (name == "token" || name == "tokens") return Command::kToken;
+  if (name == "tenant" || name == "tenants") return Command::kTenant;
   if (name == "help") return Command::kHelp;
   return std::nullopt;
 }
@@ -36,7 +38,10 @@ class ArgParser {
   explicit ArgParser(const std::vector<std::string>& args) : args_(args) {}
 
   absl::StatusOr<CliArgs> Parse(const char* env_server) {
-    if (env_server != nullptr && *env_server != '\0') out_.server = env_server;
+    if (env_server != nullptr && *env_server != '\0') {
+      out_.server = env_server;
+      out_.server_set = true;
+    }
     bool flags_done = false;
     for (i_ = 0; i_ < args_.size(); ++i_) {
       const std::string& arg = args_[i_];
@@ -69,6 +74,15 @@ class ArgParser {
   }
 
  private:
+  std::string* GlobalStringFlag(const std::string& name) {
+    if (name == "--token") return &out_.token;
+    if (name == "--token-file") return &out_.token_file;
+    if (name == "--config") return &out_.config_path;
+    if (name == "--tls-ca") return &out_.tls_ca;
+    if (name == "--tls-server-name") return &out_.tls_server_name;
+    return nullptr;
+  }
+
   // The flag's value: "--name=value" or the next argument.
   absl::StatusOr<std::string> Value(
       const std::string& name, const std::optional<std::string>& inline_v) {
@@ -95,6 +109,14 @@ class ArgParser {
       if (!v.ok()) return v.status();
       if (v->empty()) return Usage("--server: must not be empty");
       out_.server = *v;
+      out_.server_set = true;
+      return absl::OkStatus();
+    }
+    if (std::string* field = GlobalStringFlag(name); field != nullptr) {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      if (v->empty()) return Usage(absl::StrCat(name, ": must not be empty"));
+      *field = *v;
       return absl::OkStatus();
     }
     if (name == "-o" || name == "--output") {
@@ -144,7 +166,51 @@ class ArgParser {
       return absl::OkStatus();
     }
     if (c == Command::kList) return ListFlag(name, inline_v);
+    if (c == Command::kToken) return TokenFlag(name, inline_v);
+    if (c == Command::kTenant) return TenantFlag(name, inline_v);
     return UnknownFlag(name);
+  }
+
+  absl::Status TokenFlag(const std::string& name,
+                         const std::optional<std::string>& inline_v) {
+    if (name == "--all") {
+      if (inline_v.has_value()) return Usage("--all: takes no value");
+      out_.include_revoked = true;
+      return absl::OkStatus();
+    }
+    std::string* field = name == "--role"          ? &out_.role
+                         : name == "--description" ? &out_.description
+                                                   : nullptr;
+    if (field == nullptr) return UnknownFlag(name);
+    absl::StatusOr<std::string> v = Value(name, inline_v);
+    if (!v.ok()) return v.status();
+    *field = *v;
+    return absl::OkStatus();
+  }
+
+  absl::Status TenantFlag(const std::string& name,
+                          const std::optional<std::string>& inline_v) {
+    if (name == "--weight") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      if (!absl::SimpleAtod(*v, &out_.weight) || !(out_.weight > 0)) {
+        return Usage(absl::StrCat("--weight: must be a number > 0, got \"",
+                                  *v, "\""));
+      }
+      return absl::OkStatus();
+    }
+    int32_t* field = name == "--max-gpus"          ? &out_.max_gpus
+                     : name == "--max-queued-jobs" ? &out_.max_queued_jobs
+                     : name == "--max-cpu-slots"   ? &out_.max_cpu_slots
+                                                   : nullptr;
+    if (field == nullptr) return UnknownFlag(name);
+    absl::StatusOr<std::string> v = Value(name, inline_v);
+    if (!v.ok()) return v.status();
+    if (!absl::SimpleAtoi(*v, field) || *field < 0) {
+      return Usage(absl::StrCat(name, ": must be an integer >= 0 "
+                                "(0 = unlimited), got \"", *v, "\""));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status ListFlag(const std::string& name,
@@ -193,7 +259,45 @@ class ArgParser {
     return "this command";
   }
 
+  // token create TENANT | ls | revoke ID; tenant set NAME | ls.
+  absl::Status AdminPositionals() {
+    if (positional_.empty()) {
+      return Usage(absl::StrCat(CommandWord(), ": missing subcommand (",
+                                out_.command == Command::kToken
+                                    ? "create, ls or revoke"
+                                    : "set or ls",
+                                ")"));
+    }
+    out_.subcommand = positional_[0];
+    const bool token = out_.command == Command::kToken;
+    const char* what = nullptr;
+    if (token && out_.subcommand == "create") {
+      what = "TENANT";
+    } else if (token && out_.subcommand == "revoke") {
+      what = "token ID";
+    } else if (!token && out_.subcommand == "set") {
+      what = "tenant NAME";
+    } else if (out_.subcommand != "ls" && out_.subcommand != "list") {
+      return Usage(absl::StrCat(CommandWord(), ": unknown subcommand \"",
+                                out_.subcommand, "\""));
+    }
+    const size_t want = what != nullptr ? 2 : 1;
+    if (positional_.size() > want) {
+      return Usage(
+          absl::StrCat("unexpected argument \"", positional_[want], "\""));
+    }
+    if (positional_.size() < want || positional_[1].empty()) {
+      return Usage(absl::StrCat(CommandWord(), " ", out_.subcommand,
+                                ": missing ", what));
+    }
+    if (want == 2) out_.target = positional_[1];
+    return absl::OkStatus();
+  }
+
   absl::Status Positionals() {
+    if (out_.command == Command::kToken || out_.command == Command::kTenant) {
+      return AdminPositionals();
+    }
     const char* what = nullptr;
     std::string* target = nullptr;
     switch (out_.command) {
@@ -277,9 +381,30 @@ Commands:
                      cancel a job
   workers            list workers and cluster capacity
 
+Admin commands (admin token):
+  token create TENANT [--role tenant|admin|worker] [--description TEXT]
+                     make a token and print its secret (shown only once)
+  token ls [--all]   list tokens (--all: with revoked ones)
+  token revoke ID    revoke a token at once
+  tenant set NAME [--max-gpus N] [--max-queued-jobs N] [--max-cpu-slots N]
+                  [--weight W]
+                     set a tenant's quotas (0 = unlimited) and fair-share
+                     weight; unset ones keep their value
+  tenant ls          list tenants with quotas
+
 Global flags:
-  --server HOST:PORT yard-server address (default: $YARD_SERVER, else
-                     127.0.0.1:7070)
+  --server HOST:PORT yard-server address (default: $YARD_SERVER, else the
+                     config file, else 127.0.0.1:7070)
+  --token TOKEN      bearer token (default: $YARD_TOKEN, else the config
+                     file's token or token_file)
+  --token-file FILE  read the token from FILE
+  --config FILE      config file (default: $YARD_CONFIG, else
+                     ~/.config/trainyard/config): lines "key = value" with
+                     keys server, token, token_file, tls_ca, tls_server_name
+  --tls-ca FILE      speak TLS, trusting the server certificate signed by
+                     this CA (default: $YARD_TLS_CA, else the config file)
+  --tls-server-name NAME
+                     name to check in the server certificate
   -o, --output FMT   table (default) or json (protobuf JSON)
   -h, --help         show this help
 
@@ -288,6 +413,9 @@ Exit codes:
   2 usage error        3 invalid spec or argument
   4 job not found      5 failed precondition (e.g. the job already ended)
   6 server unreachable 7 other server error
+  8 not authenticated or not allowed (missing, wrong or revoked token;
+    another tenant's resource)
+  9 quota or limit reached (RESOURCE_EXHAUSTED)
 )";
 }
 

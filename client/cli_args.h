@@ -24,12 +24,22 @@ enum class Command {
   kLogs,
   kWatch,
   kCancel,
-  kWorkers
+  kWorkers,
+  kToken,   // token create|ls|revoke (admin)
+  kTenant,  // tenant set|ls (admin)
 };
 enum class OutputFormat { kTable, kJson };
 
 struct CliArgs {
   std::string server = kDefaultServer;  // --server, else YARD_SERVER
+  bool server_set = false;  // by --server or YARD_SERVER (beats the config)
+  // Credentials and TLS (client_config.h resolves them with the
+  // environment and the config file).
+  std::string token;        // --token
+  std::string token_file;   // --token-file
+  std::string config_path;  // --config
+  std::string tls_ca;       // --tls-ca
+  std::string tls_server_name;  // --tls-server-name
   OutputFormat output = OutputFormat::kTable;
   Command command = Command::kHelp;
   // submit
@@ -43,6 +53,16 @@ struct CliArgs {
   // ls
   std::vector<trainyard::v1::JobState> states;
   int64_t limit = kDefaultListLimit;  // 0 = every job (--all)
+  // token, tenant
+  std::string subcommand;  // create, ls, revoke / set, ls
+  std::string target;      // token create TENANT, revoke ID; tenant set NAME
+  std::string role = "tenant";  // token create --role
+  std::string description;      // token create --description
+  bool include_revoked = false;  // token ls --all
+  int32_t max_gpus = -1;         // tenant set; -1: keep the current value
+  int32_t max_queued_jobs = -1;
+  int32_t max_cpu_slots = -1;
+  double weight = 0;  // 0: keep the current value
 };
 
 // Parses argv[1..] (without the program name). `env_server` is the value of

@@ -140,6 +140,58 @@ TEST(ParseArgsTest, DoubleDashEndsFlags) {
   EXPECT_EQ(Parse({"submit", "--", "-f.yaml"}).spec_path, "-f.yaml");
 }
 
+TEST(CliArgsTest, ParsesCredentialFlagsAnywhere) {
+  CliArgs a = Parse({"--token", "ytk_x", "ls", "--tls-ca=/ca.pem",
+                     "--tls-server-name", "yard.internal", "--config=/c"});
+  EXPECT_EQ(a.token, "ytk_x");
+  EXPECT_EQ(a.tls_ca, "/ca.pem");
+  EXPECT_EQ(a.tls_server_name, "yard.internal");
+  EXPECT_EQ(a.config_path, "/c");
+  EXPECT_FALSE(a.server_set);
+  EXPECT_TRUE(Parse({"--server", "h:1", "ls"}).server_set);
+}
+
+TEST(CliArgsTest, ParsesTokenAndTenantCommands) {
+  CliArgs c = Parse({"token", "create", "team-a", "--role", "worker",
+                     "--description=ci runners"});
+  EXPECT_EQ(c.command, Command::kToken);
+  EXPECT_EQ(c.subcommand, "create");
+  EXPECT_EQ(c.target, "team-a");
+  EXPECT_EQ(c.role, "worker");
+  EXPECT_EQ(c.description, "ci runners");
+  EXPECT_TRUE(Parse({"token", "ls", "--all"}).include_revoked);
+  EXPECT_EQ(Parse({"token", "revoke", "t-0123456789ab"}).target,
+            "t-0123456789ab");
+  CliArgs t = Parse({"tenant", "set", "team-a", "--max-gpus", "4",
+                     "--max-queued-jobs=10", "--weight", "2.5"});
+  EXPECT_EQ(t.command, Command::kTenant);
+  EXPECT_EQ(t.max_gpus, 4);
+  EXPECT_EQ(t.max_queued_jobs, 10);
+  EXPECT_EQ(t.max_cpu_slots, -1);  // unset: keeps the current value
+  EXPECT_DOUBLE_EQ(t.weight, 2.5);
+  EXPECT_EQ(Parse({"tenant", "ls"}).subcommand, "ls");
+}
+
+TEST(CliArgsTest, BadAdminCommandsAreUsageErrors) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases =
+      {{{"token"}, "missing subcommand"},
+       {{"token", "mint"}, "unknown subcommand \"mint\""},
+       {{"token", "create"}, "missing TENANT"},
+       {{"token", "revoke"}, "missing token ID"},
+       {{"token", "ls", "extra"}, "unexpected argument \"extra\""},
+       {{"tenant", "set"}, "missing tenant NAME"},
+       {{"tenant", "set", "a", "--max-gpus=-1"}, "--max-gpus"},
+       {{"tenant", "set", "a", "--weight=0"}, "--weight"},
+       {{"tenant", "set", "a", "--role=x"}, "unknown flag"},
+       {{"--token"}, "--token: missing value"},
+       {{"--token=", "ls"}, "--token: must not be empty"}};
+  for (const auto& [args, mentions] : cases) {
+    absl::StatusOr<CliArgs> r = ParseArgs(args, nullptr);
+    ASSERT_FALSE(r.ok()) << args[0];
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(mentions));
+  }
+}
+
 TEST(ExitCodeTest, MapsStatusCodes) {
   EXPECT_EQ(ExitCodeForStatus(absl::OkStatus()), 0);
   EXPECT_EQ(ExitCodeForStatus(absl::InvalidArgumentError("x")), 3);
@@ -148,8 +200,9 @@ TEST(ExitCodeTest, MapsStatusCodes) {
   EXPECT_EQ(ExitCodeForStatus(absl::UnavailableError("x")), 6);
   EXPECT_EQ(ExitCodeForStatus(absl::DeadlineExceededError("x")), 6);
   EXPECT_EQ(ExitCodeForStatus(absl::InternalError("x")), 7);
-  EXPECT_EQ(ExitCodeForStatus(absl::ResourceExhaustedError("x")), 7);
-  EXPECT_EQ(ExitCodeForStatus(absl::PermissionDeniedError("x")), 7);
+  EXPECT_EQ(ExitCodeForStatus(absl::UnauthenticatedError("x")), 8);
+  EXPECT_EQ(ExitCodeForStatus(absl::PermissionDeniedError("x")), 8);
+  EXPECT_EQ(ExitCodeForStatus(absl::ResourceExhaustedError("x")), 9);
   EXPECT_EQ(ExitCodeForStatus(absl::OutOfRangeError("x")), 7);
   EXPECT_EQ(kExitJobNotSucceeded, 1);
   EXPECT_EQ(kExitUsage, 2);

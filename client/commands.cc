@@ -183,6 +183,9 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
       return RunCancel(args, client, out, err);
     case Command::kWorkers:
       return RunWorkers(args, client, out, err);
+    case Command::kToken:
+    case Command::kTenant:
+      return RunAdminCommand(args, client, out, err);
     default:
       return ReportError(absl::InternalError("command not handled here"), err);
   }

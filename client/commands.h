@@ -28,6 +28,10 @@ int RunSubmit(const CliArgs& args, const trainyard::v1::JobSpec& spec,
 int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
                std::ostream& err);
 
+// `yard token ...` and `yard tenant ...` (admin_commands.cc).
+int RunAdminCommand(const CliArgs& args, JobClient& client, std::ostream& out,
+                    std::ostream& err);
+
 }  // namespace trainyard::client
 
 #endif  // TRAINYARD_CLIENT_COMMANDS_H_

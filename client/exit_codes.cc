@@ -16,6 +16,11 @@ ExitCode ExitCodeForStatus(const absl::Status& status) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
       return kExitUnavailable;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return kExitDenied;
+    case absl::StatusCode::kResourceExhausted:
+      return kExitExhausted;
     default:
       return kExitServerError;
   }

@@ -11,8 +11,10 @@
 //   5  failed precondition: e.g. cancelling a job that already ended
 //      (FAILED_PRECONDITION)
 //   6  server unreachable or unavailable (UNAVAILABLE, DEADLINE_EXCEEDED)
-//   7  any other server error (INTERNAL, RESOURCE_EXHAUSTED, OUT_OF_RANGE,
-//      PERMISSION_DENIED, UNAUTHENTICATED, ...)
+//   7  any other server error (INTERNAL, OUT_OF_RANGE, ...)
+//   8  not authenticated or not allowed (UNAUTHENTICATED: missing, wrong or
+//      revoked token; PERMISSION_DENIED: the token's role or tenant may not)
+//   9  a quota or limit was reached (RESOURCE_EXHAUSTED)
 #ifndef TRAINYARD_CLIENT_EXIT_CODES_H_
 #define TRAINYARD_CLIENT_EXIT_CODES_H_
 
@@ -29,6 +31,8 @@ enum ExitCode : int {
   kExitFailedPrecondition = 5,
   kExitUnavailable = 6,
   kExitServerError = 7,
+  kExitDenied = 8,
+  kExitExhausted = 9,
 };
 
 // The exit code for a failed (or OK) call to the server.

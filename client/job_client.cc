@@ -23,14 +23,6 @@ std::chrono::system_clock::time_point Deadline(absl::Duration d) {
   return absl::ToChronoTime(absl::Now() + d);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& server) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(),
-                                   args);
-}
 
 // Waits until the channel is READY. Connection failures are retried for a
 // short grace period (a server that is restarting, or a listen backlog that
@@ -91,9 +83,24 @@ class RetryBudget {
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<grpc::Channel>> JobClient::MakeChannel(
+    const ClientOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  ApplyTlsChannelArgs(options.tls, args);
+  return grpc::CreateCustomChannel(options.server, *credentials, args);
+}
+
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(
     const ClientOptions& options) {
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(options.server);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> made = MakeChannel(options);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<grpc::Channel> channel = std::move(*made);
   absl::Status ready =
       WaitUntilReady(*channel, options.server, options.connect_timeout);
   if (!ready.ok()) return ready;
@@ -117,19 +124,28 @@ absl::Status JobClient::Annotate(const grpc::Status& status) const {
       return absl::DeadlineExceededError(absl::StrCat(
           "yard-server at ", options_.server, " did not answer within ",
           absl::FormatDuration(options_.call_timeout)));
+    case grpc::StatusCode::UNAUTHENTICATED:
+      if (options_.token.empty()) {
+        return absl::UnauthenticatedError(absl::StrCat(
+            status.error_message(),
+            "; pass --token, set YARD_TOKEN, or put token = ... in the "
+            "config file"));
+      }
+      return FromGrpcStatus(status);
     default:
       return FromGrpcStatus(status);
   }
 }
 
-void JobClient::SetDeadline(grpc::ClientContext* context) const {
-  context->set_deadline(Deadline(options_.call_timeout));
+void JobClient::Prepare(grpc::ClientContext* context, bool stream) const {
+  if (!stream) context->set_deadline(Deadline(options_.call_timeout));
+  AddBearerToken(*context, options_.token);
 }
 
 absl::StatusOr<v1::SubmitJobResponse> JobClient::Submit(
     const v1::JobSpec& spec, const std::string& request_id) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   request.set_request_id(request_id);
@@ -141,7 +157,7 @@ absl::StatusOr<v1::SubmitJobResponse> JobClient::Submit(
 
 absl::StatusOr<v1::Job> JobClient::Get(const std::string& job_id) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
   v1::Job job;
@@ -153,7 +169,7 @@ absl::StatusOr<v1::Job> JobClient::Get(const std::string& job_id) {
 absl::StatusOr<v1::ListJobsResponse> JobClient::List(
     const ListOptions& options) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   v1::ListJobsRequest request;
   request.set_page_size(options.page_size);
   request.set_page_token(options.page_token);
@@ -200,7 +216,7 @@ absl::StatusOr<std::vector<v1::Job>> JobClient::ListAll(
 absl::StatusOr<v1::Job> JobClient::Cancel(const std::string& job_id,
                                           const std::string& reason) {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   request.set_reason(reason);
@@ -217,6 +233,7 @@ absl::Status JobClient::Watch(
   int64_t last = after_sequence;
   while (true) {
     grpc::ClientContext context;
+    Prepare(&context, /*stream=*/true);
     v1::WatchJobRequest request;
     request.set_job_id(job_id);
     request.set_after_sequence(last);
@@ -252,7 +269,7 @@ absl::Status JobClient::Logs(
   int64_t next = offset;
   while (true) {
     grpc::ClientContext context;
-    if (!follow) SetDeadline(&context);
+    Prepare(&context, /*stream=*/follow);
     v1::GetJobLogsRequest request;
     request.set_job_id(job_id);
     request.set_offset(next);
@@ -284,7 +301,7 @@ absl::Status JobClient::Logs(
 
 absl::StatusOr<v1::ListWorkersResponse> JobClient::ListWorkers() {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   v1::ListWorkersResponse response;
   grpc::Status s =
       cluster_->ListWorkers(&context, v1::ListWorkersRequest(), &response);
@@ -294,7 +311,7 @@ absl::StatusOr<v1::ListWorkersResponse> JobClient::ListWorkers() {
 
 absl::StatusOr<v1::ClusterStatus> JobClient::GetClusterStatus() {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   v1::ClusterStatus response;
   grpc::Status s = cluster_->GetClusterStatus(
       &context, v1::GetClusterStatusRequest(), &response);

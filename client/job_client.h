@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_credentials.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
 
@@ -28,6 +29,10 @@ namespace trainyard::client {
 
 struct ClientOptions {
   std::string server = "127.0.0.1:7070";
+  // Bearer token sent with every call (the server refuses calls without).
+  std::string token;
+  // TLS: the CA that signed the server's certificate; empty: plaintext.
+  ClientTlsFiles tls;
   // How long Connect waits for the channel to become ready.
   absl::Duration connect_timeout = absl::Seconds(5);
   // Deadline of each unary call.
@@ -46,7 +51,11 @@ struct ListOptions {
 class JobClient {
  public:
   // Opens a channel to options.server and waits until it is ready.
+  // INVALID_ARGUMENT for unreadable TLS files.
   static absl::StatusOr<std::unique_ptr<JobClient>> Connect(
+      const ClientOptions& options);
+  // The channel Connect would use, not yet connected.
+  static absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
       const ClientOptions& options);
 
   // Uses an existing channel (tests, in-process servers); no connect wait.
@@ -85,11 +94,16 @@ class JobClient {
   absl::StatusOr<trainyard::v1::ClusterStatus> GetClusterStatus();
 
   const std::string& server() const { return options_.server; }
+  const ClientOptions& options() const { return options_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+  // Adds the server address to UNAVAILABLE / DEADLINE_EXCEEDED errors, and
+  // to UNAUTHENTICATED how to pass a token.
+  absl::Status Annotate(const grpc::Status& status) const;
+  // The token, and (unless `stream`) the unary deadline.
+  void Prepare(grpc::ClientContext* context, bool stream = false) const;
 
  private:
-  // Adds the server address to UNAVAILABLE / DEADLINE_EXCEEDED errors.
-  absl::Status Annotate(const grpc::Status& status) const;
-  void SetDeadline(grpc::ClientContext* context) const;
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -1,9 +1,9 @@
 // yard: the Trainyard command-line client.
 //
-//   yard [--server HOST:PORT] [-o table|json] COMMAND [ARGS]
+//   yard [--server HOST:PORT] [--token T] [-o table|json] COMMAND [ARGS]
 //
-// The server address comes from --server, else $YARD_SERVER, else
-// 127.0.0.1:7070. Errors are one line on stderr ("yard: error: ..."), and
+// The server address, token and TLS settings come from flags, else the
+// environment, else the config file (client_config.h). Errors are one line on stderr ("yard: error: ..."), and
 // the exit code says what went wrong:
 //
 //   0  success
@@ -16,12 +16,16 @@
 //   5  failed precondition (e.g. cancelling a job that already ended)
 //   6  server unreachable or unavailable
 //   7  any other server error
+//   8  not authenticated or not allowed (token missing, wrong, revoked, or
+//      of a role or tenant that may not do this)
+//   9  a quota or limit was reached
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "client/cli_args.h"
+#include "client/client_config.h"
 #include "client/commands.h"
 #include "client/exit_codes.h"
 #include "client/job_client.h"
@@ -52,10 +56,14 @@ int Main(const std::vector<std::string>& argv) {
     }
     spec = std::move(*parsed);
   }
-  ClientOptions options;
-  options.server = args->server;
+  absl::StatusOr<ClientOptions> options =
+      ResolveClientOptions(*args, ClientEnv::FromProcess());
+  if (!options.ok()) {
+    ReportError(options.status(), std::cerr);
+    return kExitUsage;
+  }
   absl::StatusOr<std::unique_ptr<JobClient>> client =
-      JobClient::Connect(options);
+      JobClient::Connect(*options);
   if (!client.ok()) return ReportError(client.status(), std::cerr);
   if (args->command == Command::kSubmit) {
     return RunSubmit(*args, spec, **client, std::cout, std::cerr);

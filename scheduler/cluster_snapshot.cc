@@ -88,11 +88,16 @@ absl::Status CheckJob(const PendingJob& j) {
   if (j.gpus == 0 && j.cpu_slots < 1 && j.cpu_milli < 1) {
     return Bad("job", j.id, "a job without GPUs needs a CPU slot or CPU");
   }
-  if (j.gpus > 0 &&
-      (j.gpu_compute_milli < 1 || j.gpu_compute_milli > kWholeGpuMilli)) {
+  if (j.gpus == 0) return absl::OkStatus();
+  // With an estimate, 0 asks for a share in proportion to the memory.
+  const int32_t least = j.gpu_memory_estimated ? 0 : 1;
+  if (j.gpu_compute_milli < least || j.gpu_compute_milli > kWholeGpuMilli) {
     return Bad("job", j.id,
                absl::StrCat("gpu_compute_milli ", j.gpu_compute_milli,
-                            " outside [1, ", kWholeGpuMilli, "]"));
+                            " outside [", least, ", ", kWholeGpuMilli, "]"));
+  }
+  if (j.gpu_memory_estimated && j.gpu_memory_bytes == 0) {
+    return Bad("job", j.id, "a memory estimate of 0 bytes");
   }
   return absl::OkStatus();
 }

@@ -10,8 +10,13 @@
 // slots (one per CPU-slot job, the skeleton's CPU jobs). A job asks `gpus` x
 // (memory, compute share) plus CPU and host memory. A GPU job whose per-GPU
 // memory is 0 asks for whole GPUs: each must be wholly free and is taken
-// whole. A worker described only by `gpus`/`free_gpus` (no `devices`) gets
-// one device per index with unknown memory (0), wholly free or wholly taken.
+// whole. A job whose per-GPU memory is the engine's estimate
+// (gpu_memory_estimated) lets each GPU decide (node_fit.h, OnGpu): a GPU the
+// estimate needs more than half of, or whose memory is unknown, is taken
+// whole; a larger one gives the estimate and the declared compute share, or
+// a share in proportion to the memory when none is declared. A worker
+// described only by `gpus`/`free_gpus` (no `devices`) gets one device per
+// index with unknown memory (0), wholly free or wholly taken.
 #ifndef TRAINYARD_SCHEDULER_CLUSTER_SNAPSHOT_H_
 #define TRAINYARD_SCHEDULER_CLUSTER_SNAPSHOT_H_
 
@@ -67,6 +72,10 @@ struct PendingJob {
   int64_t cpu_milli = 0;                       // CPU on its node, milli-CPU
   int64_t memory_bytes = 0;                    // host memory on its node
   std::string tenant = {};
+  // gpu_memory_bytes (> 0) is the engine's estimate and each GPU decides
+  // the share (see above); gpu_compute_milli is then the declared share,
+  // or 0 for one in proportion to the memory.
+  bool gpu_memory_estimated = false;
 
   bool whole_gpus() const { return gpu_memory_bytes == 0; }
 };
@@ -102,7 +111,8 @@ class ClusterSnapshot {
   // Checks the invariants policies rely on: unique non-empty worker and job
   // ids; free amounts within [0, total]; gpu indices unique and non-negative,
   // free_gpus a subset of gpus; job needs non-negative, compute share in
-  // [1, 1000], a job without GPUs needing a CPU slot or CPU. INVALID_ARGUMENT
+  // [1, 1000] ([0, 1000] with an estimate, which must be > 0), a job without
+  // GPUs needing a CPU slot or CPU. INVALID_ARGUMENT
   // names the offender. Devices are filled in from gpus/free_gpus when
   // absent and sorted by index, then gpus/free_gpus are re-derived from
   // them; worker and job order is kept. `workload` is optional (FGD falls

@@ -1,7 +1,11 @@
 #include "scheduler/fair_share.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace trainyard::scheduler {
 namespace {
@@ -18,24 +22,37 @@ std::array<double, 4> UseOf(int32_t gpus, bool whole, int32_t compute,
 std::vector<const PendingJob*> InPlacementOrder(
     const std::vector<PendingJob>& pending) {
   // Sorting copies of the keys keeps the comparisons in cache; the id only
-  // breaks exact ties, which are rare.
+  // breaks exact ties, which are rare. Queues hold few priorities and come
+  // mostly in submit order, so the jobs are first split by priority (a
+  // stable counting pass) and each level is sorted only if it is not yet.
   struct Entry {
     int32_t priority;
     int64_t submit_order;
     const PendingJob* job;
   };
-  std::vector<Entry> entries;
-  entries.reserve(pending.size());
-  for (const PendingJob& j : pending) {
-    entries.push_back({j.priority, j.submit_order, &j});
-  }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  auto before = [](const Entry& a, const Entry& b) {
     if (a.priority != b.priority) return a.priority > b.priority;
     if (a.submit_order != b.submit_order) {
       return a.submit_order < b.submit_order;
     }
     return a.job->id < b.job->id;
-  });
+  };
+  absl::flat_hash_map<int32_t, size_t> level_start;  // count, then start
+  for (const PendingJob& j : pending) ++level_start[j.priority];
+  std::vector<int32_t> levels;
+  for (const auto& [priority, count] : level_start) levels.push_back(priority);
+  std::sort(levels.begin(), levels.end(), std::greater<int32_t>());
+  size_t start = 0;
+  for (int32_t priority : levels) {
+    start += std::exchange(level_start[priority], start);
+  }
+  std::vector<Entry> entries(pending.size());
+  for (const PendingJob& j : pending) {
+    entries[level_start[j.priority]++] = {j.priority, j.submit_order, &j};
+  }
+  if (!std::is_sorted(entries.begin(), entries.end(), before)) {
+    std::sort(entries.begin(), entries.end(), before);
+  }
   std::vector<const PendingJob*> order;
   order.reserve(entries.size());
   for (const Entry& e : entries) order.push_back(e.job);
@@ -82,11 +99,12 @@ const PendingJob* JobOrder::Next() {
   return job;
 }
 
-void JobOrder::Placed(const PendingJob& job) {
+void JobOrder::Placed(const PendingJob& job, int64_t gpu_milli) {
   if (!fair_share_) return;
   Add(job.tenant,
-      UseOf(job.gpus, job.whole_gpus(), job.gpu_compute_milli, job.cpu_milli,
-            job.memory_bytes, job.gpus == 0 ? job.cpu_slots : 0));
+      {static_cast<double>(gpu_milli), static_cast<double>(job.cpu_milli),
+       static_cast<double>(job.memory_bytes),
+       static_cast<double>(job.gpus == 0 ? job.cpu_slots : 0)});
 }
 
 double JobOrder::DominantShare(const std::string& tenant) const {

@@ -30,8 +30,9 @@ class JobOrder {
 
   // The next job to consider; nullptr when all were handed out.
   const PendingJob* Next();
-  // The job Next() returned was placed: its tenant's share grows.
-  void Placed(const PendingJob& job);
+  // The job Next() returned was placed and given `gpu_milli` of GPU
+  // compute (summed over its GPUs): its tenant's share grows.
+  void Placed(const PendingJob& job, int64_t gpu_milli);
 
  private:
   using Usage = std::array<double, 4>;  // GPU milli, CPU milli, memory, slots

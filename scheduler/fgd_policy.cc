@@ -1,6 +1,7 @@
 #include "scheduler/fgd_policy.h"
 
 #include <algorithm>
+#include <functional>
 #include <tuple>
 #include <utility>
 
@@ -14,58 +15,66 @@ namespace {
 constexpr double kCoveredWeight = 0.99;
 constexpr size_t kMaxClasses = 64;
 
-using ClassKey = std::tuple<int32_t, int64_t, int32_t, int64_t, int64_t>;
+using ClassKey = std::tuple<int32_t, int64_t, int32_t, int64_t, int64_t, bool>;
 
-// Kinds by key; a hash map, as the pending queue can be long.
+// Kinds by key, each with its first job (or workload class) and weight; a
+// hash map, as the pending queue can be long and nearly every job may be a
+// kind of its own.
 struct KindsByKey {
+  struct Kind {
+    ClassKey key;
+    const PendingJob* shape;
+    double weight = 0;
+  };
   absl::flat_hash_map<ClassKey, size_t> at;
-  std::vector<std::pair<ClassKey, FragClass>> kinds;
-};
+  std::vector<Kind> kinds;
 
-void AddClass(const PendingJob& shape, double weight, KindsByKey& by_key) {
-  if (shape.gpus == 0) return;
-  const ClassKey key{shape.gpus, shape.gpu_memory_bytes,
-                     shape.gpu_compute_milli, shape.cpu_milli,
-                     shape.memory_bytes};
-  auto [it, added] = by_key.at.try_emplace(key, by_key.kinds.size());
-  if (added) {
-    by_key.kinds.push_back(
-        {key, FragClass{shape, DemandOf(shape, /*exclusive=*/false), 0}});
+  void Add(const PendingJob& shape, double weight) {
+    if (shape.gpus == 0) return;
+    const ClassKey key{
+        shape.gpus,      shape.gpu_memory_bytes, shape.gpu_compute_milli,
+        shape.cpu_milli, shape.memory_bytes,     shape.gpu_memory_estimated};
+    auto [it, added] = at.try_emplace(key, kinds.size());
+    if (added) kinds.push_back({key, &shape, 0});
+    kinds[it->second].weight += weight;
   }
-  by_key.kinds[it->second].second.weight += weight;
-}
+};
 
 }  // namespace
 
 std::vector<FragClass> FragClassesFor(const ClusterSnapshot& snapshot) {
   KindsByKey by_key;
-  for (const TaskClass& c : snapshot.workload()) {
-    AddClass(c.shape, c.weight, by_key);
-  }
+  for (const TaskClass& c : snapshot.workload()) by_key.Add(c.shape, c.weight);
   if (snapshot.workload().empty()) {
-    for (const PendingJob& j : snapshot.pending()) AddClass(j, 1.0, by_key);
+    for (const PendingJob& j : snapshot.pending()) by_key.Add(j, 1.0);
   }
-  // Most frequent first; equal weights by key, so the order is fixed.
-  std::sort(by_key.kinds.begin(), by_key.kinds.end(),
-            [](const auto& a, const auto& b) {
-              if (a.second.weight != b.second.weight) {
-                return a.second.weight > b.second.weight;
-              }
-              return a.first < b.first;
-            });
-  std::vector<FragClass> classes;
+  // Most frequent first; equal weights by key, so the order is fixed. Only
+  // the first kMaxClasses can be kept, but the total weight is summed in
+  // that same order (equal weights are interchangeable, so sorting the
+  // weights alone gives the same sum to the last bit).
+  std::vector<KindsByKey::Kind>& kinds = by_key.kinds;
+  std::vector<double> weights;
+  weights.reserve(kinds.size());
+  for (const auto& k : kinds) weights.push_back(k.weight);
+  std::sort(weights.begin(), weights.end(), std::greater<double>());
   double total = 0;
-  for (auto& [key, c] : by_key.kinds) {
-    total += c.weight;
-    classes.push_back(std::move(c));
-  }
+  for (double w : weights) total += w;
+  const size_t head = std::min(kinds.size(), kMaxClasses);
+  std::partial_sort(kinds.begin(), kinds.begin() + head, kinds.end(),
+                    [](const KindsByKey::Kind& a, const KindsByKey::Kind& b) {
+                      if (a.weight != b.weight) return a.weight > b.weight;
+                      return a.key < b.key;
+                    });
+  std::vector<FragClass> classes;
   double kept = 0;
-  size_t n = 0;
-  while (n < classes.size() && n < kMaxClasses &&
-         kept < kCoveredWeight * total) {
-    kept += classes[n++].weight;
+  while (classes.size() < head && kept < kCoveredWeight * total) {
+    const KindsByKey::Kind& k = kinds[classes.size()];
+    PendingJob shape = *k.shape;
+    shape.id.clear();
+    shape.tenant.clear();
+    classes.push_back({shape, DemandOf(shape, /*exclusive=*/false), k.weight});
+    kept += k.weight;
   }
-  classes.resize(n);
   for (FragClass& c : classes) c.weight /= kept;
   return classes;
 }

@@ -183,5 +183,50 @@ TEST(FgdPolicyTest, GroupsOfAlikeWorkersPlaceLikeTheNaiveScan) {
   }
 }
 
+// Many workers and a queue where nearly every job asks its own CPU and host
+// memory: the candidate order kept per GPU need (merged entries, groups
+// that change or lose their lowest member, hosts running short of what the
+// task kinds ask) places exactly like the naive scan. Odd seeds give some
+// jobs an engine memory estimate of their own, so that there are more GPU
+// needs than orders kept and the rest scan every group.
+TEST(FgdPolicyTest, CandidateOrdersPlaceLikeTheNaiveScan) {
+  static constexpr int32_t kMilli[] = {1000, 500, 250, 810, 300, 160};
+  int placements = 0;
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(seed);
+    std::vector<WorkerCapacity> workers;
+    for (int i = 0; i < 32; ++i) {
+      workers.push_back(Node(
+          absl::StrCat("w", i), std::vector<int32_t>(4 + 4 * (i % 2), 1000),
+          16 + 16 * (i % 3), 12 + rng() % 24, 32 + rng() % 64));
+    }
+    std::vector<PendingJob> jobs;
+    for (int i = 0; i < 300; ++i) {
+      const uint32_t kind = rng() % 20;
+      const int32_t gpus = kind < 2 ? 0 : kind < 18 ? 1 : 2 + 2 * (kind % 2);
+      PendingJob j = Share(absl::StrCat("j", i), i, gpus, kMilli[rng() % 6]);
+      j.cpu_milli = 250 + rng() % 6000;
+      j.memory_bytes = (1 + rng() % 24) * kGiB + rng() % 1000;
+      if (gpus == 0) j.cpu_slots = 0;
+      if (seed % 2 == 1 && gpus > 0 && rng() % 3 == 0) {
+        j.gpu_memory_estimated = true;
+        j.gpu_memory_bytes = kGiB + rng() % (12 * kGiB);
+        j.gpu_compute_milli = 0;
+      }
+      jobs.push_back(std::move(j));
+    }
+    ClusterSnapshot s = MakeSnapshot(workers, jobs);
+    std::vector<std::string> got;
+    for (const Placement& p : FgdPolicy().Place(s).placements) {
+      std::string placed = p.job_id + "@" + p.worker_id + "[";
+      for (int32_t g : p.gpu_indices) placed += std::to_string(g) + ",";
+      got.push_back(placed + "]");
+    }
+    EXPECT_EQ(got, NaiveFgd(s)) << "seed " << seed;
+    placements += static_cast<int>(got.size());
+  }
+  EXPECT_GT(placements, 600);
+}
+
 }  // namespace
 }  // namespace trainyard::scheduler

@@ -1,22 +1,16 @@
 #include "scheduler/node_fit.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace trainyard::scheduler {
 
-GpuDemand DemandOf(const PendingJob& job, bool exclusive) {
-  if (exclusive || job.whole_gpus()) return {0, kWholeGpuMilli, true};
-  return {job.gpu_memory_bytes, job.gpu_compute_milli, false};
-}
-
 bool GpuFitsWhenIdle(const GpuCapacity& gpu, const GpuDemand& demand) {
-  return demand.whole || gpu.memory_bytes >= demand.memory_bytes;
-}
-
-bool HostFits(const WorkerCapacity& w, const PendingJob& job) {
-  if (job.gpus == 0 && w.free_cpu_slots < job.cpu_slots) return false;
-  return w.free_cpu_milli >= job.cpu_milli &&
-         w.free_memory_bytes >= job.memory_bytes;
+  const GpuDemand d = OnGpu(gpu, demand);
+  return (d.whole && gpu.memory_bytes == 0) ||
+         gpu.memory_bytes >= d.memory_bytes;
 }
 
 bool HostFitsWhenIdle(const WorkerCapacity& w, const PendingJob& job) {
@@ -53,12 +47,13 @@ void Take(WorkerCapacity& w, const PendingJob& job, const GpuDemand& demand,
   w.free_memory_bytes -= job.memory_bytes;
   for (size_t pos : device_positions) {
     GpuCapacity& g = w.devices[pos];
-    if (demand.whole) {
+    const GpuDemand d = OnGpu(g, demand);
+    if (d.whole) {
       g.free_compute_milli = 0;
       g.free_memory_bytes = 0;
     } else {
-      g.free_compute_milli -= demand.compute_milli;
-      g.free_memory_bytes -= demand.memory_bytes;
+      g.free_compute_milli -= d.compute_milli;
+      g.free_memory_bytes -= d.memory_bytes;
     }
   }
 }
@@ -74,7 +69,9 @@ namespace {
 // `value / unit` with at most one decimal ("16", "2.5"); plain StrCat, as
 // this runs once per waiting job shape in every pass.
 std::string OneDecimal(int64_t value, int64_t unit) {
-  const int64_t tenths = (value * 10 + unit / 2) / unit;
+  // Whole units and the rest apart, so that no value overflows.
+  const int64_t tenths =
+      value / unit * 10 + (value % unit * 10 + unit / 2) / unit;
   if (tenths % 10 == 0) return absl::StrCat(tenths / 10);
   return absl::StrCat(tenths / 10, ".", tenths % 10);
 }
@@ -101,18 +98,34 @@ std::string HostPart(const PendingJob& job) {
 
 std::string DescribeNeed(const PendingJob& job, const GpuDemand& demand) {
   std::string out;
+  const char* each = job.gpus == 1 ? "" : " each";
   if (job.gpus == 0) {
     if (job.cpu_slots > 0) {
       out = job.cpu_slots == 1 ? std::string("a CPU slot")
                                : absl::StrCat(job.cpu_slots, " CPU slots");
     }
+  } else if (demand.estimated) {
+    // "1 GPU with 12 GiB free (whole if it has under 24 GiB)"
+    out = absl::StrCat(job.gpus, job.gpus == 1 ? " GPU with " : " GPUs with ",
+                       Bytes(demand.memory_bytes));
+    if (demand.compute_milli > 0) {
+      absl::StrAppend(&out, " and ", demand.compute_milli, " milli-GPU");
+    }
+    const int64_t twice =
+        std::min(demand.memory_bytes, std::numeric_limits<int64_t>::max() / 2) *
+        2;
+    absl::StrAppend(&out, " free", each, " (whole if ",
+                    job.gpus == 1 ? "it has" : "they have", " under ",
+                    Bytes(twice), ")");
   } else if (demand.whole) {
     out = absl::StrCat(job.gpus, job.gpus == 1 ? " whole GPU" : " whole GPUs");
+    if (demand.memory_bytes > 0) {
+      absl::StrAppend(&out, " with ", Bytes(demand.memory_bytes), each);
+    }
   } else {
-    out =
-        absl::StrCat(job.gpus, job.gpus == 1 ? " GPU with " : " GPUs with ",
-                     Bytes(demand.memory_bytes), " and ", demand.compute_milli,
-                     " milli-GPU free", job.gpus == 1 ? "" : " each");
+    out = absl::StrCat(job.gpus, job.gpus == 1 ? " GPU with " : " GPUs with ",
+                       Bytes(demand.memory_bytes), " and ",
+                       demand.compute_milli, " milli-GPU free", each);
   }
   const std::string host = HostPart(job);
   if (!host.empty()) absl::StrAppend(&out, out.empty() ? "" : ", ", host);

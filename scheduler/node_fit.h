@@ -6,36 +6,90 @@
 #ifndef TRAINYARD_SCHEDULER_NODE_FIT_H_
 #define TRAINYARD_SCHEDULER_NODE_FIT_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/numeric/int128.h"
 #include "scheduler/cluster_snapshot.h"
 
 namespace trainyard::scheduler {
 
-// What a job takes from each of its GPUs as placed. `whole`: the GPU must be
-// wholly free and is taken whole (jobs asking whole GPUs, and every GPU job
-// under an exclusive policy).
+// What a job takes from each of its GPUs as placed.
+//  - `whole`: the GPU must be wholly free, and hold memory_bytes when its
+//    size is known, and is taken whole (jobs asking whole GPUs, and every
+//    GPU job under an exclusive policy);
+//  - `estimated`: memory_bytes is the engine's estimate of what the job
+//    uses of each GPU, and each GPU decides what it gives (OnGpu);
+//  - otherwise the fixed share: memory_bytes and compute_milli of each GPU.
 struct GpuDemand {
   int64_t memory_bytes = 0;
   int32_t compute_milli = kWholeGpuMilli;
   bool whole = true;
+  bool estimated = false;
 };
 
-GpuDemand DemandOf(const PendingJob& job, bool exclusive);
+inline GpuDemand DemandOf(const PendingJob& job, bool exclusive) {
+  if (job.gpu_memory_estimated && job.gpus > 0) {
+    if (exclusive) return {job.gpu_memory_bytes, kWholeGpuMilli, true, false};
+    return {job.gpu_memory_bytes, job.gpu_compute_milli, false, true};
+  }
+  if (exclusive || job.whole_gpus()) return {0, kWholeGpuMilli, true};
+  return {job.gpu_memory_bytes, job.gpu_compute_milli, false};
+}
+
+// The compute share of a GPU with `gpu_memory` bytes for a job using
+// `memory` bytes of it: the same fraction, rounded up to a tenth of a GPU.
+// REQUIRES: 0 < memory <= gpu_memory.
+inline int32_t ProportionalShare(int64_t memory, int64_t gpu_memory) {
+  uint64_t tenths;
+  if (memory < (int64_t{1} << 59) && gpu_memory < (int64_t{1} << 59)) {
+    tenths = static_cast<uint64_t>((memory * 10 + gpu_memory - 1) / gpu_memory);
+  } else {  // sizes no GPU has, but no overflow either
+    const absl::uint128 m = static_cast<uint64_t>(memory);
+    const absl::uint128 g = static_cast<uint64_t>(gpu_memory);
+    tenths = absl::Uint128Low64((m * 10 + g - 1) / g);
+  }
+  return static_cast<int32_t>(std::clamp<uint64_t>(tenths, 1, 10) * 100);
+}
+
+// What an estimated demand takes from `gpu` (other demands are returned as
+// they are). A GPU of unknown memory (0), or one the estimate needs more
+// than half of, is taken whole; any other gives the estimate and the
+// declared compute share, or when none is declared (compute_milli 0) the
+// ProportionalShare.
+inline GpuDemand OnGpu(const GpuCapacity& gpu, const GpuDemand& demand) {
+  if (!demand.estimated) return demand;
+  if (gpu.memory_bytes == 0 || demand.memory_bytes > gpu.memory_bytes / 2) {
+    return {demand.memory_bytes, kWholeGpuMilli, true, false};
+  }
+  const int32_t share =
+      demand.compute_milli > 0
+          ? demand.compute_milli
+          : ProportionalShare(demand.memory_bytes, gpu.memory_bytes);
+  return {demand.memory_bytes, share, false, false};
+}
 
 // Inline: the innermost test of every policy.
 inline bool GpuFits(const GpuCapacity& gpu, const GpuDemand& demand) {
-  if (demand.whole) return gpu.wholly_free();
-  return gpu.free_compute_milli >= demand.compute_milli &&
-         gpu.free_memory_bytes >= demand.memory_bytes;
+  const GpuDemand d = OnGpu(gpu, demand);
+  if (d.whole) {
+    return gpu.wholly_free() &&
+           (gpu.memory_bytes == 0 || gpu.memory_bytes >= d.memory_bytes);
+  }
+  return gpu.free_compute_milli >= d.compute_milli &&
+         gpu.free_memory_bytes >= d.memory_bytes;
 }
 // Whether the device could hold the demand if it were idle.
 bool GpuFitsWhenIdle(const GpuCapacity& gpu, const GpuDemand& demand);
 
 // CPU slots (jobs without GPUs only), CPU and host memory free now.
-bool HostFits(const WorkerCapacity& w, const PendingJob& job);
+inline bool HostFits(const WorkerCapacity& w, const PendingJob& job) {
+  if (job.gpus == 0 && w.free_cpu_slots < job.cpu_slots) return false;
+  return w.free_cpu_milli >= job.cpu_milli &&
+         w.free_memory_bytes >= job.memory_bytes;
+}
 bool HostFitsWhenIdle(const WorkerCapacity& w, const PendingJob& job);
 
 // Host fits and at least job.gpus devices fit the demand now.

@@ -1,6 +1,7 @@
 #include "scheduler/packing_pass.h"
 
 #include <algorithm>
+#include <deque>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,7 +14,7 @@ namespace {
 
 // Jobs with equal keys fit exactly the same places.
 using ShapeKey =
-    std::tuple<int32_t, int32_t, int64_t, int32_t, int64_t, int64_t>;
+    std::tuple<int32_t, int32_t, int64_t, int32_t, int64_t, int64_t, bool>;
 
 ShapeKey KeyOf(const PendingJob& j) {
   const bool gpu = j.gpus > 0;
@@ -22,7 +23,8 @@ ShapeKey KeyOf(const PendingJob& j) {
           gpu ? j.gpu_memory_bytes : 0,
           gpu ? j.gpu_compute_milli : 0,
           j.cpu_milli,
-          j.memory_bytes};
+          j.memory_bytes,
+          gpu && j.gpu_memory_estimated};
 }
 
 std::string LargestWorker(const std::vector<WorkerCapacity>& workers,
@@ -66,50 +68,82 @@ bool AsksAtLeast(const PendingJob& a, const GpuDemand& ad, const PendingJob& b,
     return false;
   }
   if (a.gpus == 0) return a.cpu_slots >= b.cpu_slots;
-  if (ad.whole != bd.whole) return false;
-  return ad.whole || (ad.compute_milli >= bd.compute_milli &&
-                      ad.memory_bytes >= bd.memory_bytes);
+  if (ad.whole != bd.whole || ad.estimated != bd.estimated) return false;
+  if (ad.estimated) {
+    // A larger estimate takes more of every GPU, and whole GPUs sooner; a
+    // share in proportion to memory (0) grows with it too.
+    return ad.memory_bytes >= bd.memory_bytes &&
+           (ad.compute_milli == 0) == (bd.compute_milli == 0) &&
+           ad.compute_milli >= bd.compute_milli;
+  }
+  return ad.whole ? ad.memory_bytes >= bd.memory_bytes
+                  : (ad.compute_milli >= bd.compute_milli &&
+                     ad.memory_bytes >= bd.memory_bytes);
 }
 
-// The jobs that found no place in this pass. Free capacity only shrinks
-// during a pass, so a job asking at least as much as one of them cannot fit
-// either: it is turned away without another scan of the workers.
-class FailedShapes {
+// What a pass knows of each job shape: why it can never fit (no worker
+// could hold it even idle), or why it cannot fit now because it, or a shape
+// asking no more on any dimension, found no place earlier in the pass (free
+// capacity only shrinks during a pass). Such jobs are turned away without
+// another scan of the workers. Nearly every job of a long queue may have a
+// shape of its own, so the map holds only an index into the waits.
+class KnownWaits {
  public:
-  // The wait for `job` if it cannot fit; nullptr when it must be tried.
+  explicit KnownWaits(const std::vector<WorkerCapacity>& all) : all_(all) {}
+
+  // The wait of `job` if it surely cannot be placed now; nullptr when it
+  // must be tried.
   const JobWait* Find(const ShapeKey& key, const PendingJob& job,
                       const GpuDemand& demand) {
-    if (auto it = exact_.find(key); it != exact_.end()) return &it->second;
+    auto [it, added] = at_.try_emplace(key, kNone);
+    if (added) {
+      if (std::optional<JobWait> never = Infeasibility(job, demand, all_)) {
+        it->second = Keep(*std::move(never));
+      }
+    }
+    if (it->second != kNone) return &waits_[it->second];
     for (const Failed& f : dominators_) {
       if (AsksAtLeast(job, demand, f.job, f.demand)) {
-        return &exact_.emplace(key, RetryLater(job, demand)).first->second;
+        it->second = Keep(RetryLater(job, demand));
+        return &waits_[it->second];
       }
     }
     return nullptr;
   }
 
-  // Records that `job` fits nowhere now; returns its wait.
+  // Records that `job`, for which Find found nothing, fits nowhere now;
+  // returns its wait.
   const JobWait& Add(const ShapeKey& key, const PendingJob& job,
                      const GpuDemand& demand) {
     if (dominators_.size() < kMaxDominators) {
       dominators_.push_back({job, demand});
     }
-    return exact_.try_emplace(key, RetryLater(job, demand)).first->second;
+    const uint32_t i = Keep(RetryLater(job, demand));
+    at_[key] = i;
+    return waits_[i];
   }
+
+ private:
+  static constexpr size_t kMaxDominators = 64;
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  struct Failed {
+    PendingJob job;
+    GpuDemand demand;
+  };
 
   static JobWait RetryLater(const PendingJob& job, const GpuDemand& demand) {
     return {job.id, WaitKind::kRetryLater,
             absl::StrCat("waiting for ", DescribeNeed(job, demand),
                          ": no worker has that free now")};
   }
+  uint32_t Keep(JobWait wait) {
+    waits_.push_back(std::move(wait));
+    return static_cast<uint32_t>(waits_.size() - 1);
+  }
 
- private:
-  static constexpr size_t kMaxDominators = 64;
-  struct Failed {
-    PendingJob job;
-    GpuDemand demand;
-  };
-  absl::flat_hash_map<ShapeKey, JobWait> exact_;
+  const std::vector<WorkerCapacity>& all_;
+  absl::flat_hash_map<ShapeKey, uint32_t> at_;  // index into waits_
+  std::deque<JobWait> waits_;  // never moves what Find returned
   std::vector<Failed> dominators_;
 };
 
@@ -144,9 +178,21 @@ FreeCapacity InitialFree(const ClusterSnapshot& snapshot) {
   return free;
 }
 
-void AddPlacement(const PendingJob& job, const GpuDemand& demand,
-                  const Choice& choice, FreeCapacity& free, Plan& plan) {
+// Returns the GPU compute the job was given, as fair share counts it: the
+// share of each GPU it declares (even where an exclusive policy gives the
+// GPU whole), or for an estimated job what each GPU gave it.
+int64_t AddPlacement(const PendingJob& job, const GpuDemand& demand,
+                     const Choice& choice, FreeCapacity& free, Plan& plan) {
   WorkerCapacity& w = free.workers[choice.worker];
+  const bool whole = job.whole_gpus() || job.gpu_memory_estimated;
+  int64_t given =
+      int64_t{job.gpus} * (whole ? kWholeGpuMilli : job.gpu_compute_milli);
+  if (demand.estimated) {
+    given = 0;
+    for (size_t pos : choice.devices) {
+      given += OnGpu(w.devices[pos], demand).compute_milli;
+    }
+  }
   Take(w, job, demand, choice.devices);
   free.summaries[choice.worker] = Summarize(w);
   Placement p{job.id, w.id, {}, demand.whole && !job.whole_gpus()};
@@ -154,6 +200,7 @@ void AddPlacement(const PendingJob& job, const GpuDemand& demand,
     p.gpu_indices.push_back(w.devices[pos].index);
   }
   plan.placements.push_back(std::move(p));
+  return given;
 }
 
 }  // namespace
@@ -164,27 +211,23 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
   FreeCapacity free = InitialFree(snapshot);  // shrinks as jobs are placed
   std::unique_ptr<NodeChooser> chooser = make_chooser(free);
   JobOrder order(snapshot, options.fair_share);
-  FailedShapes failed;
-  // Per shape: why it can never fit, or nullopt when some worker could hold it.
-  absl::flat_hash_map<ShapeKey, std::optional<JobWait>> infeasible;
+  KnownWaits known_waits(snapshot.workers());
   int32_t reservations_left = options.reservations;
   Plan plan;
+  plan.waits.reserve(snapshot.pending().size());
   while (const PendingJob* job = order.Next()) {
     const GpuDemand demand = DemandOf(*job, options.exclusive);
     const ShapeKey key = KeyOf(*job);
-    auto [never, added] = infeasible.try_emplace(key);
-    if (added) never->second = Infeasibility(*job, demand, snapshot.workers());
-    const JobWait* known =
-        never->second ? &*never->second : failed.Find(key, *job, demand);
+    const JobWait* known = known_waits.Find(key, *job, demand);
     std::optional<Choice> choice;
     if (known == nullptr) choice = chooser->Choose(*job, demand, free);
     if (choice) {
-      AddPlacement(*job, demand, *choice, free, plan);
+      const int64_t given = AddPlacement(*job, demand, *choice, free, plan);
       chooser->Changed(choice->worker, free);
-      order.Placed(*job);
+      order.Placed(*job, given);
       continue;
     }
-    plan.waits.push_back(known ? *known : failed.Add(key, *job, demand));
+    plan.waits.push_back(known ? *known : known_waits.Add(key, *job, demand));
     plan.waits.back().job_id = job->id;
     plan.waits.back().position = static_cast<int64_t>(plan.waits.size());
     if (plan.waits.back().kind == WaitKind::kInfeasible ||
@@ -238,6 +281,11 @@ bool MayFit(const NodeSummary& s, const PendingJob& job,
   }
   if (job.gpus == 0) return s.free_cpu_slots >= job.cpu_slots;
   if (demand.whole) return s.wholly_free_gpus >= job.gpus;
+  if (demand.estimated) {
+    // Each GPU gives it either the whole GPU or at least the estimate.
+    return s.gpus >= job.gpus && (s.wholly_free_gpus > 0 ||
+                                  s.max_free_gpu_memory >= demand.memory_bytes);
+  }
   return s.gpus >= job.gpus && s.max_free_compute >= demand.compute_milli &&
          s.max_free_gpu_memory >= demand.memory_bytes;
 }

@@ -101,6 +101,17 @@ inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
     j.tenant = kTenants[pick(3)];
     return j;
   };
+  // Some queued jobs carry an engine memory estimate instead of a share:
+  // each GPU then decides what it gives (whole or a share).
+  auto estimated_job = [&](std::string id) {
+    PendingJob j = random_job(std::move(id));
+    if (j.gpus > 0 && pick(3) == 0) {
+      j.gpu_memory_estimated = true;
+      j.gpu_memory_bytes = (1 + pick(40)) * kGiB / 2;
+      j.gpu_compute_milli = pick(2) == 0 ? 0 : kMilli[pick(6)];
+    }
+    return j;
+  };
   std::vector<WorkerCapacity> workers;
   std::vector<RunningJob> running;
   const int nw = pick(6);
@@ -108,6 +119,10 @@ inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
     std::vector<int32_t> free(pick(5), 1000);
     WorkerCapacity w = Node(absl::StrCat("w", i), free, 8 + 8 * pick(3),
                             1 + pick(16), 1 + pick(64));
+    if (pick(6) == 0) {
+      // GPUs of unknown memory, as a worker that reports none.
+      for (GpuCapacity& g : w.devices) g.memory_bytes = g.free_memory_bytes = 0;
+    }
     w.cpu_slots = w.free_cpu_slots = pick(4);
     for (int r = pick(5); r > 0; --r) {
       StartRunning(w, random_job(absl::StrCat("r", i, "-", r)), pick(100),
@@ -117,7 +132,7 @@ inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
   }
   std::vector<PendingJob> jobs;
   for (int i = pick(20); i > 0; --i)
-    jobs.push_back(random_job(absl::StrCat("j", i)));
+    jobs.push_back(estimated_job(absl::StrCat("j", i)));
   auto s = ClusterSnapshot::Create(std::move(workers), std::move(jobs), {},
                                    std::move(running), {{"b", 2.0}});
   EXPECT_TRUE(s.ok()) << s.status();

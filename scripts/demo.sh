@@ -90,10 +90,19 @@ say "Starting yard-worker (1 CPU slot)"
 "$BIN_DIR/yard-worker" --server "$ADDR" --work-dir "$STATE_DIR/worker" \
   --cpu-slots 1 --data-root "$ROOT" --name demo-worker \
   --metrics-listen 127.0.0.1:0 \
+  --token-file "$STATE_DIR/server/worker.token" \
   >"$LOG_DIR/yard-worker.log" 2>&1 &
 WORKER_PID=$!
 
-YARD=("$BIN_DIR/yard" --server "$ADDR")
+# Every call needs a token. The server made an admin token on its first
+# start (STATE_DIR/admin.token, 0600); with it we make one for tenant "demo".
+say "Creating a token for tenant demo (admin token: server/admin.token)"
+TOKEN="$("$BIN_DIR/yard" --server "$ADDR" \
+  --token-file "$STATE_DIR/server/admin.token" \
+  token create demo --description "make demo" | tail -n 1)"
+[[ "$TOKEN" == ytk_* ]] || die "could not create a token for tenant demo"
+info "token ${TOKEN:0:16}... (yard --token, \$YARD_TOKEN or the config file)"
+YARD=("$BIN_DIR/yard" --server "$ADDR" --token "$TOKEN")
 say "Submitting ${SPEC#"$ROOT"/} and following it live"
 set +e
 "${YARD[@]}" submit "$SPEC" --wait

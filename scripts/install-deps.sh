@@ -8,6 +8,10 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libyaml-cpp-dev
+  # Token hashing and randomness; the openssl CLI makes test certificates.
+  libssl-dev openssl
+  # Fuzz targets: libFuzzer comes with clang.
+  clang
   # Observability tests: a real Prometheus scrapes the daemons, promtool
   # lints their /metrics and the alert rules; curl fetches over HTTP.
   prometheus curl

@@ -68,7 +68,7 @@ void JobLifecycle::WakeScheduler() const {
 }
 
 absl::StatusOr<SubmitResult> JobLifecycle::Submit(
-    const v1::SubmitJobRequest& request) {
+    const v1::SubmitJobRequest& request, const std::string& tenant) {
   if (!request.has_spec()) {
     return absl::InvalidArgumentError("spec: required");
   }
@@ -83,7 +83,7 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   RETURN_IF_ERROR(spec::ValidateJobSpec(spec, options_.validation));
 
   v1::Job job;
-  job.set_tenant(options_.tenant);
+  job.set_tenant(tenant);
   job.set_request_id(request.request_id());
   job.set_name(spec.name());
   *job.mutable_spec() = spec;
@@ -196,12 +196,19 @@ absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
           -> absl::StatusOr<bool> {
         if (!IsCurrentAttempt(r, worker_id, attempt)) return false;
         const bool cancel = r.cancel_requested();
-        ASSIGN_OR_RETURN(
-            *events.emplace_back().mutable_state_change(),
-            Transition(r.job, cancel ? v1::CANCELLED : v1::QUEUED,
-                       cancel ? absl::StrCat(r.cancel_reason, " (", reason, ")")
-                              : reason,
-                       clock_->Now()));
+        // The trainer reported TrainFinished (after its final checkpoint)
+        // but its exit never arrived: the training is done, and running it
+        // again would only finish it a second time.
+        const bool finished = !cancel && r.job.has_result();
+        const v1::JobState to =
+            cancel ? v1::CANCELLED : finished ? v1::SUCCEEDED : v1::QUEUED;
+        const std::string why =
+            cancel     ? absl::StrCat(r.cancel_reason, " (", reason, ")")
+            : finished ? absl::StrCat("finished (", reason,
+                                      " before reporting the exit)")
+                       : reason;
+        ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
+                         Transition(r.job, to, why, clock_->Now()));
         r.gpu_indices.clear();
         changed = true;
         return true;

@@ -28,7 +28,7 @@
 namespace trainyard::server {
 
 struct JobLifecycleOptions {
-  std::string tenant = "default";  // every job's tenant until auth exists
+  std::string tenant = "default";  // the tenant of Submit(request)
   // Absolute; each job checkpoints under CHECKPOINT_ROOT/<job id>.
   std::string checkpoint_root;
   spec::ValidationOptions validation;  // data root for spec paths
@@ -61,7 +61,12 @@ class JobLifecycle {
   // Validates the spec (defaults applied first; INVALID_ARGUMENT naming the
   // field), stores the job QUEUED. A repeated request_id returns the first
   // job; with a different spec it is ALREADY_EXISTS.
-  absl::StatusOr<SubmitResult> Submit(const v1::SubmitJobRequest& request);
+  // The job belongs to `tenant` (the caller's, from its token).
+  absl::StatusOr<SubmitResult> Submit(const v1::SubmitJobRequest& request,
+                                      const std::string& tenant);
+  absl::StatusOr<SubmitResult> Submit(const v1::SubmitJobRequest& request) {
+    return Submit(request, options_.tenant);
+  }
   // QUEUED/SCHEDULED: CANCELLED at once. RUNNING: the worker is told to
   // stop it and the job becomes CANCELLED when it exits. Terminal:
   // FAILED_PRECONDITION.
@@ -75,8 +80,9 @@ class JobLifecycle {
                                    const std::vector<int32_t>& gpu_indices);
   // The Assignment message for a record returned by Assign.
   v1::ServerMessage AssignmentFor(const JobRecord& record) const;
-  // Gives the job back to the queue (or CANCELLED if a cancel is pending)
-  // when (attempt, worker_id) is still its current attempt; else no-op.
+  // Gives the job back to the queue (or CANCELLED if a cancel is pending,
+  // SUCCEEDED if its trainer already reported TrainFinished) when
+  // (attempt, worker_id) is still its current attempt; else no-op.
   absl::Status ReturnToQueue(const std::string& job_id, int32_t attempt,
                              const std::string& worker_id,
                              const std::string& reason);

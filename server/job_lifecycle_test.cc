@@ -259,6 +259,25 @@ TEST_F(JobLifecycleTest, CancelRunningOnALostWorkerEndsCancelled) {
   EXPECT_EQ(Job(id).job.state(), v1::CANCELLED);
 }
 
+TEST_F(JobLifecycleTest, AFinishedTrainerOnALostWorkerSucceedsNotRequeues) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  // TrainFinished arrives (after the final checkpoint), then the worker is
+  // silent before its exit is reported.
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 u.mutable_trainer()->mutable_finished()->set_step(10);
+               }).ok());
+  w.session->Close();
+  clock_.Advance(kLease + absl::Seconds(1));
+  Pass();
+  const v1::Job job = Job(id).job;
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.state_reason();
+  EXPECT_THAT(job.state_reason(), HasSubstr("worker w1 lost"));
+  EXPECT_EQ(job.attempts_size(), 1) << "never run a second time";
+}
+
 TEST_F(JobLifecycleTest, HigherPriorityRunsFirstAndSlotsAreNeverOverCommitted) {
   const std::string low = Submit(0);
   const std::string high = Submit(5);

@@ -1,5 +1,8 @@
 // JobLifecycle: reports from workers (started, trainer events, exits, log
-// bytes), fenced by attempt.
+// bytes), fenced by attempt. A numbered report (JobUpdate.sequence) is
+// applied once: the highest number applied is committed with its effect
+// (Attempt.last_report_sequence), and a report the worker sends again after
+// a broken stream or a server restart, numbered at or below it, is dropped.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -47,6 +50,27 @@ std::pair<v1::JobState, std::string> RefusalOutcome(
             absl::StrCat(why, " (", kMaxRefusals, " refusals in a row)")};
   }
   return {v1::QUEUED, why};
+}
+
+// The record of `update`'s attempt in `job`, or null.
+v1::Attempt* AttemptOf(v1::Job& job, const v1::JobUpdate& update) {
+  for (int i = job.attempts_size() - 1; i >= 0; --i) {
+    if (job.attempts(i).number() == update.attempt()) {
+      return job.mutable_attempts(i);
+    }
+  }
+  return nullptr;
+}
+
+// True when `update` was applied before (it is a resent duplicate); else
+// records it as the attempt's latest applied report. Unnumbered reports
+// (from a worker that does not number them) are always applied.
+bool AlreadyApplied(v1::Job& job, const v1::JobUpdate& update) {
+  v1::Attempt* attempt = AttemptOf(job, update);
+  if (update.sequence() <= 0 || attempt == nullptr) return false;
+  if (update.sequence() <= attempt->last_report_sequence()) return true;
+  attempt->set_last_report_sequence(update.sequence());
+  return false;
 }
 
 // A report for the current attempt while the job is still SCHEDULED means
@@ -162,7 +186,10 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnStarted(
                           outcome = ReportOutcome::kStale;
                           return false;
                         }
-                        if (r.job.state() != v1::SCHEDULED) return false;
+                        if (r.job.state() != v1::SCHEDULED ||
+                            AlreadyApplied(r.job, update)) {
+                          return false;
+                        }
                         RETURN_IF_ERROR(EnsureRunning(
                             r,
                             absl::StrCat("started on worker ", worker_id,
@@ -192,6 +219,7 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnTrainerEvent(
                           outcome = ReportOutcome::kStale;
                           return false;
                         }
+                        if (AlreadyApplied(r.job, update)) return false;
                         RETURN_IF_ERROR(EnsureRunning(
                             r, absl::StrCat("started on worker ", worker_id),
                             clock_->Now(), events));
@@ -207,6 +235,7 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnTrainerEvent(
 absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
     const std::string& worker_id, const v1::JobUpdate& update) {
   ReportOutcome outcome = ReportOutcome::kApplied;
+  bool duplicate = false;
   ASSIGN_OR_RETURN(
       JobRecord record,
       store_->UpdateJob(
@@ -215,6 +244,10 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
               -> absl::StatusOr<bool> {
             if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
               outcome = ReportOutcome::kStale;
+              return false;
+            }
+            if (AlreadyApplied(r.job, update)) {
+              duplicate = true;
               return false;
             }
             auto [to, why] = ExitOutcome(r, update.exited(), worker_id);
@@ -231,7 +264,7 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
             r.gpu_indices.clear();
             return true;
           }));
-  if (outcome == ReportOutcome::kApplied) {
+  if (outcome == ReportOutcome::kApplied && !duplicate) {
     YARD_LOG(INFO) << "job " << update.job_id() << " attempt "
                    << update.attempt() << " exited on " << worker_id << ": "
                    << JobStateName(record.job.state()) << " ("

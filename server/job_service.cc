@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
+#include "common/status_macros.h"
 #include "server/job_state.h"
 
 namespace trainyard::server {
@@ -12,12 +13,39 @@ absl::Status RequireJobId(const std::string& job_id) {
   return absl::OkStatus();
 }
 
+// What the store says about a job id that does not exist.
+absl::Status JobNotFound(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+}
+
 }  // namespace
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
+absl::StatusOr<JobRecord> JobServiceImpl::VisibleJob(
+    const Caller& caller, const std::string& job_id) const {
+  RETURN_IF_ERROR(RequireJobId(job_id));
+  ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
+  if (!caller.is_admin() && record.job.tenant() != caller.tenant) {
+    return JobNotFound(job_id);
+  }
+  return record;
+}
+
+absl::StatusOr<TenantGate::StreamSlot> JobServiceImpl::OpenJobStream(
+    const grpc::ServerContext& context, const std::string& job_id) {
+  ASSIGN_OR_RETURN(Caller caller, auth_->ForClient(context));
+  RETURN_IF_ERROR(VisibleJob(caller, job_id).status());
+  return gate_->OpenStream(caller.tenant);
+}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
-  absl::StatusOr<SubmitResult> result = lifecycle_->Submit(*request);
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<SubmitResult> result =
+      gate_->Submit(caller->tenant, *request, [&] {
+        return lifecycle_->Submit(*request, caller->tenant);
+      });
   if (!result.ok()) {
     if (on_submit_rejected_) on_submit_rejected_(result.status());
     return ToGrpcStatus(result.status());
@@ -27,26 +55,35 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*,
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
                                     const v1::GetJobRequest* request,
                                     v1::Job* response) {
-  if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  absl::StatusOr<JobRecord> record = store_->GetJob(request->job_id());
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
   if (!record.ok()) return ToGrpcStatus(record.status());
   *response = std::move(record->job);
   if (queue_positions_ != nullptr) queue_positions_->Fill(*response);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
                                       const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   ListJobsQuery query;
   query.page_size = request->page_size();
   query.page_token = request->page_token();
   query.tenant = request->tenant();
+  if (!caller->is_admin()) {
+    if (!query.tenant.empty() && query.tenant != caller->tenant) {
+      return ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat(
+          "tenant: a token of tenant ", caller->tenant,
+          " cannot list the jobs of another tenant")));
+    }
+    query.tenant = caller->tenant;
+  }
   for (int state : request->states()) {
     if (!IsKnownState(static_cast<v1::JobState>(state))) {
       return ToGrpcStatus(absl::InvalidArgumentError(
@@ -64,10 +101,13 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        const v1::CancelJobRequest* request,
                                        v1::Job* response) {
-  if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) {
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status s = VisibleJob(*caller, request->job_id()).status();
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   absl::StatusOr<v1::Job> job =
@@ -80,9 +120,9 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
-  if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
+  absl::StatusOr<TenantGate::StreamSlot> slot =
+      OpenJobStream(*context, request->job_id());
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
   return ToGrpcStatus(watcher_->WatchEvents(
       request->job_id(), request->after_sequence(),
       [writer](const v1::JobEvent& e) { return writer->Write(e); },
@@ -92,9 +132,9 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetJobLogs(
     grpc::ServerContext* context, const v1::GetJobLogsRequest* request,
     grpc::ServerWriter<v1::LogChunk>* writer) {
-  if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
+  absl::StatusOr<TenantGate::StreamSlot> slot =
+      OpenJobStream(*context, request->job_id());
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
   return ToGrpcStatus(watcher_->StreamLog(
       request->job_id(), request->offset(), request->follow(),
       [writer](const v1::LogChunk& c) { return writer->Write(c); },

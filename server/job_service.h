@@ -1,16 +1,25 @@
-// JobServiceImpl: the gRPC face of JobService. Thin: it converts requests,
-// calls JobLifecycle / JobStore / JobWatcher, and converts statuses. All
-// logic and its tests live in those classes. Thread-safe (gRPC calls it from
-// many threads; every callee is thread-safe).
+// JobServiceImpl: the gRPC face of JobService. Thin: it authenticates the
+// caller, converts requests, calls JobLifecycle / JobStore / JobWatcher, and
+// converts statuses. All logic and its tests live in those classes.
+//
+// Tenancy: a tenant token sees, watches, reads the logs of and cancels only
+// its own tenant's jobs. Another tenant's job answers NOT_FOUND with the
+// very message of a job that does not exist, so its existence, state and
+// spec do not leak; an admin token sees every job. ListJobs for another
+// tenant is PERMISSION_DENIED (tenant names are not secret, jobs are).
+// Thread-safe (gRPC calls it from many threads; every callee is
+// thread-safe).
 #ifndef TRAINYARD_SERVER_JOB_SERVICE_H_
 #define TRAINYARD_SERVER_JOB_SERVICE_H_
 
 #include <functional>
 
+#include "server/authenticator.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
 #include "server/job_watch.h"
 #include "server/queue_positions.h"
+#include "server/tenant_limits.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
 
 namespace trainyard::server {
@@ -18,8 +27,13 @@ namespace trainyard::server {
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   JobServiceImpl(JobLifecycle* lifecycle, JobStore* store,
-                 const JobWatcher* watcher)
-      : lifecycle_(lifecycle), store_(store), watcher_(watcher) {}
+                 const JobWatcher* watcher, const Authenticator* auth,
+                 TenantGate* gate)
+      : lifecycle_(lifecycle),
+        store_(store),
+        watcher_(watcher),
+        auth_(auth),
+        gate_(gate) {}
 
   // Told about every refused SubmitJob (metrics). Set before serving.
   void set_on_submit_rejected(std::function<void(const absl::Status&)> f) {
@@ -52,9 +66,19 @@ class JobServiceImpl final : public v1::JobService::Service {
                           grpc::ServerWriter<v1::LogChunk>* writer) override;
 
  private:
+  // The caller's job `job_id`: NOT_FOUND when it does not exist or belongs
+  // to another tenant (the same message either way).
+  absl::StatusOr<JobRecord> VisibleJob(const Caller& caller,
+                                       const std::string& job_id) const;
+  // Authenticates, checks the job is visible and takes a stream slot.
+  absl::StatusOr<TenantGate::StreamSlot> OpenJobStream(
+      const grpc::ServerContext& context, const std::string& job_id);
+
   JobLifecycle* const lifecycle_;
   JobStore* const store_;
   const JobWatcher* const watcher_;
+  const Authenticator* const auth_;
+  TenantGate* const gate_;
   std::function<void(const absl::Status&)> on_submit_rejected_;
   const QueuePositions* queue_positions_ = nullptr;
 };

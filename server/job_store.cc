@@ -402,6 +402,17 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState()
   }
 }
 
+absl::StatusOr<int64_t> JobStore::CountJobs(std::string_view tenant,
+                                            v1::JobState state) const {
+  Reader reader(this);
+  ASSIGN_OR_RETURN(SqliteStatement q,
+                   reader.db().Prepare("SELECT count(*) FROM jobs "
+                                       "WHERE state = ? AND tenant = ?"));
+  q.Bind(1, state).BindText(2, tenant);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  return row ? q.ColumnInt64(0) : 0;
+}
+
 absl::StatusOr<JobRecord> JobStore::UpdateJob(std::string_view id,
                                               Durability durability,
                                               const Mutation& mutation) {

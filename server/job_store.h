@@ -140,6 +140,9 @@ class JobStore {
   absl::StatusOr<std::vector<JobRecord>> JobsInStates(
       const std::vector<v1::JobState>& states) const;
   absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() const;
+  // The number of jobs of `tenant` in `state` (committed ones).
+  absl::StatusOr<int64_t> CountJobs(std::string_view tenant,
+                                    v1::JobState state) const;
 
   // Read-modify-write of one job in one transaction. The mutation sees the
   // current record; it may change it and add events (payload only: the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -110,12 +111,25 @@ absl::Status SchedulerLoop::RunPass() {
     if (options_.queue_positions != nullptr) options_.queue_positions->Clear();
     return absl::OkStatus();
   }
-  std::vector<scheduler::PendingJob> pending;
-  std::map<std::string, JobRecord> by_id;
-  for (JobRecord& r : queued) {
-    pending.push_back(PendingJobOf(r));
-    by_id.emplace(r.job.id(), std::move(r));
+  std::map<std::string, TenantHeld> held;
+  std::vector<scheduler::JobWait> over_quota;
+  absl::flat_hash_map<std::string, double> weights = options_.tenant_weights;
+  if (options_.tenant_limits) {
+    held = HeldByTenant(active);
+    over_quota = OverQuotaWaits(options_.tenant_limits, held, queued);
+    for (const JobRecord& r : queued) {
+      const std::string& t = r.job.tenant();
+      if (!weights.contains(t)) weights[t] = options_.tenant_limits(t).weight();
+    }
   }
+  std::set<std::string> left_out;
+  for (const scheduler::JobWait& w : over_quota) left_out.insert(w.job_id);
+  std::vector<scheduler::PendingJob> pending;
+  for (scheduler::PendingJob& p : pending_jobs_.Of(queued)) {
+    if (!left_out.contains(p.id)) pending.push_back(std::move(p));
+  }
+  std::map<std::string, JobRecord> by_id;
+  for (JobRecord& r : queued) by_id.emplace(r.job.id(), std::move(r));
   std::vector<scheduler::WorkerCapacity> capacity =
       SchedulableCapacity(workers_->List(), UsageByWorker(active));
   std::vector<scheduler::RunningJob> running =
@@ -123,13 +137,17 @@ absl::Status SchedulerLoop::RunPass() {
   ASSIGN_OR_RETURN(scheduler::ClusterSnapshot snapshot,
                    scheduler::ClusterSnapshot::Create(
                        std::move(capacity), std::move(pending), {},
-                       std::move(running), options_.tenant_weights));
-  const scheduler::Plan plan = policy_->Place(snapshot);
+                       std::move(running), std::move(weights)));
+  scheduler::Plan plan = policy_->Place(snapshot);
   absl::Status valid = scheduler::CheckPlan(snapshot, plan);
   if (!valid.ok()) {
     return absl::InternalError(absl::StrCat(
         "policy ", std::string(policy_->name()), " made a bad plan: ",
         valid.message()));
+  }
+  if (options_.tenant_limits) {
+    ApplyTenantQuotas(options_.tenant_limits, std::move(held), by_id, plan);
+    plan.waits.insert(plan.waits.end(), over_quota.begin(), over_quota.end());
   }
   dispatcher_.Carry(plan, by_id);
   if (options_.queue_positions != nullptr) {

@@ -33,6 +33,8 @@
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
 #include "server/queue_positions.h"
+#include "server/scheduler_snapshot.h"
+#include "server/tenant_quota.h"
 #include "server/worker_registry.h"
 
 namespace trainyard::server {
@@ -45,6 +47,10 @@ struct SchedulerLoopOptions {
   QueuePositions* queue_positions = nullptr;
   // Fair-share weight per tenant (1 when absent), for the +drf policies.
   absl::flat_hash_map<std::string, double> tenant_weights;
+  // Each tenant's quotas and weight (tenant_quota.h), read every pass so
+  // that `yard tenant set` takes effect at once; its weight overrides
+  // tenant_weights. Null: no quotas.
+  TenantLimits tenant_limits;
 };
 
 class SchedulerLoop {
@@ -75,6 +81,8 @@ class SchedulerLoop {
   Dispatcher dispatcher_;
 
   absl::Mutex pass_mu_;  // one pass at a time
+  // Queued jobs' resource needs with their memory estimate, kept per job.
+  PendingJobCache pending_jobs_ ABSL_GUARDED_BY(pass_mu_);
 
   absl::Mutex mu_;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;

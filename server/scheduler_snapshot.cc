@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/proto_time.h"
+#include "engine/job_config.h"
 #include "server/cluster_view.h"
 
 namespace trainyard::server {
@@ -22,7 +23,13 @@ bool HeldOn(const JobRecord& r, const scheduler::WorkerCapacity& w) {
 
 }  // namespace
 
-scheduler::PendingJob PendingJobOf(const JobRecord& record) {
+int64_t GpuMemoryEstimate(const v1::JobSpec& spec) {
+  if (spec.resources().gpus() <= 0) return 0;
+  return engine::EstimateSpecMemory(spec, engine::DeviceKind::kCuda).total();
+}
+
+scheduler::PendingJob PendingJobOf(const JobRecord& record,
+                                   int64_t gpu_memory_estimate) {
   const JobNeed need = NeedOf(record.job.spec());
   scheduler::PendingJob p;
   p.id = record.job.id();
@@ -31,7 +38,38 @@ scheduler::PendingJob PendingJobOf(const JobRecord& record) {
   p.gpus = need.gpus;
   p.cpu_slots = std::max(need.cpu_slots, 1);
   p.tenant = record.job.tenant();
+  if (p.gpus > 0 && gpu_memory_estimate > 0) {
+    p.gpu_memory_bytes = gpu_memory_estimate;
+    p.gpu_memory_estimated = true;
+    // Declared share, else (0) in proportion to memory.
+    p.gpu_compute_milli = record.job.spec().resources().gpu_compute_milli();
+  }
   return p;
+}
+
+std::vector<scheduler::PendingJob> PendingJobCache::Of(
+    const std::vector<JobRecord>& queued) {
+  ++pass_;
+  std::vector<scheduler::PendingJob> out;
+  out.reserve(queued.size());
+  for (const JobRecord& r : queued) {
+    auto [it, added] = estimates_.try_emplace(r.job.id());
+    if (added) it->second.bytes = estimate_(r.job.spec());
+    it->second.pass = pass_;
+    out.push_back(PendingJobOf(r, it->second.bytes));
+  }
+  // Jobs that left the queue go once they outnumber the queued ones, so
+  // pruning costs a pass no more than the lookups did.
+  if (estimates_.size() > 2 * queued.size()) {
+    for (auto it = estimates_.begin(); it != estimates_.end();) {
+      if (it->second.pass != pass_) {
+        estimates_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return out;
 }
 
 double WorkSinceCheckpoint(const v1::Job& job, absl::Time now) {

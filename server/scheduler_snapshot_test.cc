@@ -3,7 +3,10 @@
 #include <limits>
 
 #include "common/proto_time.h"
+#include "engine/job_config.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/placement_policy.h"
 
 namespace trainyard::server {
 namespace {
@@ -107,6 +110,138 @@ TEST(PendingJobOfTest, CarriesTenantPriorityOrderAndNeeds) {
   EXPECT_EQ(p.priority, 3);
   EXPECT_EQ(p.submit_order, 17);
   EXPECT_EQ(p.gpus, 2);
+}
+
+// An MNIST MLP job as stored (defaults applied).
+JobRecord MlpRecord(const std::string& id, int32_t gpus, int64_t seq = 1) {
+  JobRecord r = Record(id, v1::QUEUED, gpus);
+  r.create_seq = seq;
+  v1::JobSpec& spec = *r.job.mutable_spec();
+  v1::MlpModel& mlp = *spec.mutable_model()->mutable_mlp();
+  mlp.add_hidden(512);
+  mlp.add_hidden(256);
+  mlp.set_input_dim(784);
+  mlp.set_num_classes(10);
+  spec.mutable_data()->mutable_mnist()->set_images("i.gz");
+  spec.mutable_batch()->set_micro_batch(128);
+  spec.mutable_resources()->set_cpu_threads(1);
+  return r;
+}
+
+TEST(GpuMemoryEstimateTest, IsTheEnginesEstimateOnAGpu) {
+  const JobRecord r = MlpRecord("j", 1);
+  const int64_t expected =
+      engine::EstimateSpecMemory(r.job.spec(), engine::DeviceKind::kCuda)
+          .total();
+  EXPECT_EQ(GpuMemoryEstimate(r.job.spec()), expected);
+  EXPECT_GT(expected, engine::kCudaOverheadBytes);
+  JobRecord gpt = Record("g", v1::QUEUED, 2);
+  v1::GptModel& m = *gpt.job.mutable_spec()->mutable_model()->mutable_gpt();
+  m.set_n_layer(4);
+  m.set_n_head(4);
+  m.set_d_model(128);
+  m.set_seq_len(64);
+  m.set_vocab_size(65);
+  EXPECT_GT(GpuMemoryEstimate(gpt.job.spec()), engine::kCudaOverheadBytes);
+  EXPECT_EQ(GpuMemoryEstimate(MlpRecord("c", 0).job.spec()), 0)
+      << "a CPU-slot job asks no GPU memory";
+}
+
+TEST(PendingJobOfTest, GpuJobCarriesItsEstimateAndLetsTheGpuDecide) {
+  scheduler::PendingJob p = PendingJobOf(MlpRecord("j", 2), int64_t{3} << 30);
+  EXPECT_EQ(p.gpus, 2);
+  EXPECT_TRUE(p.gpu_memory_estimated);
+  EXPECT_EQ(p.gpu_memory_bytes, int64_t{3} << 30);
+  EXPECT_EQ(p.gpu_compute_milli, 0) << "no declared share";
+  EXPECT_TRUE(PendingJobOf(MlpRecord("j", 2)).whole_gpus())
+      << "without an estimate: whole GPUs";
+}
+
+TEST(PendingJobOfTest, ADeclaredComputeShareIsCarried) {
+  JobRecord r = MlpRecord("j", 1);
+  r.job.mutable_spec()->mutable_resources()->set_gpu_compute_milli(250);
+  scheduler::PendingJob p = PendingJobOf(r, int64_t{3} << 30);
+  EXPECT_EQ(p.gpu_compute_milli, 250);
+  EXPECT_EQ(PendingJobOf(MlpRecord("j", 1), int64_t{3} << 30).gpu_compute_milli,
+            0)
+      << "undeclared: in proportion to memory";
+}
+
+TEST(PendingJobOfTest, CpuSlotJobIsUnchangedByEstimates) {
+  scheduler::PendingJob p = PendingJobOf(MlpRecord("c", 0), int64_t{3} << 30);
+  EXPECT_EQ(p.gpus, 0);
+  EXPECT_EQ(p.cpu_slots, 1);
+  EXPECT_FALSE(p.gpu_memory_estimated);
+  EXPECT_EQ(p.cpu_milli, 0);
+  EXPECT_EQ(p.memory_bytes, 0);
+}
+
+TEST(PendingJobCacheTest, EstimatesEachQueuedJobOnceAndForgetsTheGone) {
+  int calls = 0;
+  PendingJobCache cache([&](const v1::JobSpec& spec) {
+    ++calls;
+    return GpuMemoryEstimate(spec);
+  });
+  std::vector<JobRecord> queued = {MlpRecord("a", 1, 1), MlpRecord("b", 0, 2),
+                                   MlpRecord("c", 1, 3)};
+  std::vector<scheduler::PendingJob> first = cache.Of(queued);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[0].id, "a");
+  EXPECT_EQ(first[2].id, "c");
+  EXPECT_TRUE(first[0].gpu_memory_estimated);
+  EXPECT_EQ(calls, 3);
+  for (int pass = 0; pass < 5; ++pass) {
+    std::vector<scheduler::PendingJob> again = cache.Of(queued);
+    EXPECT_EQ(again[0].gpu_memory_bytes, first[0].gpu_memory_bytes);
+  }
+  EXPECT_EQ(calls, 3) << "estimated once per job, not per pass";
+  queued.erase(queued.begin());  // "a" was placed
+  cache.Of(queued);
+  EXPECT_EQ(cache.size(), 3u) << "kept while they do not outnumber the queue";
+  queued.erase(queued.begin());  // "b" too
+  cache.Of(queued);
+  EXPECT_EQ(cache.size(), 1u);
+  queued.push_back(MlpRecord("a", 1, 1));  // back in the queue (preempted)
+  cache.Of(queued);
+  EXPECT_EQ(calls, 4);
+}
+
+// Workers as the server describes them today: GPU indices without memory,
+// and CPU slots. Estimated jobs then take whole GPUs and CPU-slot jobs take
+// slots, exactly as before estimates, under every policy.
+TEST(PendingJobCacheTest, WorkersWithoutGpuMemoryPlaceAsBefore) {
+  PendingJobCache cache;
+  std::vector<JobRecord> queued = {MlpRecord("g1", 1, 1), MlpRecord("c1", 0, 2),
+                                   MlpRecord("g2", 1, 3), MlpRecord("c2", 0, 4),
+                                   MlpRecord("g3", 1, 5)};
+  scheduler::WorkerCapacity gpu_worker = Worker("gpu", 2);
+  gpu_worker.cpu_slots = gpu_worker.free_cpu_slots = 0;
+  gpu_worker.free_gpus = gpu_worker.gpus;
+  scheduler::WorkerCapacity cpu_worker = Worker("cpu");
+  cpu_worker.cpu_slots = cpu_worker.free_cpu_slots = 1;
+  auto snapshot = scheduler::ClusterSnapshot::Create({gpu_worker, cpu_worker},
+                                                     cache.Of(queued));
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  for (const std::string& name : scheduler::PlacementPolicyNames()) {
+    scheduler::Plan plan =
+        (*scheduler::MakePlacementPolicy(name))->Place(*snapshot);
+    ASSERT_TRUE(scheduler::CheckPlan(*snapshot, plan).ok()) << name;
+    std::vector<std::string> placed;
+    for (const scheduler::Placement& p : plan.placements) {
+      placed.push_back(
+          p.job_id + "@" + p.worker_id + ":" +
+          std::to_string(p.gpu_indices.empty() ? -1 : p.gpu_indices[0]));
+    }
+    EXPECT_EQ(placed,
+              (std::vector<std::string>{"g1@gpu:0", "c1@cpu:-1", "g2@gpu:1"}))
+        << name;
+    ASSERT_EQ(plan.waits.size(), 2u) << name;
+    EXPECT_EQ(plan.waits[0].job_id, "c2") << name;
+    EXPECT_THAT(plan.waits[0].reason, ::testing::HasSubstr("a CPU slot"))
+        << name;
+    EXPECT_EQ(plan.waits[1].job_id, "g3") << name;
+    EXPECT_THAT(plan.waits[1].reason, ::testing::HasSubstr("GPU with")) << name;
+  }
 }
 
 }  // namespace

@@ -41,6 +41,30 @@ Setter Millis(absl::Duration YardServerOptions::*field) {
   };
 }
 
+Setter NonNegativeInt(int32_t YardServerOptions::*field) {
+  return [field](const std::string& flag, const std::string& v,
+                 YardServerOptions& o) {
+    int32_t n = 0;
+    if (!absl::SimpleAtoi(v, &n) || n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": expected a number >= 0, got \"", v, "\""));
+    }
+    o.*field = n;
+    return absl::OkStatus();
+  };
+}
+
+Setter TlsFile(std::string ServerTlsFiles::*field) {
+  return [field](const std::string& flag, const std::string& v,
+                 YardServerOptions& o) {
+    if (v.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": empty value"));
+    }
+    o.tls.*field = v;
+    return absl::OkStatus();
+  };
+}
+
 const std::map<std::string, Setter>& Flags() {
   static const auto* flags = new std::map<std::string, Setter>{
       {"--listen", String(&YardServerOptions::listen)},
@@ -52,6 +76,25 @@ const std::map<std::string, Setter>& Flags() {
        Millis(&YardServerOptions::heartbeat_interval)},
       {"--worker-lease-ms", Millis(&YardServerOptions::worker_lease)},
       {"--health-listen", String(&YardServerOptions::health_listen)},
+      {"--tls-cert", TlsFile(&ServerTlsFiles::cert)},
+      {"--tls-key", TlsFile(&ServerTlsFiles::key)},
+      {"--tls-client-ca", TlsFile(&ServerTlsFiles::client_ca)},
+      {"--max-streams-per-tenant",
+       NonNegativeInt(&YardServerOptions::max_streams_per_tenant)},
+      {"--cancel-grace-ms", NonNegativeInt(&YardServerOptions::cancel_grace_ms)},
+      {"--preempt-grace-ms",
+       NonNegativeInt(&YardServerOptions::preempt_grace_ms)},
+      {"--drain-ms",
+       [](const std::string& flag, const std::string& v, YardServerOptions& o) {
+         int32_t ms = 0;
+         if (!absl::SimpleAtoi(v, &ms) || ms < 0) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               flag, ": expected a number of milliseconds >= 0, got \"", v,
+               "\""));
+         }
+         o.drain = absl::Milliseconds(ms);
+         return absl::OkStatus();
+       }},
       // Empty is allowed: it turns the endpoint off.
       {"--metrics-listen",
        [](const std::string&, const std::string& v, YardServerOptions& o) {
@@ -75,6 +118,11 @@ std::string ServerUsage() {
          "may add +drf, +backfill, +preempt)]\n"
          "                   [--metrics-listen 127.0.0.1:9470 (empty: off)]\n"
          "                   [--health-listen HOST:PORT (default: none)]\n"
+         "                   [--tls-cert FILE --tls-key FILE "
+         "[--tls-client-ca FILE]] [--insecure-plaintext]\n"
+         "                   [--max-streams-per-tenant 64] [--drain-ms 0]\n"
+         "                   [--cancel-grace-ms 10000] "
+         "[--preempt-grace-ms 10000]\n"
          "--listen HOST:0 picks a free port; the address is written to "
          "STATE_DIR/yard-server.addr.\n"
          "--metrics-listen serves Prometheus /metrics (loopback only); port "
@@ -82,7 +130,14 @@ std::string ServerUsage() {
          "\n"
          "--health-listen serves only grpc.health.v1 (for Kubernetes probes); "
          "it may bind any\naddress. Port 0: STATE_DIR/yard-server.health-addr."
-         "\n";
+         "\n"
+         "Without --tls-cert the server binds only loopback addresses "
+         "(tokens would cross the\nnetwork in the clear) unless "
+         "--insecure-plaintext is given. --tls-client-ca: workers\nmust "
+         "present a client certificate signed by it (mTLS).\n"
+         "On first start the server writes an admin token to "
+         "STATE_DIR/admin.token and a worker\njoin token to "
+         "STATE_DIR/worker.token (both mode 0600).\n";
 }
 
 absl::StatusOr<ServerCommandLine> ParseServerFlags(
@@ -107,6 +162,10 @@ absl::StatusOr<ServerCommandLine> ParseServerFlags(
       cl.help = true;
       continue;
     }
+    if (name == "--insecure-plaintext" && !has_value) {
+      cl.options.insecure_plaintext = true;
+      continue;
+    }
     auto it = Flags().find(name);
     if (it == Flags().end()) {
       return absl::InvalidArgumentError(
@@ -124,7 +183,11 @@ absl::StatusOr<ServerCommandLine> ParseServerFlags(
   if (!cl.help && cl.options.state_dir.empty()) {
     return absl::InvalidArgumentError("--state-dir: required (see --help)");
   }
-  if (!cl.help) RETURN_IF_ERROR(CheckListenAddress(cl.options.listen));
+  if (!cl.help) {
+    RETURN_IF_ERROR(CheckListenAddress(cl.options.listen,
+                                       cl.options.tls.enabled(),
+                                       cl.options.insecure_plaintext));
+  }
   if (!cl.help && !cl.options.metrics_listen.empty()) {
     RETURN_IF_ERROR(
         CheckMetricsListen(cl.options.metrics_listen, "--metrics-listen"));

@@ -25,6 +25,29 @@ TEST(ServerFlagsTest, ParsesEveryFlagInBothSpellings) {
   EXPECT_FALSE(cl->help);
 }
 
+TEST(ServerFlagsTest, ParsesTheSecurityAndShutdownFlags) {
+  auto cl = ParseServerFlags(
+      {"--state-dir=/s", "--listen=0.0.0.0:7443", "--tls-cert=/c.pem",
+       "--tls-key", "/k.pem", "--tls-client-ca=/ca.pem",
+       "--max-streams-per-tenant=8", "--drain-ms=1500",
+       "--cancel-grace-ms=2000", "--preempt-grace-ms=3000"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const YardServerOptions& o = cl->options;
+  EXPECT_EQ(o.tls.cert, "/c.pem");
+  EXPECT_EQ(o.tls.key, "/k.pem");
+  EXPECT_EQ(o.tls.client_ca, "/ca.pem");
+  EXPECT_EQ(o.max_streams_per_tenant, 8);
+  EXPECT_EQ(o.drain, absl::Milliseconds(1500));
+  EXPECT_EQ(o.cancel_grace_ms, 2000);
+  EXPECT_EQ(o.preempt_grace_ms, 3000);
+  EXPECT_FALSE(o.insecure_plaintext);
+  // A plaintext wildcard bind only when asked for in so many words.
+  auto insecure = ParseServerFlags(
+      {"--state-dir=/s", "--listen=0.0.0.0:7070", "--insecure-plaintext"});
+  ASSERT_TRUE(insecure.ok()) << insecure.status();
+  EXPECT_TRUE(insecure->options.insecure_plaintext);
+}
+
 TEST(ServerFlagsTest, DefaultsMatchTheDocumentedOnes) {
   auto cl = ParseServerFlags({"--state-dir=/s"});
   ASSERT_TRUE(cl.ok());
@@ -48,7 +71,12 @@ TEST(ServerFlagsTest, BadFlagsAreNamed) {
       {{"--state-dir=/s", "--worker-lease-ms=soon"}, "--worker-lease-ms"},
       {{"--state-dir=/s", "--heartbeat-interval-ms=-5"},
        "--heartbeat-interval-ms"},
-      {{"--state-dir=/s", "--listen=0.0.0.0:7070"}, "loopback"},
+      {{"--state-dir=/s", "--listen=0.0.0.0:7070"}, "needs TLS"},
+      {{"--state-dir=/s", "--max-streams-per-tenant=-1"},
+       "--max-streams-per-tenant"},
+      {{"--state-dir=/s", "--drain-ms=soon"}, "--drain-ms"},
+      {{"--state-dir=/s", "--preempt-grace-ms=-5"}, "--preempt-grace-ms"},
+      {{"--state-dir=/s", "--tls-cert="}, "--tls-cert"},
       {{"--state-dir=/s", "--listen=127.0.0.1"}, "HOST:PORT"},
   };
   for (const Case& c : cases) {

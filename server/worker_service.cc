@@ -103,6 +103,13 @@ class GrpcWorkerLink : public WorkerLink {
 
 grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* context,
                                         Stream* stream) {
+  if (auth_ != nullptr) {
+    if (absl::Status s = auth_->ForWorker(*context).status(); !s.ok()) {
+      YARD_LOG(WARNING) << "refused a worker connection from "
+                        << context->peer() << ": " << s;
+      return ToGrpcStatus(s);
+    }
+  }
   auto link = std::make_shared<GrpcWorkerLink>(context, stream);
   absl::Status status;
   {
@@ -112,6 +119,9 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* context,
     while (status.ok() && stream->Read(&message)) {
       status = session.Handle(message);
     }
+    // The worker closed its side after its last reports: acknowledge them,
+    // so it need not keep them.
+    if (status.ok()) session.FlushAcks();
     if (!status.ok() && !session.worker_id().empty()) {
       YARD_LOG(WARNING) << "worker " << session.worker_id()
                         << " stream ended: " << status;

@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "server/authenticator.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
 #include "server/worker_registry.h"
@@ -26,6 +27,10 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
         options_(options),
         wake_scheduler_(std::move(wake_scheduler)) {}
 
+  // Every Connect must pass auth->ForWorker (a worker join token, and the
+  // client certificate under mTLS). Set before serving.
+  void set_authenticator(const Authenticator* auth) { auth_ = auth; }
+
   grpc::Status Connect(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::ServerMessage, v1::WorkerMessage>* stream)
@@ -37,6 +42,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   JobLifecycle* const lifecycle_;
   const WorkerSessionOptions options_;
   const std::function<void()> wake_scheduler_;
+  const Authenticator* auth_ = nullptr;
 };
 
 }  // namespace trainyard::server

@@ -113,6 +113,7 @@ absl::Status WorkerSession::OnHello(const v1::WorkerHello& hello) {
       absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   ack.mutable_hello_ack()->set_lease_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(workers_->lease())));
+  ack.mutable_hello_ack()->set_acks_heartbeats(true);
   link_->Send(ack);
   RETURN_IF_ERROR(Reattach(hello));
   workers_->MarkReady(worker_id_, session_);
@@ -178,6 +179,7 @@ absl::Status WorkerSession::OnHeartbeat(const v1::Heartbeat& heartbeat) {
   }
   unconfirmed_.clear();
   for (const v1::RunningJobRef& ref : heartbeat.running()) {
+    if (exited_.contains({ref.job_id(), ref.attempt()})) continue;
     absl::StatusOr<JobRecord> r = store_->GetJob(ref.job_id());
     if (absl::IsNotFound(r.status()) ||
         (r.ok() && !IsCurrentAttempt(*r, worker_id_, ref.attempt()))) {
@@ -186,11 +188,58 @@ absl::Status WorkerSession::OnHeartbeat(const v1::Heartbeat& heartbeat) {
       return r.status();
     }
   }
+  SendAcks(heartbeat.sequence());
   return absl::OkStatus();
+}
+
+void WorkerSession::SendAcks(int64_t heartbeat_sequence) {
+  v1::ServerMessage message;
+  v1::HeartbeatAck* ack = message.mutable_heartbeat_ack();
+  ack->set_heartbeat_sequence(heartbeat_sequence);
+  for (const auto& [key, sequence] : to_ack_) {
+    v1::ReportAck* r = ack->add_reports();
+    r->set_job_id(key.first);
+    r->set_attempt(key.second);
+    r->set_sequence(sequence);
+  }
+  to_ack_.clear();
+  link_->Send(message);
+}
+
+void WorkerSession::FlushAcks() {
+  if (session_ != 0 && !to_ack_.empty()) SendAcks(0);
 }
 
 absl::Status WorkerSession::OnUpdate(const v1::JobUpdate& update) {
   RETURN_IF_ERROR(RenewLease());
+  const std::pair<std::string, int32_t> key(update.job_id(), update.attempt());
+  if (update.has_exited() && update.exited().lost_server()) {
+    RETURN_IF_ERROR(OnLostServerExit(update));
+  } else {
+    RETURN_IF_ERROR(ApplyUpdate(update));
+  }
+  // Processed, whatever the outcome: the worker need not send it again.
+  if (update.has_exited()) exited_.insert(key);
+  if (update.sequence() > 0) {
+    int64_t& acked = to_ack_[key];
+    acked = std::max(acked, update.sequence());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerSession::OnLostServerExit(const v1::JobUpdate& update) {
+  // The worker stopped the job because the server could not hear it; it
+  // ran fine, so it goes back to the queue (a no-op when the lease already
+  // ran out and the job was given back).
+  absl::Status s = lifecycle_->ReturnToQueue(
+      update.job_id(), update.attempt(), worker_id_,
+      absl::StrCat("worker ", worker_id_,
+                   " lost contact with the server and stopped it"));
+  if (absl::IsNotFound(s)) return absl::OkStatus();
+  return s;
+}
+
+absl::Status WorkerSession::ApplyUpdate(const v1::JobUpdate& update) {
   absl::StatusOr<ReportOutcome> outcome =
       lifecycle_->OnUpdate(worker_id_, update);
   if (!outcome.ok()) {

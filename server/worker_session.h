@@ -16,6 +16,13 @@
 //     lists a stale attempt gets StopAttempt.
 //   - Job updates are fenced by attempt (JobLifecycle::OnUpdate); a stale
 //     one is answered with StopAttempt (once per attempt and session).
+//     A resent update the store already holds (by its sequence number) is
+//     dropped there. An exit with lost_server (the worker stopped the job
+//     because it could no longer reach the server) re-queues the job.
+//   - Every heartbeat is answered with a HeartbeatAck acknowledging, per
+//     attempt, the highest sequence processed since the last one (applied,
+//     stale or duplicate alike: the worker may forget them). FlushAcks()
+//     sends what is left when the worker closes the stream.
 //
 // Not thread-safe: one session per stream, driven by that stream's reader.
 #ifndef TRAINYARD_SERVER_WORKER_SESSION_H_
@@ -23,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -56,6 +64,9 @@ class WorkerSession {
 
   // Handles one message. A non-OK status ends the stream with it.
   absl::Status Handle(const v1::WorkerMessage& message);
+  // The worker closed its side: acknowledge what was processed since the
+  // last heartbeat.
+  void FlushAcks();
   // The stream ended (idempotent; also done by the destructor).
   void Close();
 
@@ -66,6 +77,9 @@ class WorkerSession {
   absl::Status Reattach(const v1::WorkerHello& hello);
   absl::Status OnHeartbeat(const v1::Heartbeat& heartbeat);
   absl::Status OnUpdate(const v1::JobUpdate& update);
+  absl::Status OnLostServerExit(const v1::JobUpdate& update);
+  absl::Status ApplyUpdate(const v1::JobUpdate& update);
+  void SendAcks(int64_t heartbeat_sequence);
   absl::Status RenewLease();
   void Stop(const std::string& job_id, int32_t attempt);
 
@@ -83,6 +97,11 @@ class WorkerSession {
   // at the first heartbeat.
   std::vector<v1::RunningJobRef> unconfirmed_;
   std::set<std::pair<std::string, int32_t>> stopped_;
+  // Highest sequence processed per attempt since the last HeartbeatAck.
+  std::map<std::pair<std::string, int32_t>, int64_t> to_ack_;
+  // Attempts whose exit this session processed: a heartbeat may still list
+  // them until the worker hears the ack, and they need no StopAttempt.
+  std::set<std::pair<std::string, int32_t>> exited_;
 };
 
 // INVALID_ARGUMENT naming the field when a hello is malformed.

@@ -2,6 +2,8 @@
 // broken stream or a server restart. Time is a FakeClock.
 #include "server/worker_session.h"
 
+#include <thread>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server_test_fixture.h"
@@ -12,6 +14,41 @@ namespace {
 using ::testing::HasSubstr;
 
 using WorkerSessionTest = ServerLogicTest;
+
+// A numbered report of attempt `attempt`: `fill` sets its payload.
+v1::WorkerMessage Numbered(const std::string& job, int attempt,
+                           int64_t sequence,
+                           const std::function<void(v1::JobUpdate&)>& fill) {
+  v1::WorkerMessage m;
+  m.mutable_update()->set_job_id(job);
+  m.mutable_update()->set_attempt(attempt);
+  m.mutable_update()->set_sequence(sequence);
+  fill(*m.mutable_update());
+  return m;
+}
+
+void Checkpoint(v1::JobUpdate& u) {
+  u.mutable_trainer()->mutable_checkpoint()->set_step(100);
+}
+void Finished(v1::JobUpdate& u) {
+  u.mutable_trainer()->mutable_finished()->set_step(200);
+}
+void ExitedOk(v1::JobUpdate& u) { u.mutable_exited()->set_exit_code(0); }
+
+v1::WorkerMessage NumberedHeartbeat(int64_t sequence) {
+  v1::WorkerMessage m;
+  m.mutable_heartbeat()->set_sequence(sequence);
+  return m;
+}
+
+// The HeartbeatAcks among what the server sent since the last call.
+std::vector<v1::HeartbeatAck> Acks(FakeWorker& w) {
+  std::vector<v1::HeartbeatAck> out;
+  for (auto& m : w.link->Take()) {
+    if (m.has_heartbeat_ack()) out.push_back(m.heartbeat_ack());
+  }
+  return out;
+}
 
 std::vector<v1::StopAttempt> Stops(FakeWorker& w) {
   std::vector<v1::StopAttempt> out;
@@ -70,6 +107,7 @@ TEST_F(WorkerSessionTest, HelloAckCarriesHeartbeatAndLease) {
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].hello_ack().heartbeat_interval_ms(), 1000);
   EXPECT_EQ(sent[0].hello_ack().lease_ms(), 10000);
+  EXPECT_TRUE(sent[0].hello_ack().acks_heartbeats());
 }
 
 TEST_F(WorkerSessionTest, HeartbeatsKeepTheLeaseAndSilenceLosesTheWorker) {
@@ -253,6 +291,214 @@ TEST_F(WorkerSessionTest, DrainingWorkerGetsNoAssignmentsUntilItReconnects) {
   Pass();
   EXPECT_EQ(registry_->Find("w1")->state, v1::WORKER_READY);
   EXPECT_EQ(again.Assignments().size(), 1u);
+}
+
+int CountTrainer(const std::vector<v1::JobEvent>& events,
+                 v1::TrainerEvent::EventCase kind) {
+  int n = 0;
+  for (const v1::JobEvent& e : events) {
+    n += e.has_trainer() && e.trainer().event_case() == kind;
+  }
+  return n;
+}
+
+TEST_F(WorkerSessionTest, EveryHeartbeatIsAnsweredWithTheReportsProcessed) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  w.link->Take();
+  ASSERT_TRUE(w.Send(NumberedHeartbeat(1)).ok());
+  std::vector<v1::HeartbeatAck> acks = Acks(w);
+  ASSERT_EQ(acks.size(), 1u) << "answered even with nothing to acknowledge";
+  EXPECT_EQ(acks[0].heartbeat_sequence(), 1);
+  EXPECT_EQ(acks[0].reports_size(), 0);
+
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 1, Checkpoint)).ok());
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 2, Checkpoint)).ok());
+  // A stale attempt is processed too: the worker may forget its reports.
+  ASSERT_TRUE(w.Send(Numbered(id, 7, 4, Checkpoint)).ok());
+  ASSERT_TRUE(w.Send(NumberedHeartbeat(2)).ok());
+  acks = Acks(w);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].heartbeat_sequence(), 2);
+  ASSERT_EQ(acks[0].reports_size(), 2);
+  EXPECT_EQ(acks[0].reports(0).job_id(), id);
+  EXPECT_EQ(acks[0].reports(0).attempt(), 1);
+  EXPECT_EQ(acks[0].reports(0).sequence(), 2);
+  EXPECT_EQ(acks[0].reports(1).attempt(), 7);
+  EXPECT_EQ(acks[0].reports(1).sequence(), 4);
+
+  ASSERT_TRUE(w.Send(NumberedHeartbeat(3)).ok());
+  acks = Acks(w);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].reports_size(), 0) << "each report acknowledged once";
+
+  // Log bytes are not numbered and not acknowledged; what the worker
+  // processed before closing its side is acknowledged at the close.
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) { u.set_log("x\n"); }).ok());
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 3, ExitedOk)).ok());
+  w.session->FlushAcks();
+  acks = Acks(w);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].heartbeat_sequence(), 0);
+  ASSERT_EQ(acks[0].reports_size(), 1);
+  EXPECT_EQ(acks[0].reports(0).sequence(), 3);
+  w.session->FlushAcks();
+  EXPECT_TRUE(Acks(w).empty()) << "nothing left to acknowledge";
+}
+
+TEST_F(WorkerSessionTest, ReportsSentAgainAfterAReconnectAreAppliedOnce) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  const std::vector<std::function<void(v1::JobUpdate&)>> reports = {
+      [](v1::JobUpdate& u) { u.mutable_started()->set_pid(7); }, Checkpoint,
+      Finished};
+  for (size_t i = 0; i < reports.size(); ++i) {
+    ASSERT_TRUE(w.Send(Numbered(id, 1, i + 1, reports[i])).ok());
+  }
+  // The stream breaks before the worker hears an ack: it sends all three
+  // again on the next one, then the exit.
+  w.session->Close();
+  FakeWorker& back = Connect("w1", 1, 0, {{id, 1}});
+  for (size_t i = 0; i < reports.size(); ++i) {
+    ASSERT_TRUE(back.Send(Numbered(id, 1, i + 1, reports[i])).ok());
+  }
+  EXPECT_TRUE(Stops(back).empty()) << "a duplicate is not a stale attempt";
+  ASSERT_TRUE(back.Send(Numbered(id, 1, 4, ExitedOk)).ok());
+
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(r.job.attempts(0).last_report_sequence(), 4);
+  auto events = store_->ReadEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(CountTrainer(*events, v1::TrainerEvent::kCheckpoint), 1);
+  EXPECT_EQ(CountTrainer(*events, v1::TrainerEvent::kFinished), 1);
+  ASSERT_TRUE(back.Send(NumberedHeartbeat(1)).ok());
+  std::vector<v1::HeartbeatAck> acks = Acks(back);
+  ASSERT_EQ(acks.size(), 1u);
+  ASSERT_EQ(acks[0].reports_size(), 1);
+  EXPECT_EQ(acks[0].reports(0).sequence(), 4) << "duplicates are acknowledged";
+}
+
+TEST_F(WorkerSessionTest, DuplicatesAreDroppedAcrossAServerRestart) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 1, Checkpoint)).ok());
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 2, Finished)).ok());
+  Boot();  // the server dies before it acknowledged anything
+  FakeWorker& back = Connect("w1", 1, 0, {{id, 1}});
+  ASSERT_TRUE(back.Send(Numbered(id, 1, 1, Checkpoint)).ok());
+  ASSERT_TRUE(back.Send(Numbered(id, 1, 2, Finished)).ok());
+  ASSERT_TRUE(back.Send(Numbered(id, 1, 3, ExitedOk)).ok());
+  auto events = store_->ReadEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(CountTrainer(*events, v1::TrainerEvent::kCheckpoint), 1);
+  EXPECT_EQ(CountTrainer(*events, v1::TrainerEvent::kFinished), 1);
+  EXPECT_EQ(Job(id).job.state(), v1::SUCCEEDED);
+}
+
+TEST_F(WorkerSessionTest, UnnumberedReportsAreAlwaysApplied) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 0, Checkpoint)).ok());
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 0, Checkpoint)).ok());
+  auto events = store_->ReadEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(CountTrainer(*events, v1::TrainerEvent::kCheckpoint), 2);
+  EXPECT_EQ(Job(id).job.attempts(0).last_report_sequence(), 0);
+}
+
+TEST_F(WorkerSessionTest, AnExitForLostContactPutsTheJobBackInTheQueue) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1", 2);
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  auto lost = [](v1::JobUpdate& u) {
+    u.mutable_exited()->set_signal(9);
+    u.mutable_exited()->set_lost_server(true);
+  };
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 2, lost)).ok());
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::QUEUED) << "not FAILED: it resumes";
+  EXPECT_THAT(r.job.attempts(0).reason(),
+              HasSubstr("lost contact with the server"));
+  // Sent again (its ack was lost): nothing more happens.
+  ASSERT_TRUE(w.Send(Numbered(id, 1, 2, lost)).ok());
+  EXPECT_EQ(Job(id).job.attempts_size(), 1);
+  // Nor for a job the server does not know.
+  ASSERT_TRUE(w.Send(Numbered("j-000404", 1, 1, lost)).ok());
+
+  // After the lease ran out the job was given back already: a no-op.
+  const std::string other = Submit();
+  Pass();
+  ASSERT_EQ(Job(other).job.worker_id(), "w1");
+  const int attempt = Job(other).job.attempt();
+  clock_.Advance(kLease + absl::Seconds(1));
+  Pass();
+  ASSERT_EQ(Job(other).job.state(), v1::QUEUED);
+  FakeWorker& back = Connect("w1", 2, 0, {{other, attempt}});
+  ASSERT_TRUE(back.Send(Numbered(other, attempt, 1, lost)).ok());
+  EXPECT_EQ(Job(other).job.attempts_size(), attempt);
+  EXPECT_EQ(Job(other).job.attempts(attempt - 1).reason(), "worker w1 lost");
+}
+
+// Stands in for a slow policy: Place() blocks until released.
+class BlockingPolicy : public scheduler::PlacementPolicy {
+ public:
+  std::string_view name() const override { return "blocking"; }
+  scheduler::Plan Place(const scheduler::ClusterSnapshot&) const override {
+    absl::MutexLock lock(&mu_);
+    entered_ = true;
+    mu_.Await(absl::Condition(&released_));
+    return {};
+  }
+  void AwaitEntered() const {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&entered_));
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  mutable bool entered_ ABSL_GUARDED_BY(mu_) = false;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The RPC threads (workers' streams, job submissions and reads) never wait
+// for a scheduling pass: the pass holds no lock they need while it runs.
+TEST_F(WorkerSessionTest, WorkersAndClientsAreServedWhileAPassIsInThePolicy) {
+  const std::string running = Submit();
+  FakeWorker& w = Connect("w1", 2);
+  Pass();
+  ASSERT_TRUE(w.Started(running, 1).ok());
+  Submit();  // queued, so the pass reaches the policy
+
+  BlockingPolicy policy;
+  SchedulerLoop loop(store_.get(), registry_.get(), lifecycle_.get(), &policy,
+                     &clock_, SchedulerLoopOptions{});
+  absl::Status pass_status;
+  std::thread pass([&] { pass_status = loop.RunPass(); });
+  policy.AwaitEntered();
+  // All of this completes while the pass is stuck in the policy.
+  ASSERT_TRUE(w.Send(NumberedHeartbeat(1)).ok());
+  ASSERT_TRUE(w.Send(Numbered(running, 1, 1, Checkpoint)).ok());
+  const std::string submitted = Submit();
+  EXPECT_EQ(Job(submitted).job.state(), v1::QUEUED);
+  ASSERT_TRUE(lifecycle_->Cancel(submitted, "changed my mind").ok());
+  EXPECT_EQ(registry_->List().size(), 1u);
+  FakeWorker& other = Connect("w2");
+  ASSERT_TRUE(other.Heartbeat().ok());
+  ASSERT_TRUE(w.Exited(running, 1, 0).ok());
+  EXPECT_EQ(Job(running).job.state(), v1::SUCCEEDED);
+  policy.Release();
+  pass.join();
+  EXPECT_TRUE(pass_status.ok()) << pass_status;
 }
 
 }  // namespace

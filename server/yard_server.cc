@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,9 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "scheduler/placement_policy.h"
+#include "server/admin_service.h"
+#include "server/auth_store.h"
+#include "server/authenticator.h"
 #include "server/change_notifier.h"
 #include "server/cluster_service.h"
 #include "server/cluster_view.h"
@@ -31,6 +35,7 @@
 #include "server/queue_positions.h"
 #include "server/scheduler_loop.h"
 #include "server/server_metrics.h"
+#include "server/tenant_limits.h"
 #include "server/worker_registry.h"
 #include "server/worker_service.h"
 
@@ -104,7 +109,15 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
 }
 
 absl::Status CheckOptions(const YardServerOptions& o) {
-  RETURN_IF_ERROR(CheckListenAddress(o.listen));
+  RETURN_IF_ERROR(
+      CheckListenAddress(o.listen, o.tls.enabled(), o.insecure_plaintext));
+  if (o.max_streams_per_tenant < 0) {
+    return absl::InvalidArgumentError(
+        "--max-streams-per-tenant: must be >= 0 (0 = unlimited)");
+  }
+  if (o.drain < absl::ZeroDuration() || o.drain > absl::Minutes(10)) {
+    return absl::InvalidArgumentError("--drain-ms: must be in [0, 600000]");
+  }
   if (!o.metrics_listen.empty()) {
     RETURN_IF_ERROR(CheckMetricsListen(o.metrics_listen, "--metrics-listen"));
   }
@@ -131,12 +144,36 @@ std::string Absolute(const std::string& path) {
 
 }  // namespace
 
-absl::Status CheckListenAddress(const std::string& listen) {
+absl::Status CheckListenAddress(const std::string& listen, bool tls,
+                                bool insecure_plaintext) {
   ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(listen));
-  if (!IsLoopbackHost(hp.host)) {
+  if (!IsLoopbackHost(hp.host) && !tls && !insecure_plaintext) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--listen ", listen, ": only loopback addresses (127.0.0.1, "
-        "localhost, [::1]) are allowed until TLS is supported"));
+        "--listen ", listen, ": a non-loopback address needs TLS "
+        "(--tls-cert and --tls-key) so that tokens do not cross the network "
+        "in the clear; --insecure-plaintext overrides this"));
+  }
+  return absl::OkStatus();
+}
+
+// Writes `content` to `path` readable by the owner only, atomically.
+static absl::Status WritePrivateFile(const std::string& path,
+                              const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  }
+  const bool written =
+      ::write(fd, content.data(), content.size()) ==
+          static_cast<ssize_t>(content.size()) &&
+      ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -148,6 +185,10 @@ struct YardServer::Parts {
   int lock_fd = -1;
   ChangeNotifier notifier;
   std::unique_ptr<JobStore> store;
+  std::unique_ptr<AuthStore> auth_store;
+  std::unique_ptr<Authenticator> authenticator;
+  std::unique_ptr<TenantGate> tenant_gate;
+  std::unique_ptr<AdminServiceImpl> admin_service;
   std::unique_ptr<WorkerRegistry> workers;
   std::unique_ptr<JobLifecycle> lifecycle;
   std::unique_ptr<scheduler::PlacementPolicy> policy;
@@ -169,6 +210,7 @@ struct YardServer::Parts {
   }
 
   absl::Status OpenState();
+  absl::Status OpenAuth();  // auth.db; first start: the admin/worker tokens
   absl::Status Recover();
   void BuildLogic();
   absl::Status Serve();
@@ -207,6 +249,34 @@ absl::Status YardServer::Parts::OpenState() {
     m->OnStateChange(c);
   };
   ASSIGN_OR_RETURN(store, JobStore::Open(std::move(so)));
+  return OpenAuth();
+}
+
+absl::Status YardServer::Parts::OpenAuth() {
+  const YardServerOptions& o = options;
+  ASSIGN_OR_RETURN(auth_store,
+                   AuthStore::Open(o.state_dir + "/auth.db", o.clock));
+  authenticator = std::make_unique<Authenticator>(auth_store.get(),
+                                                  !o.tls.client_ca.empty());
+  tenant_gate = std::make_unique<TenantGate>(auth_store.get(), store.get(),
+                                             o.max_streams_per_tenant);
+  if (!auth_store->Empty()) return absl::OkStatus();
+  // First start: an admin token to create the others with, and a join
+  // token for workers on this machine. The admin token is printed once.
+  ASSIGN_OR_RETURN(CreatedToken admin,
+                   auth_store->CreateToken("admin", v1::ADMIN,
+                                           "created on first start"));
+  ASSIGN_OR_RETURN(CreatedToken worker,
+                   auth_store->CreateToken("workers", v1::WORKER,
+                                           "created on first start"));
+  const std::string admin_file = o.state_dir + "/admin.token";
+  RETURN_IF_ERROR(WritePrivateFile(admin_file, admin.token + "\n"));
+  RETURN_IF_ERROR(
+      WritePrivateFile(o.state_dir + "/worker.token", worker.token + "\n"));
+  std::fprintf(stderr,
+               "yard-server: first start; admin token (shown once, also in "
+               "%s):\n  %s\n",
+               admin_file.c_str(), admin.token.c_str());
   return absl::OkStatus();
 }
 
@@ -229,11 +299,15 @@ void YardServer::Parts::BuildLogic() {
   lo.checkpoint_root = o.checkpoint_root;
   lo.validation.data_root = o.data_root;
   lo.cancel_grace_ms = o.cancel_grace_ms;
+  lo.preempt_grace_ms = o.preempt_grace_ms;
   lifecycle = std::make_unique<JobLifecycle>(store.get(), workers.get(),
                                              o.clock, lo);
   SchedulerLoopOptions sched;
   sched.tick = o.scheduler_tick;
   sched.queue_positions = &queue_positions;
+  sched.tenant_limits = [auth = auth_store.get()](const std::string& t) {
+    return auth->GetTenant(t);
+  };
   sched.on_pass_done = [m = metrics.get()](absl::Duration d) {
     m->ObserveSchedulingPass(d);
   };
@@ -244,18 +318,23 @@ void YardServer::Parts::BuildLogic() {
   view = std::make_unique<ClusterView>(store.get(), workers.get(),
                                        kServerVersion);
   watcher = std::make_unique<JobWatcher>(store.get(), &notifier);
-  job_service = std::make_unique<JobServiceImpl>(lifecycle.get(), store.get(),
-                                                 watcher.get());
+  job_service = std::make_unique<JobServiceImpl>(
+      lifecycle.get(), store.get(), watcher.get(), authenticator.get(),
+      tenant_gate.get());
+  admin_service = std::make_unique<AdminServiceImpl>(auth_store.get(),
+                                                     authenticator.get());
   job_service->set_queue_positions(&queue_positions);
   job_service->set_on_submit_rejected(
       [m = metrics.get()](const absl::Status& s) { m->OnSubmitRejected(s); });
   metrics->Watch(store.get(), workers.get());
-  cluster_service = std::make_unique<ClusterServiceImpl>(view.get());
+  cluster_service = std::make_unique<ClusterServiceImpl>(
+      view.get(), store.get(), authenticator.get());
   WorkerSessionOptions wo;
   wo.heartbeat_interval = o.heartbeat_interval;
   worker_service = std::make_unique<WorkerServiceImpl>(
       store.get(), workers.get(), lifecycle.get(), wo,
       [this] { loop->Wake(); });
+  worker_service->set_authenticator(authenticator.get());
 }
 
 absl::Status YardServer::Parts::Serve() {
@@ -263,8 +342,9 @@ absl::Status YardServer::Parts::Serve() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &port);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(options.tls));
+  builder.AddListeningPort(options.listen, credentials, &port);
   // Workers and watchers may keep idle streams alive with pings.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(
@@ -279,14 +359,20 @@ absl::Status YardServer::Parts::Serve() {
   builder.RegisterService(job_service.get());
   builder.RegisterService(cluster_service.get());
   builder.RegisterService(worker_service.get());
+  builder.RegisterService(admin_service.get());
   grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", options.listen, " (address in use?)"));
   }
   ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(options.listen));
-  address = absl::StrCat(hp.host == "[::1]" ? hp.host : "127.0.0.1", ":",
-                         port);
+  // A wildcard bind is reached through loopback from this machine.
+  const bool wildcard = hp.host == "0.0.0.0" || hp.host == "[::]";
+  address = absl::StrCat(
+      hp.host == "[::1]" || !(wildcard || IsLoopbackHost(hp.host))
+          ? hp.host
+          : "127.0.0.1",
+      ":", port);
   address_file = options.state_dir + "/yard-server.addr";
   return WriteFileAtomically(address_file, address + "\n");
 }
@@ -338,6 +424,14 @@ YardServer::~YardServer() { Shutdown(); }
 
 const std::string& YardServer::address() const { return parts_->address; }
 
+std::string YardServer::admin_token_file() const {
+  return parts_->options.state_dir + "/admin.token";
+}
+
+std::string YardServer::worker_token_file() const {
+  return parts_->options.state_dir + "/worker.token";
+}
+
 const std::string& YardServer::metrics_address() const {
   static const std::string kNone;
   return parts_->metrics_endpoint ? parts_->metrics_endpoint->address() : kNone;
@@ -355,6 +449,11 @@ void YardServer::Shutdown() {
     p.grpc_server->GetHealthCheckService()->Shutdown();
   }
   if (p.health_endpoint) p.health_endpoint->Shutdown();  // probes fail now
+  if (p.options.drain > absl::ZeroDuration()) {
+    // Wall time: the drain is for probes and load balancers out there.
+    YARD_LOG(INFO) << "draining for " << absl::FormatDuration(p.options.drain);
+    absl::SleepFor(p.options.drain);
+  }
   p.metrics_endpoint.reset();  // scrapes read the store: stop them first
   p.notifier.Shutdown();  // watch and log streams end
   if (p.loop) p.loop->Stop();

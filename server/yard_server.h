@@ -1,7 +1,10 @@
 // YardServer: yard-server assembled — the job store, worker registry, job
 // lifecycle, scheduler loop and the gRPC services (JobService,
-// ClusterService, WorkerService, grpc.health.v1.Health, reflection) on one
-// loopback port. Start() recovers every job from the store: jobs that were
+// ClusterService, WorkerService, AdminService, grpc.health.v1.Health,
+// reflection) on one port: loopback in plaintext, any address with TLS.
+// Every service but health and reflection needs a bearer token. On first
+// start the server makes an admin token (STATE_DIR/admin.token, 0600,
+// printed once) and a worker join token (STATE_DIR/worker.token, 0600). Start() recovers every job from the store: jobs that were
 // SCHEDULED/RUNNING keep their state, and their workers get a fresh lease
 // from now to reconnect and re-attach them.
 //
@@ -18,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/grpc_credentials.h"
 
 namespace trainyard::server {
 
@@ -25,6 +29,15 @@ inline constexpr char kServerVersion[] = "0.1.0";
 
 struct YardServerOptions {
   std::string listen = "127.0.0.1:7070";  // HOST:0 picks a free port
+  // TLS on the main port (mTLS for workers with client_ca). Without it the
+  // server binds only loopback unless insecure_plaintext is set.
+  ServerTlsFiles tls;
+  bool insecure_plaintext = false;
+  // Open WatchJob + GetJobLogs streams per tenant; 0 = unlimited.
+  int32_t max_streams_per_tenant = 64;
+  // Shutdown: how long health reports NOT_SERVING before the port closes,
+  // so load balancers and probes stop sending new calls first.
+  absl::Duration drain = absl::ZeroDuration();
   std::string state_dir;                  // required; created if missing
   std::string data_root = ".";            // spec data paths resolve here
   std::string checkpoint_root;            // default STATE_DIR/checkpoints
@@ -32,7 +45,8 @@ struct YardServerOptions {
   absl::Duration worker_lease = absl::Seconds(10);
   std::string policy = "first-fit";
   absl::Duration scheduler_tick = absl::Seconds(1);
-  int32_t cancel_grace_ms = 10'000;
+  int32_t cancel_grace_ms = 10'000;   // SIGTERM, then SIGKILL after this
+  int32_t preempt_grace_ms = 10'000;  // the same for a preempted job
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
   Clock* clock = Clock::Real();
@@ -51,10 +65,11 @@ struct YardServerOptions {
 
 inline constexpr char kDefaultServerMetricsListen[] = "127.0.0.1:9470";
 
-// INVALID_ARGUMENT unless `listen` is HOST:PORT with a loopback HOST
-// (127.0.0.1, localhost, [::1]) and a port in [0, 65535]. Non-loopback
-// addresses are refused until TLS exists.
-absl::Status CheckListenAddress(const std::string& listen);
+// INVALID_ARGUMENT unless `listen` is HOST:PORT with a port in [0, 65535]
+// and, unless `tls` or `insecure_plaintext`, a loopback HOST (127.0.0.1,
+// localhost, [::1]): tokens must not cross a network in the clear.
+absl::Status CheckListenAddress(const std::string& listen, bool tls,
+                                bool insecure_plaintext);
 
 class YardServer {
  public:
@@ -64,6 +79,9 @@ class YardServer {
 
   // "127.0.0.1:PORT" (also written to STATE_DIR/yard-server.addr).
   const std::string& address() const;
+  // Where the first start left the admin and worker join tokens.
+  std::string admin_token_file() const;
+  std::string worker_token_file() const;
   // "127.0.0.1:PORT" of /metrics; empty when metrics are off.
   const std::string& metrics_address() const;
   // Stops accepting, ends streams, stops the scheduler, closes the store.

@@ -27,9 +27,28 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The tokens of the server under test (read when it starts).
+std::string& AdminToken() {
+  static std::string* token = new std::string;
+  return *token;
+}
+std::string& WorkerToken() {
+  static std::string* token = new std::string;
+  return *token;
+}
+
+void Authorize(grpc::ClientContext& ctx, const std::string& token) {
+  ctx.AddMetadata("authorization", "Bearer " + token);
+}
+
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
 }
 
 std::string ToString(const grpc::ByteBuffer& bb) {
@@ -55,6 +74,7 @@ std::string RawUnary(grpc::Channel* channel, const std::string& method,
   grpc::GenericStub stub(channel->shared_from_this());
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
+  Authorize(ctx, AdminToken());
   grpc::Slice slice(request);
   grpc::ByteBuffer req(&slice, 1), resp;
   auto call = stub.PrepareUnaryCall(&ctx, method, req, &cq);
@@ -70,6 +90,7 @@ std::string RawBidiOnce(grpc::Channel* channel, const std::string& method,
   grpc::GenericStub stub(channel->shared_from_this());
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
+  Authorize(ctx, AdminToken());
   auto call = stub.PrepareCall(&ctx, method, &cq);
   call->StartCall(nullptr);
   Await(cq);
@@ -104,6 +125,8 @@ class YardServerTest : public ::testing::Test {
     auto server = YardServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
+    AdminToken() = Trimmed(ReadAll(server_->admin_token_file()));
+    WorkerToken() = Trimmed(ReadAll(server_->worker_token_file()));
     channel_ = grpc::CreateChannel(server_->address(),
                                    grpc::InsecureChannelCredentials());
     jobs_ = v1::JobService::NewStub(channel_);
@@ -124,6 +147,7 @@ class YardServerTest : public ::testing::Test {
 
   std::string Submit() {
     grpc::ClientContext ctx;
+    Authorize(ctx, AdminToken());
     v1::SubmitJobRequest req;
     *req.mutable_spec() = Spec();
     v1::SubmitJobResponse resp;
@@ -134,6 +158,7 @@ class YardServerTest : public ::testing::Test {
 
   v1::Job Get(const std::string& id, grpc::Status* status = nullptr) {
     grpc::ClientContext ctx;
+    Authorize(ctx, AdminToken());
     v1::GetJobRequest req;
     req.set_job_id(id);
     v1::Job job;
@@ -166,6 +191,7 @@ class YardServerTest : public ::testing::Test {
   std::unique_ptr<Worker> ConnectWorker(
       std::vector<std::pair<std::string, int>> running = {}) {
     auto w = std::make_unique<Worker>();
+    Authorize(w->ctx, WorkerToken());
     w->stream = worker_stub_->Connect(&w->ctx);
     v1::WorkerMessage hello;
     hello.mutable_hello()->set_worker_id("w1");
@@ -191,6 +217,7 @@ class YardServerTest : public ::testing::Test {
   };
   std::unique_ptr<Watch> StartWatch(const std::string& id, int64_t after) {
     auto w = std::make_unique<Watch>();
+    Authorize(w->ctx, AdminToken());
     w->thread = std::thread([this, id, after, w = w.get()] {
       v1::WatchJobRequest req;
       req.set_job_id(id);
@@ -260,6 +287,8 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
   EXPECT_DOUBLE_EQ(job.result().eval_accuracy(), 0.97);
 
   grpc::ClientContext logs_ctx;
+
+  Authorize(logs_ctx, AdminToken());
   v1::GetJobLogsRequest logs_req;
   logs_req.set_job_id(id);
   auto logs = jobs_->GetJobLogs(&logs_ctx, logs_req);
@@ -270,6 +299,8 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
   EXPECT_EQ(log, "hello log\n");
 
   grpc::ClientContext list_ctx;
+
+  Authorize(list_ctx, AdminToken());
   v1::ListJobsRequest list_req;
   list_req.add_states(v1::SUCCEEDED);
   v1::ListJobsResponse list;
@@ -278,6 +309,8 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
   EXPECT_EQ(list.jobs(0).id(), id);
 
   grpc::ClientContext workers_ctx;
+
+  Authorize(workers_ctx, AdminToken());
   v1::ListWorkersResponse workers;
   ASSERT_TRUE(cluster_->ListWorkers(&workers_ctx, {}, &workers).ok());
   ASSERT_EQ(workers.workers_size(), 1);
@@ -285,6 +318,7 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
   EXPECT_EQ(workers.workers(0).hostname(), "test-host");
   EXPECT_EQ(workers.workers(0).free_cpu_slots(), 1);
   grpc::ClientContext status_ctx;
+  Authorize(status_ctx, AdminToken());
   v1::ClusterStatus cs;
   ASSERT_TRUE(cluster_->GetClusterStatus(&status_ctx, {}, &cs).ok());
   EXPECT_EQ(cs.workers_ready(), 1);
@@ -303,11 +337,15 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   grpc::ClientContext submit_ctx;
+
+  Authorize(submit_ctx, AdminToken());
   v1::SubmitJobResponse resp;
   s = jobs_->SubmitJob(&submit_ctx, v1::SubmitJobRequest(), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   grpc::ClientContext bad_ctx;
+
+  Authorize(bad_ctx, AdminToken());
   v1::SubmitJobRequest bad;
   *bad.mutable_spec() = Spec();
   bad.mutable_spec()->mutable_data()->mutable_mnist()->set_images("missing.gz");
@@ -316,6 +354,8 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
   EXPECT_THAT(s.error_message(), HasSubstr("data.mnist.images"));
 
   grpc::ClientContext list_ctx;
+
+  Authorize(list_ctx, AdminToken());
   v1::ListJobsRequest list_req;
   list_req.set_page_token("not-a-token");
   v1::ListJobsResponse list;
@@ -324,12 +364,14 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
 
   const std::string id = Submit();
   grpc::ClientContext cancel_ctx;
+  Authorize(cancel_ctx, AdminToken());
   v1::CancelJobRequest cancel;
   cancel.set_job_id(id);
   v1::Job cancelled;
   ASSERT_TRUE(jobs_->CancelJob(&cancel_ctx, cancel, &cancelled).ok());
   EXPECT_EQ(cancelled.state(), v1::CANCELLED);
   grpc::ClientContext again_ctx;
+  Authorize(again_ctx, AdminToken());
   s = jobs_->CancelJob(&again_ctx, cancel, &cancelled);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(s.error_message(), "job " + id + " is already CANCELLED");
@@ -343,6 +385,7 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
 
   // A worker that does not start with a hello is refused.
   grpc::ClientContext worker_ctx;
+  Authorize(worker_ctx, WorkerToken());
   auto stream = worker_stub_->Connect(&worker_ctx);
   v1::WorkerMessage heartbeat;
   heartbeat.mutable_heartbeat();
@@ -362,6 +405,7 @@ TEST_F(YardServerTest, RestartKeepsTheRunningJobAndTheWatchResumes) {
   ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.mutable_started(); }));
   {  // Follow the job until RUNNING is committed (events 1..3).
     grpc::ClientContext ctx;
+    Authorize(ctx, AdminToken());
     v1::WatchJobRequest req;
     req.set_job_id(id);
     auto reader = jobs_->WatchJob(&ctx, req);
@@ -406,14 +450,17 @@ TEST_F(YardServerTest, ShutdownEndsLiveStreams) {
 }
 
 TEST_F(YardServerTest, RefusesNonLoopbackAndASecondServerOnOneStateDir) {
-  EXPECT_EQ(CheckListenAddress("0.0.0.0:7070").code(),
+  EXPECT_EQ(CheckListenAddress("0.0.0.0:7070", false, false).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckListenAddress("10.1.2.3:7070").code(),
+  EXPECT_THAT(CheckListenAddress("10.1.2.3:7070", false, false).message(),
+              HasSubstr("needs TLS"));
+  EXPECT_EQ(CheckListenAddress("127.0.0.1", true, false).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckListenAddress("127.0.0.1").code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(CheckListenAddress("localhost:0").ok());
-  EXPECT_TRUE(CheckListenAddress("[::1]:7070").ok());
+  EXPECT_TRUE(CheckListenAddress("localhost:0", false, false).ok());
+  EXPECT_TRUE(CheckListenAddress("[::1]:7070", false, false).ok());
+  // With TLS, or when told to, any address.
+  EXPECT_TRUE(CheckListenAddress("0.0.0.0:7070", true, false).ok());
+  EXPECT_TRUE(CheckListenAddress("10.1.2.3:7070", false, true).ok());
   StartServer();
   YardServerOptions o;
   o.listen = "127.0.0.1:0";
@@ -438,6 +485,7 @@ TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
   v1::SubmitJobResponse response;
   std::thread submit([&] {
     grpc::ClientContext ctx;
+    Authorize(ctx, AdminToken());
     v1::SubmitJobRequest req;
     *req.mutable_spec() = Spec();
     submitted = jobs_->SubmitJob(&ctx, req, &response);

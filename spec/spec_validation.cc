@@ -377,6 +377,13 @@ void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {
     p->Range("resources.cpu_threads", r.cpu_threads(), 1,
              limits.max_cpu_threads);
   }
+  if (r.has_gpu_compute_milli()) {
+    p->Range("resources.gpu_compute_milli", r.gpu_compute_milli(), 1, 1000);
+    if (r.gpus() == 0) {
+      p->Add("resources.gpu_compute_milli",
+             "needs a GPU (resources.gpus >= 1)");
+    }
+  }
   if (!trainyard::v1::Precision_IsValid(spec.precision())) {
     p->Add("precision",
            absl::StrCat("must be FP32 or BF16, got ", spec.precision()));

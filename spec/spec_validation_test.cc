@@ -119,6 +119,14 @@ TEST_F(ValidationTest, AbsurdSizes) {
   spec.mutable_resources()->set_cpu_threads(0);
   EXPECT_THAT(ErrorOf(spec), StartsWith("resources.cpu_threads: must be in"));
   spec = Good();
+  spec.mutable_resources()->set_gpus(1);
+  spec.mutable_resources()->set_gpu_compute_milli(1001);
+  EXPECT_THAT(ErrorOf(spec),
+              StartsWith("resources.gpu_compute_milli: must be in [1, 1000]"));
+  spec.mutable_resources()->set_gpus(0);
+  spec.mutable_resources()->set_gpu_compute_milli(500);
+  EXPECT_THAT(ErrorOf(spec),
+              StartsWith("resources.gpu_compute_milli: needs a GPU"));
   spec = Good();
   spec.set_priority(5000);
   EXPECT_EQ(ErrorOf(spec), "priority: must be in [-1000, 1000], got 5000");

@@ -87,6 +87,11 @@ std::string TestDir::LogPrefix(const std::string& stem) {
   return absl::StrCat(path_, "/logs/", stem, "-", next_log_++);
 }
 
+TestCredentials& CurrentCredentials() {
+  static TestCredentials* credentials = new TestCredentials;
+  return *credentials;
+}
+
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     TestDir& dir, const ServerOptions& options) {
   if (options.state_dir.empty()) {
@@ -158,8 +163,14 @@ absl::Status ServerProcess::AwaitServing(absl::Duration timeout) {
     return absl::InvalidArgumentError(
         absl::StrCat("asked for port ", options_.port, ", got ", address_));
   }
+  admin_token_ = std::string(
+      absl::StripAsciiWhitespace(ReadFileOrEmpty(admin_token_file())));
+  if (admin_token_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("yard-server left no token in ", admin_token_file()));
+  }
   auto channel =
-      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+      grpc::CreateChannel(address_, HarnessCredentials(options_.tls_ca));
   if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
     return absl::DeadlineExceededError(
         absl::StrCat("yard-server wrote ", address_,
@@ -192,7 +203,11 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
             "--name",
             options.name,
             "--metrics-listen",
-            "127.0.0.1:0"};
+            "127.0.0.1:0",
+            "--token-file",
+            options.token_file.empty()
+                ? CurrentCredentials().worker_token_file
+                : options.token_file};
   if (!options.train_bin.empty()) {
     p.argv.push_back("--train-bin");
     p.argv.push_back(options.train_bin);
@@ -212,15 +227,29 @@ std::vector<pid_t> WorkerProcess::TrainerPids() const {
   return ChildPidsOf(process_->pid());
 }
 
-Stubs::Stubs(const std::string& address)
-    : channel(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+std::shared_ptr<grpc::ChannelCredentials> HarnessCredentials(
+    const std::string& tls_ca) {
+  if (tls_ca.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadFileOrEmpty(tls_ca);
+  return grpc::SslCredentials(options);
+}
+
+Stubs::Stubs(const std::string& address, const std::string& tls_ca)
+    : channel(grpc::CreateChannel(address, HarnessCredentials(tls_ca))),
       jobs(trainyard::v1::JobService::NewStub(channel)),
       cluster(trainyard::v1::ClusterService::NewStub(channel)) {}
 
 std::unique_ptr<grpc::ClientContext> ContextWithTimeout(
     absl::Duration timeout) {
+  return ContextWithToken(CurrentCredentials().token, timeout);
+}
+
+std::unique_ptr<grpc::ClientContext> ContextWithToken(
+    const std::string& token, absl::Duration timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + Scaled(timeout)));
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
   return ctx;
 }
 
@@ -271,6 +300,10 @@ CommandResult RunYard(TestDir& dir, const std::string& address,
                       const std::vector<std::string>& args,
                       absl::Duration timeout) {
   std::vector<std::string> argv = {BinPath("yard"), "--server", address};
+  if (!CurrentCredentials().token.empty()) {
+    argv.push_back("--token");
+    argv.push_back(CurrentCredentials().token);
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv, dir.LogPrefix("yard"), Scaled(timeout), SourceDir());
 }

@@ -56,8 +56,21 @@ struct ServerOptions {
   int port = 0;           // 0: let the server pick
   int heartbeat_interval_ms = 300;
   int worker_lease_ms = 1500;
+  // A CA that signed the server's certificate (pass --tls-cert/--tls-key in
+  // extra_args): the harness then reaches the server over TLS.
+  std::string tls_ca;
   std::vector<std::string> extra_args;
 };
+
+// The credentials the suite uses against the cluster under test: the
+// server's admin token (sent by ContextWithTimeout and RunYard) and its
+// worker join token file (passed to every WorkerProcess). Set by
+// ClusterTest::StartServer; empty before any server started.
+struct TestCredentials {
+  std::string token;
+  std::string worker_token_file;
+};
+TestCredentials& CurrentCredentials();
 
 // A running yard-server whose address has been read from its address file
 // and which answers RPCs.
@@ -68,6 +81,14 @@ class ServerProcess {
 
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // The tokens the server made on its first start in this state dir.
+  const std::string& admin_token() const { return admin_token_; }
+  std::string admin_token_file() const {
+    return options_.state_dir + "/admin.token";
+  }
+  std::string worker_token_file() const {
+    return options_.state_dir + "/worker.token";
+  }
   const ServerOptions& options() const { return options_; }
   ChildProcess& process() { return *process_; }
 
@@ -80,6 +101,7 @@ class ServerProcess {
   std::unique_ptr<ChildProcess> process_;
   std::string address_;
   int port_ = 0;
+  std::string admin_token_;
 };
 
 struct WorkerOptions {
@@ -87,6 +109,8 @@ struct WorkerOptions {
   int cpu_slots = 1;
   std::string train_bin;  // empty: the worker's default
   std::string work_dir;   // empty: <test dir>/worker-<name>
+  // --token-file; empty: CurrentCredentials().worker_token_file.
+  std::string token_file;
   std::vector<std::string> extra_args;
 };
 
@@ -115,18 +139,22 @@ class WorkerProcess {
   std::unique_ptr<ChildProcess> process_;
 };
 
-// gRPC stubs for one server address.
+// gRPC stubs for one server address (TLS when `tls_ca` is a CA file).
 struct Stubs {
-  explicit Stubs(const std::string& address);
+  explicit Stubs(const std::string& address, const std::string& tls_ca = "");
 
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<trainyard::v1::JobService::Stub> jobs;
   std::unique_ptr<trainyard::v1::ClusterService::Stub> cluster;
 };
 
-// A ClientContext with a deadline `timeout` from now.
+// A ClientContext with a deadline `timeout` from now, carrying
+// CurrentCredentials().token.
 std::unique_ptr<grpc::ClientContext> ContextWithTimeout(
     absl::Duration timeout = absl::Seconds(10));
+// The same with `token` instead ("" sends none).
+std::unique_ptr<grpc::ClientContext> ContextWithToken(
+    const std::string& token, absl::Duration timeout = absl::Seconds(10));
 
 // Calls a method by its full name ("/pkg.Service/Method") with raw request
 // bytes; for requests the typed stubs cannot express (garbage bytes) and
@@ -138,10 +166,16 @@ grpc::Status RawUnaryCall(grpc::Channel& channel, const std::string& method,
 // grpc.health.v1.Health/Check for the overall server: OK when SERVING.
 absl::Status CheckHealth(grpc::Channel& channel);
 
-// Runs `yard --server ADDRESS args...` within `timeout`.
+// Runs `yard --server ADDRESS --token TOKEN args...` within `timeout`, with
+// CurrentCredentials().token (none when empty).
 CommandResult RunYard(TestDir& dir, const std::string& address,
                       const std::vector<std::string>& args,
                       absl::Duration timeout = absl::Seconds(30));
+
+// Channel credentials for the harness: TLS trusting `tls_ca`, or
+// plaintext when it is empty.
+std::shared_ptr<grpc::ChannelCredentials> HarnessCredentials(
+    const std::string& tls_ca);
 
 // The name of a gRPC status code ("NOT_FOUND").
 std::string CodeName(grpc::StatusCode code);

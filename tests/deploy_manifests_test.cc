@@ -174,15 +174,19 @@ TEST_F(DeployManifestsTest, KubernetesManifestsHoldTogether) {
     ASSERT_TRUE(server[probe]["grpc"]) << probe << " must be a gRPC probe";
     EXPECT_EQ(server[probe]["grpc"]["port"].as<std::string>(), health) << probe;
   }
-  // The API and /metrics stay on loopback; sidecars expose them over TLS.
-  EXPECT_TRUE(absl::StartsWith(Flag(server_args, "--listen"), "127.0.0.1:"));
+  // The API over TLS with mTLS for workers; /metrics stays on loopback
+  // behind the authenticating proxy.
+  const std::string listen = Flag(server_args, "--listen");
+  EXPECT_FALSE(Flag(server_args, "--tls-cert").empty());
+  EXPECT_FALSE(Flag(server_args, "--tls-key").empty());
+  EXPECT_FALSE(Flag(server_args, "--tls-client-ca").empty());
+  EXPECT_TRUE(absl::StartsWith(Flag(server_args, "--tls-cert"),
+                               MountPath(server, "tls")));
   const std::string server_metrics = Flag(server_args, "--metrics-listen");
   EXPECT_TRUE(absl::StartsWith(server_metrics, "127.0.0.1:"));
   const auto proxy_args = Strings(Container(pod, "metrics")["args"]);
   EXPECT_NE(absl::StrJoin(proxy_args, " ").find(server_metrics),
             std::string::npos);
-  const auto tls_args = Strings(Container(pod, "grpc-tls")["args"]);
-  EXPECT_EQ(Flag(tls_args, "--target"), Flag(server_args, "--listen"));
 
   // Checkpoints: one ReadWriteMany claim, mounted where the server says.
   EXPECT_EQ(Strings(objects["PersistentVolumeClaim/yard-checkpoints"]["spec"]
@@ -192,7 +196,7 @@ TEST_F(DeployManifestsTest, KubernetesManifestsHoldTogether) {
   EXPECT_EQ(MountPath(server, "checkpoints"), ckpt);
 
   // Workers: GPUs from the device plugin, the NVIDIA taint tolerated, the
-  // same checkpoint path, the server reached through the TLS sidecar.
+  // same checkpoint path, the server reached over TLS.
   const YAML::Node ds = objects["DaemonSet/yard-worker"];
   const YAML::Node wpod = ds["spec"]["template"]["spec"];
   const YAML::Node worker = Container(wpod, "yard-worker");
@@ -211,9 +215,15 @@ TEST_F(DeployManifestsTest, KubernetesManifestsHoldTogether) {
                 "yard-checkpoints");
     }
   }
-  const auto client_args = Strings(Container(wpod, "grpc-tls")["args"]);
-  EXPECT_EQ(Flag(client_args, "--listen"), Flag(worker_args, "--server"));
-  EXPECT_TRUE(absl::StartsWith(Flag(client_args, "--target"), "yard-server."));
+  // The worker reaches the Service's TLS port with its certificate and
+  // join token.
+  EXPECT_TRUE(absl::StartsWith(Flag(worker_args, "--server"), "yard-server."));
+  EXPECT_TRUE(absl::EndsWith(Flag(worker_args, "--server"),
+                             ":" + Port(listen)));
+  EXPECT_TRUE(absl::StartsWith(Flag(worker_args, "--tls-cert"),
+                               MountPath(worker, "tls")));
+  EXPECT_TRUE(absl::StartsWith(Flag(worker_args, "--token-file"),
+                               MountPath(worker, "join")));
   EXPECT_TRUE(
       absl::StartsWith(Flag(worker_args, "--metrics-listen"), "127.0.0.1:"));
 

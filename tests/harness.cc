@@ -132,10 +132,23 @@ void ClusterTest::PrintLogTails() {
   }
 }
 
+MnistSpec OutlivesALeaseSpec(const std::string& name) {
+  MnistSpec spec;
+  spec.name = name;
+  spec.hidden = 128;
+  spec.steps = 2000;
+  spec.micro_batch = 64;
+  spec.checkpoint_every = 100;
+  spec.log_every = 20;
+  return spec;
+}
+
 absl::Status ClusterTest::StartServer(ServerOptions options) {
   if (options.state_dir.empty()) options.state_dir = dir_->Subdir("state");
   ASSIGN_OR_RETURN(server_, ServerProcess::Start(*dir_, options));
-  stubs_ = std::make_unique<Stubs>(server_->address());
+  CurrentCredentials() = {server_->admin_token(),
+                          server_->worker_token_file()};
+  stubs_ = std::make_unique<Stubs>(server_->address(), options.tls_ca);
   return absl::OkStatus();
 }
 
@@ -185,7 +198,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ClusterTest::StartYard(
     const std::vector<std::string>& args) {
   std::string prefix = dir_->LogPrefix("yard");
   ProcessOptions p;
-  p.argv = {BinPath("yard"), "--server", server_->address()};
+  p.argv = {BinPath("yard"), "--server", server_->address(), "--token",
+            server_->admin_token()};
   p.argv.insert(p.argv.end(), args.begin(), args.end());
   p.cwd = SourceDir();
   p.stdout_path = prefix + ".stdout";

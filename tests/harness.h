@@ -60,6 +60,10 @@ struct MnistSpec {
   std::string ToYaml() const;
 };
 
+// A job that still runs when a worker's lease (a few seconds in the
+// tests) runs out, and leaves checkpoints to resume from.
+MnistSpec OutlivesALeaseSpec(const std::string& name);
+
 // Deadlines used across the suite (already scaled).
 absl::Duration StartTimeout();  // a process up and serving
 absl::Duration JobTimeout();    // a small job from submit to terminal

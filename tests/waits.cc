@@ -30,6 +30,15 @@ absl::Status PollUntil(absl::string_view what, absl::Duration timeout,
   }
 }
 
+int CountTrainerEvents(const std::vector<v1::JobEvent>& events,
+                       v1::TrainerEvent::EventCase kind) {
+  int n = 0;
+  for (const v1::JobEvent& e : events) {
+    n += e.has_trainer() && e.trainer().event_case() == kind;
+  }
+  return n;
+}
+
 bool IsTerminal(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED ||
          state == v1::CANCELLED;
@@ -63,8 +72,8 @@ WatchResult Watch(v1::JobService::Stub& jobs, const std::string& job_id,
                   int64_t after_sequence, absl::Duration timeout,
                   const std::function<bool(const v1::JobEvent&)>& until) {
   WatchResult result;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  std::unique_ptr<grpc::ClientContext> context = ContextWithTimeout(timeout);
+  grpc::ClientContext& ctx = *context;
   v1::WatchJobRequest req;
   req.set_job_id(job_id);
   req.set_after_sequence(after_sequence);

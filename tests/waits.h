@@ -30,6 +30,10 @@ absl::Status PollUntil(absl::string_view what, absl::Duration timeout,
 std::vector<trainyard::v1::TrainStarted> TrainStartedEvents(
     const std::vector<trainyard::v1::JobEvent>& events);
 
+// How many trainer events of `kind` are among `events`.
+int CountTrainerEvents(const std::vector<trainyard::v1::JobEvent>& events,
+                       trainyard::v1::TrainerEvent::EventCase kind);
+
 bool IsTerminal(trainyard::v1::JobState state);
 std::string StateName(trainyard::v1::JobState state);
 // One line per event, for failure messages.

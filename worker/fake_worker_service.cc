@@ -3,6 +3,7 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -29,10 +30,7 @@ class FakeWorkerService final : public trainyard::v1::WorkerService::Service {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "hello first");
     }
     ServerMessage ack;
-    ack.mutable_hello_ack()->set_heartbeat_interval_ms(
-        hub_.heartbeat_interval_ms());
-    ack.mutable_hello_ack()->set_lease_ms(10 * hub_.heartbeat_interval_ms());
-    stream->Write(ack);
+    if (hub_.MakeHelloAck(ack)) stream->Write(ack);
     std::thread writer([&] {
       ServerMessage out;
       while (hub_.NextOutgoing(id, out)) {
@@ -51,6 +49,40 @@ class FakeWorkerService final : public trainyard::v1::WorkerService::Service {
 };
 
 }  // namespace
+
+void FakeServerHub::set_acks(bool on) {
+  absl::MutexLock lock(&mu_);
+  acks_ = on;
+}
+
+void FakeServerHub::set_lease_ms(int lease_ms) {
+  absl::MutexLock lock(&mu_);
+  lease_ms_ = lease_ms;
+}
+
+void FakeServerHub::set_ack_reports(bool on) {
+  absl::MutexLock lock(&mu_);
+  ack_reports_ = on;
+}
+
+void FakeServerHub::set_silent(bool on) {
+  absl::MutexLock lock(&mu_);
+  silent_ = on;
+}
+
+void FakeServerHub::set_answer_hello(bool on) {
+  absl::MutexLock lock(&mu_);
+  answer_hello_ = on;
+}
+
+bool FakeServerHub::MakeHelloAck(ServerMessage& ack) {
+  absl::MutexLock lock(&mu_);
+  if (!answer_hello_) return false;
+  ack.mutable_hello_ack()->set_heartbeat_interval_ms(heartbeat_interval_ms_);
+  ack.mutable_hello_ack()->set_lease_ms(lease_ms_);
+  ack.mutable_hello_ack()->set_acks_heartbeats(acks_);
+  return true;
+}
 
 void FakeServerHub::Send(ServerMessage message) {
   absl::MutexLock lock(&mu_);
@@ -88,6 +120,26 @@ void FakeServerHub::CloseStream(int stream) {
 
 void FakeServerHub::Record(int stream, WorkerMessage message) {
   absl::MutexLock lock(&mu_);
+  if (message.has_update() && message.update().sequence() > 0) {
+    int64_t& seq =
+        to_ack_[{message.update().job_id(), message.update().attempt()}];
+    seq = std::max(seq, message.update().sequence());
+  }
+  if (acks_ && !silent_ && message.has_heartbeat()) {
+    // Queued behind what the test sends; goes out on this open stream.
+    ServerMessage& answer = outbox_.emplace_back();
+    auto* ack = answer.mutable_heartbeat_ack();
+    ack->set_heartbeat_sequence(message.heartbeat().sequence());
+    if (ack_reports_) {
+      for (const auto& [key, seq] : to_ack_) {
+        auto* r = ack->add_reports();
+        r->set_job_id(key.first);
+        r->set_attempt(key.second);
+        r->set_sequence(seq);
+      }
+      to_ack_.clear();
+    }
+  }
   received_.push_back(Received{stream, std::move(message)});
 }
 

@@ -3,7 +3,11 @@
 // stream it came on), answers each hello with a HelloAck, and sends what the
 // test queues. FakeServerHub holds the state, so a server can be killed and
 // a new one started on the same port ("server restart") with the record
-// intact. Thread-safe. Test-only code.
+// intact. Like yard-server it acknowledges (unless set_acks(false)): HelloAck
+// says so, and every heartbeat is answered with a HeartbeatAck carrying the
+// highest report sequence received per attempt; the switches below withhold
+// parts of that to play a server that lost track of the worker.
+// Thread-safe. Test-only code.
 #ifndef TRAINYARD_WORKER_FAKE_WORKER_SERVICE_H_
 #define TRAINYARD_WORKER_FAKE_WORKER_SERVICE_H_
 
@@ -11,6 +15,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +39,17 @@ class FakeServerHub {
   explicit FakeServerHub(int heartbeat_interval_ms = 50)
       : heartbeat_interval_ms_(heartbeat_interval_ms) {}
 
+  // Answer heartbeats and acknowledge reports (on by default).
+  void set_acks(bool on);
+  // The lease told in HelloAck (default 2 s).
+  void set_lease_ms(int lease_ms);
+  // Leave reports unacknowledged (heartbeats are still answered).
+  void set_ack_reports(bool on);
+  // Answer no heartbeat at all (a server that no longer hears the worker).
+  void set_silent(bool on);
+  // Send no HelloAck (a connection that hangs).
+  void set_answer_hello(bool on);
+
   // Sends `message` on the current stream, or on the next one if none is
   // open.
   void Send(trainyard::v1::ServerMessage message);
@@ -49,12 +65,22 @@ class FakeServerHub {
   // Blocks until a message for `stream` is queued (true) or it closed.
   bool NextOutgoing(int stream, trainyard::v1::ServerMessage& out);
   int heartbeat_interval_ms() const { return heartbeat_interval_ms_; }
+  // The HelloAck, or nothing when set_answer_hello(false).
+  bool MakeHelloAck(trainyard::v1::ServerMessage& ack);
 
  private:
   const int heartbeat_interval_ms_;
   absl::Mutex mu_;
   std::vector<Received> received_ ABSL_GUARDED_BY(mu_);
   std::deque<trainyard::v1::ServerMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  bool acks_ ABSL_GUARDED_BY(mu_) = true;
+  int lease_ms_ ABSL_GUARDED_BY(mu_) = 2000;
+  bool ack_reports_ ABSL_GUARDED_BY(mu_) = true;
+  bool silent_ ABSL_GUARDED_BY(mu_) = false;
+  bool answer_hello_ ABSL_GUARDED_BY(mu_) = true;
+  // Highest sequence received per (job, attempt), not yet acknowledged.
+  std::map<std::pair<std::string, int32_t>, int64_t> to_ack_
+      ABSL_GUARDED_BY(mu_);
   int streams_ ABSL_GUARDED_BY(mu_) = 0;
   int open_stream_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none
 };

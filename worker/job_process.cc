@@ -96,6 +96,7 @@ void JobProcess::ReportExit(const ExitStatus& status,
   {
     absl::MutexLock lock(&mu_);
     exited->set_cancelled(control_.cancelled);
+    exited->set_lost_server(control_.lost_server);
   }
   Report(std::move(update));
 }
@@ -232,6 +233,15 @@ void JobProcess::Kill(bool cancelled) {
     absl::MutexLock lock(&mu_);
     control_.kill = true;
     control_.cancelled = control_.cancelled || cancelled;
+  }
+  Wake();
+}
+
+void JobProcess::Abandon() {
+  {
+    absl::MutexLock lock(&mu_);
+    control_.kill = true;
+    control_.lost_server = true;
   }
   Wake();
 }

@@ -54,6 +54,9 @@ class JobProcess {
   void Terminate(absl::Duration grace, bool cancelled);
   // SIGKILL to the process group now.
   void Kill(bool cancelled);
+  // SIGKILL now because the server can no longer hear this worker; the exit
+  // is reported with lost_server (the server re-queues the job).
+  void Abandon();
 
  private:
   struct Control {
@@ -62,6 +65,7 @@ class JobProcess {
     bool kill = false;
     bool kill_sent = false;
     bool cancelled = false;
+    bool lost_server = false;
     absl::Time kill_at = absl::InfiniteFuture();
   };
 

@@ -307,6 +307,12 @@ void JobRunner::KillAll() {
   for (auto& [key, entry] : jobs_) entry.process->Kill(false);
 }
 
+int JobRunner::AbandonAll() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : jobs_) entry.process->Abandon();
+  return static_cast<int>(jobs_.size());
+}
+
 bool JobRunner::WaitIdle(absl::Time deadline) {
   bool idle;
   {

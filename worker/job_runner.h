@@ -78,6 +78,9 @@ class JobRunner {
   // SIGTERM every job (they checkpoint and exit), SIGKILL after `grace`.
   void TerminateAll(absl::Duration grace);
   void KillAll();
+  // SIGKILL every job because the server can no longer hear this worker
+  // (it re-queues them); their exits say lost_server. Returns how many.
+  int AbandonAll();
   // Waits until no job runs; false if some still run at `deadline`.
   bool WaitIdle(absl::Time deadline);
 

@@ -46,9 +46,9 @@ TEST(ReportQueueTest, PopsInOrder) {
   q.Push(Progress("a", 1));
   q.Push(Exit("a"));
   EXPECT_EQ(q.size(), 2u);
-  EXPECT_EQ(q.Pop()->trainer().progress().step(), 1);
-  EXPECT_TRUE(q.Pop()->has_exited());
-  EXPECT_FALSE(q.Pop().has_value());
+  EXPECT_EQ(q.Next(false)->trainer().progress().step(), 1);
+  EXPECT_TRUE(q.Next(false)->has_exited());
+  EXPECT_FALSE(q.Next(false).has_value());
   EXPECT_EQ(q.bytes(), 0u);
 }
 
@@ -60,7 +60,7 @@ TEST(ReportQueueTest, DropsProgressAndLogWhenFull) {
   q.Push(Log("a", "text"));
   EXPECT_EQ(q.size(), 2u);
   EXPECT_EQ(q.dropped(), 2u);
-  EXPECT_EQ(q.Pop()->trainer().progress().step(), 1);
+  EXPECT_EQ(q.Next(false)->trainer().progress().step(), 1);
 }
 
 TEST(ReportQueueTest, ExitEvictsOldestDroppable) {
@@ -69,8 +69,8 @@ TEST(ReportQueueTest, ExitEvictsOldestDroppable) {
   q.Push(Progress("a", 2));
   q.Push(Exit("a"));
   EXPECT_EQ(q.size(), 2u);
-  EXPECT_EQ(q.Pop()->trainer().progress().step(), 2);
-  EXPECT_TRUE(q.Pop()->has_exited());
+  EXPECT_EQ(q.Next(false)->trainer().progress().step(), 2);
+  EXPECT_TRUE(q.Next(false)->has_exited());
 }
 
 TEST(ReportQueueTest, NeverDropsExitsOrCheckpoints) {
@@ -91,14 +91,104 @@ TEST(ReportQueueTest, BoundsBytes) {
   EXPECT_EQ(q.dropped(), 1u);
 }
 
-TEST(ReportQueueTest, PushFrontPutsBackAtTheHead) {
+TEST(ReportQueueTest, UnsendPutsBackAtTheHead) {
   ReportQueue q;
   q.Push(Exit("a"));
   q.Push(Exit("b"));
-  std::optional<JobUpdate> first = q.Pop();
-  q.PushFront(*first);
-  EXPECT_EQ(q.Pop()->job_id(), "a");
-  EXPECT_EQ(q.Pop()->job_id(), "b");
+  std::optional<JobUpdate> first = q.Next(false);
+  q.Unsend(*first);
+  EXPECT_EQ(q.Next(false)->job_id(), "a");
+  EXPECT_EQ(q.Next(false)->job_id(), "b");
+}
+
+TEST(ReportQueueTest, NumbersEachAttemptsReportsButNotLogBytes) {
+  ReportQueue q;
+  q.Push(Progress("a", 1));
+  q.Push(Log("a", "text"));
+  q.Push(Progress("b", 1));
+  q.Push(Checkpoint("a"));
+  q.Push(Exit("a", 2));
+  EXPECT_EQ(q.Next(true)->sequence(), 1);  // a/1
+  EXPECT_EQ(q.Next(true)->sequence(), 0);  // log bytes
+  EXPECT_EQ(q.Next(true)->sequence(), 1);  // b/1
+  EXPECT_EQ(q.Next(true)->sequence(), 2);  // a/1 again
+  EXPECT_EQ(q.Next(true)->sequence(), 1);  // a/2: another attempt
+  EXPECT_FALSE(q.Next(true).has_value());
+}
+
+TEST(ReportQueueTest, KeepsSentReportsUntilAckedAndResendsAfterRewind) {
+  ReportQueue q;
+  q.Push(Progress("a", 1));
+  q.Push(Log("a", "text"));
+  q.Push(Checkpoint("a"));
+  q.Push(Exit("a"));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(q.Next(true).has_value());
+  EXPECT_FALSE(q.has_unsent());
+  EXPECT_EQ(q.size(), 3u) << "the log bytes left once sent";
+  EXPECT_EQ(q.PendingExits().size(), 1u);
+
+  q.Ack("a", 1, 1);  // the server had the progress, not the rest
+  EXPECT_EQ(q.size(), 2u);
+  q.Rewind();  // the stream broke: the rest goes again, in order
+  std::optional<JobUpdate> again = q.Next(true);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->trainer().has_checkpoint());
+  EXPECT_EQ(again->sequence(), 2);
+  EXPECT_TRUE(q.Next(true)->has_exited());
+  EXPECT_FALSE(q.Next(true).has_value());
+
+  q.Ack("a", 1, 3);
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.bytes(), 0u);
+  EXPECT_TRUE(q.PendingExits().empty());
+}
+
+TEST(ReportQueueTest, AckTouchesOnlyItsAttemptAndKeepsTheRestInOrder) {
+  ReportQueue q;
+  q.Push(Checkpoint("a"));  // a/1 #1
+  q.Push(Exit("b", 1));     // b/1 #1
+  q.Push(Exit("a", 2));     // a/2 #1
+  q.Push(Exit("a"));        // a/1 #2
+  ASSERT_TRUE(q.Next(true).has_value());
+  ASSERT_TRUE(q.Next(true).has_value());
+  q.Ack("a", 1, 5);    // covers a/1 #1 (sent) and #2 (unsent)
+  q.Ack("zzz", 1, 9);  // unknown: nothing
+  q.Ack("b", 1, 0);    // acks nothing
+  EXPECT_EQ(q.size(), 2u);
+  EXPECT_EQ(q.unsent(), 1u);
+  std::optional<JobUpdate> next = q.Next(true);
+  EXPECT_EQ(next->job_id(), "a");
+  EXPECT_EQ(next->attempt(), 2);
+  q.Rewind();
+  EXPECT_EQ(q.Next(true)->job_id(), "b");
+}
+
+TEST(ReportQueueTest, AnAttemptsNumbersRestartOnlyAfterItsExitIsAcked) {
+  ReportQueue q;
+  q.Push(Checkpoint("a"));
+  q.Push(Exit("a"));
+  ASSERT_TRUE(q.Next(true).has_value());
+  q.Ack("a", 1, 1);
+  q.Push(Checkpoint("a"));  // not expected after an exit, but numbered on
+  ASSERT_TRUE(q.Next(true).has_value());
+  EXPECT_EQ(q.Next(true)->sequence(), 3);
+  q.Ack("a", 1, 3);
+  EXPECT_TRUE(q.empty());
+}
+
+TEST(ReportQueueTest, DropsUnackedProgressFirstWhenFull) {
+  ReportQueue q({.max_entries = 2, .max_bytes = 1 << 20});
+  q.Push(Progress("a", 1));
+  q.Push(Checkpoint("a"));
+  ASSERT_TRUE(q.Next(true).has_value());
+  ASSERT_TRUE(q.Next(true).has_value());
+  q.Push(Exit("a"));  // evicts the sent, unacknowledged progress
+  EXPECT_EQ(q.dropped(), 1u);
+  EXPECT_EQ(q.size(), 2u);
+  EXPECT_EQ(q.unsent(), 1u);
+  EXPECT_TRUE(q.Next(true)->has_exited());
+  q.Rewind();
+  EXPECT_TRUE(q.Next(true)->trainer().has_checkpoint());
 }
 
 TEST(ReportQueueTest, ListsPendingExits) {

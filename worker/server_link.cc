@@ -20,7 +20,6 @@ using trainyard::v1::WorkerMessage;
 
 constexpr absl::Duration kMinHeartbeat = absl::Milliseconds(10);
 constexpr absl::Duration kMaxHeartbeat = absl::Seconds(60);
-constexpr int kExitConfirmHeartbeats = 2;
 
 std::shared_ptr<grpc::Channel> MakeChannel(const ServerLinkOptions& options) {
   grpc::ChannelArguments args;
@@ -36,8 +35,16 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ServerLinkOptions& options) {
       static_cast<int>(absl::ToInt64Milliseconds(options.initial_backoff)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(options.server_address,
-                                   grpc::InsecureChannelCredentials(), args);
+  ApplyTlsChannelArgs(options.tls, args);
+  // The worker checked the TLS files at start (worker_main.cc); should one
+  // have become unreadable since, the channel fails and we retry.
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(options.tls);
+  if (!credentials.ok()) {
+    YARD_LOG(ERROR) << "TLS credentials: " << credentials.status();
+    return nullptr;
+  }
+  return grpc::CreateCustomChannel(options.server_address, *credentials, args);
 }
 
 bool SameRef(const RunningJobRef& a, const RunningJobRef& b) {
@@ -59,6 +66,7 @@ void ServerLink::Start() {
   if (started_ || stopping_) return;
   started_ = true;
   thread_ = std::thread(&ServerLink::Loop, this);
+  watchdog_ = std::thread(&ServerLink::Watch, this);
 }
 
 void ServerLink::Report(trainyard::v1::JobUpdate update) {
@@ -94,6 +102,7 @@ void ServerLink::Shutdown(absl::Duration flush_timeout) {
   }
   if (!thread_.joinable()) return;  // never started, or already shut down
   thread_.join();
+  watchdog_.join();
   absl::MutexLock lock(&mu_);
   if (!queue_.empty()) {
     YARD_LOG(WARNING) << queue_.size()
@@ -120,6 +129,12 @@ void ServerLink::Loop() {
       reported_failure = false;
       YARD_LOG(WARNING) << "lost the connection to " << options_.server_address
                         << ": " << status << "; reconnecting";
+    } else if (!reported_failure && (absl::IsUnauthenticated(status) ||
+                                     absl::IsPermissionDenied(status))) {
+      reported_failure = true;
+      YARD_LOG(ERROR) << "the server at " << options_.server_address
+                      << " refused this worker: " << status
+                      << "; check --token-file and the TLS certificate";
     } else if (!reported_failure) {
       reported_failure = true;
       YARD_LOG(WARNING) << "cannot reach the server at "
@@ -140,9 +155,44 @@ void ServerLink::WaitBackoff(absl::Duration backoff) {
   mu_.AwaitWithTimeout(absl::Condition(&stopping), backoff);
 }
 
+void ServerLink::Watch() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Time hello_deadline = hello_deadline_;
+    const absl::Time lease_deadline = contact_.Deadline();
+    auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || hello_deadline_ != hello_deadline ||
+             contact_.Deadline() != lease_deadline;
+    };
+    if (mu_.AwaitWithDeadline(absl::Condition(&changed),
+                              std::min(hello_deadline, lease_deadline))) {
+      continue;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= hello_deadline) {
+      hello_deadline_ = absl::InfiniteFuture();
+      YARD_LOG(WARNING) << "no answer to the hello from "
+                        << options_.server_address << "; connecting again";
+      if (context_ != nullptr) context_->TryCancel();
+    }
+    if (now >= lease_deadline) {
+      contact_.Expire();
+      YARD_LOG(WARNING) << "the server at " << options_.server_address
+                        << " answered no heartbeat for its lease (" << lease_
+                        << "): it declares this worker lost; stopping the "
+                           "jobs and connecting again";
+      if (context_ != nullptr) context_->TryCancel();
+      mu_.Unlock();
+      delegate_->OnLeaseExpired();
+      mu_.Lock();
+    }
+  }
+}
+
 std::vector<RunningJobRef> ServerLink::Running() {
   // The delegate first: an attempt leaves it only after its exit was queued,
-  // and only this thread takes exits off the queue.
+  // and an exit leaves the queue only once acknowledged (or sent, to a
+  // server that does not acknowledge).
   std::vector<RunningJobRef> running = delegate_->RunningJobs();
   absl::MutexLock lock(&mu_);
   for (RunningJobRef& ref : queue_.PendingExits()) {
@@ -155,8 +205,13 @@ std::vector<RunningJobRef> ServerLink::Running() {
 }
 
 absl::Status ServerLink::RunConnection(bool& acked) {
-  auto stub = trainyard::v1::WorkerService::NewStub(MakeChannel(options_));
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(options_);
+  if (channel == nullptr) {
+    return absl::FailedPreconditionError("cannot build the TLS credentials");
+  }
+  auto stub = trainyard::v1::WorkerService::NewStub(channel);
   grpc::ClientContext context;
+  AddBearerToken(context, options_.token);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::CancelledError("shutting down");
@@ -164,6 +219,13 @@ absl::Status ServerLink::RunConnection(bool& acked) {
     acked_ = broken_ = reader_done_ = false;
     draining_sent_ = false;  // a new stream must hear it again
     heartbeat_interval_ = options_.default_heartbeat_interval;
+    server_acks_ = false;
+    heartbeats_sent_ = 0;
+    contact_.NewStream();
+    hello_sent_ = absl::Now();
+    hello_deadline_ = hello_sent_ + (lease_ > absl::ZeroDuration()
+                                         ? lease_
+                                         : options_.hello_timeout);
   }
   std::unique_ptr<Stream> stream = stub->Connect(&context);
   WorkerMessage hello;
@@ -180,32 +242,29 @@ absl::Status ServerLink::RunConnection(bool& acked) {
   }
   {
     absl::MutexLock lock(&mu_);
-    // A clean close waits for the server to end the stream, until the flush
-    // deadline; anything else ends it now.
+    // A clean close waits, until the flush deadline, for the server to end
+    // the stream (it acknowledges the last reports first); anything else
+    // ends it now.
     auto reader_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return reader_done_;
     };
-    if (!reader.joinable() || !clean ||
-        !mu_.AwaitWithDeadline(absl::Condition(&reader_done),
-                               flush_deadline_)) {
+    // A stream the server already ended keeps the server's status (e.g.
+    // UNAUTHENTICATED for a bad join token), so it is not cancelled.
+    if (!reader.joinable() ||
+        (!reader_done_ &&
+         (!clean || !mu_.AwaitWithDeadline(absl::Condition(&reader_done),
+                                           flush_deadline_)))) {
       context.TryCancel();
-    } else {
-      // The server ended the stream after reading our half-close: it has
-      // read everything we wrote.
-      unconfirmed_exits_.clear();
     }
   }
   if (reader.joinable()) reader.join();
   const grpc::Status status = stream->Finish();
   absl::MutexLock lock(&mu_);
-  for (auto it = unconfirmed_exits_.rbegin(); it != unconfirmed_exits_.rend();
-       ++it) {
-    queue_.PushFront(std::move(it->update));
-  }
-  unconfirmed_exits_.clear();
+  queue_.Rewind();  // what was not acknowledged goes again on the next one
   acked = acked_;
   acked_ = false;
   context_ = nullptr;
+  hello_deadline_ = absl::InfiniteFuture();
   return FromGrpcStatus(status);
 }
 
@@ -219,26 +278,48 @@ void ServerLink::SetDraining(absl::Duration timeout) {
   mu_.AwaitWithTimeout(absl::Condition(&sent), timeout);
 }
 
+bool ServerLink::AwaitHelloAck() {
+  absl::MutexLock lock(&mu_);
+  auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return acked_ || broken_;
+  };
+  auto answered_or_stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return acked_ || broken_ || stopping_;
+  };
+  mu_.Await(absl::Condition(&answered_or_stopping));
+  // Shutting down: the queued reports may still go if the answer comes
+  // before the flush deadline.
+  if (stopping_) mu_.AwaitWithDeadline(absl::Condition(&answered), flush_deadline_);
+  return acked_ && !broken_;
+}
+
 bool ServerLink::WriteLoop(Stream& stream) {
+  if (!AwaitHelloAck()) {
+    absl::MutexLock lock(&mu_);
+    return !broken_;  // shutting down before the server answered
+  }
   absl::Time last_heartbeat = absl::Now();  // the hello counts as one
   while (true) {
     std::optional<trainyard::v1::JobUpdate> update;
+    bool keep = false;
     bool heartbeat_due = false;
     {
       absl::MutexLock lock(&mu_);
       // The HelloAck may change the interval while we wait: look again then.
       const absl::Duration interval = heartbeat_interval_;
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || broken_ || !queue_.empty() ||
+        return stopping_ || broken_ || queue_.has_unsent() ||
                heartbeat_interval_ != interval ||
                (draining_ && !draining_sent_);
       };
       mu_.AwaitWithDeadline(absl::Condition(&ready), last_heartbeat + interval);
       if (broken_) return false;
-      if (stopping_ && (queue_.empty() || absl::Now() >= flush_deadline_)) {
+      if (stopping_ &&
+          (!queue_.has_unsent() || absl::Now() >= flush_deadline_)) {
         return true;
       }
-      update = queue_.Pop();
+      keep = server_acks_;
+      update = queue_.Next(keep);
       heartbeat_due =
           (!stopping_ && absl::Now() >= last_heartbeat + heartbeat_interval_) ||
           (draining_ && !draining_sent_);
@@ -246,35 +327,66 @@ bool ServerLink::WriteLoop(Stream& stream) {
     if (update.has_value()) {
       WorkerMessage message;
       *message.mutable_update() = *update;
-      const bool written = stream.Write(message);
-      absl::MutexLock lock(&mu_);
-      if (!written) {
-        queue_.PushFront(*std::move(update));
+      if (!stream.Write(message)) {
+        absl::MutexLock lock(&mu_);
+        if (!ReportQueue::Kept(*update, keep)) {
+          queue_.Unsend(*std::move(update));
+        }
         return false;
       }
-      if (update->has_exited())
-        unconfirmed_exits_.push_back({*std::move(update)});
     }
     if (heartbeat_due) {
-      WorkerMessage message;
-      trainyard::v1::Heartbeat* heartbeat = message.mutable_heartbeat();
-      for (RunningJobRef& ref : Running())
-        *heartbeat->add_running() = std::move(ref);
-      bool draining;
-      {
-        absl::MutexLock lock(&mu_);
-        draining = draining_;
-      }
-      heartbeat->set_draining(draining);
-      if (!stream.Write(message)) return false;
+      if (!WriteHeartbeat(stream)) return false;
       last_heartbeat = absl::Now();
-      absl::MutexLock lock(&mu_);
-      if (draining) draining_sent_ = true;
-      for (SentExit& e : unconfirmed_exits_) ++e.heartbeats_after;
-      std::erase_if(unconfirmed_exits_, [](const SentExit& e) {
-        return e.heartbeats_after >= kExitConfirmHeartbeats;
-      });
     }
+  }
+}
+
+bool ServerLink::WriteHeartbeat(Stream& stream) {
+  WorkerMessage message;
+  trainyard::v1::Heartbeat* heartbeat = message.mutable_heartbeat();
+  for (RunningJobRef& ref : Running())
+    *heartbeat->add_running() = std::move(ref);
+  bool draining;
+  {
+    absl::MutexLock lock(&mu_);
+    draining = draining_;
+    heartbeat->set_sequence(++heartbeats_sent_);
+    // Before the write: the server hears it no earlier than this.
+    contact_.HeartbeatSent(heartbeat->sequence(), absl::Now());
+  }
+  heartbeat->set_draining(draining);
+  if (!stream.Write(message)) return false;
+  absl::MutexLock lock(&mu_);
+  if (draining) draining_sent_ = true;
+  return true;
+}
+
+void ServerLink::OnHelloAck(const trainyard::v1::HelloAck& ack) {
+  absl::Duration interval =
+      ack.heartbeat_interval_ms() > 0
+          ? absl::Milliseconds(ack.heartbeat_interval_ms())
+          : options_.default_heartbeat_interval;
+  interval = std::clamp(interval, kMinHeartbeat, kMaxHeartbeat);
+  YARD_LOG(INFO) << "connected to " << options_.server_address
+                 << " (heartbeat every " << interval << ")";
+  absl::MutexLock lock(&mu_);
+  acked_ = true;
+  heartbeat_interval_ = interval;
+  hello_deadline_ = absl::InfiniteFuture();
+  server_acks_ = ack.acks_heartbeats();
+  lease_ = absl::Milliseconds(std::max(ack.lease_ms(), 0));
+  // Only a server that answers heartbeats can tell the worker it is heard.
+  if (server_acks_) contact_.HelloAnswered(hello_sent_, lease_, interval);
+}
+
+void ServerLink::OnHeartbeatAck(const trainyard::v1::HeartbeatAck& ack) {
+  absl::MutexLock lock(&mu_);
+  for (const trainyard::v1::ReportAck& r : ack.reports()) {
+    queue_.Ack(r.job_id(), r.attempt(), r.sequence());
+  }
+  if (ack.heartbeat_sequence() > 0) {
+    contact_.HeartbeatAnswered(ack.heartbeat_sequence());
   }
 }
 
@@ -282,20 +394,12 @@ void ServerLink::ReadLoop(Stream& stream) {
   ServerMessage message;
   while (stream.Read(&message)) {
     if (message.has_hello_ack()) {
-      const auto& ack = message.hello_ack();
-      absl::Duration interval =
-          ack.heartbeat_interval_ms() > 0
-              ? absl::Milliseconds(ack.heartbeat_interval_ms())
-              : options_.default_heartbeat_interval;
-      interval = std::clamp(interval, kMinHeartbeat, kMaxHeartbeat);
-      YARD_LOG(INFO) << "connected to " << options_.server_address
-                     << " (heartbeat every " << interval << ")";
-      absl::MutexLock lock(&mu_);
-      acked_ = true;
-      heartbeat_interval_ = interval;
-      continue;
+      OnHelloAck(message.hello_ack());
+    } else if (message.has_heartbeat_ack()) {
+      OnHeartbeatAck(message.heartbeat_ack());
+    } else {
+      delegate_->OnServerMessage(message);
     }
-    delegate_->OnServerMessage(message);
   }
   absl::MutexLock lock(&mu_);
   broken_ = true;

@@ -1,14 +1,22 @@
 // ServerLink: the worker's end of WorkerService.Connect. It keeps one stream
 // open to the server, reconnecting with capped exponential backoff whenever
 // the stream fails (server restart, network), and on every (re)connect sends
-// a WorkerHello listing the attempts still running, then the reports queued
-// meanwhile, then a Heartbeat every HelloAck.heartbeat_interval_ms. Server
-// messages other than HelloAck go to the Delegate on the link's reader
-// thread. Jobs never depend on the link: losing it stops no job.
+// a WorkerHello listing the attempts still running, then (once the server
+// answered) the reports queued meanwhile, then a Heartbeat every
+// HelloAck.heartbeat_interval_ms. Server messages other than HelloAck and
+// HeartbeatAck go to the Delegate on the link's reader thread.
 //
-// An exit written just before a stream broke is sent again on the next
-// stream, so the server may see one JobExited twice and must ignore the
-// second (the attempt already ended).
+// Reports are kept until the server acknowledges them (HeartbeatAck) and
+// sent again on the next stream if it broke first (ReportQueue); the server
+// drops the duplicates by their sequence numbers (see worker.proto).
+//
+// A watchdog thread keeps two deadlines. A stream whose hello gets no
+// answer within the lease (or hello_timeout before the first) is cancelled
+// and opened again: a dropped connection can hang without failing. And when
+// no heartbeat was answered for the server's lease (ServerContact), the
+// server is about to declare this worker lost and re-queue its jobs: the
+// link cancels the stream and tells the Delegate (OnLeaseExpired), which
+// stops the jobs so they never run twice.
 //
 // Report() and Shutdown() are thread-safe. The Delegate's methods are called
 // without any ServerLink lock held, so they may call Report().
@@ -25,18 +33,25 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_credentials.h"
 #include "trainyard/v1/worker.grpc.pb.h"
 #include "trainyard/v1/worker.pb.h"
 #include "worker/report_queue.h"
+#include "worker/server_contact.h"
 
 namespace trainyard::worker {
 
 struct ServerLinkOptions {
   std::string server_address;  // HOST:PORT
+  std::string token;           // the worker join token (bearer)
+  ClientTlsFiles tls;          // TLS/mTLS to the server; empty: plaintext
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
   // Until the server's HelloAck says otherwise.
   absl::Duration default_heartbeat_interval = absl::Seconds(1);
+  // How long a new stream may wait for its HelloAck before the server's
+  // lease is known; afterwards the lease is the limit.
+  absl::Duration hello_timeout = absl::Seconds(10);
   ReportQueueLimits queue_limits;
 };
 
@@ -52,6 +67,10 @@ class ServerLink {
     virtual std::vector<trainyard::v1::RunningJobRef> RunningJobs() = 0;
     // Assignment, Cancel, StopAttempt: on the reader thread, in order.
     virtual void OnServerMessage(const trainyard::v1::ServerMessage& m) = 0;
+    // No heartbeat was answered for the server's lease: the server declares
+    // this worker lost and re-queues its jobs. On the watchdog thread, once
+    // per loss of contact.
+    virtual void OnLeaseExpired() {}
   };
 
   // `delegate` must outlive the link.
@@ -76,6 +95,7 @@ class ServerLink {
 
   // A HelloAck arrived on the current stream.
   bool connected() const;
+  // Reports held: not sent yet, or not acknowledged yet.
   size_t queued() const;
 
  private:
@@ -91,12 +111,20 @@ class ServerLink {
   // the link is shut down and flushed (true).
   bool WriteLoop(Stream& stream);
   void ReadLoop(Stream& stream);
+  void OnHelloAck(const trainyard::v1::HelloAck& ack);
+  void OnHeartbeatAck(const trainyard::v1::HeartbeatAck& ack);
+  // Waits for the HelloAck before the first report: whether the server
+  // acknowledges reports decides whether they are kept once sent.
+  bool AwaitHelloAck();
+  bool WriteHeartbeat(Stream& stream);
   std::vector<trainyard::v1::RunningJobRef> Running();
   void WaitBackoff(absl::Duration backoff);
+  void Watch();
 
   const ServerLinkOptions options_;
   Delegate* const delegate_;
   std::thread thread_;
+  std::thread watchdog_;
 
   mutable absl::Mutex mu_;
   ReportQueue queue_ ABSL_GUARDED_BY(mu_);
@@ -113,15 +141,14 @@ class ServerLink {
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
-  // Exits written on the current stream, with the heartbeats written since.
-  // gRPC has no delivery receipt: an exit written just before the stream
-  // broke may be lost, so it is sent again on the next stream unless
-  // kExitConfirmHeartbeats heartbeats went out after it.
-  struct SentExit {
-    trainyard::v1::JobUpdate update;
-    int heartbeats_after = 0;
-  };
-  std::vector<SentExit> unconfirmed_exits_ ABSL_GUARDED_BY(mu_);
+  // The current stream's server acknowledges reports (HelloAck).
+  bool server_acks_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time hello_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The current stream is cancelled if no HelloAck came by then.
+  absl::Time hello_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  int64_t heartbeats_sent_ ABSL_GUARDED_BY(mu_) = 0;  // on this stream
+  ServerContact contact_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard::worker

@@ -61,12 +61,61 @@ class FakeDelegate : public ServerLink::Delegate {
     absl::MutexLock lock(&mu_);
     return messages_;
   }
+  void OnLeaseExpired() override {
+    absl::MutexLock lock(&mu_);
+    ++lease_expired_;
+  }
+  int lease_expired() {
+    absl::MutexLock lock(&mu_);
+    return lease_expired_;
+  }
+  bool WaitLeaseExpired(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto expired = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return lease_expired_ > 0;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&expired), timeout);
+  }
 
  private:
+  int lease_expired_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex mu_;
   std::vector<RunningJobRef> running_ ABSL_GUARDED_BY(mu_);
   std::vector<ServerMessage> messages_ ABSL_GUARDED_BY(mu_);
 };
+
+JobUpdate Checkpoint(const std::string& job, int attempt) {
+  JobUpdate u;
+  u.set_job_id(job);
+  u.set_attempt(attempt);
+  u.mutable_trainer()->mutable_checkpoint()->set_step(100);
+  return u;
+}
+
+// The updates of `stream` for the attempt, in arrival order.
+std::vector<JobUpdate> UpdatesOn(const std::vector<Received>& r, int stream,
+                                 const std::string& job, int attempt) {
+  std::vector<JobUpdate> out;
+  for (const Received& m : r) {
+    if (m.stream == stream && m.message.has_update() &&
+        m.message.update().job_id() == job &&
+        m.message.update().attempt() == attempt) {
+      out.push_back(m.message.update());
+    }
+  }
+  return out;
+}
+
+// True when a heartbeat on `stream` lists nothing running.
+bool IdleHeartbeatOn(const std::vector<Received>& r, int stream) {
+  for (const Received& m : r) {
+    if (m.stream == stream && m.message.has_heartbeat() &&
+        m.message.heartbeat().running_size() == 0) {
+      return true;
+    }
+  }
+  return false;
+}
 
 JobUpdate Exited(const std::string& job, int attempt) {
   JobUpdate u;
@@ -86,11 +135,14 @@ std::vector<std::string> Refs(
 
 class ServerLinkTest : public ::testing::Test {
  protected:
-  std::unique_ptr<ServerLink> MakeLink(const std::string& address) {
+  std::unique_ptr<ServerLink> MakeLink(
+      const std::string& address,
+      absl::Duration hello_timeout = absl::Seconds(10)) {
     ServerLinkOptions options;
     options.server_address = address;
     options.initial_backoff = absl::Milliseconds(10);
     options.max_backoff = absl::Milliseconds(200);
+    options.hello_timeout = hello_timeout;
     return std::make_unique<ServerLink>(options, &delegate_);
   }
   const Received* Hello(int stream) {
@@ -179,6 +231,9 @@ TEST_F(ServerLinkTest, ReportsQueuedWhileDisconnectedFollowTheHello) {
   const int exit_at = FindUpdate(received_, "b", 1, JobUpdate::kExited);
   EXPECT_EQ(received_[0].message.has_hello(), true);
   EXPECT_LT(progress_at, exit_at);
+  // Acknowledged at the next heartbeat; after that b/1 is not listed.
+  ASSERT_TRUE(
+      hub_.WaitFor([](const auto& r) { return IdleHeartbeatOn(r, 1); }));
   EXPECT_EQ(link->queued(), 0u);
 }
 
@@ -235,6 +290,118 @@ TEST_F(ServerLinkTest, ShutdownBeforeStartIsFine) {
   link->Shutdown(absl::Seconds(1));
   link->Start();  // no effect after shutdown
   EXPECT_FALSE(link->connected());
+}
+
+TEST_F(ServerLinkTest, ReportsAreKeptUntilAckedAndSentAgainAfterReconnect) {
+  hub_.set_ack_reports(false);  // the server dies before it acknowledges
+  auto server = FakeServer::Start(hub_);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  auto link = MakeLink(server->address());
+  link->Start();
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 1); }));
+  link->Report(Checkpoint("a", 1));
+  link->Report(Exited("a", 1));
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) {
+    return UpdatesOn(r, 1, "a", 1).size() == 2 && CountHeartbeats(r, 1) >= 3;
+  }));
+  EXPECT_EQ(link->queued(), 2u) << "sent but not acknowledged: kept";
+  EXPECT_FALSE(IdleHeartbeatOn(hub_.received(), 1))
+      << "an exit not acknowledged counts as running";
+
+  server->Kill();
+  server = FakeServer::Start(hub_, port);
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(hub_.WaitFor(
+      [](const auto& r) { return UpdatesOn(r, 2, "a", 1).size() == 2; }));
+  received_ = hub_.received();
+  EXPECT_THAT(Refs(Hello(2)->message.hello().running()),
+              ::testing::ElementsAre("a/1"));
+  const std::vector<JobUpdate> first = UpdatesOn(received_, 1, "a", 1);
+  const std::vector<JobUpdate> again = UpdatesOn(received_, 2, "a", 1);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(again[i].SerializeAsString(), first[i].SerializeAsString())
+        << "sent again as it was, with its number";
+    EXPECT_EQ(again[i].sequence(), static_cast<int64_t>(i + 1));
+  }
+  EXPECT_TRUE(again[1].has_exited());
+
+  hub_.set_ack_reports(true);
+  ASSERT_TRUE(
+      hub_.WaitFor([](const auto& r) { return IdleHeartbeatOn(r, 2); }));
+  EXPECT_EQ(link->queued(), 0u);
+  EXPECT_EQ(UpdatesOn(hub_.received(), 2, "a", 1).size(), 2u)
+      << "acknowledged reports are not sent again";
+}
+
+TEST_F(ServerLinkTest, AServerThatDoesNotAckGetsEachReportOnce) {
+  hub_.set_acks(false);  // an older server
+  auto server = FakeServer::Start(hub_);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  auto link = MakeLink(server->address());
+  link->Start();
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 1); }));
+  link->Report(Checkpoint("a", 1));
+  link->Report(Exited("a", 1));
+  ASSERT_TRUE(hub_.WaitFor(
+      [](const auto& r) { return UpdatesOn(r, 1, "a", 1).size() == 2; }));
+  EXPECT_EQ(link->queued(), 0u);
+  server->Kill();
+  server = FakeServer::Start(hub_, port);
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(
+      hub_.WaitFor([](const auto& r) { return CountHeartbeats(r, 2) >= 2; }));
+  received_ = hub_.received();
+  EXPECT_TRUE(UpdatesOn(received_, 2, "a", 1).empty());
+  EXPECT_THAT(Refs(Hello(2)->message.hello().running()), ::testing::IsEmpty());
+  EXPECT_EQ(delegate_.lease_expired(), 0) << "no lease watch without acks";
+}
+
+TEST_F(ServerLinkTest, ASilentServerExpiresTheLeaseAndTheLinkReconnects) {
+  hub_.set_lease_ms(500);  // 10 heartbeats of 50 ms
+  auto server = FakeServer::Start(hub_);
+  ASSERT_NE(server, nullptr);
+  auto link = MakeLink(server->address());
+  link->Start();
+  // Answered heartbeats for two leases: nothing expires.
+  ASSERT_TRUE(
+      hub_.WaitFor([](const auto& r) { return CountHeartbeats(r, 1) >= 20; }));
+  EXPECT_EQ(delegate_.lease_expired(), 0);
+
+  // Heard but unanswered, as behind a connection that stopped forwarding.
+  hub_.set_silent(true);
+  const absl::Time silent_at = absl::Now();
+  ASSERT_TRUE(delegate_.WaitLeaseExpired(absl::Seconds(20)));
+  // The last answered heartbeat went out at most one interval before the
+  // silence; the deadline is its send time + lease - one interval.
+  EXPECT_GE(absl::Now() - silent_at, absl::Milliseconds(350));
+  EXPECT_EQ(delegate_.lease_expired(), 1);
+  // The stream was given up and a new one opened.
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 2); }));
+  hub_.set_silent(false);
+  ASSERT_TRUE(
+      hub_.WaitFor([](const auto& r) { return CountHeartbeats(r, 2) >= 1; }));
+}
+
+TEST_F(ServerLinkTest, AStreamWhoseHelloIsNotAnsweredIsOpenedAgain) {
+  hub_.set_answer_hello(false);
+  auto server = FakeServer::Start(hub_);
+  ASSERT_NE(server, nullptr);
+  auto link = MakeLink(server->address(), absl::Milliseconds(200));
+  link->Start();
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 2); }));
+  EXPECT_FALSE(link->connected());
+  EXPECT_EQ(CountHeartbeats(hub_.received(), 1), 0)
+      << "nothing but the hello before the answer";
+  hub_.set_answer_hello(true);
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) {
+    for (const Received& m : r) {
+      if (m.message.has_heartbeat()) return true;
+    }
+    return false;
+  }));
+  EXPECT_EQ(delegate_.lease_expired(), 0) << "no lease before the first answer";
 }
 
 }  // namespace

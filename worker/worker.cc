@@ -60,6 +60,16 @@ std::vector<trainyard::v1::RunningJobRef> Worker::RunningJobs() {
   return runner_->Running();
 }
 
+void Worker::OnLeaseExpired() {
+  // The server re-queues these jobs when the lease runs out; another worker
+  // may resume them from their checkpoints at once, so they stop now.
+  const int stopped = runner_->AbandonAll();
+  if (stopped > 0) {
+    YARD_LOG(WARNING) << "stopped " << stopped
+                      << " job(s): the server can no longer hear this worker";
+  }
+}
+
 void Worker::OnServerMessage(const trainyard::v1::ServerMessage& message) {
   switch (message.msg_case()) {
     case trainyard::v1::ServerMessage::kAssignment:

@@ -1,8 +1,10 @@
 // Worker: one yard-worker node put together. It joins the JobRunner (the
 // jobs on this node) to the ServerLink (the stream to the server): server
 // messages become job starts, cancels and preemptions, job reports go up
-// the link, and every hello and heartbeat lists the running attempts. The
-// process-level concerns (flags, signals) stay in worker_main.cc.
+// the link, and every hello and heartbeat lists the running attempts. When
+// the server has not answered for its lease (it re-queues this worker's
+// jobs), the jobs are stopped, so none runs twice. The process-level
+// concerns (flags, signals) stay in worker_main.cc.
 //
 // Thread-safe. Shutdown() may be called once, from any thread.
 #ifndef TRAINYARD_WORKER_WORKER_H_
@@ -57,6 +59,7 @@ class Worker : public ServerLink::Delegate {
   trainyard::v1::WorkerHello Hello() override;
   std::vector<trainyard::v1::RunningJobRef> RunningJobs() override;
   void OnServerMessage(const trainyard::v1::ServerMessage& message) override;
+  void OnLeaseExpired() override;
 
  private:
   const WorkerConfig config_;

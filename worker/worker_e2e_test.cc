@@ -233,6 +233,23 @@ TEST_F(WorkerE2eTest, ExitWhileDisconnectedIsReportedAfterReconnect) {
   }
 }
 
+TEST_F(WorkerE2eTest, JobsStopWhenTheServerNoLongerHearsTheWorker) {
+  Assign("j1", "ignore_term");  // stopped even if it ignores SIGTERM
+  ASSERT_TRUE(WaitStarted("j1"));
+  hub_.set_silent(true);  // heartbeats arrive but none is answered
+  const absl::Time silent_at = absl::Now();
+  ASSERT_TRUE(WaitExit("j1"));
+  // Not before the lease (2 s), less one heartbeat interval, has passed.
+  EXPECT_GE(absl::Now() - silent_at, absl::Milliseconds(1800));
+  const auto* exit = ExitOf(hub_.received(), "j1", 1);
+  EXPECT_EQ(exit->signal(), SIGKILL);
+  EXPECT_TRUE(exit->lost_server()) << exit->DebugString();
+  EXPECT_FALSE(exit->cancelled());
+  EXPECT_TRUE(worker_->runner().Running().empty());
+  // The worker gave up the silent stream and opened another.
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 2); }));
+}
+
 TEST_F(WorkerE2eTest, ShutdownStopsJobsAndReportsTheirExits) {
   Assign("j1", "wait_term");
   ASSERT_TRUE(WaitStarted("j1"));

@@ -103,6 +103,18 @@ void ServeUntilSignalled(Worker& worker, const sigset_t& signals,
   shutdown.join();
 }
 
+// The join token from --token-file, else $YARD_TOKEN.
+absl::StatusOr<std::string> JoinToken(const WorkerFlags& flags) {
+  if (!flags.token_file.empty()) {
+    return ReadTokenFile(flags.token_file, "--token-file");
+  }
+  const char* env = std::getenv("YARD_TOKEN");
+  if (env != nullptr && *env != '\0') return std::string(env);
+  return absl::InvalidArgumentError(
+      "a worker join token is required: --token-file FILE or $YARD_TOKEN "
+      "(the server writes one to STATE_DIR/worker.token on first start)");
+}
+
 int Main(int argc, char** argv) {
   EnsureStandardFds();
   const char* env_server = std::getenv("YARD_SERVER");
@@ -115,6 +127,11 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (absl::Status s = ResolveWorkerPaths(*flags, SelfExe()); !s.ok()) {
+    return Fail(2, s.message());
+  }
+  absl::StatusOr<std::string> token = JoinToken(*flags);
+  if (!token.ok()) return Fail(2, token.status().message());
+  if (absl::Status s = MakeChannelCredentials(flags->tls).status(); !s.ok()) {
     return Fail(2, s.message());
   }
   absl::StatusOr<FileDescriptor> lock = LockWorkDir(flags->work_dir);
@@ -146,6 +163,8 @@ int Main(int argc, char** argv) {
   config.runner.cpu_slots = flags->cpu_slots;
   for (const auto& d : *devices) config.runner.gpus.push_back(d.index());
   config.link.server_address = flags->server;
+  config.link.token = *token;
+  config.link.tls = flags->tls;
 
   // After the signal mask: the endpoint's threads must inherit it.
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =

@@ -30,26 +30,45 @@ bool AwaitReadable(int fd, int timeout_ms = 20'000) {
   return poll(&p, 1, timeout_ms) == 1;
 }
 
-std::unique_ptr<ChildProcess> RunWorker(std::vector<std::string> args) {
+// `token`: the YARD_TOKEN the worker sees (the fake server checks none).
+std::unique_ptr<ChildProcess> RunWorker(std::vector<std::string> args,
+                                        const std::string& token = "join") {
   SpawnRequest r;
   r.path = YARD_WORKER_BIN;
   // Tests run side by side: never the fixed default metrics port.
   r.argv = {r.path, "--metrics-listen=127.0.0.1:0"};
   r.argv.insert(r.argv.end(), args.begin(), args.end());
-  r.env = EnvironmentWith({"YARD_SERVER="});
+  r.env = EnvironmentWith({"YARD_SERVER=", "YARD_TOKEN=" + token});
   auto child = SpawnChild(r);
   return child.ok() ? *std::move(child) : nullptr;
+}
+
+// Waits for the worker to exit and returns what it wrote on stderr.
+std::string StderrOfExited(ChildProcess& worker) {
+  EXPECT_TRUE(AwaitReadable(worker.pid_fd()));
+  std::string err(4096, '\0');
+  err.resize(
+      std::max<ssize_t>(0, read(worker.stderr_fd(), err.data(), err.size())));
+  return err;
 }
 
 TEST(WorkerBinaryTest, UsageErrorIsOneLineAndExitTwo) {
   auto worker = RunWorker({"--server", "127.0.0.1:1"});
   ASSERT_NE(worker, nullptr);
-  ASSERT_TRUE(AwaitReadable(worker->pid_fd()));
-  std::string err(4096, '\0');
-  err.resize(
-      std::max<ssize_t>(0, read(worker->stderr_fd(), err.data(), err.size())));
+  const std::string err = StderrOfExited(*worker);
   EXPECT_EQ(worker->Wait().exit_code, 2);
   EXPECT_EQ(err, "yard-worker: --work-dir DIR is required\n");
+}
+
+TEST(WorkerBinaryTest, AJoinTokenIsRequired) {
+  testing::TempDir tmp;
+  auto worker = RunWorker({"--server", "127.0.0.1:1", "--work-dir",
+                           tmp.Sub("work")},
+                          /*token=*/"");
+  ASSERT_NE(worker, nullptr);
+  const std::string err = StderrOfExited(*worker);
+  EXPECT_EQ(worker->Wait().exit_code, 2);
+  EXPECT_THAT(err, HasSubstr("a worker join token is required"));
 }
 
 class WorkerProcessTest : public ::testing::Test {

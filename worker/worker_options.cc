@@ -54,6 +54,16 @@ absl::Status SetFlag(WorkerFlags& flags, const std::string& name,
     absl::StatusOr<int> n = ParseIntFlag(name, value, 0, 1024);
     if (!n.ok()) return n.status();
     flags.cpu_slots = *n;
+  } else if (name == "token-file") {
+    flags.token_file = value;
+  } else if (name == "tls-ca") {
+    flags.tls.ca = value;
+  } else if (name == "tls-cert") {
+    flags.tls.cert = value;
+  } else if (name == "tls-key") {
+    flags.tls.key = value;
+  } else if (name == "tls-server-name") {
+    flags.tls.server_name = value;
   } else if (name == "metrics-listen") {
     flags.metrics_listen = value;  // empty turns metrics off
   } else if (name == "shutdown-grace-ms") {
@@ -115,6 +125,15 @@ Runs the training jobs the Trainyard server assigns to this node.
   --metrics-listen H:P    Prometheus /metrics, loopback only (default
                           127.0.0.1:9471; port 0: any free port, written to
                           WORK_DIR/yard-worker.metrics-addr; empty: off)
+  --token-file FILE       the worker join token (else $YARD_TOKEN); the
+                          server writes one to STATE_DIR/worker.token on
+                          first start, `yard token create NAME --role worker`
+                          makes more
+  --tls-ca FILE           speak TLS, trusting the server certificate this CA
+                          signed
+  --tls-cert FILE --tls-key FILE
+                          this worker's client certificate (mTLS)
+  --tls-server-name NAME  name to check in the server certificate
 )";
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/grpc_credentials.h"
 #include "worker/child_process.h"
 
 namespace trainyard::worker {
@@ -27,6 +28,10 @@ struct WorkerFlags {
   // Prometheus /metrics (loopback only; port 0 picks one, written to
   // WORK_DIR/yard-worker.metrics-addr). Empty: no endpoint.
   std::string metrics_listen = "127.0.0.1:9471";
+  // The worker join token: read from token_file, else $YARD_TOKEN.
+  std::string token_file;
+  // TLS to the server: its CA, and this worker's certificate (mTLS).
+  ClientTlsFiles tls;
   bool help = false;
 };
 

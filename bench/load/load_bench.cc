@@ -5,27 +5,24 @@
 //
 //   yard_load_bench [--server HOST:PORT] [--clients 32] [--duration-s 5]
 //                   [--watches 1000] [--channels 4] [--data-root DIR]
-//                   [--server-bin PATH]
+//                   [--server-bin PATH] [--token TOKEN]
 //
 // Without --server it starts its own yard-server (beside this program, or
 // --server-bin) on 127.0.0.1:0 with a fresh state dir under /tmp, stops it
-// with SIGTERM at the end and removes that state dir. SubmitJob is durable:
+// with SIGTERM at the end and removes that state dir; its admin token, when
+// it writes one, authorizes the calls (with --server: --token or env
+// YARD_TOKEN). SubmitJob is durable:
 // the server acknowledges only once the job is committed with fsync.
 // Output: one line per phase and RPC, "phase rpc: N ok, E errors, X/s, p50
 // Y ms, p99 Z ms", and the CPU each side spent per RPC.
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,12 +33,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/load/server_process.h"
+#include "common/grpc_credentials.h"
 #include "grpcpp/grpcpp.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
 
 namespace {
 
 namespace v1 = trainyard::v1;
+using trainyard::AddBearerToken;
+using trainyard::bench::CpuSeconds;
 
 struct Flags {
   std::string server;
@@ -51,6 +52,7 @@ struct Flags {
   int channels = 4;
   std::string data_root = ".";
   std::string server_bin;
+  std::string token;
 };
 
 // Latencies (microseconds) and error count of one RPC kind in one phase.
@@ -83,23 +85,6 @@ void Report(const std::string& phase, const std::string& rpc, Samples s,
   std::fflush(stdout);
 }
 
-// CPU seconds (user + system) used so far by process `pid` (0: this one).
-double CpuSeconds(pid_t pid) {
-  std::ifstream in(pid == 0 ? std::string("/proc/self/stat")
-                            : absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(in, line);
-  const size_t paren = line.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::istringstream rest(line.substr(paren + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-  }
-  return ticks / sysconf(_SC_CLK_TCK);
-}
-
 // Prints the CPU each side spent per successful RPC over a phase.
 struct CpuMeter {
   pid_t server;
@@ -118,20 +103,6 @@ struct CpuMeter {
   }
 };
 
-v1::JobSpec SmallSpec() {
-  v1::JobSpec spec;
-  spec.set_name("load");
-  spec.mutable_model()->mutable_mlp()->add_hidden(32);
-  v1::MnistData* mnist = spec.mutable_data()->mutable_mnist();
-  mnist->set_images("examples/data/mnist/t10k-images-idx3-ubyte.gz");
-  mnist->set_labels("examples/data/mnist/t10k-labels-idx1-ubyte.gz");
-  mnist->set_holdout(2000);
-  spec.mutable_batch()->set_micro_batch(32);
-  spec.set_steps(100);
-  spec.set_seed(1);
-  return spec;
-}
-
 class Load {
  public:
   explicit Load(const Flags& f) : flags_(f) {
@@ -144,6 +115,7 @@ class Load {
   }
 
   v1::JobService::Stub& stub(int i) { return *stubs_[i % stubs_.size()]; }
+  const std::string& token() const { return flags_.token; }
 
   // One thread per client; kind[i] says what client i calls.
   enum Kind { kSubmit, kGet, kList };
@@ -189,6 +161,7 @@ class Load {
  private:
   grpc::Status Call(Kind kind, int client) {
     grpc::ClientContext ctx;
+    AddBearerToken(ctx, flags_.token);
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(30));
     if (kind == kSubmit) {
@@ -222,7 +195,7 @@ class Load {
   }
 
   const Flags flags_;
-  const v1::JobSpec spec_ = SmallSpec();
+  const v1::JobSpec spec_ = trainyard::bench::SmallMnistSpec("load");
   std::vector<std::unique_ptr<v1::JobService::Stub>> stubs_;
   std::atomic<int64_t> next_request_{0};
   absl::Mutex ids_mu_;
@@ -249,6 +222,7 @@ struct Watches {
   void Start(Load& load, const std::vector<std::string>& ids) {
     for (size_t i = 0; i < ids.size(); ++i) {
       auto w = std::make_unique<One>();
+      AddBearerToken(w->ctx, load.token());
       v1::WatchJobRequest req;
       req.set_job_id(ids[i]);
       w->reader = load.stub(static_cast<int>(i))
@@ -284,46 +258,6 @@ struct Watches {
   }
 };
 
-pid_t StartServer(const Flags& f, std::string* addr, std::string* dir_out) {
-  char tmpl[] = "/tmp/yard-load-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  *dir_out = dir;
-  std::string bin = f.server_bin;
-  if (bin.empty()) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    self[n > 0 ? n : 0] = 0;
-    bin = std::string(self).substr(0, std::string(self).rfind('/')) +
-          "/yard-server";
-  }
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const std::string state = "--state-dir=" + dir;
-    const std::string root = "--data-root=" + f.data_root;
-    const std::string log = dir + "/server.log";
-    freopen(log.c_str(), "w", stderr);
-    execl(bin.c_str(), bin.c_str(), "--listen=127.0.0.1:0", state.c_str(),
-          root.c_str(), "--metrics-listen=127.0.0.1:0",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 300; ++i) {
-    std::ifstream in(dir + "/yard-server.addr");
-    if (in >> *addr) break;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  if (addr->empty()) {
-    std::fprintf(stderr,
-                 "yard_load_bench: %s did not start; see %s/server.log\n",
-                 bin.c_str(), dir.c_str());
-    kill(pid, SIGKILL);
-    return -1;
-  }
-  std::printf("started yard-server pid %d at %s (state dir %s)\n", pid,
-              addr->c_str(), dir.c_str());
-  return pid;
-}
-
 bool ParseFlags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -343,6 +277,7 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
     if (value("--server", &f.server)) continue;
     if (value("--data-root", &f.data_root)) continue;
     if (value("--server-bin", &f.server_bin)) continue;
+    if (value("--token", &f.token)) continue;
     if (value("--clients", &v) && absl::SimpleAtoi(v, &f.clients)) continue;
     if (value("--watches", &v) && absl::SimpleAtoi(v, &f.watches)) continue;
     if (value("--channels", &v) && absl::SimpleAtoi(v, &f.channels)) continue;
@@ -360,10 +295,23 @@ int main(int argc, char** argv) {
   Flags f;
   if (!ParseFlags(argc, argv, f)) return 2;
   pid_t server_pid = 0;
-  std::string state_dir;  // of the server we started; removed at the end
+  std::unique_ptr<trainyard::bench::ServerProcess> server;
   if (f.server.empty()) {
-    server_pid = StartServer(f, &f.server, &state_dir);
-    if (server_pid < 0) return 1;
+    auto started =
+        trainyard::bench::ServerProcess::Start({f.server_bin, f.data_root, {}});
+    if (!started.ok()) {
+      std::fprintf(stderr, "yard_load_bench: %s\n",
+                   started.status().ToString().c_str());
+      return 1;
+    }
+    server = *std::move(started);
+    server_pid = server->pid();
+    f.server = server->address();
+    f.token = server->Token("admin.token");
+    std::printf("started yard-server pid %d at %s (state dir %s)\n", server_pid,
+                f.server.c_str(), server->state_dir().c_str());
+  } else if (f.token.empty() && getenv("YARD_TOKEN") != nullptr) {
+    f.token = getenv("YARD_TOKEN");
   }
   Load load(f);
   std::printf("server %s, %d clients, %d channels, %.1f s per phase\n",
@@ -405,14 +353,8 @@ int main(int argc, char** argv) {
     Report("watching", "SubmitJob", r[Load::kSubmit], f.duration_s);
     w.Stop();
   }
-  if (server_pid > 0) {
-    kill(server_pid, SIGTERM);
-    int status = 0;
-    waitpid(server_pid, &status, 0);
-    std::printf("yard-server exited with %d\n",
-                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    std::error_code ec;
-    std::filesystem::remove_all(state_dir, ec);
+  if (server != nullptr) {
+    std::printf("yard-server exited with %d\n", server->Stop());
   }
   return 0;
 }

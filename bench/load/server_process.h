@@ -1,0 +1,73 @@
+// ServerProcess: a yard-server child for the load benchmarks. It starts on
+// 127.0.0.1:0 with a fresh state dir under /tmp, is found through the
+// address file it writes, and is stopped with SIGTERM, its state dir then
+// removed. The tokens a server with authentication writes into its state
+// dir (admin.token, worker.token) are read back for the clients; against a
+// server without them the clients send none. Also: the CPU a process used,
+// and reading a Prometheus /metrics page. Not thread-safe.
+#ifndef TRAINYARD_BENCH_LOAD_SERVER_PROCESS_H_
+#define TRAINYARD_BENCH_LOAD_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/client_context.h"
+#include "trainyard/v1/spec.pb.h"
+
+namespace trainyard::bench {
+
+struct ServerProcessOptions {
+  // Empty: yard-server beside this program.
+  std::string server_bin;
+  std::string data_root = ".";
+  std::vector<std::string> extra_flags;
+};
+
+class ServerProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      const ServerProcessOptions& options);
+  ~ServerProcess();
+
+  // SIGTERM, then waits; returns its exit code (-1 when killed by a signal).
+  int Stop();
+
+  pid_t pid() const { return pid_; }
+  const std::string& address() const { return address_; }
+  const std::string& state_dir() const { return state_dir_; }
+  // The token in STATE_DIR/`file`, "" when there is none.
+  std::string Token(const std::string& file) const;
+  // The address of its /metrics endpoint, "" when off.
+  std::string MetricsAddress() const;
+
+ private:
+  ServerProcess() = default;
+
+  pid_t pid_ = -1;
+  std::string address_;
+  std::string state_dir_;
+};
+
+// A small MNIST MLP job over the data shipped in examples/ (relative to
+// the data root), named `name`.
+trainyard::v1::JobSpec SmallMnistSpec(const std::string& name);
+
+// CPU seconds (user + system) used so far by process `pid` (0: this one).
+double CpuSeconds(pid_t pid);
+
+// The body of http://ADDRESS/metrics.
+absl::StatusOr<std::string> FetchMetrics(const std::string& address);
+
+// The value of the sample named exactly `name` (no labels) in Prometheus
+// text, or nullopt.
+std::optional<double> MetricValue(const std::string& text,
+                                  const std::string& name);
+
+}  // namespace trainyard::bench
+
+#endif  // TRAINYARD_BENCH_LOAD_SERVER_PROCESS_H_

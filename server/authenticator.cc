@@ -1,0 +1,85 @@
+#include "server/authenticator.h"
+
+#include <grpc/grpc_security_constants.h>
+#include <grpcpp/security/auth_context.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace trainyard::server {
+namespace {
+
+constexpr std::string_view kBearer = "Bearer ";
+
+// Whether the peer presented a client certificate that the server's TLS
+// handshake verified (gRPC exposes its subject as the peer identity only
+// then).
+bool HasVerifiedClientCert(const grpc::ServerContext& context) {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  return auth != nullptr && auth->IsPeerAuthenticated() &&
+         !auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME).empty();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string_view> BearerToken(
+    const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "missing bearer token (metadata \"authorization: Bearer <token>\")");
+  }
+  std::string_view value(it->second.data(), it->second.size());
+  if (value.substr(0, kBearer.size()) != kBearer) {
+    return absl::UnauthenticatedError(
+        "the authorization metadata is not \"Bearer <token>\"");
+  }
+  return value.substr(kBearer.size());
+}
+
+absl::StatusOr<Caller> Authenticator::Authenticate(
+    const grpc::ServerContext& context) const {
+  ASSIGN_OR_RETURN(std::string_view token, BearerToken(context));
+  return store_->Authenticate(token);
+}
+
+absl::StatusOr<Caller> Authenticator::ForClient(
+    const grpc::ServerContext& context) const {
+  ASSIGN_OR_RETURN(Caller caller, Authenticate(context));
+  if (caller.role != v1::TENANT && caller.role != v1::ADMIN) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "token ", caller.token_id,
+        " is a worker token; jobs and cluster calls need a tenant or "
+        "admin token"));
+  }
+  return caller;
+}
+
+absl::StatusOr<Caller> Authenticator::ForAdmin(
+    const grpc::ServerContext& context) const {
+  ASSIGN_OR_RETURN(Caller caller, Authenticate(context));
+  if (!caller.is_admin()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "token ", caller.token_id, " of tenant ", caller.tenant,
+        " is not an admin token"));
+  }
+  return caller;
+}
+
+absl::StatusOr<Caller> Authenticator::ForWorker(
+    const grpc::ServerContext& context) const {
+  if (require_worker_cert_ && !HasVerifiedClientCert(context)) {
+    return absl::UnauthenticatedError(
+        "workers must present a client certificate signed by the server's "
+        "--tls-client-ca (mTLS)");
+  }
+  ASSIGN_OR_RETURN(Caller caller, Authenticate(context));
+  if (caller.role != v1::WORKER) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "token ", caller.token_id, " is not a worker join token"));
+  }
+  return caller;
+}
+
+}  // namespace trainyard::server

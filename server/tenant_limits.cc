@@ -1,0 +1,69 @@
+#include "server/tenant_limits.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace trainyard::server {
+namespace {
+
+absl::Status CheckJobFits(const v1::Tenant& t, const v1::JobSpec& spec) {
+  const int32_t gpus = spec.resources().gpus();
+  if (t.max_gpus() > 0 && gpus > t.max_gpus()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant ", t.name(), " may hold at most ", t.max_gpus(),
+        " GPUs at once; the job asks for ", gpus));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Mutex* TenantGate::TenantSubmitMutex(const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<absl::Mutex>& m = submit_mu_[tenant];
+  if (m == nullptr) m = std::make_unique<absl::Mutex>();
+  return m.get();
+}
+
+absl::StatusOr<SubmitResult> TenantGate::Submit(
+    const std::string& tenant, const v1::SubmitJobRequest& request,
+    const std::function<absl::StatusOr<SubmitResult>()>& submit) {
+  const v1::Tenant limits = auth_->GetTenant(tenant);
+  RETURN_IF_ERROR(CheckJobFits(limits, request.spec()));
+  if (limits.max_queued_jobs() <= 0) return submit();
+  absl::MutexLock serialize(TenantSubmitMutex(tenant));
+  ASSIGN_OR_RETURN(int64_t queued, store_->CountJobs(tenant, v1::QUEUED));
+  if (queued >= limits.max_queued_jobs()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant ", tenant, " has ", queued, " jobs queued, its limit is ",
+        limits.max_queued_jobs(), "; wait for some to start or cancel some"));
+  }
+  return submit();
+}
+
+absl::StatusOr<TenantGate::StreamSlot> TenantGate::OpenStream(
+    const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  int& open = streams_[tenant];
+  if (max_streams_ > 0 && open >= max_streams_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant ", tenant, " already has ", open,
+        " watch/log streams open, the limit per tenant is ", max_streams_));
+  }
+  ++open;
+  return StreamSlot(this, tenant);
+}
+
+int TenantGate::open_streams(const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(tenant);
+  return it == streams_.end() ? 0 : it->second;
+}
+
+TenantGate::StreamSlot::~StreamSlot() {
+  if (gate_ == nullptr) return;
+  absl::MutexLock lock(&gate_->mu_);
+  if (--gate_->streams_[tenant_] == 0) gate_->streams_.erase(tenant_);
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,75 @@
+// TenantGate: the per-tenant limits checked where a request comes in, before
+// any work is done for it:
+//   - max_queued_jobs: a submit that would put more of the tenant's jobs in
+//     the queue is RESOURCE_EXHAUSTED. For a tenant with this limit, submits
+//     are serialized (count, then commit) so concurrent submits cannot
+//     overshoot it; tenants without it keep full group-commit throughput.
+//   - max_gpus: a job asking for more GPUs than the tenant may ever hold is
+//     refused at once (it could never run); the running totals of GPUs and
+//     CPU slots are enforced by the scheduler loop (tenant_quota.h).
+//   - open WatchJob/GetJobLogs streams per tenant (--max-streams-per-tenant):
+//     each stream holds a server thread, so one tenant cannot take them all.
+// Thread-safe.
+#ifndef TRAINYARD_SERVER_TENANT_LIMITS_H_
+#define TRAINYARD_SERVER_TENANT_LIMITS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/auth_store.h"
+#include "server/job_lifecycle.h"
+#include "server/job_store.h"
+
+namespace trainyard::server {
+
+class TenantGate {
+ public:
+  TenantGate(const AuthStore* auth, const JobStore* store,
+             int max_streams_per_tenant)
+      : auth_(auth), store_(store), max_streams_(max_streams_per_tenant) {}
+
+  // Calls `submit` when `tenant` may queue the job `request` asks for.
+  absl::StatusOr<SubmitResult> Submit(
+      const std::string& tenant, const v1::SubmitJobRequest& request,
+      const std::function<absl::StatusOr<SubmitResult>()>& submit);
+
+  // Holds one of the tenant's stream slots until destroyed.
+  class StreamSlot {
+   public:
+    StreamSlot(StreamSlot&& other) noexcept
+        : gate_(std::exchange(other.gate_, nullptr)),
+          tenant_(std::move(other.tenant_)) {}
+    StreamSlot& operator=(StreamSlot&&) = delete;
+    ~StreamSlot();
+
+   private:
+    friend class TenantGate;
+    StreamSlot(TenantGate* gate, std::string tenant)
+        : gate_(gate), tenant_(std::move(tenant)) {}
+    TenantGate* gate_;
+    std::string tenant_;
+  };
+  // RESOURCE_EXHAUSTED when the tenant already has the maximum open.
+  absl::StatusOr<StreamSlot> OpenStream(const std::string& tenant);
+  int open_streams(const std::string& tenant) const;
+
+ private:
+  absl::Mutex* TenantSubmitMutex(const std::string& tenant);
+
+  const AuthStore* const auth_;
+  const JobStore* const store_;
+  const int max_streams_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<absl::Mutex>> submit_mu_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_TENANT_LIMITS_H_

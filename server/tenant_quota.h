@@ -1,0 +1,55 @@
+// Tenant quotas in the scheduling pass: a tenant's jobs may together hold
+// at most its max_gpus GPUs and max_cpu_slots CPU slots (admin.proto
+// Tenant; 0 = unlimited). Two steps, both pure functions:
+//   - before the policy runs, the queued jobs whose tenant is already at
+//     its quota are held back (so they neither take room in the plan from
+//     other tenants nor wait in vain at the head of the queue);
+//   - after it, placements that would take a tenant past its quota within
+//     this one pass are dropped in plan order (with preemptions made for
+//     them), and their jobs wait with the reason.
+#ifndef TRAINYARD_SERVER_TENANT_QUOTA_H_
+#define TRAINYARD_SERVER_TENANT_QUOTA_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "scheduler/placement_policy.h"
+#include "server/job_store.h"
+#include "trainyard/v1/admin.pb.h"
+
+namespace trainyard::server {
+
+using TenantLimits = std::function<v1::Tenant(const std::string& tenant)>;
+
+struct TenantHeld {
+  int64_t gpus = 0;
+  int64_t cpu_slots = 0;
+};
+
+// What each tenant's active (SCHEDULED, RUNNING, PREEMPTING) jobs hold.
+std::map<std::string, TenantHeld> HeldByTenant(
+    const std::vector<JobRecord>& active);
+
+// Why `job` must wait for its tenant's quota, or "" when it may run now.
+std::string QuotaWaitReason(const v1::Tenant& limits, const TenantHeld& held,
+                            const v1::JobSpec& spec);
+
+// The waits (kRetryLater, with the reason) of the jobs of `queued` that
+// must wait for their tenant's quota; the pass leaves them out.
+std::vector<scheduler::JobWait> OverQuotaWaits(
+    const TenantLimits& limits, const std::map<std::string, TenantHeld>& held,
+    const std::vector<JobRecord>& queued);
+
+// Drops the placements of `plan` that would take a tenant past its quota,
+// counting from `held`, and the preemptions made for them; adds a wait for
+// each dropped job. `queued` holds every placed job.
+void ApplyTenantQuotas(const TenantLimits& limits,
+                       std::map<std::string, TenantHeld> held,
+                       const std::map<std::string, JobRecord>& queued,
+                       scheduler::Plan& plan);
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_TENANT_QUOTA_H_

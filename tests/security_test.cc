@@ -1,0 +1,573 @@
+// Security end to end, against a real yard-server process: every RPC
+// refuses calls without a valid token, roles and tenants are kept apart,
+// quotas and stream limits hold, the CLI manages tokens, and TLS / mTLS
+// accept the right certificates and refuse the wrong ones (certificates are
+// made at test time, tests/test_certs.h).
+#include <sys/stat.h>
+
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/harness.h"
+#include "tests/test_certs.h"
+#include "trainyard/v1/admin.grpc.pb.h"
+#include "trainyard/v1/worker.grpc.pb.h"
+
+namespace trainyard::itest {
+namespace {
+namespace v1 = trainyard::v1;
+using ::testing::HasSubstr;
+
+// A token of the right shape that the server never issued.
+constexpr char kUnknownToken[] =
+    "ytk_0123456789ab_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+class SecurityTest : public ClusterTest {
+ protected:
+  v1::AdminService::Stub& admin() {
+    if (admin_ == nullptr) admin_ = v1::AdminService::NewStub(stubs().channel);
+    return *admin_;
+  }
+
+  // A new token for `tenant` made with the admin token.
+  std::string NewToken(const std::string& tenant, v1::TokenRole role,
+                       std::string* id = nullptr) {
+    v1::CreateTokenRequest req;
+    req.set_tenant(tenant);
+    req.set_role(role);
+    v1::CreateTokenResponse resp;
+    grpc::Status s = admin().CreateToken(ContextWithTimeout().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (id != nullptr) *id = resp.info().id();
+    return resp.token();
+  }
+
+  grpc::Status SubmitAs(const std::string& token, const v1::JobSpec& spec,
+                        v1::SubmitJobResponse* resp = nullptr) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    v1::SubmitJobResponse unused;
+    return jobs().SubmitJob(ContextWithToken(token).get(), req,
+                            resp != nullptr ? resp : &unused);
+  }
+
+  grpc::Status SetTenant(const v1::Tenant& tenant) {
+    v1::SetTenantRequest req;
+    *req.mutable_tenant() = tenant;
+    v1::Tenant resp;
+    return admin().SetTenant(ContextWithTimeout().get(), req, &resp);
+  }
+
+  // Every RPC of the public services and the worker stream, each called
+  // with `token`.
+  std::vector<std::pair<std::string, grpc::Status>> CallEverything(
+      const std::string& token);
+
+ private:
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+};
+
+grpc::Status FinishWatch(v1::JobService::Stub& jobs, const std::string& token,
+                         const std::string& job_id) {
+  auto ctx = ContextWithToken(token);
+  v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  auto reader = jobs.WatchJob(ctx.get(), req);
+  v1::JobEvent e;
+  while (reader->Read(&e)) {
+  }
+  return reader->Finish();
+}
+
+grpc::Status FinishLogs(v1::JobService::Stub& jobs, const std::string& token,
+                        const std::string& job_id) {
+  auto ctx = ContextWithToken(token);
+  v1::GetJobLogsRequest req;
+  req.set_job_id(job_id);
+  auto reader = jobs.GetJobLogs(ctx.get(), req);
+  v1::LogChunk c;
+  while (reader->Read(&c)) {
+  }
+  return reader->Finish();
+}
+
+grpc::Status ConnectWorker(grpc::Channel& channel, const std::string& token) {
+  auto stub = v1::WorkerService::NewStub(
+      std::shared_ptr<grpc::Channel>(&channel, [](grpc::Channel*) {}));
+  auto ctx = ContextWithToken(token);
+  auto stream = stub->Connect(ctx.get());
+  v1::WorkerMessage hello;
+  hello.mutable_hello()->set_worker_id("intruder");
+  hello.mutable_hello()->set_cpu_slots(1);
+  stream->Write(hello);
+  stream->WritesDone();
+  v1::ServerMessage m;
+  while (stream->Read(&m)) {
+  }
+  return stream->Finish();
+}
+
+std::vector<std::pair<std::string, grpc::Status>> SecurityTest::CallEverything(
+    const std::string& token) {
+  std::vector<std::pair<std::string, grpc::Status>> out;
+  auto call = [&](const std::string& name,
+                  const std::function<grpc::Status(grpc::ClientContext*)>& f) {
+    out.emplace_back(name, f(ContextWithToken(token).get()));
+  };
+  const std::string job = "j-000001";
+  call("SubmitJob", [&](auto* c) {
+    v1::SubmitJobRequest r;
+    *r.mutable_spec() = MnistSpec{}.ToProto();
+    v1::SubmitJobResponse p;
+    return jobs().SubmitJob(c, r, &p);
+  });
+  call("GetJob", [&](auto* c) {
+    v1::GetJobRequest r;
+    r.set_job_id(job);
+    v1::Job p;
+    return jobs().GetJob(c, r, &p);
+  });
+  call("ListJobs", [&](auto* c) {
+    v1::ListJobsResponse p;
+    return jobs().ListJobs(c, v1::ListJobsRequest(), &p);
+  });
+  call("CancelJob", [&](auto* c) {
+    v1::CancelJobRequest r;
+    r.set_job_id(job);
+    v1::Job p;
+    return jobs().CancelJob(c, r, &p);
+  });
+  out.emplace_back("WatchJob", FinishWatch(jobs(), token, job));
+  out.emplace_back("GetJobLogs", FinishLogs(jobs(), token, job));
+  call("ListWorkers", [&](auto* c) {
+    v1::ListWorkersResponse p;
+    return cluster().ListWorkers(c, v1::ListWorkersRequest(), &p);
+  });
+  call("GetClusterStatus", [&](auto* c) {
+    v1::ClusterStatus p;
+    return cluster().GetClusterStatus(c, v1::GetClusterStatusRequest(), &p);
+  });
+  call("CreateToken", [&](auto* c) {
+    v1::CreateTokenRequest r;
+    r.set_tenant("mallory");
+    r.set_role(v1::ADMIN);
+    v1::CreateTokenResponse p;
+    return admin().CreateToken(c, r, &p);
+  });
+  call("ListTokens", [&](auto* c) {
+    v1::ListTokensResponse p;
+    return admin().ListTokens(c, v1::ListTokensRequest(), &p);
+  });
+  call("RevokeToken", [&](auto* c) {
+    v1::RevokeTokenRequest r;
+    r.set_id("t-000000000000");
+    v1::TokenInfo p;
+    return admin().RevokeToken(c, r, &p);
+  });
+  call("SetTenant", [&](auto* c) {
+    v1::SetTenantRequest r;
+    r.mutable_tenant()->set_name("mallory");
+    v1::Tenant p;
+    return admin().SetTenant(c, r, &p);
+  });
+  call("ListTenants", [&](auto* c) {
+    v1::ListTenantsResponse p;
+    return admin().ListTenants(c, v1::ListTenantsRequest(), &p);
+  });
+  out.emplace_back("WorkerService.Connect",
+                   ConnectWorker(*stubs().channel, token));
+  return out;
+}
+
+TEST_F(SecurityTest, EveryRpcRefusesAMissingWrongOrRevokedToken) {
+  YARD_ASSERT_OK(StartServer());
+  std::string revoked_id;
+  const std::string revoked = NewToken("team-a", v1::TENANT, &revoked_id);
+  v1::RevokeTokenRequest rr;
+  rr.set_id(revoked_id);
+  v1::TokenInfo info;
+  ASSERT_TRUE(admin().RevokeToken(ContextWithTimeout().get(), rr, &info).ok());
+  EXPECT_TRUE(info.revoked());
+
+  const std::vector<std::pair<std::string, std::string>> tokens = {
+      {"", "missing bearer token"},
+      {"not-a-token", "malformed bearer token"},
+      {kUnknownToken, "invalid or revoked"},
+      {revoked, "invalid or revoked"}};
+  for (const auto& [token, mentions] : tokens) {
+    for (const auto& [rpc, status] : CallEverything(token)) {
+      EXPECT_TRUE(
+          RpcFailedWith(status, grpc::StatusCode::UNAUTHENTICATED, {mentions}))
+          << rpc << " with token \"" << token << "\"";
+    }
+  }
+  // Nothing got in: no job, no token for "mallory".
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
+  EXPECT_TRUE(all.empty());
+  v1::ListTokensRequest lr;
+  lr.set_tenant("mallory");
+  v1::ListTokensResponse listed;
+  ASSERT_TRUE(admin().ListTokens(ContextWithTimeout().get(), lr, &listed).ok());
+  EXPECT_EQ(listed.tokens_size(), 0);
+  // Health stays open for probes.
+  YARD_ASSERT_OK(CheckHealth(*stubs().channel));
+}
+
+TEST_F(SecurityTest, EachRoleReachesOnlyItsServices) {
+  YARD_ASSERT_OK(StartServer());
+  const std::string tenant = NewToken("team-a", v1::TENANT);
+  const std::string worker = NewToken("workers", v1::WORKER);
+  for (const auto& [rpc, status] : CallEverything(tenant)) {
+    const bool admin_rpc = rpc == "CreateToken" || rpc == "ListTokens" ||
+                           rpc == "RevokeToken" || rpc == "SetTenant" ||
+                           rpc == "ListTenants";
+    if (admin_rpc) {
+      EXPECT_TRUE(RpcFailedWith(status, grpc::StatusCode::PERMISSION_DENIED,
+                                {"not an admin token"}))
+          << rpc;
+    } else if (rpc == "WorkerService.Connect") {
+      EXPECT_TRUE(RpcFailedWith(status, grpc::StatusCode::PERMISSION_DENIED,
+                                {"not a worker join token"}));
+    } else {
+      EXPECT_NE(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rpc;
+      EXPECT_NE(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << rpc;
+    }
+  }
+  for (const auto& [rpc, status] : CallEverything(worker)) {
+    if (rpc == "WorkerService.Connect") continue;  // its own service
+    EXPECT_TRUE(RpcFailedWith(status, grpc::StatusCode::PERMISSION_DENIED, {}))
+        << rpc;
+  }
+}
+
+TEST_F(SecurityTest, ATenantSeesAndTouchesOnlyItsOwnJobs) {
+  YARD_ASSERT_OK(StartServer());
+  const std::string a = NewToken("team-a", v1::TENANT);
+  const std::string b = NewToken("team-b", v1::TENANT);
+  v1::SubmitJobResponse mine;
+  ASSERT_TRUE(SubmitAs(a, MnistSpec{.name = "secret"}.ToProto(), &mine).ok());
+  const std::string id = mine.job().id();
+  EXPECT_EQ(mine.job().tenant(), "team-a");
+  ASSERT_TRUE(SubmitAs(b, MnistSpec{.name = "other"}.ToProto()).ok());
+
+  // Another tenant's job looks exactly like one that does not exist.
+  const std::string not_found = absl::StrCat("job ", id, " not found");
+  v1::GetJobRequest get;
+  get.set_job_id(id);
+  v1::Job job;
+  grpc::Status s = jobs().GetJob(ContextWithToken(b).get(), get, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), not_found);
+  get.set_job_id("j-999999");
+  s = jobs().GetJob(ContextWithToken(b).get(), get, &job);
+  EXPECT_EQ(s.error_message(), "job j-999999 not found");
+  EXPECT_EQ(FinishWatch(jobs(), b, id).error_message(), not_found);
+  EXPECT_EQ(FinishLogs(jobs(), b, id).error_message(), not_found);
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  s = jobs().CancelJob(ContextWithToken(b).get(), cancel, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), not_found);
+
+  // Lists: each tenant its own, the admin everything; asking for another
+  // tenant's list is refused.
+  auto list = [&](const std::string& token, const std::string& tenant,
+                  v1::ListJobsResponse* out) {
+    v1::ListJobsRequest req;
+    req.set_tenant(tenant);
+    return jobs().ListJobs(ContextWithToken(token).get(), req, out);
+  };
+  v1::ListJobsResponse seen;
+  ASSERT_TRUE(list(b, "", &seen).ok());
+  ASSERT_EQ(seen.jobs_size(), 1);
+  EXPECT_EQ(seen.jobs(0).tenant(), "team-b");
+  EXPECT_TRUE(RpcFailedWith(list(b, "team-a", &seen),
+                            grpc::StatusCode::PERMISSION_DENIED, {"team-b"}));
+  ASSERT_TRUE(list(CurrentCredentials().token, "", &seen).ok());
+  EXPECT_EQ(seen.jobs_size(), 2);
+
+  // The owner still has the job, untouched; the owner may cancel it.
+  get.set_job_id(id);
+  ASSERT_TRUE(jobs().GetJob(ContextWithToken(a).get(), get, &job).ok());
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  ASSERT_TRUE(jobs().CancelJob(ContextWithToken(a).get(), cancel, &job).ok());
+  EXPECT_EQ(job.state(), v1::CANCELLED);
+}
+
+TEST_F(SecurityTest, QueuedJobAndGpuQuotasAreEnforced) {
+  YARD_ASSERT_OK(StartServer());
+  const std::string a = NewToken("team-a", v1::TENANT);
+  const std::string b = NewToken("team-b", v1::TENANT);
+  v1::Tenant quota;
+  quota.set_name("team-a");
+  quota.set_max_queued_jobs(2);
+  quota.set_max_gpus(1);
+  ASSERT_TRUE(SetTenant(quota).ok());
+
+  v1::SubmitJobResponse first;
+  ASSERT_TRUE(SubmitAs(a, MnistSpec{}.ToProto(), &first).ok());
+  ASSERT_TRUE(SubmitAs(a, MnistSpec{}.ToProto()).ok());
+  EXPECT_TRUE(RpcFailedWith(SubmitAs(a, MnistSpec{}.ToProto()),
+                            grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            {"team-a", "2 jobs queued", "limit is 2"}));
+  // Other tenants are not affected.
+  ASSERT_TRUE(SubmitAs(b, MnistSpec{}.ToProto()).ok());
+  // A job asking for more GPUs than the tenant may ever hold.
+  v1::JobSpec wide = MnistSpec{}.ToProto();
+  wide.mutable_resources()->set_gpus(2);
+  EXPECT_TRUE(RpcFailedWith(SubmitAs(a, wide),
+                            grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            {"at most 1 GPUs", "asks for 2"}));
+
+  // The CLI: exit 9, one line.
+  const std::string spec = WriteSpec("a.yaml", MnistSpec{}.ToYaml());
+  CommandResult r = Yard({"--token", a, "submit", spec});
+  EXPECT_TRUE(CliFailedWith(r, 9, {"limit is 2"}));
+  // Room again once one leaves the queue.
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(first.job().id());
+  v1::Job job;
+  ASSERT_TRUE(jobs().CancelJob(ContextWithToken(a).get(), cancel, &job).ok());
+  EXPECT_TRUE(SubmitAs(a, MnistSpec{}.ToProto()).ok());
+
+  // Bad quotas are refused with the field named.
+  quota.set_max_gpus(-1);
+  EXPECT_TRUE(RpcFailedWith(SetTenant(quota),
+                            grpc::StatusCode::INVALID_ARGUMENT, {"max_gpus"}));
+  quota.set_max_gpus(0);
+  quota.set_name("Not A Tenant");
+  EXPECT_TRUE(RpcFailedWith(SetTenant(quota),
+                            grpc::StatusCode::INVALID_ARGUMENT,
+                            {"tenant.name"}));
+}
+
+TEST_F(SecurityTest, ARunningQuotaHoldsATenantsJobsBack) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1"}).status());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w2"}).status());
+  const std::string a = NewToken("team-a", v1::TENANT);
+  v1::Tenant quota;
+  quota.set_name("team-a");
+  quota.set_max_cpu_slots(1);
+  ASSERT_TRUE(SetTenant(quota).ok());
+  v1::SubmitJobResponse first, second;
+  ASSERT_TRUE(SubmitAs(a, MnistSpec{.steps = 300}.ToProto(), &first).ok());
+  ASSERT_TRUE(SubmitAs(a, MnistSpec{.steps = 20}.ToProto(), &second).ok());
+  // Two free workers, yet the second job waits for the tenant's quota.
+  YARD_ASSERT_OK(PollUntil("the second job to wait for team-a's quota",
+                           JobTimeout(), [&] {
+                             absl::StatusOr<v1::Job> j =
+                                 GetJob(jobs(), second.job().id());
+                             return j.ok() && j->state() == v1::QUEUED &&
+                                    j->state_reason().find("CPU slot quota") !=
+                                        std::string::npos;
+                           }));
+  YARD_ASSIGN_OR_FAIL(v1::Job one,
+                      WaitForTerminal(jobs(), first.job().id(), JobTimeout()));
+  YARD_ASSIGN_OR_FAIL(v1::Job two,
+                      WaitForTerminal(jobs(), second.job().id(), JobTimeout()));
+  EXPECT_EQ(one.state(), v1::SUCCEEDED);
+  EXPECT_EQ(two.state(), v1::SUCCEEDED);
+  EXPECT_GE(two.start_time().seconds(), one.end_time().seconds())
+      << "the quota allows one job of team-a at a time";
+}
+
+TEST_F(SecurityTest, OpenStreamsPerTenantAreLimited) {
+  YARD_ASSERT_OK(StartServer(
+      {.extra_args = {"--max-streams-per-tenant", "2"}}));
+  const std::string a = NewToken("team-a", v1::TENANT);
+  const std::string b = NewToken("team-b", v1::TENANT);
+  v1::SubmitJobResponse ja, jb;
+  ASSERT_TRUE(SubmitAs(a, MnistSpec{}.ToProto(), &ja).ok());
+  ASSERT_TRUE(SubmitAs(b, MnistSpec{}.ToProto(), &jb).ok());
+
+  // Two open watches (no worker: the job stays queued, the streams open).
+  struct Open {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader;
+  };
+  auto open = [&](const std::string& token, const std::string& id) {
+    Open o{ContextWithToken(token, absl::Seconds(60)), nullptr};
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    o.reader = jobs().WatchJob(o.ctx.get(), req);
+    return o;
+  };
+  std::vector<Open> streams;
+  for (int i = 0; i < 2; ++i) {
+    streams.push_back(open(a, ja.job().id()));
+    v1::JobEvent first;
+    ASSERT_TRUE(streams.back().reader->Read(&first));  // it is being served
+  }
+  EXPECT_TRUE(RpcFailedWith(FinishWatch(jobs(), a, ja.job().id()),
+                            grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            {"team-a", "limit per tenant is 2"}));
+  EXPECT_TRUE(RpcFailedWith(FinishLogs(jobs(), a, ja.job().id()),
+                            grpc::StatusCode::RESOURCE_EXHAUSTED, {"team-a"}));
+  // Another tenant still can.
+  Open other = open(b, jb.job().id());
+  v1::JobEvent e;
+  EXPECT_TRUE(other.reader->Read(&e));
+  // Closing one frees its slot.
+  streams[0].ctx->TryCancel();
+  (void)streams[0].reader->Finish();
+  YARD_ASSERT_OK(PollUntil("a stream slot of team-a to be free",
+                           Scaled(absl::Seconds(10)), [&] {
+                             Open again = open(a, ja.job().id());
+                             v1::JobEvent ev;
+                             const bool ok = again.reader->Read(&ev);
+                             again.ctx->TryCancel();
+                             (void)again.reader->Finish();
+                             return ok;
+                           }));
+  for (Open* o : {&streams[1], &other}) {
+    o->ctx->TryCancel();
+    (void)o->reader->Finish();
+  }
+}
+
+TEST_F(SecurityTest, CliManagesTokensAndTokensAreKeptSecret) {
+  YARD_ASSERT_OK(StartServer());
+  // The first start printed the admin token once and left both token files
+  // readable by the owner only.
+  const std::string admin = CurrentCredentials().token;
+  for (const std::string& f :
+       {server().admin_token_file(), server().worker_token_file()}) {
+    struct stat st;
+    ASSERT_EQ(stat(f.c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
+  }
+  EXPECT_THAT(server().process().OutputTail(10000), HasSubstr(admin));
+
+  CommandResult created = Yard({"token", "create", "team-c"});
+  ASSERT_EQ(created.exit_code(), 0) << created.DebugString();
+  const size_t at = created.out.find("ytk_");
+  ASSERT_NE(at, std::string::npos) << created.out;
+  const std::string token = created.out.substr(at, created.out.find('\n', at) - at);
+  CommandResult ls = Yard({"--token", token, "ls"});
+  EXPECT_EQ(ls.exit_code(), 0) << ls.DebugString();
+  CommandResult tokens = Yard({"token", "ls"});
+  EXPECT_THAT(tokens.out, HasSubstr("team-c"));
+  EXPECT_THAT(tokens.out, ::testing::Not(HasSubstr(token)))
+      << "listings never show secrets";
+
+  // No token at all: exit 8 with a hint where to put one.
+  CommandResult none = RunCommand({BinPath("yard"), "--server",
+                                   server().address(), "--config",
+                                   dir().WriteFile("empty.conf", ""), "ls"},
+                                  dir().LogPrefix("yard"), Scaled(absl::Seconds(30)));
+  EXPECT_TRUE(CliFailedWith(none, 8, {"missing bearer token", "--token"}));
+  // A config file can carry the token.
+  const std::string conf = dir().WriteFile(
+      "yard.conf", absl::StrCat("# team C\nserver = ", server().address(),
+                                "\ntoken = ", token, "\n"));
+  CommandResult via_conf = RunCommand({BinPath("yard"), "--config", conf, "ls"},
+                                      dir().LogPrefix("yard"),
+                                      Scaled(absl::Seconds(30)));
+  EXPECT_EQ(via_conf.exit_code(), 0) << via_conf.DebugString();
+
+  // Revoked: refused at once.
+  const std::string id = created.out.substr(created.out.find("t-"), 14);
+  CommandResult revoke = Yard({"token", "revoke", id});
+  EXPECT_EQ(revoke.exit_code(), 0) << revoke.DebugString();
+  EXPECT_TRUE(CliFailedWith(Yard({"--token", token, "ls"}), 8,
+                            {"invalid or revoked"}));
+  // Tenant tokens cannot make tokens.
+  CommandResult other = Yard({"token", "create", "team-d"});
+  ASSERT_EQ(other.exit_code(), 0);
+  const size_t at2 = other.out.find("ytk_");
+  const std::string d = other.out.substr(at2, other.out.find('\n', at2) - at2);
+  EXPECT_TRUE(CliFailedWith(Yard({"--token", d, "token", "create", "x"}), 8,
+                            {"not an admin token"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"token", "create", "Bad Name"}), 3,
+                            {"tenant name"}));
+
+  // The store keeps digests, never the secrets; a restart prints nothing.
+  YARD_ASSERT_OK(KillAndRestartServer());
+  for (const char* f : {"auth.db", "auth.db-wal"}) {
+    const std::string bytes =
+        ReadFileOrEmpty(server().options().state_dir + "/" + f);
+    EXPECT_EQ(bytes.find(token), std::string::npos) << f;
+    EXPECT_EQ(bytes.find(admin), std::string::npos) << f;
+  }
+  EXPECT_THAT(server().process().OutputTail(10000),
+              ::testing::Not(HasSubstr(admin)));
+  EXPECT_EQ(Yard({"ls"}).exit_code(), 0) << "the admin token survives";
+}
+
+TEST_F(SecurityTest, NonLoopbackPlaintextIsRefused) {
+  CommandResult r = RunCommand(
+      {BinPath("yard-server"), "--state-dir", dir().Subdir("s"), "--listen",
+       "0.0.0.0:0", "--metrics-listen", ""},
+      dir().LogPrefix("yard-server"), Scaled(absl::Seconds(30)));
+  EXPECT_EQ(r.exit_code(), 2) << r.DebugString();
+  EXPECT_THAT(r.err, HasSubstr("needs TLS"));
+}
+
+TEST_F(SecurityTest, TlsAndWorkerMutualTls) {
+  YARD_ASSIGN_OR_FAIL(TestCertificates c,
+                      MakeTestCertificates(dir().Subdir("certs")));
+  YARD_ASSERT_OK(StartServer(
+      {.tls_ca = c.ca,
+       .extra_args = {"--tls-cert", c.server_cert, "--tls-key", c.server_key,
+                      "--tls-client-ca", c.ca}}));
+  // Clients over TLS with the CA; plaintext and a wrong CA get nowhere.
+  EXPECT_EQ(Yard({"--tls-ca", c.ca, "ls"}).exit_code(), 0);
+  EXPECT_EQ(Yard({"ls"}).exit_code(), 6);
+  EXPECT_EQ(Yard({"--tls-ca", c.rogue_ca, "ls"}).exit_code(), 6);
+
+  // A worker with a certificate the CA signed joins.
+  YARD_ASSERT_OK(StartReadyWorker(
+                     {.name = "good",
+                      .extra_args = {"--tls-ca", c.ca, "--tls-cert",
+                                     c.client_cert, "--tls-key", c.client_key}})
+                     .status());
+  // Without a certificate, or with one from another CA, it does not.
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * bare,
+                      StartWorker({.name = "bare",
+                                   .extra_args = {"--tls-ca", c.ca}}));
+  YARD_ASSIGN_OR_FAIL(
+      WorkerProcess * rogue,
+      StartWorker({.name = "rogue",
+                   .extra_args = {"--tls-ca", c.ca, "--tls-cert",
+                                  c.rogue_client_cert, "--tls-key",
+                                  c.rogue_client_key}}));
+  YARD_ASSERT_OK(PollUntil(
+      "the certificate-less worker to be refused", Scaled(absl::Seconds(20)),
+      [&] {
+        return server().process().OutputTail(10000).find(
+                   "refused a worker connection") != std::string::npos;
+      }));
+  EXPECT_THAT(server().process().OutputTail(10000),
+              HasSubstr("must present a client certificate"));
+  YARD_ASSERT_OK(PollUntil("the worker to say why it was refused",
+                           Scaled(absl::Seconds(20)), [&] {
+                             return bare->process().OutputTail().find(
+                                        "refused this worker") !=
+                                    std::string::npos;
+                           }));
+  YARD_ASSERT_OK(PollUntil("the rogue worker to fail its handshake",
+                           Scaled(absl::Seconds(20)), [&] {
+                             return rogue->process().OutputTail().find(
+                                        "cannot reach") != std::string::npos;
+                           }));
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(cluster()
+                  .ListWorkers(ContextWithTimeout().get(),
+                               v1::ListWorkersRequest(), &workers)
+                  .ok());
+  ASSERT_EQ(workers.workers_size(), 1);
+  EXPECT_EQ(workers.workers(0).id(), "good");
+  // A job runs over the mTLS link end to end.
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse sub,
+                      Submit(MnistSpec{.steps = 20}.ToProto()));
+  YARD_ASSIGN_OR_FAIL(v1::Job done,
+                      WaitForTerminal(jobs(), sub.job().id(), JobTimeout()));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.state_reason();
+}
+
+}  // namespace
+}  // namespace trainyard::itest
