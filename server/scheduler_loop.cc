@@ -114,12 +114,13 @@ absl::Status SchedulerLoop::RunPass() {
   std::map<std::string, TenantHeld> held;
   std::vector<scheduler::JobWait> over_quota;
   absl::flat_hash_map<std::string, double> weights = options_.tenant_weights;
+  TenantLimitsCache limits(options_.tenant_limits);
   if (options_.tenant_limits) {
     held = HeldByTenant(active);
-    over_quota = OverQuotaWaits(options_.tenant_limits, held, queued);
+    over_quota = OverQuotaWaits(limits, held, queued);
     for (const JobRecord& r : queued) {
       const std::string& t = r.job.tenant();
-      if (!weights.contains(t)) weights[t] = options_.tenant_limits(t).weight();
+      if (!weights.contains(t)) weights[t] = limits.Of(t).weight();
     }
   }
   std::set<std::string> left_out;
@@ -146,7 +147,7 @@ absl::Status SchedulerLoop::RunPass() {
         valid.message()));
   }
   if (options_.tenant_limits) {
-    ApplyTenantQuotas(options_.tenant_limits, std::move(held), by_id, plan);
+    ApplyTenantQuotas(limits, std::move(held), by_id, plan);
     plan.waits.insert(plan.waits.end(), over_quota.begin(), over_quota.end());
   }
   dispatcher_.Carry(plan, by_id);

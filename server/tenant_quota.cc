@@ -8,6 +8,12 @@
 
 namespace trainyard::server {
 
+const v1::Tenant& TenantLimitsCache::Of(const std::string& tenant) {
+  auto [it, fresh] = cache_.try_emplace(tenant);
+  if (fresh) it->second = limits_(tenant);
+  return it->second;
+}
+
 std::map<std::string, TenantHeld> HeldByTenant(
     const std::vector<JobRecord>& active) {
   std::map<std::string, TenantHeld> held;
@@ -40,17 +46,15 @@ std::string QuotaWaitReason(const v1::Tenant& limits, const TenantHeld& held,
 }
 
 std::vector<scheduler::JobWait> OverQuotaWaits(
-    const TenantLimits& limits, const std::map<std::string, TenantHeld>& held,
+    TenantLimitsCache& limits, const std::map<std::string, TenantHeld>& held,
     const std::vector<JobRecord>& queued) {
   std::vector<scheduler::JobWait> waits;
-  std::map<std::string, v1::Tenant> cache;
   for (const JobRecord& r : queued) {
     const std::string& tenant = r.job.tenant();
-    auto [it, fresh] = cache.try_emplace(tenant);
-    if (fresh) it->second = limits(tenant);
     auto h = held.find(tenant);
     std::string reason = QuotaWaitReason(
-        it->second, h == held.end() ? TenantHeld{} : h->second, r.job.spec());
+        limits.Of(tenant), h == held.end() ? TenantHeld{} : h->second,
+        r.job.spec());
     if (!reason.empty()) {
       waits.push_back({r.job.id(), scheduler::WaitKind::kRetryLater,
                        std::move(reason), 0});
@@ -59,11 +63,10 @@ std::vector<scheduler::JobWait> OverQuotaWaits(
   return waits;
 }
 
-void ApplyTenantQuotas(const TenantLimits& limits,
+void ApplyTenantQuotas(TenantLimitsCache& limits,
                        std::map<std::string, TenantHeld> held,
                        const std::map<std::string, JobRecord>& queued,
                        scheduler::Plan& plan) {
-  std::map<std::string, v1::Tenant> cache;
   std::set<std::string> dropped;
   std::vector<scheduler::Placement> kept;
   for (scheduler::Placement& p : plan.placements) {
@@ -73,10 +76,8 @@ void ApplyTenantQuotas(const TenantLimits& limits,
       continue;
     }
     const v1::Job& job = q->second.job;
-    auto [it, fresh] = cache.try_emplace(job.tenant());
-    if (fresh) it->second = limits(job.tenant());
     TenantHeld& h = held[job.tenant()];
-    std::string reason = QuotaWaitReason(it->second, h, job.spec());
+    std::string reason = QuotaWaitReason(limits.Of(job.tenant()), h, job.spec());
     if (!reason.empty()) {
       dropped.insert(p.job_id);
       plan.waits.push_back({p.job_id, scheduler::WaitKind::kRetryLater,

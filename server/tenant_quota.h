@@ -23,6 +23,17 @@ namespace trainyard::server {
 
 using TenantLimits = std::function<v1::Tenant(const std::string& tenant)>;
 
+// Looks each tenant up once per pass (a pass sees many jobs per tenant).
+class TenantLimitsCache {
+ public:
+  explicit TenantLimitsCache(const TenantLimits& limits) : limits_(limits) {}
+  const v1::Tenant& Of(const std::string& tenant);
+
+ private:
+  const TenantLimits& limits_;
+  std::map<std::string, v1::Tenant> cache_;
+};
+
 struct TenantHeld {
   int64_t gpus = 0;
   int64_t cpu_slots = 0;
@@ -39,13 +50,13 @@ std::string QuotaWaitReason(const v1::Tenant& limits, const TenantHeld& held,
 // The waits (kRetryLater, with the reason) of the jobs of `queued` that
 // must wait for their tenant's quota; the pass leaves them out.
 std::vector<scheduler::JobWait> OverQuotaWaits(
-    const TenantLimits& limits, const std::map<std::string, TenantHeld>& held,
+    TenantLimitsCache& limits, const std::map<std::string, TenantHeld>& held,
     const std::vector<JobRecord>& queued);
 
 // Drops the placements of `plan` that would take a tenant past its quota,
 // counting from `held`, and the preemptions made for them; adds a wait for
 // each dropped job. `queued` holds every placed job.
-void ApplyTenantQuotas(const TenantLimits& limits,
+void ApplyTenantQuotas(TenantLimitsCache& limits,
                        std::map<std::string, TenantHeld> held,
                        const std::map<std::string, JobRecord>& queued,
                        scheduler::Plan& plan);

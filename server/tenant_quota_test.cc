@@ -39,8 +39,10 @@ TEST(TenantQuotaTest, HeldCountsGpusAndCpuSlotsPerTenant) {
 
 TEST(TenantQuotaTest, JobsOfATenantAtItsQuotaWait) {
   std::map<std::string, TenantHeld> held = {{"a", {3, 1}}};
+  const TenantLimits limits = Limits(4, 1);
+  TenantLimitsCache cache(limits);
   auto waits = OverQuotaWaits(
-      Limits(4, 1), held,
+      cache, held,
       {Job("j1", "a", 1), Job("j2", "a", 2), Job("j3", "a", 0),
        Job("j4", "b", 8)});
   ASSERT_EQ(waits.size(), 2u);
@@ -49,7 +51,9 @@ TEST(TenantQuotaTest, JobsOfATenantAtItsQuotaWait) {
   EXPECT_EQ(waits[1].job_id, "j3");
   EXPECT_THAT(waits[1].reason, HasSubstr("CPU slot quota"));
   // 0 means unlimited.
-  EXPECT_TRUE(OverQuotaWaits(Limits(0, 0), held, {Job("j", "a", 64)}).empty());
+  const TenantLimits unlimited = Limits(0, 0);
+  TenantLimitsCache none(unlimited);
+  EXPECT_TRUE(OverQuotaWaits(none, held, {Job("j", "a", 64)}).empty());
 }
 
 TEST(TenantQuotaTest, APassNeverTakesATenantPastItsQuota) {
@@ -64,7 +68,9 @@ TEST(TenantQuotaTest, APassNeverTakesATenantPastItsQuota) {
   }
   plan.preemptions.push_back({"old", "w1", "j4"});
   plan.preemptions.push_back({"older", "w1", "j3"});
-  ApplyTenantQuotas(Limits(2, 0), {{"a", {1, 0}}}, queued, plan);
+  const TenantLimits limits = Limits(2, 0);
+  TenantLimitsCache cache(limits);
+  ApplyTenantQuotas(cache, {{"a", {1, 0}}}, queued, plan);
   ASSERT_EQ(plan.placements.size(), 2u);
   EXPECT_EQ(plan.placements[0].job_id, "j1");
   EXPECT_EQ(plan.placements[1].job_id, "j3");

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -67,22 +66,26 @@ bool IsLoopbackHost(const std::string& host) {
          absl::StartsWith(host, "127.");
 }
 
+// Writes `content` to `path` atomically (a temporary file, fsynced, then
+// renamed over it), the new file created with `mode`.
 absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& content) {
+                                 const std::string& content,
+                                 mode_t mode = 0644) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) {
-      return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    }
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+  const bool written =
+      ::write(fd, content.data(), content.size()) ==
+          static_cast<ssize_t>(content.size()) &&
+      ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -152,28 +155,6 @@ absl::Status CheckListenAddress(const std::string& listen, bool tls,
         "--listen ", listen, ": a non-loopback address needs TLS "
         "(--tls-cert and --tls-key) so that tokens do not cross the network "
         "in the clear; --insecure-plaintext overrides this"));
-  }
-  return absl::OkStatus();
-}
-
-// Writes `content` to `path` readable by the owner only, atomically.
-static absl::Status WritePrivateFile(const std::string& path,
-                              const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-  }
-  const bool written =
-      ::write(fd, content.data(), content.size()) ==
-          static_cast<ssize_t>(content.size()) &&
-      ::fsync(fd) == 0;
-  ::close(fd);
-  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -270,9 +251,10 @@ absl::Status YardServer::Parts::OpenAuth() {
                    auth_store->CreateToken("workers", v1::WORKER,
                                            "created on first start"));
   const std::string admin_file = o.state_dir + "/admin.token";
-  RETURN_IF_ERROR(WritePrivateFile(admin_file, admin.token + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(admin_file, admin.token + "\n", 0600));
   RETURN_IF_ERROR(
-      WritePrivateFile(o.state_dir + "/worker.token", worker.token + "\n"));
+      WriteFileAtomically(o.state_dir + "/worker.token", worker.token + "\n",
+                          0600));
   std::fprintf(stderr,
                "yard-server: first start; admin token (shown once, also in "
                "%s):\n  %s\n",

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/grpc_credentials.h"
 #include "server/job_store.h"
 #include "server/test_dir.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
@@ -37,9 +38,6 @@ std::string& WorkerToken() {
   return *token;
 }
 
-void Authorize(grpc::ClientContext& ctx, const std::string& token) {
-  ctx.AddMetadata("authorization", "Bearer " + token);
-}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -74,7 +72,7 @@ std::string RawUnary(grpc::Channel* channel, const std::string& method,
   grpc::GenericStub stub(channel->shared_from_this());
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
-  Authorize(ctx, AdminToken());
+  AddBearerToken(ctx, AdminToken());
   grpc::Slice slice(request);
   grpc::ByteBuffer req(&slice, 1), resp;
   auto call = stub.PrepareUnaryCall(&ctx, method, req, &cq);
@@ -90,7 +88,7 @@ std::string RawBidiOnce(grpc::Channel* channel, const std::string& method,
   grpc::GenericStub stub(channel->shared_from_this());
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
-  Authorize(ctx, AdminToken());
+  AddBearerToken(ctx, AdminToken());
   auto call = stub.PrepareCall(&ctx, method, &cq);
   call->StartCall(nullptr);
   Await(cq);
@@ -147,7 +145,7 @@ class YardServerTest : public ::testing::Test {
 
   std::string Submit() {
     grpc::ClientContext ctx;
-    Authorize(ctx, AdminToken());
+    AddBearerToken(ctx, AdminToken());
     v1::SubmitJobRequest req;
     *req.mutable_spec() = Spec();
     v1::SubmitJobResponse resp;
@@ -158,7 +156,7 @@ class YardServerTest : public ::testing::Test {
 
   v1::Job Get(const std::string& id, grpc::Status* status = nullptr) {
     grpc::ClientContext ctx;
-    Authorize(ctx, AdminToken());
+    AddBearerToken(ctx, AdminToken());
     v1::GetJobRequest req;
     req.set_job_id(id);
     v1::Job job;
@@ -191,7 +189,7 @@ class YardServerTest : public ::testing::Test {
   std::unique_ptr<Worker> ConnectWorker(
       std::vector<std::pair<std::string, int>> running = {}) {
     auto w = std::make_unique<Worker>();
-    Authorize(w->ctx, WorkerToken());
+    AddBearerToken(w->ctx, WorkerToken());
     w->stream = worker_stub_->Connect(&w->ctx);
     v1::WorkerMessage hello;
     hello.mutable_hello()->set_worker_id("w1");
@@ -217,7 +215,7 @@ class YardServerTest : public ::testing::Test {
   };
   std::unique_ptr<Watch> StartWatch(const std::string& id, int64_t after) {
     auto w = std::make_unique<Watch>();
-    Authorize(w->ctx, AdminToken());
+    AddBearerToken(w->ctx, AdminToken());
     w->thread = std::thread([this, id, after, w = w.get()] {
       v1::WatchJobRequest req;
       req.set_job_id(id);
@@ -288,7 +286,7 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
 
   grpc::ClientContext logs_ctx;
 
-  Authorize(logs_ctx, AdminToken());
+  AddBearerToken(logs_ctx, AdminToken());
   v1::GetJobLogsRequest logs_req;
   logs_req.set_job_id(id);
   auto logs = jobs_->GetJobLogs(&logs_ctx, logs_req);
@@ -300,7 +298,7 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
 
   grpc::ClientContext list_ctx;
 
-  Authorize(list_ctx, AdminToken());
+  AddBearerToken(list_ctx, AdminToken());
   v1::ListJobsRequest list_req;
   list_req.add_states(v1::SUCCEEDED);
   v1::ListJobsResponse list;
@@ -310,7 +308,7 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
 
   grpc::ClientContext workers_ctx;
 
-  Authorize(workers_ctx, AdminToken());
+  AddBearerToken(workers_ctx, AdminToken());
   v1::ListWorkersResponse workers;
   ASSERT_TRUE(cluster_->ListWorkers(&workers_ctx, {}, &workers).ok());
   ASSERT_EQ(workers.workers_size(), 1);
@@ -318,7 +316,7 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
   EXPECT_EQ(workers.workers(0).hostname(), "test-host");
   EXPECT_EQ(workers.workers(0).free_cpu_slots(), 1);
   grpc::ClientContext status_ctx;
-  Authorize(status_ctx, AdminToken());
+  AddBearerToken(status_ctx, AdminToken());
   v1::ClusterStatus cs;
   ASSERT_TRUE(cluster_->GetClusterStatus(&status_ctx, {}, &cs).ok());
   EXPECT_EQ(cs.workers_ready(), 1);
@@ -338,14 +336,14 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
 
   grpc::ClientContext submit_ctx;
 
-  Authorize(submit_ctx, AdminToken());
+  AddBearerToken(submit_ctx, AdminToken());
   v1::SubmitJobResponse resp;
   s = jobs_->SubmitJob(&submit_ctx, v1::SubmitJobRequest(), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   grpc::ClientContext bad_ctx;
 
-  Authorize(bad_ctx, AdminToken());
+  AddBearerToken(bad_ctx, AdminToken());
   v1::SubmitJobRequest bad;
   *bad.mutable_spec() = Spec();
   bad.mutable_spec()->mutable_data()->mutable_mnist()->set_images("missing.gz");
@@ -355,7 +353,7 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
 
   grpc::ClientContext list_ctx;
 
-  Authorize(list_ctx, AdminToken());
+  AddBearerToken(list_ctx, AdminToken());
   v1::ListJobsRequest list_req;
   list_req.set_page_token("not-a-token");
   v1::ListJobsResponse list;
@@ -364,14 +362,14 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
 
   const std::string id = Submit();
   grpc::ClientContext cancel_ctx;
-  Authorize(cancel_ctx, AdminToken());
+  AddBearerToken(cancel_ctx, AdminToken());
   v1::CancelJobRequest cancel;
   cancel.set_job_id(id);
   v1::Job cancelled;
   ASSERT_TRUE(jobs_->CancelJob(&cancel_ctx, cancel, &cancelled).ok());
   EXPECT_EQ(cancelled.state(), v1::CANCELLED);
   grpc::ClientContext again_ctx;
-  Authorize(again_ctx, AdminToken());
+  AddBearerToken(again_ctx, AdminToken());
   s = jobs_->CancelJob(&again_ctx, cancel, &cancelled);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(s.error_message(), "job " + id + " is already CANCELLED");
@@ -385,7 +383,7 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
 
   // A worker that does not start with a hello is refused.
   grpc::ClientContext worker_ctx;
-  Authorize(worker_ctx, WorkerToken());
+  AddBearerToken(worker_ctx, WorkerToken());
   auto stream = worker_stub_->Connect(&worker_ctx);
   v1::WorkerMessage heartbeat;
   heartbeat.mutable_heartbeat();
@@ -405,7 +403,7 @@ TEST_F(YardServerTest, RestartKeepsTheRunningJobAndTheWatchResumes) {
   ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.mutable_started(); }));
   {  // Follow the job until RUNNING is committed (events 1..3).
     grpc::ClientContext ctx;
-    Authorize(ctx, AdminToken());
+    AddBearerToken(ctx, AdminToken());
     v1::WatchJobRequest req;
     req.set_job_id(id);
     auto reader = jobs_->WatchJob(&ctx, req);
@@ -485,7 +483,7 @@ TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
   v1::SubmitJobResponse response;
   std::thread submit([&] {
     grpc::ClientContext ctx;
-    Authorize(ctx, AdminToken());
+    AddBearerToken(ctx, AdminToken());
     v1::SubmitJobRequest req;
     *req.mutable_spec() = Spec();
     submitted = jobs_->SubmitJob(&ctx, req, &response);

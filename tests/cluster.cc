@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "common/grpc_credentials.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/waits.h"
@@ -249,7 +250,7 @@ std::unique_ptr<grpc::ClientContext> ContextWithToken(
     const std::string& token, absl::Duration timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + Scaled(timeout)));
-  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  AddBearerToken(*ctx, token);
   return ctx;
 }
 
