@@ -39,11 +39,13 @@ absl::Status CheckSupported(const JobSpec& spec) {
   if (spec.precision() == trainyard::v1::BF16) {
     return Unsupported("precision", "BF16 is");
   }
+#ifndef YARD_CUDA
   if (spec.resources().gpus() > 0) {
     return absl::InvalidArgumentError(
-        "resources.gpus: GPU training is not supported by this engine yet "
-        "(set gpus: 0 to train on CPU threads)");
+        "resources.gpus: GPU training is not supported by this build of the "
+        "engine (built without CUDA; set gpus: 0 to train on CPU threads)");
   }
+#endif
   return absl::OkStatus();
 }
 
@@ -221,6 +223,7 @@ absl::StatusOr<EngineJob> EngineJobFromSpec(const JobSpec& spec,
   job.threads =
       options.threads > 0 ? options.threads : spec.resources().cpu_threads();
   if (job.threads < 1) job.threads = 1;
+  job.gpus = spec.resources().gpus();
   return job;
 }
 

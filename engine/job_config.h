@@ -67,6 +67,9 @@ struct EngineJob {
   std::optional<TokenFiles> tokens;
   TrainerConfig trainer;
   int threads = 1;
+  // GPUs of the whole job; each rank trains on one (the CUDA backend, on
+  // the first GPU it sees). 0: the CPU backend.
+  int gpus = 0;
 };
 
 // REQUIRES: spec has defaults applied and passed validation. Still returns

@@ -1,6 +1,14 @@
 // Assembling and running a training job. See train_job.h.
 #include "engine/train_job.h"
 
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "engine/core/memory_estimate.h"
+#ifdef YARD_CUDA
+#include "engine/cuda/cuda_backend.h"
+#endif
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -202,8 +210,64 @@ absl::Status TrainJob::LoadTokenData(const EngineJob& job) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The CPU backend, or for a GPU job the CUDA backend with its whole memory
+// taken at once: the job's grant on a shared GPU (YARD_GPU_MEMORY_BYTES,
+// set by the worker), else what the memory estimate says the job needs. A
+// job that needs more than its grant fails here, never mid-run.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    const EngineJob& job, const Collective* collective) {
+  if (job.gpus == 0) {
+    CpuBackendOptions options;
+    options.threads = job.threads;
+    ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
+                     CpuBackend::Create(options));
+    return cpu;
+  }
+  const int ranks = collective == nullptr ? 1 : collective->world_size();
+  if (job.gpus != 1 || ranks != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resources.gpus: ", job.gpus,
+        " GPUs run as one rank per GPU, which "
+        "needs NCCL data parallel; this engine trains on one GPU per job"));
+  }
+#ifdef YARD_CUDA
+  const MemoryEstimate need =
+      job.is_gpt ? EstimateGptMemory(job.gpt, job.trainer.micro_batch,
+                                     job.threads, DeviceKind::kCuda)
+                 : EstimateMlpMemory(job.mlp, job.trainer.micro_batch,
+                                     job.threads, DeviceKind::kCuda);
+  CudaBackendOptions options;
+  options.arena_bytes = need.allocated() + need.workspace;
+  if (const char* grant = std::getenv("YARD_GPU_MEMORY_BYTES");
+      grant != nullptr && *grant != '\0') {
+    int64_t granted = 0;
+    if (!absl::SimpleAtoi(grant, &granted) || granted <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "YARD_GPU_MEMORY_BYTES must be a positive byte count, got '", grant,
+          "'"));
+    }
+    if (granted < options.arena_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the job needs ", options.arena_bytes,
+                       " bytes of GPU memory but "
+                       "its grant on the shared GPU is ",
+                       granted, " bytes"));
+    }
+    options.arena_bytes = granted;
+  }
+  return CreateCudaBackend(options);
+#else
+  return absl::FailedPreconditionError(
+      "resources.gpus: this build of the engine has no CUDA backend");
+#endif
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
-    const EngineJob& job, TrainerEventSink* sink) {
+    const EngineJob& job, TrainerEventSink* sink, Collective* collective) {
   std::unique_ptr<TrainJob> t(new TrainJob());
   TrainerConfig trainer_config = job.trainer;
   ASSIGN_OR_RETURN(std::optional<HfGpt2> init, ReadInitFrom(job));
@@ -225,11 +289,11 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
   } else {
     RETURN_IF_ERROR(t->LoadMnistData(job));
   }
-  CpuBackendOptions backend_options;
-  backend_options.threads = job.threads;
-  ASSIGN_OR_RETURN(t->backend_, CpuBackend::Create(backend_options));
+  ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, collective));
   ShuffledLoaderOptions loader_options;
-  loader_options.batch_size = job.trainer.micro_batch;
+  // Every rank draws the same global micro-batch and trains on its slice.
+  const int ranks = collective == nullptr ? 1 : collective->world_size();
+  loader_options.batch_size = job.trainer.micro_batch * ranks;
   loader_options.seed = job.trainer.seed;
   GptModel* gpt = nullptr;
   if (job.is_gpt) {
@@ -249,7 +313,8 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
   ASSIGN_OR_RETURN(
       t->trainer_,
       Trainer::Create(trainer_config, t->model_.get(), t->backend_.get(),
-                      t->loader_.get(), t->eval_.get(), sink));
+                      t->loader_.get(), t->eval_.get(), sink, Clock::Real(),
+                      collective));
   // Fine-tuning: the imported weights replace the fresh initialization (a
   // checkpoint found when the run starts replaces both).
   if (init.has_value()) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/collective.h"
 #include "engine/core/model.h"
 #include "engine/core/trainer.h"
 #include "engine/cpu/cpu_backend.h"
@@ -28,9 +29,12 @@ class TrainJob {
   // spec does not fit the data, e.g. a holdout larger than the data, an
   // input_dim other than the images' size, a vocabulary larger than
   // vocab_size or a text shorter than one window; DATA_LOSS or NOT_FOUND
-  // when a data file cannot be read. `sink` must outlive the job.
+  // when a data file cannot be read. `sink` must outlive the job, and so
+  // must `collective` when given (data parallel: this process is one rank;
+  // see Trainer).
   static absl::StatusOr<std::unique_ptr<TrainJob>> Create(
-      const EngineJob& job, TrainerEventSink* sink);
+      const EngineJob& job, TrainerEventSink* sink,
+      Collective* collective = nullptr);
 
   // Trains to the end (resuming from the job's checkpoint dir when it holds
   // a checkpoint) or until *stop turns true.
@@ -54,7 +58,7 @@ class TrainJob {
 
   // Declaration order is teardown order reversed: the trainer and model free
   // their buffers before the backend goes.
-  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<Backend> backend_;
   std::unique_ptr<ExampleSet> train_, eval_;
   std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<Model> model_;

@@ -3,6 +3,8 @@
 //
 //   yard-train run SPEC_FILE [--data-root DIR] [--checkpoint-dir DIR]
 //                            [--threads N] [--progress text|json]
+//                            [--rank R --world-size N --rendezvous FILE
+//                             [--rendezvous-host ADDR]]
 //   yard-train sample CHECKPOINT_DIR [--tokens N] [--temperature T]
 //                     [--top-k K] [--seed S] [--prompt TEXT] [--threads N]
 //   yard-train export CHECKPOINT_DIR OUT_DIR
@@ -22,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "common/log.h"
 #include "engine/core/gpt_sampler.h"
+#include "engine/dist/socket_collective.h"
 #include "engine/event_proto.h"
 #include "engine/gpt_tools.h"
 #include "engine/job_config.h"
@@ -39,6 +42,9 @@ constexpr int kExitInterrupted = 3;
 constexpr char kSynopsis[] =
     "usage: yard-train run SPEC_FILE [--data-root DIR] [--checkpoint-dir DIR]\n"
     "                                [--threads N] [--progress text|json]\n"
+    "                                [--rank R --world-size N --rendezvous "
+    "FILE\n"
+    "                                 [--rendezvous-host ADDR]]\n"
     "       yard-train sample CHECKPOINT_DIR [--tokens N] [--temperature T]\n"
     "                         [--top-k K] [--seed S] [--prompt TEXT]\n"
     "       yard-train export CHECKPOINT_DIR OUT_DIR\n";
@@ -53,6 +59,14 @@ constexpr char kHelp[] =
     "  --checkpoint-dir DIR  default checkpoints/<spec name>\n"
     "  --threads N           default spec.resources.cpu_threads\n"
     "  --progress text|json  json: one trainyard.v1.TrainerEvent per line\n"
+    "  --rank, --world-size  data parallel: this process is rank R of N; each\n"
+    "                        trains on micro_batch examples of every global\n"
+    "                        batch of micro_batch x N, gradients are summed;\n"
+    "                        rank 0 evaluates, checkpoints and reports\n"
+    "  --rendezvous FILE     where rank 0 publishes its address (all ranks\n"
+    "                        must see the same file)\n"
+    "  --rendezvous-host A   the IPv4 address rank 0 listens on (default\n"
+    "                        127.0.0.1: all ranks on this machine)\n"
     "\n"
     "Exit codes: 0 finished, 1 runtime error, 2 usage or invalid spec,\n"
     "3 interrupted after a checkpoint.\n"
@@ -75,6 +89,7 @@ struct Args {
   std::string checkpoint_dir;
   int threads = 0;
   bool json = false;
+  SocketCollectiveOptions ranks;
 };
 
 // Parses argv; on failure returns the message for stderr.
@@ -114,11 +129,29 @@ std::string ParseArgs(const std::vector<std::string>& argv, Args* args) {
                             "'");
       }
       args->json = value == "json";
+    } else if (flag == "--rank" || flag == "--world-size") {
+      int* dst = flag == "--rank" ? &args->ranks.rank : &args->ranks.world_size;
+      if (!absl::SimpleAtoi(value, dst) || *dst < 0 || *dst > 4096) {
+        return absl::StrCat(flag, " must be an integer in [0, 4096], got '",
+                            value, "'");
+      }
+    } else if (flag == "--rendezvous") {
+      args->ranks.rendezvous_file = value;
+    } else if (flag == "--rendezvous-host") {
+      args->ranks.listen_host = value;
     } else {
       return absl::StrCat("unknown flag ", flag);
     }
   }
   if (args->spec_file.empty()) return "missing SPEC_FILE";
+  const SocketCollectiveOptions& r = args->ranks;
+  if (r.world_size < 1 || r.rank >= r.world_size) {
+    return absl::StrCat("--rank ", r.rank, " must be below --world-size ",
+                        r.world_size);
+  }
+  if (r.world_size > 1 && r.rendezvous_file.empty()) {
+    return "--world-size above 1 needs --rendezvous FILE";
+  }
   return "";
 }
 
@@ -290,8 +323,11 @@ int Main(const std::vector<std::string>& argv) {
   absl::StatusOr<EngineJob> job = LoadJob(args);
   if (!job.ok()) return Fail(kExitUsage, job.status().message());
   StdoutSink sink(args.json);
+  absl::StatusOr<std::unique_ptr<SocketCollective>> ranks =
+      SocketCollective::Connect(args.ranks);
+  if (!ranks.ok()) return Fail(kExitRuntime, ranks.status().message());
   absl::StatusOr<std::unique_ptr<TrainJob>> train =
-      TrainJob::Create(*job, &sink);
+      TrainJob::Create(*job, &sink, ranks->get());
   if (!train.ok()) {
     const bool spec_error =
         train.status().code() == absl::StatusCode::kInvalidArgument;
@@ -299,8 +335,12 @@ int Main(const std::vector<std::string>& argv) {
                 train.status().message());
   }
   YARD_LOG(INFO) << "training " << (job->name.empty() ? "run" : job->name)
-                 << " with " << job->threads << " thread(s), checkpoints in "
-                 << job->trainer.checkpoint.dir;
+                 << " with " << job->threads << " thread(s)"
+                 << (args.ranks.world_size > 1
+                         ? absl::StrCat(" as rank ", args.ranks.rank, " of ",
+                                        args.ranks.world_size)
+                         : "")
+                 << ", checkpoints in " << job->trainer.checkpoint.dir;
   absl::StatusOr<Trainer::Outcome> outcome = (*train)->Run(&g_stop);
   if (!outcome.ok()) return Fail(kExitRuntime, outcome.status().message());
   return *outcome == Trainer::Outcome::kInterrupted ? kExitInterrupted

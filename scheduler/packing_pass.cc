@@ -197,7 +197,12 @@ int64_t AddPlacement(const PendingJob& job, const GpuDemand& demand,
   free.summaries[choice.worker] = Summarize(w);
   Placement p{job.id, w.id, {}, demand.whole && !job.whole_gpus()};
   for (size_t pos : choice.devices) {
-    p.gpu_indices.push_back(w.devices[pos].index);
+    const GpuCapacity& gpu = w.devices[pos];
+    p.gpu_indices.push_back(gpu.index);
+    const GpuDemand held = OnGpu(gpu, demand);
+    if (!held.whole) {
+      p.shares.push_back({gpu.index, held.memory_bytes, held.compute_milli});
+    }
   }
   plan.placements.push_back(std::move(p));
   return given;

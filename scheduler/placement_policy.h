@@ -22,6 +22,14 @@
 
 namespace trainyard::scheduler {
 
+// What a placed job holds of a GPU it shares with other jobs.
+struct GpuShare {
+  int32_t index = 0;  // the GPU's device index on its worker
+  int64_t memory_bytes = 0;
+  int32_t compute_milli = 0;
+  bool operator==(const GpuShare&) const = default;
+};
+
 struct Placement {
   std::string job_id;
   std::string worker_id;
@@ -29,6 +37,9 @@ struct Placement {
   // The GPUs are taken whole although the job asks only a share of each
   // (exclusive policies).
   bool exclusive = false;
+  // The GPUs of gpu_indices the job shares, with its share of each; the
+  // others it holds whole.
+  std::vector<GpuShare> shares = {};
 };
 
 enum class WaitKind {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/status_macros.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 
 namespace trainyard::server {
 namespace {
@@ -11,11 +11,41 @@ namespace {
 const std::vector<v1::JobState> kActive = {v1::SCHEDULED, v1::RUNNING,
                                            v1::PREEMPTING};
 
-std::vector<int32_t> DeviceIndices(const v1::WorkerHello& hello) {
-  std::vector<int32_t> out;
-  for (const v1::Device& d : hello.devices()) out.push_back(d.index());
-  std::sort(out.begin(), out.end());
+// The hello's device with the live figures of the latest heartbeat.
+v1::Device WithFigures(const v1::Device& capacity, const WorkerStatus& w) {
+  v1::Device out = capacity;
+  auto it = w.device_figures.find(capacity.index());
+  if (it == w.device_figures.end()) return out;
+  const v1::Device& live = it->second;
+  out.set_memory_used_bytes(live.memory_used_bytes());
+  out.set_utilization_percent(live.utilization_percent());
+  out.set_temperature_celsius(live.temperature_celsius());
+  out.set_power_milliwatts(live.power_milliwatts());
   return out;
+}
+
+// What of `device` no job holds.
+scheduler::GpuCapacity FreeOf(const v1::Device& device,
+                              const WorkerUsage& used) {
+  scheduler::GpuCapacity g;
+  g.index = device.index();
+  g.memory_bytes = std::max<int64_t>(0, device.memory_bytes());
+  g.free_memory_bytes = g.memory_bytes;
+  g.free_compute_milli = scheduler::kWholeGpuMilli;
+  auto it = used.gpu_use.find(g.index);
+  if (it == used.gpu_use.end()) return g;
+  const GpuUse& u = it->second;
+  if (u.whole || g.memory_bytes == 0 ||
+      (u.memory_bytes <= 0 && u.compute_milli <= 0)) {
+    g.free_memory_bytes = 0;
+    g.free_compute_milli = 0;
+    return g;
+  }
+  g.free_memory_bytes =
+      std::clamp<int64_t>(g.memory_bytes - u.memory_bytes, 0, g.memory_bytes);
+  g.free_compute_milli = std::clamp(scheduler::kWholeGpuMilli - u.compute_milli,
+                                    0, scheduler::kWholeGpuMilli);
+  return g;
 }
 
 v1::Worker ToProto(const WorkerStatus& w, const WorkerUsage& used) {
@@ -23,7 +53,9 @@ v1::Worker ToProto(const WorkerStatus& w, const WorkerUsage& used) {
   out.set_id(w.id);
   out.set_hostname(w.hello.hostname());
   out.set_state(w.state);
-  *out.mutable_devices() = w.hello.devices();
+  for (const v1::Device& d : w.hello.devices()) {
+    *out.add_devices() = WithFigures(d, w);
+  }
   out.set_cpu_slots(w.hello.cpu_slots());
   out.set_free_cpu_slots(std::max(0, w.hello.cpu_slots() - used.cpu_slots));
   out.set_free_gpus(std::max(
@@ -43,16 +75,36 @@ v1::Worker ToProto(const WorkerStatus& w, const WorkerUsage& used) {
 
 JobNeed NeedOf(const v1::JobSpec& spec) {
   const int32_t gpus = spec.resources().gpus();
-  return gpus > 0 ? JobNeed{gpus, 0} : JobNeed{0, 1};
+  // A CPU job takes one slot per data-parallel rank, all on one worker.
+  return gpus > 0 ? JobNeed{gpus, 0}
+                  : JobNeed{0, std::max(1, spec.resources().cpu_ranks())};
+}
+
+GpuHold RecordedHold(const JobRecord& record) {
+  // A placement grants the same share of each GPU of a job (its GPUs are
+  // alike: one worker's).
+  if (record.job.gpu_grants().empty()) return GpuHold{};
+  const v1::GpuGrant& g = record.job.gpu_grants(0);
+  return GpuHold{std::max<int64_t>(g.memory_bytes(), 1), g.compute_milli()};
 }
 
 std::map<std::string, WorkerUsage> UsageByWorker(
-    const std::vector<JobRecord>& active_jobs) {
+    const std::vector<JobRecord>& active_jobs, const GpuHoldOf& hold_of) {
   std::map<std::string, WorkerUsage> usage;
   for (const JobRecord& r : active_jobs) {
     WorkerUsage& u = usage[r.job.worker_id()];
     u.cpu_slots += NeedOf(r.job.spec()).cpu_slots;
     u.gpus.insert(r.gpu_indices.begin(), r.gpu_indices.end());
+    const GpuHold hold = hold_of ? hold_of(r) : RecordedHold(r);
+    for (int32_t g : r.gpu_indices) {
+      GpuUse& use = u.gpu_use[g];
+      if (hold.memory_bytes <= 0) {
+        use.whole = true;
+        continue;
+      }
+      use.memory_bytes += hold.memory_bytes;
+      use.compute_milli += hold.compute_milli;
+    }
     v1::RunningJobRef& ref = u.jobs.emplace_back();
     ref.set_job_id(r.job.id());
     ref.set_attempt(r.job.attempt());
@@ -73,9 +125,17 @@ std::vector<scheduler::WorkerCapacity> SchedulableCapacity(
     c.id = w.id;
     c.cpu_slots = w.hello.cpu_slots();
     c.free_cpu_slots = std::max(0, c.cpu_slots - used.cpu_slots);
-    c.gpus = DeviceIndices(w.hello);
-    for (int32_t g : c.gpus) {
-      if (!used.gpus.contains(g)) c.free_gpus.push_back(g);
+    for (const v1::Device& d : w.hello.devices()) {
+      c.devices.push_back(FreeOf(d, used));
+    }
+    std::sort(
+        c.devices.begin(), c.devices.end(),
+        [](const scheduler::GpuCapacity& a, const scheduler::GpuCapacity& b) {
+          return a.index < b.index;
+        });
+    for (const scheduler::GpuCapacity& g : c.devices) {
+      c.gpus.push_back(g.index);
+      if (g.wholly_free()) c.free_gpus.push_back(g.index);
     }
     out.push_back(std::move(c));
   }
@@ -87,7 +147,8 @@ ClusterView::ClusterView(JobStore* store, WorkerRegistry* workers,
     : store_(store), workers_(workers), version_(std::move(version)) {}
 
 absl::StatusOr<std::vector<v1::Worker>> ClusterView::ListWorkers() const {
-  ASSIGN_OR_RETURN(std::vector<JobRecord> active, store_->JobsInStates(kActive));
+  ASSIGN_OR_RETURN(std::vector<JobRecord> active,
+                   store_->JobsInStates(kActive));
   const std::map<std::string, WorkerUsage> usage = UsageByWorker(active);
   static const WorkerUsage kIdle;
   std::vector<v1::Worker> out;

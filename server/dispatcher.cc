@@ -39,7 +39,7 @@ DispatchCounts Dispatcher::Carry(
   CarryPreemptions(plan, queued, counts);
   for (const scheduler::Placement& p : plan.placements) {
     absl::StatusOr<JobRecord> record =
-        lifecycle_->Assign(p.job_id, p.worker_id, p.gpu_indices);
+        lifecycle_->Assign(p.job_id, p.worker_id, p.gpu_indices, p.shares);
     if (!record.ok()) {
       // Cancelled or otherwise moved on since the snapshot: nothing to do.
       if (!absl::IsFailedPrecondition(record.status())) {

@@ -36,9 +36,9 @@ absl::Status RejectUnknownFields(const google::protobuf::Message& message,
     const std::string child = absl::StrCat(path, ".", f->name());
     if (f->is_repeated()) {
       for (int i = 0; i < reflection->FieldSize(message, f); ++i) {
-        RETURN_IF_ERROR(RejectUnknownFields(
-            reflection->GetRepeatedMessage(message, f, i),
-            absl::StrCat(child, "[", i, "]")));
+        RETURN_IF_ERROR(
+            RejectUnknownFields(reflection->GetRepeatedMessage(message, f, i),
+                                absl::StrCat(child, "[", i, "]")));
       }
     } else {
       RETURN_IF_ERROR(
@@ -87,7 +87,8 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   job.set_request_id(request.request_id());
   job.set_name(spec.name());
   *job.mutable_spec() = spec;
-  ASSIGN_OR_RETURN(JobStore::Created created, store_->CreateJob(std::move(job)));
+  ASSIGN_OR_RETURN(JobStore::Created created,
+                   store_->CreateJob(std::move(job)));
   if (created.already_existed &&
       !google::protobuf::util::MessageDifferencer::Equals(
           created.record.job.spec(), spec)) {
@@ -112,15 +113,16 @@ absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
       JobRecord record,
       store_->UpdateJob(
           job_id, Durability::kTransition,
-          [&](JobRecord& r, std::vector<v1::JobEvent>& events)
-              -> absl::StatusOr<bool> {
+          [&](JobRecord& r,
+              std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
             before = r.job.state();
             RETURN_IF_ERROR(CheckCancellable(r.job));
             if (before == v1::QUEUED || before == v1::SCHEDULED) {
-              ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
-                               Transition(r.job, v1::CANCELLED, why,
-                                          clock_->Now()));
+              ASSIGN_OR_RETURN(
+                  *events.emplace_back().mutable_state_change(),
+                  Transition(r.job, v1::CANCELLED, why, clock_->Now()));
               r.gpu_indices.clear();
+              r.job.clear_gpu_grants();
               return true;
             }
             if (r.cancel_requested()) return false;  // already on its way
@@ -156,11 +158,12 @@ v1::ServerMessage JobLifecycle::CancelFor(const JobRecord& record) const {
 
 absl::StatusOr<JobRecord> JobLifecycle::Assign(
     const std::string& job_id, const std::string& worker_id,
-    const std::vector<int32_t>& gpu_indices) {
+    const std::vector<int32_t>& gpu_indices,
+    const std::vector<scheduler::GpuShare>& shares) {
   return store_->UpdateJob(
       job_id, Durability::kTransition,
-      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
-          -> absl::StatusOr<bool> {
+      [&](JobRecord& r,
+          std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
         ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                          StartAttempt(r.job, worker_id, clock_->Now()));
         // Set once: every attempt resumes from the same directory, even if
@@ -170,6 +173,14 @@ absl::StatusOr<JobRecord> JobLifecycle::Assign(
               absl::StrCat(options_.checkpoint_root, "/", job_id));
         }
         r.gpu_indices = gpu_indices;
+        r.job.clear_gpu_grants();
+        for (const scheduler::GpuShare& share : shares) {
+          v1::GpuGrant* g = r.job.add_gpu_grants();
+          g->set_index(share.index);
+          g->set_shared(true);
+          g->set_memory_bytes(share.memory_bytes);
+          g->set_compute_milli(share.compute_milli);
+        }
         return true;
       });
 }
@@ -182,6 +193,7 @@ v1::ServerMessage JobLifecycle::AssignmentFor(const JobRecord& record) const {
   *a->mutable_spec() = record.job.spec();
   a->set_checkpoint_dir(record.job.checkpoint_dir());
   for (int32_t g : record.gpu_indices) a->add_gpu_indices(g);
+  *a->mutable_gpu_grants() = record.job.gpu_grants();
   return msg;
 }
 
@@ -192,16 +204,17 @@ absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
   bool changed = false;
   absl::StatusOr<JobRecord> r = store_->UpdateJob(
       job_id, Durability::kTransition,
-      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
-          -> absl::StatusOr<bool> {
+      [&](JobRecord& r,
+          std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
         if (!IsCurrentAttempt(r, worker_id, attempt)) return false;
         const bool cancel = r.cancel_requested();
         // The trainer reported TrainFinished (after its final checkpoint)
         // but its exit never arrived: the training is done, and running it
         // again would only finish it a second time.
         const bool finished = !cancel && r.job.has_result();
-        const v1::JobState to =
-            cancel ? v1::CANCELLED : finished ? v1::SUCCEEDED : v1::QUEUED;
+        const v1::JobState to = cancel     ? v1::CANCELLED
+                                : finished ? v1::SUCCEEDED
+                                           : v1::QUEUED;
         const std::string why =
             cancel     ? absl::StrCat(r.cancel_reason, " (", reason, ")")
             : finished ? absl::StrCat("finished (", reason,
@@ -210,6 +223,7 @@ absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
         ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                          Transition(r.job, to, why, clock_->Now()));
         r.gpu_indices.clear();
+        r.job.clear_gpu_grants();
         changed = true;
         return true;
       });
@@ -223,9 +237,9 @@ absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
 }
 
 absl::StatusOr<int> JobLifecycle::RecoverHeldJobs() {
-  ASSIGN_OR_RETURN(std::vector<JobRecord> held,
-                   store_->JobsInStates(
-                       {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
+  ASSIGN_OR_RETURN(
+      std::vector<JobRecord> held,
+      store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
   for (const JobRecord& r : held) workers_->AddRecovered(r.job.worker_id());
   return static_cast<int>(held.size());
 }
@@ -233,15 +247,15 @@ absl::StatusOr<int> JobLifecycle::RecoverHeldJobs() {
 absl::Status JobLifecycle::SetWaitReason(const std::string& job_id,
                                          const std::string& reason) {
   return store_
-      ->UpdateJob(job_id, Durability::kTelemetry,
-                  [&](JobRecord& r, std::vector<v1::JobEvent>&) {
-                    if (r.job.state() != v1::QUEUED ||
-                        r.job.state_reason() == reason) {
-                      return false;
-                    }
-                    r.job.set_state_reason(reason);
-                    return true;
-                  })
+      ->UpdateJob(
+          job_id, Durability::kTelemetry,
+          [&](JobRecord& r, std::vector<v1::JobEvent>&) {
+            if (r.job.state() != v1::QUEUED || r.job.state_reason() == reason) {
+              return false;
+            }
+            r.job.set_state_reason(reason);
+            return true;
+          })
       .status();
 }
 

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "scheduler/placement_policy.h"
 #include "server/job_store.h"
 #include "server/worker_registry.h"
 #include "spec/spec.h"
@@ -32,8 +33,8 @@ struct JobLifecycleOptions {
   // Absolute; each job checkpoints under CHECKPOINT_ROOT/<job id>.
   std::string checkpoint_root;
   spec::ValidationOptions validation;  // data root for spec paths
-  int32_t cancel_grace_ms = 10'000;     // SIGTERM, then SIGKILL after this
-  int32_t preempt_grace_ms = 10'000;    // the same for a preempted job
+  int32_t cancel_grace_ms = 10'000;    // SIGTERM, then SIGKILL after this
+  int32_t preempt_grace_ms = 10'000;   // the same for a preempted job
   int32_t max_request_id_length = 128;
 };
 
@@ -74,10 +75,12 @@ class JobLifecycle {
                                  const std::string& reason);
 
   // --- Scheduler ---
-  // QUEUED -> SCHEDULED on worker_id: a new attempt, its checkpoint dir.
-  absl::StatusOr<JobRecord> Assign(const std::string& job_id,
-                                   const std::string& worker_id,
-                                   const std::vector<int32_t>& gpu_indices);
+  // QUEUED -> SCHEDULED on worker_id: a new attempt, its checkpoint dir,
+  // its GPUs and what it holds of those it shares (Job.gpu_grants).
+  absl::StatusOr<JobRecord> Assign(
+      const std::string& job_id, const std::string& worker_id,
+      const std::vector<int32_t>& gpu_indices,
+      const std::vector<scheduler::GpuShare>& shares = {});
   // The Assignment message for a record returned by Assign.
   v1::ServerMessage AssignmentFor(const JobRecord& record) const;
   // Gives the job back to the queue (or CANCELLED if a cancel is pending,

@@ -75,8 +75,8 @@ bool AlreadyApplied(v1::Job& job, const v1::JobUpdate& update) {
 
 // A report for the current attempt while the job is still SCHEDULED means
 // the process started (its JobStarted was lost or overtaken).
-absl::Status EnsureRunning(JobRecord& r, const std::string& why,
-                           absl::Time now, std::vector<v1::JobEvent>& events) {
+absl::Status EnsureRunning(JobRecord& r, const std::string& why, absl::Time now,
+                           std::vector<v1::JobEvent>& events) {
   if (r.job.state() != v1::SCHEDULED) return absl::OkStatus();
   ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                    Transition(r.job, v1::RUNNING, why, now));
@@ -105,7 +105,8 @@ void ApplyTrainerEvent(const v1::TrainerEvent& e, v1::Job& job) {
       break;
     case v1::TrainerEvent::kInterrupted:
       job.mutable_last_checkpoint()->set_step(e.interrupted().step());
-      job.mutable_last_checkpoint()->set_path(e.interrupted().checkpoint_path());
+      job.mutable_last_checkpoint()->set_path(
+          e.interrupted().checkpoint_path());
       break;
     case v1::TrainerEvent::EVENT_NOT_SET:
       break;
@@ -120,8 +121,8 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
     return {v1::SUCCEEDED, "finished"};
   }
   if (exit.cancelled() || r.cancel_requested()) {
-    return {v1::CANCELLED, r.cancel_requested() ? r.cancel_reason
-                                                : "stopped by the worker"};
+    return {v1::CANCELLED,
+            r.cancel_requested() ? r.cancel_reason : "stopped by the worker"};
   }
   if (exit.exit_code() == kExitRefused && exit.signal() == 0 &&
       r.job.state() == v1::SCHEDULED) {
@@ -136,9 +137,8 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
   if (exit.exit_code() == kExitInterrupted && exit.signal() == 0 &&
       r.job.state() == v1::RUNNING) {
     // Stopped by someone else's SIGTERM after checkpointing: run it again.
-    return {v1::QUEUED,
-            absl::StrCat("interrupted on worker ", worker_id,
-                         "; will resume from its checkpoint")};
+    return {v1::QUEUED, absl::StrCat("interrupted on worker ", worker_id,
+                                     "; will resume from its checkpoint")};
   }
   if (!exit.error().empty()) return {v1::FAILED, exit.error()};
   if (exit.signal() != 0) {
@@ -212,22 +212,22 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnTrainerEvent(
                                     : Durability::kTelemetry;
   RETURN_IF_ERROR(
       store_
-          ->UpdateJob(update.job_id(), durability,
-                      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
-                          -> absl::StatusOr<bool> {
-                        if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
-                          outcome = ReportOutcome::kStale;
-                          return false;
-                        }
-                        if (AlreadyApplied(r.job, update)) return false;
-                        RETURN_IF_ERROR(EnsureRunning(
-                            r, absl::StrCat("started on worker ", worker_id),
-                            clock_->Now(), events));
-                        ApplyTrainerEvent(update.trainer(), r.job);
-                        *events.emplace_back().mutable_trainer() =
-                            update.trainer();
-                        return true;
-                      })
+          ->UpdateJob(
+              update.job_id(), durability,
+              [&](JobRecord& r,
+                  std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
+                if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
+                  outcome = ReportOutcome::kStale;
+                  return false;
+                }
+                if (AlreadyApplied(r.job, update)) return false;
+                RETURN_IF_ERROR(EnsureRunning(
+                    r, absl::StrCat("started on worker ", worker_id),
+                    clock_->Now(), events));
+                ApplyTrainerEvent(update.trainer(), r.job);
+                *events.emplace_back().mutable_trainer() = update.trainer();
+                return true;
+              })
           .status());
   return outcome;
 }
@@ -240,8 +240,8 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
       JobRecord record,
       store_->UpdateJob(
           update.job_id(), Durability::kTransition,
-          [&](JobRecord& r, std::vector<v1::JobEvent>& events)
-              -> absl::StatusOr<bool> {
+          [&](JobRecord& r,
+              std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
             if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
               outcome = ReportOutcome::kStale;
               return false;
@@ -262,6 +262,7 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
                              Transition(r.job, to, why, clock_->Now()));
             if (to != v1::SUCCEEDED) r.job.clear_result();
             r.gpu_indices.clear();
+            r.job.clear_gpu_grants();
             return true;
           }));
   if (outcome == ReportOutcome::kApplied && !duplicate) {
@@ -274,14 +275,14 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
   return outcome;
 }
 
-absl::StatusOr<ReportOutcome> JobLifecycle::OnLog(
-    const std::string& worker_id, const v1::JobUpdate& update) {
+absl::StatusOr<ReportOutcome> JobLifecycle::OnLog(const std::string& worker_id,
+                                                  const v1::JobUpdate& update) {
   ASSIGN_OR_RETURN(JobRecord r, store_->GetJob(update.job_id()));
   // The last bytes of an attempt may arrive just after its exit was
   // recorded: keep them. Bytes from any other attempt (a job handed back to
   // the queue has no worker) are dropped.
-  const bool same_attempt = r.job.attempt() == update.attempt() &&
-                            r.job.worker_id() == worker_id;
+  const bool same_attempt =
+      r.job.attempt() == update.attempt() && r.job.worker_id() == worker_id;
   if (!same_attempt) return ReportOutcome::kStale;
   RETURN_IF_ERROR(store_->AppendLog(update.job_id(), update.log()));
   return ReportOutcome::kApplied;
@@ -292,8 +293,8 @@ absl::StatusOr<ReportOutcome> JobLifecycle::Reattach(
   ReportOutcome outcome = ReportOutcome::kApplied;
   absl::StatusOr<JobRecord> r = store_->UpdateJob(
       job_id, Durability::kTransition,
-      [&](JobRecord& r, std::vector<v1::JobEvent>& events)
-          -> absl::StatusOr<bool> {
+      [&](JobRecord& r,
+          std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
         if (!IsCurrentAttempt(r, worker_id, attempt)) {
           outcome = ReportOutcome::kStale;
           return false;

@@ -111,6 +111,9 @@ std::vector<scheduler::RunningJob> RunningJobsOf(
     j.tenant = r.job.tenant();
     j.priority = r.job.spec().priority();
     j.gpu_indices = r.gpu_indices;
+    const GpuHold hold = RecordedHold(r);
+    j.gpu_memory_bytes = hold.memory_bytes;
+    j.gpu_compute_milli = hold.compute_milli;
     j.cpu_slots = NeedOf(r.job.spec()).cpu_slots;
     if (r.job.state() == v1::PREEMPTING) {
       j.priority = std::numeric_limits<int32_t>::min();

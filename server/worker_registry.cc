@@ -29,6 +29,7 @@ int64_t WorkerRegistry::Attach(const v1::WorkerHello& hello,
     e.session = session = next_session_++;
     e.status.id = hello.worker_id();
     e.status.hello = hello;
+    e.status.device_figures.clear();  // from the old session's devices
     e.status.state = v1::WORKER_READY;
     e.status.connected = true;
     e.status.schedulable = false;
@@ -72,6 +73,21 @@ bool WorkerRegistry::Renew(const std::string& worker_id, int64_t session) {
   it->second.status.last_heartbeat = now;
   it->second.status.lease_deadline = now + lease_;
   return true;
+}
+
+void WorkerRegistry::RecordDeviceFigures(
+    const std::string& worker_id, int64_t session,
+    const google::protobuf::RepeatedPtrField<v1::Device>& figures) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.session != session) return;
+  WorkerStatus& status = it->second.status;
+  status.device_figures.clear();
+  for (const v1::Device& f : figures) {
+    for (const v1::Device& d : status.hello.devices()) {
+      if (d.index() == f.index()) status.device_figures[f.index()] = f;
+    }
+  }
 }
 
 void WorkerRegistry::Detach(const std::string& worker_id, int64_t session) {

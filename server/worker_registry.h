@@ -3,6 +3,9 @@
 // no job state (the JobStore does); what a worker is running is derived from
 // the store when needed.
 //
+// Each heartbeat's device figures (memory in use, utilisation, temperature,
+// power) are kept with the worker until the next one, for ListWorkers.
+//
 // Leases: every message from a worker's current session renews its lease
 // for `lease`. A worker whose lease runs out is declared LOST by
 // ExpireLeases(); a worker whose stream merely ended keeps its lease, so it
@@ -33,6 +36,10 @@ namespace trainyard::server {
 struct WorkerStatus {
   std::string id;
   v1::WorkerHello hello;  // empty for a recovered worker not yet back
+  // The live figures of its devices from its latest heartbeat, by device
+  // index (only devices of the hello); empty until the first heartbeat of
+  // the current session.
+  std::map<int32_t, v1::Device> device_figures;
   v1::WorkerState state = v1::WORKER_READY;
   bool connected = false;    // a stream is open
   bool schedulable = false;  // connected, re-attached, and not lost
@@ -54,7 +61,8 @@ class WorkerRegistry {
   // A worker opened a stream and said hello. Closes an older link of the
   // same worker. Returns the new session number. The worker is not
   // schedulable until MarkReady (its running jobs are re-attached first).
-  int64_t Attach(const v1::WorkerHello& hello, std::shared_ptr<WorkerLink> link);
+  int64_t Attach(const v1::WorkerHello& hello,
+                 std::shared_ptr<WorkerLink> link);
   void MarkReady(const std::string& worker_id, int64_t session);
   // The worker said it is shutting down: DRAINING, no more assignments
   // (until it connects again).
@@ -63,6 +71,12 @@ class WorkerRegistry {
   // current one (replaced, or the worker was declared lost): its stream
   // should end.
   bool Renew(const std::string& worker_id, int64_t session);
+  // Keeps the devices' live figures from a heartbeat of the worker's
+  // current session; figures for devices its hello did not list are
+  // dropped.
+  void RecordDeviceFigures(
+      const std::string& worker_id, int64_t session,
+      const google::protobuf::RepeatedPtrField<v1::Device>& figures);
   // The session's stream ended; the lease keeps running.
   void Detach(const std::string& worker_id, int64_t session);
 

@@ -27,12 +27,13 @@ bool Lists(const google::protobuf::RepeatedPtrField<v1::RunningJobRef>& refs,
 absl::Status ValidateHello(const v1::WorkerHello& hello,
                            const WorkerSessionOptions& options) {
   const std::string& id = hello.worker_id();
-  if (id.empty()) return absl::InvalidArgumentError("hello.worker_id: required");
+  if (id.empty())
+    return absl::InvalidArgumentError("hello.worker_id: required");
   if (static_cast<int32_t>(id.size()) > options.max_worker_id_length ||
       !std::all_of(id.begin(), id.end(), IsIdChar)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hello.worker_id: at most ", options.max_worker_id_length,
-        " characters of [A-Za-z0-9._-], got \"", id, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.worker_id: at most ", options.max_worker_id_length,
+                     " characters of [A-Za-z0-9._-], got \"", id, "\""));
   }
   if (hello.cpu_slots() < 0 || hello.cpu_slots() > options.max_cpu_slots) {
     return absl::InvalidArgumentError(
@@ -48,6 +49,11 @@ absl::Status ValidateHello(const v1::WorkerHello& hello,
     if (d.index() < 0 || !indices.insert(d.index()).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "hello.devices: index ", d.index(), " is negative or repeated"));
+    }
+    if (d.memory_bytes() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hello.devices: device ", d.index(),
+                       " has negative memory_bytes ", d.memory_bytes()));
     }
   }
   for (const v1::RunningJobRef& r : hello.running()) {
@@ -127,8 +133,9 @@ absl::Status WorkerSession::OnHello(const v1::WorkerHello& hello) {
 
 absl::Status WorkerSession::Reattach(const v1::WorkerHello& hello) {
   for (const v1::RunningJobRef& ref : hello.running()) {
-    ASSIGN_OR_RETURN(ReportOutcome outcome,
-                     lifecycle_->Reattach(worker_id_, ref.attempt(), ref.job_id()));
+    ASSIGN_OR_RETURN(
+        ReportOutcome outcome,
+        lifecycle_->Reattach(worker_id_, ref.attempt(), ref.job_id()));
     if (outcome == ReportOutcome::kStale) {
       Stop(ref.job_id(), ref.attempt());
       continue;
@@ -143,9 +150,9 @@ absl::Status WorkerSession::Reattach(const v1::WorkerHello& hello) {
       link_->Send(lifecycle_->PreemptFor(*r));
     }
   }
-  ASSIGN_OR_RETURN(std::vector<JobRecord> held,
-                   store_->JobsInStates(
-                       {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
+  ASSIGN_OR_RETURN(
+      std::vector<JobRecord> held,
+      store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
   unconfirmed_.clear();
   for (const JobRecord& r : held) {
     if (r.job.worker_id() != worker_id_ ||
@@ -169,6 +176,11 @@ absl::Status WorkerSession::RenewLease() {
 
 absl::Status WorkerSession::OnHeartbeat(const v1::Heartbeat& heartbeat) {
   RETURN_IF_ERROR(RenewLease());
+  if (heartbeat.devices_size() > options_.max_devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat.devices: at most ", options_.max_devices));
+  }
+  workers_->RecordDeviceFigures(worker_id_, session_, heartbeat.devices());
   if (heartbeat.draining()) workers_->MarkDraining(worker_id_, session_);
   for (const v1::RunningJobRef& ref : unconfirmed_) {
     if (Lists(heartbeat.running(), ref.job_id(), ref.attempt())) continue;
@@ -260,8 +272,8 @@ absl::Status WorkerSession::ApplyUpdate(const v1::JobUpdate& update) {
 
 void WorkerSession::Stop(const std::string& job_id, int32_t attempt) {
   if (!stopped_.insert({job_id, attempt}).second) return;
-  YARD_LOG(INFO) << "stopping stale attempt " << attempt << " of job "
-                 << job_id << " on worker " << worker_id_;
+  YARD_LOG(INFO) << "stopping stale attempt " << attempt << " of job " << job_id
+                 << " on worker " << worker_id_;
   v1::ServerMessage stop;
   stop.mutable_stop_attempt()->set_job_id(job_id);
   stop.mutable_stop_attempt()->set_attempt(attempt);

@@ -13,7 +13,8 @@
 //     the first heartbeat, after those reports: any still held and still not
 //     running there go back to the queue.
 //   - Heartbeats and every other message renew the lease. A heartbeat that
-//     lists a stale attempt gets StopAttempt.
+//     lists a stale attempt gets StopAttempt. Its device figures are kept
+//     in the registry (ListWorkers shows them).
 //   - Job updates are fenced by attempt (JobLifecycle::OnUpdate); a stale
 //     one is answered with StopAttempt (once per attempt and session).
 //     A resent update the store already holds (by its sequence number) is

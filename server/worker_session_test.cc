@@ -92,6 +92,10 @@ TEST_F(WorkerSessionTest, MalformedHellosAreInvalidArgumentNamingTheField) {
   h.add_devices()->set_index(0);
   EXPECT_THAT(ValidateHello(h, o).message(), HasSubstr("hello.devices"));
   h = hello();
+  h.add_devices()->set_memory_bytes(-1);
+  EXPECT_THAT(ValidateHello(h, o).message(),
+              HasSubstr("hello.devices: device 0 has negative memory_bytes"));
+  h = hello();
   h.add_running()->set_job_id("j-000001");  // attempt 0
   EXPECT_THAT(ValidateHello(h, o).message(), HasSubstr("hello.running"));
 
@@ -220,7 +224,7 @@ TEST_F(WorkerSessionTest, ExitReportedAfterReconnectWinsOverRequeue) {
   FakeWorker& w = Connect("w1");
   Pass();
   ASSERT_TRUE(w.Started(id, 1).ok());
-  w.session->Close();  // the stream breaks while the job finishes
+  w.session->Close();                // the stream breaks while the job finishes
   FakeWorker& back = Connect("w1");  // no longer running it
   ASSERT_TRUE(back.Exited(id, 1, 0).ok());
   ASSERT_TRUE(back.Heartbeat().ok());

@@ -1,6 +1,9 @@
 #include "sim/saturation.h"
 
+#include <algorithm>
+#include <numeric>
 #include <random>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -22,6 +25,12 @@ absl::Status CheckInputs(int64_t capacity, const std::vector<TracePod>& pods,
                          const std::vector<double>& loads) {
   if (capacity == 0) return absl::InvalidArgumentError("cluster has no GPU");
   if (pods.empty()) return absl::InvalidArgumentError("no pods to draw from");
+  bool asks_gpu = false;
+  for (const TracePod& p : pods) asks_gpu |= RequestMilli(p.shape) > 0;
+  if (!asks_gpu) {
+    // Arrivals would never add up to any load.
+    return absl::InvalidArgumentError("no pod asks for a GPU");
+  }
   for (size_t i = 0; i < loads.size(); ++i) {
     if (!(loads[i] > 0 && loads[i] <= 1) ||
         (i > 0 && loads[i] <= loads[i - 1])) {
@@ -54,6 +63,27 @@ int64_t Apply(const scheduler::ClusterSnapshot& snapshot,
   return allocated;
 }
 
+// Which pod arrives next: every pod of the list once, in a random order,
+// then (when the list asks for less than the load) copies of pods drawn at
+// random, as the FGD paper's simulator replays a trace.
+class ArrivalOrder {
+ public:
+  ArrivalOrder(size_t pods, std::mt19937_64& rng)
+      : order_(pods), draw_(0, pods - 1) {
+    std::iota(order_.begin(), order_.end(), size_t{0});
+    std::shuffle(order_.begin(), order_.end(), rng);
+  }
+
+  size_t Next(std::mt19937_64& rng) {
+    return next_ < order_.size() ? order_[next_++] : draw_(rng);
+  }
+
+ private:
+  std::vector<size_t> order_;
+  size_t next_ = 0;
+  std::uniform_int_distribution<size_t> draw_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::vector<LoadPoint>> RunSaturation(
@@ -72,7 +102,7 @@ absl::StatusOr<std::vector<LoadPoint>> RunSaturation(
   for (const TracePod& p : pods) workload.push_back({p.shape, 1.0});
 
   std::mt19937_64 rng(options.seed);
-  std::uniform_int_distribution<size_t> draw(0, pods.size() - 1);
+  ArrivalOrder arrivals(pods.size(), rng);
   std::vector<WorkerCapacity> free = cluster;
   std::vector<LoadPoint> points;
   int64_t requested = 0, allocated = 0, arrived = 0;
@@ -80,7 +110,7 @@ absl::StatusOr<std::vector<LoadPoint>> RunSaturation(
   for (double load : options.loads) {
     std::vector<PendingJob> batch;
     while (requested < load * capacity) {
-      PendingJob job = pods[draw(rng)].shape;
+      PendingJob job = pods[arrivals.Next(rng)].shape;
       job.id = absl::StrCat("t", arrived);
       job.submit_order = arrived++;
       requested += RequestMilli(job);

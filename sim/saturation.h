@@ -1,11 +1,13 @@
 // The saturation experiment of the FGD paper (Weng et al., ATC'23, §6):
-// tasks drawn at random (with replacement, seeded) from a trace's pod list
-// arrive one after another on an initially idle cluster; each is placed at
-// once or fails (no queueing, nothing ends), until the GPU compute the
-// arrived tasks asked for reaches 100% of the cluster's. At each arrived load
-// (e.g. 80/90/95/100%) it records the share of the cluster's GPU compute left
-// unallocated (asked-for shares count as allocated; the rest of a GPU an
-// exclusive policy gives whole counts as unallocated) and the failed tasks.
+// the pods of a trace's pod list arrive one after another on an initially
+// idle cluster, each once in a random (seeded) order and then, should the
+// list ask for less, copies of pods drawn at random, as the paper's own
+// simulator replays a list; each is placed at once or fails (no queueing,
+// nothing ends), until the GPU compute the arrived tasks asked for reaches
+// 100% of the cluster's. At each arrived load (e.g. 80/90/95/100%) it
+// records the share of the cluster's GPU compute left unallocated
+// (asked-for shares count as allocated; the rest of a GPU an exclusive
+// policy gives whole counts as unallocated) and the failed tasks.
 //
 // Arrivals between two recorded loads go to the policy as one pending queue
 // in arrival order: a pass considers them in that order and free capacity
@@ -37,8 +39,9 @@ struct LoadPoint {
   int64_t failed_gpu_tasks = 0;  // of which asked for GPUs
 };
 
-// INVALID_ARGUMENT when the cluster has no GPU, there are no pods, or the
-// loads are not ascending in (0, 1]; INTERNAL when the policy over-commits.
+// INVALID_ARGUMENT when the cluster has no GPU, no pod asks for a GPU, or
+// the loads are not ascending in (0, 1]; INTERNAL when the policy
+// over-commits.
 absl::StatusOr<std::vector<LoadPoint>> RunSaturation(
     const std::vector<scheduler::WorkerCapacity>& cluster,
     const std::vector<TracePod>& pods, const scheduler::PlacementPolicy& policy,

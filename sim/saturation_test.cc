@@ -71,11 +71,31 @@ TEST(SaturationTest, SameSeedSameResultAndMonotone) {
   }
 }
 
+TEST(SaturationTest, EveryPodArrivesOnceBeforeAnyRepeats) {
+  // The list asks exactly the cluster's 4 GPUs: replayed once, it fills the
+  // cluster with 4 arrivals whatever the order (a draw with replacement
+  // would repeat some pods and leave others out).
+  std::vector<TracePod> list = Pods(
+      "a,1000,1024,1,1000\nb,1000,1024,2,1000\nc,1000,1024,1,500\n"
+      "d,1000,1024,1,500\n");
+  const scheduler::BestFitPolicy best_fit;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    auto points = RunSaturation(Cluster(), list, best_fit,
+                                {.loads = {1.0}, .seed = seed});
+    ASSERT_TRUE(points.ok()) << points.status();
+    EXPECT_EQ((*points)[0].arrived_tasks, 4) << "seed " << seed;
+    EXPECT_EQ((*points)[0].failed_tasks, 0) << "seed " << seed;
+    EXPECT_THAT((*points)[0].unallocated_share, DoubleNear(0, 1e-9));
+  }
+}
+
 TEST(SaturationTest, RejectsBadInputs) {
   std::vector<TracePod> pods = Pods("a,1000,1024,1,300\n");
   scheduler::BestFitPolicy bf;
   EXPECT_FALSE(RunSaturation({}, pods, bf, {}).ok());
   EXPECT_FALSE(RunSaturation(Cluster(), {}, bf, {}).ok());
+  auto no_gpu = RunSaturation(Cluster(), Pods("c,1000,1024,0,0\n"), bf, {});
+  EXPECT_THAT(no_gpu.status().message(), ::testing::HasSubstr("no pod asks"));
   EXPECT_FALSE(RunSaturation(Cluster(), pods, bf, {.loads = {0.9, 0.5}}).ok());
   EXPECT_FALSE(RunSaturation(Cluster(), pods, bf, {.loads = {1.5}}).ok());
 }

@@ -57,6 +57,7 @@ inline constexpr int64_t kMaxHoldout = 10'000'000;  // MNIST examples
 // Resources one job may ask for.
 inline constexpr int64_t kMaxGpus = 1'024;
 inline constexpr int64_t kMaxCpuThreads = 256;
+inline constexpr int64_t kMaxCpuRanks = 64;
 
 // The largest products computed from accepted sizes stay far below 2^63:
 // a GPT's weights (layers x 12 d^2), its attention scores for a micro-batch

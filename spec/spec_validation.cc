@@ -377,6 +377,13 @@ void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {
     p->Range("resources.cpu_threads", r.cpu_threads(), 1,
              limits.max_cpu_threads);
   }
+  if (r.has_cpu_ranks()) {
+    p->Range("resources.cpu_ranks", r.cpu_ranks(), 1, kMaxCpuRanks);
+    if (r.gpus() > 0 && r.cpu_ranks() > 1) {
+      p->Add("resources.cpu_ranks",
+             "applies to CPU jobs only (a GPU job runs one rank per GPU)");
+    }
+  }
   if (r.has_gpu_compute_milli()) {
     p->Range("resources.gpu_compute_milli", r.gpu_compute_milli(), 1, 1000);
     if (r.gpus() == 0) {

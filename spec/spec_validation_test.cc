@@ -119,6 +119,17 @@ TEST_F(ValidationTest, AbsurdSizes) {
   spec.mutable_resources()->set_cpu_threads(0);
   EXPECT_THAT(ErrorOf(spec), StartsWith("resources.cpu_threads: must be in"));
   spec = Good();
+  spec.mutable_resources()->set_cpu_ranks(0);
+  EXPECT_THAT(ErrorOf(spec), StartsWith("resources.cpu_ranks: must be in"));
+  spec.mutable_resources()->set_cpu_ranks(65);
+  EXPECT_THAT(ErrorOf(spec), StartsWith("resources.cpu_ranks: must be in"));
+  spec.mutable_resources()->set_cpu_ranks(2);
+  spec.mutable_resources()->set_gpus(1);
+  EXPECT_THAT(ErrorOf(spec),
+              StartsWith("resources.cpu_ranks: applies to CPU jobs only"));
+  spec.mutable_resources()->set_gpus(0);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  spec = Good();
   spec.mutable_resources()->set_gpus(1);
   spec.mutable_resources()->set_gpu_compute_milli(1001);
   EXPECT_THAT(ErrorOf(spec),

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -105,20 +106,14 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   fs::remove(options.state_dir + "/yard-server.addr", ec);
   std::string prefix = dir.LogPrefix("yard-server");
   ProcessOptions p;
-  p.argv = {BinPath("yard-server"),
-            "--listen",
-            absl::StrCat("127.0.0.1:", options.port),
-            "--state-dir",
-            options.state_dir,
-            "--data-root",
-            SourceDir(),
+  p.argv = {BinPath("yard-server"), "--listen",
+            absl::StrCat("127.0.0.1:", options.port), "--state-dir",
+            options.state_dir, "--data-root", SourceDir(),
             "--heartbeat-interval-ms",
-            absl::StrCat(options.heartbeat_interval_ms),
-            "--worker-lease-ms",
+            absl::StrCat(options.heartbeat_interval_ms), "--worker-lease-ms",
             absl::StrCat(options.worker_lease_ms),
             // Tests run side by side: never the fixed default port.
-            "--metrics-listen",
-            "127.0.0.1:0"};
+            "--metrics-listen", "127.0.0.1:0"};
   p.argv.insert(p.argv.end(), options.extra_args.begin(),
                 options.extra_args.end());
   p.cwd = options.state_dir;
@@ -206,15 +201,19 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
             "--metrics-listen",
             "127.0.0.1:0",
             "--token-file",
-            options.token_file.empty()
-                ? CurrentCredentials().worker_token_file
-                : options.token_file};
+            options.token_file.empty() ? CurrentCredentials().worker_token_file
+                                       : options.token_file};
   if (!options.train_bin.empty()) {
     p.argv.push_back("--train-bin");
     p.argv.push_back(options.train_bin);
   }
   p.argv.insert(p.argv.end(), options.extra_args.begin(),
                 options.extra_args.end());
+  if (std::find(options.extra_args.begin(), options.extra_args.end(),
+                "--gpus") == options.extra_args.end()) {
+    p.argv.insert(p.argv.end(), {"--gpus", "none"});
+  }
+  p.env = options.env;
   p.cwd = work_dir;
   p.stdout_path = prefix + ".stdout";
   p.stderr_path = prefix + ".stderr";
@@ -246,8 +245,8 @@ std::unique_ptr<grpc::ClientContext> ContextWithTimeout(
   return ContextWithToken(CurrentCredentials().token, timeout);
 }
 
-std::unique_ptr<grpc::ClientContext> ContextWithToken(
-    const std::string& token, absl::Duration timeout) {
+std::unique_ptr<grpc::ClientContext> ContextWithToken(const std::string& token,
+                                                      absl::Duration timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + Scaled(timeout)));
   AddBearerToken(*ctx, token);

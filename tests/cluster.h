@@ -112,6 +112,10 @@ struct WorkerOptions {
   // --token-file; empty: CurrentCredentials().worker_token_file.
   std::string token_file;
   std::vector<std::string> extra_args;
+  // Added to the worker's environment. Without "--gpus" in extra_args the
+  // worker is started with --gpus none, so tests on a GPU host see the
+  // same CPU-only workers as everywhere else.
+  std::vector<std::pair<std::string, std::string>> env = {};
 };
 
 class WorkerProcess {

@@ -3,7 +3,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -202,6 +204,44 @@ TEST_F(FaultsTest, CrashingJobFailsWithStderrTailAndWorkerRunsTheNext) {
                       WaitForTerminal(jobs(), next.job().id(), JobTimeout()));
   EXPECT_EQ(ok.state(), v1::SUCCEEDED) << ok.DebugString();
   EXPECT_EQ(ok.worker_id(), "w1");
+}
+
+// Two jobs side by side on one worker; one's trainer crashes (SIGSEGV). The
+// neighbour and the worker carry on untouched.
+TEST_F(FaultsTest, AJobCrashingBesideAHealthyOneHurtsOnlyItself) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker,
+                      StartReadyWorker({.name = "shared", .cpu_slots = 2}));
+  YARD_ASSIGN_OR_FAIL(
+      v1::SubmitJobResponse healthy,
+      Submit(MnistSpec{.name = "healthy", .steps = 400, .checkpoint_every = 100}
+                 .ToProto()));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse doomed,
+                      Submit(LongJob("doomed").ToProto()));
+  const std::string doomed_id = doomed.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), doomed_id, "CheckpointSaved",
+                              JobTimeout(), IsCheckpointSaved)
+                     .status());
+  pid_t victim = 0;
+  for (pid_t pid : worker->TrainerPids()) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::stringstream cmdline;
+    cmdline << in.rdbuf();
+    if (cmdline.str().find(doomed_id) != std::string::npos) victim = pid;
+  }
+  ASSERT_NE(victim, 0) << "no trainer of " << doomed_id;
+  ASSERT_EQ(kill(victim, SIGSEGV), 0);
+
+  YARD_ASSIGN_OR_FAIL(v1::Job crashed,
+                      WaitForTerminal(jobs(), doomed_id, JobTimeout()));
+  EXPECT_EQ(crashed.state(), v1::FAILED) << crashed.DebugString();
+  EXPECT_NE(crashed.state_reason().find("signal 11"), std::string::npos)
+      << crashed.DebugString();
+  YARD_ASSIGN_OR_FAIL(
+      v1::Job ok, WaitForTerminal(jobs(), healthy.job().id(), JobTimeout()));
+  EXPECT_EQ(ok.state(), v1::SUCCEEDED) << ok.DebugString();
+  EXPECT_EQ(ok.attempts_size(), 1) << ok.DebugString();
+  EXPECT_TRUE(worker->process().Running());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/exact_resume.h"
 #include "tests/harness.h"
 
 namespace trainyard::itest {
@@ -96,6 +97,63 @@ TEST_F(PreemptionTest, HighPriorityJobPreemptsAndTheLowOneResumes) {
   EXPECT_GT(starts[1].start_step(), 0) << DescribeEvents(all.events);
   EXPECT_GE(starts[1].start_step(), saved.trainer().checkpoint().step());
   EXPECT_FALSE(starts[1].resumed_from().empty());
+}
+
+// Resume anywhere: the preempted job comes back on another worker (the
+// first is busy with the job that preempted it) and ends with the very
+// weights of an uninterrupted run, byte for byte.
+TEST_F(PreemptionTest, APreemptedJobResumesOnAnotherWorkerExactly) {
+  YARD_ASSERT_OK(
+      StartServer({.extra_args = {"--policy", "first-fit+preempt"}}));
+  YARD_ASSERT_OK(StartReadyWorker({.name = "first", .cpu_slots = 1}).status());
+  const MnistSpec low_spec{.name = "mover",
+                           .hidden = 128,
+                           .steps = 600,
+                           .micro_batch = 64,
+                           .checkpoint_every = 100,
+                           .log_every = 20};
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse low, Submit(low_spec.ToProto()));
+  const std::string low_id = low.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), low_id, "CheckpointSaved", JobTimeout(),
+                              IsCheckpointSaved)
+                     .status());
+  // The preemptor outlasts the test, so the low job cannot go back to the
+  // first worker.
+  v1::JobSpec high_spec =
+      MnistSpec{.name = "hog", .steps = 1'000'000}.ToProto();
+  high_spec.set_priority(10);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse high, Submit(high_spec));
+  YARD_ASSERT_OK(WaitForEvent(jobs(), low_id, "PREEMPTING -> QUEUED",
+                              JobTimeout(),
+                              [](const v1::JobEvent& e) {
+                                return IsChange(e, v1::PREEMPTING, v1::QUEUED);
+                              })
+                     .status());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "second", .cpu_slots = 1}).status());
+
+  YARD_ASSIGN_OR_FAIL(v1::Job done,
+                      WaitForTerminal(jobs(), low_id, JobTimeout()));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  ASSERT_EQ(done.attempts_size(), 2) << done.DebugString();
+  EXPECT_EQ(done.attempts(0).worker_id(), "first");
+  EXPECT_EQ(done.attempts(0).outcome(), v1::QUEUED);
+  EXPECT_EQ(done.attempts(1).worker_id(), "second");
+  EXPECT_GT(done.attempts(1).resumed_from_step(), 0) << done.DebugString();
+  CommandResult get = Yard({"get", low_id});
+  ASSERT_EQ(get.exit_code(), 0) << get.DebugString();
+  EXPECT_THAT(get.out, HasSubstr("second")) << get.out;
+
+  YARD_ASSIGN_OR_FAIL(std::string weights, FinalWeights(done.checkpoint_dir()));
+  YARD_ASSIGN_OR_FAIL(std::string straight,
+                      StraightRunWeights(dir(), low_spec));
+  EXPECT_TRUE(weights == straight)
+      << "final weights differ from an uninterrupted run of the same spec";
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(high.job().id());
+  v1::Job cancelled;
+  YARD_ASSERT_OK(
+      ToAbsl(jobs().CancelJob(ContextWithTimeout().get(), cancel, &cancelled)));
 }
 
 // The queue as users see it: `yard ls` and `yard get` show a waiting job's

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 
 namespace trainyard::worker {
@@ -53,9 +54,8 @@ void JobProcess::Run() {
     YARD_LOG(WARNING) << "job " << launch_.job_id << ": cannot open log "
                       << launch_.log_path << ": " << strerror(errno);
   }
-  auto child = SpawnChild(launch_.spawn);
-  if (!child.ok()) {
-    const std::string error(child.status().message());
+  if (absl::Status spawned = SpawnRanks(); !spawned.ok()) {
+    const std::string error(spawned.message());
     YARD_LOG(WARNING) << "job " << launch_.job_id << " attempt "
                       << launch_.attempt << " did not start: " << error;
     pending_log_ = error + "\n";
@@ -63,27 +63,49 @@ void JobProcess::Run() {
     ReportExit(ExitStatus{kExecFailedExitCode, 0}, error);
     return;
   }
+  std::vector<std::string> pids;
+  for (const Rank& r : ranks_) pids.push_back(std::to_string(r.child->pid()));
   YARD_LOG(INFO) << "job " << launch_.job_id << " attempt " << launch_.attempt
-                 << " started as pid " << (*child)->pid();
+                 << " started as pid " << absl::StrJoin(pids, ", ");
   trainyard::v1::JobUpdate started;
-  started.mutable_started()->set_pid((*child)->pid());
+  started.mutable_started()->set_pid(ranks_[0].child->pid());
   Report(std::move(started));
 
-  Pump(**child);
-  const ExitStatus status = (*child)->Wait();
-  stdout_lines_.Flush([this](std::string_view l) { OnStdoutLine(l); });
-  stderr_lines_.Flush([this](std::string_view l) { OnStderrLine(l); });
+  Pump();
+  for (Rank& r : ranks_) {
+    if (!r.exit.has_value()) r.exit = r.child->Wait();
+    r.stdout_lines.Flush([&](std::string_view l) { OnStdoutLine(r, l); });
+    r.stderr_lines.Flush([&](std::string_view l) { OnStderrLine(r, l); });
+  }
   FlushLog();
+  auto [status, error] = GangExit();
   YARD_LOG(INFO) << "job " << launch_.job_id << " attempt " << launch_.attempt
                  << " " << DescribeExit(status);
-  std::string error;
-  if (!status.ok()) {
-    error = DescribeExit(status);
-    if (!stderr_tail_.empty()) {
-      absl::StrAppend(&error, "; stderr tail:\n", stderr_tail_.Text());
-    }
-  }
   ReportExit(status, error);
+}
+
+absl::Status JobProcess::SpawnRanks() {
+  if (launch_.ranks.empty()) {
+    return absl::InvalidArgumentError("the launch has no process to run");
+  }
+  ranks_.reserve(launch_.ranks.size());
+  for (size_t i = 0; i < launch_.ranks.size(); ++i) {
+    auto child = SpawnChild(launch_.ranks[i]);
+    if (!child.ok()) {
+      SignalAll(SIGKILL);
+      for (Rank& r : ranks_) r.exit = r.child->Wait();
+      ranks_.clear();
+      return launch_.ranks.size() == 1
+                 ? child.status()
+                 : absl::Status(child.status().code(),
+                                absl::StrCat("rank ", i, ": ",
+                                             child.status().message()));
+    }
+    Rank& r = ranks_.emplace_back();
+    r.index = static_cast<int>(i);
+    r.child = *std::move(child);
+  }
+  return absl::OkStatus();
 }
 
 void JobProcess::ReportExit(const ExitStatus& status,
@@ -101,70 +123,134 @@ void JobProcess::ReportExit(const ExitStatus& status,
   Report(std::move(update));
 }
 
-void JobProcess::Pump(ChildProcess& child) {
-  bool exited = false;
+void JobProcess::Pump() {
   absl::Time drain_until = absl::InfiniteFuture();
+  std::vector<pollfd> fds;
+  std::vector<Rank*> owners;  // the rank of each fd; null for the wake fd
   while (true) {
-    absl::Time next = std::min(ApplyControl(child), drain_until);
+    absl::Time next = std::min(ApplyControl(), drain_until);
+    fds.clear();
+    owners.clear();
     // Without a pidfd or an eventfd the loop must look on a timer instead.
-    if ((child.pid_fd() < 0 && !exited) || !wake_fd_.valid()) {
-      next = std::min(next, absl::Now() + kExitPollPeriod);
+    bool timer = !wake_fd_.valid();
+    for (Rank& r : ranks_) {
+      for (int fd : {r.child->stdout_fd(), r.child->stderr_fd()}) {
+        if (fd < 0) continue;
+        fds.push_back({fd, POLLIN, 0});
+        owners.push_back(&r);
+      }
+      if (r.exit.has_value()) continue;
+      if (r.child->pid_fd() < 0) {
+        timer = true;
+        continue;
+      }
+      fds.push_back({r.child->pid_fd(), POLLIN, 0});
+      owners.push_back(&r);
     }
-    pollfd fds[4];
-    nfds_t n = 0;
-    const int out_fd = child.stdout_fd(), err_fd = child.stderr_fd();
-    if (out_fd >= 0) fds[n++] = {out_fd, POLLIN, 0};
-    if (err_fd >= 0) fds[n++] = {err_fd, POLLIN, 0};
-    if (wake_fd_.valid()) fds[n++] = {wake_fd_.get(), POLLIN, 0};
-    if (child.pid_fd() >= 0 && !exited) fds[n++] = {child.pid_fd(), POLLIN, 0};
-    if (poll(fds, n, PollTimeoutMs(next)) < 0 && errno != EINTR) {
+    if (wake_fd_.valid()) {
+      fds.push_back({wake_fd_.get(), POLLIN, 0});
+      owners.push_back(nullptr);
+    }
+    if (timer) next = std::min(next, absl::Now() + kExitPollPeriod);
+    if (poll(fds.data(), fds.size(), PollTimeoutMs(next)) < 0 &&
+        errno != EINTR) {
       YARD_LOG(ERROR) << "job " << launch_.job_id
                       << ": poll: " << strerror(errno);
-      child.SignalGroup(SIGKILL);
+      SignalAll(SIGKILL);
       return;
     }
-    for (nfds_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
-      if (fds[i].fd == out_fd && !ReadFrom(out_fd, true)) child.CloseStdout();
-      if (fds[i].fd == err_fd && !ReadFrom(err_fd, false)) child.CloseStderr();
-      if (fds[i].fd == wake_fd_.get()) {
+      Rank* r = owners[i];
+      if (r == nullptr) {
         uint64_t count;
         ssize_t unused = read(wake_fd_.get(), &count, sizeof(count));
         (void)unused;
+      } else if (fds[i].fd == r->child->stdout_fd()) {
+        if (!ReadFrom(*r, fds[i].fd, true)) r->child->CloseStdout();
+      } else if (fds[i].fd == r->child->stderr_fd()) {
+        if (!ReadFrom(*r, fds[i].fd, false)) r->child->CloseStderr();
       }
     }
-    if (!exited && child.HasExited()) {
-      exited = true;
-      // The job is over: whatever it left in its group goes with it.
-      child.SignalGroup(SIGKILL);
+    bool all_exited = true, all_closed = true;
+    for (Rank& r : ranks_) {
+      if (!r.exit.has_value() && r.child->HasExited()) OnRankExit(r);
+      all_exited = all_exited && r.exit.has_value();
+      all_closed =
+          all_closed && r.child->stdout_fd() < 0 && r.child->stderr_fd() < 0;
+    }
+    if (!all_exited) continue;
+    if (all_closed) return;
+    // After the last exit, leftovers may keep the pipes open a while.
+    if (drain_until == absl::InfiniteFuture()) {
       drain_until = absl::Now() + kDrainTimeout;
     }
-    if (exited && child.stdout_fd() < 0 && child.stderr_fd() < 0) return;
-    if (exited && absl::Now() >= drain_until) return;
+    if (absl::Now() >= drain_until) return;
   }
 }
 
-absl::Time JobProcess::ApplyControl(ChildProcess& child) {
+void JobProcess::OnRankExit(Rank& rank) {
+  // The rank is over: whatever it left in its group goes with it. Signal
+  // before reaping, while the group id cannot have been reused.
+  rank.child->SignalGroup(SIGKILL);
+  rank.exit = rank.child->Wait();
+  const bool stopped_as_asked =
+      rank.exit->signal == 0 && rank.exit->exit_code == kInterruptedExitCode;
+  if (rank.exit->ok() || stopped_as_asked || first_failure_ >= 0) return;
+  first_failure_ = rank.index;
+  if (ranks_.size() == 1) return;
+  YARD_LOG(WARNING) << "job " << launch_.job_id << " attempt "
+                    << launch_.attempt << ": rank " << rank.index << " "
+                    << DescribeExit(*rank.exit) << "; stopping the other ranks";
+  absl::StrAppend(&pending_log_, "[worker] rank ", rank.index, " ",
+                  DescribeExit(*rank.exit), "; stopping the other ranks\n");
+  SignalAll(SIGKILL);
+}
+
+std::pair<ExitStatus, std::string> JobProcess::GangExit() const {
+  // The first failure speaks for the gang; else the first rank that did
+  // not simply finish (all stopped as asked); else all finished.
+  const Rank* speaker = first_failure_ >= 0 ? &ranks_[first_failure_] : nullptr;
+  for (const Rank& r : ranks_) {
+    if (speaker == nullptr && !r.exit->ok()) speaker = &r;
+  }
+  if (speaker == nullptr) return {ExitStatus{}, ""};
+  std::string error = DescribeExit(*speaker->exit);
+  if (ranks_.size() > 1)
+    error = absl::StrCat("rank ", speaker->index, " ", error);
+  if (!speaker->stderr_tail.empty()) {
+    absl::StrAppend(&error, "; stderr tail:\n", speaker->stderr_tail.Text());
+  }
+  return {*speaker->exit, error};
+}
+
+absl::Time JobProcess::ApplyControl() {
   absl::MutexLock lock(&mu_);
   Control& c = control_;
   if (c.kill && !c.kill_sent) {
-    child.SignalGroup(SIGKILL);
+    SignalAll(SIGKILL);
     c.kill_sent = true;
   }
   if (c.terminate && !c.term_sent && !c.kill_sent) {
-    child.SignalGroup(SIGTERM);
+    SignalAll(SIGTERM);
     c.term_sent = true;
   }
   if (!c.kill_sent && absl::Now() >= c.kill_at) {
     YARD_LOG(INFO) << "job " << launch_.job_id << " attempt " << launch_.attempt
                    << " still running after its grace period: SIGKILL";
-    child.SignalGroup(SIGKILL);
+    SignalAll(SIGKILL);
     c.kill_sent = true;
   }
   return c.kill_sent ? absl::InfiniteFuture() : c.kill_at;
 }
 
-bool JobProcess::ReadFrom(int fd, bool is_stdout) {
+void JobProcess::SignalAll(int sig) {
+  for (Rank& r : ranks_) {
+    if (!r.exit.has_value()) r.child->SignalGroup(sig);
+  }
+}
+
+bool JobProcess::ReadFrom(Rank& rank, int fd, bool is_stdout) {
   char buf[kReadSize];
   ssize_t n;
   do {
@@ -173,26 +259,34 @@ bool JobProcess::ReadFrom(int fd, bool is_stdout) {
   if (n <= 0) return n < 0 && errno == EAGAIN;
   const std::string_view data(buf, static_cast<size_t>(n));
   if (is_stdout) {
-    stdout_lines_.Feed(data, [this](std::string_view l) { OnStdoutLine(l); });
+    rank.stdout_lines.Feed(data,
+                           [&](std::string_view l) { OnStdoutLine(rank, l); });
   } else {
-    stderr_lines_.Feed(data, [this](std::string_view l) { OnStderrLine(l); });
+    rank.stderr_lines.Feed(data,
+                           [&](std::string_view l) { OnStderrLine(rank, l); });
   }
   FlushLog();
   return true;
 }
 
-void JobProcess::OnStdoutLine(std::string_view line) {
-  if (auto event = ParseTrainerEventLine(line)) {
-    trainyard::v1::JobUpdate update;
-    *update.mutable_trainer() = *std::move(event);
-    Report(std::move(update));
-    return;
+void JobProcess::OnStdoutLine(Rank& rank, std::string_view line) {
+  if (rank.index == 0) {
+    if (auto event = ParseTrainerEventLine(line)) {
+      trainyard::v1::JobUpdate update;
+      *update.mutable_trainer() = *std::move(event);
+      Report(std::move(update));
+      return;
+    }
+  } else {
+    absl::StrAppend(&pending_log_, "[rank ", rank.index, "] ");
   }
   pending_log_.append(line).append("\n");
 }
 
-void JobProcess::OnStderrLine(std::string_view line) {
-  stderr_tail_.AddLine(line);
+void JobProcess::OnStderrLine(Rank& rank, std::string_view line) {
+  rank.stderr_tail.AddLine(line);
+  if (rank.index > 0)
+    absl::StrAppend(&pending_log_, "[rank ", rank.index, "] ");
   pending_log_.append(line).append("\n");
 }
 

@@ -4,6 +4,14 @@
 // chunks and finally exactly one JobExited through the report callback, in
 // that order.
 //
+// A data-parallel job is a gang of rank processes, each in its own process
+// group. Rank 0 reports the trainer events; the other ranks' output goes to
+// the log prefixed "[rank N] ". The gang lives and dies together: when one
+// rank fails (a non-zero exit other than the checkpoint-and-stop code, or a
+// signal) the others are killed at once, and the exit reported is that first
+// failure, naming its rank. Signals asked for (Terminate, Kill) go to every
+// rank.
+//
 // Run() blocks for the life of the child and must be called on a thread that
 // lives at least that long (PR_SET_PDEATHSIG is tied to the spawning thread).
 // Terminate() and Kill() are safe to call from any thread at any time, also
@@ -13,9 +21,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "trainyard/v1/worker.pb.h"
@@ -28,8 +41,8 @@ namespace trainyard::worker {
 struct JobLaunch {
   std::string job_id;
   int32_t attempt = 0;
-  std::string log_path;  // the job's local log, appended to
-  SpawnRequest spawn;
+  std::string log_path;             // the job's local log, appended to
+  std::vector<SpawnRequest> ranks;  // rank 0 first; one for a plain job
 };
 
 class JobProcess {
@@ -45,6 +58,10 @@ class JobProcess {
 
   const std::string& job_id() const { return launch_.job_id; }
   int32_t attempt() const { return launch_.attempt; }
+
+  // The exit code with which yard-train says it checkpointed and stopped
+  // when asked to; a rank ending so does not break the gang.
+  static constexpr int kInterruptedExitCode = 3;
 
   // Runs the attempt to its end; see the file comment.
   void Run();
@@ -69,14 +86,31 @@ class JobProcess {
     absl::Time kill_at = absl::InfiniteFuture();
   };
 
-  void Pump(ChildProcess& child);
+  // One rank's process and what it has said so far.
+  struct Rank {
+    int index = 0;
+    std::unique_ptr<ChildProcess> child;
+    LineSplitter stdout_lines;
+    LineSplitter stderr_lines;
+    TailBuffer stderr_tail;
+    std::optional<ExitStatus> exit;
+  };
+
+  // Spawns every rank; on failure kills those already started.
+  absl::Status SpawnRanks();
+  void Pump();
+  // Records a rank that exited; the first failure kills the rest.
+  void OnRankExit(Rank& rank);
+  // The exit of the attempt as a whole, and its error text.
+  std::pair<ExitStatus, std::string> GangExit() const;
   // Sends the signals asked for; returns when it must look again (the
   // SIGKILL escalation deadline).
-  absl::Time ApplyControl(ChildProcess& child);
+  absl::Time ApplyControl();
+  void SignalAll(int sig);
   // Reads what is ready on `fd`; false at end of file.
-  bool ReadFrom(int fd, bool is_stdout);
-  void OnStdoutLine(std::string_view line);
-  void OnStderrLine(std::string_view line);
+  bool ReadFrom(Rank& rank, int fd, bool is_stdout);
+  void OnStdoutLine(Rank& rank, std::string_view line);
+  void OnStderrLine(Rank& rank, std::string_view line);
   void FlushLog();
   void Wake();
   void Report(trainyard::v1::JobUpdate update);
@@ -92,9 +126,8 @@ class JobProcess {
   // Owned by the thread in Run().
   FileDescriptor log_fd_;
   bool log_write_failed_ = false;
-  LineSplitter stdout_lines_;
-  LineSplitter stderr_lines_;
-  TailBuffer stderr_tail_;
+  std::vector<Rank> ranks_;
+  int first_failure_ = -1;  // index into ranks_ of the first rank that failed
   std::string pending_log_;
 };
 

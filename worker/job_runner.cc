@@ -69,7 +69,19 @@ absl::Status CheckAssignment(const trainyard::v1::Assignment& a) {
         absl::StrCat("the spec asks for ", asked,
                      " GPUs but the assignment gives ", a.gpu_indices_size()));
   }
+  const int ranks = a.spec().resources().cpu_ranks();
+  if (ranks < 0 || ranks > 4096 || (asked > 0 && ranks > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resources.cpu_ranks ", ranks, " is not valid for this job"));
+  }
   return absl::OkStatus();
+}
+
+// Processes of the attempt: one per GPU, or resources.cpu_ranks (default 1)
+// for a job on CPU slots.
+int RanksOf(const trainyard::v1::Assignment& a) {
+  if (!a.gpu_indices().empty()) return a.gpu_indices_size();
+  return std::max(1, a.spec().resources().cpu_ranks());
 }
 
 }  // namespace
@@ -109,8 +121,11 @@ void JobRunner::Start(const trainyard::v1::Assignment& a) {
     refused = ReserveLocked(a);
     if (refused.ok()) {
       Entry entry;
-      entry.cpu_slot = a.gpu_indices().empty();
+      entry.cpu_slots = a.gpu_indices().empty() ? RanksOf(a) : 0;
       entry.gpus.assign(a.gpu_indices().begin(), a.gpu_indices().end());
+      for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) {
+        entry.shares[g.index()] = g;
+      }
       absl::StatusOr<JobLaunch> launch = PrepareLaunch(a);
       if (launch.ok()) {
         entry.process = std::make_shared<JobProcess>(
@@ -135,14 +150,21 @@ void JobRunner::Start(const trainyard::v1::Assignment& a) {
 absl::Status JobRunner::ReserveLocked(const trainyard::v1::Assignment& a) {
   if (!accepting_) return absl::UnavailableError("the worker is shutting down");
   if (a.gpu_indices().empty()) {
-    if (cpu_in_use_ >= options_.cpu_slots) {
+    const int slots = RanksOf(a);
+    if (cpu_in_use_ + slots > options_.cpu_slots) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("no free CPU slot on this worker (", cpu_in_use_, " of ",
-                       options_.cpu_slots, " in use)"));
+          slots == 1
+              ? absl::StrCat("no free CPU slot on this worker (", cpu_in_use_,
+                             " of ", options_.cpu_slots, " in use)")
+              : absl::StrCat("not enough free CPU slots on this worker (",
+                             slots, " asked, ", cpu_in_use_, " of ",
+                             options_.cpu_slots, " in use)"));
     }
-    ++cpu_in_use_;
+    cpu_in_use_ += slots;
     return absl::OkStatus();
   }
+  std::map<int32_t, trainyard::v1::GpuGrant> shares;
+  for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) shares[g.index()] = g;
   std::set<int32_t> asked;
   for (int32_t gpu : a.gpu_indices()) {
     const bool owned = std::find(options_.gpus.begin(), options_.gpus.end(),
@@ -151,20 +173,69 @@ absl::Status JobRunner::ReserveLocked(const trainyard::v1::Assignment& a) {
       return absl::InvalidArgumentError(
           absl::StrCat("this worker has no GPU ", gpu));
     }
-    if (gpus_in_use_.contains(gpu) || !asked.insert(gpu).second) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("GPU ", gpu, " is already in use"));
+    if (!asked.insert(gpu).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPU ", gpu, " is listed twice"));
+    }
+    auto in_use = gpu_use_.find(gpu);
+    const GpuUse use = in_use == gpu_use_.end() ? GpuUse{} : in_use->second;
+    auto share = shares.find(gpu);
+    if (share == shares.end()) {
+      if (use.jobs > 0) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("GPU ", gpu, " is already in use"));
+      }
+      continue;
+    }
+    const trainyard::v1::GpuGrant& g = share->second;
+    if (g.memory_bytes() < 0 || g.compute_milli() < 1 ||
+        g.compute_milli() > 1000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the grant on GPU ", gpu, " is not valid (", g.memory_bytes(),
+          " bytes, ", g.compute_milli(), " milli-GPU)"));
+    }
+    auto memory = options_.gpu_memory_bytes.find(gpu);
+    if (use.whole || use.compute_milli + g.compute_milli() > 1000 ||
+        (memory != options_.gpu_memory_bytes.end() && memory->second > 0 &&
+         use.memory_bytes + g.memory_bytes() > memory->second)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "GPU ", gpu, " cannot hold another ", g.memory_bytes(), " bytes and ",
+          g.compute_milli(), " milli-GPU (", use.jobs, " job(s) hold ",
+          use.whole ? std::string("it whole")
+                    : absl::StrCat(use.memory_bytes, " bytes and ",
+                                   use.compute_milli, " milli-GPU"),
+          ")"));
     }
   }
-  gpus_in_use_.insert(asked.begin(), asked.end());
+  for (int32_t gpu : asked) {
+    GpuUse& use = gpu_use_[gpu];
+    ++use.jobs;
+    auto share = shares.find(gpu);
+    if (share == shares.end()) {
+      use.whole = true;
+    } else {
+      use.memory_bytes += share->second.memory_bytes();
+      use.compute_milli += share->second.compute_milli();
+    }
+  }
   return absl::OkStatus();
 }
 
 void JobRunner::ReleaseLocked(Entry& entry) {
   if (entry.released) return;
   entry.released = true;
-  if (entry.cpu_slot) --cpu_in_use_;
-  for (int32_t gpu : entry.gpus) gpus_in_use_.erase(gpu);
+  cpu_in_use_ -= entry.cpu_slots;
+  for (int32_t gpu : entry.gpus) {
+    GpuUse& use = gpu_use_[gpu];
+    auto share = entry.shares.find(gpu);
+    if (share == entry.shares.end()) {
+      use.whole = false;
+    } else {
+      use.memory_bytes -= share->second.memory_bytes();
+      use.compute_milli -= share->second.compute_milli();
+    }
+    if (--use.jobs <= 0) gpu_use_.erase(gpu);
+  }
 }
 
 void JobRunner::ReleaseAtExit(const Key& key) {
@@ -202,25 +273,54 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
   launch.job_id = a.job_id();
   launch.attempt = a.attempt();
   launch.log_path = (dir / "log").string();
-  launch.spawn.path = options_.train_bin;
-  launch.spawn.argv = {options_.train_bin,
-                       "run",
-                       spec_path.string(),
-                       "--data-root",
-                       options_.data_root,
-                       "--checkpoint-dir",
-                       checkpoint_dir.string(),
-                       "--progress",
-                       "json",
-                       "--threads",
-                       std::to_string(threads)};
-  // A CPU job sees no GPU, so it cannot take memory from a GPU job.
-  launch.spawn.env =
-      EnvironmentWith({absl::StrCat("CUDA_VISIBLE_DEVICES=",
-                                    absl::StrJoin(a.gpu_indices(), ",")),
-                       absl::StrCat("YARD_JOB_ID=", a.job_id()),
-                       absl::StrCat("YARD_ATTEMPT=", a.attempt())});
-  launch.spawn.cwd = dir.string();
+  const int ranks = RanksOf(a);
+  for (int rank = 0; rank < ranks; ++rank) {
+    SpawnRequest& spawn = launch.ranks.emplace_back();
+    spawn.path = options_.train_bin;
+    spawn.argv = {options_.train_bin,
+                  "run",
+                  spec_path.string(),
+                  "--data-root",
+                  options_.data_root,
+                  "--checkpoint-dir",
+                  checkpoint_dir.string(),
+                  "--progress",
+                  "json",
+                  "--threads",
+                  std::to_string(threads)};
+    if (ranks > 1) {
+      // The ranks of one attempt meet through a file in its directory; a
+      // new attempt has a new directory, so no rank finds an old address.
+      spawn.argv.insert(spawn.argv.end(),
+                        {"--rank", std::to_string(rank), "--world-size",
+                         std::to_string(ranks), "--rendezvous",
+                         (dir / "rendezvous").string()});
+    }
+    // Each rank sees its own GPU; a CPU job sees none, so it cannot take
+    // memory from a GPU job.
+    const std::string gpus =
+        a.gpu_indices().empty()
+            ? ""
+            : (ranks > 1 ? std::to_string(a.gpu_indices(rank))
+                         : absl::StrJoin(a.gpu_indices(), ","));
+    std::vector<std::string> env = {absl::StrCat("CUDA_VISIBLE_DEVICES=", gpus),
+                                    absl::StrCat("YARD_JOB_ID=", a.job_id()),
+                                    absl::StrCat("YARD_ATTEMPT=", a.attempt()),
+                                    absl::StrCat("YARD_RANK=", rank)};
+    // A job sharing its GPU gets its memory grant (the engine's arena takes
+    // exactly that) and, under MPS, its compute share as a thread cap.
+    for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) {
+      if (ranks > 1 && g.index() != a.gpu_indices(rank)) continue;
+      env.push_back(absl::StrCat("YARD_GPU_MEMORY_BYTES=", g.memory_bytes()));
+      if (options_.mps) {
+        env.push_back(absl::StrCat("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=",
+                                   (g.compute_milli() + 9) / 10));
+      }
+      break;
+    }
+    spawn.env = EnvironmentWith(env);
+    spawn.cwd = dir.string();
+  }
   return launch;
 }
 

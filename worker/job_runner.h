@@ -1,10 +1,12 @@
 // JobRunner: the jobs running on this worker. It turns an Assignment into a
 // JobProcess on its own thread (after writing the spec and the attempt's
 // directory), accounts CPU slots and GPUs, and finds running attempts for
-// Cancel, Preempt and StopAttempt. An assignment that does not fit (no free slot, a
-// GPU this worker does not have, a bad id) is refused: it is reported as a
-// JobExited with exit_code kRefusedExitCode and the reason, never run
-// oversubscribed.
+// Cancel, Preempt and StopAttempt. A GPU is held whole by one job, or shared
+// by jobs whose grants (memory, compute) fit in it together; each sharing
+// job is told its memory grant (YARD_GPU_MEMORY_BYTES: the engine's arena). An
+// assignment that does not fit (no free slot, a GPU this worker does not have,
+// a bad id) is refused: it is reported as a JobExited with exit_code
+// kRefusedExitCode and the reason, never run oversubscribed.
 //
 // Every report of an attempt, ending with its JobExited, goes through the
 // report callback (on the job's thread). An attempt stays in Running() until
@@ -41,6 +43,13 @@ struct JobRunnerOptions {
   std::string data_root;  // passed to yard-train as --data-root
   int cpu_slots = 1;      // jobs without GPUs that may run at once
   std::vector<int32_t> gpus;  // device indices this worker may hand out
+  // Memory of each of those GPUs, where known: shared grants on a GPU must
+  // fit in it.
+  std::map<int32_t, int64_t> gpu_memory_bytes;
+  // NVIDIA MPS is running: a job sharing a GPU is capped at its compute
+  // share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); without MPS the jobs of a
+  // GPU are time-sliced.
+  bool mps = false;
   // Used when a Cancel carries no grace period.
   absl::Duration default_cancel_grace = absl::Seconds(10);
 };
@@ -93,8 +102,9 @@ class JobRunner {
   struct Entry {
     std::shared_ptr<JobProcess> process;
     std::thread thread;
-    bool cpu_slot = false;
+    int cpu_slots = 0;  // one per rank of a job without GPUs
     std::vector<int32_t> gpus;
+    std::map<int32_t, trainyard::v1::GpuGrant> shares;  // by GPU index
     bool released = false;  // its slot or GPUs are free again
   };
 
@@ -121,7 +131,14 @@ class JobRunner {
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   std::map<Key, Entry> jobs_ ABSL_GUARDED_BY(mu_);
   int cpu_in_use_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<int32_t> gpus_in_use_ ABSL_GUARDED_BY(mu_);
+  // What the running jobs hold of each GPU in use.
+  struct GpuUse {
+    bool whole = false;
+    int jobs = 0;
+    int64_t memory_bytes = 0;
+    int32_t compute_milli = 0;
+  };
+  std::map<int32_t, GpuUse> gpu_use_ ABSL_GUARDED_BY(mu_);
   // Threads of finished jobs, joined by whoever comes next.
   std::vector<std::thread> done_ ABSL_GUARDED_BY(mu_);
 };

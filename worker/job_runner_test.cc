@@ -134,6 +134,107 @@ TEST_F(JobRunnerTest, CrashFailsOnlyThatJob) {
   EXPECT_EQ(next->exit_code(), 0);
 }
 
+TEST_F(JobRunnerTest, RanksRunAsAGangAndRankZeroReports) {
+  trainyard::v1::Assignment a = Job("dp", "ranks", 1);
+  a.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
+  runner().Start(a);
+  auto exit = reports_.WaitExit("dp", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 0) << exit->error();
+  const std::string log = reports_.Log("dp", 1);
+  EXPECT_THAT(log, HasSubstr("rank 0 says hi")) << log;
+  EXPECT_THAT(log, Not(HasSubstr("[rank 0]"))) << log;
+  EXPECT_THAT(log, HasSubstr("[rank 1] rank 1 says hi")) << log;
+  EXPECT_THAT(log, HasSubstr("--rank 1 --world-size 2 --rendezvous ")) << log;
+  int finished = 0;
+  for (const auto& u : reports_.Updates("dp", 1)) {
+    finished += u.has_trainer() && u.trainer().has_finished();
+  }
+  EXPECT_EQ(finished, 1);
+  EXPECT_TRUE(runner().WaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(runner().free_cpu_slots(), 2);
+}
+
+TEST_F(JobRunnerTest, ARankThatFailsTakesTheGangDownAtOnce) {
+  trainyard::v1::Assignment a = Job("dp", "rank_fails", 1);
+  a.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
+  const absl::Time start = absl::Now();
+  runner().Start(a);
+  auto exit = reports_.WaitExit("dp", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 1);
+  EXPECT_THAT(exit->error(), HasSubstr("rank 1 exited with code 1"));
+  EXPECT_THAT(exit->error(), HasSubstr("rank one gives up"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60)) << "rank 0 was left to run";
+  EXPECT_THAT(reports_.Log("dp", 1),
+              HasSubstr("[worker] rank 1 exited with code 1; stopping the "
+                        "other ranks"));
+}
+
+TEST_F(JobRunnerTest, RefusesMoreRanksThanFreeSlots) {
+  trainyard::v1::Assignment a = Job("dp", "ranks", 1);
+  a.mutable_spec()->mutable_resources()->set_cpu_ranks(3);
+  runner().Start(a);
+  auto exit = reports_.WaitExit("dp", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), JobRunner::kRefusedExitCode);
+  EXPECT_THAT(exit->error(),
+              HasSubstr("not enough free CPU slots on this worker (3 asked"));
+}
+
+// Jobs share a GPU while their grants fit in it together; a job wanting the
+// GPU whole waits for all of them, and each sharer is told its grant.
+TEST_F(JobRunnerTest, JobsShareAGpuWithinItsMemoryAndCompute) {
+  options_.gpus = {0};
+  options_.gpu_memory_bytes = {{0, 1000}};
+  options_.mps = true;
+  auto on_gpu = [&](const std::string& id, int64_t bytes, int32_t milli) {
+    v1::Assignment a = Job(id, "wait_term");
+    a.mutable_spec()->mutable_resources()->set_gpus(1);
+    a.add_gpu_indices(0);
+    if (bytes > 0) {
+      v1::GpuGrant* g = a.add_gpu_grants();
+      g->set_index(0);
+      g->set_shared(true);
+      g->set_memory_bytes(bytes);
+      g->set_compute_milli(milli);
+    }
+    runner().Start(a);
+  };
+  on_gpu("a", 400, 250);
+  on_gpu("b", 500, 500);
+  ASSERT_TRUE(WaitEvent("a", TrainerEvent::kStarted));
+  ASSERT_TRUE(WaitEvent("b", TrainerEvent::kStarted));
+  on_gpu("too-much-memory", 200, 100);
+  on_gpu("too-much-compute", 50, 300);
+  on_gpu("whole", 0, 0);
+  for (const char* id : {"too-much-memory", "too-much-compute", "whole"}) {
+    auto exit = reports_.WaitExit(id, 1);
+    ASSERT_TRUE(exit.has_value()) << id;
+    EXPECT_EQ(exit->exit_code(), JobRunner::kRefusedExitCode) << id;
+  }
+  EXPECT_THAT(
+      reports_.WaitExit("too-much-memory", 1)->error(),
+      HasSubstr("GPU 0 cannot hold another 200 bytes and 100 "
+                "milli-GPU (2 job(s) hold 900 bytes and 750 milli-GPU)"));
+  EXPECT_THAT(reports_.WaitExit("whole", 1)->error(),
+              HasSubstr("GPU 0 is already in use"));
+  on_gpu("fits", 100, 250);
+  ASSERT_TRUE(WaitEvent("fits", TrainerEvent::kStarted));
+  EXPECT_THAT(reports_.Log("a", 1), HasSubstr("grant: memory=[400] mps=[25]"));
+  EXPECT_THAT(reports_.Log("fits", 1), HasSubstr("gpus=[0]"));
+
+  runner().TerminateAll(absl::Seconds(30));
+  EXPECT_TRUE(runner().WaitIdle(absl::Now() + absl::Seconds(30)));
+  on_gpu("whole-later", 0, 0);
+  ASSERT_TRUE(WaitEvent("whole-later", TrainerEvent::kStarted));
+  EXPECT_THAT(reports_.Log("whole-later", 1), HasSubstr("grant: memory=[]"));
+  on_gpu("shared-beside-whole", 100, 100);
+  auto refused = reports_.WaitExit("shared-beside-whole", 1);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_THAT(refused->error(), HasSubstr("hold it whole"));
+}
+
 TEST_F(JobRunnerTest, MissingTrainBinaryFailsTheJob) {
   options_.train_bin = tmp_.Sub("no-such-yard-train");
   Start("j1", "succeed");

@@ -223,9 +223,9 @@ absl::Status ServerLink::RunConnection(bool& acked) {
     heartbeats_sent_ = 0;
     contact_.NewStream();
     hello_sent_ = absl::Now();
-    hello_deadline_ = hello_sent_ + (lease_ > absl::ZeroDuration()
-                                         ? lease_
-                                         : options_.hello_timeout);
+    hello_deadline_ =
+        hello_sent_ +
+        (lease_ > absl::ZeroDuration() ? lease_ : options_.hello_timeout);
   }
   std::unique_ptr<Stream> stream = stub->Connect(&context);
   WorkerMessage hello;
@@ -289,7 +289,8 @@ bool ServerLink::AwaitHelloAck() {
   mu_.Await(absl::Condition(&answered_or_stopping));
   // Shutting down: the queued reports may still go if the answer comes
   // before the flush deadline.
-  if (stopping_) mu_.AwaitWithDeadline(absl::Condition(&answered), flush_deadline_);
+  if (stopping_)
+    mu_.AwaitWithDeadline(absl::Condition(&answered), flush_deadline_);
   return acked_ && !broken_;
 }
 
@@ -347,6 +348,9 @@ bool ServerLink::WriteHeartbeat(Stream& stream) {
   trainyard::v1::Heartbeat* heartbeat = message.mutable_heartbeat();
   for (RunningJobRef& ref : Running())
     *heartbeat->add_running() = std::move(ref);
+  for (trainyard::v1::Device& d : delegate_->DeviceFigures()) {
+    *heartbeat->add_devices() = std::move(d);
+  }
   bool draining;
   {
     absl::MutexLock lock(&mu_);

@@ -3,7 +3,8 @@
 // the stream fails (server restart, network), and on every (re)connect sends
 // a WorkerHello listing the attempts still running, then (once the server
 // answered) the reports queued meanwhile, then a Heartbeat every
-// HelloAck.heartbeat_interval_ms. Server messages other than HelloAck and
+// HelloAck.heartbeat_interval_ms with the running attempts and the
+// devices' live figures. Server messages other than HelloAck and
 // HeartbeatAck go to the Delegate on the link's reader thread.
 //
 // Reports are kept until the server acknowledges them (HeartbeatAck) and
@@ -65,6 +66,10 @@ class ServerLink {
     // The attempts whose processes still run (or whose exit is being
     // reported right now).
     virtual std::vector<trainyard::v1::RunningJobRef> RunningJobs() = 0;
+    // The devices' live figures for the next heartbeat. Called on the
+    // writer thread before each heartbeat: it must return at once (a
+    // cached reading), or the heartbeat is late.
+    virtual std::vector<trainyard::v1::Device> DeviceFigures() { return {}; }
     // Assignment, Cancel, StopAttempt: on the reader thread, in order.
     virtual void OnServerMessage(const trainyard::v1::ServerMessage& m) = 0;
     // No heartbeat was answered for the server's lease: the server declares

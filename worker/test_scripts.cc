@@ -35,6 +35,7 @@ std::string WriteFakeTrainer(const std::string& dir) {
 echo "args: $*" >&2
 echo "cwd: $(pwd)" >&2
 echo "job: $YARD_JOB_ID/$YARD_ATTEMPT gpus=[$CUDA_VISIBLE_DEVICES]" >&2
+echo "grant: memory=[$YARD_GPU_MEMORY_BYTES] mps=[$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE]" >&2
 mode=$(sed -n 's/.*"name": *"\([^"]*\)".*/\1/p' "$2")
 case "$mode" in
 succeed)
@@ -57,6 +58,14 @@ wait_term)
   echo '{"started":{"totalSteps":"10"}}'
   sleep 1000 &
   wait $! ;;
+ranks)
+  echo "rank $YARD_RANK says hi"
+  if [ "$YARD_RANK" = 0 ]; then echo '{"finished":{"step":"10"}}'; fi
+  exit 0 ;;
+rank_fails)
+  if [ "$YARD_RANK" = 1 ]; then echo 'rank one gives up' >&2; exit 1; fi
+  echo '{"started":{"totalSteps":"10"}}'
+  exec sleep 1000 ;;
 ignore_term)
   trap '' TERM
   echo '{"started":{"totalSteps":"10"}}'

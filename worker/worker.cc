@@ -60,6 +60,11 @@ std::vector<trainyard::v1::RunningJobRef> Worker::RunningJobs() {
   return runner_->Running();
 }
 
+std::vector<trainyard::v1::Device> Worker::DeviceFigures() {
+  if (!config_.device_figures) return {};
+  return config_.device_figures();
+}
+
 void Worker::OnLeaseExpired() {
   // The server re-queues these jobs when the lease runs out; another worker
   // may resume them from their checkpoints at once, so they stop now.

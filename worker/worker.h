@@ -3,7 +3,8 @@
 // messages become job starts, cancels and preemptions, job reports go up
 // the link, and every hello and heartbeat lists the running attempts. When
 // the server has not answered for its lease (it re-queues this worker's
-// jobs), the jobs are stopped, so none runs twice. The process-level
+// jobs), the jobs are stopped, so none runs twice. The hello carries the
+// devices' capacity, each heartbeat their live figures. The process-level
 // concerns (flags, signals) stay in worker_main.cc.
 //
 // Thread-safe. Shutdown() may be called once, from any thread.
@@ -33,6 +34,9 @@ struct WorkerConfig {
   ServerLinkOptions link;
   // Sees every job report before it goes to the server (metrics).
   std::function<void(const trainyard::v1::JobUpdate&)> observe_report;
+  // The devices' live figures for each heartbeat (a cached reading, see
+  // DeviceTelemetry); empty: heartbeats carry none.
+  std::function<std::vector<trainyard::v1::Device>()> device_figures;
 };
 
 class Worker : public ServerLink::Delegate {
@@ -58,6 +62,7 @@ class Worker : public ServerLink::Delegate {
   // ServerLink::Delegate
   trainyard::v1::WorkerHello Hello() override;
   std::vector<trainyard::v1::RunningJobRef> RunningJobs() override;
+  std::vector<trainyard::v1::Device> DeviceFigures() override;
   void OnServerMessage(const trainyard::v1::ServerMessage& message) override;
   void OnLeaseExpired() override;
 

@@ -241,7 +241,9 @@ TEST_F(WorkerE2eTest, JobsStopWhenTheServerNoLongerHearsTheWorker) {
   ASSERT_TRUE(WaitExit("j1"));
   // Not before the lease (2 s), less one heartbeat interval, has passed.
   EXPECT_GE(absl::Now() - silent_at, absl::Milliseconds(1800));
-  const auto* exit = ExitOf(hub_.received(), "j1", 1);
+  const auto r = hub_.received();  // outlives `exit`, which points into it
+  const auto* exit = ExitOf(r, "j1", 1);
+  ASSERT_NE(exit, nullptr);
   EXPECT_EQ(exit->signal(), SIGKILL);
   EXPECT_TRUE(exit->lost_server()) << exit->DebugString();
   EXPECT_FALSE(exit->cancelled());

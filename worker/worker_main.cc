@@ -3,9 +3,11 @@
 // Listens only for Prometheus scrapes (--metrics-listen, loopback; empty
 // turns it off). SIGTERM/SIGINT: the jobs checkpoint and stop, their
 // exits are reported, exit 0; a second signal kills the jobs at once.
-// Usage errors: one line on stderr, exit 2.
+// Usage errors: one line on stderr, exit 2. GPUs: see gpu_discovery.h; a
+// machine without the NVIDIA driver runs CPU jobs only.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
@@ -19,6 +21,8 @@
 #include "common/log.h"
 #include "server/metrics_endpoint.h"
 #include "worker/device_discovery.h"
+#include "worker/device_telemetry.h"
+#include "worker/gpu_discovery.h"
 #include "worker/worker.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_options.h"
@@ -27,6 +31,8 @@ namespace trainyard::worker {
 namespace {
 
 constexpr absl::Duration kFlushTimeout = absl::Seconds(5);
+// How often the GPUs' live figures are read (about a heartbeat interval).
+constexpr absl::Duration kTelemetryPeriod = absl::Seconds(1);
 
 int Fail(int code, absl::string_view message) {
   std::fprintf(stderr, "yard-worker: %.*s\n", static_cast<int>(message.size()),
@@ -58,13 +64,23 @@ std::string Hostname() {
 // null when --metrics-listen is empty.
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetrics(
     const WorkerFlags& flags, const std::vector<trainyard::v1::Device>& devices,
-    WorkerConfig& config) {
+    std::shared_ptr<DeviceTelemetry> telemetry, WorkerConfig& config) {
   if (flags.metrics_listen.empty()) return nullptr;
-  auto metrics = std::make_shared<WorkerMetrics>(WorkerMetricsOptions{
-      .version = kWorkerVersion,
-      .devices = devices,
-      .cpu_slots = flags.cpu_slots,
-      .sample_gpus = {}});  // GPU telemetry arrives with the GPU build
+  GpuSampler sample_gpus;
+  if (telemetry != nullptr) {
+    sample_gpus = [telemetry] {
+      std::vector<GpuSample> out;
+      for (const DeviceReading& r : telemetry->Latest()) {
+        out.push_back(GpuSampleOf(r));
+      }
+      return out;
+    };
+  }
+  auto metrics = std::make_shared<WorkerMetrics>(
+      WorkerMetricsOptions{.version = kWorkerVersion,
+                           .devices = devices,
+                           .cpu_slots = flags.cpu_slots,
+                           .sample_gpus = std::move(sample_gpus)});
   config.observe_report = [metrics](const trainyard::v1::JobUpdate& u) {
     metrics->OnReport(u);
   };
@@ -103,6 +119,91 @@ void ServeUntilSignalled(Worker& worker, const sigset_t& signals,
   shutdown.join();
 }
 
+// Jobs name GPUs by NVML's index (PCI bus order, as nvidia-smi); CUDA
+// numbers them the same way only under CUDA_DEVICE_ORDER=PCI_BUS_ID (its
+// default puts the fastest first), so the jobs inherit that. Call before
+// any thread starts: setenv is not thread-safe.
+void UsePciBusOrder() {
+  const char* order = std::getenv("CUDA_DEVICE_ORDER");
+  if (order == nullptr) {
+    setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
+  } else if (absl::string_view(order) != "PCI_BUS_ID") {
+    YARD_LOG(WARNING) << "CUDA_DEVICE_ORDER=" << order
+                      << ": jobs may number GPUs unlike nvidia-smi and this "
+                         "worker; unset it or set PCI_BUS_ID";
+  }
+}
+
+struct OfferedDevices {
+  std::vector<trainyard::v1::Device> devices;
+  std::shared_ptr<DeviceTelemetry> telemetry;  // null without GPUs
+};
+
+// The GPUs --gpus and $CUDA_VISIBLE_DEVICES let this worker offer, each
+// logged, and the telemetry that reads their live figures.
+absl::StatusOr<OfferedDevices> DiscoverDevices(const WorkerFlags& flags) {
+  GpuDiscoveryOptions options;
+  options.selection = flags.gpus;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    options.cuda_visible_devices = visible;
+  }
+  absl::StatusOr<DeviceDiscoveryChoice> choice = ChooseDeviceDiscovery(options);
+  if (!choice.ok()) return choice.status();
+  for (const std::string& note : choice->notes) YARD_LOG(WARNING) << note;
+  if (!choice->cpu_only_reason.empty()) {
+    YARD_LOG(INFO) << choice->cpu_only_reason;
+  }
+  OfferedDevices out;
+  absl::StatusOr<std::vector<trainyard::v1::Device>> devices =
+      choice->discovery->ListDevices();
+  if (!devices.ok()) return devices.status();
+  out.devices = *std::move(devices);
+  for (const auto& d : out.devices) YARD_LOG(INFO) << DescribeDevice(d);
+  if (!out.devices.empty()) {
+    std::shared_ptr<DeviceDiscovery> discovery = std::move(choice->discovery);
+    out.telemetry = DeviceTelemetry::Start(
+        [discovery] { return discovery->Read(); }, kTelemetryPeriod);
+  }
+  return out;
+}
+
+// Whether an NVIDIA MPS control daemon serves this machine: its control
+// pipe sits in $CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps).
+bool MpsRunning() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string pipe =
+      std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp/nvidia-mps") +
+      "/control";
+  struct stat st;
+  return stat(pipe.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+// The offered GPUs go in the hello and to the job runner, their live
+// figures (cached by the telemetry) in each heartbeat.
+void UseDevices(const OfferedDevices& offered, WorkerConfig& config) {
+  config.devices = offered.devices;
+  for (const auto& d : offered.devices) {
+    config.runner.gpus.push_back(d.index());
+    config.runner.gpu_memory_bytes[d.index()] = d.memory_bytes();
+  }
+  if (!offered.devices.empty()) {
+    config.runner.mps = MpsRunning();
+    YARD_LOG(INFO) << (config.runner.mps
+                           ? "MPS is running: jobs sharing a GPU are capped "
+                             "at their compute share"
+                           : "no MPS control daemon: jobs sharing a GPU are "
+                             "time-sliced");
+  }
+  if (offered.telemetry == nullptr) return;
+  config.device_figures = [telemetry = offered.telemetry] {
+    std::vector<trainyard::v1::Device> out;
+    for (const DeviceReading& r : telemetry->Latest()) {
+      out.push_back(LiveFiguresOf(r));
+    }
+    return out;
+  };
+}
+
 // The join token from --token-file, else $YARD_TOKEN.
 absl::StatusOr<std::string> JoinToken(const WorkerFlags& flags) {
   if (!flags.token_file.empty()) {
@@ -126,6 +227,7 @@ int Main(int argc, char** argv) {
     std::fputs(WorkerUsage().c_str(), stdout);
     return 0;
   }
+  UsePciBusOrder();
   if (absl::Status s = ResolveWorkerPaths(*flags, SelfExe()); !s.ok()) {
     return Fail(2, s.message());
   }
@@ -140,11 +242,10 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::string> id =
       LoadOrCreateWorkerId(flags->work_dir, flags->name, hostname);
   if (!id.ok()) return Fail(1, id.status().message());
-  auto devices = DefaultDeviceDiscovery()->ListDevices();
-  if (!devices.ok()) return Fail(1, devices.status().message());
 
-  // Block the signals before any thread starts so every thread inherits the
-  // mask and only sigwait sees them. Children unblock them before exec.
+  // Block the signals before any thread starts (NVML may start some) so
+  // every thread inherits the mask and only sigwait sees them. Children
+  // unblock them before exec.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -153,29 +254,32 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  absl::StatusOr<OfferedDevices> offered = DiscoverDevices(*flags);
+  if (!offered.ok()) return Fail(2, offered.status().message());
+  const std::vector<trainyard::v1::Device>& devices = offered->devices;
+
   WorkerConfig config;
   config.worker_id = *id;
   config.hostname = hostname;
-  config.devices = *devices;
   config.runner.work_dir = flags->work_dir;
   config.runner.train_bin = flags->train_bin;
   config.runner.data_root = flags->data_root;
   config.runner.cpu_slots = flags->cpu_slots;
-  for (const auto& d : *devices) config.runner.gpus.push_back(d.index());
+  UseDevices(*offered, config);
   config.link.server_address = flags->server;
   config.link.token = *token;
   config.link.tls = flags->tls;
 
   // After the signal mask: the endpoint's threads must inherit it.
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
-      StartMetrics(*flags, *devices, config);
+      StartMetrics(*flags, devices, offered->telemetry, config);
   if (!metrics_endpoint.ok()) {
     return Fail(1, metrics_endpoint.status().message());
   }
 
   YARD_LOG(INFO) << "yard-worker " << kWorkerVersion << " id " << *id
                  << ": server " << flags->server << ", " << flags->cpu_slots
-                 << " CPU slot(s), " << devices->size() << " GPU(s), work dir "
+                 << " CPU slot(s), " << devices.size() << " GPU(s), work dir "
                  << flags->work_dir << ", data root " << flags->data_root
                  << ", train binary " << flags->train_bin;
   Worker worker(config);

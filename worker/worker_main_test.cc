@@ -20,6 +20,7 @@ namespace {
 using testing::FakeServer;
 using testing::FakeServerHub;
 using testing::FindUpdate;
+using testing::HasHello;
 using ::testing::HasSubstr;
 using testing::Received;
 using trainyard::v1::JobUpdate;
@@ -30,15 +31,19 @@ bool AwaitReadable(int fd, int timeout_ms = 20'000) {
   return poll(&p, 1, timeout_ms) == 1;
 }
 
-// `token`: the YARD_TOKEN the worker sees (the fake server checks none).
+// `token`: the YARD_TOKEN the worker sees (the fake server checks none);
+// `env`: more KEY=VALUE for its environment.
 std::unique_ptr<ChildProcess> RunWorker(std::vector<std::string> args,
-                                        const std::string& token = "join") {
+                                        const std::string& token = "join",
+                                        std::vector<std::string> env = {}) {
   SpawnRequest r;
   r.path = YARD_WORKER_BIN;
   // Tests run side by side: never the fixed default metrics port.
   r.argv = {r.path, "--metrics-listen=127.0.0.1:0"};
   r.argv.insert(r.argv.end(), args.begin(), args.end());
-  r.env = EnvironmentWith({"YARD_SERVER=", "YARD_TOKEN=" + token});
+  env.push_back("YARD_SERVER=");
+  env.push_back("YARD_TOKEN=" + token);
+  r.env = EnvironmentWith(env);
   auto child = SpawnChild(r);
   return child.ok() ? *std::move(child) : nullptr;
 }
@@ -46,9 +51,12 @@ std::unique_ptr<ChildProcess> RunWorker(std::vector<std::string> args,
 // Waits for the worker to exit and returns what it wrote on stderr.
 std::string StderrOfExited(ChildProcess& worker) {
   EXPECT_TRUE(AwaitReadable(worker.pid_fd()));
-  std::string err(4096, '\0');
-  err.resize(
-      std::max<ssize_t>(0, read(worker.stderr_fd(), err.data(), err.size())));
+  std::string err;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(worker.stderr_fd(), buf, sizeof(buf))) > 0) {
+    err.append(buf, static_cast<size_t>(n));
+  }
   return err;
 }
 
@@ -62,9 +70,9 @@ TEST(WorkerBinaryTest, UsageErrorIsOneLineAndExitTwo) {
 
 TEST(WorkerBinaryTest, AJoinTokenIsRequired) {
   testing::TempDir tmp;
-  auto worker = RunWorker({"--server", "127.0.0.1:1", "--work-dir",
-                           tmp.Sub("work")},
-                          /*token=*/"");
+  auto worker =
+      RunWorker({"--server", "127.0.0.1:1", "--work-dir", tmp.Sub("work")},
+                /*token=*/"");
   ASSERT_NE(worker, nullptr);
   const std::string err = StderrOfExited(*worker);
   EXPECT_EQ(worker->Wait().exit_code, 2);
@@ -136,6 +144,138 @@ TEST_F(WorkerProcessTest, JobsDieWithAKilledWorker) {
   EXPECT_EQ(worker_->Wait().signal, SIGKILL);
   // PR_SET_PDEATHSIG: the job must not outlive its worker.
   EXPECT_TRUE(AwaitReadable(job.get()));
+}
+
+// The worker on a "GPU node": the fake NVML stands in for the driver's
+// libnvidia-ml.so.1, found through LD_LIBRARY_PATH as the real one would be
+// through the loader's cache.
+class WorkerGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = FakeServer::Start(hub_);
+    ASSERT_NE(server_, nullptr);
+    std::filesystem::create_directories(tmp_.Sub("driver"));
+    std::filesystem::create_symlink(FAKE_NVML_PATH,
+                                    tmp_.Sub("driver/libnvidia-ml.so.1"));
+  }
+
+  void TearDown() override {
+    if (worker_ != nullptr && !worker_->HasExited()) {
+      kill(worker_->pid(), SIGKILL);
+      worker_->Wait();
+    }
+  }
+
+  // Starts the worker with `env` on top of the fake driver.
+  void Start(std::vector<std::string> args, std::vector<std::string> env) {
+    const char* path = std::getenv("LD_LIBRARY_PATH");
+    env.push_back("LD_LIBRARY_PATH=" + tmp_.Sub("driver") +
+                  (path != nullptr ? std::string(":") + path : ""));
+    std::vector<std::string> all = {
+        "--server",    server_->address(),
+        "--work-dir",  tmp_.Sub("work"),
+        "--data-root", tmp_.path(),
+        "--train-bin", testing::WriteFakeTrainer(tmp_.path()),
+        "--name",      "gpu-node"};
+    all.insert(all.end(), args.begin(), args.end());
+    worker_ = RunWorker(all, "join", env);
+    ASSERT_NE(worker_, nullptr);
+  }
+
+  // The hello, and the first heartbeat with device figures.
+  std::pair<trainyard::v1::WorkerHello, trainyard::v1::Heartbeat> Connected() {
+    EXPECT_TRUE(hub_.WaitFor([](const auto& r) {
+      for (const Received& m : r) {
+        if (m.message.heartbeat().devices_size() > 0) return true;
+      }
+      return false;
+    }));
+    std::pair<trainyard::v1::WorkerHello, trainyard::v1::Heartbeat> out;
+    for (const Received& m : hub_.received()) {
+      if (m.message.has_hello()) out.first = m.message.hello();
+      if (m.message.heartbeat().devices_size() > 0) {
+        out.second = m.message.heartbeat();
+        break;
+      }
+    }
+    return out;
+  }
+
+  // SIGTERM, then what the worker logged.
+  std::string StopAndReadLog() {
+    kill(worker_->pid(), SIGTERM);
+    std::string err = StderrOfExited(*worker_);
+    EXPECT_EQ(worker_->Wait().exit_code, 0);
+    return err;
+  }
+
+  FakeServerHub hub_;
+  std::unique_ptr<FakeServer> server_;
+  testing::TempDir tmp_;
+  std::unique_ptr<ChildProcess> worker_;
+};
+
+TEST_F(WorkerGpuTest, HelloCarriesCapacityAndHeartbeatsLiveFigures) {
+  Start({}, {"CUDA_VISIBLE_DEVICES=0,1"});
+  auto [hello, heartbeat] = Connected();
+  ASSERT_EQ(hello.devices_size(), 2);
+  EXPECT_EQ(hello.devices(0).index(), 0);
+  EXPECT_EQ(hello.devices(0).name(), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(hello.devices(0).uuid(),
+            "GPU-a0a0a0a0-0000-4000-8000-000000000000");
+  EXPECT_EQ(hello.devices(0).memory_bytes(), 85520809984);
+  EXPECT_EQ(hello.devices(0).compute_capability(), 90);
+  EXPECT_EQ(hello.devices(1).index(), 1);
+  ASSERT_EQ(heartbeat.devices_size(), 2);
+  EXPECT_EQ(heartbeat.devices(0).index(), 0);
+  EXPECT_EQ(heartbeat.devices(0).memory_used_bytes(), int64_t{1} << 30);
+  EXPECT_EQ(heartbeat.devices(0).utilization_percent(), 75);
+  EXPECT_EQ(heartbeat.devices(0).temperature_celsius(), 61);
+  EXPECT_EQ(heartbeat.devices(0).power_milliwatts(), 350500);
+  EXPECT_EQ(heartbeat.devices(1).temperature_celsius(), 0);  // unsupported
+  const std::string log = StopAndReadLog();
+  EXPECT_THAT(log, HasSubstr("GPU 1: NVIDIA H100 80GB HBM3 (GPU-b1b1b1b1"));
+  EXPECT_THAT(log, HasSubstr("2 GPU(s)"));
+}
+
+TEST_F(WorkerGpuTest, OffersOnlyTheGpusCudaVisibleDevicesLeaves) {
+  Start({}, {"CUDA_VISIBLE_DEVICES=GPU-b1b1"});
+  auto [hello, heartbeat] = Connected();
+  ASSERT_EQ(hello.devices_size(), 1);
+  EXPECT_EQ(hello.devices(0).index(), 1);  // the index a job's env names
+  ASSERT_EQ(heartbeat.devices_size(), 1);
+  EXPECT_EQ(heartbeat.devices(0).index(), 1);
+  EXPECT_EQ(heartbeat.devices(0).power_milliwatts(), 70250);
+}
+
+TEST_F(WorkerGpuTest, NoDriverStartsWithCpuSlotsOnlyAndSaysWhy) {
+  Start({}, {"FAKE_NVML_INIT_RESULT=9"});
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 1); }));
+  EXPECT_EQ(hub_.received()[0].message.hello().devices_size(), 0);
+  const std::string log = StopAndReadLog();
+  EXPECT_THAT(log, HasSubstr("no GPUs: nvmlInit failed: Driver Not Loaded (is "
+                             "the NVIDIA driver loaded?); offering CPU slots "
+                             "only"));
+  EXPECT_THAT(log, HasSubstr("0 GPU(s)"));
+}
+
+TEST_F(WorkerGpuTest, GpusThatCannotBeHadAreAUsageError) {
+  Start({"--gpus", "5"}, {"CUDA_VISIBLE_DEVICES=0,1"});
+  std::string err = StderrOfExited(*worker_);
+  EXPECT_EQ(worker_->Wait().exit_code, 2);
+  EXPECT_THAT(err, HasSubstr("yard-worker: --gpus: \"5\" names no GPU"));
+
+  Start({"--gpus", "0"}, {"FAKE_NVML_INIT_RESULT=9"});
+  err = StderrOfExited(*worker_);
+  EXPECT_EQ(worker_->Wait().exit_code, 2);
+  EXPECT_THAT(err, HasSubstr("yard-worker: --gpus 0: nvmlInit failed"));
+}
+
+TEST_F(WorkerGpuTest, GpusNoneOffersNone) {
+  Start({"--gpus=none"}, {"CUDA_VISIBLE_DEVICES=0,1"});
+  ASSERT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 1); }));
+  EXPECT_EQ(hub_.received()[0].message.hello().devices_size(), 0);
+  EXPECT_THAT(StopAndReadLog(), HasSubstr("no GPUs: --gpus none"));
 }
 
 }  // namespace

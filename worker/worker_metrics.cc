@@ -35,6 +35,20 @@ void Keep(std::vector<pm::MetricFamily>& out, pm::MetricFamily f) {
 
 }  // namespace
 
+GpuSample GpuSampleOf(const DeviceReading& r) {
+  GpuSample s;
+  s.index = r.index;
+  if (r.utilization_percent) {
+    s.utilization_ratio = *r.utilization_percent / 100.0;
+  }
+  if (r.memory_used_bytes) {
+    s.memory_used_bytes = static_cast<double>(*r.memory_used_bytes);
+  }
+  if (r.temperature_celsius) s.temperature_celsius = *r.temperature_celsius;
+  if (r.power_milliwatts) s.power_watts = *r.power_milliwatts / 1000.0;
+  return s;
+}
+
 WorkerMetrics::WorkerMetrics(WorkerMetricsOptions options)
     : options_(std::move(options)) {}
 

@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "trainyard/v1/cluster.pb.h"
 #include "trainyard/v1/worker.pb.h"
+#include "worker/device_discovery.h"
 
 namespace trainyard::worker {
 
@@ -43,8 +44,12 @@ struct GpuSample {
   std::optional<double> temperature_celsius;  // DCGM GPU_TEMP
   std::optional<double> power_watts;          // DCGM POWER_USAGE
 };
-// Reads every GPU now (NVML on a GPU build). Called on scrape threads.
+// Reads every GPU (the worker's DeviceTelemetry cache). Called on scrape
+// threads.
 using GpuSampler = std::function<std::vector<GpuSample>()>;
+
+// A device reading in the metrics' base units (ratio, bytes, watts).
+GpuSample GpuSampleOf(const DeviceReading& reading);
 
 struct WorkerMetricsOptions {
   std::string version;

@@ -180,6 +180,33 @@ TEST(WorkerMetricsTest, GpuSeriesPerDeviceWithDcgmMeanings) {
   EXPECT_EQ(Value(m, "yard_worker_gpu_power_watts", "gpu", "1"), 70);
 }
 
+TEST(WorkerMetricsTest, DeviceReadingsInBaseUnits) {
+  DeviceReading r;
+  r.index = 3;
+  r.memory_used_bytes = int64_t{5} << 30;
+  r.utilization_percent = 42;
+  r.power_milliwatts = 350500;
+  const GpuSample s = GpuSampleOf(r);
+  EXPECT_EQ(s.index, 3);
+  EXPECT_DOUBLE_EQ(*s.utilization_ratio, 0.42);
+  EXPECT_EQ(*s.memory_used_bytes, double(int64_t{5} << 30));
+  EXPECT_DOUBLE_EQ(*s.power_watts, 350.5);
+  EXPECT_FALSE(s.temperature_celsius.has_value());  // unknown stays unknown
+
+  trainyard::v1::Device d;
+  d.set_index(3);
+  d.set_uuid("GPU-cccc");
+  d.set_memory_bytes(int64_t{80} << 30);
+  WorkerMetrics m(
+      {.version = "1", .devices = {d}, .cpu_slots = 1, .sample_gpus = [r] {
+         return std::vector<GpuSample>{GpuSampleOf(r)};
+       }});
+  EXPECT_DOUBLE_EQ(
+      Value(m, "yard_worker_gpu_utilization_ratio", "uuid", "GPU-cccc"), 0.42);
+  EXPECT_TRUE(
+      std::isnan(Value(m, "yard_worker_gpu_temperature_celsius", "gpu", "3")));
+}
+
 TEST(WorkerMetricsTest, ExpositionPassesPromtool) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "promtool is not installed (scripts/install-deps.sh "

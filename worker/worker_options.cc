@@ -54,6 +54,10 @@ absl::Status SetFlag(WorkerFlags& flags, const std::string& name,
     absl::StatusOr<int> n = ParseIntFlag(name, value, 0, 1024);
     if (!n.ok()) return n.status();
     flags.cpu_slots = *n;
+  } else if (name == "gpus") {
+    absl::StatusOr<GpuSelection> gpus = ParseGpuSelection(value);
+    if (!gpus.ok()) return gpus.status();
+    flags.gpus = *std::move(gpus);
   } else if (name == "token-file") {
     flags.token_file = value;
   } else if (name == "tls-ca") {
@@ -118,6 +122,10 @@ Runs the training jobs the Trainyard server assigns to this node.
   --server HOST:PORT      the yard-server to connect to (or $YARD_SERVER)
   --work-dir DIR          per-job files and the worker id; created if missing
   --cpu-slots N           jobs without GPUs that may run at once (default 1)
+  --gpus auto|none|LIST   GPUs to offer (default auto: every GPU the NVIDIA
+                          driver lists that $CUDA_VISIBLE_DEVICES leaves
+                          visible; none without a driver); LIST: indices as
+                          nvidia-smi numbers them, or UUIDs, e.g. 0,1
   --data-root DIR         root of the jobs' data paths (default: current dir)
   --name ID               worker id (default: generated, kept in WORK_DIR/worker_id)
   --train-bin PATH        the yard-train executable (default: beside yard-worker)

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_credentials.h"
 #include "worker/child_process.h"
+#include "worker/gpu_selection.h"
 
 namespace trainyard::worker {
 
@@ -20,6 +21,8 @@ struct WorkerFlags {
   std::string server;    // HOST:PORT
   std::string work_dir;  // created if missing
   int cpu_slots = 1;
+  // Which GPUs to offer (--gpus auto|none|LIST); see gpu_selection.h.
+  GpuSelection gpus;
   std::string data_root;  // empty: the current directory
   std::string name;       // the worker id; empty: WORK_DIR/worker_id
   std::string train_bin;  // empty: yard-train beside our own executable

@@ -40,6 +40,21 @@ TEST(ParseWorkerFlagsTest, Defaults) {
   EXPECT_EQ(flags->data_root, "");
   EXPECT_EQ(flags->name, "");
   EXPECT_EQ(flags->train_bin, "");
+  EXPECT_EQ(flags->gpus.mode, GpuSelection::Mode::kAuto);
+}
+
+TEST(ParseWorkerFlagsTest, Gpus) {
+  auto none = Parse({"--server=h:1", "--work-dir=w", "--gpus", "none"});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->gpus.mode, GpuSelection::Mode::kNone);
+  auto list = Parse({"--server=h:1", "--work-dir=w", "--gpus=1,0,GPU-ab12"});
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->gpus.mode, GpuSelection::Mode::kList);
+  EXPECT_THAT(list->gpus.devices, ::testing::ElementsAre("1", "0", "GPU-ab12"));
+  auto automatic = Parse({"--server=h:1", "--work-dir=w", "--gpus=auto"});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->gpus.mode, GpuSelection::Mode::kAuto);
+  EXPECT_THAT(WorkerUsage(), HasSubstr("--gpus auto|none|LIST"));
 }
 
 TEST(ParseWorkerFlagsTest, ServerFromEnvironment) {
@@ -75,6 +90,11 @@ TEST(ParseWorkerFlagsTest, BadInputsNameTheFlag) {
       {{"--server=h:1", "--work-dir=w", "--cpu-slots=lots"},
        "--cpu-slots must be"},
       {{"--server=h:1", "--work-dir=w", "--name=a/b"}, "--name \"a/b\""},
+      {{"--server=h:1", "--work-dir=w", "--gpus="},
+       "--gpus must be auto, none"},
+      {{"--server=h:1", "--work-dir=w", "--gpus=all"},
+       "--gpus must be auto, none"},
+      {{"--server=h:1", "--work-dir=w", "--gpus=0,-1"}, "got \"0,-1\""},
       {{"--server=h:1", "--work-dir=w", "--bogus=1"}, "unknown flag --bogus"},
       {{"--server=h:1", "--work-dir"}, "--work-dir needs a value"},
       {{"--server=h:1", "--work-dir=w", "extra"},

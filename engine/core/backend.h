@@ -51,6 +51,31 @@ struct AdamWUpdate {
   float bias_correction2 = 1;  // 1 - beta2^t
 };
 
+// What AttentionForward saves for AttentionBackward. A backend picks one;
+// the model sizes its buffers from it (AttentionBufferFloats).
+enum class AttentionState {
+  // The probabilities [B, NH, T, T], zero above the diagonal; the backward's
+  // scratch is as large. Plain matrix products (the CPU reference).
+  kProbabilities,
+  // Each query row's log-sum-exp of its scaled scores [B, NH, T]; the
+  // backward's scratch is as large. The backward recomputes probabilities
+  // tile by tile (flash attention), so no T x T matrix is ever stored.
+  kLogSumExp,
+};
+
+// Floats of AttentionForward's state and AttentionBackward's scratch for B
+// sequences of T tokens and NH heads.
+struct AttentionFloats {
+  int64_t state = 0;
+  int64_t scratch = 0;
+};
+inline AttentionFloats AttentionBufferFloats(AttentionState kind, int64_t batch,
+                                             int64_t seq, int64_t heads) {
+  const int64_t rows = batch * heads * seq;
+  const int64_t n = kind == AttentionState::kProbabilities ? rows * seq : rows;
+  return {n, n};
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -151,19 +176,25 @@ class Backend {
   virtual void GeluBackward(float* dx, const float* x, const float* dout,
                             int64_t n) = 0;
 
+  // How this backend's attention keeps what its backward needs; fixes the
+  // sizes of the `state` and `scratch` buffers of the two ops below.
+  virtual AttentionState attention_state() const = 0;
+
   // Causal multi-head self-attention. qkv [B, T, 3C] holds q, k and v side
   // by side, each split into NH heads of C / NH channels; out [B, T, C] is
-  // the heads' outputs side by side; att [B, NH, T, T] receives the
-  // attention probabilities (zero above the diagonal) for backward.
-  virtual void AttentionForward(float* out, float* att, const float* qkv,
+  // the heads' outputs side by side; `state` receives what the backward
+  // needs, as attention_state() says (AttentionBufferFloats(...).state
+  // floats).
+  virtual void AttentionForward(float* out, float* state, const float* qkv,
                                 int64_t batch, int64_t seq, int64_t channels,
                                 int64_t heads) = 0;
-  // dqkv [B, T, 3C] (overwritten) from dout [B, T, C]. `scratch` holds
-  // B * NH * T * T floats, clobbered.
+  // dqkv [B, T, 3C] (overwritten) from dout [B, T, C], given the forward's
+  // input, output and state. `scratch` (AttentionBufferFloats(...).scratch
+  // floats) is clobbered.
   virtual void AttentionBackward(float* dqkv, float* scratch, const float* dout,
-                                 const float* qkv, const float* att,
-                                 int64_t batch, int64_t seq, int64_t channels,
-                                 int64_t heads) = 0;
+                                 const float* out, const float* qkv,
+                                 const float* state, int64_t batch, int64_t seq,
+                                 int64_t channels, int64_t heads) = 0;
 };
 
 }  // namespace trainyard::engine

@@ -30,13 +30,15 @@ constexpr float kInitStd = 0.02f;
 
 }  // namespace
 
-GptActivationSizes GptActivationFloats(const GptConfig& c, int64_t seq) {
+GptActivationSizes GptActivationFloats(const GptConfig& c, int64_t seq,
+                                       AttentionState attention) {
   const int64_t tc = seq * c.d_model;
-  const int64_t att = c.n_head * seq * seq;
+  const AttentionFloats att =
+      AttentionBufferFloats(attention, 1, seq, c.n_head);
   GptActivationSizes s;
-  s.per_sequence = tc + c.n_layer * (18 * tc + 4 * seq + att) + tc + 3 * seq +
-                   2 * seq * c.vocab_size;
-  s.grad_per_sequence = 10 * tc + att + seq * c.vocab_size;
+  s.per_sequence = tc + c.n_layer * (18 * tc + 4 * seq + att.state) + tc +
+                   3 * seq + 2 * seq * c.vocab_size;
+  s.grad_per_sequence = 10 * tc + att.scratch + seq * c.vocab_size;
   return s;
 }
 
@@ -156,7 +158,9 @@ absl::Status GptModel::AllocateParameters() {
 absl::Status GptModel::AllocateActivations() {
   const int64_t B = max_batch_, T = config_.seq_len, C = config_.d_model;
   const int64_t V = config_.vocab_size, NH = config_.n_head;
-  const GptActivationSizes sizes = GptActivationFloats(config_, T);
+  const AttentionState attention = backend_->attention_state();
+  const GptActivationSizes sizes = GptActivationFloats(config_, T, attention);
+  const AttentionFloats att = AttentionBufferFloats(attention, B, T, NH);
   // In double first: absurd sizes must be refused, not wrap around.
   const double bytes = 4.0 * B *
                        (static_cast<double>(sizes.per_sequence) +
@@ -185,7 +189,7 @@ absl::Status GptModel::AllocateActivations() {
     a.ln1_rstd = take(bt);
     a.qkv = take(3 * btc);
     a.atty = take(btc);
-    a.att = take(B * NH * T * T);
+    a.att = take(att.state);
     a.attproj = take(btc);
     a.res2 = take(btc);
     a.ln2 = take(btc);
@@ -209,7 +213,7 @@ absl::Status GptModel::AllocateActivations() {
   dqkv_ = take(3 * btc);
   datty_ = take(btc);
   dfch_ = take(4 * btc);
-  datt_ = take(B * NH * T * T);
+  datt_ = take(att.scratch);
   dlogits_ = take(bt * V);
   tokens_ = token_buf_->i32();
   targets_ = tokens_ + bt;
@@ -333,7 +337,7 @@ void GptModel::BackwardBlock(int64_t l, const float* residual,
   // res2 = residual + attproj.
   be.LinearBackward(datty_, Block(l, kProjW).grad, Block(l, kProjB).grad,
                     dresidual, a.atty, Block(l, kProjW).value, BT, C, C);
-  be.AttentionBackward(dqkv_, datt_, datty_, a.qkv, a.att, B, T, C,
+  be.AttentionBackward(dqkv_, datt_, datty_, a.atty, a.qkv, a.att, B, T, C,
                        config_.n_head);
   be.LinearBackward(dln_, Block(l, kQkvW).grad, Block(l, kQkvB).grad, dqkv_,
                     a.ln1, Block(l, kQkvW).value, BT, C, 3 * C);

@@ -35,14 +35,16 @@ struct GptConfig {
   int64_t vocab_size = 256;
 };
 
-// Floats the model allocates per sequence of `seq` tokens: activations kept
-// for the backward, and the backward's scratch. The memory estimate and the
-// model's allocation share them.
+// Floats the model allocates per sequence of `seq` tokens on a backend whose
+// attention keeps `attention` state: activations kept for the backward, and
+// the backward's scratch. The memory estimate and the model's allocation
+// share them.
 struct GptActivationSizes {
   int64_t per_sequence = 0;       // forward activations kept for backward
   int64_t grad_per_sequence = 0;  // backward scratch
 };
-GptActivationSizes GptActivationFloats(const GptConfig& config, int64_t seq);
+GptActivationSizes GptActivationFloats(const GptConfig& config, int64_t seq,
+                                       AttentionState attention);
 
 // INVALID_ARGUMENT unless every size is positive and within the limits
 // specs have (n_layer <= 256, n_head <= 1024, d_model and seq_len <= 65536,

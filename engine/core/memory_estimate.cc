@@ -57,7 +57,12 @@ MemoryEstimate EstimateGptMemory(const GptConfig& c, int64_t micro_batch,
     return m;
   }
   MemoryEstimate m = Parameters(GptParameterCount(c), Overhead(device));
-  const GptActivationSizes a = GptActivationFloats(c, c.seq_len);
+  // The CUDA backend's flash attention keeps one log-sum-exp per query row
+  // instead of the T x T probabilities (see AttentionState).
+  const GptActivationSizes a = GptActivationFloats(
+      c, c.seq_len,
+      device == DeviceKind::kCuda ? AttentionState::kLogSumExp
+                                  : AttentionState::kProbabilities);
   // Activations, backward scratch, and the token and target ids; in double
   // and saturated, so a spec far beyond any device reads as huge rather
   // than wrapping around.
@@ -67,8 +72,11 @@ MemoryEstimate EstimateGptMemory(const GptConfig& c, int64_t micro_batch,
                         static_cast<double>(a.grad_per_sequence) +
                         2.0 * static_cast<double>(c.seq_len));
   m.activations = bytes < 0x1p60 ? static_cast<int64_t>(bytes) : kSaturated;
-  m.workspace = GemmWorkspace(
-      std::max({4 * c.d_model, c.vocab_size, c.seq_len}), threads);
+  m.workspace =
+      device == DeviceKind::kCuda
+          ? kCudaWorkspaceBytes
+          : GemmWorkspace(std::max({4 * c.d_model, c.vocab_size, c.seq_len}),
+                          threads);
   return m;
 }
 
@@ -89,7 +97,8 @@ MemoryEstimate EstimateMlpMemory(const MlpConfig& c, int64_t micro_batch,
   const int64_t per_example =
       Add(Add(c.input_dim, 1), Add(act, Add(c.num_classes, 1)));
   m.activations = Mul(Mul(micro_batch, per_example), 4);
-  m.workspace = GemmWorkspace(widest, threads);
+  m.workspace = device == DeviceKind::kCuda ? kCudaWorkspaceBytes
+                                            : GemmWorkspace(widest, threads);
   return m;
 }
 

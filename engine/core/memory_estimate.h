@@ -23,7 +23,7 @@ struct MemoryEstimate {
   int64_t gradients = 0;
   int64_t optimizer = 0;    // AdamW m and v
   int64_t activations = 0;  // kept for backward, plus backward scratch
-  int64_t workspace = 0;    // GEMM packing buffers
+  int64_t workspace = 0;    // GEMM packing buffers (CUDA: see below)
   int64_t overhead = 0;     // fixed per process
   // What the engine allocates through its backend.
   int64_t allocated() const {
@@ -36,6 +36,10 @@ struct MemoryEstimate {
 // library handles, measured on H100-class devices in the hundreds of MiB).
 inline constexpr int64_t kCpuOverheadBytes = int64_t{64} << 20;
 inline constexpr int64_t kCudaOverheadBytes = int64_t{512} << 20;
+// The CUDA backend's own share of its arena: the cuBLASLt workspace
+// (32 MiB), reduction scratch, and slack for rounding each allocation up to
+// the arena's alignment. The arena a job needs is allocated() + workspace.
+inline constexpr int64_t kCudaWorkspaceBytes = int64_t{33} << 20;
 
 // Any sizes are accepted: every part saturates at 2^60 bytes, and a GPT
 // config outside ValidateGptConfig's limits reads as saturated throughout,

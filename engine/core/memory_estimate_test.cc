@@ -67,10 +67,30 @@ TEST(MemoryEstimateTest, GrowsWithTheBatchAndTheDevice) {
   EXPECT_EQ(EstimateGptMemory(c, 8, 2, DeviceKind::kCuda).overhead,
             kCudaOverheadBytes);
   // The largest sizes a spec may ask for: huge, never negative.
-  const MemoryEstimate huge = EstimateGptMemory({256, 256, 256, 65536, 1 << 20},
-                                                65536, 256, DeviceKind::kCuda);
+  const GptConfig biggest{256, 256, 256, 65536, 1 << 20};
+  const MemoryEstimate huge =
+      EstimateGptMemory(biggest, 65536, 256, DeviceKind::kCpu);
   EXPECT_EQ(huge.activations, int64_t{1} << 60);
   EXPECT_GT(huge.total(), 0);
+  const MemoryEstimate huge_gpu =
+      EstimateGptMemory(biggest, 65536, 256, DeviceKind::kCuda);
+  EXPECT_GT(huge_gpu.activations, int64_t{1} << 50);
+  EXPECT_GT(huge_gpu.total(), 0);
+}
+
+// The CUDA backend keeps one float per query row where the CPU keeps T of
+// them (AttentionState), and its workspace is the fixed arena share.
+TEST(MemoryEstimateTest, CudaAttentionKeepsNoTxTMatrix) {
+  const GptConfig c{2, 4, 64, 256, 100};
+  const MemoryEstimate cpu = EstimateGptMemory(c, 3, 1, DeviceKind::kCpu);
+  const MemoryEstimate gpu = EstimateGptMemory(c, 3, 1, DeviceKind::kCuda);
+  const int64_t saved_per_layer = c.n_head * c.seq_len * (c.seq_len - 1);
+  EXPECT_EQ(cpu.activations - gpu.activations,
+            4 * 3 * (c.n_layer + 1) * saved_per_layer);
+  EXPECT_EQ(gpu.workspace, kCudaWorkspaceBytes);
+  EXPECT_EQ(
+      EstimateMlpMemory({20, {16}, 10}, 7, 2, DeviceKind::kCuda).workspace,
+      kCudaWorkspaceBytes);
 }
 
 TEST(MemoryEstimateTest, HostileSizesSaturateInsteadOfOverflowing) {

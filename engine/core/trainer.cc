@@ -36,11 +36,29 @@ absl::Status CheckConfig(const TrainerConfig& c) {
   return absl::OkStatus();
 }
 
+// Examples [begin, begin + count) of `b`.
+Batch SliceBatch(const Batch& b, int64_t begin, int64_t count) {
+  Batch out;
+  out.size = count;
+  out.feature_dim = b.feature_dim;
+  out.seq_len = b.seq_len;
+  out.next = b.next;
+  auto rows = [&](const auto& v, auto& dst) {
+    if (v.empty()) return;
+    const int64_t width = static_cast<int64_t>(v.size()) / b.size;
+    dst.assign(v.begin() + begin * width, v.begin() + (begin + count) * width);
+  };
+  rows(b.features, out.features);
+  rows(b.tokens, out.tokens);
+  rows(b.targets, out.targets);
+  return out;
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainerConfig& config, Model* model, Backend* backend,
                  BatchSource* train, const ExampleSet* eval,
-                 TrainerEventSink* sink, Clock* clock)
+                 TrainerEventSink* sink, Clock* clock, Collective* collective)
     : config_(config),
       schedule_{config.lr, config.warmup_steps, config.total_steps,
                 config.min_lr_ratio},
@@ -50,20 +68,21 @@ Trainer::Trainer(const TrainerConfig& config, Model* model, Backend* backend,
       eval_(eval),
       sink_(sink),
       clock_(clock),
+      collective_(collective),
       rng_(config.seed) {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const TrainerConfig& config, Model* model, Backend* backend,
     BatchSource* train, const ExampleSet* eval, TrainerEventSink* sink,
-    Clock* clock) {
+    Clock* clock, Collective* collective) {
   RETURN_IF_ERROR(CheckConfig(config));
   if (config.micro_batch > model->max_batch()) {
     return absl::InvalidArgumentError(
         absl::StrCat("trainer: micro_batch ", config.micro_batch,
                      " exceeds the model's max batch ", model->max_batch()));
   }
-  std::unique_ptr<Trainer> t(
-      new Trainer(config, model, backend, train, eval, sink, clock));
+  std::unique_ptr<Trainer> t(new Trainer(config, model, backend, train, eval,
+                                         sink, clock, collective));
   ASSIGN_OR_RETURN(t->optimizer_, AdamW::Create(config.optimizer,
                                                 &model->parameters(), backend));
   RETURN_IF_ERROR(model->InitializeParameters(t->rng_));
@@ -71,9 +90,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
 }
 
 absl::StatusOr<Trainer::Outcome> Trainer::Run(const std::atomic<bool>* stop) {
+  stop_ = stop;
   RETURN_IF_ERROR(Start());
   while (!done()) {
-    if (stop != nullptr && stop->load()) {
+    // One rank alone must not stop: the others would wait for it forever.
+    const bool stopping =
+        world_size() > 1 ? agreed_stop_ : stop != nullptr && stop->load();
+    if (stopping) {
       RETURN_IF_ERROR(Interrupt());
       return Outcome::kInterrupted;
     }
@@ -100,9 +123,8 @@ absl::Status Trainer::Start() {
     }
   }
   RETURN_IF_ERROR(train_->Seek(cursor_));
-  sink_->Emit(TrainStartedEvent{step_, config_.total_steps,
-                                model_->num_parameters(), resumed_from,
-                                std::string(backend_->name())});
+  Emit(TrainStartedEvent{step_, config_.total_steps, model_->num_parameters(),
+                         resumed_from, std::string(backend_->name())});
   return absl::OkStatus();
 }
 
@@ -163,22 +185,66 @@ absl::Status Trainer::Restore(const std::string& path, const Checkpoint& ckpt) {
   return backend_->Synchronize();
 }
 
+absl::StatusOr<Batch> Trainer::NextMicroBatch() {
+  ASSIGN_OR_RETURN(Batch batch, train_->Next());
+  const int world = world_size();
+  if (world == 1) return batch;
+  if (batch.size != config_.micro_batch * world) {
+    return absl::InternalError(absl::StrCat(
+        "trainer: the data gave a batch of ", batch.size, " examples, ",
+        "expected micro_batch x ranks = ", config_.micro_batch * world));
+  }
+  return SliceBatch(batch, collective_->rank() * config_.micro_batch,
+                    config_.micro_batch);
+}
+
+absl::Status Trainer::ReduceStep(ForwardStats* step, int64_t* samples) {
+  // Loss figures ride along with the gradients, and so does this rank's
+  // wish to stop, so agreeing costs no extra round trip.
+  const bool wants_stop = stop_ != nullptr && stop_->load();
+  float figures[5] = {static_cast<float>(step->loss_sum),
+                      static_cast<float>(step->examples),
+                      static_cast<float>(step->tokens),
+                      static_cast<float>(*samples), wants_stop ? 1.0f : 0.0f};
+  std::vector<FloatSpan> spans;
+  for (const Parameter& p : model_->parameters()) {
+    spans.push_back({p.grad, p.size()});
+  }
+  spans.push_back({figures, 5});
+  RETURN_IF_ERROR(backend_->Synchronize());
+  RETURN_IF_ERROR(collective_->AllReduceSum(spans));
+  step->loss_sum = figures[0];
+  step->examples = static_cast<int64_t>(figures[1]);
+  step->tokens = static_cast<int64_t>(figures[2]);
+  *samples = static_cast<int64_t>(figures[3]);
+  agreed_stop_ = figures[4] > 0;
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Advance() {
   const double lr = schedule_.At(step_);
+  const int world = world_size();
   model_->ZeroGradients();
+  ForwardStats step;
+  int64_t samples = 0;
   for (int64_t micro = 0; micro < config_.grad_accum; ++micro) {
-    ASSIGN_OR_RETURN(Batch batch, train_->Next());
+    ASSIGN_OR_RETURN(Batch batch, NextMicroBatch());
     ASSIGN_OR_RETURN(ForwardStats stats, model_->Forward(batch));
     // The step's loss is the mean over all its loss terms (examples, or
-    // predicted tokens for language models).
-    model_->Backward(1.0f /
-                     static_cast<float>(stats.examples * config_.grad_accum));
-    window_loss_sum_ += stats.loss_sum;
-    window_examples_ += stats.examples;
-    window_tokens_ += stats.tokens;
-    window_samples_ += batch.size;
+    // predicted tokens for language models) on all ranks.
+    model_->Backward(
+        1.0f / static_cast<float>(stats.examples * config_.grad_accum * world));
+    step.loss_sum += stats.loss_sum;
+    step.examples += stats.examples;
+    step.tokens += stats.tokens;
+    samples += batch.size;
     cursor_ = batch.next;
   }
+  if (world > 1) RETURN_IF_ERROR(ReduceStep(&step, &samples));
+  window_loss_sum_ += step.loss_sum;
+  window_examples_ += step.examples;
+  window_tokens_ += step.tokens;
+  window_samples_ += samples;
   ASSIGN_OR_RETURN(OptimizerStepStats opt, optimizer_->Step(lr));
   ++step_;
   ++window_steps_;
@@ -212,7 +278,7 @@ void Trainer::ReportProgress(double lr, double grad_norm) {
   e.tokens_per_second = seconds > 0 ? window_tokens_ / seconds : 0;
   e.memory_bytes = backend_->peak_allocated_bytes();
   last_train_loss_ = e.loss;
-  sink_->Emit(e);
+  Emit(e);
   window_loss_sum_ = 0;
   window_examples_ = 0;
   window_tokens_ = 0;
@@ -249,11 +315,11 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate() {
 }
 
 absl::Status Trainer::EvaluateAndReport() {
-  if (eval_ == nullptr) return absl::OkStatus();
+  if (eval_ == nullptr || !leader()) return absl::OkStatus();
   ASSIGN_OR_RETURN(last_eval_, Evaluate());
   last_eval_step_ = step_;
-  sink_->Emit(EvalResultEvent{step_, last_eval_.loss, last_eval_.accuracy,
-                              last_eval_.examples});
+  Emit(EvalResultEvent{step_, last_eval_.loss, last_eval_.accuracy,
+                       last_eval_.examples});
   return absl::OkStatus();
 }
 
@@ -272,7 +338,7 @@ std::vector<HostTensor> Trainer::StateTensors() const {
 }
 
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
-  if (config_.checkpoint.dir.empty()) return std::string();
+  if (config_.checkpoint.dir.empty() || !leader()) return std::string();
   Checkpoint ckpt;
   ckpt.meta = {step_,
                rng_.SerializeState(),
@@ -288,7 +354,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
       PruneCheckpoints(config_.checkpoint.dir, config_.checkpoint.keep_last));
   last_checkpoint_path_ = path;
   last_checkpoint_step_ = step_;
-  sink_->Emit(CheckpointSavedEvent{step_, path});
+  Emit(CheckpointSavedEvent{step_, path});
   return path;
 }
 
@@ -304,14 +370,14 @@ absl::Status Trainer::Finish() {
   e.eval_accuracy = last_eval_.accuracy;
   e.checkpoint_path = last_checkpoint_path_;
   e.wall_seconds = absl::ToDoubleSeconds(clock_->Now() - run_start_);
-  sink_->Emit(e);
+  Emit(e);
   return absl::OkStatus();
 }
 
 absl::Status Trainer::Interrupt() {
   if (last_checkpoint_step_ != step_)
     RETURN_IF_ERROR(SaveCheckpoint().status());
-  sink_->Emit(TrainInterruptedEvent{step_, last_checkpoint_path_});
+  Emit(TrainInterruptedEvent{step_, last_checkpoint_path_});
   return absl::OkStatus();
 }
 

@@ -7,6 +7,14 @@
 // step, the RNG state and the data cursor, so a run stopped at any
 // checkpoint and resumed ends bitwise equal to an uninterrupted run.
 //
+// Data parallel: with a Collective of N ranks, every rank draws the same
+// global micro-batch of micro_batch x N examples and trains on its own
+// slice of micro_batch; after backward the ranks sum their gradients (and
+// the step's loss figures), so all apply the same update and stay bitwise
+// equal. Only rank 0 evaluates, writes checkpoints and emits events; all
+// ranks resume from the same checkpoint. A stop request is agreed on with
+// the next step's sums, so every rank stops after the same step.
+//
 // Thread-safety: not thread-safe; one thread drives a Trainer (the
 // BatchSource may prefetch on its own thread behind the scenes).
 #ifndef TRAINYARD_ENGINE_CORE_TRAINER_H_
@@ -26,6 +34,7 @@
 #include "engine/core/backend.h"
 #include "engine/core/batch.h"
 #include "engine/core/checkpoint.h"
+#include "engine/core/collective.h"
 #include "engine/core/lr_schedule.h"
 #include "engine/core/model.h"
 #include "engine/core/rng.h"
@@ -73,14 +82,17 @@ class Trainer {
   enum class Outcome { kFinished, kInterrupted };
 
   // Initializes the model's weights from config.seed. Everything passed in
-  // must outlive the trainer; `eval` may be null (no evaluation).
+  // must outlive the trainer; `eval` may be null (no evaluation), and so may
+  // `collective` (one rank). With N ranks, `train` must yield batches of
+  // micro_batch x N examples.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       const TrainerConfig& config, Model* model, Backend* backend,
       BatchSource* train, const ExampleSet* eval, TrainerEventSink* sink,
-      Clock* clock = Clock::Real());
+      Clock* clock = Clock::Real(), Collective* collective = nullptr);
 
   // Start(), then Advance() until done or until *stop turns true (checked
-  // between steps), then Finish() or Interrupt().
+  // between steps; with several ranks, once any rank saw it), then Finish()
+  // or Interrupt().
   absl::StatusOr<Outcome> Run(const std::atomic<bool>* stop);
 
   // The pieces of Run, for callers that drive steps themselves.
@@ -101,13 +113,27 @@ class Trainer {
   absl::StatusOr<std::string> SaveCheckpoint();
 
   int64_t step() const { return step_; }
+  // Rank 0, or the only rank: the one that evaluates, saves and reports.
+  bool leader() const {
+    return collective_ == nullptr || collective_->rank() == 0;
+  }
+  int world_size() const {
+    return collective_ == nullptr ? 1 : collective_->world_size();
+  }
   // Host copies of the whole training state: weights, then AdamW moments.
   std::vector<HostTensor> StateTensors() const;
 
  private:
   Trainer(const TrainerConfig& config, Model* model, Backend* backend,
           BatchSource* train, const ExampleSet* eval, TrainerEventSink* sink,
-          Clock* clock);
+          Clock* clock, Collective* collective);
+  // This rank's share of a global micro-batch.
+  absl::StatusOr<Batch> NextMicroBatch();
+  // Sums the gradients and the step's figures over the ranks.
+  absl::Status ReduceStep(ForwardStats* step, int64_t* samples);
+  void Emit(const TrainerEvent& event) {
+    if (leader()) sink_->Emit(event);
+  }
   absl::Status Restore(const std::string& path, const Checkpoint& ckpt);
   void ReportProgress(double lr, double grad_norm);
   absl::Status EvaluateAndReport();
@@ -120,6 +146,10 @@ class Trainer {
   const ExampleSet* const eval_;
   TrainerEventSink* const sink_;
   Clock* const clock_;
+  Collective* const collective_;
+  // Set by Run; read by Advance, which tells the other ranks.
+  const std::atomic<bool>* stop_ = nullptr;
+  bool agreed_stop_ = false;  // some rank asked to stop (several ranks)
   std::unique_ptr<AdamW> optimizer_;
   Rng rng_;
 

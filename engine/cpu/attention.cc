@@ -96,9 +96,10 @@ void CpuBackend::AttentionForward(float* out, float* att, const float* qkv,
 }
 
 void CpuBackend::AttentionBackward(float* dqkv, float* scratch,
-                                   const float* dout, const float* qkv,
-                                   const float* att, int64_t batch, int64_t seq,
-                                   int64_t channels, int64_t heads) {
+                                   const float* dout, const float* /*out*/,
+                                   const float* qkv, const float* att,
+                                   int64_t batch, int64_t seq, int64_t channels,
+                                   int64_t heads) {
   const int64_t hs = channels / heads;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   ForRange(batch * heads, 1, [&](int64_t begin, int64_t end) {

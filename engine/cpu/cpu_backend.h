@@ -83,11 +83,16 @@ class CpuBackend : public Backend {
   void GeluForward(float* out, const float* x, int64_t n) override;
   void GeluBackward(float* dx, const float* x, const float* dout,
                     int64_t n) override;
+  // Keeps the probabilities: the backward is three plain matrix products.
+  AttentionState attention_state() const override {
+    return AttentionState::kProbabilities;
+  }
   void AttentionForward(float* out, float* att, const float* qkv, int64_t batch,
                         int64_t seq, int64_t channels, int64_t heads) override;
   void AttentionBackward(float* dqkv, float* scratch, const float* dout,
-                         const float* qkv, const float* att, int64_t batch,
-                         int64_t seq, int64_t channels, int64_t heads) override;
+                         const float* out, const float* qkv, const float* att,
+                         int64_t batch, int64_t seq, int64_t channels,
+                         int64_t heads) override;
 
  private:
   friend class CpuBuffer;

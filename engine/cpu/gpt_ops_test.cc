@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "engine/core/rng.h"
-#include "engine/cpu/test_inputs.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/reference_ops.h"
+#include "engine/cpu/test_inputs.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
@@ -157,8 +157,8 @@ TEST_P(GptOpsTest, AttentionForwardAndBackward) {
     }
   }
   std::vector<float> dqkv(qkv.size(), 7.f), scratch(B * NH * T * T);
-  backend_->AttentionBackward(dqkv.data(), scratch.data(), r.data(), qkv.data(),
-                              att.data(), B, T, C, NH);
+  backend_->AttentionBackward(dqkv.data(), scratch.data(), r.data(), out.data(),
+                              qkv.data(), att.data(), B, T, C, NH);
   ExpectNear(dqkv,
              FiniteDifferences(qd,
                                [&](const Vec& v) {
@@ -201,8 +201,8 @@ TEST(GptOpsDeterminismTest, ResultsDoNotDependOnTheThreadCount) {
     std::vector<float> dx(B * T * C), dw(C), db(C), dwte(V * C), dwpe(T * C);
     std::vector<float> all;
     be->AttentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    be->AttentionBackward(dqkv.data(), scratch.data(), r.data(), qkv.data(),
-                          att.data(), B, T, C, NH);
+    be->AttentionBackward(dqkv.data(), scratch.data(), r.data(), out.data(),
+                          qkv.data(), att.data(), B, T, C, NH);
     all.insert(all.end(), out.begin(), out.end());
     all.insert(all.end(), dqkv.begin(), dqkv.end());
     be->LayerNormForward(out.data(), mean.data(), rstd.data(), x.data(),

@@ -23,4 +23,22 @@ absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file,
   }
 }
 
+absl::Status CublasStatus(cublasStatus_t status, const char* expr,
+                          const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string message = absl::StrCat(file, ":", line, ": ", expr, ": ",
+                                           cublasLtGetStatusName(status), ": ",
+                                           cublasLtGetStatusString(status));
+  switch (status) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return absl::ResourceExhaustedError(message);
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return absl::UnimplementedError(message);
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
 }  // namespace trainyard::engine::cuda

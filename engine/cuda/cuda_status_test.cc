@@ -33,5 +33,23 @@ TEST(CudaStatusTest, NoDeviceIsUnavailable) {
             absl::StatusCode::kInternal);
 }
 
+absl::Status FailingCublasCall() {
+  YARD_CUBLAS_RETURN_IF_ERROR(CUBLAS_STATUS_NOT_SUPPORTED);
+  return absl::OkStatus();
+}
+
+TEST(CublasStatusTest, CarriesSiteExpressionAndCublasText) {
+  EXPECT_TRUE(CublasStatus(CUBLAS_STATUS_SUCCESS, "x", "f.cc", 1).ok());
+  absl::Status s = FailingCublasCall();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(s.message(), "cuda_status_test.cc:"));
+  EXPECT_TRUE(absl::StrContains(s.message(), "CUBLAS_STATUS_NOT_SUPPORTED"))
+      << s.message();
+  EXPECT_EQ(CublasStatus(CUBLAS_STATUS_ALLOC_FAILED, "x", "f.cc", 1).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(CublasStatus(CUBLAS_STATUS_EXECUTION_FAILED, "x", "f.cc", 1).code(),
+            absl::StatusCode::kInternal);
+}
+
 }  // namespace
 }  // namespace trainyard::engine::cuda

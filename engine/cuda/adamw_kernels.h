@@ -1,0 +1,28 @@
+// Launcher of the fused AdamW kernel (adamw_kernels.cu). Returns the launch
+// error, if any. Plain CUDA. Thread-safe.
+#ifndef TRAINYARD_ENGINE_CUDA_ADAMW_KERNELS_H_
+#define TRAINYARD_ENGINE_CUDA_ADAMW_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace trainyard::engine::cuda {
+
+// The fields of engine::AdamWUpdate (core/backend.h), copied so this header
+// needs nothing beyond CUDA.
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float bias_correction1, bias_correction2;
+};
+
+// One AdamW update of n parameters, their moments updated in place:
+//   g = grad * grad_scale
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   p -= lr * (m / bc1 / (sqrt(v / bc2) + eps) + weight_decay * p)
+cudaError_t LaunchAdamW(float* param, const float* grad, float* m, float* v,
+                        int64_t n, const AdamWStep& step, cudaStream_t stream);
+
+}  // namespace trainyard::engine::cuda
+
+#endif  // TRAINYARD_ENGINE_CUDA_ADAMW_KERNELS_H_

@@ -1,0 +1,36 @@
+// Launchers of the causal attention kernels (attention_kernels.cu), a
+// flash-attention-style forward and backward that never store a T x T
+// matrix: the forward keeps each query row's log-sum-exp, the backward
+// recomputes the probabilities from it. Each returns the launch error, if
+// any (cudaErrorInvalidValue for a head size above
+// kAttentionMaxHeadSize). Plain CUDA. Thread-safe.
+#ifndef TRAINYARD_ENGINE_CUDA_ATTENTION_KERNELS_H_
+#define TRAINYARD_ENGINE_CUDA_ATTENTION_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace trainyard::engine::cuda {
+
+inline constexpr int64_t kAttentionMaxHeadSize = 128;
+
+// out [B, T, C] and lse [B, NH, T] from qkv [B, T, 3C] (q, k, v side by
+// side, each NH heads of C / NH channels): causal softmax(q k^T / sqrt(hs))
+// v per head, and each row's log-sum-exp of its scaled scores.
+cudaError_t LaunchAttentionForward(float* out, float* lse, const float* qkv,
+                                   int64_t batch, int64_t seq, int64_t channels,
+                                   int64_t heads, cudaStream_t stream);
+
+// dqkv [B, T, 3C] (overwritten) from dout [B, T, C], given the forward's
+// qkv, out and lse. `delta` [B, NH, T] is scratch (each row's dout . out).
+cudaError_t LaunchAttentionBackward(float* dqkv, float* delta,
+                                    const float* dout, const float* out,
+                                    const float* qkv, const float* lse,
+                                    int64_t batch, int64_t seq,
+                                    int64_t channels, int64_t heads,
+                                    cudaStream_t stream);
+
+}  // namespace trainyard::engine::cuda
+
+#endif  // TRAINYARD_ENGINE_CUDA_ATTENTION_KERNELS_H_

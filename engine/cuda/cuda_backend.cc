@@ -1,0 +1,250 @@
+// CudaBackend: creation, the arena, copies, error keeping and the two
+// reductions that return host values. The ops are in cuda_backend_ops.cc.
+// See cuda_backend.h.
+#include "engine/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/core/memory_estimate.h"
+#include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device_query.h"
+#include "engine/cuda/reduce_kernels.h"
+
+#define YARD_CUDA_RECORD(expr) RecordCuda((expr), #expr, __FILE__, __LINE__)
+#define YARD_CUDA_LAUNCH(expr) Launched((expr), #expr, __FILE__, __LINE__)
+
+namespace trainyard::engine {
+namespace {
+
+constexpr int64_t kArenaAlignment = 256;
+// The backend's own share at the start of the arena: reduction scratch,
+// then cuBLASLt's workspace (32 MiB, NVIDIA's advice for Hopper). What is
+// left of kCudaWorkspaceBytes covers the rounding of Allocate's blocks.
+constexpr int64_t kScratchBytes = int64_t{64} << 10;
+constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
+constexpr int64_t kReservedBytes = kScratchBytes + kGemmWorkspaceBytes;
+static_assert(kReservedBytes + (int64_t{512} << 10) <= kCudaWorkspaceBytes);
+static_assert(cuda::kSumSquaresMaxBlocks * sizeof(double) + 512 <=
+              kScratchBytes);
+
+}  // namespace
+
+// A block of the arena; gives its offset back on destruction.
+class CudaBuffer : public DeviceBuffer {
+ public:
+  CudaBuffer(void* data, int64_t bytes, int64_t offset, CudaBackend* owner)
+      : data_(data), bytes_(bytes), offset_(offset), owner_(owner) {}
+  ~CudaBuffer() override { owner_->Release(offset_, bytes_); }
+  void* data() override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  int64_t bytes_;
+  int64_t offset_;
+  CudaBackend* owner_;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    const CudaBackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
+                   CudaBackend::Create(options));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options, cudaStream_t stream,
+                         char* base)
+    : options_(options),
+      stream_(stream),
+      base_(base),
+      blocks_(base + kReservedBytes),
+      arena_(options.arena_bytes - kReservedBytes, kArenaAlignment) {}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    const CudaBackendOptions& options) {
+  if (options.arena_bytes < kCudaWorkspaceBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda backend: an arena of ", options.arena_bytes,
+                     " bytes is smaller than the backend's own workspace of ",
+                     kCudaWorkspaceBytes, " bytes"));
+  }
+  ASSIGN_OR_RETURN(const std::vector<cuda::CudaDeviceInfo> devices,
+                   cuda::ListCudaDevices());
+  if (devices.empty()) {
+    return absl::UnavailableError(
+        "cuda backend: no CUDA device or driver on this machine");
+  }
+  if (options.device < 0 ||
+      options.device >= static_cast<int>(devices.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda backend: device ", options.device,
+                     " does not exist; this machine shows ", devices.size()));
+  }
+  const cuda::CudaDeviceInfo& info = devices[options.device];
+  YARD_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  size_t free_bytes = 0, total_bytes = 0;
+  YARD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::string grant = absl::StrCat(
+      "cuda device ", options.device, " (", info.name, "): the job's grant of ",
+      options.arena_bytes, " bytes does not fit in the ", free_bytes,
+      " bytes free of ", total_bytes);
+  if (static_cast<uint64_t>(options.arena_bytes) > free_bytes) {
+    return absl::ResourceExhaustedError(grant);
+  }
+  cudaStream_t stream = nullptr;
+  YARD_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  void* base = nullptr;
+  const cudaError_t e =
+      cudaMalloc(&base, static_cast<size_t>(options.arena_bytes));
+  if (e != cudaSuccess) {
+    cudaStreamDestroy(stream);
+    cudaGetLastError();  // an allocation failure is not sticky; clear it
+    return absl::ResourceExhaustedError(absl::StrCat(
+        grant, ": ",
+        cuda::CudaStatus(e, "cudaMalloc", __FILE__, __LINE__).message()));
+  }
+  std::unique_ptr<CudaBackend> backend(
+      new CudaBackend(options, stream, static_cast<char*>(base)));
+  RETURN_IF_ERROR(backend->Init());
+  return backend;
+}
+
+absl::Status CudaBackend::Init() {
+  sum_partial_ = reinterpret_cast<double*>(base_);
+  sum_result_ = sum_partial_ + cuda::kSumSquaresMaxBlocks;
+  hit_count_ = reinterpret_cast<unsigned long long*>(sum_result_ + 32);
+  ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(base_ + kScratchBytes,
+                                               kGemmWorkspaceBytes, stream_));
+  return absl::OkStatus();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(options_.device);
+  cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  cudaFree(base_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::UseDevice() {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != options_.device) {
+    YARD_CUDA_RECORD(cudaSetDevice(options_.device));
+  }
+}
+
+void CudaBackend::Record(absl::Status status) {
+  if (first_error_.ok() && !status.ok()) first_error_ = std::move(status);
+}
+
+void CudaBackend::RecordCuda(cudaError_t error, const char* expr,
+                             const char* file, int line) {
+  if (error != cudaSuccess) Record(cuda::CudaStatus(error, expr, file, line));
+}
+
+void CudaBackend::Launched(cudaError_t launch, const char* expr,
+                           const char* file, int line) {
+  RecordCuda(launch, expr, file, line);
+  if (options_.sync_after_each_op) {
+    RecordCuda(cudaStreamSynchronize(stream_), expr, file, line);
+  }
+}
+
+void CudaBackend::Launched(absl::Status launch) {
+  Record(std::move(launch));
+  if (options_.sync_after_each_op) {
+    YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
+  }
+}
+
+absl::Status CudaBackend::Synchronize() {
+  UseDevice();
+  YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
+  absl::Status first = std::move(first_error_);
+  first_error_ = absl::OkStatus();
+  return first;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaBackend::Allocate(
+    int64_t bytes) {
+  UseDevice();
+  absl::StatusOr<int64_t> offset = arena_.Take(bytes);
+  if (!offset.ok()) {
+    if (offset.status().code() != absl::StatusCode::kResourceExhausted) {
+      return offset.status();
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cuda backend: ", offset.status().message(), " (", allocated_bytes_,
+        " bytes already allocated); the job's memory grant of ",
+        options_.arena_bytes, " bytes is too small for this model and batch"));
+  }
+  char* data = blocks_ + *offset;
+  const cudaError_t e = cudaMemsetAsync(
+      data, 0, static_cast<size_t>(arena_.RoundUp(bytes)), stream_);
+  if (e != cudaSuccess) {
+    arena_.Give(*offset);
+    return cuda::CudaStatus(e, "cudaMemsetAsync", __FILE__, __LINE__);
+  }
+  allocated_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, allocated_bytes_);
+  return std::unique_ptr<DeviceBuffer>(
+      new CudaBuffer(data, bytes, *offset, this));
+}
+
+void CudaBackend::Release(int64_t offset, int64_t bytes) {
+  // Work queued on the stream may still use the block; anything allocated
+  // in it later is queued behind that work on the same stream.
+  arena_.Give(offset);
+  allocated_bytes_ -= bytes;
+}
+
+void CudaBackend::CopyToDevice(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return;
+  UseDevice();
+  YARD_CUDA_RECORD(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                   cudaMemcpyHostToDevice, stream_));
+  // The caller may free or reuse `src` as soon as this returns.
+  YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::CopyToHost(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return;
+  UseDevice();
+  YARD_CUDA_RECORD(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                   cudaMemcpyDeviceToHost, stream_));
+  // The caller reads `dst` as soon as this returns.
+  YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
+}
+
+double CudaBackend::SumSquares(const float* x, int64_t n) {
+  UseDevice();
+  YARD_CUDA_LAUNCH(
+      cuda::LaunchSumSquares(sum_result_, sum_partial_, x, n, stream_));
+  double host = std::numeric_limits<double>::quiet_NaN();
+  YARD_CUDA_RECORD(cudaMemcpyAsync(&host, sum_result_, sizeof(host),
+                                   cudaMemcpyDeviceToHost, stream_));
+  YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
+  // After any failure the value means nothing: NaN fails the norm check.
+  return first_error_.ok() ? host : std::numeric_limits<double>::quiet_NaN();
+}
+
+int64_t CudaBackend::CountArgmaxHits(const float* logits,
+                                     const int32_t* targets, int64_t rows,
+                                     int64_t classes) {
+  UseDevice();
+  YARD_CUDA_LAUNCH(cuda::LaunchCountArgmaxHits(hit_count_, logits, targets,
+                                               rows, classes, stream_));
+  unsigned long long host = 0;
+  YARD_CUDA_RECORD(cudaMemcpyAsync(&host, hit_count_, sizeof(host),
+                                   cudaMemcpyDeviceToHost, stream_));
+  YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
+  return first_error_.ok() ? static_cast<int64_t>(host) : 0;
+}
+
+}  // namespace trainyard::engine

@@ -1,0 +1,170 @@
+// CudaBackend: the Backend on one NVIDIA GPU, fp32. Products are cuBLASLt
+// GEMMs in pure fp32 (no TF32); everything else is our own kernels, one
+// family per *_kernels.cu file. All work is queued on one stream; ops
+// return at once and the first launch or library error is kept, with its
+// file:line, for Synchronize() to report. CopyToHost, CopyToDevice,
+// SumSquares and CountArgmaxHits wait for the stream, since their callers
+// use the host side at once.
+//
+// Memory: the backend takes the job's whole grant once, at creation, in a
+// single cudaMalloc (the arena), and never asks the driver for more.
+// Allocate hands out 256-byte-aligned blocks of it and fails with
+// RESOURCE_EXHAUSTED, naming the bytes asked for and left, when the grant
+// runs out. The arena's first kCudaWorkspaceBytes (memory_estimate.h) are
+// the backend's own: cuBLASLt's workspace and the reductions' scratch, with
+// the rest of that share left as slack for the blocks' rounding. So a job
+// needs arena_bytes = EstimateGptMemory(...).allocated() + .workspace.
+//
+// Determinism: no op uses floating-point atomics or a launch shape that
+// depends on the device; each GEMM shape runs one planned algorithm. Every
+// op gives bitwise the same result on every call, and a resumed run (which
+// allocates in the same order, so at the same offsets) matches a straight
+// one.
+//
+// Thread-safety: as Backend (one training loop at a time). Each call makes
+// the backend's device current on the calling thread first, so the loop
+// may run on any thread. Buffers must be freed before their backend.
+#ifndef TRAINYARD_ENGINE_CUDA_CUDA_BACKEND_H_
+#define TRAINYARD_ENGINE_CUDA_CUDA_BACKEND_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/core/backend.h"
+#include "engine/cuda/device_arena.h"
+#include "engine/cuda/lt_gemm.h"
+
+namespace trainyard::engine {
+
+struct CudaBackendOptions {
+  int device = 0;  // CUDA ordinal, after CUDA_VISIBLE_DEVICES
+  // The job's whole device-memory grant, taken at creation. Must cover
+  // kCudaWorkspaceBytes plus every buffer the job allocates.
+  int64_t arena_bytes = 0;
+  // Debugging: wait for the stream after every op, so an asynchronous fault
+  // (an illegal address, say) is reported with the op that caused it rather
+  // than at the next Synchronize. Slow.
+  bool sync_after_each_op = false;
+};
+
+// INVALID_ARGUMENT for a bad device ordinal or an arena smaller than the
+// backend's own workspace; UNAVAILABLE without a usable device or driver;
+// RESOURCE_EXHAUSTED when the device cannot give the whole arena (the
+// message names the bytes asked for and free).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    const CudaBackendOptions& options);
+
+class CudaBackend : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  absl::string_view name() const override { return "cuda"; }
+  int threads() const override { return 1; }
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(
+      int64_t bytes) override;
+  int64_t peak_allocated_bytes() const override { return peak_bytes_; }
+  void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
+  void CopyToHost(void* dst, const void* src, int64_t bytes) override;
+  absl::Status Synchronize() override;
+
+  void Fill(float* x, int64_t n, float value) override;
+  void Scale(float* x, int64_t n, float s) override;
+  double SumSquares(const float* x, int64_t n) override;
+  void LinearForward(float* out, const float* inp, const float* weight,
+                     const float* bias, int64_t batch, int64_t in,
+                     int64_t out_features) override;
+  void LinearBackward(float* dinp, float* dweight, float* dbias,
+                      const float* dout, const float* inp, const float* weight,
+                      int64_t batch, int64_t in, int64_t out_features) override;
+  void ReluForward(float* out, const float* x, int64_t n) override;
+  void ReluBackward(float* dx, const float* dout, const float* out,
+                    int64_t n) override;
+  void SoftmaxCrossEntropyForward(float* probs, float* losses,
+                                  const float* logits, const int32_t* targets,
+                                  int64_t batch, int64_t classes) override;
+  int64_t CountArgmaxHits(const float* logits, const int32_t* targets,
+                          int64_t rows, int64_t classes) override;
+  void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
+                                   const int32_t* targets, float scale,
+                                   int64_t batch, int64_t classes) override;
+  void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
+             const AdamWUpdate& update) override;
+
+  void Add(float* out, const float* a, const float* b, int64_t n) override;
+  void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                        const float* wpe, int64_t batch, int64_t seq,
+                        int64_t channels) override;
+  void EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                         const int32_t* tokens, int64_t batch, int64_t seq,
+                         int64_t channels) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                        const float* weight, const float* bias, int64_t rows,
+                        int64_t channels) override;
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias,
+                         const float* dout, const float* inp,
+                         const float* weight, const float* mean,
+                         const float* rstd, int64_t rows,
+                         int64_t channels) override;
+  void GeluForward(float* out, const float* x, int64_t n) override;
+  void GeluBackward(float* dx, const float* x, const float* dout,
+                    int64_t n) override;
+  // Flash attention: keeps one log-sum-exp per query row.
+  AttentionState attention_state() const override {
+    return AttentionState::kLogSumExp;
+  }
+  void AttentionForward(float* out, float* state, const float* qkv,
+                        int64_t batch, int64_t seq, int64_t channels,
+                        int64_t heads) override;
+  void AttentionBackward(float* dqkv, float* scratch, const float* dout,
+                         const float* out, const float* qkv, const float* state,
+                         int64_t batch, int64_t seq, int64_t channels,
+                         int64_t heads) override;
+
+  int device() const { return options_.device; }
+  // Arena bytes not yet handed out (the backend's own share excluded).
+  int64_t arena_free_bytes() const { return arena_.free(); }
+
+ private:
+  friend class CudaBuffer;
+  CudaBackend(const CudaBackendOptions& options, cudaStream_t stream,
+              char* base);
+  absl::Status Init();
+  // Makes this backend's device current on the calling thread.
+  void UseDevice();
+  // Keeps the first failure until Synchronize reports it.
+  void Record(absl::Status status);
+  void RecordCuda(cudaError_t error, const char* expr, const char* file,
+                  int line);
+  // After an op's launches: records `launch` (the launcher's error) and,
+  // with sync_after_each_op, what the stream says once the op has run.
+  void Launched(cudaError_t launch, const char* expr, const char* file,
+                int line);
+  void Launched(absl::Status launch);
+  void Release(int64_t offset, int64_t bytes);
+  absl::Status CheckAttentionShape(int64_t channels, int64_t heads) const;
+
+  const CudaBackendOptions options_;
+  cudaStream_t stream_;
+  char* base_;               // the arena (one cudaMalloc)
+  char* blocks_;             // where Allocate's blocks start, after our share
+  cuda::DeviceArena arena_;  // offsets from blocks_
+  double* sum_partial_ = nullptr;
+  double* sum_result_ = nullptr;
+  unsigned long long* hit_count_ = nullptr;
+  std::unique_ptr<cuda::LtGemm> gemm_;
+  absl::Status first_error_;
+  int64_t allocated_bytes_ = 0;
+  int64_t peak_bytes_ = 0;
+};
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_CUDA_CUDA_BACKEND_H_

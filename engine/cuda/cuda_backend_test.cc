@@ -1,0 +1,168 @@
+// CudaBackend's own contract: creation errors, the arena (zeroed blocks,
+// the peak, exhaustion that names the bytes, no allocation during a step),
+// errors kept with their file:line until Synchronize reports them, and a
+// GPT with its optimizer fitting exactly the arena the memory estimate
+// asks for. The creation errors need no GPU; the rest skip without one.
+#include "engine/cuda/cuda_backend.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "engine/core/adamw.h"
+#include "engine/core/gpt.h"
+#include "engine/core/memory_estimate.h"
+#include "engine/core/rng.h"
+#include "engine/cuda/cuda_test_support.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::engine {
+namespace {
+
+using cuda_test::DevicePresent;
+using cuda_test::Download;
+using cuda_test::kNoDevice;
+
+TEST(CudaBackendCreateTest, RefusesAnArenaSmallerThanItsWorkspace) {
+  CudaBackendOptions options;
+  options.arena_bytes = 1000;
+  const auto backend = CreateCudaBackend(options);
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(backend.status().message(), "1000 bytes"))
+      << backend.status();
+}
+
+TEST(CudaBackendCreateTest, RefusesMissingDevices) {
+  CudaBackendOptions options;
+  options.arena_bytes = int64_t{64} << 20;
+  options.device = 999;
+  const auto backend = CreateCudaBackend(options);
+  if (DevicePresent()) {
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(backend.status().message(), "device 999"))
+        << backend.status();
+  } else {
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable)
+        << backend.status();
+  }
+}
+
+TEST(CudaBackendCreateTest, RefusesAGrantLargerThanTheDevice) {
+  if (!DevicePresent()) GTEST_SKIP() << kNoDevice;
+  CudaBackendOptions options;
+  options.arena_bytes = int64_t{1} << 50;  // a petabyte
+  const auto backend = CreateCudaBackend(options);
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(backend.status().message(),
+                                "grant of 1125899906842624 bytes"))
+      << backend.status();
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<CudaBackend> Make(int64_t arena_bytes) {
+    CudaBackendOptions options;
+    options.arena_bytes = arena_bytes;
+    auto backend = CudaBackend::Create(options);
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    return backend.ok() ? *std::move(backend) : nullptr;
+  }
+  void SetUp() override {
+    if (!DevicePresent()) GTEST_SKIP() << kNoDevice;
+  }
+};
+
+TEST_F(CudaBackendTest, AllocateHandsOutZeroedBlocksAndTracksThePeak) {
+  auto backend = Make(kCudaWorkspaceBytes + (int64_t{8} << 20));
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(backend->name(), "cuda");
+  {
+    auto a = *backend->Allocate(1000);
+    auto b = *backend->Allocate(3000);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % 256, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % 256, 0u);
+    backend->Fill(a->f32(), 250, 3.f);
+    EXPECT_EQ(backend->peak_allocated_bytes(), 4000);
+  }
+  // The freed block comes back zeroed.
+  auto c = *backend->Allocate(1000);
+  EXPECT_EQ(Download(*backend, c->f32(), 250), std::vector<float>(250, 0.f));
+  EXPECT_EQ(backend->peak_allocated_bytes(), 4000);
+  EXPECT_TRUE(backend->Synchronize().ok());
+}
+
+TEST_F(CudaBackendTest, ExhaustedArenaNamesTheBytes) {
+  auto backend = Make(kCudaWorkspaceBytes + (int64_t{4} << 20));
+  ASSERT_NE(backend, nullptr);
+  auto big = backend->Allocate(int64_t{16} << 20);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(big.status().message(), "16777216 bytes"))
+      << big.status();
+  EXPECT_TRUE(absl::StrContains(big.status().message(), "grant"))
+      << big.status();
+  EXPECT_EQ(backend->Allocate(-1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(backend->Allocate(int64_t{1} << 20).ok());
+}
+
+TEST_F(CudaBackendTest, LaunchErrorsCarryTheirSiteUntilSynchronize) {
+  auto backend = Make(kCudaWorkspaceBytes + (int64_t{4} << 20));
+  ASSERT_NE(backend, nullptr);
+  auto buf = *backend->Allocate(64);
+  // More rows than a grid holds: refused at launch, nothing runs.
+  EXPECT_EQ(
+      backend->CountArgmaxHits(buf->f32(), buf->i32(), int64_t{1} << 40, 2), 0);
+  backend->Fill(buf->f32(), 16, 1.f);  // later ops do not mask the first error
+  const absl::Status s = backend->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(s.message(), "cuda_backend.cc:")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "LaunchCountArgmaxHits")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "cudaErrorInvalidValue")) << s;
+  EXPECT_TRUE(backend->Synchronize().ok());  // reported once
+}
+
+TEST_F(CudaBackendTest, GptFitsTheArenaItsEstimateAsksForAndStepsInPlace) {
+  const GptConfig c{2, 4, 128, 64, 256};
+  constexpr int64_t kBatch = 3;
+  const MemoryEstimate e = EstimateGptMemory(c, kBatch, 1, DeviceKind::kCuda);
+  auto backend = Make(e.allocated() + e.workspace);
+  ASSERT_NE(backend, nullptr);
+  auto model = GptModel::Create(c, kBatch, backend.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto opt = AdamW::Create({}, &(*model)->parameters(), backend.get());
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  Rng rng(1);
+  ASSERT_TRUE((*model)->InitializeParameters(rng).ok());
+  const int64_t free_before = backend->arena_free_bytes();
+  Batch batch;
+  batch.size = kBatch;
+  batch.seq_len = c.seq_len;
+  for (int64_t i = 0; i < kBatch * c.seq_len; ++i) {
+    batch.tokens.push_back(static_cast<int32_t>(i % c.vocab_size));
+    batch.targets.push_back(static_cast<int32_t>((i * 7) % c.vocab_size));
+  }
+  (*model)->ZeroGradients();
+  ASSERT_TRUE((*model)->Forward(batch).ok());
+  (*model)->Backward(0.01f);
+  ASSERT_TRUE((*opt)->Step(1e-3).ok());
+  EXPECT_EQ(backend->arena_free_bytes(), free_before);  // nothing allocated
+  EXPECT_EQ(backend->peak_allocated_bytes(), e.allocated());
+
+  // A quarter short (far more than the slack in the backend's own share),
+  // the job fails at setup with a clear message, in the model or the
+  // optimizer, whichever allocates past the grant.
+  ASSERT_GT(e.allocated() / 4, int64_t{2} << 20);
+  auto small = Make(e.workspace + e.allocated() * 3 / 4);
+  ASSERT_NE(small, nullptr);
+  auto small_model = GptModel::Create(c, kBatch, small.get());
+  absl::Status setup = small_model.status();
+  if (setup.ok()) {
+    setup =
+        AdamW::Create({}, &(*small_model)->parameters(), small.get()).status();
+  }
+  EXPECT_EQ(setup.code(), absl::StatusCode::kResourceExhausted) << setup;
+  EXPECT_TRUE(absl::StrContains(setup.message(), "grant")) << setup;
+}
+
+}  // namespace
+}  // namespace trainyard::engine

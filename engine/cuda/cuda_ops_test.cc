@@ -1,0 +1,205 @@
+// Every CudaBackend op against the CPU reference backend on fresh random
+// inputs (engine/cpu/test_inputs.h), and run twice to check it gives
+// bitwise the same result each time. Tolerances are per op, each justified
+// where it is set: ops doing the same IEEE operations as the CPU must match
+// bit for bit; sums in another order are held to the classic bound of
+// cuda_test::Gamma on the magnitudes of their terms. GEMMs run in pure fp32
+// (no TF32), which is what lets these bounds be tight. Skipped without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "engine/cpu/test_inputs.h"
+#include "engine/cuda/cuda_test_support.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::engine {
+namespace {
+
+using cuda_test::ExpectNear;
+using cuda_test::Gamma;
+using cuda_test::Zeros;
+
+constexpr double kU = 0x1p-24;  // fp32 unit roundoff
+
+using CudaOpsTest = cuda_test::CudaVsCpuTest;
+
+// Fill, Scale, Add and ReLU do one IEEE operation per element, as on the
+// CPU: bit for bit, in place too.
+TEST_F(CudaOpsTest, ElementwiseOpsMatchTheCpuExactly) {
+  constexpr int64_t n = 100'003;  // not a multiple of any block size
+  const auto a = Random(n, 1), b = Random(n, 2);
+  std::vector<float> c_out = a;
+  auto g = Up(a);
+  auto gb = Up(b);
+  gpu_->Add(g.get(), g.get(), gb.get(), n);
+  cpu_->Add(c_out.data(), c_out.data(), b.data(), n);
+  EXPECT_EQ(Down(g), c_out);
+  gpu_->Scale(g.get(), n, -0.37f);
+  cpu_->Scale(c_out.data(), n, -0.37f);
+  EXPECT_EQ(Down(g), c_out);
+  auto relu = Zeros<float>(*gpu_, n);
+  std::vector<float> c_relu(n);
+  gpu_->ReluForward(relu.get(), g.get(), n);
+  cpu_->ReluForward(c_relu.data(), c_out.data(), n);
+  EXPECT_EQ(Down(relu), c_relu);
+  gpu_->ReluBackward(gb.get(), gb.get(), relu.get(), n);  // in place
+  std::vector<float> c_dx = b;
+  cpu_->ReluBackward(c_dx.data(), c_dx.data(), c_relu.data(), n);
+  EXPECT_EQ(Down(gb), c_dx);
+  gpu_->Fill(g.get(), n, 2.5f);
+  EXPECT_EQ(Down(g), std::vector<float>(n, 2.5f));
+  gpu_->Fill(g.get(), 0, 1.f);  // nothing to do, and no error
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+}
+
+// GELU uses the CPU's formula, tanh through one expf: the results differ
+// only by expf's rounding (CUDA's expf is within 2 ulp, glibc's within 1)
+// and FMA contraction, a few ulp of each intermediate: 1e-5 relative. Where
+// tanh saturates (x near -5), 1 + t cancels, so one ulp of t (6e-8) can
+// move the output by up to 0.5 |x| 6e-8 < 1e-6 and the derivative, whose
+// sech^2 term is multiplied by about 9 there, by up to ~2e-6: absolute
+// floors of 1e-6 and 1e-5.
+TEST_F(CudaOpsTest, GeluMatchesCpu) {
+  constexpr int64_t n = 50'001;
+  const auto x = Random(n, 3, -6, 6), dout = Random(n, 4);
+  auto gx = Up(x);
+  auto gdout = Up(dout);
+  auto gout = Zeros<float>(*gpu_, n);
+  std::vector<float> out(n), dx(n);
+  gpu_->GeluForward(gout.get(), gx.get(), n);
+  cpu_->GeluForward(out.data(), x.data(), n);
+  ExpectNear(Down(gout), out, 1e-5, 1e-6, "gelu");
+  auto gdx = Zeros<float>(*gpu_, n);
+  gpu_->GeluBackward(gdx.get(), gx.get(), gdout.get(), n);
+  cpu_->GeluBackward(dx.data(), x.data(), dout.data(), n);
+  const std::vector<float> got = Down(gdx);
+  ExpectNear(got, dx, 1e-5, 1e-5, "dgelu");
+  gpu_->GeluBackward(gdout.get(), gx.get(), gdout.get(), n);  // in place
+  EXPECT_EQ(Down(gdout), got);
+}
+
+// AdamW does the CPU's arithmetic term for term (sqrtf and division are
+// correctly rounded on both); only FMA contraction differs, a few ulp of
+// each result.
+TEST_F(CudaOpsTest, AdamWMatchesCpu) {
+  constexpr int64_t n = 10'007;
+  auto param = Random(n, 5), grad = Random(n, 6), m = Random(n, 7, -0.1f, 0.1f);
+  auto v = Random(n, 8, 0.01f, 1.f);
+  AdamWUpdate u;
+  u.lr = 1e-3f;
+  u.weight_decay = 0.1f;
+  u.grad_scale = 0.7f;
+  u.bias_correction1 = 1 - std::pow(0.9f, 3.f);
+  u.bias_correction2 = 1 - std::pow(0.999f, 3.f);
+  auto gp = Up(param), gg = Up(grad), gm = Up(m), gv = Up(v);
+  gpu_->AdamW(gp.get(), gg.get(), gm.get(), gv.get(), n, u);
+  cpu_->AdamW(param.data(), grad.data(), m.data(), v.data(), n, u);
+  // m = beta1 m + (1 - beta1) g may cancel: its error is relative to the
+  // two terms (|0.9 m| + |0.1 g| <= 0.16 here), not to the result.
+  ExpectNear(Down(gm), m, 4 * kU, 4 * kU * 0.16, "m");
+  ExpectNear(Down(gv), v, 4 * kU, 1e-12, "v");
+  ExpectNear(Down(gp), param, 1e-6, 1e-7, "param");
+}
+
+// Squares of floats are exact in double, so the only difference is the
+// order of n double additions: within 2 gamma_n in double of the sum.
+TEST_F(CudaOpsTest, SumSquaresMatchesCpuAndRepeatsExactly) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{1'000'007}}) {
+    const auto x = Random(std::max<int64_t>(n, 1), 9, -3, 3);
+    auto gx = Up(x);
+    const double got = gpu_->SumSquares(gx.get(), n);
+    const double want = cpu_->SumSquares(x.data(), n);
+    EXPECT_NEAR(got, want, 2.0 * n * 0x1p-53 * want) << "n=" << n;
+    EXPECT_EQ(got, gpu_->SumSquares(gx.get(), n)) << "n=" << n;
+  }
+}
+
+TEST_F(CudaOpsTest, CountArgmaxHitsTakesTheFirstOfTies) {
+  constexpr int64_t rows = 6, classes = 600;  // more columns than threads
+  auto logits = Random(rows * classes, 10);
+  // Ties between columns read by one thread (5, 261) and by two (7, 300).
+  for (int64_t c : {5, 261}) logits[0 * classes + c] = 9.f;
+  for (int64_t c : {7, 300}) logits[1 * classes + c] = 9.f;
+  for (int64_t c : {599, 598}) logits[2 * classes + c] = 9.f;
+  logits[3 * classes + 0] = 9.f;
+  for (int64_t c = 0; c < classes; ++c) logits[4 * classes + c] = 1.f;
+  const std::vector<int32_t> hit_first = {5, 7, 598, 0, 0, 17};
+  const std::vector<int32_t> hit_later = {261, 300, 599, 1, 1, 17};
+  auto gl = Up(logits);
+  for (const auto* targets : {&hit_first, &hit_later}) {
+    auto gt = Up(*targets);
+    EXPECT_EQ(
+        gpu_->CountArgmaxHits(gl.get(), gt.get(), rows, classes),
+        cpu_->CountArgmaxHits(logits.data(), targets->data(), rows, classes));
+  }
+}
+
+// Softmax: the row sum of `classes` exponentials in another order (2
+// gamma_classes relative) and expf's rounding (a few ulp) carry into every
+// probability relative to itself, and into the loss (a log of the sum)
+// absolutely. The backward does one subtraction and one multiply per
+// element, as the CPU: exact, given the same probabilities.
+TEST_F(CudaOpsTest, SoftmaxCrossEntropyMatchesCpu) {
+  constexpr int64_t rows = 37, classes = 1000;
+  const auto logits = Random(rows * classes, 11, -8, 8);
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r) targets[r] = (r * 277) % classes;
+  std::vector<float> probs(rows * classes), losses(rows);
+  cpu_->SoftmaxCrossEntropyForward(probs.data(), losses.data(), logits.data(),
+                                   targets.data(), rows, classes);
+  auto gl = Up(logits);
+  auto gt = Up(targets);
+  auto gp = Zeros<float>(*gpu_, rows * classes);
+  auto gloss = Zeros<float>(*gpu_, rows);
+  gpu_->SoftmaxCrossEntropyForward(gp.get(), gloss.get(), gl.get(), gt.get(),
+                                   rows, classes);
+  const double rel = 2 * Gamma(classes) + 8 * kU;
+  ExpectNear(Down(gp), probs, rel, 0, "probs");
+  ExpectNear(Down(gloss), losses, 2 * kU, rel, "losses");
+  const std::vector<float> first = Down(gp);
+  gpu_->SoftmaxCrossEntropyForward(gp.get(), gloss.get(), gl.get(), gt.get(),
+                                   rows, classes);
+  EXPECT_EQ(Down(gp), first);
+
+  auto cpu_probs = Up(probs);
+  auto gd = Zeros<float>(*gpu_, rows * classes);
+  std::vector<float> d(rows * classes);
+  gpu_->SoftmaxCrossEntropyBackward(gd.get(), cpu_probs.get(), gt.get(), 0.25f,
+                                    rows, classes);
+  cpu_->SoftmaxCrossEntropyBackward(d.data(), probs.data(), targets.data(),
+                                    0.25f, rows, classes);
+  EXPECT_EQ(Down(gd), d);
+}
+
+// Embeddings: the forward is one add per element, and the backward adds
+// each position's gradient in ascending (b, t) order exactly as the CPU
+// does: bit for bit, accumulating onto what the tables held.
+TEST_F(CudaOpsTest, EmbeddingMatchesCpuExactly) {
+  constexpr int64_t B = 3, T = 37, C = 70, V = 50;
+  std::vector<int32_t> tokens(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tokens[i] = (i * i + 3 * i) % V;
+  const auto wte = Random(V * C, 12), wpe = Random(T * C, 13);
+  const auto dout = Random(B * T * C, 14);
+  auto dwte = Random(V * C, 15), dwpe = Random(T * C, 16);
+  auto gtok = Up(tokens);
+  auto gwte = Up(wte), gwpe = Up(wpe), gdout = Up(dout);
+  auto gdwte = Up(dwte), gdwpe = Up(dwpe);
+  auto gout = Zeros<float>(*gpu_, B * T * C);
+  std::vector<float> out(B * T * C);
+  gpu_->EmbeddingForward(gout.get(), gtok.get(), gwte.get(), gwpe.get(), B, T,
+                         C);
+  cpu_->EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), B,
+                         T, C);
+  EXPECT_EQ(Down(gout), out);
+  gpu_->EmbeddingBackward(gdwte.get(), gdwpe.get(), gdout.get(), gtok.get(), B,
+                          T, C);
+  cpu_->EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(),
+                          B, T, C);
+  EXPECT_EQ(Down(gdwte), dwte);
+  EXPECT_EQ(Down(gdwpe), dwpe);
+}
+
+}  // namespace
+}  // namespace trainyard::engine

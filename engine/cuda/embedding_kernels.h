@@ -1,0 +1,30 @@
+// Launchers of the embedding kernels (embedding_kernels.cu): token plus
+// position embeddings and their gradients. Each returns the launch error,
+// if any. Plain CUDA. Thread-safe.
+#ifndef TRAINYARD_ENGINE_CUDA_EMBEDDING_KERNELS_H_
+#define TRAINYARD_ENGINE_CUDA_EMBEDDING_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace trainyard::engine::cuda {
+
+// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :].
+cudaError_t LaunchEmbeddingForward(float* out, const int32_t* tokens,
+                                   const float* wte, const float* wpe,
+                                   int64_t batch, int64_t seq, int64_t channels,
+                                   cudaStream_t stream);
+
+// dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :],
+// each entry adding its terms in ascending (b, t) order (bitwise the CPU
+// backend's sums). No atomics: one thread owns each channel of dwte (it
+// walks every position in order) and each (t, channel) of dwpe.
+cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+                                    const int32_t* tokens, int64_t batch,
+                                    int64_t seq, int64_t channels,
+                                    cudaStream_t stream);
+
+}  // namespace trainyard::engine::cuda
+
+#endif  // TRAINYARD_ENGINE_CUDA_EMBEDDING_KERNELS_H_

@@ -1,0 +1,27 @@
+// Launchers of the linear layer's helper kernels (linear_kernels.cu): the
+// bias broadcast the forward starts from when cuBLASLt's bias epilogue
+// cannot take the bias pointer, and the bias gradient. The products
+// themselves are cuBLASLt's (lt_gemm.h). Each returns the launch error, if
+// any. Plain CUDA. Thread-safe.
+#ifndef TRAINYARD_ENGINE_CUDA_LINEAR_KERNELS_H_
+#define TRAINYARD_ENGINE_CUDA_LINEAR_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace trainyard::engine::cuda {
+
+// out[r, c] = bias[c] for every row of out [rows, cols].
+cudaError_t LaunchBroadcastRows(float* out, const float* bias, int64_t rows,
+                                int64_t cols, cudaStream_t stream);
+
+// dbias[c] += sum over r of dout[r, c] (dout [rows, cols]). Each column is
+// summed by 32 threads over fixed interleaved row sets, then their partial
+// sums are added in a fixed order: deterministic, no atomics.
+cudaError_t LaunchBiasGrad(float* dbias, const float* dout, int64_t rows,
+                           int64_t cols, cudaStream_t stream);
+
+}  // namespace trainyard::engine::cuda
+
+#endif  // TRAINYARD_ENGINE_CUDA_LINEAR_KERNELS_H_

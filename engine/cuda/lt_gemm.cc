@@ -1,0 +1,201 @@
+// cuBLASLt plans and calls. See lt_gemm.h.
+#include "engine/cuda/lt_gemm.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/cuda/cuda_status.h"
+
+namespace trainyard::engine::cuda {
+namespace {
+
+// The largest power of two (up to 256, the most cuBLASLt asks about) that
+// divides the address: what the heuristic may assume about the pointer.
+uint32_t AlignmentOf(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 256;
+  while (alignment > 4 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace
+
+struct LtGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo = {};
+  ~Plan() {
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<LtGemm>> LtGemm::Create(void* workspace,
+                                                       int64_t workspace_bytes,
+                                                       cudaStream_t stream) {
+  cublasLtHandle_t handle = nullptr;
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
+  cublasHandle_t classic = nullptr;
+  if (const cublasStatus_t s = cublasCreate(&classic);
+      s != CUBLAS_STATUS_SUCCESS) {
+    cublasLtDestroy(handle);
+    return CublasStatus(s, "cublasCreate", __FILE__, __LINE__);
+  }
+  // From here the object owns both handles.
+  std::unique_ptr<LtGemm> gemm(
+      new LtGemm(handle, classic, workspace, workspace_bytes, stream));
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasSetStream(classic, stream));
+  // Pedantic: plain fp32, never TF32 or other shortcuts.
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(classic, CUBLAS_PEDANTIC_MATH));
+  // Our workspace, so cuBLAS takes no memory of its own outside the arena.
+  // Both handles run on the one stream, one call at a time: sharing is safe.
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(
+      classic, workspace, static_cast<size_t>(workspace_bytes)));
+  return gemm;
+}
+
+LtGemm::LtGemm(cublasLtHandle_t handle, cublasHandle_t classic, void* workspace,
+               int64_t workspace_bytes, cudaStream_t stream)
+    : handle_(handle),
+      classic_(classic),
+      workspace_(workspace),
+      workspace_bytes_(workspace_bytes),
+      stream_(stream) {}
+
+LtGemm::~LtGemm() {
+  plans_.clear();
+  cublasDestroy(classic_);
+  cublasLtDestroy(handle_);
+}
+
+absl::Status LtGemm::RunClassic(const LtGemmArgs& g) {
+  constexpr int64_t kMax = 0x7fffffff;  // classic cuBLAS takes int sizes
+  if (g.m > kMax || g.n > kMax || g.k > kMax || g.lda > kMax || g.ldb > kMax ||
+      g.ldc > kMax) {
+    return absl::UnimplementedError(absl::StrCat(
+        "no fp32 algorithm for a product of m=", g.m, " n=", g.n, " k=", g.k));
+  }
+  const float alpha = 1.f;
+  YARD_CUBLAS_RETURN_IF_ERROR(
+      cublasSgemm(classic_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.m),
+                  static_cast<int>(g.n), static_cast<int>(g.k), &alpha, g.a,
+                  static_cast<int>(g.lda), g.b, static_cast<int>(g.ldb),
+                  &g.beta, g.c, static_cast<int>(g.ldc)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
+  const uint32_t align_a = AlignmentOf(g.a), align_b = AlignmentOf(g.b),
+                 align_c = AlignmentOf(g.c);
+  const Key key{g.trans_a,
+                g.trans_b,
+                g.m,
+                g.n,
+                g.k,
+                g.lda,
+                g.ldb,
+                g.ldc,
+                g.beta != 0,
+                g.bias != nullptr,
+                static_cast<int>(align_a),
+                static_cast<int>(align_b),
+                static_cast<int>(align_c)};
+  if (auto it = plans_.find(key); it != plans_.end()) {
+    if (it->second == nullptr) {
+      return absl::UnimplementedError(
+          "cuBLASLt has no fp32 algorithm for this product");
+    }
+    return it->second.get();
+  }
+
+  auto plan = std::make_unique<Plan>();
+  YARD_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const cublasLtEpilogue_t epilogue =
+      g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  // Stored shapes: A is k x m when transposed, m x k otherwise (B alike).
+  YARD_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_32F, g.trans_a ? g.k : g.m,
+                                 g.trans_a ? g.m : g.k, g.lda));
+  YARD_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_32F, g.trans_b ? g.n : g.k,
+                                 g.trans_b ? g.k : g.n, g.ldb));
+  YARD_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, g.m, g.n, g.ldc));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t workspace = static_cast<uint64_t>(workspace_bytes_);
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+      sizeof(workspace));
+  for (auto [attr, value] :
+       {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value,
+                                                    sizeof(value));
+    }
+  }
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a,
+                                            plan->b, plan->c, plan->c, pref, 1,
+                                            &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  YARD_CUBLAS_RETURN_IF_ERROR(status);
+  if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+    plans_.emplace(key, nullptr);
+    return absl::UnimplementedError(absl::StrCat(
+        "cuBLASLt has no fp32 algorithm for m=", g.m, " n=", g.n, " k=", g.k,
+        " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda,
+        " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b,
+        "/", align_c, " bias=", g.bias != nullptr));
+  }
+  plan->algo = result.algo;
+  Plan* out = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return out;
+}
+
+absl::Status LtGemm::Run(const LtGemmArgs& g) {
+  if (g.m <= 0 || g.n <= 0) return absl::OkStatus();
+  absl::StatusOr<Plan*> planned = PlanFor(g);
+  if (!planned.ok()) {
+    if (planned.status().code() == absl::StatusCode::kUnimplemented &&
+        g.bias == nullptr) {
+      return RunClassic(g);
+    }
+    return planned.status();
+  }
+  Plan* plan = *planned;
+  if (g.bias != nullptr) {
+    YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+        sizeof(g.bias)));
+  }
+  const float alpha = 1.f;
+  YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
+      handle_, plan->desc, &alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c,
+      plan->c, g.c, plan->c, &plan->algo, workspace_,
+      static_cast<size_t>(workspace_bytes_), stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard::engine::cuda

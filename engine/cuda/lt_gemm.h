@@ -1,0 +1,84 @@
+// LtGemm: fp32 matrix products through cuBLASLt on one stream. Compute is
+// pure fp32 (CUBLAS_COMPUTE_32F: no TF32, no reduced-precision shortcuts),
+// so results stay close to the CPU reference. Each distinct problem (shape,
+// transposes, leading dimensions, pointer alignments, epilogue) is planned
+// once with cuBLASLt's heuristic and the plan reused, so a given problem
+// always runs the same algorithm and gives bitwise the same result. A
+// product without a bias that cuBLASLt has no algorithm for (unusual
+// pointer alignments, say) runs through classic cuBLAS SGEMM in pedantic
+// fp32 instead, equally deterministic.
+//
+// Thread-safety: not thread-safe; the owning backend serializes calls.
+#ifndef TRAINYARD_ENGINE_CUDA_LT_GEMM_H_
+#define TRAINYARD_ENGINE_CUDA_LT_GEMM_H_
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace trainyard::engine::cuda {
+
+// Column-major C[m, n] = op(A)[m, k] . op(B)[k, n] + beta C (+ bias[m] added
+// to every column). A is stored k x m when trans_a, else m x k (likewise B);
+// C is written in place. Row-major callers pass their matrices as the
+// transposes they are in column-major order.
+struct LtGemmArgs {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  float beta = 0;               // 0: C is not read
+  const float* bias = nullptr;  // cuBLASLt's bias epilogue; may be null
+};
+
+class LtGemm {
+ public:
+  // `workspace` (device memory, `workspace_bytes`) and `stream` must
+  // outlive the object.
+  static absl::StatusOr<std::unique_ptr<LtGemm>> Create(void* workspace,
+                                                        int64_t workspace_bytes,
+                                                        cudaStream_t stream);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  // Queues the product. With a bias: UNIMPLEMENTED, before anything is
+  // queued, when cuBLASLt has no algorithm for it (remembered, so asking
+  // again is cheap). Other cuBLAS failures as CublasStatus.
+  absl::Status Run(const LtGemmArgs& args);
+
+ private:
+  // A planned problem: descriptors plus the chosen algorithm.
+  struct Plan;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, bool, bool, int, int, int>;
+
+  LtGemm(cublasLtHandle_t handle, cublasHandle_t classic, void* workspace,
+         int64_t workspace_bytes, cudaStream_t stream);
+  absl::StatusOr<Plan*> PlanFor(const LtGemmArgs& args);
+  absl::Status RunClassic(const LtGemmArgs& args);
+
+  cublasLtHandle_t handle_;
+  cublasHandle_t classic_;
+  void* workspace_;
+  int64_t workspace_bytes_;
+  cudaStream_t stream_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;  // null: no algorithm
+};
+
+}  // namespace trainyard::engine::cuda
+
+#endif  // TRAINYARD_ENGINE_CUDA_LT_GEMM_H_

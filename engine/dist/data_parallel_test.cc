@@ -1,0 +1,250 @@
+// Data-parallel training on the CPU through the real TCP collective, ranks
+// on threads of this process: the math of N ranks x micro-batch B equals one
+// rank x N*B (within fp32 rounding: the sums are taken in another order),
+// the ranks stay bitwise equal to each other, and a stop asked by one rank
+// stops all of them after the same step, from which they resume exactly.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/mlp.h"
+#include "engine/core/trainer.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/data/mnist.h"
+#include "engine/data/shuffled_loader.h"
+#include "engine/dist/socket_collective.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Records events; when stop_at_step is set, raises `stop_signal` once a
+// progress report for that step (or later) arrives.
+class Recorder : public TrainerEventSink {
+ public:
+  void Emit(const TrainerEvent& e) override {
+    events.push_back(e);
+    if (const auto* p = std::get_if<TrainProgressEvent>(&e);
+        p != nullptr && stop_signal != nullptr && p->step >= stop_at_step) {
+      stop_signal->store(true);
+    }
+  }
+  template <class T>
+  std::vector<T> Of() const {
+    std::vector<T> out;
+    for (const TrainerEvent& e : events) {
+      if (const T* t = std::get_if<T>(&e)) out.push_back(*t);
+    }
+    return out;
+  }
+  std::vector<TrainerEvent> events;
+  std::atomic<bool>* stop_signal = nullptr;
+  int64_t stop_at_step = 0;
+};
+
+// One rank's training: what a yard-train process owns.
+struct RankRun {
+  Recorder sink;
+  std::vector<HostTensor> state;
+  absl::StatusOr<Trainer::Outcome> outcome = absl::UnknownError("not run");
+  int64_t step = 0;
+};
+
+class DataParallelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir =
+        std::string(YARD_SOURCE_DIR) + "/examples/data/mnist/";
+    auto all = MnistExamples::Load(dir + "t10k-images-idx3-ubyte.gz",
+                                   dir + "t10k-labels-idx1-ubyte.gz");
+    ASSERT_TRUE(all.ok()) << all.status();
+    train_ = (*all)->Slice(0, 640).release();
+    eval_ = (*all)->Slice(640, 768).release();
+  }
+
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "data_parallel_test/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+
+  static TrainerConfig Config(int64_t steps, int64_t micro_batch,
+                              int64_t accum = 1) {
+    TrainerConfig c;
+    c.total_steps = steps;
+    c.micro_batch = micro_batch;
+    c.grad_accum = accum;
+    c.lr = 3e-3;
+    c.warmup_steps = 2;
+    c.optimizer.weight_decay = 0.01;
+    c.log_every_steps = 5;
+    c.eval_every_steps = 10;
+    c.checkpoint.every_steps = 0;
+    c.seed = 11;
+    c.fingerprint = "dp";
+    return c;
+  }
+
+  // Trains `config` with `world` ranks on threads. With `stop_rank_at` >
+  // 0, rank 1's stop flag is raised once rank 0 reports that step, so the
+  // stop is asked by a rank that is not the one reporting.
+  std::vector<RankRun> Train(const TrainerConfig& config, int world,
+                             const std::string& name,
+                             int64_t stop_rank_at = 0) {
+    std::vector<RankRun> runs(world);
+    std::atomic<bool> rank1_stop{false};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        static std::atomic<bool> never{false};
+        if (r == 0 && stop_rank_at > 0) {
+          runs[0].sink.stop_signal = &rank1_stop;
+          runs[0].sink.stop_at_step = stop_rank_at;
+        }
+        TrainRank(config, world, r, name, r == 1 ? &rank1_stop : &never,
+                  &runs[r]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return runs;
+  }
+
+  void TrainRank(TrainerConfig config, int world, int rank,
+                 const std::string& name, const std::atomic<bool>* stop,
+                 RankRun* run) {
+    SocketCollectiveOptions options;
+    options.rank = rank;
+    options.world_size = world;
+    options.rendezvous_file = absl::StrCat(dir_, "/", name, ".rendezvous");
+    options.connect_timeout = absl::Seconds(30);
+    options.io_timeout = absl::Seconds(30);
+    auto collective = SocketCollective::Connect(options);
+    ASSERT_TRUE(collective.ok()) << collective.status();
+    config.checkpoint.dir = absl::StrCat(dir_, "/", name);
+    CpuBackendOptions backend_options;
+    backend_options.threads = 1;
+    auto backend = *CpuBackend::Create(backend_options);
+    auto model =
+        *MlpModel::Create({784, {32}, 10}, config.micro_batch, backend.get());
+    auto loader = *ShuffledLoader::Create(
+        train_, {config.micro_batch * world, config.seed, 2});
+    auto trainer =
+        Trainer::Create(config, model.get(), backend.get(), loader.get(), eval_,
+                        &run->sink, Clock::Real(), collective->get());
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    run->outcome = (*trainer)->Run(stop);
+    run->state = (*trainer)->StateTensors();
+    run->step = (*trainer)->step();
+  }
+
+  static void ExpectBitwiseEqual(const std::vector<HostTensor>& a,
+                                 const std::vector<HostTensor>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].data.size(), b[i].data.size());
+      EXPECT_EQ(0, std::memcmp(a[i].data.data(), b[i].data.data(),
+                               a[i].data.size() * 4))
+          << a[i].name << " differs";
+    }
+  }
+
+  // Largest |a - b| over the weights (not the AdamW moments).
+  static double MaxWeightDifference(const std::vector<HostTensor>& a,
+                                    const std::vector<HostTensor>& b) {
+    double worst = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (a[i].name.find("adam") != std::string::npos) continue;
+      for (size_t j = 0; j < a[i].data.size(); ++j) {
+        worst = std::max(
+            worst, std::fabs(double{a[i].data[j]} - double{b[i].data[j]}));
+      }
+    }
+    return worst;
+  }
+
+  static MnistExamples* train_;
+  static MnistExamples* eval_;
+  std::string dir_;
+};
+
+MnistExamples* DataParallelTest::train_ = nullptr;
+MnistExamples* DataParallelTest::eval_ = nullptr;
+
+TEST_F(DataParallelTest, TwoRanksOfBMatchOneRankOf2B) {
+  const std::vector<RankRun> one = Train(Config(20, 32), 1, "one");
+  const std::vector<RankRun> two = Train(Config(20, 16), 2, "two");
+  ASSERT_TRUE(one[0].outcome.ok()) << one[0].outcome.status();
+  for (const RankRun& r : two) {
+    ASSERT_TRUE(r.outcome.ok()) << r.outcome.status();
+    EXPECT_EQ(*r.outcome, Trainer::Outcome::kFinished);
+    EXPECT_EQ(r.step, 20);
+  }
+  // The ranks hold bitwise the same weights and moments.
+  ExpectBitwiseEqual(two[0].state, two[1].state);
+  // fp32 rounding only: the weights are O(0.05) and AdamW steps of 3e-3;
+  // a slice of the batch summed apart moves them by far less than a step.
+  EXPECT_LT(MaxWeightDifference(one[0].state, two[0].state), 1e-6);
+  // And training did move them by much more than that.
+  const std::vector<RankRun> other = Train(Config(21, 32), 1, "other");
+  EXPECT_GT(MaxWeightDifference(one[0].state, other[0].state), 1e-3);
+
+  // Rank 0 alone reports, with the figures of the whole global batch.
+  EXPECT_TRUE(two[1].sink.events.empty());
+  const auto p1 = one[0].sink.Of<TrainProgressEvent>();
+  const auto p2 = two[0].sink.Of<TrainProgressEvent>();
+  ASSERT_EQ(p1.size(), p2.size());
+  EXPECT_NEAR(p1.back().loss, p2.back().loss, 1e-4);
+  const auto f1 = one[0].sink.Of<TrainFinishedEvent>();
+  const auto f2 = two[0].sink.Of<TrainFinishedEvent>();
+  ASSERT_EQ(f1.size(), 1u);
+  ASSERT_EQ(f2.size(), 1u);
+  EXPECT_NEAR(f1[0].eval_accuracy, f2[0].eval_accuracy, 0.02);
+}
+
+TEST_F(DataParallelTest, ThreeRanksWithAccumulationMatchOneRank) {
+  const std::vector<RankRun> one = Train(Config(8, 24, 2), 1, "one");
+  const std::vector<RankRun> three = Train(Config(8, 8, 2), 3, "three");
+  for (const RankRun& r : three) ASSERT_TRUE(r.outcome.ok());
+  ExpectBitwiseEqual(three[0].state, three[2].state);
+  EXPECT_LT(MaxWeightDifference(one[0].state, three[0].state), 1e-6);
+}
+
+TEST_F(DataParallelTest, AStopAskedByOneRankStopsAllAndTheyResumeExactly) {
+  const std::vector<RankRun> straight = Train(Config(20, 16), 2, "straight");
+  std::vector<RankRun> first = Train(Config(20, 16), 2, "resumed", 6);
+  for (const RankRun& r : first) {
+    ASSERT_TRUE(r.outcome.ok()) << r.outcome.status();
+    EXPECT_EQ(*r.outcome, Trainer::Outcome::kInterrupted);
+  }
+  // Both stopped after the same step, shortly after rank 1 asked.
+  EXPECT_EQ(first[0].step, first[1].step);
+  EXPECT_GE(first[0].step, 6);
+  EXPECT_LT(first[0].step, 20);
+  const auto interrupted = first[0].sink.Of<TrainInterruptedEvent>();
+  ASSERT_EQ(interrupted.size(), 1u);
+  EXPECT_FALSE(interrupted[0].checkpoint_path.empty());
+
+  std::vector<RankRun> second = Train(Config(20, 16), 2, "resumed");
+  for (const RankRun& r : second) {
+    ASSERT_TRUE(r.outcome.ok()) << r.outcome.status();
+    EXPECT_EQ(*r.outcome, Trainer::Outcome::kFinished);
+  }
+  const auto started = second[0].sink.Of<TrainStartedEvent>();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].start_step, first[0].step);
+  ExpectBitwiseEqual(straight[0].state, second[0].state);
+  ExpectBitwiseEqual(straight[1].state, second[1].state);
+}
+
+}  // namespace
+}  // namespace trainyard::engine

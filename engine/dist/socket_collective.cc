@@ -1,0 +1,381 @@
+#include "engine/dist/socket_collective.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "engine/core/file_io.h"
+
+namespace trainyard::engine {
+namespace {
+
+constexpr char kHelloMagic[4] = {'Y', 'R', 'D', '1'};
+constexpr uint32_t kReduceMagic = 0x59415231;  // "YAR1"
+constexpr size_t kNonceChars = 32;
+constexpr absl::Duration kRetryPeriod = absl::Milliseconds(20);
+
+struct Hello {
+  char magic[4];
+  char nonce[kNonceChars];
+  int32_t rank;
+  int32_t world_size;
+};
+
+struct ReduceHeader {
+  uint32_t magic;
+  uint32_t reserved;
+  uint64_t call;
+  int64_t floats;
+};
+
+std::string Errno(absl::string_view what) {
+  return absl::StrCat(what, ": ", strerror(errno));
+}
+
+std::string NewNonce() {
+  std::random_device random;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string nonce(kNonceChars, '0');
+  for (char& c : nonce) c = kHex[random() % 16];
+  return nonce;
+}
+
+void SetTimeouts(int fd, absl::Duration timeout) {
+  const timeval tv = absl::ToTimeval(timeout);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// Sends or receives exactly `bytes`; `peer` names the other side in errors.
+absl::Status SendAll(int fd, const void* data, size_t bytes,
+                     absl::string_view peer) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return absl::UnavailableError(
+          absl::StrCat("timed out sending to ", peer));
+    }
+    if (n <= 0) {
+      return absl::UnavailableError(Errno(absl::StrCat("sending to ", peer)));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecvAll(int fd, void* data, size_t bytes, absl::string_view peer) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = recv(fd, p, bytes, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return absl::UnavailableError(
+          absl::StrCat("timed out waiting for ", peer));
+    }
+    if (n == 0) {
+      return absl::UnavailableError(
+          absl::StrCat(peer, " closed its connection (it exited or died)"));
+    }
+    if (n < 0) {
+      return absl::UnavailableError(
+          Errno(absl::StrCat("receiving from ", peer)));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+std::string RankName(int rank) { return absl::StrCat("rank ", rank); }
+
+// The published rendezvous: where rank 0 listens and the job's nonce.
+struct Address {
+  std::string host;
+  int port = 0;
+  std::string nonce;
+};
+
+std::optional<Address> ReadAddress(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadWholeFile(path, 4096);
+  if (!text.ok()) return std::nullopt;
+  std::vector<std::string> parts =
+      absl::StrSplit(absl::StripAsciiWhitespace(*text), ' ');
+  Address a;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &a.port) ||
+      parts[2].size() != kNonceChars) {
+    return std::nullopt;
+  }
+  a.host = parts[0];
+  a.nonce = parts[2];
+  return a;
+}
+
+// A connected socket to host:port, or -1.
+int Dial(const Address& a) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(a.host.c_str(), std::to_string(a.port).c_str(), &hints,
+                  &found) != 0) {
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* ai = found; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SocketCollective>> SocketCollective::Connect(
+    const SocketCollectiveOptions& options) {
+  if (options.world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world size must be at least 1, got ", options.world_size));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside the world of ",
+                     options.world_size, " ranks"));
+  }
+  if (options.world_size > 1 && options.rendezvous_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a job of several ranks needs a rendezvous file");
+  }
+  std::unique_ptr<SocketCollective> c(new SocketCollective(
+      options.rank, options.world_size, options.io_timeout));
+  if (options.world_size == 1) return c;
+  if (options.rank == 0) {
+    RETURN_IF_ERROR(c->ServeRendezvous(options));
+  } else {
+    RETURN_IF_ERROR(c->JoinRendezvous(options));
+  }
+  return c;
+}
+
+SocketCollective::~SocketCollective() {
+  for (int fd : peers_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+absl::Status SocketCollective::ServeRendezvous(
+    const SocketCollectiveOptions& options) {
+  peers_.assign(world_size_, -1);
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener < 0) return absl::InternalError(Errno("socket"));
+  absl::Cleanup close_listener = [listener] { close(listener); };
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (inet_pton(AF_INET, options.listen_host.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous host \"", options.listen_host,
+                     "\" is not an IPv4 address"));
+  }
+  socklen_t len = sizeof(addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      listen(listener, world_size_) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return absl::UnavailableError(
+        Errno(absl::StrCat("listening on ", options.listen_host)));
+  }
+  const std::string nonce = NewNonce();
+  const std::string temp = options.rendezvous_file + ".tmp";
+  RETURN_IF_ERROR(WriteFileDurably(
+      temp, absl::StrCat(options.listen_host, " ", ntohs(addr.sin_port), " ",
+                         nonce, "\n")));
+  if (rename(temp.c_str(), options.rendezvous_file.c_str()) != 0) {
+    return absl::InternalError(Errno(absl::StrCat("renaming ", temp)));
+  }
+
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  int joined = 1;
+  while (joined < world_size_) {
+    const absl::Duration left = deadline - absl::Now();
+    pollfd pfd{listener, POLLIN, 0};
+    const int ready = left <= absl::ZeroDuration()
+                          ? 0
+                          : poll(&pfd, 1, absl::ToInt64Milliseconds(left) + 1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "only ", joined, " of ", world_size_, " ranks met within ",
+          absl::FormatDuration(options.connect_timeout), " at ",
+          options.rendezvous_file));
+    }
+    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    SetTimeouts(fd, absl::Seconds(5));
+    Hello hello;
+    const bool valid =
+        RecvAll(fd, &hello, sizeof(hello), "a joining rank").ok() &&
+        memcmp(hello.magic, kHelloMagic, 4) == 0 &&
+        std::string(hello.nonce, kNonceChars) == nonce &&
+        hello.world_size == world_size_ && hello.rank > 0 &&
+        hello.rank < world_size_ && peers_[hello.rank] < 0;
+    // Anything else (a stray connection, a rank of an older attempt) is
+    // turned away without an answer; it retries or gives up on its own.
+    if (!valid || !SendAll(fd, kHelloMagic, 4, "a joining rank").ok()) {
+      close(fd);
+      continue;
+    }
+    SetTimeouts(fd, io_timeout_);
+    peers_[hello.rank] = fd;
+    ++joined;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SocketCollective::JoinRendezvous(
+    const SocketCollectiveOptions& options) {
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  // The file may be missing (rank 0 not up yet) or left by an earlier
+  // attempt, so each failure is retried until the deadline.
+  std::string last_problem = "no rendezvous file yet";
+  while (absl::Now() < deadline) {
+    std::optional<Address> address = ReadAddress(options.rendezvous_file);
+    const int fd = address ? Dial(*address) : -1;
+    if (fd >= 0) {
+      SetTimeouts(fd, absl::Seconds(5));
+      Hello hello{};
+      memcpy(hello.magic, kHelloMagic, 4);
+      memcpy(hello.nonce, address->nonce.data(), kNonceChars);
+      hello.rank = rank_;
+      hello.world_size = world_size_;
+      char answer[4];
+      if (SendAll(fd, &hello, sizeof(hello), RankName(0)).ok() &&
+          RecvAll(fd, answer, 4, RankName(0)).ok() &&
+          memcmp(answer, kHelloMagic, 4) == 0) {
+        SetTimeouts(fd, io_timeout_);
+        peers_ = {fd};
+        return absl::OkStatus();
+      }
+      close(fd);
+      last_problem = absl::StrCat("rank 0 at ", address->host, ":",
+                                  address->port, " turned this rank away");
+    } else if (address) {
+      last_problem = absl::StrCat("cannot connect to rank 0 at ", address->host,
+                                  ":", address->port);
+    }
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(kRetryPeriod));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("rank ", rank_, " could not join rank 0 within ",
+                   absl::FormatDuration(options.connect_timeout), " via ",
+                   options.rendezvous_file, ": ", last_problem));
+}
+
+absl::Status SocketCollective::AllReduceSum(
+    std::span<const FloatSpan> tensors) {
+  if (world_size_ == 1) return absl::OkStatus();
+  if (broken_) {
+    return absl::FailedPreconditionError(
+        "the collective broke on an earlier error");
+  }
+  int64_t total = 0;
+  for (const FloatSpan& t : tensors) total += t.size;
+  ++calls_;
+  absl::Status status =
+      rank_ == 0 ? ReduceAtRoot(tensors, total) : ReduceAtLeaf(tensors, total);
+  if (!status.ok()) broken_ = true;
+  return status;
+}
+
+absl::Status SocketCollective::ReduceAtRoot(std::span<const FloatSpan> tensors,
+                                            int64_t total) {
+  // The running sum lives in packed_, starting from rank 0's own values;
+  // each rank's tensors are added in rank order.
+  packed_.resize(total);
+  incoming_.resize(total);
+  int64_t at = 0;
+  for (const FloatSpan& t : tensors) {
+    std::copy_n(t.data, t.size, packed_.data() + at);
+    at += t.size;
+  }
+  for (int r = 1; r < world_size_; ++r) {
+    ReduceHeader h;
+    RETURN_IF_ERROR(RecvAll(peers_[r], &h, sizeof(h), RankName(r)));
+    if (h.magic != kReduceMagic || h.call != calls_ || h.floats != total) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          RankName(r), " is out of step: its all-reduce #", h.call, " of ",
+          h.floats, " floats met #", calls_, " of ", total, " on rank 0"));
+    }
+    RETURN_IF_ERROR(RecvAll(peers_[r], incoming_.data(), total * sizeof(float),
+                            RankName(r)));
+    for (int64_t i = 0; i < total; ++i) packed_[i] += incoming_[i];
+  }
+  const ReduceHeader h{kReduceMagic, 0, calls_, total};
+  for (int r = 1; r < world_size_; ++r) {
+    RETURN_IF_ERROR(SendAll(peers_[r], &h, sizeof(h), RankName(r)));
+    RETURN_IF_ERROR(
+        SendAll(peers_[r], packed_.data(), total * sizeof(float), RankName(r)));
+  }
+  at = 0;
+  for (const FloatSpan& t : tensors) {
+    std::copy_n(packed_.data() + at, t.size, t.data);
+    at += t.size;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SocketCollective::ReduceAtLeaf(std::span<const FloatSpan> tensors,
+                                            int64_t total) {
+  packed_.resize(total);
+  int64_t at = 0;
+  for (const FloatSpan& t : tensors) {
+    std::copy_n(t.data, t.size, packed_.data() + at);
+    at += t.size;
+  }
+  const int root = peers_[0];
+  ReduceHeader h{kReduceMagic, 0, calls_, total};
+  RETURN_IF_ERROR(SendAll(root, &h, sizeof(h), RankName(0)));
+  RETURN_IF_ERROR(
+      SendAll(root, packed_.data(), total * sizeof(float), RankName(0)));
+  RETURN_IF_ERROR(RecvAll(root, &h, sizeof(h), RankName(0)));
+  if (h.magic != kReduceMagic || h.call != calls_ || h.floats != total) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank 0 answered all-reduce #", h.call, " of ", h.floats,
+                     " floats to #", calls_, " of ", total));
+  }
+  RETURN_IF_ERROR(
+      RecvAll(root, packed_.data(), total * sizeof(float), RankName(0)));
+  at = 0;
+  for (const FloatSpan& t : tensors) {
+    std::copy_n(packed_.data() + at, t.size, t.data);
+    at += t.size;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard::engine

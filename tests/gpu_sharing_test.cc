@@ -1,0 +1,95 @@
+// GPU sharing, end to end on a machine without a GPU: a yard-worker finds
+// one "H100" through a test double of the driver's NVML library, the
+// packing policy puts four quarter-GPU jobs on it at once, the worker runs
+// them side by side and hands each its memory grant, and a fifth job waits
+// until compute frees up. The jobs' trainer is a script (it only has to
+// show what it was given); the real engine's use of the grant is covered
+// by the CUDA backend's tests on a GPU.
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/harness.h"
+
+namespace trainyard::itest {
+namespace {
+namespace v1 = trainyard::v1;
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class GpuSharingTest : public ClusterTest {};
+
+constexpr char kTrainer[] = R"SH(#!/bin/sh
+echo "grant: gpus=[$CUDA_VISIBLE_DEVICES] memory=[$YARD_GPU_MEMORY_BYTES]" >&2
+echo '{"started":{"totalSteps":"10","backend":"script"}}'
+sleep 4
+echo '{"finished":{"step":"10","evalAccuracy":0.9}}'
+)SH";
+
+v1::JobSpec QuarterGpuJob(int i) {
+  v1::JobSpec spec = MnistSpec{.name = absl::StrCat("quarter-", i)}.ToProto();
+  spec.mutable_resources()->set_gpus(1);
+  spec.mutable_resources()->set_gpu_compute_milli(250);
+  return spec;
+}
+
+TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
+  YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
+  const std::string driver = dir().Subdir("driver");
+  std::filesystem::create_symlink(FAKE_NVML_PATH,
+                                  driver + "/libnvidia-ml.so.1");
+  const std::string script =
+      dir().WriteFile("script-train.sh", kTrainer, /*executable=*/true);
+  YARD_ASSERT_OK(StartReadyWorker({.name = "gpu-node",
+                                   .train_bin = script,
+                                   .extra_args = {"--gpus", "auto"},
+                                   .env = {{"LD_LIBRARY_PATH", driver},
+                                           {"FAKE_NVML_DEVICE_COUNT", "1"}}})
+                     .status());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(QuarterGpuJob(i)));
+    ids.push_back(r.job().id());
+  }
+  // Four run at once on GPU 0; the fifth waits for compute.
+  YARD_ASSERT_OK(PollUntil("four jobs running side by side", JobTimeout(), [&] {
+    int running = 0;
+    for (const std::string& id : ids) {
+      absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
+      running += j.ok() && j->state() == v1::RUNNING;
+    }
+    return running == 4;
+  }));
+  int waiting = 0;
+  for (const std::string& id : ids) {
+    YARD_ASSIGN_OR_FAIL(v1::Job j, GetJob(jobs(), id));
+    if (j.state() != v1::RUNNING) {
+      ++waiting;
+      EXPECT_EQ(j.state(), v1::QUEUED) << j.DebugString();
+      EXPECT_THAT(j.state_reason(), HasSubstr("GPU")) << j.DebugString();
+      continue;
+    }
+    ASSERT_EQ(j.gpu_grants_size(), 1) << j.DebugString();
+    EXPECT_EQ(j.gpu_grants(0).index(), 0);
+    EXPECT_TRUE(j.gpu_grants(0).shared());
+    EXPECT_EQ(j.gpu_grants(0).compute_milli(), 250);
+    EXPECT_GT(j.gpu_grants(0).memory_bytes(), 0);
+  }
+  EXPECT_EQ(waiting, 1);
+
+  for (const std::string& id : ids) {
+    YARD_ASSIGN_OR_FAIL(v1::Job done,
+                        WaitForTerminal(jobs(), id, JobTimeout()));
+    EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+    EXPECT_EQ(done.attempts_size(), 1) << done.DebugString();
+    CommandResult logs = Yard({"logs", id});
+    ASSERT_EQ(logs.exit_code(), 0) << logs.DebugString();
+    EXPECT_THAT(logs.out, HasSubstr("grant: gpus=[0] memory=[")) << logs.out;
+    EXPECT_THAT(logs.out, Not(HasSubstr("memory=[]"))) << logs.out;
+  }
+}
+
+}  // namespace
+}  // namespace trainyard::itest
