@@ -118,14 +118,14 @@ void JobRunner::Start(const trainyard::v1::Assignment& a) {
                      << " already runs here; ignoring the repeated assignment";
       return;
     }
-    refused = ReserveLocked(a);
+    Entry entry;
+    entry.cpu_slots = a.gpu_indices().empty() ? RanksOf(a) : 0;
+    entry.gpus.assign(a.gpu_indices().begin(), a.gpu_indices().end());
+    for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) {
+      entry.shares[g.index()] = g;
+    }
+    refused = ReserveLocked(entry);
     if (refused.ok()) {
-      Entry entry;
-      entry.cpu_slots = a.gpu_indices().empty() ? RanksOf(a) : 0;
-      entry.gpus.assign(a.gpu_indices().begin(), a.gpu_indices().end());
-      for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) {
-        entry.shares[g.index()] = g;
-      }
       absl::StatusOr<JobLaunch> launch = PrepareLaunch(a);
       if (launch.ok()) {
         entry.process = std::make_shared<JobProcess>(
@@ -147,10 +147,10 @@ void JobRunner::Start(const trainyard::v1::Assignment& a) {
   Refuse(a, refused.message());
 }
 
-absl::Status JobRunner::ReserveLocked(const trainyard::v1::Assignment& a) {
+absl::Status JobRunner::ReserveLocked(const Entry& entry) {
   if (!accepting_) return absl::UnavailableError("the worker is shutting down");
-  if (a.gpu_indices().empty()) {
-    const int slots = RanksOf(a);
+  if (entry.gpus.empty()) {
+    const int slots = entry.cpu_slots;
     if (cpu_in_use_ + slots > options_.cpu_slots) {
       return absl::ResourceExhaustedError(
           slots == 1
@@ -163,10 +163,8 @@ absl::Status JobRunner::ReserveLocked(const trainyard::v1::Assignment& a) {
     cpu_in_use_ += slots;
     return absl::OkStatus();
   }
-  std::map<int32_t, trainyard::v1::GpuGrant> shares;
-  for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) shares[g.index()] = g;
   std::set<int32_t> asked;
-  for (int32_t gpu : a.gpu_indices()) {
+  for (int32_t gpu : entry.gpus) {
     const bool owned = std::find(options_.gpus.begin(), options_.gpus.end(),
                                  gpu) != options_.gpus.end();
     if (!owned) {
@@ -179,8 +177,8 @@ absl::Status JobRunner::ReserveLocked(const trainyard::v1::Assignment& a) {
     }
     auto in_use = gpu_use_.find(gpu);
     const GpuUse use = in_use == gpu_use_.end() ? GpuUse{} : in_use->second;
-    auto share = shares.find(gpu);
-    if (share == shares.end()) {
+    auto share = entry.shares.find(gpu);
+    if (share == entry.shares.end()) {
       if (use.jobs > 0) {
         return absl::ResourceExhaustedError(
             absl::StrCat("GPU ", gpu, " is already in use"));
@@ -207,35 +205,30 @@ absl::Status JobRunner::ReserveLocked(const trainyard::v1::Assignment& a) {
           ")"));
     }
   }
-  for (int32_t gpu : asked) {
-    GpuUse& use = gpu_use_[gpu];
-    ++use.jobs;
-    auto share = shares.find(gpu);
-    if (share == shares.end()) {
-      use.whole = true;
-    } else {
-      use.memory_bytes += share->second.memory_bytes();
-      use.compute_milli += share->second.compute_milli();
-    }
-  }
+  AccountGpusLocked(entry, +1);
   return absl::OkStatus();
+}
+
+void JobRunner::AccountGpusLocked(const Entry& entry, int sign) {
+  for (int32_t gpu : entry.gpus) {
+    GpuUse& use = gpu_use_[gpu];
+    use.jobs += sign;
+    auto share = entry.shares.find(gpu);
+    if (share == entry.shares.end()) {
+      use.whole = sign > 0;
+    } else {
+      use.memory_bytes += sign * share->second.memory_bytes();
+      use.compute_milli += sign * share->second.compute_milli();
+    }
+    if (use.jobs <= 0) gpu_use_.erase(gpu);
+  }
 }
 
 void JobRunner::ReleaseLocked(Entry& entry) {
   if (entry.released) return;
   entry.released = true;
   cpu_in_use_ -= entry.cpu_slots;
-  for (int32_t gpu : entry.gpus) {
-    GpuUse& use = gpu_use_[gpu];
-    auto share = entry.shares.find(gpu);
-    if (share == entry.shares.end()) {
-      use.whole = false;
-    } else {
-      use.memory_bytes -= share->second.memory_bytes();
-      use.compute_milli -= share->second.compute_milli();
-    }
-    if (--use.jobs <= 0) gpu_use_.erase(gpu);
-  }
+  AccountGpusLocked(entry, -1);
 }
 
 void JobRunner::ReleaseAtExit(const Key& key) {

@@ -108,8 +108,11 @@ class JobRunner {
     bool released = false;  // its slot or GPUs are free again
   };
 
-  // Why `a` cannot run here, or OK. Also reserves its slot or GPUs.
-  absl::Status ReserveLocked(const trainyard::v1::Assignment& a)
+  // Why `entry` cannot run here, or OK. Also reserves its slots or GPUs.
+  absl::Status ReserveLocked(const Entry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds (sign +1) or takes back (-1) what `entry` holds of each GPU.
+  void AccountGpusLocked(const Entry& entry, int sign)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the attempt's slot or GPUs once its process is reaped, before its

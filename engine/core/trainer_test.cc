@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "engine/core/file_io.h"
 #include "engine/core/mlp.h"
+#include "engine/core/trainer_test_support.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/data/mnist.h"
 #include "engine/data/shuffled_loader.h"
@@ -20,29 +21,6 @@ namespace trainyard::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Records events; optionally asks the trainer to stop after a given step.
-class Recorder : public TrainerEventSink {
- public:
-  void Emit(const TrainerEvent& e) override {
-    events.push_back(e);
-    if (const auto* p = std::get_if<TrainProgressEvent>(&e);
-        p != nullptr && p->step == stop_after) {
-      stop.store(true);
-    }
-  }
-  template <class T>
-  std::vector<T> Of() const {
-    std::vector<T> out;
-    for (const TrainerEvent& e : events) {
-      if (const T* t = std::get_if<T>(&e)) out.push_back(*t);
-    }
-    return out;
-  }
-  std::vector<TrainerEvent> events;
-  int64_t stop_after = -1;
-  std::atomic<bool> stop{false};
-};
 
 // Everything one training process would own.
 struct Rig {
@@ -86,7 +64,7 @@ class TrainerTest : public ::testing::Test {
   }
 
   static Rig Make(TrainerConfig config, const std::string& dir, int threads,
-                  Recorder* sink, std::vector<int64_t> hidden = {32, 16}) {
+                  RecordingSink* sink, std::vector<int64_t> hidden = {32, 16}) {
     Rig r;
     config.checkpoint.dir = dir;
     CpuBackendOptions bo;
@@ -106,22 +84,10 @@ class TrainerTest : public ::testing::Test {
   // A straight run of `config` to the end; returns the final state.
   std::vector<HostTensor> Straight(const TrainerConfig& config, int threads,
                                    const std::string& dir) {
-    Recorder sink;
+    RecordingSink sink;
     Rig r = Make(config, dir, threads, &sink);
     EXPECT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
     return r.trainer->StateTensors();
-  }
-
-  static void ExpectBitwiseEqual(const std::vector<HostTensor>& a,
-                                 const std::vector<HostTensor>& b) {
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_EQ(a[i].name, b[i].name);
-      ASSERT_EQ(a[i].data.size(), b[i].data.size());
-      EXPECT_EQ(0, std::memcmp(a[i].data.data(), b[i].data.data(),
-                               a[i].data.size() * 4))
-          << a[i].name << " differs";
-    }
   }
 
   static MnistExamples* train_;
@@ -133,7 +99,7 @@ MnistExamples* TrainerTest::train_ = nullptr;
 MnistExamples* TrainerTest::eval_ = nullptr;
 
 TEST_F(TrainerTest, LossDecreasesOnMnist) {
-  Recorder sink;
+  RecordingSink sink;
   Rig r = Make(Config(60), dir_, 2, &sink);
   absl::StatusOr<EvalMetrics> before = r.trainer->Evaluate();
   ASSERT_TRUE(before.ok());
@@ -171,7 +137,7 @@ TEST_P(ExactResumeTest, StoppedAndResumedEqualsStraight) {
   const TrainerConfig config = Config(20, /*accum=*/GetParam());
   const auto straight = Straight(config, 2, dir_ + "/straight");
   {
-    Recorder sink;
+    RecordingSink sink;
     sink.stop_after = 9;
     Rig r = Make(config, dir_ + "/resumed", 2, &sink);
     ASSERT_EQ(*r.trainer->Run(&sink.stop), Trainer::Outcome::kInterrupted);
@@ -180,7 +146,7 @@ TEST_P(ExactResumeTest, StoppedAndResumedEqualsStraight) {
     EXPECT_EQ(interrupted[0].step, 9);
     EXPECT_EQ(interrupted[0].checkpoint_path, dir_ + "/resumed/step-00000009");
   }
-  Recorder sink;
+  RecordingSink sink;
   Rig r = Make(config, dir_ + "/resumed", 2, &sink);
   ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
   const auto started = sink.Of<TrainStartedEvent>();
@@ -203,13 +169,13 @@ TEST_F(TrainerTest, KilledRunResumesFromPeriodicCheckpoint) {
   config.checkpoint.every_steps = 4;
   const auto straight = Straight(config, 1, dir_ + "/straight");
   {
-    Recorder sink;
+    RecordingSink sink;
     Rig r = Make(config, dir_ + "/killed", 1, &sink);
     ASSERT_TRUE(r.trainer->Start().ok());
     for (int i = 0; i < 7; ++i) ASSERT_TRUE(r.trainer->Advance().ok());
     EXPECT_EQ(sink.Of<CheckpointSavedEvent>().size(), 1u);  // step 4
   }  // dropped on the floor like a SIGKILL: steps 5-7 are lost
-  Recorder sink;
+  RecordingSink sink;
   Rig r = Make(config, dir_ + "/killed", 1, &sink);
   ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
   EXPECT_EQ(sink.Of<TrainStartedEvent>()[0].start_step, 4);
@@ -220,7 +186,7 @@ TEST_F(TrainerTest, KeepsTheLastKCheckpoints) {
   TrainerConfig config = Config(10);
   config.checkpoint.every_steps = 2;
   config.checkpoint.keep_last = 2;
-  Recorder sink;
+  RecordingSink sink;
   Rig r = Make(config, dir_, 1, &sink);
   ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
   EXPECT_EQ(sink.Of<CheckpointSavedEvent>().size(), 5u);  // 2, 4, 6, 8, 10
@@ -234,7 +200,7 @@ TEST_F(TrainerTest, KeepsTheLastKCheckpoints) {
 }
 
 TEST_F(TrainerTest, StopBeforeTheFirstStepStillCheckpoints) {
-  Recorder sink;
+  RecordingSink sink;
   sink.stop.store(true);
   Rig r = Make(Config(5), dir_, 1, &sink);
   ASSERT_EQ(*r.trainer->Run(&sink.stop), Trainer::Outcome::kInterrupted);
@@ -248,7 +214,7 @@ TEST_F(TrainerTest, RefusesACheckpointOfAnotherConfiguration) {
   Straight(Config(3), 1, dir_);
   TrainerConfig other = Config(3);
   other.fingerprint = "other";
-  Recorder sink;
+  RecordingSink sink;
   Rig r = Make(other, dir_, 1, &sink);
   absl::Status s = r.trainer->Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
@@ -258,7 +224,7 @@ TEST_F(TrainerTest, RefusesACheckpointOfAnotherConfiguration) {
 
 TEST_F(TrainerTest, RefusesACheckpointWhoseTensorsDoNotFit) {
   Straight(Config(3), 1, dir_);
-  Recorder sink;
+  RecordingSink sink;
   Rig r = Make(Config(3), dir_, 1, &sink, /*hidden=*/{32, 8});
   const std::vector<HostTensor> fresh = r.trainer->StateTensors();
   absl::Status s = r.trainer->Start();
@@ -271,7 +237,7 @@ TEST_F(TrainerTest, RefusesACheckpointWhoseTensorsDoNotFit) {
 
 TEST_F(TrainerTest, ARunThatIsAlreadyDoneJustReports) {
   Straight(Config(3), 1, dir_);
-  Recorder sink;
+  RecordingSink sink;
   Rig r = Make(Config(3), dir_, 1, &sink);
   ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
   EXPECT_EQ(sink.Of<TrainStartedEvent>()[0].start_step, 3);
@@ -284,7 +250,7 @@ TEST_F(TrainerTest, RejectsBadConfigs) {
   auto backend = *CpuBackend::Create({});
   auto model = *MlpModel::Create({784, {8}, 10}, 16, backend.get());
   auto loader = *ShuffledLoader::Create(train_, {16, 0, 1});
-  Recorder sink;
+  RecordingSink sink;
   TrainerConfig c = Config(5);
   c.micro_batch = 32;  // more than the model holds
   EXPECT_FALSE(

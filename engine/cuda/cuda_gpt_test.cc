@@ -16,6 +16,7 @@
 #include "engine/core/gpt.h"
 #include "engine/core/rng.h"
 #include "engine/core/trainer.h"
+#include "engine/core/trainer_test_support.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_test_support.h"
@@ -147,24 +148,6 @@ TEST_F(CudaGptTest, OneTrainingStepMatchesCpu) {
   }
 }
 
-// Records losses; optionally asks the trainer to stop after a given step.
-class Recorder : public TrainerEventSink {
- public:
-  void Emit(const TrainerEvent& e) override {
-    if (const auto* p = std::get_if<TrainProgressEvent>(&e)) {
-      losses.push_back(p->loss);
-      if (p->step == stop_after) stop.store(true);
-    }
-    if (const auto* s = std::get_if<TrainStartedEvent>(&e)) {
-      start_step = s->start_step;
-    }
-  }
-  std::vector<double> losses;
-  int64_t stop_after = -1;
-  int64_t start_step = -1;
-  std::atomic<bool> stop{false};
-};
-
 // Everything one training process would own.
 struct Rig {
   std::unique_ptr<Backend> backend;
@@ -204,7 +187,7 @@ class CudaTrainingTest : public CudaGptTest {
   }
 
   static Rig Make(TrainerConfig config, bool gpu, const std::string& dir,
-                  Recorder* sink) {
+                  RecordingSink* sink) {
     Rig r;
     config.checkpoint.dir = dir;
     if (gpu) {
@@ -226,18 +209,6 @@ class CudaTrainingTest : public CudaGptTest {
     return r;
   }
 
-  static void ExpectBitwiseEqual(const std::vector<HostTensor>& a,
-                                 const std::vector<HostTensor>& b) {
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_EQ(a[i].name, b[i].name);
-      ASSERT_EQ(a[i].data.size(), b[i].data.size());
-      EXPECT_EQ(0, std::memcmp(a[i].data.data(), b[i].data.data(),
-                               a[i].data.size() * 4))
-          << a[i].name << " differs";
-    }
-  }
-
   static TokenWindows* windows_;
   std::string dir_;
 };
@@ -248,21 +219,22 @@ TokenWindows* CudaTrainingTest::windows_ = nullptr;
 // these sizes they stay far below 0.5% of the loss, while the loss itself
 // falls by much more than that.
 TEST_F(CudaTrainingTest, LossCurvesOver50StepsAgreeWithCpu) {
-  Recorder cpu_sink, gpu_sink;
+  RecordingSink cpu_sink, gpu_sink;
   Rig cpu = Make(Config(50), /*gpu=*/false, "", &cpu_sink);
   Rig gpu = Make(Config(50), /*gpu=*/true, "", &gpu_sink);
   ASSERT_NE(gpu.trainer, nullptr);
   ASSERT_EQ(*cpu.trainer->Run(nullptr), Trainer::Outcome::kFinished);
   const auto outcome = gpu.trainer->Run(nullptr);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
-  ASSERT_EQ(cpu_sink.losses.size(), 50u);
-  ASSERT_EQ(gpu_sink.losses.size(), 50u);
+  const auto cpu_steps = cpu_sink.Of<TrainProgressEvent>();
+  const auto gpu_steps = gpu_sink.Of<TrainProgressEvent>();
+  ASSERT_EQ(cpu_steps.size(), 50u);
+  ASSERT_EQ(gpu_steps.size(), 50u);
   for (size_t i = 0; i < 50; ++i) {
-    EXPECT_NEAR(gpu_sink.losses[i], cpu_sink.losses[i],
-                5e-3 * cpu_sink.losses[i])
+    EXPECT_NEAR(gpu_steps[i].loss, cpu_steps[i].loss, 5e-3 * cpu_steps[i].loss)
         << "step " << i + 1;
   }
-  EXPECT_LT(gpu_sink.losses.back(), 0.8 * gpu_sink.losses.front());
+  EXPECT_LT(gpu_steps.back().loss, 0.8 * gpu_steps.front().loss);
 }
 
 // Stop (as SIGTERM does) after step 9, resume with a fresh backend, model
@@ -272,24 +244,25 @@ TEST_F(CudaTrainingTest, StoppedAndResumedEqualsStraightOnTheGpu) {
   const TrainerConfig config = Config(20);
   std::vector<HostTensor> straight;
   {
-    Recorder sink;
+    RecordingSink sink;
     Rig r = Make(config, true, dir_ + "/straight", &sink);
     ASSERT_NE(r.trainer, nullptr);
     ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
     straight = r.trainer->StateTensors();
   }
   {
-    Recorder sink;
+    RecordingSink sink;
     sink.stop_after = 9;
     Rig r = Make(config, true, dir_ + "/resumed", &sink);
     ASSERT_NE(r.trainer, nullptr);
     ASSERT_EQ(*r.trainer->Run(&sink.stop), Trainer::Outcome::kInterrupted);
   }
-  Recorder sink;
+  RecordingSink sink;
   Rig r = Make(config, true, dir_ + "/resumed", &sink);
   ASSERT_NE(r.trainer, nullptr);
   ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
-  EXPECT_EQ(sink.start_step, 9);
+  ASSERT_EQ(sink.Of<TrainStartedEvent>().size(), 1u);
+  EXPECT_EQ(sink.Of<TrainStartedEvent>()[0].start_step, 9);
   ExpectBitwiseEqual(straight, r.trainer->StateTensors());
   EXPECT_EQ(*ReadWholeFile(dir_ + "/straight/step-00000020/model.safetensors",
                            1 << 24),

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/mlp.h"
 #include "engine/core/trainer.h"
+#include "engine/core/trainer_test_support.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/data/mnist.h"
 #include "engine/data/shuffled_loader.h"
@@ -27,33 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Records events; when stop_at_step is set, raises `stop_signal` once a
-// progress report for that step (or later) arrives.
-class Recorder : public TrainerEventSink {
- public:
-  void Emit(const TrainerEvent& e) override {
-    events.push_back(e);
-    if (const auto* p = std::get_if<TrainProgressEvent>(&e);
-        p != nullptr && stop_signal != nullptr && p->step >= stop_at_step) {
-      stop_signal->store(true);
-    }
-  }
-  template <class T>
-  std::vector<T> Of() const {
-    std::vector<T> out;
-    for (const TrainerEvent& e : events) {
-      if (const T* t = std::get_if<T>(&e)) out.push_back(*t);
-    }
-    return out;
-  }
-  std::vector<TrainerEvent> events;
-  std::atomic<bool>* stop_signal = nullptr;
-  int64_t stop_at_step = 0;
-};
-
 // One rank's training: what a yard-train process owns.
 struct RankRun {
-  Recorder sink;
+  RecordingSink sink;
   std::vector<HostTensor> state;
   absl::StatusOr<Trainer::Outcome> outcome = absl::UnknownError("not run");
   int64_t step = 0;
@@ -109,7 +86,7 @@ class DataParallelTest : public ::testing::Test {
         static std::atomic<bool> never{false};
         if (r == 0 && stop_rank_at > 0) {
           runs[0].sink.stop_signal = &rank1_stop;
-          runs[0].sink.stop_at_step = stop_rank_at;
+          runs[0].sink.stop_after = stop_rank_at;
         }
         TrainRank(config, world, r, name, r == 1 ? &rank1_stop : &never,
                   &runs[r]);
@@ -145,17 +122,6 @@ class DataParallelTest : public ::testing::Test {
     run->outcome = (*trainer)->Run(stop);
     run->state = (*trainer)->StateTensors();
     run->step = (*trainer)->step();
-  }
-
-  static void ExpectBitwiseEqual(const std::vector<HostTensor>& a,
-                                 const std::vector<HostTensor>& b) {
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].data.size(), b[i].data.size());
-      EXPECT_EQ(0, std::memcmp(a[i].data.data(), b[i].data.data(),
-                               a[i].data.size() * 4))
-          << a[i].name << " differs";
-    }
   }
 
   // Largest |a - b| over the weights (not the AdamW moments).

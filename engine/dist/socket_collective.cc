@@ -111,6 +111,23 @@ absl::Status RecvAll(int fd, void* data, size_t bytes, absl::string_view peer) {
 
 std::string RankName(int rank) { return absl::StrCat("rank ", rank); }
 
+// The tensors one after another in `out` (`total` floats), and back.
+void Pack(std::span<const FloatSpan> tensors, int64_t total,
+          std::vector<float>* out) {
+  out->resize(total);
+  float* at = out->data();
+  for (const FloatSpan& t : tensors) at = std::copy_n(t.data, t.size, at);
+}
+
+void Unpack(const std::vector<float>& packed,
+            std::span<const FloatSpan> tensors) {
+  const float* at = packed.data();
+  for (const FloatSpan& t : tensors) {
+    std::copy_n(at, t.size, t.data);
+    at += t.size;
+  }
+}
+
 // The published rendezvous: where rank 0 listens and the job's nonce.
 struct Address {
   std::string host;
@@ -316,13 +333,8 @@ absl::Status SocketCollective::ReduceAtRoot(std::span<const FloatSpan> tensors,
                                             int64_t total) {
   // The running sum lives in packed_, starting from rank 0's own values;
   // each rank's tensors are added in rank order.
-  packed_.resize(total);
+  Pack(tensors, total, &packed_);
   incoming_.resize(total);
-  int64_t at = 0;
-  for (const FloatSpan& t : tensors) {
-    std::copy_n(t.data, t.size, packed_.data() + at);
-    at += t.size;
-  }
   for (int r = 1; r < world_size_; ++r) {
     ReduceHeader h;
     RETURN_IF_ERROR(RecvAll(peers_[r], &h, sizeof(h), RankName(r)));
@@ -341,22 +353,13 @@ absl::Status SocketCollective::ReduceAtRoot(std::span<const FloatSpan> tensors,
     RETURN_IF_ERROR(
         SendAll(peers_[r], packed_.data(), total * sizeof(float), RankName(r)));
   }
-  at = 0;
-  for (const FloatSpan& t : tensors) {
-    std::copy_n(packed_.data() + at, t.size, t.data);
-    at += t.size;
-  }
+  Unpack(packed_, tensors);
   return absl::OkStatus();
 }
 
 absl::Status SocketCollective::ReduceAtLeaf(std::span<const FloatSpan> tensors,
                                             int64_t total) {
-  packed_.resize(total);
-  int64_t at = 0;
-  for (const FloatSpan& t : tensors) {
-    std::copy_n(t.data, t.size, packed_.data() + at);
-    at += t.size;
-  }
+  Pack(tensors, total, &packed_);
   const int root = peers_[0];
   ReduceHeader h{kReduceMagic, 0, calls_, total};
   RETURN_IF_ERROR(SendAll(root, &h, sizeof(h), RankName(0)));
@@ -370,11 +373,7 @@ absl::Status SocketCollective::ReduceAtLeaf(std::span<const FloatSpan> tensors,
   }
   RETURN_IF_ERROR(
       RecvAll(root, packed_.data(), total * sizeof(float), RankName(0)));
-  at = 0;
-  for (const FloatSpan& t : tensors) {
-    std::copy_n(packed_.data() + at, t.size, t.data);
-    at += t.size;
-  }
+  Unpack(packed_, tensors);
   return absl::OkStatus();
 }
 

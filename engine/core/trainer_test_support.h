@@ -1,0 +1,66 @@
+// Test support for training loops (header-only, tests only): a sink that
+// records every event and can ask the trainer to stop once a step is
+// reported, and a bitwise comparison of two training states. Used by the
+// CPU trainer tests, the data-parallel tests and the CUDA training tests.
+//
+// Thread-safety: a RecordingSink serves one trainer; `stop` (or the flag
+// stop_signal points to) may be read from any thread.
+#ifndef TRAINYARD_ENGINE_CORE_TRAINER_TEST_SUPPORT_H_
+#define TRAINYARD_ENGINE_CORE_TRAINER_TEST_SUPPORT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <variant>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/core/trainer_events.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::engine {
+
+class RecordingSink : public TrainerEventSink {
+ public:
+  void Emit(const TrainerEvent& e) override {
+    events.push_back(e);
+    if (const auto* p = std::get_if<TrainProgressEvent>(&e);
+        p != nullptr && stop_after >= 0 && p->step >= stop_after) {
+      (stop_signal != nullptr ? *stop_signal : stop).store(true);
+    }
+  }
+
+  // The recorded events of one kind, in order.
+  template <class T>
+  std::vector<T> Of() const {
+    std::vector<T> out;
+    for (const TrainerEvent& e : events) {
+      if (const T* t = std::get_if<T>(&e)) out.push_back(*t);
+    }
+    return out;
+  }
+
+  std::vector<TrainerEvent> events;
+  // Once a progress report for this step (or a later one) arrives, raise
+  // *stop_signal, or `stop` when that is null. -1: never.
+  int64_t stop_after = -1;
+  std::atomic<bool> stop{false};
+  std::atomic<bool>* stop_signal = nullptr;
+};
+
+// Every tensor of `a` equals its namesake in `b` bit for bit.
+inline void ExpectBitwiseEqual(const std::vector<HostTensor>& a,
+                               const std::vector<HostTensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    ASSERT_EQ(a[i].data.size(), b[i].data.size());
+    EXPECT_EQ(0, std::memcmp(a[i].data.data(), b[i].data.data(),
+                             a[i].data.size() * sizeof(float)))
+        << a[i].name << " differs";
+  }
+}
+
+}  // namespace trainyard::engine
+
+#endif  // TRAINYARD_ENGINE_CORE_TRAINER_TEST_SUPPORT_H_
