@@ -71,15 +71,46 @@ void AddProgress(const v1::Job& job, DetailLines* d) {
   }
 }
 
+// "3 on worker w1", or for ranks spread over workers
+// "3 on worker w1 (ranks 0-1), w2 (ranks 2-3)".
+std::string AttemptLine(const v1::Job& job) {
+  std::string out = absl::StrCat(job.attempt());
+  if (job.worker_id().empty()) return out;
+  absl::StrAppend(&out, " on worker ", job.worker_id());
+  if (job.gang_parts().empty()) return out;
+  const auto ranks = [](int32_t first, int32_t n) {
+    return n == 1 ? absl::StrCat(" (rank ", first, ")")
+                  : absl::StrCat(" (ranks ", first, "-", first + n - 1, ")");
+  };
+  absl::StrAppend(&out, ranks(0, job.gang_parts(0).first_rank()));
+  for (const v1::GangPart& part : job.gang_parts()) {
+    absl::StrAppend(&out, ", ", part.worker_id(),
+                    ranks(part.first_rank(), part.ranks()),
+                    part.exited() ? " exited" : "");
+  }
+  return out;
+}
+
+// "GPU 0: 4.0 GiB and 250 milli-GPU, shared".
+std::string GrantLine(const v1::GpuGrant& g) {
+  return absl::StrFormat("GPU %d: %.1f GiB and %d milli-GPU%s", g.index(),
+                         static_cast<double>(g.memory_bytes()) / (1 << 30),
+                         g.compute_milli(), g.shared() ? ", shared" : "");
+}
+
 std::string AttemptsTable(const v1::Job& job, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const v1::Attempt& a : job.attempts()) {
+    std::string workers = a.worker_id().empty() ? "-" : a.worker_id();
+    for (const std::string& more : a.more_workers()) {
+      absl::StrAppend(&workers, "+", more);
+    }
     rows.push_back(
-        {absl::StrCat("  ", a.number()),
-         a.worker_id().empty() ? "-" : a.worker_id(),
+        {absl::StrCat("  ", a.number()), workers,
          IsSet(a.start_time()) ? FormatAge(FromProtoTime(a.start_time()), now)
                                : "-",
-         IsSet(a.end_time()) ? FormatAge(FromProtoTime(a.end_time()), now) : "-",
+         IsSet(a.end_time()) ? FormatAge(FromProtoTime(a.end_time()), now)
+                             : "-",
          a.outcome() == v1::JOB_STATE_UNSPECIFIED ? "running"
                                                   : StateName(a.outcome()),
          absl::StrCat(a.resumed_from_step()), a.reason()});
@@ -106,10 +137,10 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   if (queued) d.Add("Waiting", job.state_reason());
   d.Add("Tenant", job.tenant());
   if (job.attempt() > 0) {
-    d.Add("Attempt",
-          absl::StrCat(job.attempt(), job.worker_id().empty()
-                                          ? ""
-                                          : " on worker " + job.worker_id()));
+    d.Add("Attempt", AttemptLine(job));
+  }
+  for (const v1::GpuGrant& g : job.gpu_grants()) {
+    d.Add("GPU share", GrantLine(g));
   }
   if (IsSet(job.create_time())) d.Add("Created", When(job.create_time(), now));
   if (IsSet(job.start_time())) d.Add("Started", When(job.start_time(), now));
@@ -133,13 +164,14 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
         absl::StripPrefix(v1::WorkerState_Name(w.state()), "WORKER_"));
     std::vector<std::string> jobs;
     for (const auto& ref : w.jobs()) jobs.push_back(ref.job_id());
-    rows.push_back({w.id(), w.hostname().empty() ? "-" : w.hostname(), state,
-                    absl::StrCat(w.free_cpu_slots(), "/", w.cpu_slots()),
-                    absl::StrCat(w.free_gpus(), "/", w.devices_size()),
-                    jobs.empty() ? "-" : absl::StrJoin(jobs, ","),
-                    IsSet(w.last_heartbeat())
-                        ? FormatAge(FromProtoTime(w.last_heartbeat()), now) + " ago"
-                        : "-"});
+    rows.push_back(
+        {w.id(), w.hostname().empty() ? "-" : w.hostname(), state,
+         absl::StrCat(w.free_cpu_slots(), "/", w.cpu_slots()),
+         absl::StrCat(w.free_gpus(), "/", w.devices_size()),
+         jobs.empty() ? "-" : absl::StrJoin(jobs, ","),
+         IsSet(w.last_heartbeat())
+             ? FormatAge(FromProtoTime(w.last_heartbeat()), now) + " ago"
+             : "-"});
   }
   std::string out = FormatTable(
       {"ID", "HOST", "STATE", "FREE-SLOTS", "FREE-GPUS", "JOBS", "HEARTBEAT"},

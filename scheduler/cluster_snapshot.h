@@ -76,6 +76,11 @@ struct PendingJob {
   // the share (see above); gpu_compute_milli is then the declared share,
   // or 0 for one in proportion to the memory.
   bool gpu_memory_estimated = false;
+  // Nodes the job's ranks may be spread over when no single node has room
+  // for all of them (a rank: one GPU, or one CPU slot for a job without
+  // GPUs); 1 = one node only, 0 = any number. Each node then gives its ranks'
+  // share of cpu_milli and memory_bytes (PartOf, node_fit.h).
+  int32_t max_nodes = 1;
 
   bool whole_gpus() const { return gpu_memory_bytes == 0; }
 };

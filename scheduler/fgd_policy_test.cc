@@ -142,7 +142,13 @@ std::vector<std::string> NaiveFgd(const ClusterSnapshot& s) {
 TEST(FgdPolicyTest, PlacesExactlyLikeTheNaiveWorkerByWorkerScan) {
   int placements = 0;
   for (uint32_t seed = 1; seed <= 300; ++seed) {
-    ClusterSnapshot s = testing::RandomSnapshot(seed);
+    // The naive scan places each job on one node, as FGD chooses it;
+    // spreading a job over nodes is the pass's, the same for every policy.
+    ClusterSnapshot random = testing::RandomSnapshot(seed);
+    std::vector<PendingJob> pending = random.pending();
+    for (PendingJob& j : pending) j.max_nodes = 1;
+    ClusterSnapshot s = *ClusterSnapshot::Create(random.workers(), pending,
+                                                 random.workload(), {}, {});
     std::vector<std::string> got;
     for (const Placement& p : FgdPolicy().Place(s).placements) {
       std::string placed = p.job_id + "@" + p.worker_id + "[";

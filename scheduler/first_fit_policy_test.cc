@@ -3,7 +3,6 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -68,9 +67,9 @@ TEST(FirstFitPolicyTest, HigherPriorityFirstThenSubmitOrder) {
 }
 
 TEST(FirstFitPolicyTest, GivesLowestFreeGpusExclusively) {
-  ClusterSnapshot s = Snap({GpuWorker("g", {0, 1, 2, 3}, {3, 1, 2})},
-                           {GpuJob("a", 1, 2), GpuJob("b", 2, 1),
-                            GpuJob("c", 3, 1)});
+  ClusterSnapshot s =
+      Snap({GpuWorker("g", {0, 1, 2, 3}, {3, 1, 2})},
+           {GpuJob("a", 1, 2), GpuJob("b", 2, 1), GpuJob("c", 3, 1)});
   Plan plan = FirstFitPolicy().Place(s);
   ASSERT_EQ(plan.placements.size(), 2u);
   EXPECT_THAT(plan.placements[0].gpu_indices, ElementsAre(1, 2));
@@ -82,9 +81,9 @@ TEST(FirstFitPolicyTest, GivesLowestFreeGpusExclusively) {
 }
 
 TEST(FirstFitPolicyTest, SeparatesInfeasibleFromRetryLater) {
-  ClusterSnapshot s = Snap({GpuWorker("g", {0, 1}, {}), CpuWorker("c", 1, 0)},
-                           {GpuJob("too-big", 1, 4), GpuJob("busy", 2, 2),
-                            CpuJob("cpu-busy", 3)});
+  ClusterSnapshot s = Snap(
+      {GpuWorker("g", {0, 1}, {}), CpuWorker("c", 1, 0)},
+      {GpuJob("too-big", 1, 4), GpuJob("busy", 2, 2), CpuJob("cpu-busy", 3)});
   Plan plan = FirstFitPolicy().Place(s);
   EXPECT_THAT(plan.placements, IsEmpty());
   ASSERT_EQ(plan.waits.size(), 3u);
@@ -129,8 +128,8 @@ TEST(FirstFitPolicyTest, NeverOverCommitsAndIsDeterministic) {
     std::vector<WorkerCapacity> workers;
     int nw = rng() % 5;
     for (int i = 0; i < nw; ++i) {
-      WorkerCapacity w{absl::StrCat("w", i), static_cast<int32_t>(rng() % 4),
-                       0, {}, {}};
+      WorkerCapacity w{
+          absl::StrCat("w", i), static_cast<int32_t>(rng() % 4), 0, {}, {}};
       w.free_cpu_slots = w.cpu_slots == 0 ? 0 : rng() % (w.cpu_slots + 1);
       int ng = rng() % 5;
       for (int g = 0; g < ng; ++g) {
@@ -142,8 +141,7 @@ TEST(FirstFitPolicyTest, NeverOverCommitsAndIsDeterministic) {
     std::vector<PendingJob> jobs;
     int nj = rng() % 12;
     for (int i = 0; i < nj; ++i) {
-      jobs.push_back({absl::StrCat("j", i),
-                      static_cast<int32_t>(rng() % 3) - 1,
+      jobs.push_back({absl::StrCat("j", i), static_cast<int32_t>(rng() % 3) - 1,
                       static_cast<int64_t>(rng() % 100),
                       static_cast<int32_t>(rng() % 4) - 1 < 0
                           ? 0

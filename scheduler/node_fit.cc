@@ -58,6 +58,45 @@ void Take(WorkerCapacity& w, const PendingJob& job, const GpuDemand& demand,
   }
 }
 
+PendingJob PartOf(const PendingJob& job, int32_t ranks) {
+  const int32_t all = RanksOf(job);
+  if (ranks >= all || all <= 0) return job;
+  PendingJob part = job;
+  if (job.gpus > 0) {
+    part.gpus = ranks;
+  } else {
+    part.cpu_slots = ranks;
+  }
+  // Rounded up so the parts never give less than the job asks in all.
+  const auto share = [&](int64_t total) {
+    return total / all * ranks + (total % all * ranks + all - 1) / all;
+  };
+  part.cpu_milli = share(job.cpu_milli);
+  part.memory_bytes = share(job.memory_bytes);
+  return part;
+}
+
+int32_t RanksFitting(const WorkerCapacity& w, const PendingJob& job,
+                     const GpuDemand& demand, int32_t limit, bool when_idle) {
+  int32_t bound = limit;
+  if (job.gpus > 0) {
+    int32_t gpus = 0;
+    for (const GpuCapacity& g : w.devices) {
+      gpus += when_idle ? GpuFitsWhenIdle(g, demand) : GpuFits(g, demand);
+    }
+    bound = std::min(bound, gpus);
+  } else {
+    bound = std::min(bound, when_idle ? w.cpu_slots : w.free_cpu_slots);
+  }
+  // Fewer ranks ask less of the host, so the first count that fits is the
+  // most.
+  for (int32_t r = bound; r > 0; --r) {
+    const PendingJob part = PartOf(job, r);
+    if (when_idle ? HostFitsWhenIdle(w, part) : HostFits(w, part)) return r;
+  }
+  return 0;
+}
+
 int64_t FreeGpuMilli(const WorkerCapacity& w) {
   int64_t sum = 0;
   for (const GpuCapacity& g : w.devices) sum += g.free_compute_milli;
@@ -129,7 +168,15 @@ std::string DescribeNeed(const PendingJob& job, const GpuDemand& demand) {
   }
   const std::string host = HostPart(job);
   if (!host.empty()) absl::StrAppend(&out, out.empty() ? "" : ", ", host);
-  if (job.gpus > 1) absl::StrAppend(&out, " on one node");
+  if (RanksOf(job) > 1 && job.max_nodes != 1) {
+    absl::StrAppend(&out, " on ",
+                    job.max_nodes <= 0
+                        ? std::string("any number of")
+                        : absl::StrCat("at most ", job.max_nodes),
+                    " nodes");
+  } else if (job.gpus > 1) {
+    absl::StrAppend(&out, " on one node");
+  }
   return out;
 }
 

@@ -103,6 +103,19 @@ bool FitsWhenIdle(const WorkerCapacity& w, const PendingJob& job,
 void Take(WorkerCapacity& w, const PendingJob& job, const GpuDemand& demand,
           const std::vector<size_t>& device_positions);
 
+// Ranks of a data-parallel job: one per GPU, or per CPU slot without GPUs.
+inline int32_t RanksOf(const PendingJob& job) {
+  return job.gpus > 0 ? job.gpus : job.cpu_slots;
+}
+// What `ranks` of the job's ranks ask of the node they run on: as many GPUs
+// (or CPU slots) and that share of the job's CPU and host memory, rounded
+// up. PartOf(job, RanksOf(job)) is the job itself.
+PendingJob PartOf(const PendingJob& job, int32_t ranks);
+// How many of the job's ranks (at most `limit`) fit `w` now, or when
+// `when_idle`, on the idle node.
+int32_t RanksFitting(const WorkerCapacity& w, const PendingJob& job,
+                     const GpuDemand& demand, int32_t limit, bool when_idle);
+
 // Sum of free compute over the worker's devices, milli-GPU.
 int64_t FreeGpuMilli(const WorkerCapacity& w);
 

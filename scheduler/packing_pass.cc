@@ -13,8 +13,8 @@ namespace trainyard::scheduler {
 namespace {
 
 // Jobs with equal keys fit exactly the same places.
-using ShapeKey =
-    std::tuple<int32_t, int32_t, int64_t, int32_t, int64_t, int64_t, bool>;
+using ShapeKey = std::tuple<int32_t, int32_t, int64_t, int32_t, int64_t,
+                            int64_t, bool, int32_t>;
 
 ShapeKey KeyOf(const PendingJob& j) {
   const bool gpu = j.gpus > 0;
@@ -24,7 +24,35 @@ ShapeKey KeyOf(const PendingJob& j) {
           gpu ? j.gpu_compute_milli : 0,
           j.cpu_milli,
           j.memory_bytes,
-          gpu && j.gpu_memory_estimated};
+          gpu && j.gpu_memory_estimated,
+          j.max_nodes};
+}
+
+// Whether the job's ranks may go to several nodes.
+bool MaySpread(const PendingJob& job) {
+  return job.max_nodes != 1 && RanksOf(job) > 1;
+}
+
+// Node limit of a spreadable job: max_nodes, or every rank on its own node.
+int32_t NodeLimit(const PendingJob& job) {
+  return job.max_nodes > 0 ? job.max_nodes : RanksOf(job);
+}
+
+// How many of the job's ranks the idle cluster holds on the `NodeLimit`
+// nodes with the most room.
+int64_t SpreadRoomWhenIdle(const PendingJob& job, const GpuDemand& demand,
+                           const std::vector<WorkerCapacity>& all) {
+  const int32_t ranks = RanksOf(job);
+  std::vector<int32_t> room;
+  for (const WorkerCapacity& w : all) {
+    room.push_back(RanksFitting(w, job, demand, ranks, /*when_idle=*/true));
+  }
+  std::sort(room.rbegin(), room.rend());
+  int64_t fit = 0;
+  for (size_t i = 0; i < room.size() && i < size_t(NodeLimit(job)); ++i) {
+    fit += room[i];
+  }
+  return fit;
 }
 
 std::string LargestWorker(const std::vector<WorkerCapacity>& workers,
@@ -54,9 +82,21 @@ std::optional<JobWait> Infeasibility(const PendingJob& job,
   for (const WorkerCapacity& w : all) {
     if (FitsWhenIdle(w, job, demand)) return std::nullopt;
   }
-  return JobWait{job.id, WaitKind::kInfeasible,
-                 absl::StrCat("infeasible: needs ", DescribeNeed(job, demand),
-                              LargestWorker(all, job))};
+  if (!MaySpread(job)) {
+    return JobWait{job.id, WaitKind::kInfeasible,
+                   absl::StrCat("infeasible: needs ", DescribeNeed(job, demand),
+                                LargestWorker(all, job))};
+  }
+  const int64_t room = SpreadRoomWhenIdle(job, demand, all);
+  if (room >= RanksOf(job)) return std::nullopt;
+  return JobWait{
+      job.id, WaitKind::kInfeasible,
+      absl::StrCat("infeasible: needs ", DescribeNeed(job, demand),
+                   "; the idle cluster holds only ", room, " of its ",
+                   RanksOf(job), " ranks",
+                   job.max_nodes > 0
+                       ? absl::StrCat(" on ", job.max_nodes, " nodes")
+                       : "")};
 }
 
 // Does `a` ask at least as much as `b` on every dimension, so that `a` fits
@@ -64,6 +104,9 @@ std::optional<JobWait> Infeasibility(const PendingJob& job,
 bool AsksAtLeast(const PendingJob& a, const GpuDemand& ad, const PendingJob& b,
                  const GpuDemand& bd) {
   if (a.gpus < b.gpus || (a.gpus > 0) != (b.gpus > 0)) return false;
+  // A job spread over nodes asks each node for a part of it: comparing
+  // totals says nothing there.
+  if (MaySpread(a) || MaySpread(b)) return false;
   if (a.cpu_milli < b.cpu_milli || a.memory_bytes < b.memory_bytes) {
     return false;
   }
@@ -169,6 +212,47 @@ std::optional<size_t> WorkerToReserve(const PendingJob& job,
   return best;
 }
 
+// One node's share of a spread job: its position, ranks and devices.
+struct SpreadPart {
+  size_t worker = 0;
+  int32_t ranks = 0;
+  std::vector<size_t> devices;
+};
+
+// Where the ranks of a job that fits no single node go: the nodes with room
+// for the most ranks first (fewest nodes, ties to the earlier worker), on
+// each the tightest fitting GPUs. Empty when they do not fit NodeLimit
+// nodes now.
+std::vector<SpreadPart> ChooseSpread(const PendingJob& job,
+                                     const GpuDemand& demand,
+                                     const FreeCapacity& free) {
+  const int32_t ranks = RanksOf(job);
+  std::vector<std::pair<int32_t, size_t>> room;  // (-ranks that fit, worker)
+  for (size_t i = 0; i < free.workers.size(); ++i) {
+    if (free.summaries[i].reserved) continue;
+    const int32_t r = RanksFitting(free.workers[i], job, demand, ranks,
+                                   /*when_idle=*/false);
+    if (r > 0) room.push_back({-r, i});
+  }
+  std::sort(room.begin(), room.end());
+  std::vector<SpreadPart> parts;
+  int32_t left = ranks;
+  for (const auto& [minus_r, worker] : room) {
+    if (left == 0 || static_cast<int32_t>(parts.size()) == NodeLimit(job)) {
+      break;
+    }
+    SpreadPart& part = parts.emplace_back();
+    part.worker = worker;
+    part.ranks = std::min(left, -minus_r);
+    if (job.gpus > 0) {
+      part.devices = TightestDevices(free.workers[worker], demand, part.ranks);
+    }
+    left -= part.ranks;
+  }
+  if (left > 0) parts.clear();
+  return parts;
+}
+
 FreeCapacity InitialFree(const ClusterSnapshot& snapshot) {
   FreeCapacity free{snapshot.workers(), {}};
   free.summaries.reserve(free.workers.size());
@@ -181,8 +265,10 @@ FreeCapacity InitialFree(const ClusterSnapshot& snapshot) {
 // Returns the GPU compute the job was given, as fair share counts it: the
 // share of each GPU it declares (even where an exclusive policy gives the
 // GPU whole), or for an estimated job what each GPU gave it.
-int64_t AddPlacement(const PendingJob& job, const GpuDemand& demand,
-                     const Choice& choice, FreeCapacity& free, Plan& plan) {
+int64_t TakePart(const PendingJob& job, const GpuDemand& demand,
+                 const Choice& choice, FreeCapacity& free,
+                 std::vector<int32_t>& gpu_indices,
+                 std::vector<GpuShare>& shares) {
   WorkerCapacity& w = free.workers[choice.worker];
   const bool whole = job.whole_gpus() || job.gpu_memory_estimated;
   int64_t given =
@@ -195,14 +281,54 @@ int64_t AddPlacement(const PendingJob& job, const GpuDemand& demand,
   }
   Take(w, job, demand, choice.devices);
   free.summaries[choice.worker] = Summarize(w);
-  Placement p{job.id, w.id, {}, demand.whole && !job.whole_gpus()};
   for (size_t pos : choice.devices) {
     const GpuCapacity& gpu = w.devices[pos];
-    p.gpu_indices.push_back(gpu.index);
+    gpu_indices.push_back(gpu.index);
     const GpuDemand held = OnGpu(gpu, demand);
     if (!held.whole) {
-      p.shares.push_back({gpu.index, held.memory_bytes, held.compute_milli});
+      shares.push_back({gpu.index, held.memory_bytes, held.compute_milli});
     }
+  }
+  return given;
+}
+
+int64_t AddPlacement(const PendingJob& job, const GpuDemand& demand,
+                     const Choice& choice, FreeCapacity& free, Plan& plan) {
+  Placement p{job.id,
+              free.workers[choice.worker].id,
+              {},
+              demand.whole && !job.whole_gpus()};
+  const int64_t given =
+      TakePart(job, demand, choice, free, p.gpu_indices, p.shares);
+  plan.placements.push_back(std::move(p));
+  return given;
+}
+
+// The placement of a job spread over `parts` (rank order: the first part's
+// node runs rank 0).
+int64_t AddSpreadPlacement(const PendingJob& job, const GpuDemand& demand,
+                           const std::vector<SpreadPart>& parts,
+                           FreeCapacity& free, Plan& plan) {
+  Placement p{job.id,
+              free.workers[parts[0].worker].id,
+              {},
+              demand.whole && !job.whole_gpus()};
+  int64_t given = 0;
+  int32_t first_rank = 0;
+  for (const SpreadPart& part : parts) {
+    const Choice choice{part.worker, part.devices};
+    const PendingJob piece = PartOf(job, part.ranks);
+    if (first_rank == 0) {
+      given += TakePart(piece, demand, choice, free, p.gpu_indices, p.shares);
+    } else {
+      PlacementPart& more = p.more_nodes.emplace_back();
+      more.worker_id = free.workers[part.worker].id;
+      more.first_rank = first_rank;
+      more.ranks = part.ranks;
+      given +=
+          TakePart(piece, demand, choice, free, more.gpu_indices, more.shares);
+    }
+    first_rank += part.ranks;
   }
   plan.placements.push_back(std::move(p));
   return given;
@@ -231,6 +357,20 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
       chooser->Changed(choice->worker, free);
       order.Placed(*job, given);
       continue;
+    }
+    // One node preferred; a job that may spread goes over several when
+    // none has room for all its ranks.
+    if (known == nullptr && MaySpread(*job)) {
+      const std::vector<SpreadPart> parts = ChooseSpread(*job, demand, free);
+      if (!parts.empty()) {
+        const int64_t given =
+            AddSpreadPlacement(*job, demand, parts, free, plan);
+        for (const SpreadPart& part : parts) {
+          chooser->Changed(part.worker, free);
+        }
+        order.Placed(*job, given);
+        continue;
+      }
     }
     plan.waits.push_back(known ? *known : known_waits.Add(key, *job, demand));
     plan.waits.back().job_id = job->id;

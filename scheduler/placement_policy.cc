@@ -62,20 +62,25 @@ absl::Status Invalid(const Placement& p, const std::string& what) {
       "plan: job ", p.job_id, " on worker ", p.worker_id, ": ", what));
 }
 
-// Subtracts one placement from `w`, failing where it does not fit.
-absl::Status TakeChecked(const PendingJob& job, const Placement& p,
+// Subtracts one node's part of a placement (the job's `ranks` ranks given
+// `gpu_indices`) from `w`, failing where it does not fit.
+absl::Status TakeChecked(const PendingJob& whole_job, const Placement& p,
+                         int32_t ranks, const std::vector<int32_t>& gpu_indices,
                          WorkerCapacity& w) {
-  if (static_cast<int32_t>(p.gpu_indices.size()) != job.gpus) {
-    return Invalid(p, absl::StrCat("needs ", job.gpus, " GPUs, got ",
-                                   p.gpu_indices.size()));
+  const PendingJob job = PartOf(whole_job, ranks);
+  if (static_cast<int32_t>(gpu_indices.size()) != job.gpus) {
+    return Invalid(p, absl::StrCat("needs ", job.gpus, " GPUs on worker ", w.id,
+                                   ", got ", gpu_indices.size()));
   }
   if (!HostFits(w, job)) {
-    return Invalid(p, "over-committed on CPU slots, CPU or host memory");
+    return Invalid(p, absl::StrCat("over-committed on CPU slots, CPU or host "
+                                   "memory of worker ",
+                                   w.id));
   }
   const GpuDemand demand = DemandOf(job, p.exclusive);
   std::vector<size_t> positions;
   std::set<int32_t> seen;
-  for (int32_t index : p.gpu_indices) {
+  for (int32_t index : gpu_indices) {
     size_t pos = 0;
     while (pos < w.devices.size() && w.devices[pos].index != index) ++pos;
     if (pos == w.devices.size() || !seen.insert(index).second) {
@@ -88,6 +93,59 @@ absl::Status TakeChecked(const PendingJob& job, const Placement& p,
   }
   Take(w, job, demand, positions);
   return absl::OkStatus();
+}
+
+// Checks and takes every node's part of `p` from `free` (snapshot order).
+absl::Status TakePlacement(const ClusterSnapshot& snapshot,
+                           const PendingJob& job, const Placement& p,
+                           std::vector<WorkerCapacity>& free) {
+  const auto worker_of =
+      [&](const std::string& id) -> absl::StatusOr<WorkerCapacity*> {
+    const WorkerCapacity* w = snapshot.FindWorker(id);
+    if (w == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: unknown worker ", id));
+    }
+    return &free[w - snapshot.workers().data()];
+  };
+  const int32_t ranks = RanksOf(job);
+  if (p.more_nodes.empty()) {
+    absl::StatusOr<WorkerCapacity*> w = worker_of(p.worker_id);
+    if (!w.ok()) return w.status();
+    return TakeChecked(job, p, ranks, p.gpu_indices, **w);
+  }
+  const int32_t first_node_ranks = p.more_nodes[0].first_rank;
+  if ((job.max_nodes == 1 || ranks <= 1 ||
+       (job.max_nodes > 0 &&
+        static_cast<int32_t>(p.more_nodes.size()) + 1 > job.max_nodes))) {
+    return Invalid(p, absl::StrCat("spread over ", p.more_nodes.size() + 1,
+                                   " nodes, allowed ", job.max_nodes));
+  }
+  std::set<std::string> nodes = {p.worker_id};
+  int32_t next_rank = first_node_ranks;
+  for (const PlacementPart& part : p.more_nodes) {
+    if (part.first_rank != next_rank || part.ranks <= 0 ||
+        !nodes.insert(part.worker_id).second) {
+      return Invalid(p, absl::StrCat("part on worker ", part.worker_id,
+                                     " does not continue the ranks at ",
+                                     next_rank, " on a node of its own"));
+    }
+    next_rank += part.ranks;
+  }
+  if (first_node_ranks <= 0 || next_rank != ranks) {
+    return Invalid(p, absl::StrCat("its parts cover ", next_rank, " of ", ranks,
+                                   " ranks"));
+  }
+  absl::StatusOr<WorkerCapacity*> w = worker_of(p.worker_id);
+  if (!w.ok()) return w.status();
+  absl::Status s = TakeChecked(job, p, first_node_ranks, p.gpu_indices, **w);
+  for (size_t i = 0; s.ok() && i < p.more_nodes.size(); ++i) {
+    w = worker_of(p.more_nodes[i].worker_id);
+    if (!w.ok()) return w.status();
+    s = TakeChecked(job, p, p.more_nodes[i].ranks, p.more_nodes[i].gpu_indices,
+                    **w);
+  }
+  return s;
 }
 
 }  // namespace
@@ -130,12 +188,7 @@ absl::Status CheckPlan(const ClusterSnapshot& snapshot, const Plan& plan) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan: job ", p.job_id, " placed twice"));
     }
-    const WorkerCapacity* w = snapshot.FindWorker(p.worker_id);
-    if (w == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan: unknown worker ", p.worker_id));
-    }
-    absl::Status s = TakeChecked(*job, p, free[w - snapshot.workers().data()]);
+    absl::Status s = TakePlacement(snapshot, *job, p, free);
     if (!s.ok()) return s;
   }
   for (const JobWait& w : plan.waits) {

@@ -30,6 +30,17 @@ struct GpuShare {
   bool operator==(const GpuShare&) const = default;
 };
 
+// Some ranks of a job spread over several nodes, on one node other than the
+// placement's own worker.
+struct PlacementPart {
+  std::string worker_id;
+  int32_t first_rank = 0;
+  int32_t ranks = 0;
+  std::vector<int32_t> gpu_indices = {};  // one per rank; empty for CPU ranks
+  std::vector<GpuShare> shares = {};      // as Placement::shares
+  bool operator==(const PlacementPart&) const = default;
+};
+
 struct Placement {
   std::string job_id;
   std::string worker_id;
@@ -40,6 +51,10 @@ struct Placement {
   // The GPUs of gpu_indices the job shares, with its share of each; the
   // others it holds whole.
   std::vector<GpuShare> shares = {};
+  // A job whose ranks did not fit on one node: the other nodes' parts, in
+  // rank order. The placement's own worker runs ranks 0 up to the first
+  // part's first_rank. Empty for a job on one node.
+  std::vector<PlacementPart> more_nodes = {};
 };
 
 enum class WaitKind {
@@ -103,10 +118,11 @@ std::vector<std::string> PlacementPolicyNames();
 // Checks a plan against its snapshot: every preemption names a running job
 // (at most once) on its own worker; every placement names a pending job
 // (at most once) and a known worker, gives it exactly `gpus` distinct devices
-// of that worker, and no worker is given more CPU slots, CPU, host memory,
-// GPU memory or GPU compute than it has free. The dispatcher checks every plan
-// with this before acting on it; tests use it to prove a policy never
-// over-commits.
+// of that worker (or, spread over at most max_nodes distinct workers, parts
+// covering every rank once, each with its ranks' devices), and no worker is
+// given more CPU slots, CPU, host memory, GPU memory or GPU compute than it has
+// free. The dispatcher checks every plan with this before acting on it; tests
+// use it to prove a policy never over-commits.
 absl::Status CheckPlan(const ClusterSnapshot& snapshot, const Plan& plan);
 
 }  // namespace trainyard::scheduler

@@ -68,7 +68,8 @@ TEST(CheckPlanTest, CatchesOverCommitAndUnknownIds) {
   EXPECT_FALSE(CheckPlan(*s, unknown_job).ok());
   Plan twice{{{"a", "w", {}}, {"a", "w", {}}}, {}};
   EXPECT_FALSE(CheckPlan(*s, twice).ok());
-  Plan ok{{{"a", "w", {}}, {"g", "w", {1}}}, {{"b", WaitKind::kRetryLater, ""}}};
+  Plan ok{{{"a", "w", {}}, {"g", "w", {1}}},
+          {{"b", WaitKind::kRetryLater, ""}}};
   EXPECT_TRUE(CheckPlan(*s, ok).ok());
 }
 

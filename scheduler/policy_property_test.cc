@@ -21,16 +21,26 @@ bool RoomByPreempting(const ClusterSnapshot& s, const Plan& plan,
   auto at = [&](const std::string& id) {
     return static_cast<size_t>(s.FindWorker(id) - s.workers().data());
   };
-  for (const Placement& p : plan.placements) {
-    WorkerCapacity& w = free[at(p.worker_id)];
-    const PendingJob& placed = *s.FindJob(p.job_id);
+  auto take = [&](const PendingJob& placed, bool exclusive,
+                  const std::string& worker, int32_t ranks,
+                  const std::vector<int32_t>& gpus) {
+    WorkerCapacity& w = free[at(worker)];
     std::vector<size_t> positions;
-    for (int32_t g : p.gpu_indices) {
+    for (int32_t g : gpus) {
       for (size_t i = 0; i < w.devices.size(); ++i) {
         if (w.devices[i].index == g) positions.push_back(i);
       }
     }
-    Take(w, placed, DemandOf(placed, p.exclusive), positions);
+    Take(w, PartOf(placed, ranks), DemandOf(placed, exclusive), positions);
+  };
+  for (const Placement& p : plan.placements) {
+    const PendingJob& placed = *s.FindJob(p.job_id);
+    take(placed, p.exclusive, p.worker_id,
+         p.more_nodes.empty() ? RanksOf(placed) : p.more_nodes[0].first_rank,
+         p.gpu_indices);
+    for (const PlacementPart& part : p.more_nodes) {
+      take(placed, p.exclusive, part.worker_id, part.ranks, part.gpu_indices);
+    }
   }
   bool any_lower = false;
   for (const RunningJob& r : s.running()) {
@@ -51,8 +61,8 @@ class PolicyPropertyTest : public ::testing::TestWithParam<std::string> {
 
 // CheckPlan replays the plan on the free capacity and fails on any GPU
 // memory, compute, CPU, host memory or slot over-commit, and on a gang that
-// got fewer GPUs than it asked (a placement names one worker, so a gang is
-// all on one node or not placed at all).
+// got fewer GPUs than it asked (a placement names the workers of all its
+// ranks, so a gang is placed whole or not at all).
 TEST_P(PolicyPropertyTest, NeverOverCommitsAndAccountsForEveryJob) {
   for (uint32_t seed = 1; seed <= 400; ++seed) {
     ClusterSnapshot s = RandomSnapshot(seed);
@@ -62,8 +72,14 @@ TEST_P(PolicyPropertyTest, NeverOverCommitsAndAccountsForEveryJob) {
     ASSERT_EQ(plan.placements.size() + plan.waits.size(), s.pending().size())
         << "seed " << seed;
     for (const Placement& p : plan.placements) {
-      ASSERT_EQ(static_cast<int32_t>(p.gpu_indices.size()),
-                s.FindJob(p.job_id)->gpus);
+      size_t gpus = p.gpu_indices.size();
+      for (const PlacementPart& part : p.more_nodes) {
+        gpus += part.gpu_indices.size();
+      }
+      ASSERT_EQ(static_cast<int32_t>(gpus), s.FindJob(p.job_id)->gpus);
+      if (s.FindJob(p.job_id)->max_nodes == 1) {
+        ASSERT_TRUE(p.more_nodes.empty());
+      }
     }
   }
 }

@@ -110,6 +110,8 @@ inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
       j.gpu_memory_bytes = (1 + pick(40)) * kGiB / 2;
       j.gpu_compute_milli = pick(2) == 0 ? 0 : kMilli[pick(6)];
     }
+    // Some data-parallel jobs may spread their ranks over nodes.
+    if (RanksOf(j) > 1 && pick(3) == 0) j.max_nodes = pick(3);
     return j;
   };
   std::vector<WorkerCapacity> workers;

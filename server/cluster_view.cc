@@ -80,34 +80,65 @@ JobNeed NeedOf(const v1::JobSpec& spec) {
                   : JobNeed{0, std::max(1, spec.resources().cpu_ranks())};
 }
 
-GpuHold RecordedHold(const JobRecord& record) {
-  // A placement grants the same share of each GPU of a job (its GPUs are
-  // alike: one worker's).
-  if (record.job.gpu_grants().empty()) return GpuHold{};
-  const v1::GpuGrant& g = record.job.gpu_grants(0);
+namespace {
+
+// What a job holds of each GPU given `grants`: a placement grants the same
+// share of each GPU of a job on one worker (its GPUs there are alike).
+GpuHold HoldOf(const google::protobuf::RepeatedPtrField<v1::GpuGrant>& grants) {
+  if (grants.empty()) return GpuHold{};
+  const v1::GpuGrant& g = grants[0];
   return GpuHold{std::max<int64_t>(g.memory_bytes(), 1), g.compute_milli()};
+}
+
+// Adds to `u` one worker's share of a job: `cpu_slots`, and `hold` of each
+// of `gpus`.
+void AddUse(const JobRecord& r, int32_t cpu_slots,
+            const google::protobuf::RepeatedField<int32_t>& gpus,
+            const GpuHold& hold, WorkerUsage& u) {
+  u.cpu_slots += cpu_slots;
+  u.gpus.insert(gpus.begin(), gpus.end());
+  for (int32_t g : gpus) {
+    GpuUse& use = u.gpu_use[g];
+    if (hold.memory_bytes <= 0) {
+      use.whole = true;
+      continue;
+    }
+    use.memory_bytes += hold.memory_bytes;
+    use.compute_milli += hold.compute_milli;
+  }
+  v1::RunningJobRef& ref = u.jobs.emplace_back();
+  ref.set_job_id(r.job.id());
+  ref.set_attempt(r.job.attempt());
+}
+
+}  // namespace
+
+GpuHold RecordedHold(const JobRecord& record) {
+  return HoldOf(record.job.gpu_grants());
+}
+
+int32_t OwnWorkerCpuSlots(const JobRecord& record) {
+  int32_t slots = NeedOf(record.job.spec()).cpu_slots;
+  if (!record.job.gang_parts().empty()) {
+    slots = std::min(slots, record.job.gang_parts(0).first_rank());
+  }
+  return slots;
 }
 
 std::map<std::string, WorkerUsage> UsageByWorker(
     const std::vector<JobRecord>& active_jobs, const GpuHoldOf& hold_of) {
   std::map<std::string, WorkerUsage> usage;
   for (const JobRecord& r : active_jobs) {
-    WorkerUsage& u = usage[r.job.worker_id()];
-    u.cpu_slots += NeedOf(r.job.spec()).cpu_slots;
-    u.gpus.insert(r.gpu_indices.begin(), r.gpu_indices.end());
-    const GpuHold hold = hold_of ? hold_of(r) : RecordedHold(r);
-    for (int32_t g : r.gpu_indices) {
-      GpuUse& use = u.gpu_use[g];
-      if (hold.memory_bytes <= 0) {
-        use.whole = true;
-        continue;
-      }
-      use.memory_bytes += hold.memory_bytes;
-      use.compute_milli += hold.compute_milli;
+    const google::protobuf::RepeatedField<int32_t> gpus(r.gpu_indices.begin(),
+                                                        r.gpu_indices.end());
+    AddUse(r, OwnWorkerCpuSlots(r), gpus,
+           hold_of ? hold_of(r) : RecordedHold(r), usage[r.job.worker_id()]);
+    const bool cpu_job = NeedOf(r.job.spec()).gpus == 0;
+    for (const v1::GangPart& part : r.job.gang_parts()) {
+      if (part.exited()) continue;
+      AddUse(r, cpu_job ? part.ranks() : 0, part.gpu_indices(),
+             HoldOf(part.gpu_grants()), usage[part.worker_id()]);
     }
-    v1::RunningJobRef& ref = u.jobs.emplace_back();
-    ref.set_job_id(r.job.id());
-    ref.set_attempt(r.job.attempt());
   }
   return usage;
 }

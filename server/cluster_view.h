@@ -41,6 +41,9 @@ using GpuHoldOf = std::function<GpuHold(const JobRecord&)>;
 // What the job's current attempt was granted (Job.gpu_grants): a share of
 // each GPU, or its GPUs whole when it has no grants.
 GpuHold RecordedHold(const JobRecord& record);
+// CPU slots the job holds on its own worker: all its ranks', or for a job
+// spread over several workers those before its first part.
+int32_t OwnWorkerCpuSlots(const JobRecord& record);
 
 // What the jobs on one GPU hold of it.
 struct GpuUse {
@@ -56,8 +59,9 @@ struct WorkerUsage {
   std::map<int32_t, GpuUse> gpu_use;
   std::vector<v1::RunningJobRef> jobs;
 };
-// Usage per worker id, from the jobs in an active state; `hold_of` unset
-// reads RecordedHold.
+// Usage per worker id, from the jobs in an active state, the parts of a
+// spread job on their own workers; `hold_of` (for the job's own worker)
+// unset reads RecordedHold.
 std::map<std::string, WorkerUsage> UsageByWorker(
     const std::vector<JobRecord>& active_jobs, const GpuHoldOf& hold_of = {});
 

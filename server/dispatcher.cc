@@ -28,7 +28,10 @@ void Dispatcher::CarryPreemptions(
     ++counts.preempted;
     // Not delivered (the worker is away): it is sent again when the worker
     // re-attaches the job, and a lost worker's jobs go back to the queue.
-    workers_->Send(p.worker_id, lifecycle_->PreemptFor(*record));
+    // Every rank of a spread job is told: they stop after the same step.
+    for (const std::string& worker : WorkersOf(*record)) {
+      workers_->Send(worker, lifecycle_->PreemptFor(*record));
+    }
   }
 }
 
@@ -38,8 +41,8 @@ DispatchCounts Dispatcher::Carry(
   DispatchCounts counts;
   CarryPreemptions(plan, queued, counts);
   for (const scheduler::Placement& p : plan.placements) {
-    absl::StatusOr<JobRecord> record =
-        lifecycle_->Assign(p.job_id, p.worker_id, p.gpu_indices, p.shares);
+    absl::StatusOr<JobRecord> record = lifecycle_->Assign(
+        p.job_id, p.worker_id, p.gpu_indices, p.shares, p.more_nodes);
     if (!record.ok()) {
       // Cancelled or otherwise moved on since the snapshot: nothing to do.
       if (!absl::IsFailedPrecondition(record.status())) {
@@ -49,12 +52,21 @@ DispatchCounts Dispatcher::Carry(
       ++counts.skipped;
       continue;
     }
-    if (!workers_->Send(p.worker_id, lifecycle_->AssignmentFor(*record),
-                        /*require_ready=*/true)) {
+    // All ranks or none: a part that cannot be delivered gives the job back
+    // (which stops the parts already sent).
+    std::string away;
+    for (const std::string& worker : WorkersOf(*record)) {
+      if (!workers_->Send(worker, lifecycle_->AssignmentFor(*record, worker),
+                          /*require_ready=*/true)) {
+        away = worker;
+        break;
+      }
+    }
+    if (!away.empty()) {
       ++counts.undeliverable;
       absl::Status s = lifecycle_->ReturnToQueue(
-          p.job_id, record->job.attempt(), p.worker_id,
-          absl::StrCat("worker ", p.worker_id,
+          p.job_id, record->job.attempt(), away,
+          absl::StrCat("worker ", away,
                        " went away before the assignment was delivered"));
       if (!s.ok()) {
         YARD_LOG(ERROR) << "re-queueing job " << p.job_id << ": " << s;
@@ -63,7 +75,12 @@ DispatchCounts Dispatcher::Carry(
     }
     ++counts.placed;
     YARD_LOG(INFO) << "job " << p.job_id << " attempt " << record->job.attempt()
-                   << " assigned to worker " << p.worker_id;
+                   << " assigned to worker " << p.worker_id
+                   << (p.more_nodes.empty()
+                           ? std::string()
+                           : absl::StrCat(" (ranks spread over ",
+                                          p.more_nodes.size() + 1,
+                                          " workers)"));
   }
   for (const scheduler::JobWait& w : plan.waits) {
     auto it = queued.find(w.job_id);

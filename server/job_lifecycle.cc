@@ -53,7 +53,45 @@ absl::Status RejectUnknownFields(const google::protobuf::Message& message,
 bool IsCurrentAttempt(const JobRecord& record, const std::string& worker_id,
                       int32_t attempt) {
   return IsActive(record.job.state()) && record.job.attempt() == attempt &&
-         record.job.worker_id() == worker_id;
+         (record.job.worker_id() == worker_id ||
+          PartOn(record, worker_id) != nullptr);
+}
+
+const v1::GangPart* PartOn(const JobRecord& record,
+                           const std::string& worker_id) {
+  if (!IsActive(record.job.state())) return nullptr;
+  for (const v1::GangPart& part : record.job.gang_parts()) {
+    if (part.worker_id() == worker_id) return &part;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> WorkersOf(const JobRecord& record,
+                                   const std::string& except) {
+  std::vector<std::string> out;
+  if (!IsActive(record.job.state())) return out;
+  if (record.job.worker_id() != except) out.push_back(record.job.worker_id());
+  for (const v1::GangPart& part : record.job.gang_parts()) {
+    if (!part.exited() && part.worker_id() != except) {
+      out.push_back(part.worker_id());
+    }
+  }
+  return out;
+}
+
+void ReleaseHoldings(JobRecord& record) {
+  record.gpu_indices.clear();
+  record.job.clear_gpu_grants();
+  record.job.clear_gang_parts();
+  record.job.clear_pending_failure();
+}
+
+void StopAttemptOn(WorkerRegistry* workers, const std::string& job_id,
+                   int32_t attempt, const std::vector<std::string>& on) {
+  v1::ServerMessage stop;
+  stop.mutable_stop_attempt()->set_job_id(job_id);
+  stop.mutable_stop_attempt()->set_attempt(attempt);
+  for (const std::string& worker : on) workers->Send(worker, stop);
 }
 
 JobLifecycle::JobLifecycle(JobStore* store, WorkerRegistry* workers,
@@ -109,6 +147,7 @@ absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
                                              const std::string& reason) {
   const std::string why = reason.empty() ? "cancelled by user" : reason;
   v1::JobState before = v1::JOB_STATE_UNSPECIFIED;
+  std::vector<std::string> held_by;  // of a SCHEDULED job, before the cancel
   ASSIGN_OR_RETURN(
       JobRecord record,
       store_->UpdateJob(
@@ -118,11 +157,11 @@ absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
             before = r.job.state();
             RETURN_IF_ERROR(CheckCancellable(r.job));
             if (before == v1::QUEUED || before == v1::SCHEDULED) {
+              held_by = WorkersOf(r);
               ASSIGN_OR_RETURN(
                   *events.emplace_back().mutable_state_change(),
                   Transition(r.job, v1::CANCELLED, why, clock_->Now()));
-              r.gpu_indices.clear();
-              r.job.clear_gpu_grants();
+              ReleaseHoldings(r);
               return true;
             }
             if (r.cancel_requested()) return false;  // already on its way
@@ -131,15 +170,14 @@ absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
             return true;
           }));
   if (before == v1::SCHEDULED) {
-    // The worker may have started it already: stop that attempt at once.
-    v1::ServerMessage stop;
-    stop.mutable_stop_attempt()->set_job_id(job_id);
-    stop.mutable_stop_attempt()->set_attempt(record.job.attempt());
-    workers_->Send(record.job.worker_id(), stop);
+    // The workers may have started it already: stop that attempt at once.
+    StopAttemptOn(workers_, job_id, record.job.attempt(), held_by);
   } else if (IsActive(record.job.state())) {
     // Sent again on a repeated cancel: harmless, and it covers a Cancel
     // lost with a broken stream.
-    workers_->Send(record.job.worker_id(), CancelFor(record));
+    for (const std::string& worker : WorkersOf(record)) {
+      workers_->Send(worker, CancelFor(record));
+    }
   }
   YARD_LOG(INFO) << "job " << job_id << " cancel: " << why << " (was "
                  << JobStateName(before) << ")";
@@ -159,7 +197,18 @@ v1::ServerMessage JobLifecycle::CancelFor(const JobRecord& record) const {
 absl::StatusOr<JobRecord> JobLifecycle::Assign(
     const std::string& job_id, const std::string& worker_id,
     const std::vector<int32_t>& gpu_indices,
-    const std::vector<scheduler::GpuShare>& shares) {
+    const std::vector<scheduler::GpuShare>& shares,
+    const std::vector<scheduler::PlacementPart>& more_nodes) {
+  const auto add_grants = [](const std::vector<scheduler::GpuShare>& from,
+                             auto* to) {
+    for (const scheduler::GpuShare& share : from) {
+      v1::GpuGrant* g = to->Add();
+      g->set_index(share.index);
+      g->set_shared(true);
+      g->set_memory_bytes(share.memory_bytes);
+      g->set_compute_milli(share.compute_milli);
+    }
+  };
   return store_->UpdateJob(
       job_id, Durability::kTransition,
       [&](JobRecord& r,
@@ -172,28 +221,53 @@ absl::StatusOr<JobRecord> JobLifecycle::Assign(
           r.job.set_checkpoint_dir(
               absl::StrCat(options_.checkpoint_root, "/", job_id));
         }
+        ReleaseHoldings(r);
         r.gpu_indices = gpu_indices;
-        r.job.clear_gpu_grants();
-        for (const scheduler::GpuShare& share : shares) {
-          v1::GpuGrant* g = r.job.add_gpu_grants();
-          g->set_index(share.index);
-          g->set_shared(true);
-          g->set_memory_bytes(share.memory_bytes);
-          g->set_compute_milli(share.compute_milli);
+        add_grants(shares, r.job.mutable_gpu_grants());
+        v1::Attempt* attempt =
+            r.job.mutable_attempts(r.job.attempts_size() - 1);
+        for (const scheduler::PlacementPart& p : more_nodes) {
+          v1::GangPart* part = r.job.add_gang_parts();
+          part->set_worker_id(p.worker_id);
+          part->set_first_rank(p.first_rank);
+          part->set_ranks(p.ranks);
+          part->mutable_gpu_indices()->Add(p.gpu_indices.begin(),
+                                           p.gpu_indices.end());
+          add_grants(p.shares, part->mutable_gpu_grants());
+          attempt->add_more_workers(p.worker_id);
         }
         return true;
       });
 }
 
 v1::ServerMessage JobLifecycle::AssignmentFor(const JobRecord& record) const {
+  return AssignmentFor(record, record.job.worker_id());
+}
+
+v1::ServerMessage JobLifecycle::AssignmentFor(
+    const JobRecord& record, const std::string& worker_id) const {
   v1::ServerMessage msg;
   v1::Assignment* a = msg.mutable_assignment();
   a->set_job_id(record.job.id());
   a->set_attempt(record.job.attempt());
   *a->mutable_spec() = record.job.spec();
   a->set_checkpoint_dir(record.job.checkpoint_dir());
-  for (int32_t g : record.gpu_indices) a->add_gpu_indices(g);
-  *a->mutable_gpu_grants() = record.job.gpu_grants();
+  if (const v1::GangPart* part = PartOn(record, worker_id)) {
+    *a->mutable_gpu_indices() = part->gpu_indices();
+    *a->mutable_gpu_grants() = part->gpu_grants();
+    a->set_first_rank(part->first_rank());
+    a->set_ranks(part->ranks());
+  } else {
+    for (int32_t g : record.gpu_indices) a->add_gpu_indices(g);
+    *a->mutable_gpu_grants() = record.job.gpu_grants();
+    if (!record.job.gang_parts().empty()) {
+      a->set_ranks(record.job.gang_parts(0).first_rank());
+    }
+  }
+  if (!record.job.gang_parts().empty()) {
+    const v1::GangPart& last = *record.job.gang_parts().rbegin();
+    a->set_world_size(last.first_rank() + last.ranks());
+  }
   return msg;
 }
 
@@ -202,11 +276,13 @@ absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
                                          const std::string& worker_id,
                                          const std::string& reason) {
   bool changed = false;
+  std::vector<std::string> others;  // workers of the attempt's other ranks
   absl::StatusOr<JobRecord> r = store_->UpdateJob(
       job_id, Durability::kTransition,
       [&](JobRecord& r,
           std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
         if (!IsCurrentAttempt(r, worker_id, attempt)) return false;
+        others = WorkersOf(r, worker_id);
         const bool cancel = r.cancel_requested();
         // The trainer reported TrainFinished (after its final checkpoint)
         // but its exit never arrived: the training is done, and running it
@@ -222,13 +298,14 @@ absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
                        : reason;
         ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                          Transition(r.job, to, why, clock_->Now()));
-        r.gpu_indices.clear();
-        r.job.clear_gpu_grants();
+        ReleaseHoldings(r);
         changed = true;
         return true;
       });
   if (!r.ok()) return r.status();
   if (changed) {
+    // The ranks elsewhere cannot go on without these.
+    StopAttemptOn(workers_, job_id, attempt, others);
     YARD_LOG(INFO) << "job " << job_id << " attempt " << attempt << " -> "
                    << JobStateName(r->job.state()) << ": " << reason;
     WakeScheduler();
@@ -240,7 +317,11 @@ absl::StatusOr<int> JobLifecycle::RecoverHeldJobs() {
   ASSIGN_OR_RETURN(
       std::vector<JobRecord> held,
       store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
-  for (const JobRecord& r : held) workers_->AddRecovered(r.job.worker_id());
+  for (const JobRecord& r : held) {
+    for (const std::string& worker : WorkersOf(r)) {
+      workers_->AddRecovered(worker);
+    }
+  }
   return static_cast<int>(held.size());
 }
 

@@ -8,6 +8,13 @@
 // current attempt on that worker while the job holds the worker
 // (SCHEDULED/RUNNING/PREEMPTING). Anything else is stale, and the caller
 // answers it with StopAttempt so an old attempt never keeps running.
+//
+// A data-parallel job may spread its ranks over several workers (its
+// placement's parts, Job.gang_parts). Its own worker (Job.worker_id) runs
+// rank 0, which reports the trainer's events and whose exit ends the
+// attempt; the others report only their start and exit. A part failing
+// ends the attempt for all: when an attempt ends, every other worker still
+// running some of its ranks is told to stop them.
 // No gRPC inside; safe for concurrent use (the store serializes commits).
 #ifndef TRAINYARD_SERVER_JOB_LIFECYCLE_H_
 #define TRAINYARD_SERVER_JOB_LIFECYCLE_H_
@@ -77,12 +84,17 @@ class JobLifecycle {
   // --- Scheduler ---
   // QUEUED -> SCHEDULED on worker_id: a new attempt, its checkpoint dir,
   // its GPUs and what it holds of those it shares (Job.gpu_grants).
+  // `more_nodes`: the parts of a job whose ranks are spread over workers.
   absl::StatusOr<JobRecord> Assign(
       const std::string& job_id, const std::string& worker_id,
       const std::vector<int32_t>& gpu_indices,
-      const std::vector<scheduler::GpuShare>& shares = {});
-  // The Assignment message for a record returned by Assign.
+      const std::vector<scheduler::GpuShare>& shares = {},
+      const std::vector<scheduler::PlacementPart>& more_nodes = {});
+  // The Assignment message for a record returned by Assign: for its own
+  // worker, or for `worker_id` of one of its parts.
   v1::ServerMessage AssignmentFor(const JobRecord& record) const;
+  v1::ServerMessage AssignmentFor(const JobRecord& record,
+                                  const std::string& worker_id) const;
   // Gives the job back to the queue (or CANCELLED if a cancel is pending,
   // SUCCEEDED if its trainer already reported TrainFinished) when
   // (attempt, worker_id) is still its current attempt; else no-op.
@@ -137,9 +149,23 @@ class JobLifecycle {
   std::function<void()> wake_scheduler_;
 };
 
-// Whether `record` is held by (worker_id, attempt) right now.
+// Whether `record` is held by (worker_id, attempt) right now: its own
+// worker or one running a part of it.
 bool IsCurrentAttempt(const JobRecord& record, const std::string& worker_id,
                       int32_t attempt);
+// The part of the current attempt on `worker_id` when that is not the job's
+// own worker; null otherwise.
+const v1::GangPart* PartOn(const JobRecord& record,
+                           const std::string& worker_id);
+// Workers running some of the current attempt's ranks, other than
+// `except`: the job's own, then its parts not yet exited.
+std::vector<std::string> WorkersOf(const JobRecord& record,
+                                   const std::string& except = "");
+// Forgets what the attempt holds (its GPUs, grants and parts): it ended.
+void ReleaseHoldings(JobRecord& record);
+// Tells each of `workers` to stop the attempt.
+void StopAttemptOn(WorkerRegistry* workers, const std::string& job_id,
+                   int32_t attempt, const std::vector<std::string>& on);
 
 }  // namespace trainyard::server
 

@@ -21,7 +21,8 @@ absl::StatusOr<JobRecord> JobLifecycle::Preempt(const std::string& job_id,
           [&](JobRecord& r,
               std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
             if (r.job.state() != v1::RUNNING ||
-                r.job.worker_id() != worker_id || r.cancel_requested()) {
+                !IsCurrentAttempt(r, worker_id, r.job.attempt()) ||
+                r.cancel_requested()) {
               return absl::FailedPreconditionError(absl::StrCat(
                   "job ", job_id, " is not running on worker ", worker_id, " (",
                   JobStateName(r.job.state()),

@@ -3,6 +3,9 @@
 // applied once: the highest number applied is committed with its effect
 // (Attempt.last_report_sequence), and a report the worker sends again after
 // a broken stream or a server restart, numbered at or below it, is dropped.
+#include <algorithm>
+#include <tuple>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -64,8 +67,13 @@ v1::Attempt* AttemptOf(v1::Job& job, const v1::JobUpdate& update) {
 
 // True when `update` was applied before (it is a resent duplicate); else
 // records it as the attempt's latest applied report. Unnumbered reports
-// (from a worker that does not number them) are always applied.
-bool AlreadyApplied(v1::Job& job, const v1::JobUpdate& update) {
+// (from a worker that does not number them) are always applied. Only the
+// job's own worker's reports are numbered here: the workers of a spread
+// job's other parts number theirs apart, and their reports (start, exit)
+// are idempotent.
+bool AlreadyApplied(v1::Job& job, const v1::JobUpdate& update,
+                    const std::string& worker_id) {
+  if (worker_id != job.worker_id()) return false;
   v1::Attempt* attempt = AttemptOf(job, update);
   if (update.sequence() <= 0 || attempt == nullptr) return false;
   if (update.sequence() <= attempt->last_report_sequence()) return true;
@@ -147,6 +155,60 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
   return {v1::FAILED, absl::StrCat("exited with code ", exit.exit_code())};
 }
 
+// The part of a spread job on `worker_id` (not the job's own worker).
+v1::GangPart* MutablePartOn(v1::Job& job, const std::string& worker_id) {
+  for (v1::GangPart& part : *job.mutable_gang_parts()) {
+    if (part.worker_id() == worker_id) return &part;
+  }
+  return nullptr;
+}
+
+// Whether some part of a spread job has not reported its exit yet.
+bool PartsRunning(const JobRecord& r) {
+  for (const v1::GangPart& part : r.job.gang_parts()) {
+    if (!part.exited()) return true;
+  }
+  return false;
+}
+
+// Whether some ranks of the job's latest attempt ran on `worker_id`.
+bool LatestAttemptRanOn(const v1::Job& job, const std::string& worker_id) {
+  if (job.worker_id() == worker_id) return true;
+  if (job.attempts_size() == 0) return false;
+  const auto& more = job.attempts(job.attempts_size() - 1).more_workers();
+  return std::find(more.begin(), more.end(), worker_id) != more.end();
+}
+
+// The exit of a part of a spread job: true when it ends the attempt (with
+// `to` and `why`); false when it is only recorded. A part that finished or
+// stopped after its checkpoint (exit 0 or 3), or any part of a job being
+// preempted, leaves the outcome to rank 0's exit.
+bool PartExitEndsAttempt(const JobRecord& r, v1::GangPart& part,
+                         const v1::JobExited& exit,
+                         const std::string& worker_id, v1::JobState& to,
+                         std::string& why) {
+  const bool clean =
+      exit.signal() == 0 &&
+      (exit.exit_code() == 0 || exit.exit_code() == kExitInterrupted);
+  if (clean || r.job.state() == v1::PREEMPTING) {
+    part.set_exited(true);
+    // Rank 0 failed before, waiting for this report: with every part
+    // done and none failing, its own failure is the outcome.
+    if (!r.job.pending_failure().empty() && !PartsRunning(r)) {
+      to = v1::FAILED;
+      why = r.job.pending_failure();
+      return true;
+    }
+    return false;
+  }
+  std::tie(to, why) = ExitOutcome(r, exit, worker_id);
+  // A refusal keeps its own wording: refusals in a row are counted by it.
+  if (exit.exit_code() != kExitRefused) {
+    why = absl::StrCat("worker ", worker_id, ": ", why);
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<ReportOutcome> JobLifecycle::OnUpdate(
@@ -187,7 +249,7 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnStarted(
                           return false;
                         }
                         if (r.job.state() != v1::SCHEDULED ||
-                            AlreadyApplied(r.job, update)) {
+                            AlreadyApplied(r.job, update, worker_id)) {
                           return false;
                         }
                         RETURN_IF_ERROR(EnsureRunning(
@@ -220,7 +282,9 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnTrainerEvent(
                   outcome = ReportOutcome::kStale;
                   return false;
                 }
-                if (AlreadyApplied(r.job, update)) return false;
+                // Rank 0 speaks for the job; other ranks have no events.
+                if (worker_id != r.job.worker_id()) return false;
+                if (AlreadyApplied(r.job, update, worker_id)) return false;
                 RETURN_IF_ERROR(EnsureRunning(
                     r, absl::StrCat("started on worker ", worker_id),
                     clock_->Now(), events));
@@ -236,6 +300,8 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
     const std::string& worker_id, const v1::JobUpdate& update) {
   ReportOutcome outcome = ReportOutcome::kApplied;
   bool duplicate = false;
+  bool ended = false;
+  std::vector<std::string> others;  // workers of the attempt's other ranks
   ASSIGN_OR_RETURN(
       JobRecord record,
       store_->UpdateJob(
@@ -246,11 +312,34 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
               outcome = ReportOutcome::kStale;
               return false;
             }
-            if (AlreadyApplied(r.job, update)) {
+            if (AlreadyApplied(r.job, update, worker_id)) {
               duplicate = true;
               return false;
             }
-            auto [to, why] = ExitOutcome(r, update.exited(), worker_id);
+            v1::JobState to;
+            std::string why;
+            if (v1::GangPart* part = MutablePartOn(r.job, worker_id)) {
+              if (part->exited()) {
+                duplicate = true;
+                return false;
+              }
+              if (!PartExitEndsAttempt(r, *part, update.exited(), worker_id, to,
+                                       why)) {
+                return true;
+              }
+            } else {
+              std::tie(to, why) = ExitOutcome(r, update.exited(), worker_id);
+              // Rank 0 of a spread job failing often only echoes another
+              // rank's end (its peer closed): wait for the other workers'
+              // reports, or their loss, to tell a crash from a lost node.
+              if (to == v1::FAILED && !r.job.gang_parts().empty() &&
+                  r.job.pending_failure().empty() && PartsRunning(r)) {
+                r.job.set_pending_failure(why);
+                return true;
+              }
+            }
+            others = WorkersOf(r, worker_id);
+            ended = true;
             // A refused attempt never started: it does not pass RUNNING.
             const bool refused = update.exited().exit_code() == kExitRefused;
             if (to != v1::QUEUED && !refused) {
@@ -261,10 +350,13 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
             ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                              Transition(r.job, to, why, clock_->Now()));
             if (to != v1::SUCCEEDED) r.job.clear_result();
-            r.gpu_indices.clear();
-            r.job.clear_gpu_grants();
+            ReleaseHoldings(r);
             return true;
           }));
+  if (!ended) return outcome;
+  // The ranks elsewhere cannot go on without these (after a clean finish
+  // they are exiting anyway).
+  StopAttemptOn(workers_, update.job_id(), update.attempt(), others);
   if (outcome == ReportOutcome::kApplied && !duplicate) {
     YARD_LOG(INFO) << "job " << update.job_id() << " attempt "
                    << update.attempt() << " exited on " << worker_id << ": "
@@ -281,8 +373,8 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnLog(const std::string& worker_id,
   // The last bytes of an attempt may arrive just after its exit was
   // recorded: keep them. Bytes from any other attempt (a job handed back to
   // the queue has no worker) are dropped.
-  const bool same_attempt =
-      r.job.attempt() == update.attempt() && r.job.worker_id() == worker_id;
+  const bool same_attempt = r.job.attempt() == update.attempt() &&
+                            LatestAttemptRanOn(r.job, worker_id);
   if (!same_attempt) return ReportOutcome::kStale;
   RETURN_IF_ERROR(store_->AppendLog(update.job_id(), update.log()));
   return ReportOutcome::kApplied;

@@ -80,22 +80,30 @@ void SchedulerLoop::Loop() {
 // just now) also settles jobs whose give-back failed in an earlier pass.
 absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
   workers_->ExpireLeases();
-  ASSIGN_OR_RETURN(std::vector<JobRecord> active,
-                   store_->JobsInStates(
-                       {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
+  ASSIGN_OR_RETURN(
+      std::vector<JobRecord> active,
+      store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
   std::map<std::string, v1::WorkerState> states;
   for (const WorkerStatus& w : workers_->List()) states[w.id] = w.state;
   std::vector<JobRecord> still_held;
   absl::Status first_error;
   for (JobRecord& r : active) {
-    auto it = states.find(r.job.worker_id());
-    if (it != states.end() && it->second != v1::WORKER_LOST) {
+    // A spread job is lost with any worker of its ranks.
+    std::string lost;
+    for (const std::string& worker : WorkersOf(r)) {
+      auto it = states.find(worker);
+      if (it == states.end() || it->second == v1::WORKER_LOST) {
+        lost = worker;
+        break;
+      }
+    }
+    if (lost.empty()) {
       still_held.push_back(std::move(r));
       continue;
     }
-    absl::Status s = lifecycle_->ReturnToQueue(
-        r.job.id(), r.job.attempt(), r.job.worker_id(),
-        absl::StrCat("worker ", r.job.worker_id(), " lost"));
+    absl::Status s =
+        lifecycle_->ReturnToQueue(r.job.id(), r.job.attempt(), lost,
+                                  absl::StrCat("worker ", lost, " lost"));
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   if (!first_error.ok()) return first_error;
@@ -142,9 +150,9 @@ absl::Status SchedulerLoop::RunPass() {
   scheduler::Plan plan = policy_->Place(snapshot);
   absl::Status valid = scheduler::CheckPlan(snapshot, plan);
   if (!valid.ok()) {
-    return absl::InternalError(absl::StrCat(
-        "policy ", std::string(policy_->name()), " made a bad plan: ",
-        valid.message()));
+    return absl::InternalError(
+        absl::StrCat("policy ", std::string(policy_->name()),
+                     " made a bad plan: ", valid.message()));
   }
   if (options_.tenant_limits) {
     ApplyTenantQuotas(limits, std::move(held), by_id, plan);

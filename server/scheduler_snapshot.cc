@@ -38,6 +38,8 @@ scheduler::PendingJob PendingJobOf(const JobRecord& record,
   p.gpus = need.gpus;
   p.cpu_slots = std::max(need.cpu_slots, 1);
   p.tenant = record.job.tenant();
+  // Unset: as many workers as it takes (one preferred).
+  p.max_nodes = record.job.spec().resources().max_nodes();
   if (p.gpus > 0 && gpu_memory_estimate > 0) {
     p.gpu_memory_bytes = gpu_memory_estimate;
     p.gpu_memory_estimated = true;
@@ -114,7 +116,8 @@ std::vector<scheduler::RunningJob> RunningJobsOf(
     const GpuHold hold = RecordedHold(r);
     j.gpu_memory_bytes = hold.memory_bytes;
     j.gpu_compute_milli = hold.compute_milli;
-    j.cpu_slots = NeedOf(r.job.spec()).cpu_slots;
+    // A spread job counts here by what it holds on its own worker.
+    j.cpu_slots = OwnWorkerCpuSlots(r);
     if (r.job.state() == v1::PREEMPTING) {
       j.priority = std::numeric_limits<int32_t>::min();
       j.preemptible = true;

@@ -155,8 +155,10 @@ absl::Status WorkerSession::Reattach(const v1::WorkerHello& hello) {
       store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
   unconfirmed_.clear();
   for (const JobRecord& r : held) {
-    if (r.job.worker_id() != worker_id_ ||
-        Lists(hello.running(), r.job.id(), r.job.attempt())) {
+    const v1::GangPart* part = PartOn(r, worker_id_);
+    const bool here =
+        r.job.worker_id() == worker_id_ || (part != nullptr && !part->exited());
+    if (!here || Lists(hello.running(), r.job.id(), r.job.attempt())) {
       continue;
     }
     v1::RunningJobRef& ref = unconfirmed_.emplace_back();

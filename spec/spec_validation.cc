@@ -384,6 +384,12 @@ void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {
              "applies to CPU jobs only (a GPU job runs one rank per GPU)");
     }
   }
+  if (r.has_max_nodes()) {
+    // 0 means "as many as it takes"; more workers than ranks is pointless
+    // but harmless, so the bound is the most ranks any job may have.
+    p->Range("resources.max_nodes", r.max_nodes(), 0,
+             std::max<int64_t>(limits.max_gpus, kMaxCpuRanks));
+  }
   if (r.has_gpu_compute_milli()) {
     p->Range("resources.gpu_compute_milli", r.gpu_compute_milli(), 1, 1000);
     if (r.gpus() == 0) {

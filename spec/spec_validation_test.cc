@@ -130,6 +130,12 @@ TEST_F(ValidationTest, AbsurdSizes) {
   spec.mutable_resources()->set_gpus(0);
   EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
   spec = Good();
+  spec.mutable_resources()->set_max_nodes(-1);
+  EXPECT_THAT(ErrorOf(spec),
+              StartsWith("resources.max_nodes: must be in [0, 1024], got -1"));
+  spec.mutable_resources()->set_max_nodes(2);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  spec = Good();
   spec.mutable_resources()->set_gpus(1);
   spec.mutable_resources()->set_gpu_compute_milli(1001);
   EXPECT_THAT(ErrorOf(spec),

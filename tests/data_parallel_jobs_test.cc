@@ -1,8 +1,9 @@
 // Data-parallel jobs with real processes: a job of two CPU ranks runs as a
 // gang on one worker and succeeds; a rank that dies takes the gang down at
 // once and frees its slots; a job of more ranks than any worker has slots
-// is marked unschedulable at once; and a preempted job resumes on another
-// worker, ending with the very weights of an uninterrupted run.
+// is marked unschedulable at once; a job whose ranks no single worker can
+// hold spreads them over several, ending with the very weights of the same
+// job on one worker, and dies everywhere when one of its ranks dies.
 #include <signal.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@ namespace trainyard::itest {
 namespace {
 namespace v1 = trainyard::v1;
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 class DataParallelTest : public ClusterTest {};
@@ -106,6 +108,127 @@ TEST_F(DataParallelTest, ALostRankTearsDownTheGangAndFreesItsSlots) {
   YARD_ASSIGN_OR_FAIL(v1::Job ok,
                       WaitForTerminal(jobs(), next.job().id(), JobTimeout()));
   EXPECT_EQ(ok.state(), v1::SUCCEEDED) << ok.DebugString();
+}
+
+// Rank 0 of a job reports; the worker of `rank` of it (by command line).
+WorkerProcess* WorkerOfRank(const std::vector<WorkerProcess*>& workers,
+                            int rank, pid_t* pid) {
+  for (WorkerProcess* w : workers) {
+    std::map<int, pid_t> ranks = RankPids(*w);
+    if (auto it = ranks.find(rank); it != ranks.end()) {
+      *pid = it->second;
+      return w;
+    }
+  }
+  return nullptr;
+}
+
+TEST_F(DataParallelTest, RanksSpreadOverWorkersEndLikeOnOneWorker) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * a,
+                      StartReadyWorker({.name = "a", .cpu_slots = 1}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * b,
+                      StartReadyWorker({.name = "b", .cpu_slots = 1}));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
+                      Submit(RanksJob("spread", 2, 120)));
+  const std::string id = r.job().id();
+  YARD_ASSERT_OK(PollUntil("a rank on each worker", JobTimeout(), [&] {
+    return RankPids(*a).size() == 1 && RankPids(*b).size() == 1;
+  }));
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  ASSERT_EQ(job.attempts_size(), 1);
+  ASSERT_EQ(job.attempts(0).more_workers_size(), 1) << job.DebugString();
+  EXPECT_NE(job.attempts(0).more_workers(0), job.attempts(0).worker_id());
+  CommandResult get = Yard({"get", id});
+  ASSERT_EQ(get.exit_code(), 0) << get.DebugString();
+  EXPECT_THAT(get.out, AnyOf(HasSubstr("a+b"), HasSubstr("b+a"))) << get.out;
+  CommandResult logs = Yard({"logs", id});
+  EXPECT_THAT(logs.out, HasSubstr("[rank 1]")) << logs.out;
+
+  // The same job with both ranks on one worker (max_nodes: 1 keeps it off
+  // the one-slot workers) ends with the very same bytes: the ranks sum
+  // their gradients in rank order wherever they run.
+  YARD_ASSERT_OK(StartReadyWorker({.name = "c", .cpu_slots = 2}).status());
+  v1::JobSpec together = RanksJob("spread", 2, 120);
+  together.mutable_resources()->set_max_nodes(1);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r2, Submit(together));
+  YARD_ASSIGN_OR_FAIL(v1::Job one,
+                      WaitForTerminal(jobs(), r2.job().id(), JobTimeout()));
+  ASSERT_EQ(one.state(), v1::SUCCEEDED) << one.DebugString();
+  EXPECT_EQ(one.attempts(0).worker_id(), "c");
+  EXPECT_EQ(one.attempts(0).more_workers_size(), 0);
+  YARD_ASSIGN_OR_FAIL(std::string spread, FinalWeights(job.checkpoint_dir()));
+  YARD_ASSIGN_OR_FAIL(std::string single, FinalWeights(one.checkpoint_dir()));
+  EXPECT_TRUE(spread == single)
+      << "ranks spread over workers ended with other weights";
+}
+
+TEST_F(DataParallelTest, ARankDyingOnOneWorkerStopsTheJobOnAll) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * a,
+                      StartReadyWorker({.name = "a", .cpu_slots = 1}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * b,
+                      StartReadyWorker({.name = "b", .cpu_slots = 1}));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
+                      Submit(RanksJob("spread-lost", 2, 100000)));
+  const std::string id = r.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
+                              IsCheckpointSaved)
+                     .status());
+  pid_t rank0 = 0, rank1 = 0;
+  ASSERT_NE(WorkerOfRank({a, b}, 0, &rank0), nullptr);
+  ASSERT_NE(WorkerOfRank({a, b}, 1, &rank1), nullptr);
+  ASSERT_EQ(kill(rank1, SIGKILL), 0);
+
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  EXPECT_EQ(job.state(), v1::FAILED) << job.DebugString();
+  EXPECT_THAT(job.state_reason(), HasSubstr("rank 1")) << job.DebugString();
+  YARD_ASSERT_OK(PollUntil("rank 0 to be gone too", StartTimeout(),
+                           [&] { return !ProcessAlive(rank0); }));
+  EXPECT_TRUE(a->process().Running());
+  EXPECT_TRUE(b->process().Running());
+
+  // Both workers' slots are free again: the next spread job runs.
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse next,
+                      Submit(RanksJob("spread-next", 2, 30)));
+  YARD_ASSIGN_OR_FAIL(v1::Job ok,
+                      WaitForTerminal(jobs(), next.job().id(), JobTimeout()));
+  EXPECT_EQ(ok.state(), v1::SUCCEEDED) << ok.DebugString();
+}
+
+// A lost worker is not a failed job: rank 0 fails when its peer vanishes,
+// but the server waits for the other worker's word, learns it is lost, and
+// the job resumes from its checkpoint on the workers left.
+TEST_F(DataParallelTest, LosingTheWorkerOfSomeRanksRequeuesTheJob) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * a,
+                      StartReadyWorker({.name = "a", .cpu_slots = 1}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * b,
+                      StartReadyWorker({.name = "b", .cpu_slots = 1}));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
+                      Submit(RanksJob("spread-moves", 2, 400)));
+  const std::string id = r.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
+                              IsCheckpointSaved)
+                     .status());
+  pid_t rank1 = 0;
+  WorkerProcess* follower = WorkerOfRank({a, b}, 1, &rank1);
+  ASSERT_NE(follower, nullptr);
+  follower->process().Kill();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "back to the queue", JobTimeout(),
+                              [](const v1::JobEvent& e) {
+                                return e.has_state_change() &&
+                                       e.state_change().to() == v1::QUEUED;
+                              })
+                     .status());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "c", .cpu_slots = 1}).status());
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  ASSERT_EQ(job.attempts_size(), 2) << job.DebugString();
+  EXPECT_THAT(job.attempts(0).reason(),
+              HasSubstr(absl::StrCat("worker ", follower->name(), " lost")));
+  EXPECT_GT(job.attempts(1).resumed_from_step(), 0) << job.DebugString();
 }
 
 TEST_F(DataParallelTest, MoreRanksThanAnyWorkerHasSlotsIsUnschedulable) {

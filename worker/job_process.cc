@@ -102,7 +102,7 @@ absl::Status JobProcess::SpawnRanks() {
                                              child.status().message()));
     }
     Rank& r = ranks_.emplace_back();
-    r.index = static_cast<int>(i);
+    r.index = launch_.first_rank + static_cast<int>(i);
     r.child = *std::move(child);
   }
   return absl::OkStatus();
@@ -197,7 +197,7 @@ void JobProcess::OnRankExit(Rank& rank) {
   const bool stopped_as_asked =
       rank.exit->signal == 0 && rank.exit->exit_code == kInterruptedExitCode;
   if (rank.exit->ok() || stopped_as_asked || first_failure_ >= 0) return;
-  first_failure_ = rank.index;
+  first_failure_ = static_cast<int>(&rank - ranks_.data());
   if (ranks_.size() == 1) return;
   YARD_LOG(WARNING) << "job " << launch_.job_id << " attempt "
                     << launch_.attempt << ": rank " << rank.index << " "
@@ -216,8 +216,9 @@ std::pair<ExitStatus, std::string> JobProcess::GangExit() const {
   }
   if (speaker == nullptr) return {ExitStatus{}, ""};
   std::string error = DescribeExit(*speaker->exit);
-  if (ranks_.size() > 1)
+  if (ranks_.size() > 1 || launch_.first_rank > 0) {
     error = absl::StrCat("rank ", speaker->index, " ", error);
+  }
   if (!speaker->stderr_tail.empty()) {
     absl::StrAppend(&error, "; stderr tail:\n", speaker->stderr_tail.Text());
   }

@@ -42,7 +42,11 @@ struct JobLaunch {
   std::string job_id;
   int32_t attempt = 0;
   std::string log_path;             // the job's local log, appended to
-  std::vector<SpawnRequest> ranks;  // rank 0 first; one for a plain job
+  std::vector<SpawnRequest> ranks;  // in rank order; one for a plain job
+  // The rank of ranks[0]: 0 unless the job's ranks are spread over several
+  // workers and this one runs later ones. Only rank 0 reports the trainer
+  // events; the others' output goes to the log prefixed "[rank N] ".
+  int first_rank = 0;
 };
 
 class JobProcess {
@@ -88,7 +92,7 @@ class JobProcess {
 
   // One rank's process and what it has said so far.
   struct Rank {
-    int index = 0;
+    int index = 0;  // the job's rank number (JobLaunch::first_rank + i)
     std::unique_ptr<ChildProcess> child;
     LineSplitter stdout_lines;
     LineSplitter stderr_lines;

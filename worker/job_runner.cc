@@ -64,22 +64,40 @@ absl::Status CheckAssignment(const trainyard::v1::Assignment& a) {
         absl::StrCat("attempt must be at least 1, got ", a.attempt()));
   }
   const int asked = a.spec().resources().gpus();
-  if (asked != a.gpu_indices_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the spec asks for ", asked,
-                     " GPUs but the assignment gives ", a.gpu_indices_size()));
-  }
   const int ranks = a.spec().resources().cpu_ranks();
   if (ranks < 0 || ranks > 4096 || (asked > 0 && ranks > 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "resources.cpu_ranks ", ranks, " is not valid for this job"));
   }
+  if (a.world_size() == 0) {
+    if (asked != a.gpu_indices_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the spec asks for ", asked, " GPUs but the assignment gives ",
+          a.gpu_indices_size()));
+    }
+    return absl::OkStatus();
+  }
+  // Some ranks of a job spread over several workers.
+  const int all = asked > 0 ? asked : std::max(1, ranks);
+  if (a.world_size() != all || a.ranks() < 1 || a.first_rank() < 0 ||
+      a.first_rank() + a.ranks() > a.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks ", a.first_rank(), "+", a.ranks(), " of ",
+                     a.world_size(), " do not fit a job of ", all, " ranks"));
+  }
+  if (asked > 0 && a.gpu_indices_size() != a.ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the assignment runs ", a.ranks(),
+                     " ranks here but gives ", a.gpu_indices_size(), " GPUs"));
+  }
   return absl::OkStatus();
 }
 
-// Processes of the attempt: one per GPU, or resources.cpu_ranks (default 1)
-// for a job on CPU slots.
+// Processes of the attempt here: the assignment's share of a job spread
+// over workers, else one per GPU, or resources.cpu_ranks (default 1) for a
+// job on CPU slots.
 int RanksOf(const trainyard::v1::Assignment& a) {
+  if (a.world_size() > 0) return a.ranks();
   if (!a.gpu_indices().empty()) return a.gpu_indices_size();
   return std::max(1, a.spec().resources().cpu_ranks());
 }
@@ -267,7 +285,25 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
   launch.attempt = a.attempt();
   launch.log_path = (dir / "log").string();
   const int ranks = RanksOf(a);
-  for (int rank = 0; rank < ranks; ++rank) {
+  // All the job's ranks, here or on other workers.
+  const int world = a.world_size() > 0 ? a.world_size() : ranks;
+  launch.first_rank = a.world_size() > 0 ? a.first_rank() : 0;
+  // The ranks of one attempt meet through a file: in its directory when
+  // they all run here, else beside its checkpoints, which every worker
+  // shares. Either way a new attempt has a new file, so no rank finds an
+  // old address.
+  const fs::path rendezvous = a.world_size() > 0
+                                  ? checkpoint_dir / "rendezvous" /
+                                        absl::StrCat("attempt-", a.attempt())
+                                  : dir / "rendezvous";
+  fs::create_directories(rendezvous.parent_path(), ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot create ",
+                                            rendezvous.parent_path().string(),
+                                            ": ", ec.message()));
+  }
+  for (int i = 0; i < ranks; ++i) {
+    const int rank = launch.first_rank + i;
     SpawnRequest& spawn = launch.ranks.emplace_back();
     spawn.path = options_.train_bin;
     spawn.argv = {options_.train_bin,
@@ -281,20 +317,22 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
                   "json",
                   "--threads",
                   std::to_string(threads)};
-    if (ranks > 1) {
-      // The ranks of one attempt meet through a file in its directory; a
-      // new attempt has a new directory, so no rank finds an old address.
-      spawn.argv.insert(spawn.argv.end(),
-                        {"--rank", std::to_string(rank), "--world-size",
-                         std::to_string(ranks), "--rendezvous",
-                         (dir / "rendezvous").string()});
+    if (world > 1) {
+      spawn.argv.insert(
+          spawn.argv.end(),
+          {"--rank", std::to_string(rank), "--world-size",
+           std::to_string(world), "--rendezvous", rendezvous.string()});
+      if (rank == 0 && a.world_size() > 0) {
+        spawn.argv.insert(spawn.argv.end(),
+                          {"--rendezvous-host", options_.rank_address});
+      }
     }
     // Each rank sees its own GPU; a CPU job sees none, so it cannot take
     // memory from a GPU job.
     const std::string gpus =
         a.gpu_indices().empty()
             ? ""
-            : (ranks > 1 ? std::to_string(a.gpu_indices(rank))
+            : (world > 1 ? std::to_string(a.gpu_indices(i))
                          : absl::StrJoin(a.gpu_indices(), ","));
     std::vector<std::string> env = {absl::StrCat("CUDA_VISIBLE_DEVICES=", gpus),
                                     absl::StrCat("YARD_JOB_ID=", a.job_id()),
@@ -303,7 +341,7 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
     // A job sharing its GPU gets its memory grant (the engine's arena takes
     // exactly that) and, under MPS, its compute share as a thread cap.
     for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) {
-      if (ranks > 1 && g.index() != a.gpu_indices(rank)) continue;
+      if (world > 1 && g.index() != a.gpu_indices(i)) continue;
       env.push_back(absl::StrCat("YARD_GPU_MEMORY_BYTES=", g.memory_bytes()));
       if (options_.mps) {
         env.push_back(absl::StrCat("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=",

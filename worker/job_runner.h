@@ -50,6 +50,9 @@ struct JobRunnerOptions {
   // share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); without MPS the jobs of a
   // GPU are time-sliced.
   bool mps = false;
+  // Where rank 0 of a job spread over several workers listens for the
+  // others (yard-train --rendezvous-host).
+  std::string rank_address = "127.0.0.1";
   // Used when a Cancel carries no grace period.
   absl::Duration default_cancel_grace = absl::Seconds(10);
 };

@@ -264,6 +264,7 @@ int Main(int argc, char** argv) {
   config.runner.work_dir = flags->work_dir;
   config.runner.train_bin = flags->train_bin;
   config.runner.data_root = flags->data_root;
+  config.runner.rank_address = flags->rank_address;
   config.runner.cpu_slots = flags->cpu_slots;
   UseDevices(*offered, config);
   config.link.server_address = flags->server;

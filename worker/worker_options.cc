@@ -1,5 +1,6 @@
 #include "worker/worker_options.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/file.h>
@@ -50,6 +51,13 @@ absl::Status SetFlag(WorkerFlags& flags, const std::string& name,
     flags.name = value;
   } else if (name == "train-bin") {
     flags.train_bin = value;
+  } else if (name == "rank-address") {
+    in_addr parsed;
+    if (inet_pton(AF_INET, value.c_str(), &parsed) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rank-address must be an IPv4 address, got \"", value, "\""));
+    }
+    flags.rank_address = value;
   } else if (name == "cpu-slots") {
     absl::StatusOr<int> n = ParseIntFlag(name, value, 0, 1024);
     if (!n.ok()) return n.status();
@@ -129,6 +137,10 @@ Runs the training jobs the Trainyard server assigns to this node.
   --data-root DIR         root of the jobs' data paths (default: current dir)
   --name ID               worker id (default: generated, kept in WORK_DIR/worker_id)
   --train-bin PATH        the yard-train executable (default: beside yard-worker)
+  --rank-address IPV4     where rank 0 of a job spread over several workers
+                          listens for its other ranks: an address of this
+                          node the other workers reach (default 127.0.0.1,
+                          a one-machine cluster)
   --shutdown-grace-ms N   on SIGTERM, how long jobs get to checkpoint (default 30000)
   --metrics-listen H:P    Prometheus /metrics, loopback only (default
                           127.0.0.1:9471; port 0: any free port, written to
