@@ -15,11 +15,6 @@ namespace {
 
 using ::trainyard::v1::JobSpec;
 
-absl::Status Unsupported(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": ", what, " not supported by this engine yet"));
-}
-
 absl::Status CheckSupported(const JobSpec& spec) {
   const bool lm_data = spec.data().has_text() || spec.data().has_tokens();
   if (spec.model().has_gpt()) {
@@ -35,9 +30,6 @@ absl::Status CheckSupported(const JobSpec& spec) {
     }
   } else {
     return absl::InvalidArgumentError("model: required (mlp or gpt)");
-  }
-  if (spec.precision() == trainyard::v1::BF16) {
-    return Unsupported("precision", "BF16 is");
   }
 #ifndef YARD_CUDA
   if (spec.resources().gpus() > 0) {
@@ -154,6 +146,10 @@ uint64_t Fnv1a64(absl::string_view data) {
 
 }  // namespace
 
+DType ActivationDType(trainyard::v1::Precision precision) {
+  return precision == trainyard::v1::BF16 ? DType::kBF16 : DType::kF32;
+}
+
 std::string SpecFingerprint(const JobSpec& spec) {
   JobSpec shaping;
   *shaping.mutable_model() = spec.model();
@@ -180,12 +176,13 @@ MemoryEstimate EstimateSpecMemory(const JobSpec& spec, DeviceKind device) {
     const auto& g = spec.model().gpt();
     return EstimateGptMemory(
         {g.n_layer(), g.n_head(), g.d_model(), g.seq_len(), g.vocab_size()},
-        batch, threads, device);
+        batch, threads, device, ActivationDType(spec.precision()));
   }
   const auto& m = spec.model().mlp();
   MlpConfig mlp{
       m.input_dim(), {m.hidden().begin(), m.hidden().end()}, m.num_classes()};
-  return EstimateMlpMemory(mlp, batch, threads, device);
+  return EstimateMlpMemory(mlp, batch, threads, device,
+                           ActivationDType(spec.precision()));
 }
 
 std::string DefaultCheckpointDir(const JobSpec& spec) {
@@ -224,6 +221,7 @@ absl::StatusOr<EngineJob> EngineJobFromSpec(const JobSpec& spec,
       options.threads > 0 ? options.threads : spec.resources().cpu_threads();
   if (job.threads < 1) job.threads = 1;
   job.gpus = spec.resources().gpus();
+  job.activation_dtype = ActivationDType(spec.precision());
   return job;
 }
 

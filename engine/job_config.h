@@ -70,11 +70,18 @@ struct EngineJob {
   // GPUs of the whole job; each rank trains on one (the CUDA backend, on
   // the first GPU it sees). 0: the CPU backend.
   int gpus = 0;
+  // precision: FP32 (or unspecified) trains in fp32; BF16 in mixed
+  // precision (bf16 activations and working weights, fp32 masters and
+  // optimizer state), on the CPU or CUDA backend alike.
+  DType activation_dtype = DType::kF32;
 };
+
+// The backend activation dtype a spec's precision asks for.
+DType ActivationDType(trainyard::v1::Precision precision);
 
 // REQUIRES: spec has defaults applied and passed validation. Still returns
 // INVALID_ARGUMENT, starting with the field path, for what this engine
-// cannot run (a model and data that do not go together, BF16, GPUs).
+// cannot run (a model and data that do not go together, GPUs).
 absl::StatusOr<EngineJob> EngineJobFromSpec(const trainyard::v1::JobSpec& spec,
                                             const JobConfigOptions& options);
 

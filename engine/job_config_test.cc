@@ -115,29 +115,40 @@ TEST(JobConfigTest, EstimatesASpecsMemory) {
   EXPECT_EQ(g.overhead, kCudaOverheadBytes);
 }
 
-TEST(JobConfigTest, RefusesWhatThisEngineCannotRunYet) {
-  struct Case {
-    std::function<void(JobSpec*)> edit;
-    std::string field;
-  };
-  const Case cases[] = {
-      {[](JobSpec* s) { s->set_precision(trainyard::v1::BF16); },
-       "precision: "},
 #ifndef YARD_CUDA
-      {[](JobSpec* s) { s->mutable_resources()->set_gpus(1); },
-       "resources.gpus: "},
+TEST(JobConfigTest, RefusesGpusWithoutCuda) {
+  JobSpec spec = Example();
+  spec.mutable_resources()->set_gpus(1);
+  absl::StatusOr<EngineJob> job = EngineJobFromSpec(spec, Options());
+  ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(job.status().message(), "resources.gpus: "))
+      << job.status();
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "not supported"));
+}
 #endif
-  };
-  for (const Case& c : cases) {
-    JobSpec spec = Example();
-    c.edit(&spec);
-    absl::StatusOr<EngineJob> job = EngineJobFromSpec(spec, Options());
-    ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument)
-        << c.field;
-    EXPECT_TRUE(absl::StartsWith(job.status().message(), c.field))
-        << job.status();
-    EXPECT_TRUE(absl::StrContains(job.status().message(), "not supported"));
-  }
+
+TEST(JobConfigTest, Bf16PrecisionPicksBf16Activations) {
+  JobSpec spec = Example();
+  absl::StatusOr<EngineJob> fp32 = EngineJobFromSpec(spec, Options());
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_EQ(fp32->activation_dtype, DType::kF32);
+  spec.set_precision(trainyard::v1::BF16);
+  absl::StatusOr<EngineJob> bf16 = EngineJobFromSpec(spec, Options());
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->activation_dtype, DType::kBF16);
+  // The fingerprint covers precision: a bf16 run never resumes an fp32 one.
+  EXPECT_NE(bf16->trainer.fingerprint, fp32->trainer.fingerprint);
+
+  // bf16 adds a 2-byte working copy per weight and halves the activations
+  // stored in the activation dtype (MLP: all but targets, probabilities
+  // and losses).
+  const MemoryEstimate f = EstimateSpecMemory(Example(), DeviceKind::kCpu);
+  const MemoryEstimate h = EstimateSpecMemory(spec, DeviceKind::kCpu);
+  EXPECT_EQ(h.weights, 6 * 535'818);
+  EXPECT_EQ(h.gradients, f.gradients);
+  EXPECT_EQ(h.optimizer, f.optimizer);
+  EXPECT_LT(h.activations, f.activations);
+  EXPECT_GT(2 * h.activations, f.activations);
 }
 
 TEST(JobConfigTest, PathsMustStayInsideTheDataRoot) {
@@ -276,6 +287,18 @@ TEST_F(TrainJobTest, SpecThatDoesNotFitTheDataIsInvalidArgument) {
   job.mnist.holdout = 10000;
   t = TrainJob::Create(job, &sink_);
   EXPECT_TRUE(absl::StartsWith(t.status().message(), "data.mnist.holdout: "))
+      << t.status();
+}
+
+TEST_F(TrainJobTest, GpuJobsNeedOneRankPerGpu) {
+  EngineJob job = Job();
+  job.gpus = 2;  // but no ranks: this process alone
+  absl::StatusOr<std::unique_ptr<TrainJob>> t = TrainJob::Create(job, &sink_);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(
+      t.status().message(),
+      "resources.gpus: 2 GPUs run as 2 ranks, one per GPU (yard-train "
+      "--world-size 2), but this process is one of 1 ranks"))
       << t.status();
 }
 

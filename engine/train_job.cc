@@ -8,6 +8,9 @@
 #ifdef YARD_CUDA
 #include "engine/cuda/cuda_backend.h"
 #endif
+#ifdef YARD_NCCL
+#include "engine/dist/nccl_collective.h"
+#endif
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -212,33 +215,45 @@ absl::Status TrainJob::LoadTokenData(const EngineJob& job) {
 
 namespace {
 
-// The CPU backend, or for a GPU job the CUDA backend with its whole memory
-// taken at once: the job's grant on a shared GPU (YARD_GPU_MEMORY_BYTES,
-// set by the worker), else what the memory estimate says the job needs. A
-// job that needs more than its grant fails here, never mid-run.
+// The CPU backend, or for a GPU job the CUDA backend on `cuda_device` with
+// its whole memory taken at once: the job's grant on a shared GPU
+// (YARD_GPU_MEMORY_BYTES, set by the worker), else what the memory estimate
+// says the job needs. A job that needs more than its grant fails here,
+// never mid-run. A GPU job runs one rank per GPU.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
-    const EngineJob& job, const Collective* collective) {
+    const EngineJob& job, const Collective* collective, int cuda_device) {
   if (job.gpus == 0) {
     CpuBackendOptions options;
     options.threads = job.threads;
+    options.activation_dtype = job.activation_dtype;
     ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
                      CpuBackend::Create(options));
     return cpu;
   }
   const int ranks = collective == nullptr ? 1 : collective->world_size();
-  if (job.gpus != 1 || ranks != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resources.gpus: ", job.gpus,
-        " GPUs run as one rank per GPU, which "
-        "needs NCCL data parallel; this engine trains on one GPU per job"));
+  if (job.gpus != ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resources.gpus: ", job.gpus, " GPUs run as ", job.gpus,
+                     " ranks, one per GPU (yard-train --world-size ", job.gpus,
+                     "), but this process is one of ", ranks, " ranks"));
   }
+#ifndef YARD_NCCL
+  if (ranks > 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("resources.gpus: ", job.gpus,
+                     " GPUs need NCCL, and this build of the engine has none"));
+  }
+#endif
 #ifdef YARD_CUDA
   const MemoryEstimate need =
       job.is_gpt ? EstimateGptMemory(job.gpt, job.trainer.micro_batch,
-                                     job.threads, DeviceKind::kCuda)
+                                     job.threads, DeviceKind::kCuda,
+                                     job.activation_dtype)
                  : EstimateMlpMemory(job.mlp, job.trainer.micro_batch,
-                                     job.threads, DeviceKind::kCuda);
+                                     job.threads, DeviceKind::kCuda,
+                                     job.activation_dtype);
   CudaBackendOptions options;
+  options.activation_dtype = job.activation_dtype;
   options.arena_bytes = need.allocated() + need.workspace;
   if (const char* grant = std::getenv("YARD_GPU_MEMORY_BYTES");
       grant != nullptr && *grant != '\0') {
@@ -257,6 +272,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     }
     options.arena_bytes = granted;
   }
+  options.device = cuda_device;
   return CreateCudaBackend(options);
 #else
   return absl::FailedPreconditionError(
@@ -264,10 +280,32 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
 #endif
 }
 
+// The NCCL collective of a GPU rank, on the CUDA backend's stream.
+absl::StatusOr<std::unique_ptr<Collective>> CreateGpuCollective(
+    Backend* backend, SocketCollective* ranks) {
+#ifdef YARD_NCCL
+  auto* cuda = dynamic_cast<CudaBackend*>(backend);
+  if (cuda == nullptr) {
+    return absl::InternalError("a GPU rank without the CUDA backend");
+  }
+  NcclCollectiveOptions options;
+  options.device = cuda->device();
+  options.compute_stream = cuda->stream();
+  ASSIGN_OR_RETURN(std::unique_ptr<NcclCollective> nccl,
+                   NcclCollective::Create(ranks, options));
+  return nccl;
+#else
+  (void)backend;
+  (void)ranks;
+  return absl::FailedPreconditionError("this engine was built without NCCL");
+#endif
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
-    const EngineJob& job, TrainerEventSink* sink, Collective* collective) {
+    const EngineJob& job, TrainerEventSink* sink, SocketCollective* ranks,
+    int cuda_device) {
   std::unique_ptr<TrainJob> t(new TrainJob());
   TrainerConfig trainer_config = job.trainer;
   ASSIGN_OR_RETURN(std::optional<HfGpt2> init, ReadInitFrom(job));
@@ -289,11 +327,17 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
   } else {
     RETURN_IF_ERROR(t->LoadMnistData(job));
   }
-  ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, collective));
+  ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, ranks, cuda_device));
+  Collective* collective = ranks;
+  if (job.gpus > 1) {
+    ASSIGN_OR_RETURN(t->gpu_collective_,
+                     CreateGpuCollective(t->backend_.get(), ranks));
+    collective = t->gpu_collective_.get();
+  }
   ShuffledLoaderOptions loader_options;
   // Every rank draws the same global micro-batch and trains on its slice.
-  const int ranks = collective == nullptr ? 1 : collective->world_size();
-  loader_options.batch_size = job.trainer.micro_batch * ranks;
+  const int world = collective == nullptr ? 1 : collective->world_size();
+  loader_options.batch_size = job.trainer.micro_batch * world;
   loader_options.seed = job.trainer.seed;
   GptModel* gpt = nullptr;
   if (job.is_gpt) {

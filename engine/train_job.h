@@ -1,6 +1,8 @@
-// TrainJob: one EngineJob put together — the data loaded and split, the CPU
-// backend, the model (MLP or GPT), the loader and the trainer — ready to
-// run. yard-train is a thin shell around it; tests run jobs in-process.
+// TrainJob: one EngineJob put together — the data loaded and split, the
+// backend (CPU, or CUDA on one GPU), the model (MLP or GPT), the loader, the
+// trainer and, for a job of several GPUs, this rank's NCCL collective —
+// ready to run. yard-train is a thin shell around it; tests run jobs
+// in-process.
 //
 // Thread-safety: not thread-safe; the `stop` flag passed to Run may be set
 // from any thread or a signal handler.
@@ -19,6 +21,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/data/shuffled_loader.h"
 #include "engine/data/tokenizer.h"
+#include "engine/dist/socket_collective.h"
 #include "engine/job_config.h"
 
 namespace trainyard::engine {
@@ -30,11 +33,14 @@ class TrainJob {
   // input_dim other than the images' size, a vocabulary larger than
   // vocab_size or a text shorter than one window; DATA_LOSS or NOT_FOUND
   // when a data file cannot be read. `sink` must outlive the job, and so
-  // must `collective` when given (data parallel: this process is one rank;
-  // see Trainer).
+  // must `ranks` when given (data parallel: this process is one rank; see
+  // Trainer). CPU ranks sum their gradients through `ranks`; a job of
+  // resources.gpus = N > 1 needs N ranks, one per GPU, and sums through
+  // NCCL, whose communicator `ranks` helps form. `cuda_device` is the GPU
+  // this process trains on (an ordinal among the CUDA-visible devices).
   static absl::StatusOr<std::unique_ptr<TrainJob>> Create(
       const EngineJob& job, TrainerEventSink* sink,
-      Collective* collective = nullptr);
+      SocketCollective* ranks = nullptr, int cuda_device = 0);
 
   // Trains to the end (resuming from the job's checkpoint dir when it holds
   // a checkpoint) or until *stop turns true.
@@ -59,6 +65,8 @@ class TrainJob {
   // Declaration order is teardown order reversed: the trainer and model free
   // their buffers before the backend goes.
   std::unique_ptr<Backend> backend_;
+  // GPU ranks: the NCCL collective (on backend_'s device and stream).
+  std::unique_ptr<Collective> gpu_collective_;
   std::unique_ptr<ExampleSet> train_, eval_;
   std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<Model> model_;

@@ -4,7 +4,8 @@
 //   yard-train run SPEC_FILE [--data-root DIR] [--checkpoint-dir DIR]
 //                            [--threads N] [--progress text|json]
 //                            [--rank R --world-size N --rendezvous FILE
-//                             [--rendezvous-host ADDR]]
+//                             [--rendezvous-host ADDR]] [--device D]
+//                            [--allreduce-bucket-mb MB]
 //   yard-train sample CHECKPOINT_DIR [--tokens N] [--temperature T]
 //                     [--top-k K] [--seed S] [--prompt TEXT] [--threads N]
 //   yard-train export CHECKPOINT_DIR OUT_DIR
@@ -44,7 +45,8 @@ constexpr char kSynopsis[] =
     "                                [--threads N] [--progress text|json]\n"
     "                                [--rank R --world-size N --rendezvous "
     "FILE\n"
-    "                                 [--rendezvous-host ADDR]]\n"
+    "                                 [--rendezvous-host ADDR]] [--device D]\n"
+    "                                [--allreduce-bucket-mb MB]\n"
     "       yard-train sample CHECKPOINT_DIR [--tokens N] [--temperature T]\n"
     "                         [--top-k K] [--seed S] [--prompt TEXT]\n"
     "       yard-train export CHECKPOINT_DIR OUT_DIR\n";
@@ -67,6 +69,13 @@ constexpr char kHelp[] =
     "                        must see the same file)\n"
     "  --rendezvous-host A   the IPv4 address rank 0 listens on (default\n"
     "                        127.0.0.1: all ranks on this machine)\n"
+    "  --device D            GPU jobs: train on CUDA device D, an index among\n"
+    "                        the CUDA-visible devices (default 0). A job of\n"
+    "                        resources.gpus N runs N ranks (--world-size N),\n"
+    "                        one per GPU, summing gradients with NCCL\n"
+    "  --allreduce-bucket-mb MB  data parallel: gradients are summed in\n"
+    "                        buckets of MB MiB while backward goes on\n"
+    "                        (default 25; 0: one sum after backward)\n"
     "\n"
     "Exit codes: 0 finished, 1 runtime error, 2 usage or invalid spec,\n"
     "3 interrupted after a checkpoint.\n"
@@ -90,6 +99,8 @@ struct Args {
   int threads = 0;
   bool json = false;
   SocketCollectiveOptions ranks;
+  int device = 0;
+  int64_t bucket_mb = -1;  // -1: the trainer's default
 };
 
 // Parses argv; on failure returns the message for stderr.
@@ -139,6 +150,19 @@ std::string ParseArgs(const std::vector<std::string>& argv, Args* args) {
       args->ranks.rendezvous_file = value;
     } else if (flag == "--rendezvous-host") {
       args->ranks.listen_host = value;
+    } else if (flag == "--device") {
+      if (!absl::SimpleAtoi(value, &args->device) || args->device < 0 ||
+          args->device > 1023) {
+        return absl::StrCat("--device must be an integer in [0, 1023], got '",
+                            value, "'");
+      }
+    } else if (flag == "--allreduce-bucket-mb") {
+      if (!absl::SimpleAtoi(value, &args->bucket_mb) || args->bucket_mb < 0 ||
+          args->bucket_mb > 65536) {
+        return absl::StrCat(
+            "--allreduce-bucket-mb must be an integer in [0, 65536], got '",
+            value, "'");
+      }
     } else {
       return absl::StrCat("unknown flag ", flag);
     }
@@ -322,12 +346,15 @@ int Main(const std::vector<std::string>& argv) {
   InstallSignalHandlers();
   absl::StatusOr<EngineJob> job = LoadJob(args);
   if (!job.ok()) return Fail(kExitUsage, job.status().message());
+  if (args.bucket_mb >= 0) {
+    job->trainer.allreduce_bucket_bytes = args.bucket_mb << 20;
+  }
   StdoutSink sink(args.json);
   absl::StatusOr<std::unique_ptr<SocketCollective>> ranks =
       SocketCollective::Connect(args.ranks);
   if (!ranks.ok()) return Fail(kExitRuntime, ranks.status().message());
   absl::StatusOr<std::unique_ptr<TrainJob>> train =
-      TrainJob::Create(*job, &sink, ranks->get());
+      TrainJob::Create(*job, &sink, ranks->get(), args.device);
   if (!train.ok()) {
     const bool spec_error =
         train.status().code() == absl::StatusCode::kInvalidArgument;
@@ -339,6 +366,9 @@ int Main(const std::vector<std::string>& argv) {
                  << (args.ranks.world_size > 1
                          ? absl::StrCat(" as rank ", args.ranks.rank, " of ",
                                         args.ranks.world_size)
+                         : "")
+                 << (job->gpus > 0
+                         ? absl::StrCat(" on CUDA device ", args.device)
                          : "")
                  << ", checkpoints in " << job->trainer.checkpoint.dir;
   absl::StatusOr<Trainer::Outcome> outcome = (*train)->Run(&g_stop);

@@ -196,6 +196,10 @@ TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
       {"run", spec, "--bogus", "1"},
       {"run", spec, "extra"},
       {"run", dir_ + "/missing.yaml"},
+      {"run", spec, "--device", "-1"},
+      {"run", spec, "--device", "gpu0"},
+      {"run", spec, "--allreduce-bucket-mb", "-5"},
+      {"run", spec, "--allreduce-bucket-mb", "big"},
   };
   for (const auto& args : bad) {
     Result r = RunYardTrain(args, dir_);

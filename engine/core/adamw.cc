@@ -70,7 +70,10 @@ absl::StatusOr<OptimizerStepStats> AdamW::Step(double lr) {
     u.weight_decay = (p.is_bias && !config_.decay_biases)
                          ? 0.0f
                          : static_cast<float>(config_.weight_decay);
-    backend_->AdamW(p.value, p.grad, m_[i]->f32(), v_[i]->f32(), p.size(), u);
+    // Mixed precision: the same pass rewrites the working copy the ops read.
+    void* working = p.working == p.value ? nullptr : p.working;
+    backend_->AdamW(p.value, p.grad, m_[i]->f32(), v_[i]->f32(), working,
+                    p.size(), u);
   }
   RETURN_IF_ERROR(backend_->Synchronize());
   step_count_ = t;

@@ -3,8 +3,16 @@
 // backend (engine/cuda). Each op is one explicit forward or backward
 // function, as in llm.c; there is no autograd.
 //
-// Conventions: tensors are row-major fp32 in device memory (pointers from
+// Conventions: tensors are row-major in device memory (pointers from
 // DeviceBuffer); a linear layer's weight is [out, in] and its bias [out].
+//
+// Precision: two kinds of tensor. Activations, their gradients and the
+// working copy of the weights the ops read are stored as the backend's
+// activation_dtype() (fp32, or bf16 for mixed precision); ops take them as
+// void pointers. Everything else is fp32 (float pointers): master weights,
+// weight gradients, AdamW moments, LayerNorm statistics, attention state and
+// scratch, probabilities and losses. Ops always compute in fp32 and round
+// once on store (to nearest even, for bf16).
 // Ops may run asynchronously on the device; they return nothing, and
 // Synchronize() reports the first error since the last call, so a training
 // loop checks once per step instead of after every launch.
@@ -24,6 +32,13 @@
 #include "absl/strings/string_view.h"
 
 namespace trainyard::engine {
+
+// How activations are stored (see Precision above).
+enum class DType { kF32, kBF16 };
+inline int64_t DTypeBytes(DType t) { return t == DType::kBF16 ? 2 : 4; }
+inline const char* DTypeName(DType t) {
+  return t == DType::kBF16 ? "bf16" : "fp32";
+}
 
 // A block of device memory, zero-filled at allocation. Freed on destruction.
 class DeviceBuffer {
@@ -95,85 +110,94 @@ class Backend {
   // Waits for queued work; returns the first error raised since last call.
   virtual absl::Status Synchronize() = 0;
 
+  // The storage of activations, activation gradients and working weights.
+  virtual DType activation_dtype() const = 0;
+
   virtual void Fill(float* x, int64_t n, float value) = 0;
+  // x[i] = value for an activation tensor of n elements.
+  virtual void FillActivations(void* x, int64_t n, float value) = 0;
+  // dst (activation dtype) = src (fp32), rounded to nearest even: the
+  // working copy of master weights.
+  virtual void CastToActivations(void* dst, const float* src, int64_t n) = 0;
   // x *= s
   virtual void Scale(float* x, int64_t n, float s) = 0;
   // Sum of squares in double precision, summed in an order fixed by n alone.
   virtual double SumSquares(const float* x, int64_t n) = 0;
 
   // out[b, o] = sum_i inp[b, i] * weight[o, i] + bias[o]  (bias may be null)
-  virtual void LinearForward(float* out, const float* inp, const float* weight,
-                             const float* bias, int64_t batch, int64_t in,
+  virtual void LinearForward(void* out, const void* inp, const void* weight,
+                             const void* bias, int64_t batch, int64_t in,
                              int64_t out_features) = 0;
   // dinp = dout . weight (overwritten; skipped when null);
   // dweight += dout^T . inp and dbias += column sums of dout (accumulated, so
   // micro-batches add up; dbias may be null).
-  virtual void LinearBackward(float* dinp, float* dweight, float* dbias,
-                              const float* dout, const float* inp,
-                              const float* weight, int64_t batch, int64_t in,
+  virtual void LinearBackward(void* dinp, float* dweight, float* dbias,
+                              const void* dout, const void* inp,
+                              const void* weight, int64_t batch, int64_t in,
                               int64_t out_features) = 0;
 
   // out = max(x, 0); may run in place.
-  virtual void ReluForward(float* out, const float* x, int64_t n) = 0;
+  virtual void ReluForward(void* out, const void* x, int64_t n) = 0;
   // dx = dout where out > 0, else 0; may run in place (dx == dout).
-  virtual void ReluBackward(float* dx, const float* dout, const float* out,
+  virtual void ReluBackward(void* dx, const void* dout, const void* out,
                             int64_t n) = 0;
 
   // Row-wise softmax of logits [batch, classes] into probs, and each row's
   // cross-entropy -log p[target] into losses [batch].
   // REQUIRES: every target in [0, classes).
   virtual void SoftmaxCrossEntropyForward(float* probs, float* losses,
-                                          const float* logits,
+                                          const void* logits,
                                           const int32_t* targets, int64_t batch,
                                           int64_t classes) = 0;
   // How many rows of logits [rows, classes] have their largest entry (the
   // first, on ties) at the target.
-  virtual int64_t CountArgmaxHits(const float* logits, const int32_t* targets,
+  virtual int64_t CountArgmaxHits(const void* logits, const int32_t* targets,
                                   int64_t rows, int64_t classes) = 0;
   // dlogits = (probs - onehot(target)) * scale  (overwritten).
-  virtual void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
+  virtual void SoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
                                            const int32_t* targets, float scale,
                                            int64_t batch, int64_t classes) = 0;
 
+  // Updates the fp32 master `param` and, unless null, writes its rounded
+  // copy into `working` (activation dtype) in the same pass.
   virtual void AdamW(float* param, const float* grad, float* m, float* v,
-                     int64_t n, const AdamWUpdate& update) = 0;
+                     void* working, int64_t n, const AdamWUpdate& update) = 0;
 
   // ---- GPT ops. Shapes: B sequences of T tokens, C channels, NH heads.
 
   // out = a + b; may run in place (out == a or out == b).
-  virtual void Add(float* out, const float* a, const float* b, int64_t n) = 0;
+  virtual void Add(void* out, const void* a, const void* b, int64_t n) = 0;
 
   // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :].
   // REQUIRES: every token in [0, rows of wte), T <= rows of wpe.
-  virtual void EmbeddingForward(float* out, const int32_t* tokens,
-                                const float* wte, const float* wpe,
-                                int64_t batch, int64_t seq,
-                                int64_t channels) = 0;
+  virtual void EmbeddingForward(void* out, const int32_t* tokens,
+                                const void* wte, const void* wpe, int64_t batch,
+                                int64_t seq, int64_t channels) = 0;
   // dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += dout[b, t, :]
   // (accumulated, summed over b, t in ascending order).
-  virtual void EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+  virtual void EmbeddingBackward(float* dwte, float* dwpe, const void* dout,
                                  const int32_t* tokens, int64_t batch,
                                  int64_t seq, int64_t channels) = 0;
 
   // Per row of inp [rows, C]: out = (x - mean) * rstd * weight + bias with
   // rstd = 1 / sqrt(var + 1e-5); saves mean and rstd [rows] for backward.
-  virtual void LayerNormForward(float* out, float* mean, float* rstd,
-                                const float* inp, const float* weight,
-                                const float* bias, int64_t rows,
+  virtual void LayerNormForward(void* out, float* mean, float* rstd,
+                                const void* inp, const void* weight,
+                                const void* bias, int64_t rows,
                                 int64_t channels) = 0;
   // dinp += ..., dweight += ..., dbias += ... (all accumulated: dinp is the
   // residual stream's gradient, which several ops add into).
-  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                                 const float* dout, const float* inp,
-                                 const float* weight, const float* mean,
+  virtual void LayerNormBackward(void* dinp, float* dweight, float* dbias,
+                                 const void* dout, const void* inp,
+                                 const void* weight, const float* mean,
                                  const float* rstd, int64_t rows,
                                  int64_t channels) = 0;
 
   // GELU, tanh approximation (GPT-2's): out = 0.5 x (1 + tanh(sqrt(2/pi)
   // (x + 0.044715 x^3))).
-  virtual void GeluForward(float* out, const float* x, int64_t n) = 0;
+  virtual void GeluForward(void* out, const void* x, int64_t n) = 0;
   // dx = gelu'(x) * dout (overwritten); may run in place (dx == dout).
-  virtual void GeluBackward(float* dx, const float* x, const float* dout,
+  virtual void GeluBackward(void* dx, const void* x, const void* dout,
                             int64_t n) = 0;
 
   // How this backend's attention keeps what its backward needs; fixes the
@@ -185,14 +209,14 @@ class Backend {
   // the heads' outputs side by side; `state` receives what the backward
   // needs, as attention_state() says (AttentionBufferFloats(...).state
   // floats).
-  virtual void AttentionForward(float* out, float* state, const float* qkv,
+  virtual void AttentionForward(void* out, float* state, const void* qkv,
                                 int64_t batch, int64_t seq, int64_t channels,
                                 int64_t heads) = 0;
   // dqkv [B, T, 3C] (overwritten) from dout [B, T, C], given the forward's
   // input, output and state. `scratch` (AttentionBufferFloats(...).scratch
   // floats) is clobbered.
-  virtual void AttentionBackward(float* dqkv, float* scratch, const float* dout,
-                                 const float* out, const float* qkv,
+  virtual void AttentionBackward(void* dqkv, float* scratch, const void* dout,
+                                 const void* out, const void* qkv,
                                  const float* state, int64_t batch, int64_t seq,
                                  int64_t channels, int64_t heads) = 0;
 };

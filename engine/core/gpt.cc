@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/core/bf16.h"
 
 namespace trainyard::engine {
 namespace {
@@ -36,9 +37,16 @@ GptActivationSizes GptActivationFloats(const GptConfig& c, int64_t seq,
   const AttentionFloats att =
       AttentionBufferFloats(attention, 1, seq, c.n_head);
   GptActivationSizes s;
-  s.per_sequence = tc + c.n_layer * (18 * tc + 4 * seq + att.state) + tc +
-                   3 * seq + 2 * seq * c.vocab_size;
-  s.grad_per_sequence = 10 * tc + att.scratch + seq * c.vocab_size;
+  // Embedding output; per block ln1, qkv (3), atty, attproj, res2, ln2,
+  // fch (4), fch_gelu (4), fcproj, res3; the final LayerNorm; the logits.
+  s.per_sequence = tc + c.n_layer * 18 * tc + tc + seq * c.vocab_size;
+  // LayerNorm means and rstds (two per block and the final one), attention
+  // state, probabilities and losses: fp32 whatever the activations are.
+  s.f32_per_sequence =
+      c.n_layer * (4 * seq + att.state) + 2 * seq + seq * c.vocab_size + seq;
+  // dres, dln, dqkv (3), datty, dfch (4); dlogits.
+  s.grad_per_sequence = 10 * tc + seq * c.vocab_size;
+  s.f32_grad_per_sequence = att.scratch;
   return s;
 }
 
@@ -146,10 +154,20 @@ absl::Status GptModel::AllocateParameters() {
   for (const Spec& s : specs) total += NumElements(s.shape);
   ASSIGN_OR_RETURN(param_buf_, backend_->Allocate(total * 4));
   ASSIGN_OR_RETURN(grad_buf_, backend_->Allocate(total * 4));
+  // bf16: the ops read a rounded working copy of the fp32 masters.
+  const bool mixed = backend_->activation_dtype() != DType::kF32;
+  const int64_t working_bytes = DTypeBytes(backend_->activation_dtype());
+  if (mixed) {
+    ASSIGN_OR_RETURN(working_buf_, backend_->Allocate(total * working_bytes));
+  }
   int64_t offset = 0;
   for (const Spec& s : specs) {
-    params_.push_back({s.name, s.shape, param_buf_->f32() + offset,
-                       grad_buf_->f32() + offset, s.no_decay});
+    Parameter& p = params_.emplace_back();
+    p = {s.name, s.shape, param_buf_->f32() + offset, grad_buf_->f32() + offset,
+         s.no_decay};
+    p.working = mixed ? static_cast<char*>(working_buf_->data()) +
+                            offset * working_bytes
+                      : static_cast<void*>(p.value);
     offset += NumElements(s.shape);
   }
   return absl::OkStatus();
@@ -161,23 +179,34 @@ absl::Status GptModel::AllocateActivations() {
   const AttentionState attention = backend_->attention_state();
   const GptActivationSizes sizes = GptActivationFloats(config_, T, attention);
   const AttentionFloats att = AttentionBufferFloats(attention, B, T, NH);
+  const int64_t ab = DTypeBytes(backend_->activation_dtype());
   // In double first: absurd sizes must be refused, not wrap around.
-  const double bytes = 4.0 * B *
-                       (static_cast<double>(sizes.per_sequence) +
-                        static_cast<double>(sizes.grad_per_sequence));
+  const double bytes = B * sizes.Bytes(ab);
   if (bytes > 0x1p56) {
     return absl::ResourceExhaustedError(
         absl::StrCat("gpt: activations for a batch of ", B, " would take ",
                      bytes, " bytes"));
   }
-  ASSIGN_OR_RETURN(act_buf_, backend_->Allocate(B * sizes.per_sequence * 4));
+  ASSIGN_OR_RETURN(act_buf_, backend_->Allocate(B * sizes.per_sequence * ab));
   ASSIGN_OR_RETURN(grad_act_buf_,
-                   backend_->Allocate(B * sizes.grad_per_sequence * 4));
+                   backend_->Allocate(B * sizes.grad_per_sequence * ab));
+  ASSIGN_OR_RETURN(
+      stat_buf_,
+      backend_->Allocate(
+          B * (sizes.f32_per_sequence + sizes.f32_grad_per_sequence) * 4));
   ASSIGN_OR_RETURN(token_buf_, backend_->Allocate(2 * B * T * 4));
-  float* p = act_buf_->f32();
-  auto take = [&p](int64_t n) {
-    float* out = p;
-    p += n;
+  // Activations carved from act_buf_ (then grad_act_buf_), statistics
+  // from stat_buf_.
+  char* p = static_cast<char*>(act_buf_->data());
+  auto take = [&p, ab](int64_t n) {
+    void* out = p;
+    p += n * ab;
+    return out;
+  };
+  float* f = stat_buf_->f32();
+  auto take_f32 = [&f](int64_t n) {
+    float* out = f;
+    f += n;
     return out;
   };
   const int64_t btc = B * T * C, bt = B * T;
@@ -185,16 +214,16 @@ absl::Status GptModel::AllocateActivations() {
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     BlockActs a;
     a.ln1 = take(btc);
-    a.ln1_mean = take(bt);
-    a.ln1_rstd = take(bt);
+    a.ln1_mean = take_f32(bt);
+    a.ln1_rstd = take_f32(bt);
     a.qkv = take(3 * btc);
     a.atty = take(btc);
-    a.att = take(att.state);
+    a.att = take_f32(att.state);
     a.attproj = take(btc);
     a.res2 = take(btc);
     a.ln2 = take(btc);
-    a.ln2_mean = take(bt);
-    a.ln2_rstd = take(bt);
+    a.ln2_mean = take_f32(bt);
+    a.ln2_rstd = take_f32(bt);
     a.fch = take(4 * btc);
     a.fch_gelu = take(4 * btc);
     a.fcproj = take(btc);
@@ -202,18 +231,18 @@ absl::Status GptModel::AllocateActivations() {
     blocks_.push_back(a);
   }
   lnf_ = take(btc);
-  lnf_mean_ = take(bt);
-  lnf_rstd_ = take(bt);
+  lnf_mean_ = take_f32(bt);
+  lnf_rstd_ = take_f32(bt);
   logits_ = take(bt * V);
-  probs_ = take(bt * V);
-  losses_ = take(bt);
-  p = grad_act_buf_->f32();
+  probs_ = take_f32(bt * V);
+  losses_ = take_f32(bt);
+  p = static_cast<char*>(grad_act_buf_->data());
   dres_ = take(btc);
   dln_ = take(btc);
   dqkv_ = take(3 * btc);
   datty_ = take(btc);
   dfch_ = take(4 * btc);
-  datt_ = take(att.scratch);
+  datt_ = take_f32(att.scratch);
   dlogits_ = take(bt * V);
   tokens_ = token_buf_->i32();
   targets_ = tokens_ + bt;
@@ -236,6 +265,7 @@ absl::Status GptModel::InitializeParameters(Rng& rng) {
     }
     backend_->CopyToDevice(p.value, host.data(), p.size() * 4);
   }
+  working_current_ = false;
   return backend_->Synchronize();
 }
 
@@ -263,26 +293,23 @@ absl::Status GptModel::CheckBatch(const Batch& batch) const {
   return absl::OkStatus();
 }
 
-void GptModel::ForwardBlock(int64_t l, const float* residual) {
+void GptModel::ForwardBlock(int64_t l, const void* residual) {
   const int64_t B = last_b_, T = last_t_, C = config_.d_model;
   const int64_t BT = B * T;
   const BlockActs& a = blocks_[l];
   Backend& be = *backend_;
-  be.LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual,
-                      Block(l, kLn1W).value, Block(l, kLn1B).value, BT, C);
-  be.LinearForward(a.qkv, a.ln1, Block(l, kQkvW).value, Block(l, kQkvB).value,
-                   BT, C, 3 * C);
+  be.LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, W(l, kLn1W),
+                      W(l, kLn1B), BT, C);
+  be.LinearForward(a.qkv, a.ln1, W(l, kQkvW), W(l, kQkvB), BT, C, 3 * C);
   be.AttentionForward(a.atty, a.att, a.qkv, B, T, C, config_.n_head);
-  be.LinearForward(a.attproj, a.atty, Block(l, kProjW).value,
-                   Block(l, kProjB).value, BT, C, C);
+  be.LinearForward(a.attproj, a.atty, W(l, kProjW), W(l, kProjB), BT, C, C);
   be.Add(a.res2, residual, a.attproj, BT * C);
-  be.LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2,
-                      Block(l, kLn2W).value, Block(l, kLn2B).value, BT, C);
-  be.LinearForward(a.fch, a.ln2, Block(l, kFcW).value, Block(l, kFcB).value, BT,
-                   C, 4 * C);
+  be.LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(l, kLn2W),
+                      W(l, kLn2B), BT, C);
+  be.LinearForward(a.fch, a.ln2, W(l, kFcW), W(l, kFcB), BT, C, 4 * C);
   be.GeluForward(a.fch_gelu, a.fch, BT * 4 * C);
-  be.LinearForward(a.fcproj, a.fch_gelu, Block(l, kFcProjW).value,
-                   Block(l, kFcProjB).value, BT, 4 * C, C);
+  be.LinearForward(a.fcproj, a.fch_gelu, W(l, kFcProjW), W(l, kFcProjB), BT,
+                   4 * C, C);
   be.Add(a.res3, a.res2, a.fcproj, BT * C);
 }
 
@@ -293,19 +320,27 @@ absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
   last_b_ = B;
   last_t_ = T;
   Backend& be = *backend_;
+  if (!working_current_) {
+    // One cast over the contiguous masters; fp32 reads the masters.
+    if (working_buf_ != nullptr) {
+      be.CastToActivations(working_buf_->data(), param_buf_->f32(),
+                           param_buf_->bytes() / 4);
+    }
+    working_current_ = true;
+  }
   be.CopyToDevice(tokens_, batch.tokens.data(), BT * 4);
   be.CopyToDevice(targets_, batch.targets.data(), BT * 4);
-  be.EmbeddingForward(encoded_, tokens_, params_[0].value, params_[1].value, B,
-                      T, C);
-  const float* residual = encoded_;
+  be.EmbeddingForward(encoded_, tokens_, params_[0].working, params_[1].working,
+                      B, T, C);
+  const void* residual = encoded_;
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     ForwardBlock(l, residual);
     residual = blocks_[l].res3;
   }
   const size_t nf = params_.size();
   be.LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
-                      params_[nf - 2].value, params_[nf - 1].value, BT, C);
-  be.LinearForward(logits_, lnf_, params_[0].value, nullptr, BT, C, V);
+                      params_[nf - 2].working, params_[nf - 1].working, BT, C);
+  be.LinearForward(logits_, lnf_, params_[0].working, nullptr, BT, C, V);
   be.SoftmaxCrossEntropyForward(probs_, losses_, logits_, targets_, BT, V);
   std::vector<float> losses(BT);
   be.CopyToHost(losses.data(), losses_, BT * 4);
@@ -318,32 +353,30 @@ absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
   return stats;
 }
 
-void GptModel::BackwardBlock(int64_t l, const float* residual,
-                             float* dresidual) {
+void GptModel::BackwardBlock(int64_t l, const void* residual, void* dresidual) {
   const int64_t B = last_b_, T = last_t_, C = config_.d_model;
   const int64_t BT = B * T;
   const BlockActs& a = blocks_[l];
   Backend& be = *backend_;
   // res3 = res2 + fcproj: dresidual is the gradient of both.
   be.LinearBackward(dfch_, Block(l, kFcProjW).grad, Block(l, kFcProjB).grad,
-                    dresidual, a.fch_gelu, Block(l, kFcProjW).value, BT, 4 * C,
-                    C);
+                    dresidual, a.fch_gelu, W(l, kFcProjW), BT, 4 * C, C);
   be.GeluBackward(dfch_, a.fch, dfch_, BT * 4 * C);
   be.LinearBackward(dln_, Block(l, kFcW).grad, Block(l, kFcB).grad, dfch_,
-                    a.ln2, Block(l, kFcW).value, BT, C, 4 * C);
+                    a.ln2, W(l, kFcW), BT, C, 4 * C);
   be.LayerNormBackward(dresidual, Block(l, kLn2W).grad, Block(l, kLn2B).grad,
-                       dln_, a.res2, Block(l, kLn2W).value, a.ln2_mean,
-                       a.ln2_rstd, BT, C);
+                       dln_, a.res2, W(l, kLn2W), a.ln2_mean, a.ln2_rstd, BT,
+                       C);
   // res2 = residual + attproj.
   be.LinearBackward(datty_, Block(l, kProjW).grad, Block(l, kProjB).grad,
-                    dresidual, a.atty, Block(l, kProjW).value, BT, C, C);
+                    dresidual, a.atty, W(l, kProjW), BT, C, C);
   be.AttentionBackward(dqkv_, datt_, datty_, a.atty, a.qkv, a.att, B, T, C,
                        config_.n_head);
   be.LinearBackward(dln_, Block(l, kQkvW).grad, Block(l, kQkvB).grad, dqkv_,
-                    a.ln1, Block(l, kQkvW).value, BT, C, 3 * C);
+                    a.ln1, W(l, kQkvW), BT, C, 3 * C);
   be.LayerNormBackward(dresidual, Block(l, kLn1W).grad, Block(l, kLn1B).grad,
-                       dln_, residual, Block(l, kLn1W).value, a.ln1_mean,
-                       a.ln1_rstd, BT, C);
+                       dln_, residual, W(l, kLn1W), a.ln1_mean, a.ln1_rstd, BT,
+                       C);
 }
 
 void GptModel::Backward(float loss_scale) {
@@ -354,15 +387,17 @@ void GptModel::Backward(float loss_scale) {
   be.SoftmaxCrossEntropyBackward(dlogits_, probs_, targets_, loss_scale, BT, V);
   // The tied output projection adds its share to the token embedding's grad.
   be.LinearBackward(dln_, params_[0].grad, nullptr, dlogits_, lnf_,
-                    params_[0].value, BT, C, V);
-  be.Fill(dres_, BT * C, 0.f);
-  const float* last = config_.n_layer > 0 ? blocks_.back().res3 : encoded_;
+                    params_[0].working, BT, C, V);
+  be.FillActivations(dres_, BT * C, 0.f);
+  const void* last = config_.n_layer > 0 ? blocks_.back().res3 : encoded_;
   be.LayerNormBackward(dres_, params_[nf - 2].grad, params_[nf - 1].grad, dln_,
-                       last, params_[nf - 2].value, lnf_mean_, lnf_rstd_, BT,
+                       last, params_[nf - 2].working, lnf_mean_, lnf_rstd_, BT,
                        C);
+  GradientsFinal(nf - 2, nf);
   for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
-    const float* residual = l == 0 ? encoded_ : blocks_[l - 1].res3;
+    const void* residual = l == 0 ? encoded_ : blocks_[l - 1].res3;
     BackwardBlock(l, residual, dres_);
+    GradientsFinal(2 + 12 * l, 2 + 12 * (l + 1));
   }
   be.EmbeddingBackward(params_[0].grad, params_[1].grad, dres_, tokens_, B, T,
                        C);
@@ -375,7 +410,16 @@ void GptModel::ZeroGradients() {
 std::vector<float> GptModel::Logits(int64_t b, int64_t t) const {
   const int64_t V = config_.vocab_size;
   std::vector<float> out(V);
-  backend_->CopyToHost(out.data(), logits_ + (b * last_t_ + t) * V, V * 4);
+  const int64_t ab = DTypeBytes(backend_->activation_dtype());
+  const char* row =
+      static_cast<const char*>(logits_) + (b * last_t_ + t) * V * ab;
+  if (ab == 4) {
+    backend_->CopyToHost(out.data(), row, V * 4);
+  } else {
+    std::vector<uint16_t> bf(V);
+    backend_->CopyToHost(bf.data(), row, V * 2);
+    Bf16ToFloats(bf.data(), V, out.data());
+  }
   return out;
 }
 

@@ -35,13 +35,25 @@ struct GptConfig {
   int64_t vocab_size = 256;
 };
 
-// Floats the model allocates per sequence of `seq` tokens on a backend whose
-// attention keeps `attention` state: activations kept for the backward, and
-// the backward's scratch. The memory estimate and the model's allocation
-// share them.
+// Elements the model allocates per sequence of `seq` tokens on a backend
+// whose attention keeps `attention` state: activations kept for the
+// backward and the backward's scratch, each split into tensors stored in
+// the backend's activation dtype and tensors always fp32 (LayerNorm
+// statistics, attention state and scratch, probabilities, losses). The
+// memory estimate and the model's allocation share them.
 struct GptActivationSizes {
-  int64_t per_sequence = 0;       // forward activations kept for backward
-  int64_t grad_per_sequence = 0;  // backward scratch
+  int64_t per_sequence = 0;           // forward activations (activation dtype)
+  int64_t grad_per_sequence = 0;      // backward scratch (activation dtype)
+  int64_t f32_per_sequence = 0;       // forward statistics kept (fp32)
+  int64_t f32_grad_per_sequence = 0;  // backward scratch (fp32)
+  // Bytes per sequence when activations take `act_bytes` each.
+  double Bytes(int64_t act_bytes) const {
+    return static_cast<double>(act_bytes) *
+               (static_cast<double>(per_sequence) +
+                static_cast<double>(grad_per_sequence)) +
+           4.0 * (static_cast<double>(f32_per_sequence) +
+                  static_cast<double>(f32_grad_per_sequence));
+  }
 };
 GptActivationSizes GptActivationFloats(const GptConfig& config, int64_t seq,
                                        AttentionState attention);
@@ -85,6 +97,10 @@ class GptModel : public Model {
   const GptConfig& config() const { return config_; }
   // Logits of the last Forward at (sequence b, position t), on the host.
   std::vector<float> Logits(int64_t b, int64_t t) const;
+  // The refresh of each parameter's working copy from its master (bf16
+  // only) happens at the next Forward; the model does it by itself at its
+  // first. Call after writing masters later than that other than by AdamW.
+  void MarkMastersWritten() { working_current_ = false; }
 
  private:
   GptModel(const GptConfig& config, int64_t max_batch, Backend* backend)
@@ -96,27 +112,34 @@ class GptModel : public Model {
   const Parameter& Block(int64_t l, int i) const {
     return params_[2 + 12 * l + i];
   }
-  void ForwardBlock(int64_t l, const float* residual);
-  void BackwardBlock(int64_t l, const float* residual, float* dresidual);
+  void ForwardBlock(int64_t l, const void* residual);
+  void BackwardBlock(int64_t l, const void* residual, void* dresidual);
+  // Parameter i of block l as the ops read it (the working copy).
+  const void* W(int64_t l, int i) const { return Block(l, i).working; }
 
-  // Per-block activations, sized for max_batch_ x seq_len.
+  // Per-block activations, sized for max_batch_ x seq_len: void pointers in
+  // the backend's activation dtype, float pointers fp32 statistics.
   struct BlockActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
+    void *ln1, *qkv, *atty, *attproj, *res2;
+    void *ln2, *fch, *fch_gelu, *fcproj, *res3;
+    float *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
   };
 
   const GptConfig config_;
   const int64_t max_batch_;
   Backend* const backend_;
 
-  std::unique_ptr<DeviceBuffer> param_buf_, grad_buf_;
+  std::unique_ptr<DeviceBuffer> param_buf_, grad_buf_, working_buf_;
   std::vector<Parameter> params_;
-  std::unique_ptr<DeviceBuffer> act_buf_, grad_act_buf_, token_buf_;
-  float* encoded_ = nullptr;
+  bool working_current_ = false;  // working copies match the masters
+  std::unique_ptr<DeviceBuffer> act_buf_, grad_act_buf_, stat_buf_, token_buf_;
+  void* encoded_ = nullptr;
   std::vector<BlockActs> blocks_;
-  float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *probs_, *losses_;
+  void *lnf_, *logits_;
+  float *lnf_mean_, *lnf_rstd_, *probs_, *losses_;
   // Backward scratch.
-  float *dres_, *dln_, *dqkv_, *datty_, *dfch_, *datt_, *dlogits_;
+  void *dres_, *dln_, *dqkv_, *datty_, *dfch_, *dlogits_;
+  float* datt_;
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
 
   int64_t last_b_ = 0, last_t_ = 0;

@@ -34,9 +34,12 @@ int64_t GemmWorkspace(int64_t widest_n, int threads) {
              4);
 }
 
-MemoryEstimate Parameters(int64_t count, int64_t overhead) {
+// fp32 masters, gradients and moments; plus the working copy in bf16.
+MemoryEstimate Parameters(int64_t count, int64_t overhead, DType act) {
   MemoryEstimate m;
   m.weights = m.gradients = Mul(4, count);
+  if (act != DType::kF32)
+    m.weights = Add(m.weights, Mul(DTypeBytes(act), count));
   m.optimizer = Mul(8, count);
   m.overhead = overhead;
   return m;
@@ -49,14 +52,14 @@ int64_t Overhead(DeviceKind device) {
 }  // namespace
 
 MemoryEstimate EstimateGptMemory(const GptConfig& c, int64_t micro_batch,
-                                 int threads, DeviceKind device) {
+                                 int threads, DeviceKind device, DType act) {
   if (!ValidateGptConfig(c).ok()) {
     // Out of the engine's limits: the model's own sizes would overflow.
-    MemoryEstimate m = Parameters(kSaturated, Overhead(device));
+    MemoryEstimate m = Parameters(kSaturated, Overhead(device), act);
     m.activations = m.workspace = kSaturated;
     return m;
   }
-  MemoryEstimate m = Parameters(GptParameterCount(c), Overhead(device));
+  MemoryEstimate m = Parameters(GptParameterCount(c), Overhead(device), act);
   // The CUDA backend's flash attention keeps one log-sum-exp per query row
   // instead of the T x T probabilities (see AttentionState).
   const GptActivationSizes a = GptActivationFloats(
@@ -66,11 +69,9 @@ MemoryEstimate EstimateGptMemory(const GptConfig& c, int64_t micro_batch,
   // Activations, backward scratch, and the token and target ids; in double
   // and saturated, so a spec far beyond any device reads as huge rather
   // than wrapping around.
-  const double bytes = 4.0 *
-                       static_cast<double>(std::max<int64_t>(micro_batch, 0)) *
-                       (static_cast<double>(a.per_sequence) +
-                        static_cast<double>(a.grad_per_sequence) +
-                        2.0 * static_cast<double>(c.seq_len));
+  const double bytes =
+      static_cast<double>(std::max<int64_t>(micro_batch, 0)) *
+      (a.Bytes(DTypeBytes(act)) + 4.0 * 2.0 * static_cast<double>(c.seq_len));
   m.activations = bytes < 0x1p60 ? static_cast<int64_t>(bytes) : kSaturated;
   m.workspace =
       device == DeviceKind::kCuda
@@ -81,7 +82,7 @@ MemoryEstimate EstimateGptMemory(const GptConfig& c, int64_t micro_batch,
 }
 
 MemoryEstimate EstimateMlpMemory(const MlpConfig& c, int64_t micro_batch,
-                                 int threads, DeviceKind device) {
+                                 int threads, DeviceKind device, DType dtype) {
   int64_t params = 0, widest = c.num_classes, act = 0;
   int64_t in = c.input_dim;
   std::vector<int64_t> outs(c.hidden.begin(), c.hidden.end());
@@ -92,11 +93,12 @@ MemoryEstimate EstimateMlpMemory(const MlpConfig& c, int64_t micro_batch,
     widest = std::max({widest, in, out});
     in = out;
   }
-  MemoryEstimate m = Parameters(params, Overhead(device));
-  // Input, targets, layer outputs and gradients, probabilities, losses.
-  const int64_t per_example =
-      Add(Add(c.input_dim, 1), Add(act, Add(c.num_classes, 1)));
-  m.activations = Mul(Mul(micro_batch, per_example), 4);
+  MemoryEstimate m = Parameters(params, Overhead(device), dtype);
+  // Input, layer outputs and gradients in the activation dtype; targets,
+  // probabilities and losses 4 bytes each.
+  const int64_t per_example = Add(Mul(Add(c.input_dim, act), DTypeBytes(dtype)),
+                                  Mul(Add(1, Add(c.num_classes, 1)), 4));
+  m.activations = Mul(micro_batch, per_example);
   m.workspace = device == DeviceKind::kCuda ? kCudaWorkspaceBytes
                                             : GemmWorkspace(widest, threads);
   return m;

@@ -1,7 +1,10 @@
 // How many bytes of device memory a training job needs, computed from its
 // model and batch alone so the scheduler can pack jobs before they start:
-// weights, gradients and AdamW moments (fp32), the activations the model
-// keeps for one micro-batch (and the backward's scratch), GEMM workspace,
+// weights, gradients and AdamW moments (fp32; under bf16 mixed precision
+// weights also count the bf16 working copy), the activations the model
+// keeps for one micro-batch (and the backward's scratch; bf16 halves those
+// stored in the activation dtype, while LayerNorm statistics, attention
+// state, probabilities and losses stay fp32), GEMM workspace,
 // and a fixed overhead per process (runtime, code, loader buffers; on a GPU
 // the CUDA context). The first four are exactly what the models and the
 // optimizer allocate through Backend::Allocate; tests hold the estimate to
@@ -11,6 +14,7 @@
 
 #include <cstdint>
 
+#include "engine/core/backend.h"
 #include "engine/core/gpt.h"
 #include "engine/core/mlp.h"
 
@@ -45,10 +49,13 @@ inline constexpr int64_t kCudaWorkspaceBytes = int64_t{33} << 20;
 // config outside ValidateGptConfig's limits reads as saturated throughout,
 // so a config no spec would pass reads as too big for any device rather
 // than overflowing.
+// `activations` is the backend's activation dtype (the spec's precision).
 MemoryEstimate EstimateGptMemory(const GptConfig& config, int64_t micro_batch,
-                                 int threads, DeviceKind device);
+                                 int threads, DeviceKind device,
+                                 DType activations = DType::kF32);
 MemoryEstimate EstimateMlpMemory(const MlpConfig& config, int64_t micro_batch,
-                                 int threads, DeviceKind device);
+                                 int threads, DeviceKind device,
+                                 DType activations = DType::kF32);
 
 }  // namespace trainyard::engine
 

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/core/bf16.h"
 
 namespace trainyard::engine {
 
@@ -45,6 +46,10 @@ absl::Status MlpModel::AllocateBuffers() {
   }
   ASSIGN_OR_RETURN(param_buf_, backend_->Allocate(total * 4));
   ASSIGN_OR_RETURN(grad_buf_, backend_->Allocate(total * 4));
+  const int64_t ab = DTypeBytes(backend_->activation_dtype());
+  if (ab != 4) {
+    ASSIGN_OR_RETURN(working_buf_, backend_->Allocate(total * ab));
+  }
   int64_t offset = 0;
   for (int l = 0; l < num_layers(); ++l) {
     const int64_t in = widths_[l], out = widths_[l + 1];
@@ -62,10 +67,17 @@ absl::Status MlpModel::AllocateBuffers() {
                        /*is_bias=*/true});
     offset += out;
   }
-  ASSIGN_OR_RETURN(input_buf_, backend_->Allocate(max_batch_ * widths_[0] * 4));
+  for (Parameter& p : params_) {
+    p.working = working_buf_ == nullptr
+                    ? static_cast<void*>(p.value)
+                    : static_cast<char*>(working_buf_->data()) +
+                          (p.value - param_buf_->f32()) * ab;
+  }
+  ASSIGN_OR_RETURN(input_buf_,
+                   backend_->Allocate(max_batch_ * widths_[0] * ab));
   ASSIGN_OR_RETURN(target_buf_, backend_->Allocate(max_batch_ * 4));
   for (int l = 0; l < num_layers(); ++l) {
-    const int64_t bytes = max_batch_ * widths_[l + 1] * 4;
+    const int64_t bytes = max_batch_ * widths_[l + 1] * ab;
     ASSIGN_OR_RETURN(acts_.emplace_back(), backend_->Allocate(bytes));
     ASSIGN_OR_RETURN(dacts_.emplace_back(), backend_->Allocate(bytes));
   }
@@ -87,6 +99,7 @@ absl::Status MlpModel::InitializeParameters(Rng& rng) {
       backend_->CopyToDevice(p.value, host.data(), p.size() * 4);
     }
   }
+  working_current_ = false;
   return backend_->Synchronize();
 }
 
@@ -115,28 +128,39 @@ absl::Status MlpModel::CheckBatch(const Batch& batch) const {
   return absl::OkStatus();
 }
 
-const float* MlpModel::LayerInput(int l) const {
-  return l == 0 ? input_buf_->f32() : acts_[l - 1]->f32();
+const void* MlpModel::LayerInput(int l) const {
+  return l == 0 ? input_buf_->data() : acts_[l - 1]->data();
 }
 
 absl::StatusOr<ForwardStats> MlpModel::Forward(const Batch& batch) {
   RETURN_IF_ERROR(CheckBatch(batch));
   const int64_t b = batch.size;
   last_batch_ = b;
-  backend_->CopyToDevice(input_buf_->data(), batch.features.data(),
-                         b * widths_[0] * 4);
+  if (!working_current_ && working_buf_ != nullptr) {
+    backend_->CastToActivations(working_buf_->data(), param_buf_->f32(),
+                                param_buf_->bytes() / 4);
+  }
+  working_current_ = true;
+  if (working_buf_ == nullptr) {
+    backend_->CopyToDevice(input_buf_->data(), batch.features.data(),
+                           b * widths_[0] * 4);
+  } else {
+    std::vector<uint16_t> bf(b * widths_[0]);
+    FloatsToBf16(batch.features.data(), b * widths_[0], bf.data());
+    backend_->CopyToDevice(input_buf_->data(), bf.data(), bf.size() * 2);
+  }
   backend_->CopyToDevice(target_buf_->data(), batch.targets.data(), b * 4);
   for (int l = 0; l < num_layers(); ++l) {
-    float* out = acts_[l]->f32();
-    backend_->LinearForward(out, LayerInput(l), params_[2 * l].value,
-                            params_[2 * l + 1].value, b, widths_[l],
+    void* out = acts_[l]->data();
+    backend_->LinearForward(out, LayerInput(l), params_[2 * l].working,
+                            params_[2 * l + 1].working, b, widths_[l],
                             widths_[l + 1]);
     if (l + 1 < num_layers())
       backend_->ReluForward(out, out, b * widths_[l + 1]);
   }
   const int64_t classes = config_.num_classes;
   backend_->SoftmaxCrossEntropyForward(probs_buf_->f32(), loss_buf_->f32(),
-                                       acts_.back()->f32(), target_buf_->i32(),
+                                       acts_.back()->data(), target_buf_->i32(),
                                        b, classes);
   std::vector<float> losses(b), probs(b * classes);
   backend_->CopyToHost(losses.data(), loss_buf_->data(), b * 4);
@@ -159,19 +183,20 @@ absl::StatusOr<ForwardStats> MlpModel::Forward(const Batch& batch) {
 
 void MlpModel::Backward(float loss_scale) {
   const int64_t b = last_batch_;
-  float* dout = dacts_.back()->f32();
+  void* dout = dacts_.back()->data();
   backend_->SoftmaxCrossEntropyBackward(dout, probs_buf_->f32(),
                                         target_buf_->i32(), loss_scale, b,
                                         config_.num_classes);
   for (int l = num_layers() - 1; l >= 0; --l) {
-    float* dinp = l > 0 ? dacts_[l - 1]->f32() : nullptr;
+    void* dinp = l > 0 ? dacts_[l - 1]->data() : nullptr;
     backend_->LinearBackward(
-        dinp, params_[2 * l].grad, params_[2 * l + 1].grad, dacts_[l]->f32(),
-        LayerInput(l), params_[2 * l].value, b, widths_[l], widths_[l + 1]);
+        dinp, params_[2 * l].grad, params_[2 * l + 1].grad, dacts_[l]->data(),
+        LayerInput(l), params_[2 * l].working, b, widths_[l], widths_[l + 1]);
+    GradientsFinal(2 * l, 2 * l + 2);
     if (dinp != nullptr) {
       // The stored activation is the ReLU output; > 0 exactly where the
       // pre-activation was.
-      backend_->ReluBackward(dinp, dinp, acts_[l - 1]->f32(), b * widths_[l]);
+      backend_->ReluBackward(dinp, dinp, acts_[l - 1]->data(), b * widths_[l]);
     }
   }
 }

@@ -48,7 +48,8 @@ class MlpModel : public Model {
   absl::Status AllocateBuffers();
   int num_layers() const { return static_cast<int>(widths_.size()) - 1; }
   // Device pointer to the input of layer l ([batch, widths_[l]]).
-  const float* LayerInput(int l) const;
+  // Activation dtype.
+  const void* LayerInput(int l) const;
   absl::Status CheckBatch(const Batch& batch) const;
 
   const MlpConfig config_;
@@ -57,6 +58,11 @@ class MlpModel : public Model {
   std::vector<int64_t> widths_;  // input, hidden..., classes
 
   std::unique_ptr<DeviceBuffer> param_buf_, grad_buf_;
+  // bf16 only: the working copy of the weights (see Parameter::working).
+  std::unique_ptr<DeviceBuffer> working_buf_;
+  bool working_current_ = false;
+  // Inputs and layer outputs and their gradients are in the activation
+  // dtype; probabilities and losses fp32.
   std::unique_ptr<DeviceBuffer> input_buf_, target_buf_;
   std::vector<std::unique_ptr<DeviceBuffer>> acts_;   // per layer output
   std::vector<std::unique_ptr<DeviceBuffer>> dacts_;  // their gradients

@@ -7,8 +7,11 @@
 #ifndef TRAINYARD_ENGINE_CORE_MODEL_H_
 #define TRAINYARD_ENGINE_CORE_MODEL_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,11 +27,16 @@ namespace trainyard::engine {
 struct Parameter {
   std::string name;  // e.g. "fc0.weight"; also the checkpoint tensor name
   Shape shape;
-  float* value = nullptr;
-  float* grad = nullptr;
+  float* value = nullptr;  // fp32 master
+  float* grad = nullptr;   // fp32
   // Biases, norm gains and embeddings skip weight decay unless configured
   // (AdamWConfig::decay_biases).
   bool is_bias = false;
+  // What the ops read, in the backend's activation dtype: `value` itself
+  // in fp32; in bf16 a rounded copy, which AdamW rewrites with each update
+  // and the model refreshes from `value` at its first Forward (so weights
+  // written before then, by init, import or resume, reach it).
+  void* working = nullptr;
   int64_t size() const { return NumElements(shape); }
 };
 
@@ -65,6 +73,25 @@ class Model {
     for (const Parameter& p : parameters()) n += p.size();
     return n;
   }
+
+  // Backward calls `fn(begin, end)` once the gradients of parameters
+  // [begin, end) are final for this pass (their last op is queued on the
+  // backend), so data-parallel training can start summing them across
+  // ranks while backward goes on. Models call it from the last parameter
+  // towards the first, as backward reaches them. Calling it is an
+  // optimisation: every gradient counts as final once Backward returns.
+  // Null (the default): no calls.
+  void set_gradients_final_callback(std::function<void(size_t, size_t)> fn) {
+    gradients_final_ = std::move(fn);
+  }
+
+ protected:
+  void GradientsFinal(size_t begin, size_t end) const {
+    if (gradients_final_) gradients_final_(begin, end);
+  }
+
+ private:
+  std::function<void(size_t, size_t)> gradients_final_;
 };
 
 }  // namespace trainyard::engine

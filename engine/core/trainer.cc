@@ -14,6 +14,10 @@
 namespace trainyard::engine {
 namespace {
 
+// What a data-parallel step sums besides the gradients: loss sum, examples,
+// tokens, samples and the stop flag.
+constexpr int64_t kFigures = 5;
+
 absl::Status CheckConfig(const TrainerConfig& c) {
   auto bad = [](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("trainer: ", what));
@@ -32,6 +36,9 @@ absl::Status CheckConfig(const TrainerConfig& c) {
   }
   if (c.checkpoint.every_steps < 0 || c.checkpoint.keep_last < 1) {
     return bad("checkpoint every_steps must be >= 0 and keep_last >= 1");
+  }
+  if (c.allreduce_bucket_bytes < 0) {
+    return bad("allreduce_bucket_bytes must be >= 0");
   }
   return absl::OkStatus();
 }
@@ -85,6 +92,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                                          sink, clock, collective));
   ASSIGN_OR_RETURN(t->optimizer_, AdamW::Create(config.optimizer,
                                                 &model->parameters(), backend));
+  if (t->world_size() > 1) {
+    t->gradient_sum_ = std::make_unique<OverlappedGradientSum>(
+        PlanGradientBuckets(model->parameters(),
+                            config.allreduce_bucket_bytes / 4),
+        model->parameters().size(), collective);
+    ASSIGN_OR_RETURN(t->figures_, backend->Allocate(kFigures * 4));
+  }
   RETURN_IF_ERROR(model->InitializeParameters(t->rng_));
   return t;
 }
@@ -198,21 +212,38 @@ absl::StatusOr<Batch> Trainer::NextMicroBatch() {
                     config_.micro_batch);
 }
 
+void Trainer::Backward(float loss_scale, bool last_micro_batch) {
+  if (gradient_sum_ == nullptr || !last_micro_batch) {
+    model_->Backward(loss_scale);
+    return;
+  }
+  gradient_sum_->Begin();
+  model_->set_gradients_final_callback([this](size_t begin, size_t end) {
+    gradient_sum_->MarkFinal(begin, end);
+  });
+  model_->Backward(loss_scale);
+  model_->set_gradients_final_callback(nullptr);
+}
+
 absl::Status Trainer::ReduceStep(ForwardStats* step, int64_t* samples) {
   // Loss figures ride along with the gradients, and so does this rank's
   // wish to stop, so agreeing costs no extra round trip.
   const bool wants_stop = stop_ != nullptr && stop_->load();
-  float figures[5] = {static_cast<float>(step->loss_sum),
-                      static_cast<float>(step->examples),
-                      static_cast<float>(step->tokens),
-                      static_cast<float>(*samples), wants_stop ? 1.0f : 0.0f};
-  std::vector<FloatSpan> spans;
-  for (const Parameter& p : model_->parameters()) {
-    spans.push_back({p.grad, p.size()});
+  float figures[kFigures] = {
+      static_cast<float>(step->loss_sum), static_cast<float>(step->examples),
+      static_cast<float>(step->tokens), static_cast<float>(*samples),
+      wants_stop ? 1.0f : 0.0f};
+  backend_->CopyToDevice(figures_->data(), figures, sizeof(figures));
+  // Every started bucket is waited for, even when a later one fails: the
+  // collective must not touch the gradients once this returns.
+  if (absl::Status s = gradient_sum_->Finish({{figures_->f32(), kFigures}});
+      !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("step ", step_ + 1, ": summing gradients over ",
+                               world_size(), " ranks: ", s.message()));
   }
-  spans.push_back({figures, 5});
+  backend_->CopyToHost(figures, figures_->data(), sizeof(figures));
   RETURN_IF_ERROR(backend_->Synchronize());
-  RETURN_IF_ERROR(collective_->AllReduceSum(spans));
   step->loss_sum = figures[0];
   step->examples = static_cast<int64_t>(figures[1]);
   step->tokens = static_cast<int64_t>(figures[2]);
@@ -232,8 +263,9 @@ absl::Status Trainer::Advance() {
     ASSIGN_OR_RETURN(ForwardStats stats, model_->Forward(batch));
     // The step's loss is the mean over all its loss terms (examples, or
     // predicted tokens for language models) on all ranks.
-    model_->Backward(
-        1.0f / static_cast<float>(stats.examples * config_.grad_accum * world));
+    Backward(
+        1.0f / static_cast<float>(stats.examples * config_.grad_accum * world),
+        micro + 1 == config_.grad_accum);
     step.loss_sum += stats.loss_sum;
     step.examples += stats.examples;
     step.tokens += stats.tokens;

@@ -15,6 +15,12 @@
 // ranks resume from the same checkpoint. A stop request is agreed on with
 // the next step's sums, so every rank stops after the same step.
 //
+// The gradient sums overlap the last backward of each step: the gradients
+// go in buckets (gradient_buckets.h), each started as soon as backward has
+// finished it; the step's figures follow the last bucket. Bucketing never
+// changes the result: every element is summed the same way however the
+// elements are grouped.
+//
 // Thread-safety: not thread-safe; one thread drives a Trainer (the
 // BatchSource may prefetch on its own thread behind the scenes).
 #ifndef TRAINYARD_ENGINE_CORE_TRAINER_H_
@@ -35,6 +41,7 @@
 #include "engine/core/batch.h"
 #include "engine/core/checkpoint.h"
 #include "engine/core/collective.h"
+#include "engine/core/gradient_buckets.h"
 #include "engine/core/lr_schedule.h"
 #include "engine/core/model.h"
 #include "engine/core/rng.h"
@@ -63,6 +70,10 @@ struct TrainerConfig {
   int64_t eval_max_batches = 0;  // 0: the whole eval set
   CheckpointPolicy checkpoint;
   uint64_t seed = 0;
+  // Data parallel: gradients are summed across ranks in buckets of about
+  // this many bytes, each started while backward computes the layers before
+  // it. 0: one all-reduce of everything after backward (no overlap).
+  int64_t allreduce_bucket_bytes = int64_t{25} << 20;
   // Identifies the job's configuration; a checkpoint with a different one is
   // refused on resume.
   std::string fingerprint;
@@ -129,7 +140,10 @@ class Trainer {
           Clock* clock, Collective* collective);
   // This rank's share of a global micro-batch.
   absl::StatusOr<Batch> NextMicroBatch();
-  // Sums the gradients and the step's figures over the ranks.
+  // One micro-batch's backward; the last of a data-parallel step starts
+  // the gradient buckets as backward finishes them.
+  void Backward(float loss_scale, bool last_micro_batch);
+  // Sums the remaining gradients and the step's figures over the ranks.
   absl::Status ReduceStep(ForwardStats* step, int64_t* samples);
   void Emit(const TrainerEvent& event) {
     if (leader()) sink_->Emit(event);
@@ -152,6 +166,10 @@ class Trainer {
   bool agreed_stop_ = false;  // some rank asked to stop (several ranks)
   std::unique_ptr<AdamW> optimizer_;
   Rng rng_;
+  // Several ranks only: the bucketed sums, and device room for the step's
+  // figures (the collective works on the backend's memory).
+  std::unique_ptr<OverlappedGradientSum> gradient_sum_;
+  std::unique_ptr<DeviceBuffer> figures_;
 
   int64_t step_ = 0;
   DataCursor cursor_;

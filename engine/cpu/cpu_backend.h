@@ -1,8 +1,13 @@
 // CpuBackend: the fp32 reference implementation of Backend, the oracle the
-// CUDA backend is checked against. Plain loops and our own blocked GEMM,
-// parallelized over `threads` with a ThreadPool. Every op splits work only
-// along outputs and sums in a fixed order, so results are bitwise identical
-// for any thread count.
+// CUDA backend is checked against. It also runs bf16 mixed precision
+// (CpuBackendOptions::activation_dtype): activations and working weights
+// stored as bf16, each op widening its bf16 inputs to fp32, running the
+// fp32 op, and rounding its outputs to nearest even once
+// (activation_ops.cc). That is slow but exercises the bf16 plumbing of the
+// models, trainer, checkpoints and memory estimate without a GPU. Plain loops
+// and our own blocked GEMM, parallelized over `threads` with a ThreadPool.
+// Every op splits work only along outputs and sums in a fixed order, so results
+// are bitwise identical for any thread count.
 //
 // Thread-safety: as Backend (one training loop at a time).
 #ifndef TRAINYARD_ENGINE_CPU_CPU_BACKEND_H_
@@ -22,6 +27,8 @@ struct CpuBackendOptions {
   int threads = 1;
   // Allocation cap; 0 = unlimited. Beyond it Allocate is RESOURCE_EXHAUSTED.
   int64_t memory_limit_bytes = 0;
+  // fp32, or bf16 mixed precision (see above).
+  DType activation_dtype = DType::kF32;
 };
 
 class CpuBackend : public Backend {
@@ -43,54 +50,101 @@ class CpuBackend : public Backend {
   void Fill(float* x, int64_t n, float value) override;
   void Scale(float* x, int64_t n, float s) override;
   double SumSquares(const float* x, int64_t n) override;
+
+  // ---- The fp32 ops, every pointer fp32: the reference itself.
   void LinearForward(float* out, const float* inp, const float* weight,
                      const float* bias, int64_t batch, int64_t in,
-                     int64_t out_features) override;
+                     int64_t out_features);
   void LinearBackward(float* dinp, float* dweight, float* dbias,
                       const float* dout, const float* inp, const float* weight,
-                      int64_t batch, int64_t in, int64_t out_features) override;
-  void ReluForward(float* out, const float* x, int64_t n) override;
-  void ReluBackward(float* dx, const float* dout, const float* out,
-                    int64_t n) override;
+                      int64_t batch, int64_t in, int64_t out_features);
+  void ReluForward(float* out, const float* x, int64_t n);
+  void ReluBackward(float* dx, const float* dout, const float* out, int64_t n);
   void SoftmaxCrossEntropyForward(float* probs, float* losses,
                                   const float* logits, const int32_t* targets,
-                                  int64_t batch, int64_t classes) override;
+                                  int64_t batch, int64_t classes);
   int64_t CountArgmaxHits(const float* logits, const int32_t* targets,
-                          int64_t rows, int64_t classes) override;
+                          int64_t rows, int64_t classes);
   void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
                                    const int32_t* targets, float scale,
-                                   int64_t batch, int64_t classes) override;
+                                   int64_t batch, int64_t classes);
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
-             const AdamWUpdate& update) override;
+             const AdamWUpdate& update);
 
   // GPT ops; each family in its own file (embedding.cc, layernorm.cc,
   // gelu.cc, attention.cc).
-  void Add(float* out, const float* a, const float* b, int64_t n) override;
+  void Add(float* out, const float* a, const float* b, int64_t n);
   void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
                         const float* wpe, int64_t batch, int64_t seq,
-                        int64_t channels) override;
+                        int64_t channels);
   void EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
                          const int32_t* tokens, int64_t batch, int64_t seq,
-                         int64_t channels) override;
+                         int64_t channels);
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                         const float* weight, const float* bias, int64_t rows,
-                        int64_t channels) override;
+                        int64_t channels);
   void LayerNormBackward(float* dinp, float* dweight, float* dbias,
                          const float* dout, const float* inp,
                          const float* weight, const float* mean,
-                         const float* rstd, int64_t rows,
-                         int64_t channels) override;
-  void GeluForward(float* out, const float* x, int64_t n) override;
-  void GeluBackward(float* dx, const float* x, const float* dout,
-                    int64_t n) override;
+                         const float* rstd, int64_t rows, int64_t channels);
+  void GeluForward(float* out, const float* x, int64_t n);
+  void GeluBackward(float* dx, const float* x, const float* dout, int64_t n);
   // Keeps the probabilities: the backward is three plain matrix products.
   AttentionState attention_state() const override {
     return AttentionState::kProbabilities;
   }
   void AttentionForward(float* out, float* att, const float* qkv, int64_t batch,
-                        int64_t seq, int64_t channels, int64_t heads) override;
+                        int64_t seq, int64_t channels, int64_t heads);
   void AttentionBackward(float* dqkv, float* scratch, const float* dout,
                          const float* out, const float* qkv, const float* att,
+                         int64_t batch, int64_t seq, int64_t channels,
+                         int64_t heads);
+
+  // ---- Backend overrides (activation_ops.cc): in fp32 they cast and call
+  // the fp32 ops above, unchanged; in bf16 they widen, call, and round.
+  DType activation_dtype() const override { return options_.activation_dtype; }
+  void FillActivations(void* x, int64_t n, float value) override;
+  void CastToActivations(void* dst, const float* src, int64_t n) override;
+  void LinearForward(void* out, const void* inp, const void* weight,
+                     const void* bias, int64_t batch, int64_t in,
+                     int64_t out_features) override;
+  void LinearBackward(void* dinp, float* dweight, float* dbias,
+                      const void* dout, const void* inp, const void* weight,
+                      int64_t batch, int64_t in, int64_t out_features) override;
+  void ReluForward(void* out, const void* x, int64_t n) override;
+  void ReluBackward(void* dx, const void* dout, const void* out,
+                    int64_t n) override;
+  void SoftmaxCrossEntropyForward(float* probs, float* losses,
+                                  const void* logits, const int32_t* targets,
+                                  int64_t batch, int64_t classes) override;
+  int64_t CountArgmaxHits(const void* logits, const int32_t* targets,
+                          int64_t rows, int64_t classes) override;
+  void SoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
+                                   const int32_t* targets, float scale,
+                                   int64_t batch, int64_t classes) override;
+  void AdamW(float* param, const float* grad, float* m, float* v, void* working,
+             int64_t n, const AdamWUpdate& update) override;
+  void Add(void* out, const void* a, const void* b, int64_t n) override;
+  void EmbeddingForward(void* out, const int32_t* tokens, const void* wte,
+                        const void* wpe, int64_t batch, int64_t seq,
+                        int64_t channels) override;
+  void EmbeddingBackward(float* dwte, float* dwpe, const void* dout,
+                         const int32_t* tokens, int64_t batch, int64_t seq,
+                         int64_t channels) override;
+  void LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
+                        const void* weight, const void* bias, int64_t rows,
+                        int64_t channels) override;
+  void LayerNormBackward(void* dinp, float* dweight, float* dbias,
+                         const void* dout, const void* inp, const void* weight,
+                         const float* mean, const float* rstd, int64_t rows,
+                         int64_t channels) override;
+  void GeluForward(void* out, const void* x, int64_t n) override;
+  void GeluBackward(void* dx, const void* x, const void* dout,
+                    int64_t n) override;
+  void AttentionForward(void* out, float* att, const void* qkv, int64_t batch,
+                        int64_t seq, int64_t channels, int64_t heads) override;
+  void AttentionBackward(void* dqkv, float* scratch, const void* dout,
+                         const void* out, const void* qkv, const float* att,
                          int64_t batch, int64_t seq, int64_t channels,
                          int64_t heads) override;
 
@@ -106,6 +160,8 @@ class CpuBackend : public Backend {
                 const std::function<void(int64_t, int64_t)>& fn);
 
   const CpuBackendOptions options_;
+  bool bf16() const { return options_.activation_dtype == DType::kBF16; }
+
   ThreadPool pool_;
   int64_t allocated_bytes_ = 0;
   int64_t peak_bytes_ = 0;

@@ -20,8 +20,11 @@ struct AdamWStep {
 //   g = grad * grad_scale
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   p -= lr * (m / bc1 / (sqrt(v / bc2) + eps) + weight_decay * p)
+// When `working_bf16` is not null, the updated parameter is also stored
+// there, rounded to bf16 (to nearest even): the working copy the ops read.
 cudaError_t LaunchAdamW(float* param, const float* grad, float* m, float* v,
-                        int64_t n, const AdamWStep& step, cudaStream_t stream);
+                        void* working_bf16, int64_t n, const AdamWStep& step,
+                        cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

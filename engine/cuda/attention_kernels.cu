@@ -1,4 +1,6 @@
-// Causal multi-head attention, flash-attention style, in fp32: no T x T
+// Causal multi-head attention, flash-attention style, with fp32 math
+// whatever the activations are stored as (fp32 or bf16: q, k, v, out and
+// their gradients are read through Ld and stored through St): no T x T
 // matrix is ever stored; the forward saves one log-sum-exp per query row,
 // and the backward recomputes each probability from it.
 //
@@ -24,6 +26,7 @@
 // stay in registers; smaller heads run masked.
 #include <cmath>
 
+#include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_kernels.h"
 
 namespace trainyard::engine::cuda {
@@ -38,35 +41,36 @@ struct HeadGeometry {
   float scale;
 };
 
+template <typename T>
 struct HeadView {
-  const float* q;  // row t at q + t * row; k and v follow at + C, + 2C
-  int64_t row;     // 3C
-  int64_t out;     // offset of position 0 of this head in [B, T, C]
-  int64_t lse;     // offset of position 0 of this head in [B, NH, T]
+  const T* q;   // row t at q + t * row; k and v follow at + C, + 2C
+  int64_t row;  // 3C
+  int64_t out;  // offset of position 0 of this head in [B, T, C]
+  int64_t lse;  // offset of position 0 of this head in [B, NH, T]
 };
 
-__device__ __forceinline__ HeadView ViewOf(const float* qkv,
-                                           const HeadGeometry& g) {
+template <typename T>
+__device__ __forceinline__ HeadView<T> ViewOf(const T* qkv,
+                                              const HeadGeometry& g) {
   const int64_t bh = blockIdx.x, b = bh / g.heads, h = bh % g.heads;
   const int64_t row = 3 * g.channels;
   return {qkv + b * g.seq * row + h * g.head_size, row,
           b * g.seq * g.channels + h * g.head_size, bh * g.seq};
 }
 
-template <int kD, int kThreads>
+template <typename T, int kD, int kThreads>
 __global__ void __launch_bounds__(kThreads)
-    AttentionForwardKernel(float* out, float* lse, const float* qkv,
-                           HeadGeometry g) {
+    AttentionForwardKernel(T* out, float* lse, const T* qkv, HeadGeometry g) {
   const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (i >= g.seq) return;
-  const HeadView h = ViewOf(qkv, g);
+  const HeadView<T> h = ViewOf(qkv, g);
   const int t = threadIdx.x, hs = g.head_size;
   __shared__ float own_q[kD][kThreads];
   __shared__ float scores[kKeyTile][kThreads];
   float acc[kD];
 #pragma unroll
   for (int d = 0; d < kD; ++d) {
-    if (d < hs) own_q[d][t] = h.q[i * h.row + d];
+    if (d < hs) own_q[d][t] = Ld(h.q + i * h.row + d);
     acc[d] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
@@ -74,11 +78,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t j1 = j0 + kKeyTile < i + 1 ? j0 + kKeyTile : i + 1;
     float tile_max = -INFINITY;
     for (int64_t j = j0; j < j1; ++j) {
-      const float* k = h.q + j * h.row + g.channels;
+      const T* k = h.q + j * h.row + g.channels;
       float dot = 0.f;
 #pragma unroll
       for (int d = 0; d < kD; ++d) {
-        if (d < hs) dot += own_q[d][t] * k[d];
+        if (d < hs) dot += own_q[d][t] * Ld(k + d);
       }
       const float s = dot * g.scale;
       scores[j - j0][t] = s;
@@ -92,84 +96,83 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t j = j0; j < j1; ++j) {
       const float p = expf(scores[j - j0][t] - m_new);
       l += p;
-      const float* v = h.q + j * h.row + 2 * g.channels;
+      const T* v = h.q + j * h.row + 2 * g.channels;
 #pragma unroll
       for (int d = 0; d < kD; ++d) {
-        if (d < hs) acc[d] += p * v[d];
+        if (d < hs) acc[d] += p * Ld(v + d);
       }
     }
     m = m_new;
   }
-  float* o = out + h.out + i * g.channels;
+  T* o = out + h.out + i * g.channels;
   const float inv = 1.f / l;
 #pragma unroll
   for (int d = 0; d < kD; ++d) {
-    if (d < hs) o[d] = acc[d] * inv;
+    if (d < hs) St(o + d, acc[d] * inv);
   }
   lse[h.lse + i] = m + logf(l);
 }
 
 // dq for query i; also stores D_i = dout_i . out_i for the key kernel.
-template <int kD, int kThreads>
+template <typename T, int kD, int kThreads>
 __global__ void __launch_bounds__(kThreads)
-    AttentionQueryGradKernel(float* dqkv, float* delta, const float* dout,
-                             const float* out, const float* qkv,
-                             const float* lse, HeadGeometry g) {
+    AttentionQueryGradKernel(T* dqkv, float* delta, const T* dout, const T* out,
+                             const T* qkv, const float* lse, HeadGeometry g) {
   const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (i >= g.seq) return;
-  const HeadView h = ViewOf(qkv, g);
+  const HeadView<T> h = ViewOf(qkv, g);
   const int t = threadIdx.x, hs = g.head_size;
   __shared__ float own_q[kD][kThreads];
   __shared__ float own_dout[kD][kThreads];
-  const float* dout_i = dout + h.out + i * g.channels;
-  const float* out_i = out + h.out + i * g.channels;
+  const T* dout_i = dout + h.out + i * g.channels;
+  const T* out_i = out + h.out + i * g.channels;
   float dq[kD];
   float delta_i = 0.f;
 #pragma unroll
   for (int d = 0; d < kD; ++d) {
     if (d < hs) {
-      own_q[d][t] = h.q[i * h.row + d];
-      own_dout[d][t] = dout_i[d];
-      delta_i += dout_i[d] * out_i[d];
+      own_q[d][t] = Ld(h.q + i * h.row + d);
+      own_dout[d][t] = Ld(dout_i + d);
+      delta_i += Ld(dout_i + d) * Ld(out_i + d);
     }
     dq[d] = 0.f;
   }
   delta[h.lse + i] = delta_i;
   const float lse_i = lse[h.lse + i];
   for (int64_t j = 0; j <= i; ++j) {
-    const float* k = h.q + j * h.row + g.channels;
-    const float* v = k + g.channels;
+    const T* k = h.q + j * h.row + g.channels;
+    const T* v = k + g.channels;
     float qk = 0.f, dov = 0.f;
 #pragma unroll
     for (int d = 0; d < kD; ++d) {
       if (d < hs) {
-        qk += own_q[d][t] * k[d];
-        dov += own_dout[d][t] * v[d];
+        qk += own_q[d][t] * Ld(k + d);
+        dov += own_dout[d][t] * Ld(v + d);
       }
     }
     const float p = expf(qk * g.scale - lse_i);
     const float ds = p * (dov - delta_i);
 #pragma unroll
     for (int d = 0; d < kD; ++d) {
-      if (d < hs) dq[d] += ds * k[d];
+      if (d < hs) dq[d] += ds * Ld(k + d);
     }
   }
-  float* dq_i = dqkv + (h.q - qkv) + i * h.row;
+  T* dq_i = dqkv + (h.q - qkv) + i * h.row;
 #pragma unroll
   for (int d = 0; d < kD; ++d) {
-    if (d < hs) dq_i[d] = dq[d] * g.scale;
+    if (d < hs) St(dq_i + d, dq[d] * g.scale);
   }
 }
 
 // dk and dv for key j. REQUIRES: the query kernel has written delta.
-template <int kD, int kThreads>
+template <typename T, int kD, int kThreads>
 __global__ void __launch_bounds__(kThreads)
-    AttentionKeyValueGradKernel(float* dqkv, const float* delta,
-                                const float* dout, const float* qkv,
-                                const float* lse, HeadGeometry g) {
+    AttentionKeyValueGradKernel(T* dqkv, const float* delta, const T* dout,
+                                const T* qkv, const float* lse,
+                                HeadGeometry g) {
   const int64_t j = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (j >= g.seq) return;
-  const HeadView h = ViewOf(qkv, g);
+  const HeadView<T> h = ViewOf(qkv, g);
   const int t = threadIdx.x, hs = g.head_size;
   __shared__ float own_k[kD][kThreads];
   __shared__ float own_v[kD][kThreads];
@@ -177,8 +180,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int d = 0; d < kD; ++d) {
     if (d < hs) {
-      own_k[d][t] = h.q[j * h.row + g.channels + d];
-      own_v[d][t] = h.q[j * h.row + 2 * g.channels + d];
+      own_k[d][t] = Ld(h.q + j * h.row + g.channels + d);
+      own_v[d][t] = Ld(h.q + j * h.row + 2 * g.channels + d);
     }
     dk[d] = 0.f;
     dv[d] = 0.f;
@@ -188,14 +191,14 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t first = j - (t % 32);
   for (int64_t i = first; i < g.seq; ++i) {
     if (i < j) continue;  // query i does not see the later key j
-    const float* q = h.q + i * h.row;
-    const float* dout_i = dout + h.out + i * g.channels;
+    const T* q = h.q + i * h.row;
+    const T* dout_i = dout + h.out + i * g.channels;
     float qk = 0.f, dov = 0.f;
 #pragma unroll
     for (int d = 0; d < kD; ++d) {
       if (d < hs) {
-        qk += q[d] * own_k[d][t];
-        dov += dout_i[d] * own_v[d][t];
+        qk += Ld(q + d) * own_k[d][t];
+        dov += Ld(dout_i + d) * own_v[d][t];
       }
     }
     const float p = expf(qk * g.scale - lse[h.lse + i]);
@@ -203,18 +206,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int d = 0; d < kD; ++d) {
       if (d < hs) {
-        dv[d] += p * dout_i[d];
-        dk[d] += ds * q[d];
+        dv[d] += p * Ld(dout_i + d);
+        dk[d] += ds * Ld(q + d);
       }
     }
   }
-  float* dk_j = dqkv + (h.q - qkv) + j * h.row + g.channels;
-  float* dv_j = dk_j + g.channels;
+  T* dk_j = dqkv + (h.q - qkv) + j * h.row + g.channels;
+  T* dv_j = dk_j + g.channels;
 #pragma unroll
   for (int d = 0; d < kD; ++d) {
     if (d < hs) {
-      dk_j[d] = dk[d] * g.scale;
-      dv_j[d] = dv[d];
+      St(dk_j + d, dk[d] * g.scale);
+      St(dv_j + d, dv[d]);
     }
   }
 }
@@ -235,30 +238,29 @@ bool GridFor(const HeadGeometry& g, int64_t batch, dim3* grid) {
   return true;
 }
 
-template <int kD>
-cudaError_t Forward(float* out, float* lse, const float* qkv,
-                    const HeadGeometry& g, int64_t batch, cudaStream_t stream) {
+template <int kD, typename T>
+cudaError_t Forward(T* out, float* lse, const T* qkv, const HeadGeometry& g,
+                    int64_t batch, cudaStream_t stream) {
   dim3 grid;
   if (!GridFor<kD>(g, batch, &grid)) return cudaErrorInvalidValue;
   constexpr int kThreads = ThreadsFor<kD>();
-  AttentionForwardKernel<kD, kThreads>
+  AttentionForwardKernel<T, kD, kThreads>
       <<<grid, kThreads, 0, stream>>>(out, lse, qkv, g);
   return cudaGetLastError();
 }
 
-template <int kD>
-cudaError_t Backward(float* dqkv, float* delta, const float* dout,
-                     const float* out, const float* qkv, const float* lse,
-                     const HeadGeometry& g, int64_t batch,
-                     cudaStream_t stream) {
+template <int kD, typename T>
+cudaError_t Backward(T* dqkv, float* delta, const T* dout, const T* out,
+                     const T* qkv, const float* lse, const HeadGeometry& g,
+                     int64_t batch, cudaStream_t stream) {
   dim3 grid;
   if (!GridFor<kD>(g, batch, &grid)) return cudaErrorInvalidValue;
   constexpr int kThreads = ThreadsFor<kD>();
-  AttentionQueryGradKernel<kD, kThreads>
+  AttentionQueryGradKernel<T, kD, kThreads>
       <<<grid, kThreads, 0, stream>>>(dqkv, delta, dout, out, qkv, lse, g);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  AttentionKeyValueGradKernel<kD, kThreads>
+  AttentionKeyValueGradKernel<T, kD, kThreads>
       <<<grid, kThreads, 0, stream>>>(dqkv, delta, dout, qkv, lse, g);
   return cudaGetLastError();
 }
@@ -273,28 +275,20 @@ bool MakeGeometry(int64_t seq, int64_t channels, int64_t heads,
   return true;
 }
 
-}  // namespace
-
-cudaError_t LaunchAttentionForward(float* out, float* lse, const float* qkv,
-                                   int64_t batch, int64_t seq, int64_t channels,
-                                   int64_t heads, cudaStream_t stream) {
-  if (batch <= 0 || seq <= 0) return cudaSuccess;
-  HeadGeometry g;
-  if (!MakeGeometry(seq, channels, heads, &g)) return cudaErrorInvalidValue;
+template <typename T>
+cudaError_t ForwardAnyHead(T* out, float* lse, const T* qkv,
+                           const HeadGeometry& g, int64_t batch,
+                           cudaStream_t stream) {
   if (g.head_size <= 32) return Forward<32>(out, lse, qkv, g, batch, stream);
   if (g.head_size <= 64) return Forward<64>(out, lse, qkv, g, batch, stream);
   return Forward<128>(out, lse, qkv, g, batch, stream);
 }
 
-cudaError_t LaunchAttentionBackward(float* dqkv, float* delta,
-                                    const float* dout, const float* out,
-                                    const float* qkv, const float* lse,
-                                    int64_t batch, int64_t seq,
-                                    int64_t channels, int64_t heads,
-                                    cudaStream_t stream) {
-  if (batch <= 0 || seq <= 0) return cudaSuccess;
-  HeadGeometry g;
-  if (!MakeGeometry(seq, channels, heads, &g)) return cudaErrorInvalidValue;
+template <typename T>
+cudaError_t BackwardAnyHead(T* dqkv, float* delta, const T* dout, const T* out,
+                            const T* qkv, const float* lse,
+                            const HeadGeometry& g, int64_t batch,
+                            cudaStream_t stream) {
   if (g.head_size <= 32) {
     return Backward<32>(dqkv, delta, dout, out, qkv, lse, g, batch, stream);
   }
@@ -302,6 +296,37 @@ cudaError_t LaunchAttentionBackward(float* dqkv, float* delta,
     return Backward<64>(dqkv, delta, dout, out, qkv, lse, g, batch, stream);
   }
   return Backward<128>(dqkv, delta, dout, out, qkv, lse, g, batch, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
+                                   int64_t batch, int64_t seq, int64_t channels,
+                                   int64_t heads, bool bf16,
+                                   cudaStream_t stream) {
+  if (batch <= 0 || seq <= 0) return cudaSuccess;
+  HeadGeometry g;
+  if (!MakeGeometry(seq, channels, heads, &g)) return cudaErrorInvalidValue;
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    return ForwardAnyHead(As<T>(out), lse, As<T>(qkv), g, batch, stream);
+  });
+}
+
+cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
+                                    const void* out, const void* qkv,
+                                    const float* lse, int64_t batch,
+                                    int64_t seq, int64_t channels,
+                                    int64_t heads, bool bf16,
+                                    cudaStream_t stream) {
+  if (batch <= 0 || seq <= 0) return cudaSuccess;
+  HeadGeometry g;
+  if (!MakeGeometry(seq, channels, heads, &g)) return cudaErrorInvalidValue;
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    return BackwardAnyHead(As<T>(dqkv), delta, As<T>(dout), As<T>(out),
+                           As<T>(qkv), lse, g, batch, stream);
+  });
 }
 
 }  // namespace trainyard::engine::cuda

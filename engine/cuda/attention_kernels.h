@@ -18,17 +18,19 @@ inline constexpr int64_t kAttentionMaxHeadSize = 128;
 // out [B, T, C] and lse [B, NH, T] from qkv [B, T, 3C] (q, k, v side by
 // side, each NH heads of C / NH channels): causal softmax(q k^T / sqrt(hs))
 // v per head, and each row's log-sum-exp of its scaled scores.
-cudaError_t LaunchAttentionForward(float* out, float* lse, const float* qkv,
+// out and qkv are activations: bf16 when `bf16`, else fp32; lse fp32.
+cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
                                    int64_t batch, int64_t seq, int64_t channels,
-                                   int64_t heads, cudaStream_t stream);
+                                   int64_t heads, bool bf16,
+                                   cudaStream_t stream);
 
 // dqkv [B, T, 3C] (overwritten) from dout [B, T, C], given the forward's
 // qkv, out and lse. `delta` [B, NH, T] is scratch (each row's dout . out).
-cudaError_t LaunchAttentionBackward(float* dqkv, float* delta,
-                                    const float* dout, const float* out,
-                                    const float* qkv, const float* lse,
-                                    int64_t batch, int64_t seq,
-                                    int64_t channels, int64_t heads,
+cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
+                                    const void* out, const void* qkv,
+                                    const float* lse, int64_t batch,
+                                    int64_t seq, int64_t channels,
+                                    int64_t heads, bool bf16,
                                     cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda

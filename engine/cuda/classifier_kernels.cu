@@ -6,6 +6,7 @@
 // backend does. The backward is elementwise per row.
 #include <cmath>
 
+#include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/classifier_kernels.h"
 
@@ -14,71 +15,82 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
+template <typename T>
 __global__ void SoftmaxCrossEntropyForwardKernel(float* probs, float* losses,
-                                                 const float* logits,
+                                                 const T* logits,
                                                  const int32_t* targets,
                                                  int64_t classes) {
   const int64_t row = blockIdx.x;
-  const float* x = logits + row * classes;
+  const T* x = logits + row * classes;
   float* p = probs + row * classes;
   float max = -INFINITY;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    max = fmaxf(max, x[c]);
+    max = fmaxf(max, Ld(x + c));
   }
   max = BlockReduce(max, MaxOp());
   float sum = 0.f;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    sum += expf(x[c] - max);
+    sum += expf(Ld(x + c) - max);
   }
   sum = BlockReduce(sum, SumOp());
   const float inv = 1.f / sum;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    p[c] = expf(x[c] - max) * inv;
+    p[c] = expf(Ld(x + c) - max) * inv;
   }
   if (threadIdx.x == 0) {
     const int32_t t = targets[row];
-    losses[row] = t >= 0 && t < classes ? logf(sum) - (x[t] - max) : nanf("");
+    losses[row] =
+        t >= 0 && t < classes ? logf(sum) - (Ld(x + t) - max) : nanf("");
   }
 }
 
-__global__ void SoftmaxCrossEntropyBackwardKernel(float* dlogits,
+template <typename T>
+__global__ void SoftmaxCrossEntropyBackwardKernel(T* dlogits,
                                                   const float* probs,
                                                   const int32_t* targets,
                                                   float scale,
                                                   int64_t classes) {
   const int64_t row = blockIdx.x;
   const float* p = probs + row * classes;
-  float* d = dlogits + row * classes;
+  T* d = dlogits + row * classes;
   const int64_t t = targets[row];
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    d[c] = (p[c] - (c == t ? 1.f : 0.f)) * scale;
+    St(d + c, (p[c] - (c == t ? 1.f : 0.f)) * scale);
   }
 }
 
 }  // namespace
 
 cudaError_t LaunchSoftmaxCrossEntropyForward(float* probs, float* losses,
-                                             const float* logits,
+                                             const void* logits,
                                              const int32_t* targets,
                                              int64_t rows, int64_t classes,
-                                             cudaStream_t stream) {
+                                             bool bf16, cudaStream_t stream) {
   if (rows <= 0 || classes <= 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;  // one block per row
-  SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
-                                     0, stream>>>(probs, losses, logits,
-                                                  targets, classes);
-  return cudaGetLastError();
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
+                                       0, stream>>>(
+        probs, losses, As<T>(logits), targets, classes);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t LaunchSoftmaxCrossEntropyBackward(
-    float* dlogits, const float* probs, const int32_t* targets, float scale,
-    int64_t rows, int64_t classes, cudaStream_t stream) {
+cudaError_t LaunchSoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
+                                              const int32_t* targets,
+                                              float scale, int64_t rows,
+                                              int64_t classes, bool bf16,
+                                              cudaStream_t stream) {
   if (rows <= 0 || classes <= 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
-  SoftmaxCrossEntropyBackwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
-                                      0, stream>>>(dlogits, probs, targets,
-                                                   scale, classes);
-  return cudaGetLastError();
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    SoftmaxCrossEntropyBackwardKernel<<<static_cast<unsigned>(rows),
+                                        kRowThreads, 0, stream>>>(
+        As<T>(dlogits), probs, targets, scale, classes);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace trainyard::engine::cuda

@@ -12,16 +12,20 @@ namespace trainyard::engine::cuda {
 
 // probs = softmax of each row of logits [rows, classes]; losses[row] =
 // log(sum) - (logit[target] - max), NaN for a target outside [0, classes).
+// logits are activations (bf16 when `bf16`); probs and losses fp32.
 cudaError_t LaunchSoftmaxCrossEntropyForward(float* probs, float* losses,
-                                             const float* logits,
+                                             const void* logits,
                                              const int32_t* targets,
                                              int64_t rows, int64_t classes,
-                                             cudaStream_t stream);
+                                             bool bf16, cudaStream_t stream);
 
 // dlogits = (probs - onehot(target)) * scale, overwritten.
-cudaError_t LaunchSoftmaxCrossEntropyBackward(
-    float* dlogits, const float* probs, const int32_t* targets, float scale,
-    int64_t rows, int64_t classes, cudaStream_t stream);
+// dlogits is an activation gradient (bf16 when `bf16`); probs fp32.
+cudaError_t LaunchSoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
+                                              const int32_t* targets,
+                                              float scale, int64_t rows,
+                                              int64_t classes, bool bf16,
+                                              cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

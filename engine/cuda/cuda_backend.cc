@@ -234,12 +234,11 @@ double CudaBackend::SumSquares(const float* x, int64_t n) {
   return first_error_.ok() ? host : std::numeric_limits<double>::quiet_NaN();
 }
 
-int64_t CudaBackend::CountArgmaxHits(const float* logits,
-                                     const int32_t* targets, int64_t rows,
-                                     int64_t classes) {
+int64_t CudaBackend::CountArgmaxHits(const void* logits, const int32_t* targets,
+                                     int64_t rows, int64_t classes) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchCountArgmaxHits(hit_count_, logits, targets,
-                                               rows, classes, stream_));
+                                               rows, classes, bf16(), stream_));
   unsigned long long host = 0;
   YARD_CUDA_RECORD(cudaMemcpyAsync(&host, hit_count_, sizeof(host),
                                    cudaMemcpyDeviceToHost, stream_));

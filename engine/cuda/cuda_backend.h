@@ -1,6 +1,10 @@
-// CudaBackend: the Backend on one NVIDIA GPU, fp32. Products are cuBLASLt
-// GEMMs in pure fp32 (no TF32); everything else is our own kernels, one
-// family per *_kernels.cu file. All work is queued on one stream; ops
+// CudaBackend: the Backend on one NVIDIA GPU, fp32 or bf16 mixed precision
+// (CudaBackendOptions::activation_dtype). Products are cuBLASLt GEMMs with
+// fp32 accumulation (CUBLAS_COMPUTE_32F, no TF32): fp32 x fp32 in fp32
+// mode; bf16 x bf16 in bf16 mode, writing bf16 activations, or fp32 weight
+// gradients accumulated in place. Everything else is our own kernels, one
+// family per *_kernels.cu file, templated on the activation type with fp32
+// math inside (act_type.cuh). All work is queued on one stream; ops
 // return at once and the first launch or library error is kept, with its
 // file:line, for Synchronize() to report. CopyToHost, CopyToDevice,
 // SumSquares and CountArgmaxHits wait for the stream, since their callers
@@ -50,6 +54,8 @@ struct CudaBackendOptions {
   // (an illegal address, say) is reported with the op that caused it rather
   // than at the next Synchronize. Slow.
   bool sync_after_each_op = false;
+  // fp32, or bf16 activations and working weights (see backend.h).
+  DType activation_dtype = DType::kF32;
 };
 
 // INVALID_ARGUMENT for a bad device ordinal or an arena smaller than the
@@ -75,60 +81,63 @@ class CudaBackend : public Backend {
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;
   absl::Status Synchronize() override;
 
+  DType activation_dtype() const override { return options_.activation_dtype; }
   void Fill(float* x, int64_t n, float value) override;
+  void FillActivations(void* x, int64_t n, float value) override;
+  void CastToActivations(void* dst, const float* src, int64_t n) override;
   void Scale(float* x, int64_t n, float s) override;
   double SumSquares(const float* x, int64_t n) override;
-  void LinearForward(float* out, const float* inp, const float* weight,
-                     const float* bias, int64_t batch, int64_t in,
+  void LinearForward(void* out, const void* inp, const void* weight,
+                     const void* bias, int64_t batch, int64_t in,
                      int64_t out_features) override;
-  void LinearBackward(float* dinp, float* dweight, float* dbias,
-                      const float* dout, const float* inp, const float* weight,
+  void LinearBackward(void* dinp, float* dweight, float* dbias,
+                      const void* dout, const void* inp, const void* weight,
                       int64_t batch, int64_t in, int64_t out_features) override;
-  void ReluForward(float* out, const float* x, int64_t n) override;
-  void ReluBackward(float* dx, const float* dout, const float* out,
+  void ReluForward(void* out, const void* x, int64_t n) override;
+  void ReluBackward(void* dx, const void* dout, const void* out,
                     int64_t n) override;
   void SoftmaxCrossEntropyForward(float* probs, float* losses,
-                                  const float* logits, const int32_t* targets,
+                                  const void* logits, const int32_t* targets,
                                   int64_t batch, int64_t classes) override;
-  int64_t CountArgmaxHits(const float* logits, const int32_t* targets,
+  int64_t CountArgmaxHits(const void* logits, const int32_t* targets,
                           int64_t rows, int64_t classes) override;
-  void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
+  void SoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
                                    const int32_t* targets, float scale,
                                    int64_t batch, int64_t classes) override;
-  void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
-             const AdamWUpdate& update) override;
-
-  void Add(float* out, const float* a, const float* b, int64_t n) override;
-  void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
-                        const float* wpe, int64_t batch, int64_t seq,
+  void AdamW(float* param, const float* grad, float* m, float* v, void* working,
+             int64_t n, const AdamWUpdate& update) override;
+  void Add(void* out, const void* a, const void* b, int64_t n) override;
+  void EmbeddingForward(void* out, const int32_t* tokens, const void* wte,
+                        const void* wpe, int64_t batch, int64_t seq,
                         int64_t channels) override;
-  void EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+  void EmbeddingBackward(float* dwte, float* dwpe, const void* dout,
                          const int32_t* tokens, int64_t batch, int64_t seq,
                          int64_t channels) override;
-  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
-                        const float* weight, const float* bias, int64_t rows,
+  void LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
+                        const void* weight, const void* bias, int64_t rows,
                         int64_t channels) override;
-  void LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                         const float* dout, const float* inp,
-                         const float* weight, const float* mean,
-                         const float* rstd, int64_t rows,
+  void LayerNormBackward(void* dinp, float* dweight, float* dbias,
+                         const void* dout, const void* inp, const void* weight,
+                         const float* mean, const float* rstd, int64_t rows,
                          int64_t channels) override;
-  void GeluForward(float* out, const float* x, int64_t n) override;
-  void GeluBackward(float* dx, const float* x, const float* dout,
+  void GeluForward(void* out, const void* x, int64_t n) override;
+  void GeluBackward(void* dx, const void* x, const void* dout,
                     int64_t n) override;
   // Flash attention: keeps one log-sum-exp per query row.
   AttentionState attention_state() const override {
     return AttentionState::kLogSumExp;
   }
-  void AttentionForward(float* out, float* state, const float* qkv,
-                        int64_t batch, int64_t seq, int64_t channels,
-                        int64_t heads) override;
-  void AttentionBackward(float* dqkv, float* scratch, const float* dout,
-                         const float* out, const float* qkv, const float* state,
+  void AttentionForward(void* out, float* state, const void* qkv, int64_t batch,
+                        int64_t seq, int64_t channels, int64_t heads) override;
+  void AttentionBackward(void* dqkv, float* scratch, const void* dout,
+                         const void* out, const void* qkv, const float* state,
                          int64_t batch, int64_t seq, int64_t channels,
                          int64_t heads) override;
 
   int device() const { return options_.device; }
+  // The stream all ops are queued on: a collective on another stream
+  // orders itself after this one with events (NcclCollective).
+  cudaStream_t stream() const { return stream_; }
   // Arena bytes not yet handed out (the backend's own share excluded).
   int64_t arena_free_bytes() const { return arena_.free(); }
 
@@ -150,6 +159,8 @@ class CudaBackend : public Backend {
   void Launched(absl::Status launch);
   void Release(int64_t offset, int64_t bytes);
   absl::Status CheckAttentionShape(int64_t channels, int64_t heads) const;
+  bool bf16() const { return options_.activation_dtype == DType::kBF16; }
+  cudaDataType_t act_type() const { return bf16() ? CUDA_R_16BF : CUDA_R_32F; }
 
   const CudaBackendOptions options_;
   cudaStream_t stream_;

@@ -23,7 +23,7 @@ namespace {
 // cuBLASLt's bias epilogue wants a 16-byte aligned vector; other biases
 // (and any problem cuBLASLt has no fused-bias algorithm for) are broadcast
 // into the output first and the product added onto them.
-bool EpilogueCanTake(const float* bias) {
+bool EpilogueCanTake(const void* bias) {
   return reinterpret_cast<uintptr_t>(bias) % 16 == 0;
 }
 
@@ -39,36 +39,47 @@ void CudaBackend::Fill(float* x, int64_t n, float value) {
   YARD_CUDA_LAUNCH(cuda::LaunchFill(x, n, value, stream_));
 }
 
+void CudaBackend::FillActivations(void* x, int64_t n, float value) {
+  UseDevice();
+  YARD_CUDA_LAUNCH(cuda::LaunchFillAct(x, n, value, bf16(), stream_));
+}
+
+void CudaBackend::CastToActivations(void* dst, const float* src, int64_t n) {
+  UseDevice();
+  YARD_CUDA_LAUNCH(cuda::LaunchCastToAct(dst, src, n, bf16(), stream_));
+}
+
 void CudaBackend::Scale(float* x, int64_t n, float s) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchScale(x, n, s, stream_));
 }
 
-void CudaBackend::Add(float* out, const float* a, const float* b, int64_t n) {
+void CudaBackend::Add(void* out, const void* a, const void* b, int64_t n) {
   UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchAdd(out, a, b, n, stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchAdd(out, a, b, n, bf16(), stream_));
 }
 
-void CudaBackend::ReluForward(float* out, const float* x, int64_t n) {
+void CudaBackend::ReluForward(void* out, const void* x, int64_t n) {
   UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchReluForward(out, x, n, stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchReluForward(out, x, n, bf16(), stream_));
 }
 
-void CudaBackend::ReluBackward(float* dx, const float* dout, const float* out,
+void CudaBackend::ReluBackward(void* dx, const void* dout, const void* out,
                                int64_t n) {
   UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchReluBackward(dx, dout, out, n, stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchReluBackward(dx, dout, out, n, bf16(), stream_));
 }
 
 // Row-major out [batch, O] = inp [batch, I] . weight [O, I]^T is, read
 // column-major, out^T [O, batch] = weight^T . inp^T: A = weight stored
-// I x O (transposed), B = inp stored I x batch.
-void CudaBackend::LinearForward(float* out, const float* inp,
-                                const float* weight, const float* bias,
-                                int64_t batch, int64_t in,
+// I x O (transposed), B = inp stored I x batch. In bf16 all four are bf16:
+// the product and bias add run in fp32 and the output is rounded once.
+void CudaBackend::LinearForward(void* out, const void* inp, const void* weight,
+                                const void* bias, int64_t batch, int64_t in,
                                 int64_t out_features) {
   UseDevice();
   cuda::LtGemmArgs g;
+  g.ab_type = g.c_type = act_type();
   g.trans_a = true;
   g.m = out_features;
   g.n = batch;
@@ -89,8 +100,8 @@ void CudaBackend::LinearForward(float* out, const float* inp,
     g.bias = nullptr;  // no fused-bias algorithm: nothing was queued
   }
   if (bias != nullptr) {
-    YARD_CUDA_LAUNCH(
-        cuda::LaunchBroadcastRows(out, bias, batch, out_features, stream_));
+    YARD_CUDA_LAUNCH(cuda::LaunchBroadcastRows(out, bias, batch, out_features,
+                                               bf16(), stream_));
     g.beta = 1.f;
   }
   Launched(InOp("LinearForward", gemm_->Run(g)));
@@ -98,14 +109,18 @@ void CudaBackend::LinearForward(float* out, const float* inp,
 
 // Column-major: dinp^T [I, batch] = weight^T [I, O] . dout^T [O, batch]
 // (weight stored I x O, as is), and dweight^T [I, O] += inp^T [I, batch] .
-// dout [batch, O] (dout^T stored O x batch, transposed).
-void CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
-                                 const float* dout, const float* inp,
-                                 const float* weight, int64_t batch, int64_t in,
+// dout [batch, O] (dout^T stored O x batch, transposed). In bf16 dinp is a
+// bf16 activation gradient, but dweight stays fp32 (C = D = fp32 with bf16
+// A and B): it sums over every token of every micro-batch, where bf16's
+// 8-bit mantissa would drop small contributions.
+void CudaBackend::LinearBackward(void* dinp, float* dweight, float* dbias,
+                                 const void* dout, const void* inp,
+                                 const void* weight, int64_t batch, int64_t in,
                                  int64_t out_features) {
   UseDevice();
   if (dinp != nullptr) {
     cuda::LtGemmArgs g;
+    g.ab_type = g.c_type = act_type();
     g.m = in;
     g.n = batch;
     g.k = out_features;
@@ -118,6 +133,8 @@ void CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
     Launched(InOp("LinearBackward (input)", gemm_->Run(g)));
   }
   cuda::LtGemmArgs g;
+  g.ab_type = act_type();
+  g.c_type = CUDA_R_32F;
   g.trans_b = true;
   g.m = in;
   g.n = out_features;
@@ -131,32 +148,31 @@ void CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
   g.beta = 1.f;
   Launched(InOp("LinearBackward (weight)", gemm_->Run(g)));
   if (dbias != nullptr) {
-    YARD_CUDA_LAUNCH(
-        cuda::LaunchBiasGrad(dbias, dout, batch, out_features, stream_));
+    YARD_CUDA_LAUNCH(cuda::LaunchBiasGrad(dbias, dout, batch, out_features,
+                                          bf16(), stream_));
   }
 }
 
 void CudaBackend::SoftmaxCrossEntropyForward(float* probs, float* losses,
-                                             const float* logits,
+                                             const void* logits,
                                              const int32_t* targets,
                                              int64_t batch, int64_t classes) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchSoftmaxCrossEntropyForward(
-      probs, losses, logits, targets, batch, classes, stream_));
+      probs, losses, logits, targets, batch, classes, bf16(), stream_));
 }
 
-void CudaBackend::SoftmaxCrossEntropyBackward(float* dlogits,
-                                              const float* probs,
+void CudaBackend::SoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
                                               const int32_t* targets,
                                               float scale, int64_t batch,
                                               int64_t classes) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchSoftmaxCrossEntropyBackward(
-      dlogits, probs, targets, scale, batch, classes, stream_));
+      dlogits, probs, targets, scale, batch, classes, bf16(), stream_));
 }
 
 void CudaBackend::AdamW(float* param, const float* grad, float* m, float* v,
-                        int64_t n, const AdamWUpdate& u) {
+                        void* working, int64_t n, const AdamWUpdate& u) {
   UseDevice();
   const cuda::AdamWStep step{u.lr,
                              u.beta1,
@@ -166,55 +182,62 @@ void CudaBackend::AdamW(float* param, const float* grad, float* m, float* v,
                              u.grad_scale,
                              u.bias_correction1,
                              u.bias_correction2};
-  YARD_CUDA_LAUNCH(cuda::LaunchAdamW(param, grad, m, v, n, step, stream_));
+  if (working != nullptr && working != param && !bf16()) {
+    Record(absl::InvalidArgumentError(
+        "cuda AdamW: an fp32 backend has no separate working copy"));
+    return;
+  }
+  void* working_bf16 = working == param ? nullptr : working;
+  YARD_CUDA_LAUNCH(
+      cuda::LaunchAdamW(param, grad, m, v, working_bf16, n, step, stream_));
 }
 
-void CudaBackend::EmbeddingForward(float* out, const int32_t* tokens,
-                                   const float* wte, const float* wpe,
+void CudaBackend::EmbeddingForward(void* out, const int32_t* tokens,
+                                   const void* wte, const void* wpe,
                                    int64_t batch, int64_t seq,
                                    int64_t channels) {
   UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchEmbeddingForward(out, tokens, wte, wpe, batch,
-                                                seq, channels, stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchEmbeddingForward(
+      out, tokens, wte, wpe, batch, seq, channels, bf16(), stream_));
 }
 
-void CudaBackend::EmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+void CudaBackend::EmbeddingBackward(float* dwte, float* dwpe, const void* dout,
                                     const int32_t* tokens, int64_t batch,
                                     int64_t seq, int64_t channels) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchEmbeddingBackward(
-      dwte, dwpe, dout, tokens, batch, seq, channels, stream_));
+      dwte, dwpe, dout, tokens, batch, seq, channels, bf16(), stream_));
 }
 
-void CudaBackend::LayerNormForward(float* out, float* mean, float* rstd,
-                                   const float* inp, const float* weight,
-                                   const float* bias, int64_t rows,
+void CudaBackend::LayerNormForward(void* out, float* mean, float* rstd,
+                                   const void* inp, const void* weight,
+                                   const void* bias, int64_t rows,
                                    int64_t channels) {
   UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchLayerNormForward(out, mean, rstd, inp, weight,
-                                                bias, rows, channels, stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchLayerNormForward(
+      out, mean, rstd, inp, weight, bias, rows, channels, bf16(), stream_));
 }
 
-void CudaBackend::LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                                    const float* dout, const float* inp,
-                                    const float* weight, const float* mean,
+void CudaBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias,
+                                    const void* dout, const void* inp,
+                                    const void* weight, const float* mean,
                                     const float* rstd, int64_t rows,
                                     int64_t channels) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchLayerNormBackward(dinp, dweight, dbias, dout,
                                                  inp, weight, mean, rstd, rows,
-                                                 channels, stream_));
+                                                 channels, bf16(), stream_));
 }
 
-void CudaBackend::GeluForward(float* out, const float* x, int64_t n) {
+void CudaBackend::GeluForward(void* out, const void* x, int64_t n) {
   UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchGeluForward(out, x, n, stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchGeluForward(out, x, n, bf16(), stream_));
 }
 
-void CudaBackend::GeluBackward(float* dx, const float* x, const float* dout,
+void CudaBackend::GeluBackward(void* dx, const void* x, const void* dout,
                                int64_t n) {
   UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchGeluBackward(dx, x, dout, n, stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchGeluBackward(dx, x, dout, n, bf16(), stream_));
 }
 
 absl::Status CudaBackend::CheckAttentionShape(int64_t channels,
@@ -233,7 +256,7 @@ absl::Status CudaBackend::CheckAttentionShape(int64_t channels,
   return absl::OkStatus();
 }
 
-void CudaBackend::AttentionForward(float* out, float* state, const float* qkv,
+void CudaBackend::AttentionForward(void* out, float* state, const void* qkv,
                                    int64_t batch, int64_t seq, int64_t channels,
                                    int64_t heads) {
   UseDevice();
@@ -241,13 +264,13 @@ void CudaBackend::AttentionForward(float* out, float* state, const float* qkv,
     Record(std::move(s));
     return;
   }
-  YARD_CUDA_LAUNCH(cuda::LaunchAttentionForward(out, state, qkv, batch, seq,
-                                                channels, heads, stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchAttentionForward(
+      out, state, qkv, batch, seq, channels, heads, bf16(), stream_));
 }
 
-void CudaBackend::AttentionBackward(float* dqkv, float* scratch,
-                                    const float* dout, const float* out,
-                                    const float* qkv, const float* state,
+void CudaBackend::AttentionBackward(void* dqkv, float* scratch,
+                                    const void* dout, const void* out,
+                                    const void* qkv, const float* state,
                                     int64_t batch, int64_t seq,
                                     int64_t channels, int64_t heads) {
   UseDevice();
@@ -257,7 +280,7 @@ void CudaBackend::AttentionBackward(float* dqkv, float* scratch,
   }
   YARD_CUDA_LAUNCH(cuda::LaunchAttentionBackward(dqkv, scratch, dout, out, qkv,
                                                  state, batch, seq, channels,
-                                                 heads, stream_));
+                                                 heads, bf16(), stream_));
 }
 
 }  // namespace trainyard::engine

@@ -94,7 +94,7 @@ TEST_F(CudaOpsTest, AdamWMatchesCpu) {
   u.bias_correction1 = 1 - std::pow(0.9f, 3.f);
   u.bias_correction2 = 1 - std::pow(0.999f, 3.f);
   auto gp = Up(param), gg = Up(grad), gm = Up(m), gv = Up(v);
-  gpu_->AdamW(gp.get(), gg.get(), gm.get(), gv.get(), n, u);
+  gpu_->AdamW(gp.get(), gg.get(), gm.get(), gv.get(), nullptr, n, u);
   cpu_->AdamW(param.data(), grad.data(), m.data(), v.data(), n, u);
   // m = beta1 m + (1 - beta1) g may cancel: its error is relative to the
   // two terms (|0.9 m| + |0.1 g| <= 0.16 here), not to the result.

@@ -11,18 +11,20 @@
 namespace trainyard::engine::cuda {
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :].
-cudaError_t LaunchEmbeddingForward(float* out, const int32_t* tokens,
-                                   const float* wte, const float* wpe,
+// out, wte and wpe are activations (working weights): bf16 when `bf16`.
+cudaError_t LaunchEmbeddingForward(void* out, const int32_t* tokens,
+                                   const void* wte, const void* wpe,
                                    int64_t batch, int64_t seq, int64_t channels,
-                                   cudaStream_t stream);
+                                   bool bf16, cudaStream_t stream);
 
 // dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :],
 // each entry adding its terms in ascending (b, t) order (bitwise the CPU
 // backend's sums). No atomics: one thread owns each channel of dwte (it
 // walks every position in order) and each (t, channel) of dwpe.
-cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const float* dout,
+// dout is an activation gradient (bf16 when `bf16`); dwte, dwpe fp32.
+cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const void* dout,
                                     const int32_t* tokens, int64_t batch,
-                                    int64_t seq, int64_t channels,
+                                    int64_t seq, int64_t channels, bool bf16,
                                     cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda

@@ -10,11 +10,12 @@
 namespace trainyard::engine::cuda {
 
 // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); out may alias x.
-cudaError_t LaunchGeluForward(float* out, const float* x, int64_t n,
+// Activations: bf16 when `bf16`, else fp32.
+cudaError_t LaunchGeluForward(void* out, const void* x, int64_t n, bool bf16,
                               cudaStream_t stream);
 // dx = gelu'(x) * dout; dx may alias dout.
-cudaError_t LaunchGeluBackward(float* dx, const float* x, const float* dout,
-                               int64_t n, cudaStream_t stream);
+cudaError_t LaunchGeluBackward(void* dx, const void* x, const void* dout,
+                               int64_t n, bool bf16, cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

@@ -7,6 +7,7 @@
 // they are deterministic without atomics.
 #include <cmath>
 
+#include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/layernorm_kernels.h"
 
@@ -17,28 +18,29 @@ constexpr float kLayerNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // warps of 32 threads
 constexpr int kTile = 32;
 
-__global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd,
-                                       const float* inp, const float* weight,
-                                       const float* bias, int64_t rows,
+template <typename T>
+__global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd,
+                                       const T* inp, const T* weight,
+                                       const T* bias, int64_t rows,
                                        int64_t channels) {
   const int64_t row =
       static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % 32;
-  const float* x = inp + row * channels;
+  const T* x = inp + row * channels;
   float sum = 0.f;
-  for (int64_t c = lane; c < channels; c += 32) sum += x[c];
+  for (int64_t c = lane; c < channels; c += 32) sum += Ld(x + c);
   const float m = WarpReduce(sum, SumOp()) / static_cast<float>(channels);
   float sq = 0.f;
   for (int64_t c = lane; c < channels; c += 32) {
-    const float d = x[c] - m;
+    const float d = Ld(x + c) - m;
     sq += d * d;
   }
   const float var = WarpReduce(sq, SumOp()) / static_cast<float>(channels);
   const float s = 1.f / sqrtf(var + kLayerNormEps);
-  float* o = out + row * channels;
+  T* o = out + row * channels;
   for (int64_t c = lane; c < channels; c += 32) {
-    o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    St(o + c, (Ld(x + c) - m) * s * Ld(weight + c) + Ld(bias + c));
   }
   if (lane == 0) {
     mean[row] = m;
@@ -46,43 +48,47 @@ __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd,
   }
 }
 
-__global__ void LayerNormInputGradKernel(float* dinp, const float* dout,
-                                         const float* inp, const float* weight,
-                                         const float* mean, const float* rstd,
-                                         int64_t rows, int64_t channels) {
+template <typename T>
+__global__ void LayerNormInputGradKernel(T* dinp, const T* dout, const T* inp,
+                                         const T* weight, const float* mean,
+                                         const float* rstd, int64_t rows,
+                                         int64_t channels) {
   const int64_t row =
       static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const float* x = inp + row * channels;
-  const float* d = dout + row * channels;
+  const T* x = inp + row * channels;
+  const T* d = dout + row * channels;
   const float m = mean[row], s = rstd[row];
   float dnorm_sum = 0.f, dnorm_norm_sum = 0.f;
   for (int64_t c = lane; c < channels; c += 32) {
-    const float dnorm = weight[c] * d[c];
+    const float dnorm = Ld(weight + c) * Ld(d + c);
     dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * ((x[c] - m) * s);
+    dnorm_norm_sum += dnorm * ((Ld(x + c) - m) * s);
   }
   const float inv_c = 1.f / static_cast<float>(channels);
   const float dnorm_mean = WarpReduce(dnorm_sum, SumOp()) * inv_c;
   const float dnorm_norm_mean = WarpReduce(dnorm_norm_sum, SumOp()) * inv_c;
-  float* di = dinp + row * channels;
+  T* di = dinp + row * channels;
   for (int64_t c = lane; c < channels; c += 32) {
-    const float norm = (x[c] - m) * s;
-    di[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    const float norm = (Ld(x + c) - m) * s;
+    St(di + c, Ld(di + c) + (Ld(weight + c) * Ld(d + c) - dnorm_mean -
+                             norm * dnorm_norm_mean) *
+                                s);
   }
 }
 
+template <typename T>
 __global__ void LayerNormParamGradKernel(float* dweight, float* dbias,
-                                         const float* dout, const float* inp,
+                                         const T* dout, const T* inp,
                                          const float* mean, const float* rstd,
                                          int64_t rows, int64_t channels) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
   float dw = 0.f, db = 0.f;
   if (c < channels) {
     for (int64_t r = threadIdx.y; r < rows; r += kTile) {
-      const float d = dout[r * channels + c];
-      dw += (inp[r * channels + c] - mean[r]) * rstd[r] * d;
+      const float d = Ld(dout + r * channels + c);
+      dw += (Ld(inp + r * channels + c) - mean[r]) * rstd[r] * d;
       db += d;
     }
   }
@@ -108,32 +114,43 @@ unsigned RowBlocks(int64_t rows) {
 
 }  // namespace
 
-cudaError_t LaunchLayerNormForward(float* out, float* mean, float* rstd,
-                                   const float* inp, const float* weight,
-                                   const float* bias, int64_t rows,
-                                   int64_t channels, cudaStream_t stream) {
+cudaError_t LaunchLayerNormForward(void* out, float* mean, float* rstd,
+                                   const void* inp, const void* weight,
+                                   const void* bias, int64_t rows,
+                                   int64_t channels, bool bf16,
+                                   cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
-  LayerNormForwardKernel<<<RowBlocks(rows), kRowsPerBlock * 32, 0, stream>>>(
-      out, mean, rstd, inp, weight, bias, rows, channels);
-  return cudaGetLastError();
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    LayerNormForwardKernel<<<RowBlocks(rows), kRowsPerBlock * 32, 0, stream>>>(
+        As<T>(out), mean, rstd, As<T>(inp), As<T>(weight), As<T>(bias), rows,
+        channels);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t LaunchLayerNormBackward(float* dinp, float* dweight, float* dbias,
-                                    const float* dout, const float* inp,
-                                    const float* weight, const float* mean,
+cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
+                                    const void* dout, const void* inp,
+                                    const void* weight, const float* mean,
                                     const float* rstd, int64_t rows,
-                                    int64_t channels, cudaStream_t stream) {
+                                    int64_t channels, bool bf16,
+                                    cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
-  LayerNormInputGradKernel<<<RowBlocks(rows), kRowsPerBlock * 32, 0, stream>>>(
-      dinp, dout, inp, weight, mean, rstd, rows, channels);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
-  const dim3 block(kTile, kTile);
-  LayerNormParamGradKernel<<<static_cast<unsigned>((channels + kTile - 1) /
-                                                   kTile),
-                             block, 0, stream>>>(dweight, dbias, dout, inp,
-                                                 mean, rstd, rows, channels);
-  return cudaGetLastError();
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    LayerNormInputGradKernel<<<RowBlocks(rows), kRowsPerBlock * 32, 0,
+                               stream>>>(As<T>(dinp), As<T>(dout), As<T>(inp),
+                                         As<T>(weight), mean, rstd, rows,
+                                         channels);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    const dim3 block(kTile, kTile);
+    LayerNormParamGradKernel<<<static_cast<unsigned>((channels + kTile - 1) /
+                                                     kTile),
+                               block, 0, stream>>>(
+        dweight, dbias, As<T>(dout), As<T>(inp), mean, rstd, rows, channels);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace trainyard::engine::cuda

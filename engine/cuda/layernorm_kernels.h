@@ -11,18 +11,24 @@ namespace trainyard::engine::cuda {
 
 // Per row of inp [rows, C]: out = (x - mean) * rstd * weight + bias, with
 // rstd = 1 / sqrt(var + 1e-5); mean and rstd [rows] saved for backward.
-cudaError_t LaunchLayerNormForward(float* out, float* mean, float* rstd,
-                                   const float* inp, const float* weight,
-                                   const float* bias, int64_t rows,
-                                   int64_t channels, cudaStream_t stream);
+// out, inp, weight and bias are activations (bf16 when `bf16`); mean and
+// rstd fp32.
+cudaError_t LaunchLayerNormForward(void* out, float* mean, float* rstd,
+                                   const void* inp, const void* weight,
+                                   const void* bias, int64_t rows,
+                                   int64_t channels, bool bf16,
+                                   cudaStream_t stream);
 
 // dinp += input gradient; dweight += sum over rows of norm * dout; dbias +=
 // sum over rows of dout (all accumulated).
-cudaError_t LaunchLayerNormBackward(float* dinp, float* dweight, float* dbias,
-                                    const float* dout, const float* inp,
-                                    const float* weight, const float* mean,
+// dinp, dout, inp and weight are activations (bf16 when `bf16`: dinp's
+// sum is taken in fp32 and rounded once); dweight and dbias fp32.
+cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
+                                    const void* dout, const void* inp,
+                                    const void* weight, const float* mean,
                                     const float* rstd, int64_t rows,
-                                    int64_t channels, cudaStream_t stream);
+                                    int64_t channels, bool bf16,
+                                    cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

@@ -3,6 +3,7 @@
 // row lanes: lane y sums rows y, y + 32, ... of its column in ascending
 // order (a warp reads 32 adjacent columns of one row: coalesced), then lane
 // 0 adds the 32 partial sums in lane order.
+#include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/linear_kernels.h"
 
@@ -11,21 +12,23 @@ namespace {
 
 constexpr int kTile = 32;
 
-__global__ void BroadcastRowsKernel(float* out, const float* bias, int64_t rows,
+template <typename T>
+__global__ void BroadcastRowsKernel(T* out, const T* bias, int64_t rows,
                                     int64_t cols) {
   const int64_t n = rows * cols;
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    out[i] = bias[i % cols];
+    out[i] = bias[i % cols];  // a copy: exact in either type
   }
 }
 
-__global__ void BiasGradKernel(float* dbias, const float* dout, int64_t rows,
+template <typename T>
+__global__ void BiasGradKernel(float* dbias, const T* dout, int64_t rows,
                                int64_t cols) {
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
   float sum = 0.f;
   if (col < cols) {
     for (int64_t r = threadIdx.y; r < rows; r += kTile) {
-      sum += dout[r * cols + col];
+      sum += Ld(dout + r * cols + col);
     }
   }
   __shared__ float partial[kTile][kTile + 1];
@@ -40,21 +43,27 @@ __global__ void BiasGradKernel(float* dbias, const float* dout, int64_t rows,
 
 }  // namespace
 
-cudaError_t LaunchBroadcastRows(float* out, const float* bias, int64_t rows,
-                                int64_t cols, cudaStream_t stream) {
+cudaError_t LaunchBroadcastRows(void* out, const void* bias, int64_t rows,
+                                int64_t cols, bool bf16, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  BroadcastRowsKernel<<<ElementwiseBlocks(rows * cols), kElementwiseThreads, 0,
-                        stream>>>(out, bias, rows, cols);
-  return cudaGetLastError();
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    BroadcastRowsKernel<<<ElementwiseBlocks(rows * cols), kElementwiseThreads,
+                          0, stream>>>(As<T>(out), As<T>(bias), rows, cols);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t LaunchBiasGrad(float* dbias, const float* dout, int64_t rows,
-                           int64_t cols, cudaStream_t stream) {
+cudaError_t LaunchBiasGrad(float* dbias, const void* dout, int64_t rows,
+                           int64_t cols, bool bf16, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const dim3 block(kTile, kTile);
-  BiasGradKernel<<<static_cast<unsigned>((cols + kTile - 1) / kTile), block, 0,
-                   stream>>>(dbias, dout, rows, cols);
-  return cudaGetLastError();
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    BiasGradKernel<<<static_cast<unsigned>((cols + kTile - 1) / kTile), block,
+                     0, stream>>>(dbias, As<T>(dout), rows, cols);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace trainyard::engine::cuda

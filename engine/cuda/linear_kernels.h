@@ -13,14 +13,16 @@
 namespace trainyard::engine::cuda {
 
 // out[r, c] = bias[c] for every row of out [rows, cols].
-cudaError_t LaunchBroadcastRows(float* out, const float* bias, int64_t rows,
-                                int64_t cols, cudaStream_t stream);
+// out and bias are activations: bf16 when `bf16`.
+cudaError_t LaunchBroadcastRows(void* out, const void* bias, int64_t rows,
+                                int64_t cols, bool bf16, cudaStream_t stream);
 
 // dbias[c] += sum over r of dout[r, c] (dout [rows, cols]). Each column is
 // summed by 32 threads over fixed interleaved row sets, then their partial
 // sums are added in a fixed order: deterministic, no atomics.
-cudaError_t LaunchBiasGrad(float* dbias, const float* dout, int64_t rows,
-                           int64_t cols, cudaStream_t stream);
+// dout is an activation gradient (bf16 when `bf16`); dbias fp32.
+cudaError_t LaunchBiasGrad(float* dbias, const void* dout, int64_t rows,
+                           int64_t cols, bool bf16, cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

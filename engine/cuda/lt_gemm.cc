@@ -10,12 +10,13 @@
 namespace trainyard::engine::cuda {
 namespace {
 
-// The largest power of two (up to 256, the most cuBLASLt asks about) that
+// The largest power of two (2 to 256: a bf16 element to the most cuBLASLt
+// asks about) that
 // divides the address: what the heuristic may assume about the pointer.
 uint32_t AlignmentOf(const void* p) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   uint32_t alignment = 256;
-  while (alignment > 4 && address % alignment != 0) alignment /= 2;
+  while (alignment > 2 && address % alignment != 0) alignment /= 2;
   return alignment;
 }
 
@@ -76,15 +77,26 @@ absl::Status LtGemm::RunClassic(const LtGemmArgs& g) {
   if (g.m > kMax || g.n > kMax || g.k > kMax || g.lda > kMax || g.ldb > kMax ||
       g.ldc > kMax) {
     return absl::UnimplementedError(absl::StrCat(
-        "no fp32 algorithm for a product of m=", g.m, " n=", g.n, " k=", g.k));
+        "no algorithm for a product of m=", g.m, " n=", g.n, " k=", g.k));
   }
   const float alpha = 1.f;
+  if (g.ab_type != CUDA_R_32F || g.c_type != CUDA_R_32F) {
+    YARD_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+        classic_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+        g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.m),
+        static_cast<int>(g.n), static_cast<int>(g.k), &alpha, g.a, g.ab_type,
+        static_cast<int>(g.lda), g.b, g.ab_type, static_cast<int>(g.ldb),
+        &g.beta, g.c, g.c_type, static_cast<int>(g.ldc), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+    return absl::OkStatus();
+  }
   YARD_CUBLAS_RETURN_IF_ERROR(
       cublasSgemm(classic_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                   g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.m),
-                  static_cast<int>(g.n), static_cast<int>(g.k), &alpha, g.a,
-                  static_cast<int>(g.lda), g.b, static_cast<int>(g.ldb),
-                  &g.beta, g.c, static_cast<int>(g.ldc)));
+                  static_cast<int>(g.n), static_cast<int>(g.k), &alpha,
+                  static_cast<const float*>(g.a), static_cast<int>(g.lda),
+                  static_cast<const float*>(g.b), static_cast<int>(g.ldb),
+                  &g.beta, static_cast<float*>(g.c), static_cast<int>(g.ldc)));
   return absl::OkStatus();
 }
 
@@ -103,11 +115,13 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
                 g.bias != nullptr,
                 static_cast<int>(align_a),
                 static_cast<int>(align_b),
-                static_cast<int>(align_c)};
+                static_cast<int>(align_c),
+                static_cast<int>(g.ab_type),
+                static_cast<int>(g.c_type)};
   if (auto it = plans_.find(key); it != plans_.end()) {
     if (it->second == nullptr) {
       return absl::UnimplementedError(
-          "cuBLASLt has no fp32 algorithm for this product");
+          "cuBLASLt has no algorithm for this product");
     }
     return it->second.get();
   }
@@ -127,13 +141,13 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
       plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   // Stored shapes: A is k x m when transposed, m x k otherwise (B alike).
   YARD_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_32F, g.trans_a ? g.k : g.m,
+      cublasLtMatrixLayoutCreate(&plan->a, g.ab_type, g.trans_a ? g.k : g.m,
                                  g.trans_a ? g.m : g.k, g.lda));
   YARD_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_32F, g.trans_b ? g.n : g.k,
+      cublasLtMatrixLayoutCreate(&plan->b, g.ab_type, g.trans_b ? g.n : g.k,
                                  g.trans_b ? g.k : g.n, g.ldb));
   YARD_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, g.m, g.n, g.ldc));
+      cublasLtMatrixLayoutCreate(&plan->c, g.c_type, g.m, g.n, g.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
@@ -163,10 +177,11 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
   if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
     plans_.emplace(key, nullptr);
     return absl::UnimplementedError(absl::StrCat(
-        "cuBLASLt has no fp32 algorithm for m=", g.m, " n=", g.n, " k=", g.k,
+        "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k,
         " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda,
         " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b,
-        "/", align_c, " bias=", g.bias != nullptr));
+        "/", align_c, " bias=", g.bias != nullptr, " bf16 inputs=",
+        g.ab_type == CUDA_R_16BF, " bf16 output=", g.c_type == CUDA_R_16BF));
   }
   plan->algo = result.algo;
   Plan* out = plan.get();

@@ -1,9 +1,11 @@
-// LtGemm: fp32 matrix products through cuBLASLt on one stream. Compute is
-// pure fp32 (CUBLAS_COMPUTE_32F: no TF32, no reduced-precision shortcuts),
-// so results stay close to the CPU reference. Each distinct problem (shape,
-// transposes, leading dimensions, pointer alignments, epilogue) is planned
-// once with cuBLASLt's heuristic and the plan reused, so a given problem
-// always runs the same algorithm and gives bitwise the same result. A
+// LtGemm: matrix products through cuBLASLt on one stream, with fp32 or
+// bf16 inputs (A and B alike) and an fp32 or bf16 output. Compute is always
+// fp32 (CUBLAS_COMPUTE_32F: no TF32, no reduced-precision shortcuts; bf16
+// products are exact in fp32 and summed in fp32), so results stay close to
+// the CPU reference, and a bf16 output is rounded once. Each distinct problem
+// (shape, transposes, leading dimensions, pointer alignments, epilogue) is
+// planned once with cuBLASLt's heuristic and the plan reused, so a given
+// problem always runs the same algorithm and gives bitwise the same result. A
 // product without a bias that cuBLASLt has no algorithm for (unusual
 // pointer alignments, say) runs through classic cuBLAS SGEMM in pedantic
 // fp32 instead, equally deterministic.
@@ -27,21 +29,23 @@
 namespace trainyard::engine::cuda {
 
 // Column-major C[m, n] = op(A)[m, k] . op(B)[k, n] + beta C (+ bias[m] added
-// to every column). A is stored k x m when trans_a, else m x k (likewise B);
-// C is written in place. Row-major callers pass their matrices as the
-// transposes they are in column-major order.
+// to every column; bias has C's type). A is stored k x m when trans_a, else m x
+// k (likewise B); C is written in place. Row-major callers pass their matrices
+// as the transposes they are in column-major order.
 struct LtGemmArgs {
   bool trans_a = false;
   bool trans_b = false;
   int64_t m = 0, n = 0, k = 0;
-  const float* a = nullptr;
+  const void* a = nullptr;
   int64_t lda = 0;
-  const float* b = nullptr;
+  const void* b = nullptr;
   int64_t ldb = 0;
-  float* c = nullptr;
+  void* c = nullptr;
   int64_t ldc = 0;
-  float beta = 0;               // 0: C is not read
-  const float* bias = nullptr;  // cuBLASLt's bias epilogue; may be null
+  float beta = 0;                       // 0: C is not read
+  const void* bias = nullptr;           // cuBLASLt's bias epilogue; may be null
+  cudaDataType_t ab_type = CUDA_R_32F;  // CUDA_R_32F or CUDA_R_16BF
+  cudaDataType_t c_type = CUDA_R_32F;   // CUDA_R_32F or CUDA_R_16BF
 };
 
 class LtGemm {
@@ -64,7 +68,7 @@ class LtGemm {
   // A planned problem: descriptors plus the chosen algorithm.
   struct Plan;
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, bool, bool, int, int, int>;
+                         int64_t, int64_t, bool, bool, int, int, int, int, int>;
 
   LtGemm(cublasLtHandle_t handle, cublasHandle_t classic, void* workspace,
          int64_t workspace_bytes, cudaStream_t stream);

@@ -2,6 +2,7 @@
 // share per thread, a fixed tree per block, then one thread over the blocks
 // in order) and the argmax hit count (one block per row; ties go to the
 // lowest index, as on the CPU).
+#include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/reduce_kernels.h"
 
@@ -42,15 +43,16 @@ __device__ __forceinline__ ArgMax Better(ArgMax a, ArgMax b) {
   return a;
 }
 
-__global__ void CountArgmaxHitsKernel(unsigned long long* hits,
-                                      const float* logits,
+template <typename T>
+__global__ void CountArgmaxHitsKernel(unsigned long long* hits, const T* logits,
                                       const int32_t* targets, int64_t classes) {
-  const float* x = logits + static_cast<int64_t>(blockIdx.x) * classes;
+  const T* x = logits + static_cast<int64_t>(blockIdx.x) * classes;
   ArgMax best{0.f, -1};
   // Each thread walks its columns in ascending order: a strict > keeps the
   // first of equal values.
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    if (best.index < 0 || x[c] > best.value) best = ArgMax{x[c], c};
+    const float v = Ld(x + c);
+    if (best.index < 0 || v > best.value) best = ArgMax{v, c};
   }
   __shared__ ArgMax candidates[kArgmaxThreads];
   candidates[threadIdx.x] = best;
@@ -82,15 +84,19 @@ cudaError_t LaunchSumSquares(double* result, double* partial, const float* x,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCountArgmaxHits(unsigned long long* hits, const float* logits,
+cudaError_t LaunchCountArgmaxHits(unsigned long long* hits, const void* logits,
                                   const int32_t* targets, int64_t rows,
-                                  int64_t classes, cudaStream_t stream) {
+                                  int64_t classes, bool bf16,
+                                  cudaStream_t stream) {
   cudaError_t e = cudaMemsetAsync(hits, 0, sizeof(*hits), stream);
   if (e != cudaSuccess || rows <= 0 || classes <= 0) return e;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;  // one block per row
-  CountArgmaxHitsKernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0,
-                          stream>>>(hits, logits, targets, classes);
-  return cudaGetLastError();
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    CountArgmaxHitsKernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0,
+                            stream>>>(hits, As<T>(logits), targets, classes);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace trainyard::engine::cuda

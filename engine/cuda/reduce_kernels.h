@@ -24,9 +24,11 @@ cudaError_t LaunchSumSquares(double* result, double* partial, const float* x,
 // *hits (zeroed here first) = how many rows of logits [rows, classes] have
 // their largest entry (the first, on ties) at targets[row]. Integer adds,
 // so the count is exact whatever their order.
-cudaError_t LaunchCountArgmaxHits(unsigned long long* hits, const float* logits,
+// logits are activations: bf16 when `bf16`.
+cudaError_t LaunchCountArgmaxHits(unsigned long long* hits, const void* logits,
                                   const int32_t* targets, int64_t rows,
-                                  int64_t classes, cudaStream_t stream);
+                                  int64_t classes, bool bf16,
+                                  cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

@@ -3,6 +3,9 @@
 // rank x N*B (within fp32 rounding: the sums are taken in another order),
 // the ranks stay bitwise equal to each other, and a stop asked by one rank
 // stops all of them after the same step, from which they resume exactly.
+// Gradients summed in buckets during backward give bitwise the result of
+// one sum after it, whatever the bucket size; a rank dying partway through
+// a step fails the others at once with an error naming it.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -21,12 +24,44 @@
 #include "engine/data/mnist.h"
 #include "engine/data/shuffled_loader.h"
 #include "engine/dist/socket_collective.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A rank that dies at its die_at-th started all-reduce, partway through a
+// step's backward: its sockets close, as when its process is killed.
+class DyingCollective : public Collective {
+ public:
+  DyingCollective(std::unique_ptr<SocketCollective> inner, int die_at)
+      : inner_(std::move(inner)),
+        rank_(inner_->rank()),
+        world_size_(inner_->world_size()),
+        die_at_(die_at) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  absl::Status AllReduceSum(std::span<const FloatSpan> tensors) override {
+    StartAllReduceSum({tensors.begin(), tensors.end()});
+    return WaitAll();
+  }
+  void StartAllReduceSum(std::vector<FloatSpan> tensors) override {
+    if (inner_ != nullptr && ++starts_ == die_at_) inner_.reset();
+    if (inner_ != nullptr) inner_->StartAllReduceSum(std::move(tensors));
+  }
+  absl::Status WaitAll() override {
+    if (inner_ == nullptr) return absl::UnavailableError("this rank died");
+    return inner_->WaitAll();
+  }
+
+ private:
+  std::unique_ptr<SocketCollective> inner_;
+  const int rank_, world_size_, die_at_;
+  int starts_ = 0;
+};
 
 // One rank's training: what a yard-train process owns.
 struct RankRun {
@@ -75,9 +110,10 @@ class DataParallelTest : public ::testing::Test {
   // Trains `config` with `world` ranks on threads. With `stop_rank_at` >
   // 0, rank 1's stop flag is raised once rank 0 reports that step, so the
   // stop is asked by a rank that is not the one reporting.
+  // With `rank1_dies_at` > 0, rank 1 dies at that started all-reduce.
   std::vector<RankRun> Train(const TrainerConfig& config, int world,
-                             const std::string& name,
-                             int64_t stop_rank_at = 0) {
+                             const std::string& name, int64_t stop_rank_at = 0,
+                             int rank1_dies_at = 0) {
     std::vector<RankRun> runs(world);
     std::atomic<bool> rank1_stop{false};
     std::vector<std::thread> threads;
@@ -89,7 +125,7 @@ class DataParallelTest : public ::testing::Test {
           runs[0].sink.stop_after = stop_rank_at;
         }
         TrainRank(config, world, r, name, r == 1 ? &rank1_stop : &never,
-                  &runs[r]);
+                  r == 1 ? rank1_dies_at : 0, &runs[r]);
       });
     }
     for (std::thread& t : threads) t.join();
@@ -98,15 +134,22 @@ class DataParallelTest : public ::testing::Test {
 
   void TrainRank(TrainerConfig config, int world, int rank,
                  const std::string& name, const std::atomic<bool>* stop,
-                 RankRun* run) {
+                 int dies_at, RankRun* run) {
     SocketCollectiveOptions options;
     options.rank = rank;
     options.world_size = world;
     options.rendezvous_file = absl::StrCat(dir_, "/", name, ".rendezvous");
     options.connect_timeout = absl::Seconds(30);
-    options.io_timeout = absl::Seconds(30);
-    auto collective = SocketCollective::Connect(options);
-    ASSERT_TRUE(collective.ok()) << collective.status();
+    options.io_timeout = io_timeout_;
+    auto connected = SocketCollective::Connect(options);
+    ASSERT_TRUE(connected.ok()) << connected.status();
+    std::unique_ptr<Collective> collective = *std::move(connected);
+    if (dies_at > 0) {
+      collective = std::make_unique<DyingCollective>(
+          std::unique_ptr<SocketCollective>(
+              static_cast<SocketCollective*>(collective.release())),
+          dies_at);
+    }
     config.checkpoint.dir = absl::StrCat(dir_, "/", name);
     CpuBackendOptions backend_options;
     backend_options.threads = 1;
@@ -117,7 +160,7 @@ class DataParallelTest : public ::testing::Test {
         train_, {config.micro_batch * world, config.seed, 2});
     auto trainer =
         Trainer::Create(config, model.get(), backend.get(), loader.get(), eval_,
-                        &run->sink, Clock::Real(), collective->get());
+                        &run->sink, Clock::Real(), collective.get());
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     run->outcome = (*trainer)->Run(stop);
     run->state = (*trainer)->StateTensors();
@@ -141,6 +184,7 @@ class DataParallelTest : public ::testing::Test {
   static MnistExamples* train_;
   static MnistExamples* eval_;
   std::string dir_;
+  absl::Duration io_timeout_ = absl::Seconds(30);
 };
 
 MnistExamples* DataParallelTest::train_ = nullptr;
@@ -210,6 +254,66 @@ TEST_F(DataParallelTest, AStopAskedByOneRankStopsAllAndTheyResumeExactly) {
   EXPECT_EQ(started[0].start_step, first[0].step);
   ExpectBitwiseEqual(straight[0].state, second[0].state);
   ExpectBitwiseEqual(straight[1].state, second[1].state);
+}
+
+// The model is 784x32 + 32 + 32x10 + 10 = 25450 floats.
+TEST_F(DataParallelTest, BucketedSumsDuringBackwardEqualOneSumAfterIt) {
+  for (int world : {2, 3}) {
+    SCOPED_TRACE(world);
+    TrainerConfig one_sum = Config(6, 8, 2);
+    one_sum.allreduce_bucket_bytes = 0;
+    const std::vector<RankRun> reference =
+        Train(one_sum, world, absl::StrCat("one_sum", world));
+    // Smaller than every tensor; exactly the last bias (10 floats); not a
+    // divisor of anything; the whole model exactly; the default.
+    for (int64_t bytes : {int64_t{12}, int64_t{40}, int64_t{4000},
+                          int64_t{25450 * 4}, int64_t{25} << 20}) {
+      SCOPED_TRACE(bytes);
+      TrainerConfig config = one_sum;
+      config.allreduce_bucket_bytes = bytes;
+      const std::vector<RankRun> runs =
+          Train(config, world, absl::StrCat("bucket", world, "_", bytes));
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(runs[r].outcome.ok()) << runs[r].outcome.status();
+        ExpectBitwiseEqual(reference[r].state, runs[r].state);
+      }
+      const auto want = reference[0].sink.Of<TrainProgressEvent>();
+      const auto got = runs[0].sink.Of<TrainProgressEvent>();
+      ASSERT_EQ(want.size(), got.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(want[i].loss, got[i].loss);
+        EXPECT_EQ(want[i].grad_norm, got[i].grad_norm);
+      }
+    }
+  }
+}
+
+TEST_F(DataParallelTest, ARankDyingMidStepFailsTheOthersAtOnce) {
+  // Only the closed sockets can end the step: a hang would outlast the
+  // test's own timeout.
+  io_timeout_ = absl::Minutes(10);
+  for (int world : {2, 3}) {
+    SCOPED_TRACE(world);
+    TrainerConfig config = Config(20, 8, 2);
+    // 25 buckets and the figures per step: rank 1 dies in step 2's backward.
+    config.allreduce_bucket_bytes = 4096;
+    const std::vector<RankRun> runs =
+        Train(config, world, absl::StrCat("dies", world), 0, 26 + 10);
+    ASSERT_FALSE(runs[0].outcome.ok());
+    EXPECT_EQ(runs[0].outcome.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(runs[0].outcome.status().message(),
+                HasSubstr("rank 1 closed its connection"));
+    EXPECT_THAT(runs[0].outcome.status().message(),
+                HasSubstr("step 2: summing gradients"));
+    EXPECT_EQ(runs[0].step, 1);
+    EXPECT_FALSE(runs[1].outcome.ok());
+    if (world == 3) {
+      // Rank 2 waited on rank 0, which gave up and closed.
+      ASSERT_FALSE(runs[2].outcome.ok());
+      EXPECT_THAT(runs[2].outcome.status().message(),
+                  HasSubstr("rank 0 closed its connection"));
+    }
+  }
 }
 
 }  // namespace

@@ -66,6 +66,12 @@ void SetTimeouts(int fd, absl::Duration timeout) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// A peer's process exited or died: its end closed (or reset) the socket.
+absl::Status PeerGone(absl::string_view peer) {
+  return absl::UnavailableError(
+      absl::StrCat(peer, " closed its connection (it exited or died)"));
+}
+
 // Sends or receives exactly `bytes`; `peer` names the other side in errors.
 absl::Status SendAll(int fd, const void* data, size_t bytes,
                      absl::string_view peer) {
@@ -76,6 +82,9 @@ absl::Status SendAll(int fd, const void* data, size_t bytes,
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       return absl::UnavailableError(
           absl::StrCat("timed out sending to ", peer));
+    }
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      return PeerGone(peer);
     }
     if (n <= 0) {
       return absl::UnavailableError(Errno(absl::StrCat("sending to ", peer)));
@@ -95,10 +104,7 @@ absl::Status RecvAll(int fd, void* data, size_t bytes, absl::string_view peer) {
       return absl::UnavailableError(
           absl::StrCat("timed out waiting for ", peer));
     }
-    if (n == 0) {
-      return absl::UnavailableError(
-          absl::StrCat(peer, " closed its connection (it exited or died)"));
-    }
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return PeerGone(peer);
     if (n < 0) {
       return absl::UnavailableError(
           Errno(absl::StrCat("receiving from ", peer)));
@@ -201,8 +207,24 @@ absl::StatusOr<std::unique_ptr<SocketCollective>> SocketCollective::Connect(
 }
 
 SocketCollective::~SocketCollective() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (server_.joinable()) {
+    // An all-reduce still in flight (its caller gave up) must not keep the
+    // thread in a receive for io_timeout.
+    ShutDownSockets();
+    server_.join();
+  }
   for (int fd : peers_) {
     if (fd >= 0) close(fd);
+  }
+}
+
+void SocketCollective::ShutDownSockets() {
+  for (int fd : peers_) {
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);
   }
 }
 
@@ -315,18 +337,85 @@ absl::Status SocketCollective::JoinRendezvous(
 
 absl::Status SocketCollective::AllReduceSum(
     std::span<const FloatSpan> tensors) {
-  if (world_size_ == 1) return absl::OkStatus();
-  if (broken_) {
-    return absl::FailedPreconditionError(
-        "the collective broke on an earlier error");
+  StartAllReduceSum({tensors.begin(), tensors.end()});
+  return WaitAll();
+}
+
+void SocketCollective::StartAllReduceSum(std::vector<FloatSpan> tensors) {
+  if (world_size_ == 1) return;
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(tensors));
+  if (!server_.joinable()) server_ = std::thread([this] { Serve(); });
+}
+
+absl::Status SocketCollective::WaitAll() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](SocketCollective* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+        return c->queue_.empty() && !c->busy_;
+      },
+      this));
+  absl::Status status = started_error_;
+  started_error_ = absl::OkStatus();
+  return status;
+}
+
+void SocketCollective::Serve() {
+  while (true) {
+    std::vector<FloatSpan> tensors;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](SocketCollective* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+            return !c->queue_.empty() || c->stopping_;
+          },
+          this));
+      if (queue_.empty()) return;  // stopping, nothing left
+      tensors = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    absl::Status status = Reduce(tensors);
+    absl::MutexLock lock(&mu_);
+    if (started_error_.ok()) started_error_ = status;
+    busy_ = false;
+  }
+}
+
+absl::Status SocketCollective::Reduce(std::span<const FloatSpan> tensors) {
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the collective broke on an earlier error: ", broken_.message()));
   }
   int64_t total = 0;
   for (const FloatSpan& t : tensors) total += t.size;
   ++calls_;
   absl::Status status =
       rank_ == 0 ? ReduceAtRoot(tensors, total) : ReduceAtLeaf(tensors, total);
-  if (!status.ok()) broken_ = true;
+  if (!status.ok()) {
+    broken_ = status;
+    // The ranks waiting on this one hear at once that it gave up.
+    ShutDownSockets();
+  }
   return status;
+}
+
+absl::Status SocketCollective::PeersAlive() const {
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (peers_[i] < 0) continue;
+    char byte;
+    const ssize_t n = recv(peers_[i], &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const int peer = rank_ == 0 ? static_cast<int>(i) : 0;
+    if (n == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          RankName(peer), " closed its connection (it exited or died)"));
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return absl::UnavailableError(
+          Errno(absl::StrCat("checking on ", RankName(peer))));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SocketCollective::ReduceAtRoot(std::span<const FloatSpan> tensors,
