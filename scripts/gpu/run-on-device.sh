@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The command a lent GPU machine runs, over the working tree and the kit
+# made here by scripts/gpu/make-kit.sh (carried as .gpu-kit):
+#
+#   bash scripts/gpu/run-on-device.sh [tests|engine|packing|all] [SECONDS]
+#
+#   tests    the gpu-labelled tests (device.log)
+#   engine   gpt_train_bench fp32 + bf16 and the PyTorch peer eager +
+#            torch.compile, GPT-2 124M at the largest micro-batch and the
+#            shakespeare config (engine.log, engine.csv)
+#   packing  bench/packing: four shakespeare jobs packed vs one after
+#            another, without and with MPS (packing.log, packing/*.csv,
+#            packing/summary.txt)
+#   all      the three in that order, sharing one time budget
+#
+# Every command runs under a timeout cut from SECONDS (default 540, so one
+# device call stays inside its 10 minutes); what no longer fits is skipped
+# and says so. Logs and CSVs go to $OUT (the device tool's folder; default
+# ./gpu-out): at most 7 files, one folder deep.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+kit="$root/.gpu-kit"
+what="${1:-all}"
+budget="${2:-540}"
+out="${OUT:-$root/gpu-out}"
+mkdir -p "$out"
+deadline=$((SECONDS + budget))
+log="$out/device.log"
+
+note() { echo "== $*" | tee -a "$log"; }
+
+# Runs "$@" with at most min(LIMIT, time left - 10 s); appends to LOGFILE.
+bounded() {
+  local limit=$1 logfile=$2
+  shift 2
+  local left=$((deadline - SECONDS - 10))
+  ((left < limit)) && limit=$left
+  if ((limit < 15)); then
+    echo "== SKIPPED (out of time): $*" | tee -a "$logfile"
+    return 124
+  fi
+  echo "== [$(date -u +%T), limit ${limit}s] $*" | tee -a "$logfile"
+  timeout -k 10 "$limit" "$@" >>"$logfile" 2>&1
+  local rc=$?
+  echo "== exit $rc" | tee -a "$logfile"
+  return $rc
+}
+
+# The kit's Debian libraries first; CUDA's own (cuBLAS, NCCL) from wherever
+# this machine keeps them: the toolkit, or the wheels beside PyTorch.
+setup_libraries() {
+  local dirs=("$kit/lib") d lib found
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib \
+    /usr/local/cuda/targets/x86_64-linux/lib; do
+    [[ -d "$d" ]] && dirs+=("$d")
+  done
+  export LD_LIBRARY_PATH="$(IFS=:; echo "${dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local wheels
+  wheels="$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)"
+  for lib in $(for b in "$kit"/bin/*; do ldd "$b"; done | awk '/not found/ {print $1}' | sort -u); do
+    found="$(find ${wheels:+"$wheels"} /usr/local /usr/lib /opt -name "$lib" 2>/dev/null | head -n 1)"
+    [[ -n "$found" ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+  done
+  export LD_LIBRARY_PATH
+}
+
+describe_machine() {
+  {
+    echo "== $(date -u +%FT%TZ) run-on-device.sh $what (budget ${budget}s)"
+    cat "$kit/MANIFEST" 2>/dev/null
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv 2>&1
+    nvcc --version 2>&1 | tail -n 2
+    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "which nvidia-cuda-mps-control: $(command -v nvidia-cuda-mps-control || echo none)"
+    for b in "$kit"/bin/*; do
+      ldd "$b" | grep -q 'not found' &&
+        echo "MISSING LIBRARIES for $(basename "$b"):" &&
+        ldd "$b" | grep 'not found'
+    done
+  } >>"$log" 2>&1
+}
+
+run_tests() {
+  local t passed=0 failed=()
+  while IFS= read -r t; do
+    [[ -n "$t" ]] || continue
+    if bounded 240 "$log" "$kit/bin/$t" --gtest_color=no; then
+      passed=$((passed + 1))
+    else
+      failed+=("$t")
+    fi
+  done <"$kit/gpu-tests.txt"
+  note "gpu tests: $passed passed; failed or skipped by time: ${failed[*]:-none}"
+  grep -E '^\[  (FAILED|SKIPPED) |^\[  PASSED|^\[==========\] [0-9]+ tests' "$log" | tail -n 30
+}
+
+run_engine() {
+  local elog="$out/engine.log" csv="$out/engine.csv"
+  local ours=("$kit/bin/gpt_train_bench" --data-root "$root" --csv "$csv")
+  local torch=(python3 "$root/bench/engine/gpt_torch_gpu_bench.py" --csv "$csv")
+  export PYTHONUNBUFFERED=1
+  # Most wanted first: what the issue's target compares.
+  bounded 110 "$elog" "${ours[@]}" --config 124m --precision bf16 --micro-batch max
+  bounded 240 "$elog" "${torch[@]}" --config 124m --precision bf16 --micro-batch max
+  bounded 110 "$elog" "${ours[@]}" --config 124m --precision fp32 --micro-batch max
+  bounded 40 "$elog" "${ours[@]}" --config shakespeare --precision bf16 --steps 50 --warmup 10
+  bounded 40 "$elog" "${ours[@]}" --config shakespeare --precision fp32 --steps 50 --warmup 10
+  bounded 120 "$elog" "${torch[@]}" --config shakespeare --precision bf16 --micro-batch 16 --steps 50 --warmup 10
+  note "engine: results in engine.csv"
+  column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
+}
+
+run_packing() {
+  local plog="$out/packing.log"
+  local left=$((deadline - SECONDS - 20))
+  if ((left < 60)); then
+    note "packing: SKIPPED (out of time)"
+    return
+  fi
+  # The driver bounds each job; the whole run gets what is left.
+  bounded "$left" "$plog" python3 "$root/bench/packing/packing_bench.py" \
+    --bin "$kit/bin" --out "$out/packing" --data-root "$root" \
+    --steps "${PACKING_STEPS:-2000}" --timeout-s 120
+  cat "$out/packing/summary.txt" 2>/dev/null | tee -a "$log"
+}
+
+[[ -d "$kit/bin" ]] || { echo "no $kit: run scripts/gpu/make-kit.sh here and carry .gpu-kit" >&2; exit 2; }
+setup_libraries
+describe_machine
+case "$what" in
+  tests) run_tests ;;
+  engine) run_engine ;;
+  packing) run_packing ;;
+  all) run_tests; run_engine; run_packing ;;
+  *) echo "usage: run-on-device.sh [tests|engine|packing|all] [SECONDS]" >&2; exit 2 ;;
+esac
+note "done in ${SECONDS}s; files in $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
