@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/exact_resume.h"
@@ -24,8 +25,6 @@ namespace v1 = trainyard::v1;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
-class DataParallelTest : public ClusterTest {};
-
 v1::JobSpec RanksJob(const std::string& name, int ranks, int64_t steps) {
   v1::JobSpec spec = MnistSpec{.name = name,
                                .hidden = 64,
@@ -37,6 +36,26 @@ v1::JobSpec RanksJob(const std::string& name, int ranks, int64_t steps) {
   spec.mutable_resources()->set_cpu_ranks(ranks);
   return spec;
 }
+
+class DataParallelTest : public ClusterTest {
+ protected:
+  // A server, two one-CPU-slot workers "a" and "b", and a long two-rank job
+  // spread over them, run up to its first checkpoint. Returns the job id.
+  absl::StatusOr<std::string> StartSpreadJob(const std::string& name,
+                                             int64_t steps) {
+    RETURN_IF_ERROR(StartServer());
+    ASSIGN_OR_RETURN(a_, StartReadyWorker({.name = "a", .cpu_slots = 1}));
+    ASSIGN_OR_RETURN(b_, StartReadyWorker({.name = "b", .cpu_slots = 1}));
+    ASSIGN_OR_RETURN(v1::SubmitJobResponse r, Submit(RanksJob(name, 2, steps)));
+    RETURN_IF_ERROR(WaitForEvent(jobs(), r.job().id(), "CheckpointSaved",
+                                 JobTimeout(), IsCheckpointSaved)
+                        .status());
+    return r.job().id();
+  }
+
+  WorkerProcess* a_ = nullptr;
+  WorkerProcess* b_ = nullptr;
+};
 
 // The yard-train processes of `worker` by rank (from their command lines).
 std::map<int, pid_t> RankPids(const WorkerProcess& worker) {
@@ -165,20 +184,11 @@ TEST_F(DataParallelTest, RanksSpreadOverWorkersEndLikeOnOneWorker) {
 }
 
 TEST_F(DataParallelTest, ARankDyingOnOneWorkerStopsTheJobOnAll) {
-  YARD_ASSERT_OK(StartServer());
-  YARD_ASSIGN_OR_FAIL(WorkerProcess * a,
-                      StartReadyWorker({.name = "a", .cpu_slots = 1}));
-  YARD_ASSIGN_OR_FAIL(WorkerProcess * b,
-                      StartReadyWorker({.name = "b", .cpu_slots = 1}));
-  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
-                      Submit(RanksJob("spread-lost", 2, 100000)));
-  const std::string id = r.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      StartSpreadJob("spread-lost", 100000));
   pid_t rank0 = 0, rank1 = 0;
-  ASSERT_NE(WorkerOfRank({a, b}, 0, &rank0), nullptr);
-  ASSERT_NE(WorkerOfRank({a, b}, 1, &rank1), nullptr);
+  ASSERT_NE(WorkerOfRank({a_, b_}, 0, &rank0), nullptr);
+  ASSERT_NE(WorkerOfRank({a_, b_}, 1, &rank1), nullptr);
   ASSERT_EQ(kill(rank1, SIGKILL), 0);
 
   YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
@@ -186,8 +196,8 @@ TEST_F(DataParallelTest, ARankDyingOnOneWorkerStopsTheJobOnAll) {
   EXPECT_THAT(job.state_reason(), HasSubstr("rank 1")) << job.DebugString();
   YARD_ASSERT_OK(PollUntil("rank 0 to be gone too", StartTimeout(),
                            [&] { return !ProcessAlive(rank0); }));
-  EXPECT_TRUE(a->process().Running());
-  EXPECT_TRUE(b->process().Running());
+  EXPECT_TRUE(a_->process().Running());
+  EXPECT_TRUE(b_->process().Running());
 
   // Both workers' slots are free again: the next spread job runs.
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse next,
@@ -201,19 +211,10 @@ TEST_F(DataParallelTest, ARankDyingOnOneWorkerStopsTheJobOnAll) {
 // but the server waits for the other worker's word, learns it is lost, and
 // the job resumes from its checkpoint on the workers left.
 TEST_F(DataParallelTest, LosingTheWorkerOfSomeRanksRequeuesTheJob) {
-  YARD_ASSERT_OK(StartServer());
-  YARD_ASSIGN_OR_FAIL(WorkerProcess * a,
-                      StartReadyWorker({.name = "a", .cpu_slots = 1}));
-  YARD_ASSIGN_OR_FAIL(WorkerProcess * b,
-                      StartReadyWorker({.name = "b", .cpu_slots = 1}));
-  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
-                      Submit(RanksJob("spread-moves", 2, 400)));
-  const std::string id = r.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      StartSpreadJob("spread-moves", 400));
   pid_t rank1 = 0;
-  WorkerProcess* follower = WorkerOfRank({a, b}, 1, &rank1);
+  WorkerProcess* follower = WorkerOfRank({a_, b_}, 1, &rank1);
   ASSERT_NE(follower, nullptr);
   follower->process().Kill();
   YARD_ASSERT_OK(WaitForEvent(jobs(), id, "back to the queue", JobTimeout(),

@@ -8,23 +8,12 @@
 
 #include "engine/core/adamw.h"
 #include "engine/core/rng.h"
+#include "engine/core/trainer_test_support.h"
 #include "engine/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
 namespace {
-
-int64_t MeasuredPeak(Model& model, Backend& backend, const Batch& batch) {
-  AdamWConfig config;
-  auto opt = *AdamW::Create(config, &model.parameters(), &backend);
-  Rng rng(1);
-  EXPECT_TRUE(model.InitializeParameters(rng).ok());
-  model.ZeroGradients();
-  EXPECT_TRUE(model.Forward(batch).ok());
-  model.Backward(0.1f);
-  EXPECT_TRUE(opt->Step(1e-3).ok());
-  return backend.peak_allocated_bytes();
-}
 
 TEST(MemoryEstimateTest, GptMatchesTheCpuEnginesPeak) {
   for (const GptConfig& c :

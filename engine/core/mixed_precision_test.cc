@@ -14,6 +14,7 @@
 #include "engine/core/memory_estimate.h"
 #include "engine/core/mlp.h"
 #include "engine/core/rng.h"
+#include "engine/core/trainer_test_support.h"
 #include "engine/cpu/cpu_backend.h"
 #include "gtest/gtest.h"
 
@@ -169,17 +170,6 @@ TEST(MixedPrecisionTest, Bf16ResumeFromMastersIsExact) {
                              straight[i].size() * 4))
         << "tensor " << i;
   }
-}
-
-int64_t MeasuredPeak(Model& model, Backend& backend, const Batch& batch) {
-  auto opt = *AdamW::Create({}, &model.parameters(), &backend);
-  Rng rng(1);
-  EXPECT_TRUE(model.InitializeParameters(rng).ok());
-  model.ZeroGradients();
-  EXPECT_TRUE(model.Forward(batch).ok());
-  model.Backward(0.1f);
-  EXPECT_TRUE(opt->Step(1e-3).ok());
-  return backend.peak_allocated_bytes();
 }
 
 TEST(MixedPrecisionTest, MemoryEstimateMatchesTheBf16Peak) {

@@ -14,6 +14,10 @@
 #include <variant>
 #include <vector>
 
+#include "engine/core/adamw.h"
+#include "engine/core/batch.h"
+#include "engine/core/model.h"
+#include "engine/core/rng.h"
 #include "engine/core/tensor.h"
 #include "engine/core/trainer_events.h"
 #include "gtest/gtest.h"
@@ -59,6 +63,21 @@ inline void ExpectBitwiseEqual(const std::vector<HostTensor>& a,
                              a[i].data.size() * sizeof(float)))
         << a[i].name << " differs";
   }
+}
+
+// Bytes the backend allocated at its peak over one training step of
+// `model` (fresh weights, forward, backward, an AdamW step): what the memory
+// estimate must match.
+inline int64_t MeasuredPeak(Model& model, Backend& backend,
+                            const Batch& batch) {
+  auto opt = *AdamW::Create(AdamWConfig{}, &model.parameters(), &backend);
+  Rng rng(1);
+  EXPECT_TRUE(model.InitializeParameters(rng).ok());
+  model.ZeroGradients();
+  EXPECT_TRUE(model.Forward(batch).ok());
+  model.Backward(0.1f);
+  EXPECT_TRUE(opt->Step(1e-3).ok());
+  return backend.peak_allocated_bytes();
 }
 
 }  // namespace trainyard::engine
