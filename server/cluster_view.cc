@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/types/span.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 
@@ -93,8 +94,8 @@ GpuHold HoldOf(const google::protobuf::RepeatedPtrField<v1::GpuGrant>& grants) {
 // Adds to `u` one worker's share of a job: `cpu_slots`, and `hold` of each
 // of `gpus`.
 void AddUse(const JobRecord& r, int32_t cpu_slots,
-            const google::protobuf::RepeatedField<int32_t>& gpus,
-            const GpuHold& hold, WorkerUsage& u) {
+            absl::Span<const int32_t> gpus, const GpuHold& hold,
+            WorkerUsage& u) {
   u.cpu_slots += cpu_slots;
   u.gpus.insert(gpus.begin(), gpus.end());
   for (int32_t g : gpus) {
@@ -129,15 +130,14 @@ std::map<std::string, WorkerUsage> UsageByWorker(
     const std::vector<JobRecord>& active_jobs, const GpuHoldOf& hold_of) {
   std::map<std::string, WorkerUsage> usage;
   for (const JobRecord& r : active_jobs) {
-    const google::protobuf::RepeatedField<int32_t> gpus(r.gpu_indices.begin(),
-                                                        r.gpu_indices.end());
-    AddUse(r, OwnWorkerCpuSlots(r), gpus,
+    AddUse(r, OwnWorkerCpuSlots(r), r.gpu_indices,
            hold_of ? hold_of(r) : RecordedHold(r), usage[r.job.worker_id()]);
     const bool cpu_job = NeedOf(r.job.spec()).gpus == 0;
     for (const v1::GangPart& part : r.job.gang_parts()) {
       if (part.exited()) continue;
-      AddUse(r, cpu_job ? part.ranks() : 0, part.gpu_indices(),
-             HoldOf(part.gpu_grants()), usage[part.worker_id()]);
+      AddUse(r, cpu_job ? part.ranks() : 0,
+             absl::MakeConstSpan(part.gpu_indices()), HoldOf(part.gpu_grants()),
+             usage[part.worker_id()]);
     }
   }
   return usage;
