@@ -26,10 +26,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/core/bf16.h"
 
 namespace trainyard::engine {
 
@@ -142,19 +144,22 @@ class Backend {
   virtual void ReluBackward(void* dx, const void* dout, const void* out,
                             int64_t n) = 0;
 
-  // Row-wise softmax of logits [batch, classes] into probs, and each row's
-  // cross-entropy -log p[target] into losses [batch].
+  // The fused classifier. Each row's cross-entropy -log p[target] of the
+  // softmax p of logits [batch, classes] into losses [batch], in
+  // log-sum-exp form (exact even where p[target] underflows). The softmax
+  // itself is never stored: the backward recomputes it from the logits.
   // REQUIRES: every target in [0, classes).
-  virtual void SoftmaxCrossEntropyForward(float* probs, float* losses,
-                                          const void* logits,
+  virtual void SoftmaxCrossEntropyForward(float* losses, const void* logits,
                                           const int32_t* targets, int64_t batch,
                                           int64_t classes) = 0;
   // How many rows of logits [rows, classes] have their largest entry (the
   // first, on ties) at the target.
   virtual int64_t CountArgmaxHits(const void* logits, const int32_t* targets,
                                   int64_t rows, int64_t classes) = 0;
-  // dlogits = (probs - onehot(target)) * scale  (overwritten).
-  virtual void SoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
+  // dlogits = (softmax(logits) - onehot(target)) * scale (overwritten);
+  // may run in place (dlogits == logits), so the gradient takes the
+  // logits' memory and no [batch, classes] buffer beyond the logits exists.
+  virtual void SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
                                            const int32_t* targets, float scale,
                                            int64_t batch, int64_t classes) = 0;
 
@@ -220,6 +225,21 @@ class Backend {
                                  const float* state, int64_t batch, int64_t seq,
                                  int64_t channels, int64_t heads) = 0;
 };
+
+// n activations at `src` (backend memory) copied to the host as floats,
+// widened from bf16 when that is the backend's activation dtype.
+inline std::vector<float> ActivationsToHost(Backend& backend, const void* src,
+                                            int64_t n) {
+  std::vector<float> out(n);
+  if (backend.activation_dtype() == DType::kF32) {
+    backend.CopyToHost(out.data(), src, n * 4);
+  } else {
+    std::vector<uint16_t> bf(n);
+    backend.CopyToHost(bf.data(), src, n * 2);
+    Bf16ToFloats(bf.data(), n, out.data());
+  }
+  return out;
+}
 
 }  // namespace trainyard::engine
 

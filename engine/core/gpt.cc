@@ -41,11 +41,12 @@ GptActivationSizes GptActivationFloats(const GptConfig& c, int64_t seq,
   // fch (4), fch_gelu (4), fcproj, res3; the final LayerNorm; the logits.
   s.per_sequence = tc + c.n_layer * 18 * tc + tc + seq * c.vocab_size;
   // LayerNorm means and rstds (two per block and the final one), attention
-  // state, probabilities and losses: fp32 whatever the activations are.
-  s.f32_per_sequence =
-      c.n_layer * (4 * seq + att.state) + 2 * seq + seq * c.vocab_size + seq;
-  // dres, dln, dqkv (3), datty, dfch (4); dlogits.
-  s.grad_per_sequence = 10 * tc + seq * c.vocab_size;
+  // state and losses: fp32 whatever the activations are. The classifier is
+  // fused: no probabilities are kept, and the logits' gradient is written
+  // over the logits.
+  s.f32_per_sequence = c.n_layer * (4 * seq + att.state) + 2 * seq + seq;
+  // dres, dln, dqkv (3), datty, dfch (4).
+  s.grad_per_sequence = 10 * tc;
   s.f32_grad_per_sequence = att.scratch;
   return s;
 }
@@ -234,7 +235,6 @@ absl::Status GptModel::AllocateActivations() {
   lnf_mean_ = take_f32(bt);
   lnf_rstd_ = take_f32(bt);
   logits_ = take(bt * V);
-  probs_ = take_f32(bt * V);
   losses_ = take_f32(bt);
   p = static_cast<char*>(grad_act_buf_->data());
   dres_ = take(btc);
@@ -243,7 +243,6 @@ absl::Status GptModel::AllocateActivations() {
   datty_ = take(btc);
   dfch_ = take(4 * btc);
   datt_ = take_f32(att.scratch);
-  dlogits_ = take(bt * V);
   tokens_ = token_buf_->i32();
   targets_ = tokens_ + bt;
   return absl::OkStatus();
@@ -341,7 +340,7 @@ absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
   be.LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
                       params_[nf - 2].working, params_[nf - 1].working, BT, C);
   be.LinearForward(logits_, lnf_, params_[0].working, nullptr, BT, C, V);
-  be.SoftmaxCrossEntropyForward(probs_, losses_, logits_, targets_, BT, V);
+  be.SoftmaxCrossEntropyForward(losses_, logits_, targets_, BT, V);
   std::vector<float> losses(BT);
   be.CopyToHost(losses.data(), losses_, BT * 4);
   RETURN_IF_ERROR(be.Synchronize());
@@ -384,9 +383,12 @@ void GptModel::Backward(float loss_scale) {
   const int64_t V = config_.vocab_size, BT = B * T;
   Backend& be = *backend_;
   const size_t nf = params_.size();
-  be.SoftmaxCrossEntropyBackward(dlogits_, probs_, targets_, loss_scale, BT, V);
+  // The logits' gradient takes the logits' place (they are not needed
+  // again): no second [B*T, V] buffer.
+  void* dlogits = logits_;
+  be.SoftmaxCrossEntropyBackward(dlogits, logits_, targets_, loss_scale, BT, V);
   // The tied output projection adds its share to the token embedding's grad.
-  be.LinearBackward(dln_, params_[0].grad, nullptr, dlogits_, lnf_,
+  be.LinearBackward(dln_, params_[0].grad, nullptr, dlogits, lnf_,
                     params_[0].working, BT, C, V);
   be.FillActivations(dres_, BT * C, 0.f);
   const void* last = config_.n_layer > 0 ? blocks_.back().res3 : encoded_;
@@ -409,18 +411,10 @@ void GptModel::ZeroGradients() {
 
 std::vector<float> GptModel::Logits(int64_t b, int64_t t) const {
   const int64_t V = config_.vocab_size;
-  std::vector<float> out(V);
   const int64_t ab = DTypeBytes(backend_->activation_dtype());
-  const char* row =
-      static_cast<const char*>(logits_) + (b * last_t_ + t) * V * ab;
-  if (ab == 4) {
-    backend_->CopyToHost(out.data(), row, V * 4);
-  } else {
-    std::vector<uint16_t> bf(V);
-    backend_->CopyToHost(bf.data(), row, V * 2);
-    Bf16ToFloats(bf.data(), V, out.data());
-  }
-  return out;
+  return ActivationsToHost(
+      *backend_, static_cast<const char*>(logits_) + (b * last_t_ + t) * V * ab,
+      V);
 }
 
 }  // namespace trainyard::engine

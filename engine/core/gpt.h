@@ -96,6 +96,7 @@ class GptModel : public Model {
 
   const GptConfig& config() const { return config_; }
   // Logits of the last Forward at (sequence b, position t), on the host.
+  // REQUIRES: no Backward since (it writes the logits' gradient over them).
   std::vector<float> Logits(int64_t b, int64_t t) const;
   // The refresh of each parameter's working copy from its master (bf16
   // only) happens at the next Forward; the model does it by itself at its
@@ -136,9 +137,9 @@ class GptModel : public Model {
   void* encoded_ = nullptr;
   std::vector<BlockActs> blocks_;
   void *lnf_, *logits_;
-  float *lnf_mean_, *lnf_rstd_, *probs_, *losses_;
+  float *lnf_mean_, *lnf_rstd_, *losses_;
   // Backward scratch.
-  void *dres_, *dln_, *dqkv_, *datty_, *dfch_, *dlogits_;
+  void *dres_, *dln_, *dqkv_, *datty_, *dfch_;
   float* datt_;
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
 

@@ -4,7 +4,7 @@
 // weights also count the bf16 working copy), the activations the model
 // keeps for one micro-batch (and the backward's scratch; bf16 halves those
 // stored in the activation dtype, while LayerNorm statistics, attention
-// state, probabilities and losses stay fp32), GEMM workspace,
+// state and losses stay fp32), GEMM workspace,
 // and a fixed overhead per process (runtime, code, loader buffers; on a GPU
 // the CUDA context). The first four are exactly what the models and the
 // optimizer allocate through Backend::Allocate; tests hold the estimate to

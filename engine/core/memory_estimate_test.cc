@@ -82,6 +82,23 @@ TEST(MemoryEstimateTest, CudaAttentionKeepsNoTxTMatrix) {
       kCudaWorkspaceBytes);
 }
 
+// The classifier is fused: the vocabulary costs one [T, V] logits buffer
+// per sequence in the activation dtype (the gradient is written over it),
+// with no probabilities and no separate gradient beside it.
+TEST(MemoryEstimateTest, ClassifierKeepsOnlyTheLogits) {
+  const GptConfig c{2, 4, 64, 256, 100};
+  GptConfig wider = c;
+  wider.vocab_size += 64;
+  for (const DType act : {DType::kF32, DType::kBF16}) {
+    const MemoryEstimate a = EstimateGptMemory(c, 3, 1, DeviceKind::kCuda, act);
+    const MemoryEstimate b =
+        EstimateGptMemory(wider, 3, 1, DeviceKind::kCuda, act);
+    EXPECT_EQ(b.activations - a.activations,
+              3 * c.seq_len * 64 * DTypeBytes(act))
+        << DTypeName(act);
+  }
+}
+
 TEST(MemoryEstimateTest, HostileSizesSaturateInsteadOfOverflowing) {
   constexpr int64_t kBig = std::numeric_limits<int64_t>::max();
   for (const GptConfig& c :

@@ -81,8 +81,6 @@ absl::Status MlpModel::AllocateBuffers() {
     ASSIGN_OR_RETURN(acts_.emplace_back(), backend_->Allocate(bytes));
     ASSIGN_OR_RETURN(dacts_.emplace_back(), backend_->Allocate(bytes));
   }
-  ASSIGN_OR_RETURN(probs_buf_,
-                   backend_->Allocate(max_batch_ * config_.num_classes * 4));
   ASSIGN_OR_RETURN(loss_buf_, backend_->Allocate(max_batch_ * 4));
   return absl::OkStatus();
 }
@@ -159,32 +157,24 @@ absl::StatusOr<ForwardStats> MlpModel::Forward(const Batch& batch) {
       backend_->ReluForward(out, out, b * widths_[l + 1]);
   }
   const int64_t classes = config_.num_classes;
-  backend_->SoftmaxCrossEntropyForward(probs_buf_->f32(), loss_buf_->f32(),
-                                       acts_.back()->data(), target_buf_->i32(),
-                                       b, classes);
-  std::vector<float> losses(b), probs(b * classes);
+  backend_->SoftmaxCrossEntropyForward(loss_buf_->f32(), acts_.back()->data(),
+                                       target_buf_->i32(), b, classes);
+  std::vector<float> losses(b);
   backend_->CopyToHost(losses.data(), loss_buf_->data(), b * 4);
-  backend_->CopyToHost(probs.data(), probs_buf_->data(), b * classes * 4);
   RETURN_IF_ERROR(backend_->Synchronize());
 
   ForwardStats stats;
   stats.examples = b;
-  for (int64_t i = 0; i < b; ++i) {
-    stats.loss_sum += losses[i];
-    const float* row = probs.data() + i * classes;
-    int64_t best = 0;
-    for (int64_t c = 1; c < classes; ++c) {
-      if (row[c] > row[best]) best = c;
-    }
-    if (best == batch.targets[i]) ++stats.correct;
-  }
+  for (int64_t i = 0; i < b; ++i) stats.loss_sum += losses[i];
+  stats.correct = backend_->CountArgmaxHits(acts_.back()->data(),
+                                            target_buf_->i32(), b, classes);
   return stats;
 }
 
 void MlpModel::Backward(float loss_scale) {
   const int64_t b = last_batch_;
   void* dout = dacts_.back()->data();
-  backend_->SoftmaxCrossEntropyBackward(dout, probs_buf_->f32(),
+  backend_->SoftmaxCrossEntropyBackward(dout, acts_.back()->data(),
                                         target_buf_->i32(), loss_scale, b,
                                         config_.num_classes);
   for (int l = num_layers() - 1; l >= 0; --l) {
@@ -205,10 +195,9 @@ void MlpModel::ZeroGradients() {
   backend_->Fill(grad_buf_->f32(), grad_buf_->bytes() / 4, 0.0f);
 }
 
-std::vector<float> MlpModel::LastProbabilities() const {
-  std::vector<float> probs(last_batch_ * config_.num_classes);
-  backend_->CopyToHost(probs.data(), probs_buf_->data(), probs.size() * 4);
-  return probs;
+std::vector<float> MlpModel::LastLogits() const {
+  return ActivationsToHost(*backend_, acts_.back()->data(),
+                           last_batch_ * config_.num_classes);
 }
 
 }  // namespace trainyard::engine

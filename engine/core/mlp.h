@@ -40,8 +40,8 @@ class MlpModel : public Model {
   void Backward(float loss_scale) override;
   void ZeroGradients() override;
 
-  // Class probabilities of the last Forward, [batch, classes], on the host.
-  std::vector<float> LastProbabilities() const;
+  // Logits of the last Forward, [batch, classes], on the host as floats.
+  std::vector<float> LastLogits() const;
 
  private:
   MlpModel(const MlpConfig& config, int64_t max_batch, Backend* backend);
@@ -66,7 +66,7 @@ class MlpModel : public Model {
   std::unique_ptr<DeviceBuffer> input_buf_, target_buf_;
   std::vector<std::unique_ptr<DeviceBuffer>> acts_;   // per layer output
   std::vector<std::unique_ptr<DeviceBuffer>> dacts_;  // their gradients
-  std::unique_ptr<DeviceBuffer> probs_buf_, loss_buf_;
+  std::unique_ptr<DeviceBuffer> loss_buf_;
   std::vector<Parameter> params_;  // weight, bias per layer
   int64_t last_batch_ = 0;
 };

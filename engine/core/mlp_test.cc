@@ -87,7 +87,7 @@ TEST_F(MlpTest, BackwardAccumulatesAndZeroGradientsClears) {
 TEST_F(MlpTest, CountsCorrectPredictions) {
   absl::StatusOr<ForwardStats> s = model_->Forward(batch_);
   ASSERT_TRUE(s.ok());
-  const std::vector<float> probs = model_->LastProbabilities();
+  const std::vector<float> probs = model_->LastLogits();
   int64_t correct = 0;
   for (int b = 0; b < 4; ++b) {
     int best = 0;

@@ -107,16 +107,15 @@ void CpuBackend::ReluBackward(void* dx, const void* dout, const void* out,
   Narrow(dx, g);
 }
 
-void CpuBackend::SoftmaxCrossEntropyForward(float* probs, float* losses,
-                                            const void* logits,
+void CpuBackend::SoftmaxCrossEntropyForward(float* losses, const void* logits,
                                             const int32_t* targets,
                                             int64_t batch, int64_t classes) {
   if (!bf16()) {
-    return SoftmaxCrossEntropyForward(probs, losses, F(logits), targets, batch,
+    return SoftmaxCrossEntropyForward(losses, F(logits), targets, batch,
                                       classes);
   }
   std::vector<float> x = Widen(logits, batch * classes);
-  SoftmaxCrossEntropyForward(probs, losses, D(x), targets, batch, classes);
+  SoftmaxCrossEntropyForward(losses, D(x), targets, batch, classes);
 }
 
 int64_t CpuBackend::CountArgmaxHits(const void* logits, const int32_t* targets,
@@ -126,17 +125,19 @@ int64_t CpuBackend::CountArgmaxHits(const void* logits, const int32_t* targets,
   return CountArgmaxHits(D(x), targets, rows, classes);
 }
 
-void CpuBackend::SoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
+void CpuBackend::SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
                                              const int32_t* targets,
                                              float scale, int64_t batch,
                                              int64_t classes) {
   if (!bf16()) {
-    return SoftmaxCrossEntropyBackward(F(dlogits), probs, targets, scale, batch,
-                                       classes);
+    return SoftmaxCrossEntropyBackward(F(dlogits), F(logits), targets, scale,
+                                       batch, classes);
   }
-  std::vector<float> d = Output(dlogits, batch * classes);
-  SoftmaxCrossEntropyBackward(D(d), probs, targets, scale, batch, classes);
-  Narrow(dlogits, d);
+  // The widened copy is read whole before dlogits is written: in place is
+  // fine.
+  std::vector<float> x = Widen(logits, batch * classes);
+  SoftmaxCrossEntropyBackward(D(x), D(x), targets, scale, batch, classes);
+  Narrow(dlogits, x);
 }
 
 void CpuBackend::AdamW(float* param, const float* grad, float* m, float* v,

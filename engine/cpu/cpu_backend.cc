@@ -221,26 +221,34 @@ void CpuBackend::ReluBackward(float* dx, const float* dout, const float* out,
   });
 }
 
-void CpuBackend::SoftmaxCrossEntropyForward(float* probs, float* losses,
-                                            const float* logits,
+namespace {
+
+// A row's largest logit and its sum of exp(x - max), both passes in
+// ascending class order: the forward and the backward see bitwise the same
+// softmax.
+struct RowSoftmax {
+  float max = 0;
+  float sum = 0;
+};
+RowSoftmax SoftmaxOf(const float* x, int64_t classes) {
+  RowSoftmax r{x[0], 0.f};
+  for (int64_t c = 1; c < classes; ++c) r.max = std::max(r.max, x[c]);
+  for (int64_t c = 0; c < classes; ++c) r.sum += std::exp(x[c] - r.max);
+  return r;
+}
+
+}  // namespace
+
+void CpuBackend::SoftmaxCrossEntropyForward(float* losses, const float* logits,
                                             const int32_t* targets,
                                             int64_t batch, int64_t classes) {
   const int64_t grain = std::max<int64_t>(1, 8192 / classes);
   ForRange(batch, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* x = logits + b * classes;
-      float* p = probs + b * classes;
-      float max = x[0];
-      for (int64_t c = 1; c < classes; ++c) max = std::max(max, x[c]);
-      float sum = 0.f;
-      for (int64_t c = 0; c < classes; ++c) {
-        p[c] = std::exp(x[c] - max);
-        sum += p[c];
-      }
-      const float inv = 1.f / sum;
-      for (int64_t c = 0; c < classes; ++c) p[c] *= inv;
+      const RowSoftmax r = SoftmaxOf(x, classes);
       // log-sum-exp form: exact even when p[target] underflows to 0.
-      losses[b] = std::log(sum) - (x[targets[b]] - max);
+      losses[b] = std::log(r.sum) - (x[targets[b]] - r.max);
     }
   });
 }
@@ -259,17 +267,21 @@ int64_t CpuBackend::CountArgmaxHits(const float* logits, const int32_t* targets,
   return hits;
 }
 
-void CpuBackend::SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
+void CpuBackend::SoftmaxCrossEntropyBackward(float* dlogits,
+                                             const float* logits,
                                              const int32_t* targets,
                                              float scale, int64_t batch,
                                              int64_t classes) {
   const int64_t grain = std::max<int64_t>(1, 8192 / classes);
   ForRange(batch, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      const float* p = probs + b * classes;
-      float* d = dlogits + b * classes;
+      const float* x = logits + b * classes;
+      float* d = dlogits + b * classes;  // may be x: each entry is read first
+      const RowSoftmax r = SoftmaxOf(x, classes);
+      const float inv = 1.f / r.sum;
       for (int64_t c = 0; c < classes; ++c) {
-        d[c] = (p[c] - (c == targets[b] ? 1.f : 0.f)) * scale;
+        const float p = std::exp(x[c] - r.max) * inv;
+        d[c] = (p - (c == targets[b] ? 1.f : 0.f)) * scale;
       }
     }
   });

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "engine/core/rng.h"
-#include "engine/cpu/test_inputs.h"
 #include "engine/cpu/reference_ops.h"
+#include "engine/cpu/test_inputs.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
@@ -158,24 +158,31 @@ double CrossEntropyRef(const std::vector<double>& logits,
 TEST_P(CpuOpsTest, SoftmaxCrossEntropyMatchesReference) {
   const auto logits = Random(kBatch * kClasses, 7, -4, 4);
   const std::vector<int32_t> targets = {0, 6, 3, 3, 1, 5};
-  std::vector<float> probs(kBatch * kClasses), losses(kBatch);
-  backend_->SoftmaxCrossEntropyForward(probs.data(), losses.data(),
-                                       logits.data(), targets.data(), kBatch,
-                                       kClasses);
+  std::vector<float> losses(kBatch);
+  backend_->SoftmaxCrossEntropyForward(losses.data(), logits.data(),
+                                       targets.data(), kBatch, kClasses);
   const auto ld = ToDouble(logits);
   std::vector<double> want_losses(kBatch);
   for (int64_t b = 0; b < kBatch; ++b)
     want_losses[b] = CrossEntropyRef(ld, targets, b);
   ExpectNear(losses, want_losses, kTol, "losses");
-  for (int64_t b = 0; b < kBatch; ++b) {
-    double row_sum = 0;
-    for (int64_t c = 0; c < kClasses; ++c) row_sum += probs[b * kClasses + c];
-    EXPECT_NEAR(row_sum, 1.0, 1e-6);
-  }
   const float scale = 0.25f;
   std::vector<float> dlogits(kBatch * kClasses);
   backend_->SoftmaxCrossEntropyBackward(
-      dlogits.data(), probs.data(), targets.data(), scale, kBatch, kClasses);
+      dlogits.data(), logits.data(), targets.data(), scale, kBatch, kClasses);
+  // Each gradient row sums to zero (softmax sums to one, minus the one-hot).
+  for (int64_t b = 0; b < kBatch; ++b) {
+    double row_sum = 0;
+    for (int64_t c = 0; c < kClasses; ++c) row_sum += dlogits[b * kClasses + c];
+    EXPECT_NEAR(row_sum, 0.0, 1e-6);
+  }
+  // In place (the models' use: the gradient takes the logits' memory) is
+  // bitwise the same.
+  std::vector<float> in_place = logits;
+  backend_->SoftmaxCrossEntropyBackward(in_place.data(), in_place.data(),
+                                        targets.data(), scale, kBatch,
+                                        kClasses);
+  EXPECT_EQ(in_place, dlogits);
   ExpectNear(dlogits,
              FiniteDifferences(ld,
                                [&](const auto& v) {
@@ -190,11 +197,25 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyMatchesReference) {
 TEST_P(CpuOpsTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
   const std::vector<float> logits = {1000.f, -1000.f, 0.f};
   const std::vector<int32_t> target = {1};
-  std::vector<float> probs(3), loss(1);
-  backend_->SoftmaxCrossEntropyForward(probs.data(), loss.data(), logits.data(),
+  std::vector<float> loss(1);
+  backend_->SoftmaxCrossEntropyForward(loss.data(), logits.data(),
                                        target.data(), 1, 3);
   EXPECT_TRUE(std::isfinite(loss[0]));
   EXPECT_FLOAT_EQ(loss[0], 2000.f);
+  std::vector<float> d(3);
+  backend_->SoftmaxCrossEntropyBackward(d.data(), logits.data(), target.data(),
+                                        1.f, 1, 3);
+  EXPECT_EQ(d, (std::vector<float>{1.f, -1.f, 0.f}));
+}
+
+TEST_P(CpuOpsTest, SoftmaxCrossEntropyOfNanLogitsIsNan) {
+  // A diverged model must show a NaN loss, never a finite one.
+  const std::vector<float> logits = {0.f, std::nanf(""), 1.f};
+  const std::vector<int32_t> target = {0};
+  std::vector<float> loss(1);
+  backend_->SoftmaxCrossEntropyForward(loss.data(), logits.data(),
+                                       target.data(), 1, 3);
+  EXPECT_TRUE(std::isnan(loss[0]));
 }
 
 TEST_P(CpuOpsTest, SumSquaresIsExactishAndThreadIndependent) {

@@ -1,13 +1,22 @@
-// Softmax cross-entropy over rows of logits: one block per row. The forward
-// takes the row's max, then the sum of exp(x - max) (each thread over a
-// fixed strided share, combined in BlockReduce's fixed order), then writes
-// probabilities as exp(x - max) / sum and the loss in log-sum-exp form
-// (exact even when the target's probability underflows), as the CPU
-// backend does. The backward is elementwise per row.
+// The fused classifier: softmax cross-entropy over rows of logits without
+// ever storing the softmax. One block per row.
+//
+// Both kernels first take the row's softmax statistics in one read: each
+// thread walks a fixed strided share of the row keeping an online
+// (max, sum of exp(x - max)) pair, and the pairs are merged across the warp
+// (butterfly) and then the warps (in warp order). The merge is symmetric, so
+// every lane of the butterfly holds bitwise the same pair and the result
+// depends on the launch shape alone: deterministic.
+//   forward:  loss = log(sum) - (x[target] - max)   (log-sum-exp form: exact
+//             even when p[target] underflows; NaN logits give a NaN loss)
+//   backward: d[c] = (exp(x[c] - max) / sum - [c == target]) * scale, written
+//             over the logits when the caller passes the same buffer (each
+//             thread reads an entry before it writes that same entry).
+// So the logits are read once in the forward and twice in the backward,
+// and nothing of [rows, classes] exists beside them.
 #include <cmath>
 
 #include "engine/cuda/act_type.cuh"
-#include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/classifier_kernels.h"
 
 namespace trainyard::engine::cuda {
@@ -15,54 +24,86 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
-template <typename T>
-__global__ void SoftmaxCrossEntropyForwardKernel(float* probs, float* losses,
-                                                 const T* logits,
-                                                 const int32_t* targets,
-                                                 int64_t classes) {
-  const int64_t row = blockIdx.x;
-  const T* x = logits + row * classes;
-  float* p = probs + row * classes;
+struct SoftmaxStats {
   float max = -INFINITY;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    max = fmaxf(max, Ld(x + c));
-  }
-  max = BlockReduce(max, MaxOp());
-  float sum = 0.f;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    sum += expf(Ld(x + c) - max);
-  }
-  sum = BlockReduce(sum, SumOp());
-  const float inv = 1.f / sum;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    p[c] = expf(Ld(x + c) - max) * inv;
-  }
-  if (threadIdx.x == 0) {
-    const int32_t t = targets[row];
-    losses[row] =
-        t >= 0 && t < classes ? logf(sum) - (Ld(x + t) - max) : nanf("");
+  float sum = 0.f;  // of exp(x - max)
+};
+
+// Symmetric in a and b (fmaxf and + commute), which the butterfly needs.
+__device__ __forceinline__ SoftmaxStats Merge(SoftmaxStats a, SoftmaxStats b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == -INFINITY) return {m, 0.f};
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+
+__device__ __forceinline__ void Accumulate(SoftmaxStats& s, float x) {
+  if (x > s.max) {
+    s.sum = s.sum * expf(s.max - x) + 1.f;  // 0 * 0 + 1 on the first entry
+    s.max = x;
+  } else if (x != -INFINITY) {
+    s.sum += expf(x - s.max);  // NaN x makes the sum (and the loss) NaN
   }
 }
 
+// The row's statistics, returned to every thread. REQUIRES: every thread of
+// the block calls it; blockDim.x a multiple of 32.
 template <typename T>
-__global__ void SoftmaxCrossEntropyBackwardKernel(T* dlogits,
-                                                  const float* probs,
-                                                  const int32_t* targets,
-                                                  float scale,
-                                                  int64_t classes) {
+__device__ SoftmaxStats RowStats(const T* x, int64_t classes) {
+  SoftmaxStats s;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
+    Accumulate(s, Ld(x + c));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const SoftmaxStats other{__shfl_xor_sync(0xffffffffu, s.max, offset),
+                             __shfl_xor_sync(0xffffffffu, s.sum, offset)};
+    s = Merge(s, other);
+  }
+  __shared__ SoftmaxStats warp_stats[32];
+  if ((threadIdx.x & 31) == 0) warp_stats[threadIdx.x >> 5] = s;
+  __syncthreads();
+  SoftmaxStats row = warp_stats[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) {
+    row = Merge(row, warp_stats[w]);
+  }
+  return row;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    SoftmaxCrossEntropyForwardKernel(float* losses, const T* logits,
+                                     const int32_t* targets, int64_t classes) {
   const int64_t row = blockIdx.x;
-  const float* p = probs + row * classes;
+  const T* x = logits + row * classes;
+  const SoftmaxStats s = RowStats(x, classes);
+  if (threadIdx.x == 0) {
+    const int32_t t = targets[row];
+    losses[row] =
+        t >= 0 && t < classes ? logf(s.sum) - (Ld(x + t) - s.max) : nanf("");
+  }
+}
+
+// No __restrict__: dlogits may be the logits themselves.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    SoftmaxCrossEntropyBackwardKernel(T* dlogits, const T* logits,
+                                      const int32_t* targets, float scale,
+                                      int64_t classes) {
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * classes;
   T* d = dlogits + row * classes;
+  const SoftmaxStats s = RowStats(x, classes);
+  const float inv = 1.f / s.sum;
   const int64_t t = targets[row];
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    St(d + c, (p[c] - (c == t ? 1.f : 0.f)) * scale);
+    const float p = expf(Ld(x + c) - s.max) * inv;
+    St(d + c, (p - (c == t ? 1.f : 0.f)) * scale);
   }
 }
 
 }  // namespace
 
-cudaError_t LaunchSoftmaxCrossEntropyForward(float* probs, float* losses,
-                                             const void* logits,
+cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, const void* logits,
                                              const int32_t* targets,
                                              int64_t rows, int64_t classes,
                                              bool bf16, cudaStream_t stream) {
@@ -71,13 +112,13 @@ cudaError_t LaunchSoftmaxCrossEntropyForward(float* probs, float* losses,
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
     SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
-                                       0, stream>>>(
-        probs, losses, As<T>(logits), targets, classes);
+                                       0, stream>>>(losses, As<T>(logits),
+                                                    targets, classes);
     return cudaGetLastError();
   });
 }
 
-cudaError_t LaunchSoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
+cudaError_t LaunchSoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
                                               const int32_t* targets,
                                               float scale, int64_t rows,
                                               int64_t classes, bool bf16,
@@ -88,7 +129,7 @@ cudaError_t LaunchSoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
     using T = decltype(t);
     SoftmaxCrossEntropyBackwardKernel<<<static_cast<unsigned>(rows),
                                         kRowThreads, 0, stream>>>(
-        As<T>(dlogits), probs, targets, scale, classes);
+        As<T>(dlogits), As<T>(logits), targets, scale, classes);
     return cudaGetLastError();
   });
 }

@@ -96,12 +96,12 @@ class CudaBackend : public Backend {
   void ReluForward(void* out, const void* x, int64_t n) override;
   void ReluBackward(void* dx, const void* dout, const void* out,
                     int64_t n) override;
-  void SoftmaxCrossEntropyForward(float* probs, float* losses,
-                                  const void* logits, const int32_t* targets,
-                                  int64_t batch, int64_t classes) override;
+  void SoftmaxCrossEntropyForward(float* losses, const void* logits,
+                                  const int32_t* targets, int64_t batch,
+                                  int64_t classes) override;
   int64_t CountArgmaxHits(const void* logits, const int32_t* targets,
                           int64_t rows, int64_t classes) override;
-  void SoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
+  void SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
                                    const int32_t* targets, float scale,
                                    int64_t batch, int64_t classes) override;
   void AdamW(float* param, const float* grad, float* m, float* v, void* working,

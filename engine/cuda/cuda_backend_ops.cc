@@ -153,22 +153,21 @@ void CudaBackend::LinearBackward(void* dinp, float* dweight, float* dbias,
   }
 }
 
-void CudaBackend::SoftmaxCrossEntropyForward(float* probs, float* losses,
-                                             const void* logits,
+void CudaBackend::SoftmaxCrossEntropyForward(float* losses, const void* logits,
                                              const int32_t* targets,
                                              int64_t batch, int64_t classes) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchSoftmaxCrossEntropyForward(
-      probs, losses, logits, targets, batch, classes, bf16(), stream_));
+      losses, logits, targets, batch, classes, bf16(), stream_));
 }
 
-void CudaBackend::SoftmaxCrossEntropyBackward(void* dlogits, const float* probs,
+void CudaBackend::SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
                                               const int32_t* targets,
                                               float scale, int64_t batch,
                                               int64_t classes) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchSoftmaxCrossEntropyBackward(
-      dlogits, probs, targets, scale, batch, classes, bf16(), stream_));
+      dlogits, logits, targets, scale, batch, classes, bf16(), stream_));
 }
 
 void CudaBackend::AdamW(float* param, const float* grad, float* m, float* v,

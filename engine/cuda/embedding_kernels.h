@@ -19,8 +19,9 @@ cudaError_t LaunchEmbeddingForward(void* out, const int32_t* tokens,
 
 // dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :],
 // each entry adding its terms in ascending (b, t) order (bitwise the CPU
-// backend's sums). No atomics: one thread owns each channel of dwte (it
-// walks every position in order) and each (t, channel) of dwpe.
+// backend's sums). No atomics: the first position holding a token owns
+// that token's row of dwte (its block adds every position with the token,
+// in order), and one thread owns each (t, channel) of dwpe.
 // dout is an activation gradient (bf16 when `bf16`); dwte, dwpe fp32.
 cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const void* dout,
                                     const int32_t* tokens, int64_t batch,

@@ -39,6 +39,14 @@ int Dump(const std::string& out) {
   model->ZeroGradients();
   auto stats = model->Forward(batch);
   if (!stats.ok()) return 1;
+  // The logits first: Backward writes their gradient over them.
+  HostTensor logits{"logits", {kBatch * c.seq_len, c.vocab_size}, {}};
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t t = 0; t < c.seq_len; ++t) {
+      const std::vector<float> row = model->Logits(b, t);
+      logits.data.insert(logits.data.end(), row.begin(), row.end());
+    }
+  }
   model->Backward(1.0f / static_cast<float>(stats->examples));
 
   std::vector<HostTensor> params, expected;
@@ -46,13 +54,6 @@ int Dump(const std::string& out) {
     params.push_back({p.name, p.shape, {p.value, p.value + p.size()}});
     expected.push_back(
         {"grad." + p.name, p.shape, {p.grad, p.grad + p.size()}});
-  }
-  HostTensor logits{"logits", {kBatch * c.seq_len, c.vocab_size}, {}};
-  for (int64_t b = 0; b < kBatch; ++b) {
-    for (int64_t t = 0; t < c.seq_len; ++t) {
-      const std::vector<float> row = model->Logits(b, t);
-      logits.data.insert(logits.data.end(), row.begin(), row.end());
-    }
   }
   expected.push_back(std::move(logits));
   expected.push_back(
