@@ -130,6 +130,17 @@ class Backend {
   virtual void LinearForward(void* out, const void* inp, const void* weight,
                              const void* bias, int64_t batch, int64_t in,
                              int64_t out_features) = 0;
+  // out = gelu(inp . weight^T + bias), keeping the pre-activation in `pre`
+  // (what GeluBackward needs): LinearForward into `pre`, then GeluForward,
+  // unless a backend fuses the two (CUDA in bf16: cuBLASLt's GELU epilogue,
+  // which saves writing and reading back the pre-activation).
+  virtual void LinearGeluForward(void* out, void* pre, const void* inp,
+                                 const void* weight, const void* bias,
+                                 int64_t batch, int64_t in,
+                                 int64_t out_features) {
+    LinearForward(pre, inp, weight, bias, batch, in, out_features);
+    GeluForward(out, pre, batch * out_features);
+  }
   // dinp = dout . weight (overwritten; skipped when null);
   // dweight += dout^T . inp and dbias += column sums of dout (accumulated, so
   // micro-batches add up; dbias may be null).

@@ -305,8 +305,8 @@ void GptModel::ForwardBlock(int64_t l, const void* residual) {
   be.Add(a.res2, residual, a.attproj, BT * C);
   be.LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(l, kLn2W),
                       W(l, kLn2B), BT, C);
-  be.LinearForward(a.fch, a.ln2, W(l, kFcW), W(l, kFcB), BT, C, 4 * C);
-  be.GeluForward(a.fch_gelu, a.fch, BT * 4 * C);
+  be.LinearGeluForward(a.fch_gelu, a.fch, a.ln2, W(l, kFcW), W(l, kFcB), BT, C,
+                       4 * C);
   be.LinearForward(a.fcproj, a.fch_gelu, W(l, kFcProjW), W(l, kFcProjB), BT,
                    4 * C, C);
   be.Add(a.res3, a.res2, a.fcproj, BT * C);

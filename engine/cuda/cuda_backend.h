@@ -90,6 +90,9 @@ class CudaBackend : public Backend {
   void LinearForward(void* out, const void* inp, const void* weight,
                      const void* bias, int64_t batch, int64_t in,
                      int64_t out_features) override;
+  void LinearGeluForward(void* out, void* pre, const void* inp,
+                         const void* weight, const void* bias, int64_t batch,
+                         int64_t in, int64_t out_features) override;
   void LinearBackward(void* dinp, float* dweight, float* dbias,
                       const void* dout, const void* inp, const void* weight,
                       int64_t batch, int64_t in, int64_t out_features) override;
@@ -161,6 +164,10 @@ class CudaBackend : public Backend {
   absl::Status CheckAttentionShape(int64_t channels, int64_t heads) const;
   bool bf16() const { return options_.activation_dtype == DType::kBF16; }
   cudaDataType_t act_type() const { return bf16() ? CUDA_R_16BF : CUDA_R_32F; }
+  // LinearForward's product, without bias: out = inp . weight^T.
+  cuda::LtGemmArgs ForwardProduct(void* out, const void* inp,
+                                  const void* weight, int64_t batch, int64_t in,
+                                  int64_t out_features) const;
 
   const CudaBackendOptions options_;
   cudaStream_t stream_;

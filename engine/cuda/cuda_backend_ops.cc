@@ -74,10 +74,10 @@ void CudaBackend::ReluBackward(void* dx, const void* dout, const void* out,
 // column-major, out^T [O, batch] = weight^T . inp^T: A = weight stored
 // I x O (transposed), B = inp stored I x batch. In bf16 all four are bf16:
 // the product and bias add run in fp32 and the output is rounded once.
-void CudaBackend::LinearForward(void* out, const void* inp, const void* weight,
-                                const void* bias, int64_t batch, int64_t in,
-                                int64_t out_features) {
-  UseDevice();
+cuda::LtGemmArgs CudaBackend::ForwardProduct(void* out, const void* inp,
+                                             const void* weight, int64_t batch,
+                                             int64_t in,
+                                             int64_t out_features) const {
   cuda::LtGemmArgs g;
   g.ab_type = g.c_type = act_type();
   g.trans_a = true;
@@ -90,6 +90,15 @@ void CudaBackend::LinearForward(void* out, const void* inp, const void* weight,
   g.ldb = in;
   g.c = out;
   g.ldc = out_features;
+  return g;
+}
+
+void CudaBackend::LinearForward(void* out, const void* inp, const void* weight,
+                                const void* bias, int64_t batch, int64_t in,
+                                int64_t out_features) {
+  UseDevice();
+  cuda::LtGemmArgs g =
+      ForwardProduct(out, inp, weight, batch, in, out_features);
   if (bias != nullptr && EpilogueCanTake(bias)) {
     g.bias = bias;
     absl::Status fused = gemm_->Run(g);
@@ -105,6 +114,35 @@ void CudaBackend::LinearForward(void* out, const void* inp, const void* weight,
     g.beta = 1.f;
   }
   Launched(InOp("LinearForward", gemm_->Run(g)));
+}
+
+// In bf16, one product with cuBLASLt's GELU epilogue: the pre-activation
+// and gelu of it leave the GEMM together (both rounded to bf16 from the
+// same fp32 value), instead of writing the pre-activation and reading it
+// back. fp32 keeps the two ops, so its results stay the CPU's to fp32
+// rounding. Any problem cuBLASLt has no GELU algorithm for does the same.
+void CudaBackend::LinearGeluForward(void* out, void* pre, const void* inp,
+                                    const void* weight, const void* bias,
+                                    int64_t batch, int64_t in,
+                                    int64_t out_features) {
+  UseDevice();
+  const bool fusable = bf16() && out_features % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(pre) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                       (bias == nullptr || EpilogueCanTake(bias));
+  if (fusable) {
+    cuda::LtGemmArgs g =
+        ForwardProduct(out, inp, weight, batch, in, out_features);
+    g.bias = bias;
+    g.gelu_aux = pre;
+    absl::Status fused = gemm_->Run(g);
+    if (fused.code() != absl::StatusCode::kUnimplemented) {
+      Launched(InOp("LinearGeluForward", std::move(fused)));
+      return;
+    }
+  }
+  Backend::LinearGeluForward(out, pre, inp, weight, bias, batch, in,
+                             out_features);
 }
 
 // Column-major: dinp^T [I, batch] = weight^T [I, O] . dout^T [O, batch]

@@ -128,6 +128,42 @@ TEST_F(CudaBf16Test, LinearForwardAndBackward) {
   ExpectNear(Download(*gpu_, gdb), db, 0, 2 * Gamma(B) * B, "dbias");
 }
 
+// The fused GELU epilogue (O a multiple of 8): the pre-activation is
+// LinearForward's product, but gelu comes from cuBLASLt's epilogue on the
+// unrounded fp32 value where the CPU takes gelu of the rounded bf16 one.
+// gelu' < 1.13, so that moves the output by at most 1.13 bf16 ulps of the
+// pre-activation; the epilogue's own tanh is allowed 2^-10 relative.
+// Without the fused path (O = 100) the op is exactly LinearForward then
+// GeluForward on the GPU.
+TEST_F(CudaBf16Test, LinearGeluForwardMatchesLinearThenGelu) {
+  const int64_t B = 37, I = 64;
+  for (const int64_t O : {96, 100}) {
+    Act x = MakeAct(B * I, 21), w = MakeAct(O * I, 22), b = MakeAct(O, 23);
+    Act pre = ZeroAct(B * O), out = ZeroAct(B * O);
+    gpu_->LinearGeluForward(out.dev.get(), pre.dev.get(), x.dev.get(),
+                            w.dev.get(), b.dev.get(), B, I, O);
+    cpu_->LinearGeluForward(out.host.data(), pre.host.data(), x.host.data(),
+                            w.host.data(), b.host.data(), B, I, O);
+    const std::vector<float> want_pre = FromBf16(pre.host);
+    const std::vector<float> want = FromBf16(out.host);
+    ExpectWithin(Got(pre), want_pre, Bf16Tol(want_pre, I + 1, 1.0), "pre");
+    std::vector<double> tol = Bf16Tol(want, I + 1, 1.13);
+    for (size_t i = 0; i < tol.size(); ++i) {
+      tol[i] += 1.13 * kBf16Ulp * std::abs(want_pre[i]) +
+                std::ldexp(std::abs(want[i]), -10);
+    }
+    ExpectWithin(Got(out), want, tol, "gelu(pre)");
+    if (O % 8 != 0) {
+      Act split_pre = ZeroAct(B * O), split = ZeroAct(B * O);
+      gpu_->LinearForward(split_pre.dev.get(), x.dev.get(), w.dev.get(),
+                          b.dev.get(), B, I, O);
+      gpu_->GeluForward(split.dev.get(), split_pre.dev.get(), B * O);
+      EXPECT_EQ(Download(*gpu_, pre.dev), Download(*gpu_, split_pre.dev));
+      EXPECT_EQ(Download(*gpu_, out.dev), Download(*gpu_, split.dev));
+    }
+  }
+}
+
 TEST_F(CudaBf16Test, LayerNormGeluAddAndEmbedding) {
   const int64_t rows = 33, C = 80;
   Act x = MakeAct(rows * C, 5, -3, 3), w = MakeAct(C, 6), b = MakeAct(C, 7);

@@ -113,6 +113,7 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
                 g.ldc,
                 g.beta != 0,
                 g.bias != nullptr,
+                g.gelu_aux != nullptr,
                 static_cast<int>(align_a),
                 static_cast<int>(align_b),
                 static_cast<int>(align_c),
@@ -135,10 +136,25 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const bool bias = g.bias != nullptr;
   const cublasLtEpilogue_t epilogue =
-      g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      g.gelu_aux != nullptr
+          ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                  : CUBLASLT_EPILOGUE_GELU_AUX)
+          : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (g.gelu_aux != nullptr) {
+    // The pre-activation is laid out like C (ldc is part of the key); the
+    // heuristic sees the epilogue whole, pointer included.
+    const int64_t aux_ld = g.ldc;
+    YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+        sizeof(aux_ld)));
+    YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.gelu_aux,
+        sizeof(g.gelu_aux)));
+  }
   // Stored shapes: A is k x m when transposed, m x k otherwise (B alike).
   YARD_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatrixLayoutCreate(&plan->a, g.ab_type, g.trans_a ? g.k : g.m,
@@ -178,10 +194,11 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
     plans_.emplace(key, nullptr);
     return absl::UnimplementedError(absl::StrCat(
         "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k,
-        " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda,
-        " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b,
-        "/", align_c, " bias=", g.bias != nullptr, " bf16 inputs=",
-        g.ab_type == CUDA_R_16BF, " bf16 output=", g.c_type == CUDA_R_16BF));
+        " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda, " ldb=",
+        g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b, "/",
+        align_c, " bias=", g.bias != nullptr, " gelu=", g.gelu_aux != nullptr,
+        " bf16 inputs=", g.ab_type == CUDA_R_16BF,
+        " bf16 output=", g.c_type == CUDA_R_16BF));
   }
   plan->algo = result.algo;
   Plan* out = plan.get();
@@ -194,7 +211,7 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
   absl::StatusOr<Plan*> planned = PlanFor(g);
   if (!planned.ok()) {
     if (planned.status().code() == absl::StatusCode::kUnimplemented &&
-        g.bias == nullptr) {
+        g.bias == nullptr && g.gelu_aux == nullptr) {
       return RunClassic(g);
     }
     return planned.status();
@@ -204,6 +221,11 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
     YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
         sizeof(g.bias)));
+  }
+  if (g.gelu_aux != nullptr) {
+    YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.gelu_aux,
+        sizeof(g.gelu_aux)));
   }
   const float alpha = 1.f;
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(

@@ -42,8 +42,12 @@ struct LtGemmArgs {
   int64_t ldb = 0;
   void* c = nullptr;
   int64_t ldc = 0;
-  float beta = 0;                       // 0: C is not read
-  const void* bias = nullptr;           // cuBLASLt's bias epilogue; may be null
+  float beta = 0;              // 0: C is not read
+  const void* bias = nullptr;  // cuBLASLt's bias epilogue; may be null
+  // When set: C = gelu(op(A) op(B) + bias) (GPT-2's tanh form, in fp32 before
+  // C is rounded) and the pre-activation, C's type and layout, goes here:
+  // cuBLASLt's GELU_AUX(_BIAS) epilogue. REQUIRES: ldc a multiple of 8.
+  void* gelu_aux = nullptr;
   cudaDataType_t ab_type = CUDA_R_32F;  // CUDA_R_32F or CUDA_R_16BF
   cudaDataType_t c_type = CUDA_R_32F;   // CUDA_R_32F or CUDA_R_16BF
 };
@@ -59,16 +63,17 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // Queues the product. With a bias: UNIMPLEMENTED, before anything is
-  // queued, when cuBLASLt has no algorithm for it (remembered, so asking
-  // again is cheap). Other cuBLAS failures as CublasStatus.
+  // Queues the product. With a bias or gelu_aux: UNIMPLEMENTED, before
+  // anything is queued, when cuBLASLt has no algorithm for it (remembered,
+  // so asking again is cheap). Other cuBLAS failures as CublasStatus.
   absl::Status Run(const LtGemmArgs& args);
 
  private:
   // A planned problem: descriptors plus the chosen algorithm.
   struct Plan;
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, bool, bool, int, int, int, int, int>;
+  using Key =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
+                 int64_t, bool, bool, bool, int, int, int, int, int>;
 
   LtGemm(cublasLtHandle_t handle, cublasHandle_t classic, void* workspace,
          int64_t workspace_bytes, cudaStream_t stream);
