@@ -1,18 +1,16 @@
 #include "common/grpc_credentials.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/read_file.h"
 #include "common/status_macros.h"
 
 namespace trainyard {
 namespace {
 
 // Certificates and keys are a few KiB; anything far larger is a wrong path.
-constexpr std::streamsize kMaxFileBytes = 1 << 20;
+constexpr int64_t kMaxFileBytes = 1 << 20;
 
 absl::StatusOr<std::string> ReadPem(const std::string& path,
                                     const std::string& what) {
@@ -28,22 +26,12 @@ absl::StatusOr<std::string> ReadPem(const std::string& path,
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadWholeFile(path, kMaxFileBytes);
+  if (!text.ok()) {
+    // The path is in the message already; say which file it was meant to be.
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", path, ": cannot open"));
+        absl::StrCat(what, " ", text.status().message()));
   }
-  std::string text(static_cast<size_t>(kMaxFileBytes) + 1, '\0');
-  in.read(text.data(), kMaxFileBytes + 1);
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", path, ": cannot read"));
-  }
-  if (in.gcount() > kMaxFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", path, ": larger than 1 MiB"));
-  }
-  text.resize(static_cast<size_t>(in.gcount()));
   return text;
 }
 
@@ -53,8 +41,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
   std::string line = text.substr(0, text.find('\n'));
   absl::StripAsciiWhitespace(&line);
   if (line.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", path, ": empty"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, ": empty"));
   }
   return line;
 }
@@ -97,8 +84,7 @@ MakeChannelCredentials(const ClientTlsFiles& files) {
     return grpc::InsecureChannelCredentials();
   }
   if (files.cert.empty() != files.key.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls-cert and --tls-key go together");
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
   }
   grpc::SslCredentialsOptions options;
   ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(files.ca, "--tls-ca"));

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/read_file.h"  // ReadWholeFile, for the engine's readers
 
 namespace trainyard::engine {
 
@@ -40,11 +41,6 @@ class DurableFileWriter {
 
 // Whole-file write + fsync.
 absl::Status WriteFileDurably(const std::string& path, absl::string_view data);
-
-// Reads a whole file: NOT_FOUND when missing,
-// RESOURCE_EXHAUSTED when larger than max_bytes.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
-                                          int64_t max_bytes);
 
 // fsync on a directory, so renames and new entries inside it are durable.
 absl::Status SyncDirectory(const std::string& path);
