@@ -102,22 +102,41 @@ absl::Status CheckJob(const PendingJob& j) {
   return absl::OkStatus();
 }
 
-absl::Status CheckRunning(const RunningJob& r, const WorkerCapacity* w) {
-  if (r.id.empty()) return absl::InvalidArgumentError("running job: empty id");
+// What a running job holds on one node (a RunningJob's own worker, or a
+// RunningPart) is on that worker and in range. `what` prefixes the worker
+// in messages.
+template <typename Holding>
+absl::Status CheckHolding(const std::string& job_id, const Holding& h,
+                          const WorkerCapacity* w, const char* what) {
   if (w == nullptr) {
-    return Bad("running job", r.id,
-               absl::StrCat("unknown worker \"", r.worker_id, "\""));
+    return Bad("running job", job_id,
+               absl::StrCat(what, "unknown worker \"", h.worker_id, "\""));
   }
-  for (int32_t g : r.gpu_indices) {
+  for (int32_t g : h.gpu_indices) {
     if (std::find(w->gpus.begin(), w->gpus.end(), g) == w->gpus.end()) {
-      return Bad("running job", r.id,
+      return Bad("running job", job_id,
                  absl::StrCat("GPU ", g, " is not on worker ", w->id));
     }
   }
-  if (r.gpu_compute_milli < 0 || r.gpu_compute_milli > kWholeGpuMilli ||
-      r.gpu_memory_bytes < 0 || r.cpu_slots < 0 || r.cpu_milli < 0 ||
-      r.memory_bytes < 0 || !(r.work_since_checkpoint >= 0)) {
-    return Bad("running job", r.id, "negative or out-of-range holding");
+  if (h.gpu_compute_milli < 0 || h.gpu_compute_milli > kWholeGpuMilli ||
+      h.gpu_memory_bytes < 0 || h.cpu_slots < 0 || h.cpu_milli < 0 ||
+      h.memory_bytes < 0) {
+    return Bad(
+        "running job", job_id,
+        absl::StrCat("negative or out-of-range holding on worker ", w->id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRunning(const RunningJob& r, const ClusterSnapshot& s) {
+  if (r.id.empty()) return absl::InvalidArgumentError("running job: empty id");
+  RETURN_IF_ERROR(CheckHolding(r.id, r, s.FindWorker(r.worker_id), ""));
+  for (const RunningPart& part : r.more_parts) {
+    RETURN_IF_ERROR(
+        CheckHolding(r.id, part, s.FindWorker(part.worker_id), "part on "));
+  }
+  if (!(r.work_since_checkpoint >= 0)) {
+    return Bad("running job", r.id, "work_since_checkpoint is not >= 0");
   }
   return absl::OkStatus();
 }
@@ -149,7 +168,7 @@ absl::StatusOr<ClusterSnapshot> ClusterSnapshot::Create(
   s.workers_ = std::move(workers);
   std::set<std::string> running_ids;
   for (const RunningJob& r : running) {
-    RETURN_IF_ERROR(CheckRunning(r, s.FindWorker(r.worker_id)));
+    RETURN_IF_ERROR(CheckRunning(r, s));
     if (!running_ids.insert(r.id).second || s.job_at_.contains(r.id)) {
       return Bad("running job", r.id, "repeated id");
     }

@@ -85,9 +85,23 @@ struct PendingJob {
   bool whole_gpus() const { return gpu_memory_bytes == 0; }
 };
 
+// What a running job spread over several nodes holds on one node other than
+// its own worker, as RunningJob holds there.
+struct RunningPart {
+  std::string worker_id;
+  std::vector<int32_t> gpu_indices = {};
+  int64_t gpu_memory_bytes = 0;  // per GPU; 0 = the GPUs are held whole
+  int32_t gpu_compute_milli = kWholeGpuMilli;
+  int32_t cpu_slots = 0;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+};
+
 // A job holding resources now, as preemption and fair share see it. What it
 // holds on its worker: `gpu_indices` x (memory, compute), or those GPUs
-// whole, plus CPU slots, CPU and host memory.
+// whole, plus CPU slots, CPU and host memory. A job whose ranks are spread
+// over several nodes holds that on its own worker (rank 0's) and the rest in
+// `more_parts`: stopping it frees every part, and all count as its tenant's.
 struct RunningJob {
   std::string id;
   std::string worker_id;
@@ -103,6 +117,7 @@ struct RunningJob {
   // Work lost if it were stopped now: GPU-seconds (CPU-slot seconds for a
   // job without GPUs) since its last checkpoint.
   double work_since_checkpoint = 0;
+  std::vector<RunningPart> more_parts = {};  // empty for a job on one node
 };
 
 // A kind of task and how often it arrives: the workload FGD packs for.
@@ -121,9 +136,9 @@ class ClusterSnapshot {
   // names the offender. Devices are filled in from gpus/free_gpus when
   // absent and sorted by index, then gpus/free_gpus are re-derived from
   // them; worker and job order is kept. `workload` is optional (FGD falls
-  // back to the pending jobs). Running jobs name a known worker and GPUs of
-  // it; their resources are already taken out of the workers' free
-  // capacity. Tenant weights are > 0.
+  // back to the pending jobs). Running jobs, and each of their parts, name
+  // a known worker and GPUs of it; their resources are already taken out of
+  // the workers' free capacity. Tenant weights are > 0.
   static absl::StatusOr<ClusterSnapshot> Create(
       std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending,
       std::vector<TaskClass> workload = {},

@@ -10,11 +10,15 @@
 namespace trainyard::scheduler {
 namespace {
 
-std::array<double, 4> UseOf(int32_t gpus, bool whole, int32_t compute,
-                            int64_t cpu_milli, int64_t memory, int32_t slots) {
-  const double per_gpu = whole ? kWholeGpuMilli : compute;
-  return {gpus * per_gpu, static_cast<double>(cpu_milli),
-          static_cast<double>(memory), static_cast<double>(slots)};
+// What a running job holds on one node (its own worker's holdings, or one
+// of its parts), as fair share counts it.
+template <typename Holding>
+std::array<double, 4> UseOf(const Holding& h) {
+  const double per_gpu =
+      h.gpu_memory_bytes == 0 ? kWholeGpuMilli : h.gpu_compute_milli;
+  return {static_cast<double>(h.gpu_indices.size()) * per_gpu,
+          static_cast<double>(h.cpu_milli), static_cast<double>(h.memory_bytes),
+          static_cast<double>(h.cpu_slots)};
 }
 
 }  // namespace
@@ -71,9 +75,8 @@ JobOrder::JobOrder(const ClusterSnapshot& snapshot, bool fair_share)
     total_[3] += w.cpu_slots;
   }
   for (const RunningJob& r : snapshot.running()) {
-    Add(r.tenant, UseOf(static_cast<int32_t>(r.gpu_indices.size()),
-                        r.gpu_memory_bytes == 0, r.gpu_compute_milli,
-                        r.cpu_milli, r.memory_bytes, r.cpu_slots));
+    Add(r.tenant, UseOf(r));
+    for (const RunningPart& part : r.more_parts) Add(r.tenant, UseOf(part));
   }
 }
 

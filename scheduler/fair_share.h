@@ -3,8 +3,9 @@
 // share on — weighted DRF between tenants: the tenant whose dominant share
 // (the largest of its GPU, CPU, host memory and CPU-slot shares of the
 // cluster, divided by its weight) is smallest goes next, with its oldest
-// job. Shares start from the running jobs and grow as the pass places jobs
-// (Placed), so a tenant that got much waits for the others.
+// job. Shares start from the running jobs (every part of a job spread over
+// several nodes) and grow as the pass places jobs (Placed), so a tenant that
+// got much waits for the others.
 // Thread-compatible; lives for one pass.
 #ifndef TRAINYARD_SCHEDULER_FAIR_SHARE_H_
 #define TRAINYARD_SCHEDULER_FAIR_SHARE_H_

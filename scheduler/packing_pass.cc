@@ -28,16 +28,6 @@ ShapeKey KeyOf(const PendingJob& j) {
           j.max_nodes};
 }
 
-// Whether the job's ranks may go to several nodes.
-bool MaySpread(const PendingJob& job) {
-  return job.max_nodes != 1 && RanksOf(job) > 1;
-}
-
-// Node limit of a spreadable job: max_nodes, or every rank on its own node.
-int32_t NodeLimit(const PendingJob& job) {
-  return job.max_nodes > 0 ? job.max_nodes : RanksOf(job);
-}
-
 // How many of the job's ranks the idle cluster holds on the `NodeLimit`
 // nodes with the most room.
 int64_t SpreadRoomWhenIdle(const PendingJob& job, const GpuDemand& demand,
@@ -212,44 +202,25 @@ std::optional<size_t> WorkerToReserve(const PendingJob& job,
   return best;
 }
 
-// One node's share of a spread job: its position, ranks and devices.
-struct SpreadPart {
-  size_t worker = 0;
-  int32_t ranks = 0;
-  std::vector<size_t> devices;
-};
-
-// Where the ranks of a job that fits no single node go: the nodes with room
-// for the most ranks first (fewest nodes, ties to the earlier worker), on
-// each the tightest fitting GPUs. Empty when they do not fit NodeLimit
-// nodes now.
+// Where the ranks of a job that fits no single node go: SpreadOver the
+// unreserved nodes, on each the tightest fitting GPUs. Empty when they do
+// not fit NodeLimit nodes now.
 std::vector<SpreadPart> ChooseSpread(const PendingJob& job,
                                      const GpuDemand& demand,
                                      const FreeCapacity& free) {
-  const int32_t ranks = RanksOf(job);
-  std::vector<std::pair<int32_t, size_t>> room;  // (-ranks that fit, worker)
+  std::vector<int32_t> room(free.workers.size(), 0);
   for (size_t i = 0; i < free.workers.size(); ++i) {
     if (free.summaries[i].reserved) continue;
-    const int32_t r = RanksFitting(free.workers[i], job, demand, ranks,
-                                   /*when_idle=*/false);
-    if (r > 0) room.push_back({-r, i});
+    room[i] = RanksFitting(free.workers[i], job, demand, RanksOf(job),
+                           /*when_idle=*/false);
   }
-  std::sort(room.begin(), room.end());
-  std::vector<SpreadPart> parts;
-  int32_t left = ranks;
-  for (const auto& [minus_r, worker] : room) {
-    if (left == 0 || static_cast<int32_t>(parts.size()) == NodeLimit(job)) {
-      break;
+  std::vector<SpreadPart> parts = SpreadOver(job, room);
+  if (job.gpus > 0) {
+    for (SpreadPart& part : parts) {
+      part.devices =
+          TightestDevices(free.workers[part.worker], demand, part.ranks);
     }
-    SpreadPart& part = parts.emplace_back();
-    part.worker = worker;
-    part.ranks = std::min(left, -minus_r);
-    if (job.gpus > 0) {
-      part.devices = TightestDevices(free.workers[worker], demand, part.ranks);
-    }
-    left -= part.ranks;
   }
-  if (left > 0) parts.clear();
   return parts;
 }
 
@@ -392,6 +363,34 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
     PlanPreemptions(snapshot, options.exclusive, free, plan);
   }
   return plan;
+}
+
+bool MaySpread(const PendingJob& job) {
+  return job.max_nodes != 1 && RanksOf(job) > 1;
+}
+
+int32_t NodeLimit(const PendingJob& job) {
+  return job.max_nodes > 0 ? job.max_nodes : RanksOf(job);
+}
+
+std::vector<SpreadPart> SpreadOver(const PendingJob& job,
+                                   const std::vector<int32_t>& room) {
+  std::vector<std::pair<int32_t, size_t>> by_room;  // (-ranks that fit, worker)
+  for (size_t i = 0; i < room.size(); ++i) {
+    if (room[i] > 0) by_room.push_back({-room[i], i});
+  }
+  std::sort(by_room.begin(), by_room.end());
+  std::vector<SpreadPart> parts;
+  int32_t left = RanksOf(job);
+  for (const auto& [minus_r, worker] : by_room) {
+    if (left == 0 || static_cast<int32_t>(parts.size()) == NodeLimit(job)) {
+      break;
+    }
+    parts.push_back({worker, std::min(left, -minus_r), {}});
+    left -= parts.back().ranks;
+  }
+  if (left > 0) parts.clear();
+  return parts;
 }
 
 std::string NameWithFeatures(std::string_view base, const PassFeatures& f) {

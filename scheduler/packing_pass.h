@@ -125,6 +125,27 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
                     const PackingPassOptions& options,
                     ChooserFactory make_chooser);
 
+// Whether the job's ranks may go to several nodes (max_nodes != 1 and more
+// than one rank).
+bool MaySpread(const PendingJob& job);
+// Node limit of a spreadable job: max_nodes, or every rank on its own node.
+int32_t NodeLimit(const PendingJob& job);
+
+// One node's share of a spread job: its position, ranks and devices.
+struct SpreadPart {
+  size_t worker = 0;
+  int32_t ranks = 0;
+  std::vector<size_t> devices;
+};
+
+// How a spread job's ranks divide over the nodes, given how many of them fit
+// each (`room[i]` on worker i): the nodes with room for the most ranks first
+// (the fewest nodes; ties to the earlier worker), at most NodeLimit of them,
+// in rank order, devices left empty. Empty when they do not hold every rank,
+// that is, unless the NodeLimit largest rooms add up to RanksOf(job).
+std::vector<SpreadPart> SpreadOver(const PendingJob& job,
+                                   const std::vector<int32_t>& room);
+
 // The `count` fitting devices of `w` with the least free compute (ties: lower
 // index); fewer when not enough fit.
 std::vector<size_t> TightestDevices(const WorkerCapacity& w,

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/packing_pass.h"
 #include "scheduler/placement_policy.h"
 #include "scheduler/preemption.h"
 #include "scheduler/scheduler_test_util.h"
@@ -13,8 +14,9 @@ namespace {
 
 using namespace ::trainyard::scheduler::testing;  // NOLINT
 
-// Whether `job` would fit some worker once the plan's placements are made
-// and every lower-priority preemptible job there stopped.
+// Whether `job` would fit some worker, or for a job that may spread its
+// ranks, at most max_nodes workers, once the plan's placements are made and
+// every lower-priority preemptible job stopped (all its parts).
 bool RoomByPreempting(const ClusterSnapshot& s, const Plan& plan,
                       const PendingJob& job, bool exclusive) {
   std::vector<WorkerCapacity> free = s.workers();
@@ -46,12 +48,19 @@ bool RoomByPreempting(const ClusterSnapshot& s, const Plan& plan,
   for (const RunningJob& r : s.running()) {
     if (!r.preemptible || r.priority >= job.priority) continue;
     GiveBack(free[at(r.worker_id)], r);
+    for (const RunningPart& part : r.more_parts) {
+      GiveBack(free[at(part.worker_id)], r);
+    }
     any_lower = true;
   }
+  if (!any_lower) return false;
+  const GpuDemand demand = DemandOf(job, exclusive);
+  std::vector<int32_t> room;
   for (const WorkerCapacity& w : free) {
-    if (any_lower && FitsNow(w, job, DemandOf(job, exclusive))) return true;
+    if (FitsNow(w, job, demand)) return true;
+    room.push_back(RanksFitting(w, job, demand, RanksOf(job), false));
   }
-  return false;
+  return MaySpread(job) && !SpreadOver(job, room).empty();
 }
 
 class PolicyPropertyTest : public ::testing::TestWithParam<std::string> {
@@ -122,7 +131,7 @@ TEST_P(PolicyPropertyTest, InfeasibleMeansNoIdleWorkerFits) {
 // it, the plan stops some.
 TEST_P(PolicyPropertyTest, HigherPriorityIsNotKeptWaitingByLower) {
   if (GetParam().find("preempt") == std::string::npos) GTEST_SKIP();
-  int preempting_plans = 0;
+  int preempting_plans = 0, spread_victims = 0, spread_holds = 0;
   for (uint32_t seed = 1; seed <= 400; ++seed) {
     ClusterSnapshot s = RandomSnapshot(seed);
     Plan plan = policy_->Place(s);
@@ -133,6 +142,10 @@ TEST_P(PolicyPropertyTest, HigherPriorityIsNotKeptWaitingByLower) {
       }
       ASSERT_NE(victim, nullptr);
       EXPECT_LT(victim->priority, s.FindJob(p.for_job_id)->priority);
+      spread_victims += !victim->more_parts.empty();
+    }
+    for (const JobWait& w : plan.waits) {
+      spread_holds += w.reason.find("on workers ") != std::string::npos;
     }
     preempting_plans += !plan.preemptions.empty();
     auto first = std::find_if(
@@ -148,6 +161,10 @@ TEST_P(PolicyPropertyTest, HigherPriorityIsNotKeptWaitingByLower) {
         << "seed " << seed;
   }
   EXPECT_GT(preempting_plans, 10);
+  // The random snapshots exercise spread victims and waiting jobs spread
+  // over the room that stopping victims on several nodes frees.
+  EXPECT_GT(spread_victims, 0);
+  EXPECT_GT(spread_holds, 0);
 }
 
 std::vector<std::string> AllVariants() {

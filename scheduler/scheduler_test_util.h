@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/cluster_snapshot.h"
 #include "scheduler/node_fit.h"
+#include "scheduler/packing_pass.h"
 #include "scheduler/placement_policy.h"
 
 namespace trainyard::scheduler::testing {
@@ -85,6 +86,79 @@ inline bool StartRunning(WorkerCapacity& w, const PendingJob& shape,
   return true;
 }
 
+// Places a running job spread over `nodes`: ranks[i] of its ranks on
+// nodes[i], in rank order (the first is its own worker), each taking its
+// share (PartOf). Changes nothing and returns false when a part does not
+// fit. REQUIRES: distinct nodes, one rank count per node.
+inline bool StartRunningSpread(const std::vector<WorkerCapacity*>& nodes,
+                               const std::vector<int32_t>& ranks,
+                               const PendingJob& shape, double work,
+                               std::vector<RunningJob>& running) {
+  const GpuDemand demand = DemandOf(shape, false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!FitsNow(*nodes[i], PartOf(shape, ranks[i]), demand)) return false;
+  }
+  RunningJob r{shape.id, nodes[0]->id, shape.tenant, shape.priority};
+  r.work_since_checkpoint = work;
+  r.more_parts.resize(nodes.size() - 1);
+  const auto hold = [&](WorkerCapacity& w, const PendingJob& piece,
+                        auto& holding) {
+    const std::vector<size_t> positions = FirstDevices(w, demand, piece.gpus);
+    for (size_t pos : positions) {
+      holding.gpu_indices.push_back(w.devices[pos].index);
+    }
+    holding.gpu_memory_bytes = shape.gpu_memory_bytes;
+    holding.gpu_compute_milli = shape.gpu_compute_milli;
+    holding.cpu_slots = piece.gpus == 0 ? piece.cpu_slots : 0;
+    holding.cpu_milli = piece.cpu_milli;
+    holding.memory_bytes = piece.memory_bytes;
+    Take(w, piece, demand, positions);
+  };
+  hold(*nodes[0], PartOf(shape, ranks[0]), r);
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    r.more_parts[i - 1].worker_id = nodes[i]->id;
+    hold(*nodes[i], PartOf(shape, ranks[i]), r.more_parts[i - 1]);
+  }
+  running.push_back(std::move(r));
+  return true;
+}
+
+// Some running jobs spread over two or more of `workers` (at most half of
+// their ranks on any one), drawn from their own generator so that the rest
+// of a random snapshot stays as it was.
+inline void StartRandomSpreadJobs(uint32_t seed,
+                                  std::vector<WorkerCapacity>& workers,
+                                  std::vector<RunningJob>& running) {
+  std::mt19937 rng(seed * 7919u + 17u);
+  auto pick = [&](int n) { return static_cast<int32_t>(rng() % n); };
+  static constexpr int32_t kMilli[] = {1000, 1000, 500, 250};
+  for (int k = pick(3); k > 0; --k) {
+    const int32_t ranks = 2 + pick(3);
+    const bool cpu = pick(4) == 0;
+    PendingJob shape = Share(absl::StrCat("spread", k), 0, cpu ? 0 : ranks,
+                             kMilli[pick(4)], pick(3), pick(3) - 1);
+    if (cpu) shape.cpu_slots = ranks;
+    shape.tenant = pick(2) == 0 ? "a" : "c";
+    shape.max_nodes = 0;
+    const GpuDemand demand = DemandOf(shape, false);
+    std::vector<WorkerCapacity*> nodes;
+    std::vector<int32_t> split;
+    int32_t left = ranks;
+    for (WorkerCapacity& w : workers) {
+      if (left == 0) break;
+      const int32_t r = RanksFitting(
+          w, shape, demand, std::min(left, std::max(1, ranks / 2)), false);
+      if (r == 0) continue;
+      nodes.push_back(&w);
+      split.push_back(r);
+      left -= r;
+    }
+    if (left == 0 && nodes.size() > 1) {
+      StartRunningSpread(nodes, split, shape, pick(100), running);
+    }
+  }
+}
+
 // A random but valid cluster, running jobs and queue, the same for the same
 // seed. Jobs belong to tenants "a", "b" and "c" (weights 1, 2, 1).
 inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
@@ -132,6 +206,7 @@ inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
     }
     workers.push_back(std::move(w));
   }
+  StartRandomSpreadJobs(seed, workers, running);
   std::vector<PendingJob> jobs;
   for (int i = pick(20); i > 0; --i)
     jobs.push_back(estimated_job(absl::StrCat("j", i)));

@@ -13,12 +13,47 @@ namespace {
 
 constexpr double kLeastWorkAtRisk = 1e-3;  // GPU-seconds
 
-// Whether every GPU of `r` is a device of `w` (else the snapshot refuses it).
-bool HeldOn(const JobRecord& r, const scheduler::WorkerCapacity& w) {
-  return std::all_of(
-      r.gpu_indices.begin(), r.gpu_indices.end(), [&](int32_t g) {
-        return std::find(w.gpus.begin(), w.gpus.end(), g) != w.gpus.end();
-      });
+using WorkersById = std::map<std::string, const scheduler::WorkerCapacity*>;
+
+// Whether every GPU of `gpus` is a device of `w` (else the snapshot refuses
+// the job).
+template <typename Indices>
+bool HeldOn(const Indices& gpus, const scheduler::WorkerCapacity& w) {
+  return std::all_of(gpus.begin(), gpus.end(), [&](int32_t g) {
+    return std::find(w.gpus.begin(), w.gpus.end(), g) != w.gpus.end();
+  });
+}
+
+// The parts of a job spread over several workers, as UsageByWorker counts
+// them (cluster_view.h): each part not yet exited holds its GPUs (whole, or
+// its grants' share of each) and, for a CPU job, a slot per rank. A part on
+// a worker that is not schedulable now, or naming GPUs that worker does not
+// have (a stale record), is left out as the snapshot would refuse it: the
+// scheduler can use nothing there anyway.
+std::vector<scheduler::RunningPart> PartsOf(const JobRecord& r,
+                                            const WorkersById& workers) {
+  std::vector<scheduler::RunningPart> parts;
+  const bool cpu_job = NeedOf(r.job.spec()).gpus == 0;
+  for (const v1::GangPart& gang : r.job.gang_parts()) {
+    auto it = workers.find(gang.worker_id());
+    if (gang.exited() || it == workers.end() ||
+        !HeldOn(gang.gpu_indices(), *it->second)) {
+      continue;
+    }
+    scheduler::RunningPart& part = parts.emplace_back();
+    part.worker_id = gang.worker_id();
+    part.gpu_indices.assign(gang.gpu_indices().begin(),
+                            gang.gpu_indices().end());
+    // As Job.gpu_grants: none means the GPUs whole; a placement grants the
+    // same share of each GPU of one part.
+    if (!gang.gpu_grants().empty()) {
+      const v1::GpuGrant& g = gang.gpu_grants(0);
+      part.gpu_memory_bytes = std::max<int64_t>(g.memory_bytes(), 1);
+      part.gpu_compute_milli = g.compute_milli();
+    }
+    part.cpu_slots = cpu_job ? gang.ranks() : 0;
+  }
+  return parts;
 }
 
 }  // namespace
@@ -101,12 +136,12 @@ double WorkSinceCheckpoint(const v1::Job& job, absl::Time now) {
 std::vector<scheduler::RunningJob> RunningJobsOf(
     const std::vector<JobRecord>& active,
     const std::vector<scheduler::WorkerCapacity>& workers, absl::Time now) {
-  std::map<std::string, const scheduler::WorkerCapacity*> by_id;
+  WorkersById by_id;
   for (const scheduler::WorkerCapacity& w : workers) by_id[w.id] = &w;
   std::vector<scheduler::RunningJob> out;
   for (const JobRecord& r : active) {
     auto it = by_id.find(r.job.worker_id());
-    if (it == by_id.end() || !HeldOn(r, *it->second)) continue;
+    if (it == by_id.end() || !HeldOn(r.gpu_indices, *it->second)) continue;
     scheduler::RunningJob& j = out.emplace_back();
     j.id = r.job.id();
     j.worker_id = r.job.worker_id();
@@ -116,8 +151,9 @@ std::vector<scheduler::RunningJob> RunningJobsOf(
     const GpuHold hold = RecordedHold(r);
     j.gpu_memory_bytes = hold.memory_bytes;
     j.gpu_compute_milli = hold.compute_milli;
-    // A spread job counts here by what it holds on its own worker.
+    // A spread job holds this on its own worker, the rest in its parts.
     j.cpu_slots = OwnWorkerCpuSlots(r);
+    j.more_parts = PartsOf(r, by_id);
     if (r.job.state() == v1::PREEMPTING) {
       j.priority = std::numeric_limits<int32_t>::min();
       j.preemptible = true;

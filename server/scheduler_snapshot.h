@@ -75,11 +75,13 @@ double WorkSinceCheckpoint(const v1::Job& job, absl::Time now);
 
 // The jobs in `active` (SCHEDULED, RUNNING, PREEMPTING) held by one of
 // `workers`; jobs of other workers (not schedulable now) are left out, as
-// the snapshot would refuse them. Only RUNNING jobs without a pending
-// cancel may be preempted. A PREEMPTING job is already stopping: it is
-// offered as a victim at the lowest priority that loses nothing, so the job
-// it makes room for keeps counting on it in later passes instead of
-// stopping another job while it winds down.
+// the snapshot would refuse them. A job spread over several workers carries
+// its parts (RunningJob::more_parts) on those of `workers` that still run
+// them, so fair share counts them and preempting it frees them. Only RUNNING
+// jobs without a pending cancel may be preempted. A PREEMPTING job is already
+// stopping: it is offered as a victim at the lowest priority that loses
+// nothing, so the job it makes room for keeps counting on it in later passes
+// instead of stopping another job while it winds down.
 std::vector<scheduler::RunningJob> RunningJobsOf(
     const std::vector<JobRecord>& active,
     const std::vector<scheduler::WorkerCapacity>& workers, absl::Time now);

@@ -101,6 +101,65 @@ TEST(RunningJobsOfTest, LeavesOutJobsTheSnapshotCannotPlace) {
   EXPECT_TRUE(RunningJobsOf(active, {Worker("w1", 1)}, kNow).empty());
 }
 
+v1::GangPart* AddPart(JobRecord& r, const std::string& worker,
+                      int32_t first_rank, std::vector<int32_t> gpus) {
+  v1::GangPart* part = r.job.add_gang_parts();
+  part->set_worker_id(worker);
+  part->set_first_rank(first_rank);
+  part->set_ranks(gpus.empty() ? 1 : static_cast<int32_t>(gpus.size()));
+  for (int32_t g : gpus) part->add_gpu_indices(g);
+  return part;
+}
+
+// A job spread over workers carries each part still running on a
+// schedulable worker, with what it holds there, as UsageByWorker counts it.
+TEST(RunningJobsOfTest, CarriesTheLivePartsOfASpreadJob) {
+  JobRecord r = Record("j-1", v1::RUNNING, /*gpus=*/6);
+  r.gpu_indices = {0, 1};
+  v1::GangPart* shared = AddPart(r, "w2", 2, {0});
+  v1::GpuGrant* grant = shared->add_gpu_grants();
+  grant->set_index(0);
+  grant->set_shared(true);
+  grant->set_memory_bytes(int64_t{5} << 30);
+  grant->set_compute_milli(300);
+  AddPart(r, "w3", 3, {1});
+  AddPart(r, "draining", 4, {0});  // not schedulable now
+  AddPart(r, "w4", 5, {0})->set_exited(true);
+  const std::vector<scheduler::WorkerCapacity> workers = {
+      Worker("w1", 2), Worker("w2", 1), Worker("w3", 2), Worker("w4", 1)};
+  std::vector<scheduler::RunningJob> out = RunningJobsOf({r}, workers, kNow);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].gpu_indices, (std::vector<int32_t>{0, 1}));
+  ASSERT_EQ(out[0].more_parts.size(), 2u);
+  const scheduler::RunningPart& on_w2 = out[0].more_parts[0];
+  EXPECT_EQ(on_w2.worker_id, "w2");
+  EXPECT_EQ(on_w2.gpu_indices, std::vector<int32_t>{0});
+  EXPECT_EQ(on_w2.gpu_memory_bytes, int64_t{5} << 30);
+  EXPECT_EQ(on_w2.gpu_compute_milli, 300);
+  EXPECT_EQ(on_w2.cpu_slots, 0);
+  const scheduler::RunningPart& on_w3 = out[0].more_parts[1];
+  EXPECT_EQ(on_w3.worker_id, "w3");
+  EXPECT_EQ(on_w3.gpu_indices, std::vector<int32_t>{1});
+  EXPECT_EQ(on_w3.gpu_memory_bytes, 0) << "no grant: the GPU whole";
+  // The snapshot takes them as they are.
+  EXPECT_TRUE(scheduler::ClusterSnapshot::Create(workers, {}, {}, out).ok());
+}
+
+TEST(RunningJobsOfTest, CpuPartsHoldASlotPerRankAndStalePartsAreLeftOut) {
+  JobRecord r = Record("j-1", v1::PREEMPTING);
+  r.job.mutable_spec()->mutable_resources()->set_cpu_ranks(4);
+  AddPart(r, "w2", 2, {})->set_ranks(2);
+  AddPart(r, "w3", 4, {7});  // w3 has no GPU 7: a stale record
+  std::vector<scheduler::RunningJob> out =
+      RunningJobsOf({r}, {Worker("w1"), Worker("w2"), Worker("w3", 1)}, kNow);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cpu_slots, 2) << "ranks 0 and 1 on its own worker";
+  ASSERT_EQ(out[0].more_parts.size(), 1u);
+  EXPECT_EQ(out[0].more_parts[0].worker_id, "w2");
+  EXPECT_EQ(out[0].more_parts[0].cpu_slots, 2);
+  EXPECT_TRUE(out[0].preemptible) << "already stopping: a free victim";
+}
+
 TEST(PendingJobOfTest, CarriesTenantPriorityOrderAndNeeds) {
   JobRecord r = Record("j-9", v1::QUEUED, /*gpus=*/2);
   r.create_seq = 17;
