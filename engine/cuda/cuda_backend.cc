@@ -22,15 +22,18 @@ namespace trainyard::engine {
 namespace {
 
 constexpr int64_t kArenaAlignment = 256;
-// The backend's own share at the start of the arena: reduction scratch,
-// then cuBLASLt's workspace (32 MiB, NVIDIA's advice for Hopper). What is
-// left of kCudaWorkspaceBytes covers the rounding of Allocate's blocks.
-constexpr int64_t kScratchBytes = int64_t{64} << 10;
+// The backend's own share at the start of the arena: reduction scratch
+// (64 KiB for the host-returning reductions, then the column sums'
+// partials), then cuBLASLt's workspace (32 MiB, NVIDIA's advice for
+// Hopper). What is left of kCudaWorkspaceBytes covers the rounding of
+// Allocate's blocks.
+constexpr int64_t kReductionBytes = int64_t{64} << 10;
+constexpr int64_t kScratchBytes = int64_t{512} << 10;
 constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 constexpr int64_t kReservedBytes = kScratchBytes + kGemmWorkspaceBytes;
 static_assert(kReservedBytes + (int64_t{512} << 10) <= kCudaWorkspaceBytes);
 static_assert(cuda::kSumSquaresMaxBlocks * sizeof(double) + 512 <=
-              kScratchBytes);
+              kReductionBytes);
 
 }  // namespace
 
@@ -119,6 +122,8 @@ absl::Status CudaBackend::Init() {
   sum_partial_ = reinterpret_cast<double*>(base_);
   sum_result_ = sum_partial_ + cuda::kSumSquaresMaxBlocks;
   hit_count_ = reinterpret_cast<unsigned long long*>(sum_result_ + 32);
+  column_scratch_ = reinterpret_cast<float*>(base_ + kReductionBytes);
+  column_scratch_floats_ = (kScratchBytes - kReductionBytes) / 4;
   ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(base_ + kScratchBytes,
                                                kGemmWorkspaceBytes, stream_));
   return absl::OkStatus();

@@ -177,6 +177,10 @@ class CudaBackend : public Backend {
   double* sum_partial_ = nullptr;
   double* sum_result_ = nullptr;
   unsigned long long* hit_count_ = nullptr;
+  // The column sums' partials (bias and LayerNorm parameter gradients);
+  // stream order keeps one op's use from overlapping the next's.
+  float* column_scratch_ = nullptr;
+  int64_t column_scratch_floats_ = 0;
   std::unique_ptr<cuda::LtGemm> gemm_;
   absl::Status first_error_;
   int64_t allocated_bytes_ = 0;

@@ -186,8 +186,9 @@ void CudaBackend::LinearBackward(void* dinp, float* dweight, float* dbias,
   g.beta = 1.f;
   Launched(InOp("LinearBackward (weight)", gemm_->Run(g)));
   if (dbias != nullptr) {
-    YARD_CUDA_LAUNCH(cuda::LaunchBiasGrad(dbias, dout, batch, out_features,
-                                          bf16(), stream_));
+    YARD_CUDA_LAUNCH(
+        cuda::LaunchBiasGrad(dbias, dout, batch, out_features, column_scratch_,
+                             column_scratch_floats_, bf16(), stream_));
   }
 }
 
@@ -261,9 +262,9 @@ void CudaBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias,
                                     const float* rstd, int64_t rows,
                                     int64_t channels) {
   UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchLayerNormBackward(dinp, dweight, dbias, dout,
-                                                 inp, weight, mean, rstd, rows,
-                                                 channels, bf16(), stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchLayerNormBackward(
+      dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
+      column_scratch_, column_scratch_floats_, bf16(), stream_));
 }
 
 void CudaBackend::GeluForward(void* out, const void* x, int64_t n) {

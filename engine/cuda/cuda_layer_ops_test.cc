@@ -152,10 +152,23 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearShape{5, 3, 1, false, true},
                       LinearShape{300, 17, 130, true, true},
                       LinearShape{2, 768, 2304, true, true},
-                      LinearShape{33, 64, 50, false, false}));
+                      LinearShape{33, 64, 50, false, false},
+                      // The bias gradient over 20 row ranges, and over
+                      // two column chunks of the backend's scratch.
+                      LinearShape{5000, 8, 70, true, true},
+                      LinearShape{3, 2, 120000, true, true}));
+
+struct LayerNormShape {
+  int64_t rows, channels;
+};
+
+void PrintTo(const LayerNormShape& s, std::ostream* os) {
+  *os << s.rows << "x" << s.channels;
+}
 
 class CudaLayerNormTest : public cuda_test::CudaVsCpuTest,
-                          public ::testing::WithParamInterface<int64_t> {};
+                          public ::testing::WithParamInterface<LayerNormShape> {
+};
 
 // Forward: the mean and the variance are sums of C terms whose relative
 // errors (2 gamma_C between two orders, the variance's doubled by its
@@ -165,8 +178,7 @@ class CudaLayerNormTest : public cuda_test::CudaVsCpuTest,
 // two means of C terms (bounded by their magnitudes); the weight and bias
 // gradients are sums over the rows plus the value accumulated onto.
 TEST_P(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
-  constexpr int64_t R = 67;
-  const int64_t C = GetParam();
+  const int64_t R = GetParam().rows, C = GetParam().channels;
   const auto x = Random(R * C, 30, -2, 3), w = Random(C, 31), b = Random(C, 32);
   const auto dout = Random(R * C, 33), dinp0 = Random(R * C, 34);
   const auto dw0 = Random(C, 35), db0 = Random(C, 36);
@@ -236,8 +248,14 @@ TEST_P(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
   EXPECT_EQ(Down(gdw), got_dw);
 }
 
-INSTANTIATE_TEST_SUITE_P(Channels, CudaLayerNormTest,
-                         ::testing::Values(33, 96, 800));
+// 3000 and 9000 rows: the parameter gradients sum over 12 and 32 row
+// ranges (column_sums.cuh).
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNormTest,
+                         ::testing::Values(LayerNormShape{67, 33},
+                                           LayerNormShape{67, 96},
+                                           LayerNormShape{67, 800},
+                                           LayerNormShape{3000, 96},
+                                           LayerNormShape{9000, 800}));
 
 struct AttentionShape {
   int64_t batch, seq, channels, heads;

@@ -1,14 +1,13 @@
 // LayerNorm forward and backward (as llm.c's layernorm_forward/backward).
 // Rows are independent: one warp per row computes the mean, then the
 // variance around it (two passes, as the CPU backend), with butterfly warp
-// sums whose order is fixed. The weight and bias gradients sum over rows:
-// a block of 32 channels x 32 row lanes, each lane summing rows y, y + 32,
-// ... in ascending order and lane 0 adding the lanes' sums in order, so
-// they are deterministic without atomics.
+// sums whose order is fixed. The weight and bias gradients sum over rows
+// with the deterministic column sums of column_sums.cuh.
 #include <cmath>
 
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
+#include "engine/cuda/column_sums.cuh"
 #include "engine/cuda/layernorm_kernels.h"
 
 namespace trainyard::engine::cuda {
@@ -16,7 +15,6 @@ namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // warps of 32 threads
-constexpr int kTile = 32;
 
 template <typename T>
 __global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd,
@@ -78,35 +76,20 @@ __global__ void LayerNormInputGradKernel(T* dinp, const T* dout, const T* inp,
   }
 }
 
+// dweight's term norm * dout and dbias's term dout, per (row, channel).
 template <typename T>
-__global__ void LayerNormParamGradKernel(float* dweight, float* dbias,
-                                         const T* dout, const T* inp,
-                                         const float* mean, const float* rstd,
-                                         int64_t rows, int64_t channels) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
-  float dw = 0.f, db = 0.f;
-  if (c < channels) {
-    for (int64_t r = threadIdx.y; r < rows; r += kTile) {
-      const float d = Ld(dout + r * channels + c);
-      dw += (Ld(inp + r * channels + c) - mean[r]) * rstd[r] * d;
-      db += d;
-    }
+struct LayerNormParamTerm {
+  const T* dout;
+  const T* inp;
+  const float* mean;
+  const float* rstd;
+  int64_t channels;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[2]) const {
+    const float d = Ld(dout + r * channels + c);
+    v[0] = (Ld(inp + r * channels + c) - mean[r]) * rstd[r] * d;
+    v[1] = d;
   }
-  __shared__ float partial_w[kTile][kTile + 1];
-  __shared__ float partial_b[kTile][kTile + 1];
-  partial_w[threadIdx.y][threadIdx.x] = dw;
-  partial_b[threadIdx.y][threadIdx.x] = db;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < channels) {
-    float total_w = 0.f, total_b = 0.f;
-    for (int y = 0; y < kTile; ++y) {
-      total_w += partial_w[y][threadIdx.x];
-      total_b += partial_b[y][threadIdx.x];
-    }
-    dweight[c] += total_w;
-    dbias[c] += total_b;
-  }
-}
+};
 
 unsigned RowBlocks(int64_t rows) {
   return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
@@ -133,7 +116,8 @@ cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
                                     const void* dout, const void* inp,
                                     const void* weight, const float* mean,
                                     const float* rstd, int64_t rows,
-                                    int64_t channels, bool bf16,
+                                    int64_t channels, float* scratch,
+                                    int64_t scratch_floats, bool bf16,
                                     cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
@@ -144,12 +128,10 @@ cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
                                          channels);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    const dim3 block(kTile, kTile);
-    LayerNormParamGradKernel<<<static_cast<unsigned>((channels + kTile - 1) /
-                                                     kTile),
-                               block, 0, stream>>>(
-        dweight, dbias, As<T>(dout), As<T>(inp), mean, rstd, rows, channels);
-    return cudaGetLastError();
+    return LaunchColumnSums<2>(
+        {{dweight, dbias}}, scratch, scratch_floats, rows, channels,
+        LayerNormParamTerm<T>{As<T>(dout), As<T>(inp), mean, rstd, channels},
+        stream);
   });
 }
 

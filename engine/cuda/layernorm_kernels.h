@@ -20,14 +20,16 @@ cudaError_t LaunchLayerNormForward(void* out, float* mean, float* rstd,
                                    cudaStream_t stream);
 
 // dinp += input gradient; dweight += sum over rows of norm * dout; dbias +=
-// sum over rows of dout (all accumulated).
+// sum over rows of dout (all accumulated; the sums go through `scratch`,
+// scratch_floats floats, at least 64: column_sums.cuh).
 // dinp, dout, inp and weight are activations (bf16 when `bf16`: dinp's
 // sum is taken in fp32 and rounded once); dweight and dbias fp32.
 cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
                                     const void* dout, const void* inp,
                                     const void* weight, const float* mean,
                                     const float* rstd, int64_t rows,
-                                    int64_t channels, bool bf16,
+                                    int64_t channels, float* scratch,
+                                    int64_t scratch_floats, bool bf16,
                                     cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda

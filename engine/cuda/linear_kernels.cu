@@ -1,16 +1,12 @@
 // The linear layer's own kernels: broadcasting a bias into every row, and
-// the bias gradient as column sums. A column sum block is 32 columns x 32
-// row lanes: lane y sums rows y, y + 32, ... of its column in ascending
-// order (a warp reads 32 adjacent columns of one row: coalesced), then lane
-// 0 adds the 32 partial sums in lane order.
+// the bias gradient as deterministic column sums (column_sums.cuh).
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
+#include "engine/cuda/column_sums.cuh"
 #include "engine/cuda/linear_kernels.h"
 
 namespace trainyard::engine::cuda {
 namespace {
-
-constexpr int kTile = 32;
 
 template <typename T>
 __global__ void BroadcastRowsKernel(T* out, const T* bias, int64_t rows,
@@ -22,24 +18,13 @@ __global__ void BroadcastRowsKernel(T* out, const T* bias, int64_t rows,
 }
 
 template <typename T>
-__global__ void BiasGradKernel(float* dbias, const T* dout, int64_t rows,
-                               int64_t cols) {
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
-  float sum = 0.f;
-  if (col < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += kTile) {
-      sum += Ld(dout + r * cols + col);
-    }
+struct BiasGradTerm {
+  const T* dout;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const {
+    v[0] = Ld(dout + r * cols + c);
   }
-  __shared__ float partial[kTile][kTile + 1];
-  partial[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float total = 0.f;
-    for (int y = 0; y < kTile; ++y) total += partial[y][threadIdx.x];
-    dbias[col] += total;
-  }
-}
+};
 
 }  // namespace
 
@@ -55,14 +40,13 @@ cudaError_t LaunchBroadcastRows(void* out, const void* bias, int64_t rows,
 }
 
 cudaError_t LaunchBiasGrad(float* dbias, const void* dout, int64_t rows,
-                           int64_t cols, bool bf16, cudaStream_t stream) {
+                           int64_t cols, float* scratch, int64_t scratch_floats,
+                           bool bf16, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  const dim3 block(kTile, kTile);
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    BiasGradKernel<<<static_cast<unsigned>((cols + kTile - 1) / kTile), block,
-                     0, stream>>>(dbias, As<T>(dout), rows, cols);
-    return cudaGetLastError();
+    return LaunchColumnSums<1>({{dbias}}, scratch, scratch_floats, rows, cols,
+                               BiasGradTerm<T>{As<T>(dout), cols}, stream);
   });
 }
 

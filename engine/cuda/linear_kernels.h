@@ -17,12 +17,13 @@ namespace trainyard::engine::cuda {
 cudaError_t LaunchBroadcastRows(void* out, const void* bias, int64_t rows,
                                 int64_t cols, bool bf16, cudaStream_t stream);
 
-// dbias[c] += sum over r of dout[r, c] (dout [rows, cols]). Each column is
-// summed by 32 threads over fixed interleaved row sets, then their partial
-// sums are added in a fixed order: deterministic, no atomics.
+// dbias[c] += sum over r of dout[r, c] (dout [rows, cols]), summed over row
+// ranges into `scratch` (scratch_floats floats, at least 32) and then in
+// range order: deterministic, no atomics (column_sums.cuh).
 // dout is an activation gradient (bf16 when `bf16`); dbias fp32.
 cudaError_t LaunchBiasGrad(float* dbias, const void* dout, int64_t rows,
-                           int64_t cols, bool bf16, cudaStream_t stream);
+                           int64_t cols, float* scratch, int64_t scratch_floats,
+                           bool bf16, cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 
