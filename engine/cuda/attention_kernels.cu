@@ -24,10 +24,15 @@
 //                                              (one thread per key)
 // The head size is a template bound (32, 64 or 128) so the accumulators
 // stay in registers; smaller heads run masked.
+//
+// These are the reference kernels: LaunchAttentionForward/Backward send
+// bf16 activations with a head size the tensor-core kernels take
+// (attention_tc_kernels.cu) there instead.
 #include <cmath>
 
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_kernels.h"
+#include "engine/cuda/attention_tc_kernels.h"
 
 namespace trainyard::engine::cuda {
 namespace {
@@ -298,12 +303,19 @@ cudaError_t BackwardAnyHead(T* dqkv, float* delta, const T* dout, const T* out,
   return Backward<128>(dqkv, delta, dout, out, qkv, lse, g, batch, stream);
 }
 
+// bf16 with a head size the tensor-core kernels take.
+bool UseTensorCores(int64_t channels, int64_t heads, bool bf16) {
+  return bf16 && heads > 0 && channels % heads == 0 &&
+         AttentionTcSupportsHeadSize(channels / heads);
+}
+
 }  // namespace
 
-cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
-                                   int64_t batch, int64_t seq, int64_t channels,
-                                   int64_t heads, bool bf16,
-                                   cudaStream_t stream) {
+cudaError_t LaunchAttentionForwardReference(void* out, float* lse,
+                                            const void* qkv, int64_t batch,
+                                            int64_t seq, int64_t channels,
+                                            int64_t heads, bool bf16,
+                                            cudaStream_t stream) {
   if (batch <= 0 || seq <= 0) return cudaSuccess;
   HeadGeometry g;
   if (!MakeGeometry(seq, channels, heads, &g)) return cudaErrorInvalidValue;
@@ -313,12 +325,12 @@ cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
   });
 }
 
-cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
-                                    const void* out, const void* qkv,
-                                    const float* lse, int64_t batch,
-                                    int64_t seq, int64_t channels,
-                                    int64_t heads, bool bf16,
-                                    cudaStream_t stream) {
+cudaError_t LaunchAttentionBackwardReference(void* dqkv, float* delta,
+                                             const void* dout, const void* out,
+                                             const void* qkv, const float* lse,
+                                             int64_t batch, int64_t seq,
+                                             int64_t channels, int64_t heads,
+                                             bool bf16, cudaStream_t stream) {
   if (batch <= 0 || seq <= 0) return cudaSuccess;
   HeadGeometry g;
   if (!MakeGeometry(seq, channels, heads, &g)) return cudaErrorInvalidValue;
@@ -327,6 +339,33 @@ cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
     return BackwardAnyHead(As<T>(dqkv), delta, As<T>(dout), As<T>(out),
                            As<T>(qkv), lse, g, batch, stream);
   });
+}
+
+cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
+                                   int64_t batch, int64_t seq, int64_t channels,
+                                   int64_t heads, bool bf16,
+                                   cudaStream_t stream) {
+  if (UseTensorCores(channels, heads, bf16)) {
+    return LaunchAttentionForwardTc(out, lse, qkv, batch, seq, channels, heads,
+                                    stream);
+  }
+  return LaunchAttentionForwardReference(out, lse, qkv, batch, seq, channels,
+                                         heads, bf16, stream);
+}
+
+cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
+                                    const void* out, const void* qkv,
+                                    const float* lse, int64_t batch,
+                                    int64_t seq, int64_t channels,
+                                    int64_t heads, bool bf16,
+                                    cudaStream_t stream) {
+  if (UseTensorCores(channels, heads, bf16)) {
+    return LaunchAttentionBackwardTc(dqkv, delta, dout, out, qkv, lse, batch,
+                                     seq, channels, heads, stream);
+  }
+  return LaunchAttentionBackwardReference(dqkv, delta, dout, out, qkv, lse,
+                                          batch, seq, channels, heads, bf16,
+                                          stream);
 }
 
 }  // namespace trainyard::engine::cuda

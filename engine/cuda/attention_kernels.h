@@ -1,9 +1,13 @@
 // Launchers of the causal attention kernels (attention_kernels.cu), a
 // flash-attention-style forward and backward that never store a T x T
 // matrix: the forward keeps each query row's log-sum-exp, the backward
-// recomputes the probabilities from it. Each returns the launch error, if
-// any (cudaErrorInvalidValue for a head size above
-// kAttentionMaxHeadSize). Plain CUDA. Thread-safe.
+// recomputes the probabilities from it. LaunchAttentionForward/Backward
+// run bf16 activations with a head size of 32, 64 or 128 on the tensor-core
+// kernels (attention_tc_kernels.h) and everything else on the reference
+// kernels, whose math is all fp32; the *Reference launchers always take the
+// latter (tests compare the two). Each returns the launch error, if any
+// (cudaErrorInvalidValue for a head size above kAttentionMaxHeadSize).
+// Plain CUDA. Thread-safe.
 #ifndef TRAINYARD_ENGINE_CUDA_ATTENTION_KERNELS_H_
 #define TRAINYARD_ENGINE_CUDA_ATTENTION_KERNELS_H_
 
@@ -32,6 +36,19 @@ cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
                                     int64_t seq, int64_t channels,
                                     int64_t heads, bool bf16,
                                     cudaStream_t stream);
+
+// The same contracts on the fp32-math kernels, whatever the head size.
+cudaError_t LaunchAttentionForwardReference(void* out, float* lse,
+                                            const void* qkv, int64_t batch,
+                                            int64_t seq, int64_t channels,
+                                            int64_t heads, bool bf16,
+                                            cudaStream_t stream);
+cudaError_t LaunchAttentionBackwardReference(void* dqkv, float* delta,
+                                             const void* dout, const void* out,
+                                             const void* qkv, const float* lse,
+                                             int64_t batch, int64_t seq,
+                                             int64_t channels, int64_t heads,
+                                             bool bf16, cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

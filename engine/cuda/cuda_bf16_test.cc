@@ -233,8 +233,11 @@ TEST_F(CudaBf16Test, AttentionAndClassifier) {
   cpu_->AttentionForward(out.host.data(), cstate.data(), qkv.host.data(), B, T,
                          C, NH);
   const std::vector<float> want = FromBf16(out.host);
-  // Each output mixes up to T values of v (|v| <= 1) by probabilities.
-  ExpectWithin(Got(out), want, Bf16Tol(want, T, 1.0, 1e-4), "att out");
+  // Each output mixes up to T values of v (|v| <= 1) by probabilities. On
+  // the tensor-core path (bf16, head size 32 here) the probabilities are
+  // rounded to bf16 before P V: each term off by <= 2^-8 relative, and
+  // the probabilities sum to 1, so <= 2^-8 absolute more.
+  ExpectWithin(Got(out), want, Bf16Tol(want, T, 1.0, 1e-4 + 0x1p-8), "att out");
   Act dout = MakeAct(B * T * C, 13), dqkv = ZeroAct(B * T * 3 * C);
   gpu_->AttentionBackward(dqkv.dev.get(), gscratch.get(), dout.dev.get(),
                           out.dev.get(), qkv.dev.get(), gstate.get(), B, T, C,

@@ -1,0 +1,40 @@
+// Launchers of the tensor-core causal attention (attention_tc_kernels.cu):
+// the same flash-attention forward and backward as attention_kernels.h, for
+// bf16 activations only, with the products on tensor cores (bf16 operands,
+// fp32 accumulation) and the softmax in fp32. LaunchAttentionForward and
+// LaunchAttentionBackward (attention_kernels.h) call these for bf16 and a
+// head size they take; tests call them directly. Each returns the launch
+// error, if any (cudaErrorInvalidValue for a head size other than 32, 64 or
+// 128, or heads that do not split the channels). Plain CUDA. Thread-safe.
+#ifndef TRAINYARD_ENGINE_CUDA_ATTENTION_TC_KERNELS_H_
+#define TRAINYARD_ENGINE_CUDA_ATTENTION_TC_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace trainyard::engine::cuda {
+
+// Whether the tensor-core kernels take heads of `head_size` channels.
+bool AttentionTcSupportsHeadSize(int64_t head_size);
+
+// out [B, T, C] (bf16) and lse [B, NH, T] (fp32) from qkv [B, T, 3C] (bf16):
+// the contract of LaunchAttentionForward with bf16 = true.
+cudaError_t LaunchAttentionForwardTc(void* out, float* lse, const void* qkv,
+                                     int64_t batch, int64_t seq,
+                                     int64_t channels, int64_t heads,
+                                     cudaStream_t stream);
+
+// dqkv [B, T, 3C] (bf16, overwritten) from dout [B, T, C] (bf16), given the
+// forward's qkv, out and lse; `delta` [B, NH, T] is scratch. The contract
+// of LaunchAttentionBackward with bf16 = true.
+cudaError_t LaunchAttentionBackwardTc(void* dqkv, float* delta,
+                                      const void* dout, const void* out,
+                                      const void* qkv, const float* lse,
+                                      int64_t batch, int64_t seq,
+                                      int64_t channels, int64_t heads,
+                                      cudaStream_t stream);
+
+}  // namespace trainyard::engine::cuda
+
+#endif  // TRAINYARD_ENGINE_CUDA_ATTENTION_TC_KERNELS_H_
