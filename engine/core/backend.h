@@ -141,6 +141,20 @@ class Backend {
     LinearForward(pre, inp, weight, bias, batch, in, out_features);
     GeluForward(out, pre, batch * out_features);
   }
+  // LinearBackward for a layer whose input came out of a GELU, inp =
+  // gelu(pre): the input gradient goes straight through the GELU, dpre =
+  // (dout . weight) * gelu'(pre) (overwritten); dweight and dbias as
+  // LinearBackward. LinearBackward then GeluBackward, unless a backend fuses
+  // them (CUDA in bf16: cuBLASLt's DGELU epilogue).
+  virtual void LinearBackwardThroughGelu(void* dpre, float* dweight,
+                                         float* dbias, const void* dout,
+                                         const void* inp, const void* weight,
+                                         const void* pre, int64_t batch,
+                                         int64_t in, int64_t out_features) {
+    LinearBackward(dpre, dweight, dbias, dout, inp, weight, batch, in,
+                   out_features);
+    GeluBackward(dpre, pre, dpre, batch * in);
+  }
   // dinp = dout . weight (overwritten; skipped when null);
   // dweight += dout^T . inp and dbias += column sums of dout (accumulated, so
   // micro-batches add up; dbias may be null).

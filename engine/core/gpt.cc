@@ -358,9 +358,9 @@ void GptModel::BackwardBlock(int64_t l, const void* residual, void* dresidual) {
   const BlockActs& a = blocks_[l];
   Backend& be = *backend_;
   // res3 = res2 + fcproj: dresidual is the gradient of both.
-  be.LinearBackward(dfch_, Block(l, kFcProjW).grad, Block(l, kFcProjB).grad,
-                    dresidual, a.fch_gelu, W(l, kFcProjW), BT, 4 * C, C);
-  be.GeluBackward(dfch_, a.fch, dfch_, BT * 4 * C);
+  be.LinearBackwardThroughGelu(dfch_, Block(l, kFcProjW).grad,
+                               Block(l, kFcProjB).grad, dresidual, a.fch_gelu,
+                               W(l, kFcProjW), a.fch, BT, 4 * C, C);
   be.LinearBackward(dln_, Block(l, kFcW).grad, Block(l, kFcB).grad, dfch_,
                     a.ln2, W(l, kFcW), BT, C, 4 * C);
   be.LayerNormBackward(dresidual, Block(l, kLn2W).grad, Block(l, kLn2B).grad,

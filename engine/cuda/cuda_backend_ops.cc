@@ -134,6 +134,7 @@ void CudaBackend::LinearGeluForward(void* out, void* pre, const void* inp,
     cuda::LtGemmArgs g =
         ForwardProduct(out, inp, weight, batch, in, out_features);
     g.bias = bias;
+    g.gelu = cuda::LtGemmArgs::Gelu::kApply;
     g.gelu_aux = pre;
     absl::Status fused = gemm_->Run(g);
     if (fused.code() != absl::StatusCode::kUnimplemented) {
@@ -157,19 +158,63 @@ void CudaBackend::LinearBackward(void* dinp, float* dweight, float* dbias,
                                  int64_t out_features) {
   UseDevice();
   if (dinp != nullptr) {
-    cuda::LtGemmArgs g;
-    g.ab_type = g.c_type = act_type();
-    g.m = in;
-    g.n = batch;
-    g.k = out_features;
-    g.a = weight;
-    g.lda = in;
-    g.b = dout;
-    g.ldb = out_features;
-    g.c = dinp;
-    g.ldc = in;
-    Launched(InOp("LinearBackward (input)", gemm_->Run(g)));
+    Launched(InOp("LinearBackward (input)",
+                  gemm_->Run(InputGradProduct(dinp, dout, weight, batch, in,
+                                              out_features))));
   }
+  WeightGrads(dweight, dbias, dout, inp, batch, in, out_features);
+}
+
+// In bf16, the input gradient's product applies gelu' of the saved
+// pre-activation in cuBLASLt's DGELU epilogue instead of writing the
+// product and reading it back with the pre-activation; fp32, and problems
+// cuBLASLt has no such algorithm for, run the two ops.
+void CudaBackend::LinearBackwardThroughGelu(void* dpre, float* dweight,
+                                            float* dbias, const void* dout,
+                                            const void* inp, const void* weight,
+                                            const void* pre, int64_t batch,
+                                            int64_t in, int64_t out_features) {
+  UseDevice();
+  const bool fusable = bf16() && in % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(pre) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(dpre) % 16 == 0;
+  if (fusable) {
+    cuda::LtGemmArgs g =
+        InputGradProduct(dpre, dout, weight, batch, in, out_features);
+    g.gelu = cuda::LtGemmArgs::Gelu::kGradient;
+    g.gelu_aux = pre;
+    absl::Status fused = gemm_->Run(g);
+    if (fused.code() != absl::StatusCode::kUnimplemented) {
+      Launched(InOp("LinearBackwardThroughGelu", std::move(fused)));
+      WeightGrads(dweight, dbias, dout, inp, batch, in, out_features);
+      return;
+    }
+  }
+  Backend::LinearBackwardThroughGelu(dpre, dweight, dbias, dout, inp, weight,
+                                     pre, batch, in, out_features);
+}
+
+cuda::LtGemmArgs CudaBackend::InputGradProduct(void* dinp, const void* dout,
+                                               const void* weight,
+                                               int64_t batch, int64_t in,
+                                               int64_t out_features) const {
+  cuda::LtGemmArgs g;
+  g.ab_type = g.c_type = act_type();
+  g.m = in;
+  g.n = batch;
+  g.k = out_features;
+  g.a = weight;
+  g.lda = in;
+  g.b = dout;
+  g.ldb = out_features;
+  g.c = dinp;
+  g.ldc = in;
+  return g;
+}
+
+void CudaBackend::WeightGrads(float* dweight, float* dbias, const void* dout,
+                              const void* inp, int64_t batch, int64_t in,
+                              int64_t out_features) {
   cuda::LtGemmArgs g;
   g.ab_type = act_type();
   g.c_type = CUDA_R_32F;

@@ -164,6 +164,46 @@ TEST_F(CudaBf16Test, LinearGeluForwardMatchesLinearThenGelu) {
   }
 }
 
+// The GELU gradient epilogue (I a multiple of 8): the product dout . W
+// times gelu'(pre) rounded once, where the CPU rounds the product to bf16
+// and then the GELU gradient (|gelu'| < 1.13): the product's tolerance
+// scaled by 1.13, plus two bf16 ulps for the two roundings. Without the
+// fused path (I = 68) the op is exactly LinearBackward then GeluBackward
+// on the GPU. Weight and bias gradients are LinearBackward's either way.
+TEST_F(CudaBf16Test, LinearBackwardThroughGeluMatchesTheTwoOps) {
+  const int64_t B = 37, O = 48;
+  for (const int64_t I : {64, 68}) {
+    Act x = MakeAct(B * I, 24), w = MakeAct(O * I, 25),
+        dout = MakeAct(B * O, 26);
+    Act pre = MakeAct(B * I, 27, -3, 3), dpre = ZeroAct(B * I);
+    std::vector<float> dw(O * I, 0.f), db(O, 0.f);
+    auto gdw = Upload(*gpu_, dw), gdb = Upload(*gpu_, db);
+    gpu_->LinearBackwardThroughGelu(dpre.dev.get(), gdw.get(), gdb.get(),
+                                    dout.dev.get(), x.dev.get(), w.dev.get(),
+                                    pre.dev.get(), B, I, O);
+    cpu_->LinearBackwardThroughGelu(dpre.host.data(), dw.data(), db.data(),
+                                    dout.host.data(), x.host.data(),
+                                    w.host.data(), pre.host.data(), B, I, O);
+    const std::vector<float> want = FromBf16(dpre.host);
+    std::vector<double> tol = Bf16Tol(want, O, 1.13);
+    for (size_t i = 0; i < tol.size(); ++i) {
+      tol[i] += 2 * kBf16Ulp * std::abs(want[i]);
+    }
+    ExpectWithin(Got(dpre), want, tol, "dpre");
+    ExpectNear(Download(*gpu_, gdw), dw, 0, 2 * Gamma(B) * B, "dweight");
+    ExpectNear(Download(*gpu_, gdb), db, 0, 2 * Gamma(B) * B, "dbias");
+    if (I % 8 != 0) {
+      Act split = ZeroAct(B * I);
+      auto sdw = Upload(*gpu_, std::vector<float>(O * I, 0.f));
+      gpu_->LinearBackward(split.dev.get(), sdw.get(), nullptr, dout.dev.get(),
+                           x.dev.get(), w.dev.get(), B, I, O);
+      gpu_->GeluBackward(split.dev.get(), pre.dev.get(), split.dev.get(),
+                         B * I);
+      EXPECT_EQ(Download(*gpu_, dpre.dev), Download(*gpu_, split.dev));
+    }
+  }
+}
+
 TEST_F(CudaBf16Test, LayerNormGeluAddAndEmbedding) {
   const int64_t rows = 33, C = 80;
   Act x = MakeAct(rows * C, 5, -3, 3), w = MakeAct(C, 6), b = MakeAct(C, 7);

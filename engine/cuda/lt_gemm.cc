@@ -113,7 +113,7 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
                 g.ldc,
                 g.beta != 0,
                 g.bias != nullptr,
-                g.gelu_aux != nullptr,
+                static_cast<int>(g.gelu),
                 static_cast<int>(align_a),
                 static_cast<int>(align_b),
                 static_cast<int>(align_c),
@@ -137,15 +137,22 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   const bool bias = g.bias != nullptr;
-  const cublasLtEpilogue_t epilogue =
-      g.gelu_aux != nullptr
-          ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                  : CUBLASLT_EPILOGUE_GELU_AUX)
-          : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+  cublasLtEpilogue_t epilogue =
+      bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (g.gelu == LtGemmArgs::Gelu::kApply) {
+    epilogue =
+        bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  } else if (g.gelu == LtGemmArgs::Gelu::kGradient) {
+    if (bias) {
+      return absl::InvalidArgumentError(
+          "the GELU gradient epilogue takes no bias");
+    }
+    epilogue = CUBLASLT_EPILOGUE_DGELU;
+  }
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  if (g.gelu_aux != nullptr) {
-    // The pre-activation is laid out like C (ldc is part of the key); the
+  if (g.gelu != LtGemmArgs::Gelu::kNone) {
+    // The auxiliary matrix is laid out like C (ldc is part of the key); the
     // heuristic sees the epilogue whole, pointer included.
     const int64_t aux_ld = g.ldc;
     YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
@@ -194,10 +201,10 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
     plans_.emplace(key, nullptr);
     return absl::UnimplementedError(absl::StrCat(
         "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k,
-        " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda, " ldb=",
-        g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b, "/",
-        align_c, " bias=", g.bias != nullptr, " gelu=", g.gelu_aux != nullptr,
-        " bf16 inputs=", g.ab_type == CUDA_R_16BF,
+        " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda,
+        " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b,
+        "/", align_c, " bias=", g.bias != nullptr, " gelu=",
+        static_cast<int>(g.gelu), " bf16 inputs=", g.ab_type == CUDA_R_16BF,
         " bf16 output=", g.c_type == CUDA_R_16BF));
   }
   plan->algo = result.algo;
@@ -211,7 +218,7 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
   absl::StatusOr<Plan*> planned = PlanFor(g);
   if (!planned.ok()) {
     if (planned.status().code() == absl::StatusCode::kUnimplemented &&
-        g.bias == nullptr && g.gelu_aux == nullptr) {
+        g.bias == nullptr && g.gelu == LtGemmArgs::Gelu::kNone) {
       return RunClassic(g);
     }
     return planned.status();
@@ -222,7 +229,7 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
         sizeof(g.bias)));
   }
-  if (g.gelu_aux != nullptr) {
+  if (g.gelu != LtGemmArgs::Gelu::kNone) {
     YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.gelu_aux,
         sizeof(g.gelu_aux)));

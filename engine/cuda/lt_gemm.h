@@ -44,10 +44,16 @@ struct LtGemmArgs {
   int64_t ldc = 0;
   float beta = 0;              // 0: C is not read
   const void* bias = nullptr;  // cuBLASLt's bias epilogue; may be null
-  // When set: C = gelu(op(A) op(B) + bias) (GPT-2's tanh form, in fp32 before
-  // C is rounded) and the pre-activation, C's type and layout, goes here:
-  // cuBLASLt's GELU_AUX(_BIAS) epilogue. REQUIRES: ldc a multiple of 8.
-  void* gelu_aux = nullptr;
+  // cuBLASLt's GELU epilogues (GPT-2's tanh form, in fp32 before C is
+  // rounded), with an auxiliary matrix of C's type and layout:
+  //   kApply:    C = gelu(op(A) op(B) + bias); the pre-activation is
+  //              written to gelu_aux (GELU_AUX, GELU_AUX_BIAS);
+  //   kGradient: C = (op(A) op(B)) * gelu'(gelu_aux), gelu_aux read (DGELU;
+  //              no bias).
+  // REQUIRES with either: gelu_aux set, ldc a multiple of 8.
+  enum class Gelu { kNone, kApply, kGradient };
+  Gelu gelu = Gelu::kNone;
+  const void* gelu_aux = nullptr;
   cudaDataType_t ab_type = CUDA_R_32F;  // CUDA_R_32F or CUDA_R_16BF
   cudaDataType_t c_type = CUDA_R_32F;   // CUDA_R_32F or CUDA_R_16BF
 };
@@ -63,7 +69,7 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // Queues the product. With a bias or gelu_aux: UNIMPLEMENTED, before
+  // Queues the product. With a bias or a GELU epilogue: UNIMPLEMENTED, before
   // anything is queued, when cuBLASLt has no algorithm for it (remembered,
   // so asking again is cheap). Other cuBLAS failures as CublasStatus.
   absl::Status Run(const LtGemmArgs& args);
@@ -73,7 +79,7 @@ class LtGemm {
   struct Plan;
   using Key =
       std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                 int64_t, bool, bool, bool, int, int, int, int, int>;
+                 int64_t, bool, bool, int, int, int, int, int, int>;
 
   LtGemm(cublasLtHandle_t handle, cublasHandle_t classic, void* workspace,
          int64_t workspace_bytes, cudaStream_t stream);
