@@ -1,0 +1,183 @@
+// See emulator_test_kernels.h. Written as CUDA, launched with every form
+// of launch the rewrite takes: two, three and four configuration
+// arguments, templates deduced and explicit, launches over several lines.
+#include <mma.h>
+
+#include <cstdint>
+
+#include "engine/cuda/emulation/emulator_test_kernels.h"
+
+namespace trainyard::cuda_emulation::testing {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+__global__ void IndicesKernel(unsigned* out) {
+  const unsigned threads = blockDim.x * blockDim.y;
+  const unsigned block = blockIdx.y * gridDim.x + blockIdx.x;
+  unsigned* o =
+      out + 8 * (block * threads + threadIdx.y * blockDim.x + threadIdx.x);
+  const unsigned v[8] = {threadIdx.x, threadIdx.y, blockIdx.x, blockIdx.y,
+                         blockDim.x,  blockDim.y,  gridDim.x,  gridDim.y};
+  for (int k = 0; k < 8; ++k) o[k] = v[k];
+}
+
+__global__ void RotateKernel(int* out, bool barrier) {
+  __shared__ int s[256];
+  const int t = threadIdx.x, n = blockDim.x;
+  s[t] = t;
+  if (barrier) __syncthreads();
+  out[t] = s[(t + 1) % n];
+}
+
+template <typename T>
+__global__ void WarpOpsKernel(T* out) {
+  const int t = threadIdx.x, lane = t % 32;
+  T* o = out + 8 * t;
+  o[0] = static_cast<T>(__shfl_xor_sync(0xffffffffu, static_cast<float>(t), 5));
+  const unsigned ballot = __ballot_sync(0xffffffffu, lane % 3 == 0);
+  o[1] = ballot;
+  o[2] = __any_sync(0xffffffffu, lane == 7);
+  o[3] = __all_sync(0xffffffffu, lane < 40);
+  o[4] = __popc(ballot);
+  o[5] = __ffs(1 << (lane % 8));
+  o[6] = __shfl_down_sync(0xffffffffu, t, 3);
+  o[7] = static_cast<T>(__shfl_sync(0xffffffffu, static_cast<double>(t), 2));
+}
+
+__global__ void DivergentBarrierKernel() {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+}
+
+__global__ void DeadlockKernel() {
+  if (threadIdx.x < 16) {
+    __shfl_xor_sync(0xffffffffu, 1, 1);
+  } else {
+    __syncthreads();
+  }
+}
+
+__global__ void ExitedLaneKernel(float* out) {
+  if (threadIdx.x == 5) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
+}
+
+__global__ void MatrixProductKernel(float* c, const __nv_bfloat16* a,
+                                    unsigned lda, const __nv_bfloat16* b,
+                                    bool lane_dependent) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.f);
+  wmma::load_matrix_sync(fa, a, lda);
+  wmma::load_matrix_sync(fb, b + (lane_dependent && threadIdx.x == 3 ? 16 : 0),
+                         16);
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+
+__global__ void TrapKernel() {
+  if (threadIdx.x == 7) __trap();
+  __syncthreads();
+}
+
+__global__ void DynamicSharedKernel(int* out) {
+  extern __shared__ __align__(16) int buf[];
+  if (threadIdx.x == 0) {
+    out[0] = static_cast<int>(reinterpret_cast<uintptr_t>(buf) % 64);
+    out[1] = buf[0];
+    buf[0] = 5;
+  }
+  __syncthreads();
+  if (threadIdx.x == 31) out[2] = buf[0];
+}
+
+__global__ void SharedPerBlockKernel(int* out) {
+  __shared__ int value;
+  if (blockIdx.x == 0 && threadIdx.x == 0) value = 42;
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = value;
+}
+
+__global__ void EmptyKernel() {}
+
+__global__ void NestedLaunchKernel() {
+  if (threadIdx.x == 0) EmptyKernel<<<1, 32>>>();
+}
+
+}  // namespace
+
+cudaError_t LaunchIndices(unsigned* out, dim3 grid, dim3 block) {
+  IndicesKernel<<<grid, block>>>(out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRotate(int* out, int threads, bool barrier) {
+  RotateKernel<<<1, threads, 0>>>(out, barrier);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchWarpOps(int64_t* out) {
+  WarpOpsKernel<<<1, 64, 0, nullptr>>>(out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDivergentBarrier() {
+  DivergentBarrierKernel<<<1, 64>>>();
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDeadlock() {
+  DeadlockKernel<<<1, 32>>>();
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchExitedLane(float* out) {
+  ExitedLaneKernel<<<1, 32>>>(out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMatrixProduct(float* c, const __nv_bfloat16* a, int a_offset,
+                                unsigned lda, const __nv_bfloat16* b,
+                                bool lane_dependent) {
+  MatrixProductKernel<<<dim3(1), dim3(32), 0, nullptr>>>(c, a + a_offset, lda,
+                                                         b, lane_dependent);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchTrap() {
+  TrapKernel<<<2, 32>>>();
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDynamicShared(int* out, size_t bytes, bool opt_in) {
+  if (opt_in) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        DynamicSharedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(bytes));
+    if (e != cudaSuccess) return e;
+  }
+  DynamicSharedKernel<<<1, 32, bytes>>>(out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSharedPerBlock(int* out, int blocks) {
+  SharedPerBlockKernel<<<blocks, 32>>>(out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmpty(dim3 grid, dim3 block) {
+  ::trainyard::cuda_emulation::testing::EmptyKernel<<<grid, block>>>();
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchNested() {
+  NestedLaunchKernel<<<1, 32>>>();
+  return cudaGetLastError();
+}
+
+}  // namespace trainyard::cuda_emulation::testing

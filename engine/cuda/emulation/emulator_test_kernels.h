@@ -1,0 +1,66 @@
+// Small kernels for the emulator's own tests (emulator_test.cc), each
+// built to exercise one of its features or to break one of its checks on
+// purpose. They exist only in emulation: emulator_test_kernels.cu goes
+// through rewrite_kernels.py like the project's kernels. Device pointers
+// are host memory there. Thread-safe.
+#ifndef TRAINYARD_ENGINE_CUDA_EMULATION_EMULATOR_TEST_KERNELS_H_
+#define TRAINYARD_ENGINE_CUDA_EMULATION_EMULATOR_TEST_KERNELS_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace trainyard::cuda_emulation::testing {
+
+// out[8 * t + k] for each thread t (x fastest, then y, then blocks): its
+// threadIdx.x/y, blockIdx.x/y, blockDim.x/y, gridDim.x/y.
+cudaError_t LaunchIndices(unsigned* out, dim3 grid, dim3 block);
+
+// threads threads: out[t] = what thread t reads at s[(t + 1) % threads]
+// after every thread t stored t into s[t]; with or without a barrier
+// between. threads <= 256.
+cudaError_t LaunchRotate(int* out, int threads, bool barrier);
+
+// 64 threads, per thread t (lane l) out[8 t ..]: the xor-5 shuffle of
+// float(t), a ballot of l % 3 == 0, any(l == 7), all(l < 40),
+// __popc of the ballot, __ffs(1 << (l % 8)), shfl_down by 3 of t, and the
+// double shuffle from lane 2 of its warp (as unsigned).
+cudaError_t LaunchWarpOps(int64_t* out);
+
+// Each breaks a check: __syncthreads in both branches of a divergent if;
+// half a warp in a shuffle while the other half waits at __syncthreads;
+// a lane that ends while the rest of its warp shuffles with it.
+cudaError_t LaunchDivergentBarrier();
+cudaError_t LaunchDeadlock();
+cudaError_t LaunchExitedLane(float* out);
+
+// One warp: c (16x16, row-major, ldm 16) = a b, a row-major from
+// a + a_offset with leading dimension lda, b column-major (ldm 16).
+// lane_dependent: lane 3 loads b from elsewhere.
+cudaError_t LaunchMatrixProduct(float* c, const __nv_bfloat16* a, int a_offset,
+                                unsigned lda, const __nv_bfloat16* b,
+                                bool lane_dependent);
+
+// Thread 7 calls __trap().
+cudaError_t LaunchTrap();
+
+// One block of 32 threads with `bytes` of dynamic shared memory (opting
+// in first when opt_in): out[0] = the base address modulo 64, out[1] =
+// the first int read before any write, out[2] = the last int after thread
+// 0 wrote it.
+cudaError_t LaunchDynamicShared(int* out, size_t bytes, bool opt_in);
+
+// blocks blocks of 32: block 0 stores 42 into a __shared__ int, then every
+// block's thread 0 writes it to out[block].
+cudaError_t LaunchSharedPerBlock(int* out, int blocks);
+
+// A launch of grid x block threads doing nothing.
+cudaError_t LaunchEmpty(dim3 grid, dim3 block);
+
+// A kernel whose thread 0 launches another (not emulated).
+cudaError_t LaunchNested();
+
+}  // namespace trainyard::cuda_emulation::testing
+
+#endif  // TRAINYARD_ENGINE_CUDA_EMULATION_EMULATOR_TEST_KERNELS_H_

@@ -1,0 +1,200 @@
+// The CUDA runtime as the host emulation of CUDA kernels provides it, under
+// CUDA's names: the qualifiers (__global__, __device__, ...), the device
+// built-ins the project's kernels use (__syncthreads, __syncwarp, the
+// *_sync warp functions, __popc, __ffs, __trap) and the host API they and
+// their tests call (cudaMalloc, cudaMemcpy, cudaGetLastError,
+// cudaFuncSetAttribute, ...). The shim headers cuda_include/cuda_runtime.h
+// and cuda_runtime_api.h include this.
+//
+// The emulation is a test tool: it checks the LOGIC of kernels (indexing,
+// masking, synchronization, determinism, alignment), compiled as C++ for
+// the host. It does not reproduce the GPU's rounding (no fused
+// multiply-adds, the host's expf and logf, a fixed wmma summation order)
+// nor its timing. "Device" memory is host memory; every copy and launch is
+// synchronous. __shared__ variables are rewritten by rewrite_kernels.py
+// into BlockShared / DynamicSharedArray below; a __shared__ left in a
+// source fails to compile.
+//
+// Thread-safety: as launch.h.
+#ifndef TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
+#define TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <source_location>
+#include <type_traits>
+
+#include "engine/cuda/emulation/block_runner.h"
+#include "engine/cuda/emulation/cuda_types.h"
+#include "engine/cuda/emulation/launch.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+
+namespace trainyard::cuda_emulation {
+
+// The block's instance of a __shared__ variable of type T (an array type
+// for arrays). Tag is a lambda's closure type, unique to the declaration
+// and to each instantiation of the template around it.
+template <typename T, typename Tag>
+T& BlockShared(Tag, size_t align = alignof(T)) {
+  static char key;
+  return *static_cast<T*>(StaticShared(&key, sizeof(T), align));
+}
+
+// `extern __shared__ T name[];`
+template <typename T>
+T* DynamicSharedArray(size_t align = alignof(T)) {
+  return static_cast<T*>(DynamicShared(align));
+}
+
+template <typename T>
+uint64_t ToLaneBits(T v) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8,
+                "warp functions move values of at most 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  return bits;
+}
+
+template <typename T>
+T FromLaneBits(uint64_t bits) {
+  T v;
+  std::memcpy(&v, &bits, sizeof(T));
+  return v;
+}
+
+template <typename T>
+T Shuffle(int op, unsigned mask, T v, int param, int width,
+          const std::source_location& site) {
+  if (width != 32) FailKernel("warp shuffles of width other than 32");
+  return FromLaneBits<T>(WarpCollective(op, mask, ToLaneBits(v), param, site));
+}
+
+}  // namespace trainyard::cuda_emulation
+
+// ------------------------------------------------------ device built-ins
+
+inline void __syncthreads(
+    std::source_location site = std::source_location::current()) {
+  ::trainyard::cuda_emulation::SyncThreads(site);
+}
+
+inline void __syncwarp(
+    unsigned mask = 0xffffffffu,
+    std::source_location site = std::source_location::current()) {
+  ::trainyard::cuda_emulation::WarpCollective(
+      ::trainyard::cuda_emulation::kWarpSync, mask, 0, 0, site);
+}
+
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32,
+                  std::source_location site = std::source_location::current()) {
+  return ::trainyard::cuda_emulation::Shuffle(
+      ::trainyard::cuda_emulation::kWarpShflXor, mask, v, lane_mask, width,
+      site);
+}
+
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32,
+              std::source_location site = std::source_location::current()) {
+  return ::trainyard::cuda_emulation::Shuffle(
+      ::trainyard::cuda_emulation::kWarpShfl, mask, v, src_lane, width, site);
+}
+
+template <typename T>
+T __shfl_down_sync(
+    unsigned mask, T v, unsigned delta, int width = 32,
+    std::source_location site = std::source_location::current()) {
+  return ::trainyard::cuda_emulation::Shuffle(
+      ::trainyard::cuda_emulation::kWarpShflDown, mask, v,
+      static_cast<int>(delta), width, site);
+}
+
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32,
+                 std::source_location site = std::source_location::current()) {
+  return ::trainyard::cuda_emulation::Shuffle(
+      ::trainyard::cuda_emulation::kWarpShflUp, mask, v,
+      static_cast<int>(delta), width, site);
+}
+
+inline unsigned __ballot_sync(
+    unsigned mask, int predicate,
+    std::source_location site = std::source_location::current()) {
+  return static_cast<unsigned>(::trainyard::cuda_emulation::WarpCollective(
+      ::trainyard::cuda_emulation::kWarpBallot, mask, predicate != 0, 0, site));
+}
+
+inline int __any_sync(
+    unsigned mask, int predicate,
+    std::source_location site = std::source_location::current()) {
+  return static_cast<int>(::trainyard::cuda_emulation::WarpCollective(
+      ::trainyard::cuda_emulation::kWarpAny, mask, predicate != 0, 0, site));
+}
+
+inline int __all_sync(
+    unsigned mask, int predicate,
+    std::source_location site = std::source_location::current()) {
+  return static_cast<int>(::trainyard::cuda_emulation::WarpCollective(
+      ::trainyard::cuda_emulation::kWarpAll, mask, predicate != 0, 0, site));
+}
+
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) {
+  return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x));
+}
+
+[[noreturn]] inline void __trap() {
+  ::trainyard::cuda_emulation::FailKernel("__trap()");
+}
+
+// Blocks may run concurrently on different OS threads.
+inline void __threadfence() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+// ------------------------------------------------------------- host API
+
+inline cudaError_t cudaGetLastError() {
+  return ::trainyard::cuda_emulation::TakeLastError();
+}
+
+inline cudaError_t cudaPeekAtLastError() {
+  return ::trainyard::cuda_emulation::PeekLastError();
+}
+
+const char* cudaGetErrorName(cudaError_t e);
+const char* cudaGetErrorString(cudaError_t e);
+
+template <typename T>
+cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
+  return ::trainyard::cuda_emulation::SetKernelAttribute(
+      reinterpret_cast<const void*>(kernel), attr, value);
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes,
+                       cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
+                            cudaMemcpyKind kind, cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+
+#endif  // TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
