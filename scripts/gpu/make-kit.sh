@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs what a lent GPU machine needs into .gpu-kit/ (ignored by git; the
-# device tool carries it): the gpu-labelled test binaries, yard-train,
+# device tool carries it, packed as kit.tar.gz that run-on-device.sh
+# unpacks): the gpu-labelled test binaries, yard-train,
 # yard-server, yard-worker, yard and gpt_train_bench, each with the Debian
 # libraries it links (gRPC, protobuf, Abseil, ...) beside it. CUDA, cuBLAS
 # and NCCL are left out: the device has them (shared/tools/bundle-libs.sh).
@@ -50,11 +51,15 @@ printf '%s\n' "${tests[@]}" >"$kit/gpu-tests.txt"
   for b in "$kit"/bin/*; do ldd "$b" | awk '/libcu|libnccl|libnvidia/ {print "  " $1}'; done | sort -u
 } >"$kit/MANIFEST"
 
+# Packed for the journey (about 2.7x smaller); run-on-device.sh unpacks it.
+tar -C "$kit" -czf "$kit/kit.tar.gz" bin lib
+rm -rf "$kit/bin" "$kit/lib"
+
 kit_bytes=$(du -sb "$kit" | cut -f1)
 # What travels: tracked and untracked-not-ignored files, plus the kit.
 tree_bytes=$(cd "$root" && git ls-files -z --cached --others --exclude-standard |
   xargs -0 du -cb 2>/dev/null | awk 'END {print $1}')
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
-echo "kit: $kit ($(ls "$kit/bin" | wc -l) programs, $(ls "$kit/lib" | wc -l) libraries): $(mib "$kit_bytes")"
+echo "kit: $kit (${#binaries[@]} programs and their libraries, packed): $(mib "$kit_bytes")"
 echo "working tree: $(mib "$tree_bytes"); carried in all: $(mib $((kit_bytes + tree_bytes))) of 64 MiB"
 ((kit_bytes + tree_bytes < 64 * 1048576)) || die "over the device tool's 64 MiB limit"

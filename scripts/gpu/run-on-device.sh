@@ -125,6 +125,12 @@ run_packing() {
   cat "$out/packing/summary.txt" 2>/dev/null | tee -a "$log"
 }
 
+# The kit travels packed (kit.tar.gz: the device tool carries at most 64 MiB);
+# unpack it once beside itself.
+if [[ ! -d "$kit/bin" && -f "$kit/kit.tar.gz" ]]; then
+  tar -C "$kit" -xzf "$kit/kit.tar.gz" ||
+    { echo "cannot unpack $kit/kit.tar.gz" >&2; exit 2; }
+fi
 [[ -d "$kit/bin" ]] || { echo "no $kit: run scripts/gpu/make-kit.sh here and carry .gpu-kit" >&2; exit 2; }
 setup_libraries
 describe_machine
