@@ -4,7 +4,8 @@
 #
 #   bash scripts/gpu/run-on-device.sh [tests|engine|packing|all] [SECONDS]
 #
-#   tests    the gpu-labelled tests (device.log)
+#   tests    the gpu-labelled tests, then the kernel tests under
+#            compute-sanitizer memcheck if there is one (device.log)
 #   engine   gpt_train_bench fp32 + bf16 and the PyTorch peer eager +
 #            torch.compile, GPT-2 124M at the largest micro-batch and the
 #            shakespeare config (engine.log, engine.csv)
@@ -93,6 +94,19 @@ run_tests() {
   done <"$kit/gpu-tests.txt"
   note "gpu tests: $passed passed; failed or skipped by time: ${failed[*]:-none}"
   grep -E '^\[  (FAILED|SKIPPED) |^\[  PASSED|^\[==========\] [0-9]+ tests' "$log" | tail -n 30
+  # Then the kernel tests again under compute-sanitizer's memcheck, which
+  # reports any out-of-bounds or misaligned device access, while time lasts.
+  local sanitizer
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if [[ -x "$sanitizer" ]]; then
+    for t in cuda_attention_test cuda_ops_test cuda_layer_ops_test; do
+      grep -qx "$t" "$kit/gpu-tests.txt" || continue
+      bounded 180 "$log" "$sanitizer" --tool memcheck --error-exitcode 9 \
+        "$kit/bin/$t" --gtest_color=no --gtest_brief=1
+    done
+  else
+    note "no compute-sanitizer on this machine: memcheck skipped"
+  fi
 }
 
 run_engine() {
