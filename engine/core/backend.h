@@ -173,14 +173,14 @@ class Backend {
   // softmax p of logits [batch, classes] into losses [batch], in
   // log-sum-exp form (exact even where p[target] underflows). The softmax
   // itself is never stored: the backward recomputes it from the logits.
+  // In the same read, hits[row] (unless hits is null) = 1 when the row's
+  // largest logit (the first, on ties) is at the target, else 0 (accuracy
+  // without another pass over the logits; unspecified for NaN rows).
   // REQUIRES: every target in [0, classes).
-  virtual void SoftmaxCrossEntropyForward(float* losses, const void* logits,
+  virtual void SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                          const void* logits,
                                           const int32_t* targets, int64_t batch,
                                           int64_t classes) = 0;
-  // How many rows of logits [rows, classes] have their largest entry (the
-  // first, on ties) at the target.
-  virtual int64_t CountArgmaxHits(const void* logits, const int32_t* targets,
-                                  int64_t rows, int64_t classes) = 0;
   // dlogits = (softmax(logits) - onehot(target)) * scale (overwritten);
   // may run in place (dlogits == logits), so the gradient takes the
   // logits' memory and no [batch, classes] buffer beyond the logits exists.

@@ -41,10 +41,10 @@ GptActivationSizes GptActivationFloats(const GptConfig& c, int64_t seq,
   // fch (4), fch_gelu (4), fcproj, res3; the final LayerNorm; the logits.
   s.per_sequence = tc + c.n_layer * 18 * tc + tc + seq * c.vocab_size;
   // LayerNorm means and rstds (two per block and the final one), attention
-  // state and losses: fp32 whatever the activations are. The classifier is
-  // fused: no probabilities are kept, and the logits' gradient is written
-  // over the logits.
-  s.f32_per_sequence = c.n_layer * (4 * seq + att.state) + 2 * seq + seq;
+  // state, losses and argmax hits (int32): 4 bytes whatever the activations
+  // are. The classifier is fused: no probabilities are kept, and the
+  // logits' gradient is written over the logits.
+  s.f32_per_sequence = c.n_layer * (4 * seq + att.state) + 2 * seq + 2 * seq;
   // dres, dln, dqkv (3), datty, dfch (4).
   s.grad_per_sequence = 10 * tc;
   s.f32_grad_per_sequence = att.scratch;
@@ -236,6 +236,7 @@ absl::Status GptModel::AllocateActivations() {
   lnf_rstd_ = take_f32(bt);
   logits_ = take(bt * V);
   losses_ = take_f32(bt);
+  hits_ = reinterpret_cast<int32_t*>(take_f32(bt));  // 4 bytes each
   p = static_cast<char*>(grad_act_buf_->data());
   dres_ = take(btc);
   dln_ = take(btc);
@@ -340,13 +341,15 @@ absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
   be.LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
                       params_[nf - 2].working, params_[nf - 1].working, BT, C);
   be.LinearForward(logits_, lnf_, params_[0].working, nullptr, BT, C, V);
-  be.SoftmaxCrossEntropyForward(losses_, logits_, targets_, BT, V);
+  be.SoftmaxCrossEntropyForward(losses_, hits_, logits_, targets_, BT, V);
   std::vector<float> losses(BT);
+  std::vector<int32_t> hits(BT);
   be.CopyToHost(losses.data(), losses_, BT * 4);
+  be.CopyToHost(hits.data(), hits_, BT * 4);
   RETURN_IF_ERROR(be.Synchronize());
   ForwardStats stats;
   for (float x : losses) stats.loss_sum += x;
-  stats.correct = be.CountArgmaxHits(logits_, targets_, BT, V);
+  for (int32_t h : hits) stats.correct += h;
   stats.examples = BT;
   stats.tokens = BT;
   return stats;

@@ -138,6 +138,7 @@ class GptModel : public Model {
   std::vector<BlockActs> blocks_;
   void *lnf_, *logits_;
   float *lnf_mean_, *lnf_rstd_, *losses_;
+  int32_t* hits_;
   // Backward scratch.
   void *dres_, *dln_, *dqkv_, *datty_, *dfch_;
   float* datt_;

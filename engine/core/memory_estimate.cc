@@ -94,10 +94,11 @@ MemoryEstimate EstimateMlpMemory(const MlpConfig& c, int64_t micro_batch,
     in = out;
   }
   MemoryEstimate m = Parameters(params, Overhead(device), dtype);
-  // Input, layer outputs and gradients in the activation dtype; a target
-  // and a loss, 4 bytes each (the fused classifier keeps no probabilities).
+  // Input, layer outputs and gradients in the activation dtype; a target, a
+  // loss and an argmax hit, 4 bytes each (the fused classifier keeps no
+  // probabilities).
   const int64_t per_example =
-      Add(Mul(Add(c.input_dim, act), DTypeBytes(dtype)), 8);
+      Add(Mul(Add(c.input_dim, act), DTypeBytes(dtype)), 12);
   m.activations = Mul(micro_batch, per_example);
   m.workspace = device == DeviceKind::kCuda ? kCudaWorkspaceBytes
                                             : GemmWorkspace(widest, threads);

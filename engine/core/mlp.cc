@@ -82,6 +82,7 @@ absl::Status MlpModel::AllocateBuffers() {
     ASSIGN_OR_RETURN(dacts_.emplace_back(), backend_->Allocate(bytes));
   }
   ASSIGN_OR_RETURN(loss_buf_, backend_->Allocate(max_batch_ * 4));
+  ASSIGN_OR_RETURN(hit_buf_, backend_->Allocate(max_batch_ * 4));
   return absl::OkStatus();
 }
 
@@ -157,17 +158,21 @@ absl::StatusOr<ForwardStats> MlpModel::Forward(const Batch& batch) {
       backend_->ReluForward(out, out, b * widths_[l + 1]);
   }
   const int64_t classes = config_.num_classes;
-  backend_->SoftmaxCrossEntropyForward(loss_buf_->f32(), acts_.back()->data(),
-                                       target_buf_->i32(), b, classes);
+  backend_->SoftmaxCrossEntropyForward(loss_buf_->f32(), hit_buf_->i32(),
+                                       acts_.back()->data(), target_buf_->i32(),
+                                       b, classes);
   std::vector<float> losses(b);
+  std::vector<int32_t> hits(b);
   backend_->CopyToHost(losses.data(), loss_buf_->data(), b * 4);
+  backend_->CopyToHost(hits.data(), hit_buf_->data(), b * 4);
   RETURN_IF_ERROR(backend_->Synchronize());
 
   ForwardStats stats;
   stats.examples = b;
-  for (int64_t i = 0; i < b; ++i) stats.loss_sum += losses[i];
-  stats.correct = backend_->CountArgmaxHits(acts_.back()->data(),
-                                            target_buf_->i32(), b, classes);
+  for (int64_t i = 0; i < b; ++i) {
+    stats.loss_sum += losses[i];
+    stats.correct += hits[i];
+  }
   return stats;
 }
 

@@ -66,7 +66,7 @@ class MlpModel : public Model {
   std::unique_ptr<DeviceBuffer> input_buf_, target_buf_;
   std::vector<std::unique_ptr<DeviceBuffer>> acts_;   // per layer output
   std::vector<std::unique_ptr<DeviceBuffer>> dacts_;  // their gradients
-  std::unique_ptr<DeviceBuffer> loss_buf_;
+  std::unique_ptr<DeviceBuffer> loss_buf_, hit_buf_;
   std::vector<Parameter> params_;  // weight, bias per layer
   int64_t last_batch_ = 0;
 };

@@ -196,8 +196,7 @@ absl::StatusOr<std::vector<HostTensor>> ParseSafetensors(
     // An empty tensor's data() may be null, and memcpy(null, p, 0) is
     // undefined behaviour all the same.
     if (e.end > e.begin) {
-      std::memcpy(e.tensor.data.data(), data.data() + e.begin,
-                  e.end - e.begin);
+      std::memcpy(e.tensor.data.data(), data.data() + e.begin, e.end - e.begin);
     }
     out.push_back(std::move(e.tensor));
   }

@@ -107,22 +107,16 @@ void CpuBackend::ReluBackward(void* dx, const void* dout, const void* out,
   Narrow(dx, g);
 }
 
-void CpuBackend::SoftmaxCrossEntropyForward(float* losses, const void* logits,
+void CpuBackend::SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                            const void* logits,
                                             const int32_t* targets,
                                             int64_t batch, int64_t classes) {
   if (!bf16()) {
-    return SoftmaxCrossEntropyForward(losses, F(logits), targets, batch,
+    return SoftmaxCrossEntropyForward(losses, hits, F(logits), targets, batch,
                                       classes);
   }
   std::vector<float> x = Widen(logits, batch * classes);
-  SoftmaxCrossEntropyForward(losses, D(x), targets, batch, classes);
-}
-
-int64_t CpuBackend::CountArgmaxHits(const void* logits, const int32_t* targets,
-                                    int64_t rows, int64_t classes) {
-  if (!bf16()) return CountArgmaxHits(F(logits), targets, rows, classes);
-  std::vector<float> x = Widen(logits, rows * classes);
-  return CountArgmaxHits(D(x), targets, rows, classes);
+  SoftmaxCrossEntropyForward(losses, hits, D(x), targets, batch, classes);
 }
 
 void CpuBackend::SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,

@@ -223,23 +223,30 @@ void CpuBackend::ReluBackward(float* dx, const float* dout, const float* out,
 
 namespace {
 
-// A row's largest logit and its sum of exp(x - max), both passes in
-// ascending class order: the forward and the backward see bitwise the same
-// softmax.
+// A row's largest logit (and where it first is) and its sum of
+// exp(x - max), both passes in ascending class order: the forward and the
+// backward see bitwise the same softmax.
 struct RowSoftmax {
   float max = 0;
   float sum = 0;
+  int64_t argmax = 0;
 };
 RowSoftmax SoftmaxOf(const float* x, int64_t classes) {
-  RowSoftmax r{x[0], 0.f};
-  for (int64_t c = 1; c < classes; ++c) r.max = std::max(r.max, x[c]);
+  RowSoftmax r{x[0], 0.f, 0};
+  for (int64_t c = 1; c < classes; ++c) {
+    if (x[c] > r.max) {
+      r.max = x[c];
+      r.argmax = c;
+    }
+  }
   for (int64_t c = 0; c < classes; ++c) r.sum += std::exp(x[c] - r.max);
   return r;
 }
 
 }  // namespace
 
-void CpuBackend::SoftmaxCrossEntropyForward(float* losses, const float* logits,
+void CpuBackend::SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                            const float* logits,
                                             const int32_t* targets,
                                             int64_t batch, int64_t classes) {
   const int64_t grain = std::max<int64_t>(1, 8192 / classes);
@@ -249,22 +256,9 @@ void CpuBackend::SoftmaxCrossEntropyForward(float* losses, const float* logits,
       const RowSoftmax r = SoftmaxOf(x, classes);
       // log-sum-exp form: exact even when p[target] underflows to 0.
       losses[b] = std::log(r.sum) - (x[targets[b]] - r.max);
+      if (hits != nullptr) hits[b] = r.argmax == targets[b] ? 1 : 0;
     }
   });
-}
-
-int64_t CpuBackend::CountArgmaxHits(const float* logits, const int32_t* targets,
-                                    int64_t rows, int64_t classes) {
-  int64_t hits = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits + r * classes;
-    int64_t best = 0;
-    for (int64_t c = 1; c < classes; ++c) {
-      if (x[c] > x[best]) best = c;
-    }
-    if (best == targets[r]) ++hits;
-  }
-  return hits;
 }
 
 void CpuBackend::SoftmaxCrossEntropyBackward(float* dlogits,

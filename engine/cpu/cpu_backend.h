@@ -60,11 +60,9 @@ class CpuBackend : public Backend {
                       int64_t batch, int64_t in, int64_t out_features);
   void ReluForward(float* out, const float* x, int64_t n);
   void ReluBackward(float* dx, const float* dout, const float* out, int64_t n);
-  void SoftmaxCrossEntropyForward(float* losses, const float* logits,
-                                  const int32_t* targets, int64_t batch,
-                                  int64_t classes);
-  int64_t CountArgmaxHits(const float* logits, const int32_t* targets,
-                          int64_t rows, int64_t classes);
+  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                  const float* logits, const int32_t* targets,
+                                  int64_t batch, int64_t classes);
   void SoftmaxCrossEntropyBackward(float* dlogits, const float* logits,
                                    const int32_t* targets, float scale,
                                    int64_t batch, int64_t classes);
@@ -114,11 +112,9 @@ class CpuBackend : public Backend {
   void ReluForward(void* out, const void* x, int64_t n) override;
   void ReluBackward(void* dx, const void* dout, const void* out,
                     int64_t n) override;
-  void SoftmaxCrossEntropyForward(float* losses, const void* logits,
-                                  const int32_t* targets, int64_t batch,
-                                  int64_t classes) override;
-  int64_t CountArgmaxHits(const void* logits, const int32_t* targets,
-                          int64_t rows, int64_t classes) override;
+  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                  const void* logits, const int32_t* targets,
+                                  int64_t batch, int64_t classes) override;
   void SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
                                    const int32_t* targets, float scale,
                                    int64_t batch, int64_t classes) override;

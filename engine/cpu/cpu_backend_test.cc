@@ -159,7 +159,7 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyMatchesReference) {
   const auto logits = Random(kBatch * kClasses, 7, -4, 4);
   const std::vector<int32_t> targets = {0, 6, 3, 3, 1, 5};
   std::vector<float> losses(kBatch);
-  backend_->SoftmaxCrossEntropyForward(losses.data(), logits.data(),
+  backend_->SoftmaxCrossEntropyForward(losses.data(), nullptr, logits.data(),
                                        targets.data(), kBatch, kClasses);
   const auto ld = ToDouble(logits);
   std::vector<double> want_losses(kBatch);
@@ -198,7 +198,7 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
   const std::vector<float> logits = {1000.f, -1000.f, 0.f};
   const std::vector<int32_t> target = {1};
   std::vector<float> loss(1);
-  backend_->SoftmaxCrossEntropyForward(loss.data(), logits.data(),
+  backend_->SoftmaxCrossEntropyForward(loss.data(), nullptr, logits.data(),
                                        target.data(), 1, 3);
   EXPECT_TRUE(std::isfinite(loss[0]));
   EXPECT_FLOAT_EQ(loss[0], 2000.f);
@@ -213,7 +213,7 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyOfNanLogitsIsNan) {
   const std::vector<float> logits = {0.f, std::nanf(""), 1.f};
   const std::vector<int32_t> target = {0};
   std::vector<float> loss(1);
-  backend_->SoftmaxCrossEntropyForward(loss.data(), logits.data(),
+  backend_->SoftmaxCrossEntropyForward(loss.data(), nullptr, logits.data(),
                                        target.data(), 1, 3);
   EXPECT_TRUE(std::isnan(loss[0]));
 }

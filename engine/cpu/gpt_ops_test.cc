@@ -175,14 +175,19 @@ TEST_P(GptOpsTest, AddRunsInPlace) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(out[i], a[i] + b[i]);
 }
 
-TEST_P(GptOpsTest, CountArgmaxHitsTakesTheFirstOfTies) {
+// The classifier's hits: argmax == target, the first index on ties.
+TEST_P(GptOpsTest, ClassifierHitsTakeTheFirstOfTies) {
   const std::vector<float> logits = {0, 2, 1, 5, 5, 0, -1, -2, -3};
-  EXPECT_EQ(backend_->CountArgmaxHits(
-                logits.data(), std::vector<int32_t>{1, 0, 0}.data(), 3, 3),
-            3);
-  EXPECT_EQ(backend_->CountArgmaxHits(
-                logits.data(), std::vector<int32_t>{2, 1, 0}.data(), 3, 3),
-            1);
+  std::vector<float> losses(3);
+  std::vector<int32_t> hits(3);
+  backend_->SoftmaxCrossEntropyForward(
+      losses.data(), hits.data(), logits.data(),
+      std::vector<int32_t>{1, 0, 0}.data(), 3, 3);
+  EXPECT_EQ(hits, (std::vector<int32_t>{1, 1, 1}));
+  backend_->SoftmaxCrossEntropyForward(
+      losses.data(), hits.data(), logits.data(),
+      std::vector<int32_t>{2, 1, 0}.data(), 3, 3);
+  EXPECT_EQ(hits, (std::vector<int32_t>{0, 0, 1}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, GptOpsTest, ::testing::Values(1, 3));

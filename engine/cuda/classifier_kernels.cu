@@ -3,17 +3,20 @@
 //
 // Both kernels first take the row's softmax statistics in one read: each
 // thread walks a fixed strided share of the row keeping an online
-// (max, sum of exp(x - max)) pair, and the pairs are merged across the warp
-// (butterfly) and then the warps (in warp order). The merge is symmetric, so
-// every lane of the butterfly holds bitwise the same pair and the result
-// depends on the launch shape alone: deterministic.
+// (max, first index of the max, sum of exp(x - max)) triple, and the
+// triples are merged across the warp (butterfly) and then the warps (in
+// warp order). The merge is symmetric, so every lane of the butterfly holds
+// bitwise the same triple and the result depends on the launch shape alone:
+// deterministic.
 //   forward:  loss = log(sum) - (x[target] - max)   (log-sum-exp form: exact
-//             even when p[target] underflows; NaN logits give a NaN loss)
+//             even when p[target] underflows; NaN logits give a NaN loss),
+//             hit = argmax == target (the first index on ties, as the CPU)
 //   backward: d[c] = (exp(x[c] - max) / sum - [c == target]) * scale, written
 //             over the logits when the caller passes the same buffer (each
 //             thread reads an entry before it writes that same entry).
 // So the logits are read once in the forward and twice in the backward,
 // and nothing of [rows, classes] exists beside them.
+#include <climits>
 #include <cmath>
 
 #include "engine/cuda/act_type.cuh"
@@ -26,20 +29,26 @@ constexpr int kRowThreads = 512;
 
 struct SoftmaxStats {
   float max = -INFINITY;
-  float sum = 0.f;  // of exp(x - max)
+  float sum = 0.f;       // of exp(x - max)
+  int argmax = INT_MAX;  // first index holding max; INT_MAX: none seen
 };
 
-// Symmetric in a and b (fmaxf and + commute), which the butterfly needs.
+// Symmetric in a and b (fmaxf, + and the smaller index on ties commute),
+// which the butterfly needs.
 __device__ __forceinline__ SoftmaxStats Merge(SoftmaxStats a, SoftmaxStats b) {
   const float m = fmaxf(a.max, b.max);
-  if (m == -INFINITY) return {m, 0.f};
-  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+  const int arg = a.max > b.max   ? a.argmax
+                  : b.max > a.max ? b.argmax
+                                  : (a.argmax < b.argmax ? a.argmax : b.argmax);
+  if (m == -INFINITY) return {m, 0.f, arg};
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m), arg};
 }
 
-__device__ __forceinline__ void Accumulate(SoftmaxStats& s, float x) {
+__device__ __forceinline__ void Accumulate(SoftmaxStats& s, float x, int c) {
   if (x > s.max) {
     s.sum = s.sum * expf(s.max - x) + 1.f;  // 0 * 0 + 1 on the first entry
     s.max = x;
+    s.argmax = c;  // strides ascend: the first index of a new max
   } else if (x != -INFINITY) {
     s.sum += expf(x - s.max);  // NaN x makes the sum (and the loss) NaN
   }
@@ -51,12 +60,13 @@ template <typename T>
 __device__ SoftmaxStats RowStats(const T* x, int64_t classes) {
   SoftmaxStats s;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    Accumulate(s, Ld(x + c));
+    Accumulate(s, Ld(x + c), static_cast<int>(c));
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     const SoftmaxStats other{__shfl_xor_sync(0xffffffffu, s.max, offset),
-                             __shfl_xor_sync(0xffffffffu, s.sum, offset)};
+                             __shfl_xor_sync(0xffffffffu, s.sum, offset),
+                             __shfl_xor_sync(0xffffffffu, s.argmax, offset)};
     s = Merge(s, other);
   }
   __shared__ SoftmaxStats warp_stats[32];
@@ -71,8 +81,9 @@ __device__ SoftmaxStats RowStats(const T* x, int64_t classes) {
 
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
-    SoftmaxCrossEntropyForwardKernel(float* losses, const T* logits,
-                                     const int32_t* targets, int64_t classes) {
+    SoftmaxCrossEntropyForwardKernel(float* losses, int32_t* hits,
+                                     const T* logits, const int32_t* targets,
+                                     int64_t classes) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * classes;
   const SoftmaxStats s = RowStats(x, classes);
@@ -80,6 +91,9 @@ __global__ void __launch_bounds__(kRowThreads)
     const int32_t t = targets[row];
     losses[row] =
         t >= 0 && t < classes ? logf(s.sum) - (Ld(x + t) - s.max) : nanf("");
+    // A row of -inf (or NaN) has no max seen; the CPU calls index 0 its max.
+    const int arg = s.argmax == INT_MAX ? 0 : s.argmax;
+    if (hits != nullptr) hits[row] = arg == t ? 1 : 0;
   }
 }
 
@@ -103,16 +117,18 @@ __global__ void __launch_bounds__(kRowThreads)
 
 }  // namespace
 
-cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, const void* logits,
+cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                             const void* logits,
                                              const int32_t* targets,
                                              int64_t rows, int64_t classes,
                                              bool bf16, cudaStream_t stream) {
   if (rows <= 0 || classes <= 0) return cudaSuccess;
-  if (rows > 0x7fffffff) return cudaErrorInvalidValue;  // one block per row
+  // One block per row; class indices are ints.
+  if (rows > 0x7fffffff || classes >= INT_MAX) return cudaErrorInvalidValue;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
     SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
-                                       0, stream>>>(losses, As<T>(logits),
+                                       0, stream>>>(losses, hits, As<T>(logits),
                                                     targets, classes);
     return cudaGetLastError();
   });

@@ -11,9 +11,12 @@
 namespace trainyard::engine::cuda {
 
 // losses[row] = log(sum) - (logit[target] - max) for each row of logits
-// [rows, classes], NaN for a target outside [0, classes); the softmax is
-// not stored. logits are activations (bf16 when `bf16`); losses fp32.
-cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, const void* logits,
+// [rows, classes], NaN for a target outside [0, classes); hits[row] (unless
+// hits is null) = 1 when the first largest logit is at the target, else 0.
+// The softmax is not stored. logits are activations (bf16 when `bf16`);
+// losses fp32.
+cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                             const void* logits,
                                              const int32_t* targets,
                                              int64_t rows, int64_t classes,
                                              bool bf16, cudaStream_t stream);

@@ -121,7 +121,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 absl::Status CudaBackend::Init() {
   sum_partial_ = reinterpret_cast<double*>(base_);
   sum_result_ = sum_partial_ + cuda::kSumSquaresMaxBlocks;
-  hit_count_ = reinterpret_cast<unsigned long long*>(sum_result_ + 32);
   column_scratch_ = reinterpret_cast<float*>(base_ + kReductionBytes);
   column_scratch_floats_ = (kScratchBytes - kReductionBytes) / 4;
   ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(base_ + kScratchBytes,
@@ -237,18 +236,6 @@ double CudaBackend::SumSquares(const float* x, int64_t n) {
   YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
   // After any failure the value means nothing: NaN fails the norm check.
   return first_error_.ok() ? host : std::numeric_limits<double>::quiet_NaN();
-}
-
-int64_t CudaBackend::CountArgmaxHits(const void* logits, const int32_t* targets,
-                                     int64_t rows, int64_t classes) {
-  UseDevice();
-  YARD_CUDA_LAUNCH(cuda::LaunchCountArgmaxHits(hit_count_, logits, targets,
-                                               rows, classes, bf16(), stream_));
-  unsigned long long host = 0;
-  YARD_CUDA_RECORD(cudaMemcpyAsync(&host, hit_count_, sizeof(host),
-                                   cudaMemcpyDeviceToHost, stream_));
-  YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
-  return first_error_.ok() ? static_cast<int64_t>(host) : 0;
 }
 
 }  // namespace trainyard::engine

@@ -6,9 +6,9 @@
 // family per *_kernels.cu file, templated on the activation type with fp32
 // math inside (act_type.cuh). All work is queued on one stream; ops
 // return at once and the first launch or library error is kept, with its
-// file:line, for Synchronize() to report. CopyToHost, CopyToDevice,
-// SumSquares and CountArgmaxHits wait for the stream, since their callers
-// use the host side at once.
+// file:line, for Synchronize() to report. CopyToHost, CopyToDevice and
+// SumSquares wait for the stream, since their callers use the host side at
+// once.
 //
 // Memory: the backend takes the job's whole grant once, at creation, in a
 // single cudaMalloc (the arena), and never asks the driver for more.
@@ -104,11 +104,9 @@ class CudaBackend : public Backend {
   void ReluForward(void* out, const void* x, int64_t n) override;
   void ReluBackward(void* dx, const void* dout, const void* out,
                     int64_t n) override;
-  void SoftmaxCrossEntropyForward(float* losses, const void* logits,
-                                  const int32_t* targets, int64_t batch,
-                                  int64_t classes) override;
-  int64_t CountArgmaxHits(const void* logits, const int32_t* targets,
-                          int64_t rows, int64_t classes) override;
+  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                  const void* logits, const int32_t* targets,
+                                  int64_t batch, int64_t classes) override;
   void SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
                                    const int32_t* targets, float scale,
                                    int64_t batch, int64_t classes) override;
@@ -189,7 +187,6 @@ class CudaBackend : public Backend {
   cuda::DeviceArena arena_;  // offsets from blocks_
   double* sum_partial_ = nullptr;
   double* sum_result_ = nullptr;
-  unsigned long long* hit_count_ = nullptr;
   // The column sums' partials (bias and LayerNorm parameter gradients);
   // stream order keeps one op's use from overlapping the next's.
   float* column_scratch_ = nullptr;

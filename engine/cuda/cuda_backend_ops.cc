@@ -237,12 +237,13 @@ void CudaBackend::WeightGrads(float* dweight, float* dbias, const void* dout,
   }
 }
 
-void CudaBackend::SoftmaxCrossEntropyForward(float* losses, const void* logits,
+void CudaBackend::SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+                                             const void* logits,
                                              const int32_t* targets,
                                              int64_t batch, int64_t classes) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchSoftmaxCrossEntropyForward(
-      losses, logits, targets, batch, classes, bf16(), stream_));
+      losses, hits, logits, targets, batch, classes, bf16(), stream_));
 }
 
 void CudaBackend::SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,

@@ -116,23 +116,31 @@ TEST_F(CudaOpsTest, SumSquaresMatchesCpuAndRepeatsExactly) {
   }
 }
 
-TEST_F(CudaOpsTest, CountArgmaxHitsTakesTheFirstOfTies) {
+// The classifier's hits: argmax == target, the first index on ties, as
+// the CPU, whether the tied columns are read by one thread of the row's
+// block (5 and 517: 512 threads apart) or by two (7 and 300).
+TEST_F(CudaOpsTest, ClassifierHitsTakeTheFirstOfTies) {
   constexpr int64_t rows = 6, classes = 600;  // more columns than threads
   auto logits = Random(rows * classes, 10);
-  // Ties between columns read by one thread (5, 261) and by two (7, 300).
-  for (int64_t c : {5, 261}) logits[0 * classes + c] = 9.f;
+  for (int64_t c : {5, 517}) logits[0 * classes + c] = 9.f;
   for (int64_t c : {7, 300}) logits[1 * classes + c] = 9.f;
   for (int64_t c : {599, 598}) logits[2 * classes + c] = 9.f;
   logits[3 * classes + 0] = 9.f;
   for (int64_t c = 0; c < classes; ++c) logits[4 * classes + c] = 1.f;
   const std::vector<int32_t> hit_first = {5, 7, 598, 0, 0, 17};
-  const std::vector<int32_t> hit_later = {261, 300, 599, 1, 1, 17};
+  const std::vector<int32_t> hit_later = {517, 300, 599, 1, 1, 17};
   auto gl = Up(logits);
   for (const auto* targets : {&hit_first, &hit_later}) {
+    std::vector<float> losses(rows);
+    std::vector<int32_t> hits(rows);
+    cpu_->SoftmaxCrossEntropyForward(losses.data(), hits.data(), logits.data(),
+                                     targets->data(), rows, classes);
     auto gt = Up(*targets);
-    EXPECT_EQ(
-        gpu_->CountArgmaxHits(gl.get(), gt.get(), rows, classes),
-        cpu_->CountArgmaxHits(logits.data(), targets->data(), rows, classes));
+    auto gloss = Zeros<float>(*gpu_, rows);
+    auto ghits = Zeros<int32_t>(*gpu_, rows);
+    gpu_->SoftmaxCrossEntropyForward(gloss.get(), ghits.get(), gl.get(),
+                                     gt.get(), rows, classes);
+    EXPECT_EQ(Down(ghits), hits);
   }
 }
 
@@ -150,20 +158,20 @@ TEST_F(CudaOpsTest, FusedClassifierMatchesCpu) {
   std::vector<int32_t> targets(rows);
   for (int64_t r = 0; r < rows; ++r) targets[r] = (r * 277) % classes;
   std::vector<float> losses(rows), d(rows * classes);
-  cpu_->SoftmaxCrossEntropyForward(losses.data(), logits.data(), targets.data(),
-                                   rows, classes);
+  cpu_->SoftmaxCrossEntropyForward(losses.data(), nullptr, logits.data(),
+                                   targets.data(), rows, classes);
   cpu_->SoftmaxCrossEntropyBackward(d.data(), logits.data(), targets.data(),
                                     scale, rows, classes);
   auto gl = Up(logits);
   auto gt = Up(targets);
   auto gloss = Zeros<float>(*gpu_, rows);
-  gpu_->SoftmaxCrossEntropyForward(gloss.get(), gl.get(), gt.get(), rows,
-                                   classes);
+  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, gl.get(), gt.get(),
+                                   rows, classes);
   const double rel = 2 * Gamma(classes) + 64 * kU;
   ExpectNear(Down(gloss), losses, 2 * kU, rel, "losses");
   const std::vector<float> first = Down(gloss);
-  gpu_->SoftmaxCrossEntropyForward(gloss.get(), gl.get(), gt.get(), rows,
-                                   classes);
+  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, gl.get(), gt.get(),
+                                   rows, classes);
   EXPECT_EQ(Down(gloss), first) << "the same logits, another loss";
 
   auto gd = Zeros<float>(*gpu_, rows * classes);
@@ -187,7 +195,8 @@ TEST_F(CudaOpsTest, FusedClassifierEdgeRows) {
   auto gl = Up(logits);
   auto gt = Up(targets);
   auto gloss = Zeros<float>(*gpu_, 2);
-  gpu_->SoftmaxCrossEntropyForward(gloss.get(), gl.get(), gt.get(), 2, classes);
+  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, gl.get(), gt.get(), 2,
+                                   classes);
   const std::vector<float> loss = Down(gloss);
   EXPECT_TRUE(std::isnan(loss[0]));
   EXPECT_NEAR(loss[1], std::log(3.0), 1e-6);

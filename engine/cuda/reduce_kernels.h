@@ -1,6 +1,6 @@
 // Launchers of the reduction kernels (reduce_kernels.cu): the sum of squares
-// the global gradient norm is made of, and the argmax hit count. Both leave
-// their result in device memory for the backend to copy back. Each returns
+// the global gradient norm is made of, left in device memory for the
+// backend to copy back. Each returns
 // the launch error, if any. Plain CUDA. Thread-safe.
 #ifndef TRAINYARD_ENGINE_CUDA_REDUCE_KERNELS_H_
 #define TRAINYARD_ENGINE_CUDA_REDUCE_KERNELS_H_
@@ -20,15 +20,6 @@ inline constexpr int kSumSquaresMaxBlocks = 1024;
 // the partials in block order. `partial` holds kSumSquaresMaxBlocks doubles.
 cudaError_t LaunchSumSquares(double* result, double* partial, const float* x,
                              int64_t n, cudaStream_t stream);
-
-// *hits (zeroed here first) = how many rows of logits [rows, classes] have
-// their largest entry (the first, on ties) at targets[row]. Integer adds,
-// so the count is exact whatever their order.
-// logits are activations: bf16 when `bf16`.
-cudaError_t LaunchCountArgmaxHits(unsigned long long* hits, const void* logits,
-                                  const int32_t* targets, int64_t rows,
-                                  int64_t classes, bool bf16,
-                                  cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

@@ -183,17 +183,40 @@ std::vector<int32_t> ClassifierTargets() {
 }
 
 TEST_P(EmulatedKernelsTest, SoftmaxCrossEntropyForward) {
-  const std::vector<float> x = ClassifierLogits(bf16());
+  std::vector<float> x = ClassifierLogits(bf16());
+  const std::vector<int32_t> tgt = ClassifierTargets();
+  // Rows whose argmax is the target (hits), and ties (the first index
+  // wins): row 6 ties column 0 with its target (a miss), row 9 ties its
+  // target with a later column (a hit). Small integers: exact in bf16.
+  for (const int64_t r : {0, 2, 4}) x[r * kClasses + tgt[r]] = 6.f;
+  x[6 * kClasses + 0] = x[6 * kClasses + tgt[6]] = 7.f;
+  x[9 * kClasses + tgt[9]] = x[9 * kClasses + kClasses - 1] = 7.f;
   Activations logits(x, bf16());
-  Guarded<int32_t> targets(ClassifierTargets());
+  Guarded<int32_t> targets(tgt);
   Guarded<float> losses(std::vector<float>(kRows, -7.f));
-  ASSERT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(losses.get(), logits.get(),
-                                                   targets.get(), kRows,
-                                                   kClasses, bf16(), nullptr),
+  Guarded<int32_t> hits(std::vector<int32_t>(kRows, -7));
+  ASSERT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(
+                losses.get(), hits.get(), logits.get(), targets.get(), kRows,
+                kClasses, bf16(), nullptr),
             cudaSuccess);
   EXPECT_TRUE(losses.GuardsIntact());
+  EXPECT_TRUE(hits.GuardsIntact());
   const std::vector<float> got = losses.values();
   const std::vector<int32_t> t = targets.values();
+  // Hits: argmax (the first index on ties, as the CPU) == target.
+  const std::vector<int32_t> got_hits = hits.values();
+  for (int64_t r = 0; r < kRows; ++r) {
+    const float* row = &x[r * kClasses];
+    int64_t best = 0;
+    for (int64_t c = 1; c < kClasses; ++c) {
+      if (row[c] > row[best]) best = c;
+    }
+    if (std::isnan(row[best])) continue;  // unspecified for NaN rows
+    bool nan_row = false;
+    for (int64_t c = 0; c < kClasses; ++c) nan_row |= std::isnan(row[c]);
+    if (nan_row) continue;
+    EXPECT_EQ(got_hits[r], best == t[r] ? 1 : 0) << "row " << r;
+  }
   const double rel = SoftmaxSumRelError(kClasses);
   for (int64_t r = 0; r < kRows; ++r) {
     if (r == 3 || r == 7 || r == 8) {
@@ -210,9 +233,9 @@ TEST_P(EmulatedKernelsTest, SoftmaxCrossEntropyForward) {
   }
   // Again, in another thread order: the same bits.
   Guarded<float> again(std::vector<float>(kRows, -7.f));
-  ASSERT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(again.get(), logits.get(),
-                                                   targets.get(), kRows,
-                                                   kClasses, bf16(), nullptr),
+  ASSERT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(
+                again.get(), /*hits=*/nullptr, logits.get(), targets.get(),
+                kRows, kClasses, bf16(), nullptr),
             cudaSuccess);
   EXPECT_TRUE(SameBits(got, again.values()));
 }
@@ -516,8 +539,8 @@ TEST_P(EmulatedKernelsTest, LayerNormBackwardInChunksAndRepeatsBitwise) {
 
 // No rows or no columns: nothing launched, nothing written.
 TEST_P(EmulatedKernelsTest, EmptyShapesLaunchNothing) {
-  EXPECT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(nullptr, nullptr, nullptr, 0,
-                                                   10, bf16(), nullptr),
+  EXPECT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(
+                nullptr, nullptr, nullptr, nullptr, 0, 10, bf16(), nullptr),
             cudaSuccess);
   EXPECT_EQ(cuda::LaunchEmbeddingBackward(nullptr, nullptr, nullptr, nullptr, 0,
                                           4, 8, bf16(), nullptr),
