@@ -215,6 +215,16 @@ class Backend {
                                 const void* inp, const void* weight,
                                 const void* bias, int64_t rows,
                                 int64_t channels) = 0;
+  // res = a + b (as Add), then LayerNormForward of res into out, mean and
+  // rstd: the residual add and the next LayerNorm, which a backend may fuse
+  // into one pass (CUDA does).
+  virtual void AddLayerNormForward(void* res, void* out, float* mean,
+                                   float* rstd, const void* a, const void* b,
+                                   const void* weight, const void* bias,
+                                   int64_t rows, int64_t channels) {
+    Add(res, a, b, rows * channels);
+    LayerNormForward(out, mean, rstd, res, weight, bias, rows, channels);
+  }
   // dinp += ..., dweight += ..., dbias += ... (all accumulated: dinp is the
   // residual stream's gradient, which several ops add into).
   virtual void LayerNormBackward(void* dinp, float* dweight, float* dbias,

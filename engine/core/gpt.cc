@@ -293,24 +293,36 @@ absl::Status GptModel::CheckBatch(const Batch& batch) const {
   return absl::OkStatus();
 }
 
-void GptModel::ForwardBlock(int64_t l, const void* residual) {
+GptModel::NormTarget GptModel::NormAfter(int64_t l) const {
+  if (l < config_.n_layer) {
+    const BlockActs& a = blocks_[l];
+    return {a.ln1, a.ln1_mean, a.ln1_rstd, W(l, kLn1W), W(l, kLn1B)};
+  }
+  const size_t nf = params_.size();
+  return {lnf_, lnf_mean_, lnf_rstd_, params_[nf - 2].working,
+          params_[nf - 1].working};
+}
+
+void GptModel::ForwardBlock(int64_t l) {
   const int64_t B = last_b_, T = last_t_, C = config_.d_model;
   const int64_t BT = B * T;
   const BlockActs& a = blocks_[l];
+  const void* residual = l == 0 ? encoded_ : blocks_[l - 1].res3;
   Backend& be = *backend_;
-  be.LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, W(l, kLn1W),
-                      W(l, kLn1B), BT, C);
   be.LinearForward(a.qkv, a.ln1, W(l, kQkvW), W(l, kQkvB), BT, C, 3 * C);
   be.AttentionForward(a.atty, a.att, a.qkv, B, T, C, config_.n_head);
   be.LinearForward(a.attproj, a.atty, W(l, kProjW), W(l, kProjB), BT, C, C);
-  be.Add(a.res2, residual, a.attproj, BT * C);
-  be.LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, W(l, kLn2W),
-                      W(l, kLn2B), BT, C);
+  // res2 = residual + attproj, and ln2 of it.
+  be.AddLayerNormForward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, residual,
+                         a.attproj, W(l, kLn2W), W(l, kLn2B), BT, C);
   be.LinearGeluForward(a.fch_gelu, a.fch, a.ln2, W(l, kFcW), W(l, kFcB), BT, C,
                        4 * C);
   be.LinearForward(a.fcproj, a.fch_gelu, W(l, kFcProjW), W(l, kFcProjB), BT,
                    4 * C, C);
-  be.Add(a.res3, a.res2, a.fcproj, BT * C);
+  // res3 = res2 + fcproj, and the next LayerNorm of it.
+  const NormTarget next = NormAfter(l + 1);
+  be.AddLayerNormForward(a.res3, next.out, next.mean, next.rstd, a.res2,
+                         a.fcproj, next.weight, next.bias, BT, C);
 }
 
 absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
@@ -332,14 +344,12 @@ absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
   be.CopyToDevice(targets_, batch.targets.data(), BT * 4);
   be.EmbeddingForward(encoded_, tokens_, params_[0].working, params_[1].working,
                       B, T, C);
-  const void* residual = encoded_;
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
-    ForwardBlock(l, residual);
-    residual = blocks_[l].res3;
-  }
-  const size_t nf = params_.size();
-  be.LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
-                      params_[nf - 2].working, params_[nf - 1].working, BT, C);
+  // The first LayerNorm (block 0's ln1, or the final one without blocks);
+  // every later one comes fused with the residual add before it.
+  const NormTarget first = NormAfter(0);
+  be.LayerNormForward(first.out, first.mean, first.rstd, encoded_, first.weight,
+                      first.bias, BT, C);
+  for (int64_t l = 0; l < config_.n_layer; ++l) ForwardBlock(l);
   be.LinearForward(logits_, lnf_, params_[0].working, nullptr, BT, C, V);
   be.SoftmaxCrossEntropyForward(losses_, hits_, logits_, targets_, BT, V);
   std::vector<float> losses(BT);

@@ -113,7 +113,18 @@ class GptModel : public Model {
   const Parameter& Block(int64_t l, int i) const {
     return params_[2 + 12 * l + i];
   }
-  void ForwardBlock(int64_t l, const void* residual);
+  // Block l, from its ln1 (made by the step before) to its output res3,
+  // which is added with the next LayerNorm fused in (NormAfter(l + 1)).
+  void ForwardBlock(int64_t l);
+  // The LayerNorm that reads the residual stream after block l - 1 (block
+  // l's ln1, or the final one after the last block): where it writes and
+  // its weights.
+  struct NormTarget {
+    void* out;
+    float *mean, *rstd;
+    const void *weight, *bias;
+  };
+  NormTarget NormAfter(int64_t l) const;
   void BackwardBlock(int64_t l, const void* residual, void* dresidual);
   // Parameter i of block l as the ops read it (the working copy).
   const void* W(int64_t l, int i) const { return Block(l, i).working; }

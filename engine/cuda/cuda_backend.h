@@ -122,6 +122,10 @@ class CudaBackend : public Backend {
   void LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
                         const void* weight, const void* bias, int64_t rows,
                         int64_t channels) override;
+  void AddLayerNormForward(void* res, void* out, float* mean, float* rstd,
+                           const void* a, const void* b, const void* weight,
+                           const void* bias, int64_t rows,
+                           int64_t channels) override;
   void LayerNormBackward(void* dinp, float* dweight, float* dbias,
                          const void* dout, const void* inp, const void* weight,
                          const float* mean, const float* rstd, int64_t rows,

@@ -302,6 +302,16 @@ void CudaBackend::LayerNormForward(void* out, float* mean, float* rstd,
       out, mean, rstd, inp, weight, bias, rows, channels, bf16(), stream_));
 }
 
+void CudaBackend::AddLayerNormForward(void* res, void* out, float* mean,
+                                      float* rstd, const void* a, const void* b,
+                                      const void* weight, const void* bias,
+                                      int64_t rows, int64_t channels) {
+  UseDevice();
+  YARD_CUDA_LAUNCH(cuda::LaunchAddLayerNormForward(res, out, mean, rstd, a, b,
+                                                   weight, bias, rows, channels,
+                                                   bf16(), stream_));
+}
+
 void CudaBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias,
                                     const void* dout, const void* inp,
                                     const void* weight, const float* mean,

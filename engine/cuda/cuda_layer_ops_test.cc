@@ -248,6 +248,29 @@ TEST_P(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
   EXPECT_EQ(Down(gdw), got_dw);
 }
 
+// The residual add fused into the LayerNorm reads back exactly the values
+// it stored and sums them in the same lane order as the plain kernel: bit
+// for bit the Add then LayerNormForward of the same backend.
+TEST_P(CudaLayerNormTest, FusedResidualAddIsTheTwoOpsBitwise) {
+  const int64_t R = GetParam().rows, C = GetParam().channels;
+  const auto a = Random(R * C, 40, -2, 3), b = Random(R * C, 41);
+  const auto w = Random(C, 42), bias = Random(C, 43);
+  auto ga = Up(a), gb = Up(b), gw = Up(w), gbias = Up(bias);
+  auto res = Zeros<float>(*gpu_, R * C), out = Zeros<float>(*gpu_, R * C);
+  auto mean = Zeros<float>(*gpu_, R), rstd = Zeros<float>(*gpu_, R);
+  gpu_->AddLayerNormForward(res.get(), out.get(), mean.get(), rstd.get(),
+                            ga.get(), gb.get(), gw.get(), gbias.get(), R, C);
+  auto res2 = Zeros<float>(*gpu_, R * C), out2 = Zeros<float>(*gpu_, R * C);
+  auto mean2 = Zeros<float>(*gpu_, R), rstd2 = Zeros<float>(*gpu_, R);
+  gpu_->Add(res2.get(), ga.get(), gb.get(), R * C);
+  gpu_->LayerNormForward(out2.get(), mean2.get(), rstd2.get(), res2.get(),
+                         gw.get(), gbias.get(), R, C);
+  EXPECT_EQ(Down(res), Down(res2));
+  EXPECT_EQ(Down(out), Down(out2));
+  EXPECT_EQ(Down(mean), Down(mean2));
+  EXPECT_EQ(Down(rstd), Down(rstd2));
+}
+
 // 3000 and 9000 rows: the parameter gradients sum over 12 and 32 row
 // ranges (column_sums.cuh).
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNormTest,

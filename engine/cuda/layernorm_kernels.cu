@@ -16,18 +16,32 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // warps of 32 threads
 
-template <typename T>
-__global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd,
-                                       const T* inp, const T* weight,
-                                       const T* bias, int64_t rows,
-                                       int64_t channels) {
+// With kAdd, the row is first made as res = inp + other (rounded to T as
+// the elementwise Add rounds it) and stored, and the LayerNorm reads res:
+// the residual add fused in, saving a pass over the row. Each lane reads
+// back only what it wrote itself (the same channels every pass).
+template <typename T, bool kAdd>
+__global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd, T* res,
+                                       const T* inp, const T* other,
+                                       const T* weight, const T* bias,
+                                       int64_t rows, int64_t channels) {
   const int64_t row =
       static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % 32;
-  const T* x = inp + row * channels;
+  const T* x = (kAdd ? res : inp) + row * channels;
   float sum = 0.f;
-  for (int64_t c = lane; c < channels; c += 32) sum += Ld(x + c);
+  if (kAdd) {
+    const T* a = inp + row * channels;
+    const T* b = other + row * channels;
+    T* r = res + row * channels;
+    for (int64_t c = lane; c < channels; c += 32) {
+      St(r + c, Ld(a + c) + Ld(b + c));
+      sum += Ld(r + c);
+    }
+  } else {
+    for (int64_t c = lane; c < channels; c += 32) sum += Ld(x + c);
+  }
   const float m = WarpReduce(sum, SumOp()) / static_cast<float>(channels);
   float sq = 0.f;
   for (int64_t c = lane; c < channels; c += 32) {
@@ -105,9 +119,27 @@ cudaError_t LaunchLayerNormForward(void* out, float* mean, float* rstd,
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    LayerNormForwardKernel<<<RowBlocks(rows), kRowsPerBlock * 32, 0, stream>>>(
-        As<T>(out), mean, rstd, As<T>(inp), As<T>(weight), As<T>(bias), rows,
-        channels);
+    LayerNormForwardKernel<T, false>
+        <<<RowBlocks(rows), kRowsPerBlock * 32, 0, stream>>>(
+            As<T>(out), mean, rstd, static_cast<T*>(nullptr), As<T>(inp),
+            static_cast<const T*>(nullptr), As<T>(weight), As<T>(bias), rows,
+            channels);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchAddLayerNormForward(void* res, void* out, float* mean,
+                                      float* rstd, const void* a, const void* b,
+                                      const void* weight, const void* bias,
+                                      int64_t rows, int64_t channels, bool bf16,
+                                      cudaStream_t stream) {
+  if (rows <= 0 || channels <= 0) return cudaSuccess;
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    LayerNormForwardKernel<T, true>
+        <<<RowBlocks(rows), kRowsPerBlock * 32, 0, stream>>>(
+            As<T>(out), mean, rstd, As<T>(res), As<T>(a), As<T>(b),
+            As<T>(weight), As<T>(bias), rows, channels);
     return cudaGetLastError();
   });
 }

@@ -19,6 +19,15 @@ cudaError_t LaunchLayerNormForward(void* out, float* mean, float* rstd,
                                    int64_t channels, bool bf16,
                                    cudaStream_t stream);
 
+// The residual add fused into the LayerNorm: res = a + b (rounded to the
+// activation type, as LaunchAdd does), then LaunchLayerNormForward's out,
+// mean and rstd of res, in one pass over the rows.
+cudaError_t LaunchAddLayerNormForward(void* res, void* out, float* mean,
+                                      float* rstd, const void* a, const void* b,
+                                      const void* weight, const void* bias,
+                                      int64_t rows, int64_t channels, bool bf16,
+                                      cudaStream_t stream);
+
 // dinp += input gradient; dweight += sum over rows of norm * dout; dbias +=
 // sum over rows of dout (all accumulated; the sums go through `scratch`,
 // scratch_floats floats, at least 64: column_sums.cuh).
