@@ -8,7 +8,7 @@
 // outputs (guard zones) and bad arguments.
 //
 // Tolerances are derived from the kernels' operation counts with
-// gamma_n = n u / (1 - n u), u = 2^-24 (cuda_test_support.h): a sum whose
+// gamma_n = n u / (1 - n u), u = 2^-24 (guarded_buffers.h): a sum whose
 // terms each pass through at most n roundings is within gamma_n of the sum
 // of the terms' magnitudes. The column sums (column_sums.cuh) add a term
 // through at most ceil(rows / 32) lane adds, 32 lane-total adds, 32 split
@@ -20,14 +20,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
 
-#include "engine/core/bf16.h"
 #include "engine/cpu/test_inputs.h"
 #include "engine/cuda/classifier_kernels.h"
+#include "engine/cuda/elementwise_kernels.h"
 #include "engine/cuda/embedding_kernels.h"
+#include "engine/cuda/emulation/guarded_buffers.h"
 #include "engine/cuda/layernorm_kernels.h"
 #include "engine/cuda/linear_kernels.h"
 #include "gtest/gtest.h"
@@ -35,105 +35,17 @@
 namespace trainyard::engine {
 namespace {
 
-constexpr double kU = 0x1p-24;     // fp32 unit roundoff
-constexpr double kBf16U = 0x1p-8;  // bf16 unit roundoff
-constexpr int64_t kGuard = 64;     // guard elements on each side
-constexpr unsigned char kGuardByte = 0xA5;
-
-double Gamma(int64_t n) { return n * kU / (1 - n * kU); }
+using emulation_test::Activations;
+using emulation_test::ExpectWithin;
+using emulation_test::Gamma;
+using emulation_test::Guarded;
+using emulation_test::Inputs;
+using emulation_test::kBf16U;
+using emulation_test::kU;
+using emulation_test::SameBits;
 
 // How many roundings a term of a column sum over `rows` rows goes through.
 int64_t ColumnSumDepth(int64_t rows) { return (rows + 31) / 32 + 65; }
-
-// n values of T between two guard zones.
-template <typename T>
-class Guarded {
- public:
-  explicit Guarded(const std::vector<T>& values)
-      : n_(values.size()), all_(values.size() + 2 * kGuard) {
-    std::memset(all_.data(), kGuardByte, all_.size() * sizeof(T));
-    std::copy(values.begin(), values.end(), all_.begin() + kGuard);
-  }
-  T* get() { return all_.data() + kGuard; }
-  std::vector<T> values() const {
-    return std::vector<T>(all_.begin() + kGuard, all_.begin() + kGuard + n_);
-  }
-  bool GuardsIntact() const {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(all_.data());
-    const size_t zone = kGuard * sizeof(T), size = all_.size() * sizeof(T);
-    for (size_t b = 0; b < zone; ++b) {
-      if (bytes[b] != kGuardByte || bytes[size - 1 - b] != kGuardByte) {
-        return false;
-      }
-    }
-    return true;
-  }
-
- private:
-  size_t n_;
-  std::vector<T> all_;
-};
-
-// An activation tensor stored as the kernels' T: bf16 or fp32.
-class Activations {
- public:
-  Activations(const std::vector<float>& values, bool bf16)
-      : bf16_(bf16),
-        f32_(bf16 ? std::vector<float>() : values),
-        b16_(bf16 ? ToBf16(values) : std::vector<uint16_t>()) {}
-  void* get() { return bf16_ ? static_cast<void*>(b16_.get()) : f32_.get(); }
-  std::vector<float> values() const {
-    if (!bf16_) return f32_.values();
-    const std::vector<uint16_t> h = b16_.values();
-    std::vector<float> out(h.size());
-    Bf16ToFloats(h.data(), static_cast<int64_t>(h.size()), out.data());
-    return out;
-  }
-  bool GuardsIntact() const {
-    return bf16_ ? b16_.GuardsIntact() : f32_.GuardsIntact();
-  }
-
- private:
-  static std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
-    std::vector<uint16_t> out(v.size());
-    FloatsToBf16(v.data(), static_cast<int64_t>(v.size()), out.data());
-    return out;
-  }
-  bool bf16_;
-  Guarded<float> f32_;
-  Guarded<uint16_t> b16_;
-};
-
-// Random values in [lo, hi), rounded to bf16 when bf16: exactly what the
-// kernels will read.
-std::vector<float> Inputs(int64_t n, uint64_t seed, bool bf16, float lo = -1,
-                          float hi = 1) {
-  std::vector<float> v = Random(n, seed, lo, hi);
-  if (bf16) {
-    for (float& x : v) x = RoundToBf16(x);
-  }
-  return v;
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-void ExpectWithin(const std::vector<float>& got,
-                  const std::vector<double>& want,
-                  const std::vector<double>& tol, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int misses = 0;
-  for (size_t i = 0; i < got.size() && misses < 5; ++i) {
-    const double diff = std::abs(got[i] - want[i]);
-    if (!(diff <= tol[i])) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want "
-                    << want[i] << " (tolerance " << tol[i] << ")";
-      ++misses;
-    }
-  }
-}
 
 class EmulatedKernelsTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -488,6 +400,42 @@ LayerNormGrads HostBackward(const LayerNormCase& k,
     g.dbias_tol[c] = Gamma(ColumnSumDepth(kLnRows)) * db_mag[c];
   }
   return g;
+}
+
+// The residual add fused into the LayerNorm: bit for bit LaunchAdd then
+// LaunchLayerNormForward (it stores the rounded sum and normalizes what it
+// stored, in the plain kernel's lane order).
+TEST_P(EmulatedKernelsTest, AddLayerNormIsTheTwoOpsBitwise) {
+  const int64_t n = kLnRows * kLnChannels;
+  Activations a(Inputs(n, 44, bf16(), -2, 3), bf16());
+  Activations b(Inputs(n, 45, bf16(), -1, 1), bf16());
+  Activations weight(Inputs(kLnChannels, 46, bf16(), 0.5, 1.5), bf16());
+  Activations bias(Inputs(kLnChannels, 47, bf16()), bf16());
+  Activations res(std::vector<float>(n, 0.f), bf16());
+  Activations out(std::vector<float>(n, 0.f), bf16());
+  Guarded<float> mean(std::vector<float>(kLnRows, 0.f));
+  Guarded<float> rstd(std::vector<float>(kLnRows, 0.f));
+  ASSERT_EQ(cuda::LaunchAddLayerNormForward(res.get(), out.get(), mean.get(),
+                                            rstd.get(), a.get(), b.get(),
+                                            weight.get(), bias.get(), kLnRows,
+                                            kLnChannels, bf16(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(res.GuardsIntact() && out.GuardsIntact() && mean.GuardsIntact() &&
+              rstd.GuardsIntact());
+  Activations res2(std::vector<float>(n, 0.f), bf16());
+  Activations out2(std::vector<float>(n, 0.f), bf16());
+  Guarded<float> mean2(std::vector<float>(kLnRows, 0.f));
+  Guarded<float> rstd2(std::vector<float>(kLnRows, 0.f));
+  ASSERT_EQ(cuda::LaunchAdd(res2.get(), a.get(), b.get(), n, bf16(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::LaunchLayerNormForward(out2.get(), mean2.get(), rstd2.get(),
+                                         res2.get(), weight.get(), bias.get(),
+                                         kLnRows, kLnChannels, bf16(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(SameBits(res.values(), res2.values()));
+  EXPECT_TRUE(SameBits(out.values(), out2.values()));
+  EXPECT_TRUE(SameBits(mean.values(), mean2.values()));
+  EXPECT_TRUE(SameBits(rstd.values(), rstd2.values()));
 }
 
 TEST_P(EmulatedKernelsTest, LayerNormBackwardInChunksAndRepeatsBitwise) {

@@ -4,7 +4,12 @@
 // emulated block as a Fiber on one OS thread (block_runner.h), so it alone
 // decides which CUDA thread runs next, and a barrier costs a switch rather
 // than an OS wait. Stacks are mmap'd with a guard page below: an overflow
-// faults instead of corrupting a neighbour.
+// faults instead of corrupting a neighbour. On x86-64 a switch saves and
+// restores the callee-saved registers and the floating-point control words
+// in a few instructions (an emulated grid of millions of threads makes
+// millions of switches); elsewhere, or with TRAINYARD_EMULATION_UCONTEXT
+// defined, it is ucontext's swapcontext, a system call each (the signal
+// mask, which no emulated thread changes).
 //
 // AddressSanitizer is told of every switch. ThreadSanitizer cannot follow
 // the emulated threads' synchronization through these switches and would
@@ -18,9 +23,13 @@
 #ifndef TRAINYARD_ENGINE_CUDA_EMULATION_FIBER_H_
 #define TRAINYARD_ENGINE_CUDA_EMULATION_FIBER_H_
 
-#include <ucontext.h>
-
 #include <cstddef>
+
+#if defined(__x86_64__) && !defined(TRAINYARD_EMULATION_UCONTEXT)
+#define TRAINYARD_EMULATION_STACK_SWITCH 1
+#else
+#include <ucontext.h>
+#endif
 
 #if defined(__SANITIZE_THREAD__)
 #error "the CUDA emulation's fibers do not work under ThreadSanitizer"
@@ -64,7 +73,11 @@ class Fiber {
   size_t mapping_bytes_ = 0;
   char* stack_ = nullptr;
   size_t stack_bytes_ = 0;
+#ifdef TRAINYARD_EMULATION_STACK_SWITCH
+  void* sp_ = nullptr;  // while switched out: where its registers are
+#else
   ucontext_t context_;
+#endif
   void (*entry_)(void*) = nullptr;
   void* arg_ = nullptr;
   bool finished_ = true;
