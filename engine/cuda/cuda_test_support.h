@@ -14,6 +14,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/device_query.h"
+#include "engine/cuda/test_tolerances.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine::cuda_test {
@@ -62,41 +63,6 @@ std::vector<T> Download(Backend& backend, const T* device, int64_t n) {
 template <typename T>
 std::vector<T> Download(Backend& backend, const DeviceArray<T>& a) {
   return Download(backend, a.get(), a.n);
-}
-
-// gamma_n = n u / (1 - n u), u = 2^-24: a sum of n fp32 terms, in any order
-// and with or without fused multiply-adds, is within gamma_n * (sum of the
-// terms' magnitudes) of the exact sum (Higham, Accuracy and Stability of
-// Numerical Algorithms, 3.1). Two such sums differ by at most twice that.
-inline double Gamma(int64_t n) {
-  const double u = 0x1p-24;
-  return n * u / (1 - n * u);
-}
-
-// Each got[i] within tol[i] of want[i]; reports the first few misses.
-inline void ExpectWithin(const std::vector<float>& got,
-                         const std::vector<float>& want,
-                         const std::vector<double>& tol, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int misses = 0;
-  for (size_t i = 0; i < got.size() && misses < 5; ++i) {
-    const double diff = std::abs(static_cast<double>(got[i]) - want[i]);
-    if (!(diff <= tol[i])) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want "
-                    << want[i] << " (tolerance " << tol[i] << ")";
-      ++misses;
-    }
-  }
-}
-
-inline void ExpectNear(const std::vector<float>& got,
-                       const std::vector<float>& want, double rel, double abs,
-                       const char* what) {
-  std::vector<double> tol(want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    tol[i] = abs + rel * std::abs(want[i]);
-  }
-  ExpectWithin(got, want, tol, what);
 }
 
 // A CUDA backend (1 GiB arena, synchronizing after each op so a fault names

@@ -17,6 +17,7 @@
 
 #include "engine/core/bf16.h"
 #include "engine/cpu/test_inputs.h"
+#include "engine/cuda/test_tolerances.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine::emulation_test {
@@ -26,7 +27,7 @@ inline constexpr double kBf16U = 0x1p-8;  // bf16 unit roundoff
 inline constexpr int64_t kGuard = 64;     // guard elements on each side
 inline constexpr unsigned char kGuardByte = 0xA5;
 
-inline double Gamma(int64_t n) { return n * kU / (1 - n * kU); }
+using cuda_test::Gamma;  // the Higham bound on an n-term fp32 sum
 
 // n values of T between two guard zones.
 template <typename T>
@@ -123,21 +124,7 @@ inline void ExpectBitwise(const std::vector<float>& got,
   }
 }
 
-// Each got[i] within tol[i] of want[i]; reports the first few misses.
-inline void ExpectWithin(const std::vector<float>& got,
-                         const std::vector<double>& want,
-                         const std::vector<double>& tol, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int misses = 0;
-  for (size_t i = 0; i < got.size() && misses < 5; ++i) {
-    const double diff = std::abs(got[i] - want[i]);
-    if (!(diff <= tol[i])) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want "
-                    << want[i] << " (tolerance " << tol[i] << ")";
-      ++misses;
-    }
-  }
-}
+using cuda_test::ExpectWithin;
 
 }  // namespace trainyard::engine::emulation_test
 
