@@ -45,20 +45,6 @@ TEST(Bf16Test, RoundsToNearestEven) {
   }
 }
 
-Batch GptBatch(const GptConfig& c, int64_t size, uint64_t seed) {
-  Rng rng(seed);
-  Batch b;
-  b.size = size;
-  b.seq_len = c.seq_len;
-  for (int64_t i = 0; i < size * c.seq_len; ++i) {
-    // A learnable pattern: the next token is the current one plus one.
-    const int32_t t = static_cast<int32_t>(rng.Uniform(0.f, 1.f) * 8);
-    b.tokens.push_back(t);
-    b.targets.push_back((t + 1) % c.vocab_size);
-  }
-  return b;
-}
-
 // Losses of `steps` AdamW steps on fixed batches, from the same init.
 std::vector<double> GptLosses(Backend& backend, const GptConfig& c, int steps) {
   auto model = *GptModel::Create(c, 4, &backend);
@@ -69,7 +55,7 @@ std::vector<double> GptLosses(Backend& backend, const GptConfig& c, int steps) {
   EXPECT_TRUE(model->InitializeParameters(rng).ok());
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) {
-    const Batch b = GptBatch(c, 4, 100 + s % 4);
+    const Batch b = NextTokenBatch(c, 4, 100 + s % 4);
     model->ZeroGradients();
     absl::StatusOr<ForwardStats> st = model->Forward(b);
     EXPECT_TRUE(st.ok()) << st.status();
@@ -110,7 +96,7 @@ TEST(MixedPrecisionTest, WorkingWeightsAreTheRoundedMasters) {
   ASSERT_TRUE(model->InitializeParameters(rng).ok());
   for (int s = 0; s < 3; ++s) {
     model->ZeroGradients();
-    ASSERT_TRUE(model->Forward(GptBatch(c, 2, s)).ok());
+    ASSERT_TRUE(model->Forward(NextTokenBatch(c, 2, s)).ok());
     model->Backward(0.05f);
     ASSERT_TRUE(opt->Step(1e-2).ok());
     for (const Parameter& p : model->parameters()) {
@@ -149,7 +135,7 @@ std::vector<std::vector<float>> TrainState(
   }
   for (int s = first; s < first + steps; ++s) {
     model->ZeroGradients();
-    EXPECT_TRUE(model->Forward(GptBatch(c, 2, s)).ok());
+    EXPECT_TRUE(model->Forward(NextTokenBatch(c, 2, s)).ok());
     model->Backward(0.05f);
     EXPECT_TRUE(opt->Step(1e-2).ok());
   }
@@ -182,7 +168,7 @@ TEST(MixedPrecisionTest, MemoryEstimateMatchesTheBf16Peak) {
           EstimateGptMemory(c, batch, 1, DeviceKind::kCpu, DType::kBF16);
       const MemoryEstimate f =
           EstimateGptMemory(c, batch, 1, DeviceKind::kCpu, DType::kF32);
-      EXPECT_EQ(MeasuredPeak(*model, *backend, GptBatch(c, batch, 1)),
+      EXPECT_EQ(MeasuredPeak(*model, *backend, NextTokenBatch(c, batch, 1)),
                 e.allocated());
       EXPECT_EQ(e.weights, 6 * model->num_parameters());  // master + bf16
       EXPECT_EQ(e.gradients, f.gradients);

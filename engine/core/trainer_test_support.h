@@ -1,6 +1,7 @@
 // Test support for training loops (header-only, tests only): a sink that
 // records every event and can ask the trainer to stop once a step is
-// reported, and a bitwise comparison of two training states. Used by the
+// reported, a bitwise comparison of two training states, a GPT batch with a
+// learnable pattern and the measured memory peak of a step. Used by the
 // CPU trainer tests, the data-parallel tests and the CUDA training tests.
 //
 // Thread-safety: a RecordingSink serves one trainer; `stop` (or the flag
@@ -16,6 +17,7 @@
 
 #include "engine/core/adamw.h"
 #include "engine/core/batch.h"
+#include "engine/core/gpt.h"
 #include "engine/core/model.h"
 #include "engine/core/rng.h"
 #include "engine/core/tensor.h"
@@ -63,6 +65,21 @@ inline void ExpectBitwiseEqual(const std::vector<HostTensor>& a,
                              a[i].data.size() * sizeof(float)))
         << a[i].name << " differs";
   }
+}
+
+// `size` sequences of a learnable GPT pattern: tokens drawn from [0, 8),
+// each target the token plus one (mod the vocabulary).
+inline Batch NextTokenBatch(const GptConfig& c, int64_t size, uint64_t seed) {
+  Rng rng(seed);
+  Batch b;
+  b.size = size;
+  b.seq_len = c.seq_len;
+  for (int64_t i = 0; i < size * c.seq_len; ++i) {
+    const int32_t t = static_cast<int32_t>(rng.Uniform(0.f, 1.f) * 8);
+    b.tokens.push_back(t);
+    b.targets.push_back((t + 1) % c.vocab_size);
+  }
+  return b;
 }
 
 // Bytes the backend allocated at its peak over one training step of

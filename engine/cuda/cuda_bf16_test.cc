@@ -21,6 +21,7 @@
 #include "engine/core/bf16.h"
 #include "engine/core/gpt.h"
 #include "engine/core/rng.h"
+#include "engine/core/trainer_test_support.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/test_inputs.h"
 #include "engine/cuda/cuda_backend.h"
@@ -339,19 +340,6 @@ TEST_F(CudaBf16Test, AdamWWritesMasterAndWorkingCopy) {
   }
 }
 
-Batch PatternBatch(const GptConfig& c, int64_t size, uint64_t seed) {
-  Rng rng(seed);
-  Batch b;
-  b.size = size;
-  b.seq_len = c.seq_len;
-  for (int64_t i = 0; i < size * c.seq_len; ++i) {
-    const int32_t t = static_cast<int32_t>(rng.Uniform(0.f, 1.f) * 8);
-    b.tokens.push_back(t);
-    b.targets.push_back((t + 1) % c.vocab_size);
-  }
-  return b;
-}
-
 // Trains `steps` steps from seed 7 on `backend`; returns the losses, and
 // the masters and moments in `state` when not null. `resume` (when not
 // null) is loaded into the fresh model and optimizer first, as a resume
@@ -377,7 +365,8 @@ std::vector<double> Train(Backend& backend, const GptConfig& c, int first,
   std::vector<double> losses;
   for (int s = first; s < first + steps; ++s) {
     model->ZeroGradients();
-    absl::StatusOr<ForwardStats> st = model->Forward(PatternBatch(c, 4, s % 4));
+    absl::StatusOr<ForwardStats> st =
+        model->Forward(NextTokenBatch(c, 4, s % 4));
     EXPECT_TRUE(st.ok()) << st.status();
     losses.push_back(st->loss_sum / static_cast<double>(st->examples));
     model->Backward(1.f / static_cast<float>(st->examples));
