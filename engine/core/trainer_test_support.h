@@ -1,7 +1,8 @@
 // Test support for training loops (header-only, tests only): a sink that
 // records every event and can ask the trainer to stop once a step is
-// reported, a bitwise comparison of two training states, a GPT batch with a
-// learnable pattern and the measured memory peak of a step. Used by the
+// reported, a bitwise comparison of two training states, slices of the
+// repository's MNIST copy, a GPT batch with a learnable pattern and the
+// measured memory peak of a step. Used by the
 // CPU trainer tests, the data-parallel tests and the CUDA training tests.
 //
 // Thread-safety: a RecordingSink serves one trainer; `stop` (or the flag
@@ -12,6 +13,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -22,6 +25,7 @@
 #include "engine/core/rng.h"
 #include "engine/core/tensor.h"
 #include "engine/core/trainer_events.h"
+#include "engine/data/mnist.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
@@ -65,6 +69,21 @@ inline void ExpectBitwiseEqual(const std::vector<HostTensor>& a,
                              a[i].data.size() * sizeof(float)))
         << a[i].name << " differs";
   }
+}
+
+// Two disjoint slices of the MNIST test set in `dir` (the repository's copy
+// is examples/data/mnist/): examples [0, train) to train on and the `eval`
+// after them to evaluate on.
+struct MnistSlices {
+  std::unique_ptr<MnistExamples> train, eval;
+};
+inline MnistSlices LoadMnistSlices(const std::string& dir, int64_t train,
+                                   int64_t eval) {
+  auto all = MnistExamples::Load(dir + "/t10k-images-idx3-ubyte.gz",
+                                 dir + "/t10k-labels-idx1-ubyte.gz");
+  EXPECT_TRUE(all.ok()) << all.status();
+  if (!all.ok()) return {};
+  return {(*all)->Slice(0, train), (*all)->Slice(train, train + eval)};
 }
 
 // `size` sequences of a learnable GPT pattern: tokens drawn from [0, 8),

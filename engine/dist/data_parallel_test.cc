@@ -74,16 +74,14 @@ struct RankRun {
 class DataParallelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir =
-        std::string(YARD_SOURCE_DIR) + "/examples/data/mnist/";
-    auto all = MnistExamples::Load(dir + "t10k-images-idx3-ubyte.gz",
-                                   dir + "t10k-labels-idx1-ubyte.gz");
-    ASSERT_TRUE(all.ok()) << all.status();
-    train_ = (*all)->Slice(0, 640).release();
-    eval_ = (*all)->Slice(640, 768).release();
+    MnistSlices slices = LoadMnistSlices(
+        std::string(YARD_SOURCE_DIR) + "/examples/data/mnist", 640, 128);
+    train_ = slices.train.release();
+    eval_ = slices.eval.release();
   }
 
   void SetUp() override {
+    ASSERT_NE(train_, nullptr) << "the MNIST slices did not load";
     dir_ = ::testing::TempDir() + "data_parallel_test/" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);
