@@ -1,6 +1,7 @@
 // Device listing and probing over the CUDA runtime. See device_query.h.
 #include "engine/cuda/device_query.h"
 
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -11,9 +12,19 @@
 namespace trainyard::engine::cuda {
 namespace {
 
-// What cudaGetDeviceCount says on a machine without a GPU or driver.
+// What cudaGetDeviceCount says on a machine without a GPU or driver. No
+// driver at all reads as cudaErrorInsufficientDriver too, but so does a
+// driver older than this build's runtime: cudaDriverGetVersion tells the
+// two apart (0: "no driver is installed", cuda_runtime_api.h).
 bool MeansNoDevice(cudaError_t e) {
-  return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
+  if (e == cudaErrorNoDevice || e == cudaErrorStubLibrary) return true;
+  if (e != cudaErrorInsufficientDriver) return false;
+  int driver = 0;
+  return cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0;
+}
+
+std::string CudaVersion(int v) {
+  return absl::StrCat(v / 1000, ".", v % 1000 / 10);
 }
 
 }  // namespace
@@ -33,6 +44,15 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
   if (MeansNoDevice(e)) {
     cudaGetLastError();  // clear it, so later calls do not report it again
     return devices;
+  }
+  if (e == cudaErrorInsufficientDriver) {
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the NVIDIA driver supports CUDA up to ", CudaVersion(driver),
+        ", older than the CUDA ", CudaVersion(CUDART_VERSION),
+        " runtime this program was built with: update the driver"));
   }
   YARD_CUDA_RETURN_IF_ERROR(e);
   for (int i = 0; i < count; ++i) {

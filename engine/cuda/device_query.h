@@ -26,7 +26,8 @@ struct CudaDeviceInfo {
 };
 
 // Every visible device. An empty list, not an error, when the machine has
-// no CUDA driver or no device; an error for anything else that fails.
+// no CUDA driver or no device; FAILED_PRECONDITION when the driver is too
+// old for this build's CUDA runtime; an error for anything else that fails.
 absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices();
 
 // Launches a small kernel on device `ordinal` and checks what it wrote.

@@ -8,19 +8,55 @@
 #include "engine/cuda/cuda_status.h"
 
 namespace trainyard::engine::cuda {
-namespace {
 
-// The largest power of two (2 to 256: a bf16 element to the most cuBLASLt
-// asks about) that
-// divides the address: what the heuristic may assume about the pointer.
-uint32_t AlignmentOf(const void* p) {
+// What the heuristic may assume about the pointer.
+uint32_t LtGemm::AlignmentOf(const void* p) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   uint32_t alignment = 256;
   while (alignment > 2 && address % alignment != 0) alignment /= 2;
   return alignment;
 }
 
-}  // namespace
+absl::Status LtGemm::CheckArgs(const LtGemmArgs& g) {
+  if (g.gelu == LtGemmArgs::Gelu::kNone) return absl::OkStatus();
+  if (g.gelu_aux == nullptr) {
+    return absl::InvalidArgumentError(
+        "a GELU epilogue needs its auxiliary matrix (gelu_aux)");
+  }
+  if (g.ldc % 8 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a GELU epilogue's auxiliary matrix takes C's leading "
+                     "dimension, which cuBLASLt wants a multiple of 8; got ",
+                     g.ldc));
+  }
+  if (g.gelu == LtGemmArgs::Gelu::kGradient && g.bias != nullptr) {
+    return absl::InvalidArgumentError(
+        "the GELU gradient epilogue takes no bias");
+  }
+  return absl::OkStatus();
+}
+
+LtGemm::PlanKey LtGemm::PlanKeyOf(const LtGemmArgs& g) {
+  const bool gelu = g.gelu != LtGemmArgs::Gelu::kNone;
+  return PlanKey{g.trans_a,
+                 g.trans_b,
+                 g.m,
+                 g.n,
+                 g.k,
+                 g.lda,
+                 g.ldb,
+                 g.ldc,
+                 g.beta != 0,
+                 g.bias != nullptr,
+                 static_cast<int>(g.gelu),
+                 static_cast<int>(AlignmentOf(g.a)),
+                 static_cast<int>(AlignmentOf(g.b)),
+                 static_cast<int>(AlignmentOf(g.c)),
+                 g.bias != nullptr ? static_cast<int>(AlignmentOf(g.bias)) : 0,
+                 gelu ? static_cast<int>(AlignmentOf(g.gelu_aux)) : 0,
+                 static_cast<int>(g.ab_type),
+                 static_cast<int>(g.c_type)};
+}
 
 struct LtGemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -103,22 +139,7 @@ absl::Status LtGemm::RunClassic(const LtGemmArgs& g) {
 absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
   const uint32_t align_a = AlignmentOf(g.a), align_b = AlignmentOf(g.b),
                  align_c = AlignmentOf(g.c);
-  const Key key{g.trans_a,
-                g.trans_b,
-                g.m,
-                g.n,
-                g.k,
-                g.lda,
-                g.ldb,
-                g.ldc,
-                g.beta != 0,
-                g.bias != nullptr,
-                static_cast<int>(g.gelu),
-                static_cast<int>(align_a),
-                static_cast<int>(align_b),
-                static_cast<int>(align_c),
-                static_cast<int>(g.ab_type),
-                static_cast<int>(g.c_type)};
+  const Key key = PlanKeyOf(g);
   if (auto it = plans_.find(key); it != plans_.end()) {
     if (it->second == nullptr) {
       return absl::UnimplementedError(
@@ -143,17 +164,22 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
     epilogue =
         bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   } else if (g.gelu == LtGemmArgs::Gelu::kGradient) {
-    if (bias) {
-      return absl::InvalidArgumentError(
-          "the GELU gradient epilogue takes no bias");
-    }
-    epilogue = CUBLASLT_EPILOGUE_DGELU;
+    epilogue = CUBLASLT_EPILOGUE_DGELU;  // CheckArgs: no bias
   }
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (bias) {
+    // The heuristic takes the bias vector's alignment from the pointer
+    // (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER), so it must see the
+    // real one, not the default NULL. Its alignment is part of the key.
+    YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+        sizeof(g.bias)));
+  }
   if (g.gelu != LtGemmArgs::Gelu::kNone) {
     // The auxiliary matrix is laid out like C (ldc is part of the key); the
-    // heuristic sees the epilogue whole, pointer included.
+    // heuristic sees the epilogue whole, pointer included (its alignment is
+    // part of the key too).
     const int64_t aux_ld = g.ldc;
     YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
@@ -196,7 +222,13 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
                                             &result, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  YARD_CUBLAS_RETURN_IF_ERROR(status);
+  // NOT_SUPPORTED: "no heuristic function available for current
+  // configuration" (cublasLt.h), as good as no algorithm: remember it too.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    found = 0;
+  } else {
+    YARD_CUBLAS_RETURN_IF_ERROR(status);
+  }
   if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
     plans_.emplace(key, nullptr);
     return absl::UnimplementedError(absl::StrCat(
@@ -214,6 +246,7 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
 }
 
 absl::Status LtGemm::Run(const LtGemmArgs& g) {
+  RETURN_IF_ERROR(CheckArgs(g));
   if (g.m <= 0 || g.n <= 0) return absl::OkStatus();
   absl::StatusOr<Plan*> planned = PlanFor(g);
   if (!planned.ok()) {

@@ -50,7 +50,7 @@ struct LtGemmArgs {
   //              written to gelu_aux (GELU_AUX, GELU_AUX_BIAS);
   //   kGradient: C = (op(A) op(B)) * gelu'(gelu_aux), gelu_aux read (DGELU;
   //              no bias).
-  // REQUIRES with either: gelu_aux set, ldc a multiple of 8.
+  // Either needs gelu_aux set and ldc a multiple of 8 (Run checks).
   enum class Gelu { kNone, kApply, kGradient };
   Gelu gelu = Gelu::kNone;
   const void* gelu_aux = nullptr;
@@ -71,15 +71,34 @@ class LtGemm {
 
   // Queues the product. With a bias or a GELU epilogue: UNIMPLEMENTED, before
   // anything is queued, when cuBLASLt has no algorithm for it (remembered,
-  // so asking again is cheap). Other cuBLAS failures as CublasStatus.
+  // so asking again is cheap). INVALID_ARGUMENT when CheckArgs fails. Other
+  // cuBLAS failures as CublasStatus.
   absl::Status Run(const LtGemmArgs& args);
+
+  // What cuBLASLt documents for the GELU epilogues (cublasLt.h,
+  // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: the aux ld "must be divisible by
+  // 8"; DGELU takes no bias): INVALID_ARGUMENT naming what is wrong.
+  static absl::Status CheckArgs(const LtGemmArgs& args);
+
+  // Everything a plan depends on: shapes, transposes, leading dimensions,
+  // types, epilogue, and the alignment of every pointer the heuristic looks
+  // at (A, B, C, and the bias and GELU aux pointers: cublasLt.h says the
+  // heuristic reads their alignment from their values), so a plan is never
+  // reused for a less aligned pointer than it was chosen for. Alignments
+  // of absent pointers are 0.
+  using PlanKey =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
+                 int64_t, bool, bool, int, int, int, int, int, int, int, int>;
+  static PlanKey PlanKeyOf(const LtGemmArgs& args);
+
+  // The largest power of two from 2 to 256 (a bf16 element to the most
+  // cuBLASLt asks about) that divides the address `p`.
+  static uint32_t AlignmentOf(const void* p);
 
  private:
   // A planned problem: descriptors plus the chosen algorithm.
   struct Plan;
-  using Key =
-      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                 int64_t, bool, bool, int, int, int, int, int, int>;
+  using Key = PlanKey;
 
   LtGemm(cublasLtHandle_t handle, cublasHandle_t classic, void* workspace,
          int64_t workspace_bytes, cudaStream_t stream);
