@@ -2,6 +2,7 @@
 #include "engine/core/adamw.h"
 
 #include <cmath>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -37,10 +38,11 @@ absl::StatusOr<std::unique_ptr<AdamW>> AdamW::Create(
 }
 
 double AdamW::GradientNorm() const {
+  std::vector<Backend::FloatTensor> grads;
+  grads.reserve(params_->size());
+  for (const Parameter& p : *params_) grads.push_back({p.grad, p.size()});
   double sum = 0;
-  for (const Parameter& p : *params_) {
-    sum += backend_->SumSquares(p.grad, p.size());
-  }
+  for (double s : backend_->SumSquaresEach(grads)) sum += s;
   return std::sqrt(sum);
 }
 

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -125,6 +126,22 @@ class Backend {
   virtual void Scale(float* x, int64_t n, float s) = 0;
   // Sum of squares in double precision, summed in an order fixed by n alone.
   virtual double SumSquares(const float* x, int64_t n) = 0;
+  // An fp32 tensor of n elements.
+  struct FloatTensor {
+    const float* data;
+    int64_t n;
+  };
+  // SumSquares of each tensor, in order, each summed exactly as SumSquares
+  // sums it. SumSquares returns to the host, so this default waits for the
+  // device once per tensor; the CUDA backend waits once per batch.
+  virtual std::vector<double> SumSquaresEach(
+      std::span<const FloatTensor> tensors) {
+    std::vector<double> sums;
+    sums.reserve(tensors.size());
+    for (const FloatTensor& t : tensors)
+      sums.push_back(SumSquares(t.data, t.n));
+    return sums;
+  }
 
   // out[b, o] = sum_i inp[b, i] * weight[o, i] + bias[o]  (bias may be null)
   virtual void LinearForward(void* out, const void* inp, const void* weight,

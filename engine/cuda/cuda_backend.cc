@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -32,8 +33,11 @@ constexpr int64_t kScratchBytes = int64_t{512} << 10;
 constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 constexpr int64_t kReservedBytes = kScratchBytes + kGemmWorkspaceBytes;
 static_assert(kReservedBytes + (int64_t{512} << 10) <= kCudaWorkspaceBytes);
-static_assert(cuda::kSumSquaresMaxBlocks * sizeof(double) + 512 <=
-              kReductionBytes);
+// The rest of the reduction scratch after SumSquares' partials holds the
+// sums a batch of tensors leaves for one copy back.
+constexpr int64_t kSumResults =
+    kReductionBytes / 8 - cuda::kSumSquaresMaxBlocks;
+static_assert(kSumResults >= 1024);
 
 }  // namespace
 
@@ -120,7 +124,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 
 absl::Status CudaBackend::Init() {
   sum_partial_ = reinterpret_cast<double*>(base_);
-  sum_result_ = sum_partial_ + cuda::kSumSquaresMaxBlocks;
+  sum_results_ = sum_partial_ + cuda::kSumSquaresMaxBlocks;
   column_scratch_ = reinterpret_cast<float*>(base_ + kReductionBytes);
   column_scratch_floats_ = (kScratchBytes - kReductionBytes) / 4;
   ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(base_ + kScratchBytes,
@@ -227,15 +231,37 @@ void CudaBackend::CopyToHost(void* dst, const void* src, int64_t bytes) {
 }
 
 double CudaBackend::SumSquares(const float* x, int64_t n) {
+  const FloatTensor one[] = {{x, n}};
+  return SumSquaresEach(one)[0];
+}
+
+// Each tensor's sum lands in its own slot (the partials are reused: the
+// launches run in stream order), then one copy and one wait per
+// kSumResults tensors instead of one per tensor.
+std::vector<double> CudaBackend::SumSquaresEach(
+    std::span<const FloatTensor> tensors) {
   UseDevice();
-  YARD_CUDA_LAUNCH(
-      cuda::LaunchSumSquares(sum_result_, sum_partial_, x, n, stream_));
-  double host = std::numeric_limits<double>::quiet_NaN();
-  YARD_CUDA_RECORD(cudaMemcpyAsync(&host, sum_result_, sizeof(host),
-                                   cudaMemcpyDeviceToHost, stream_));
-  YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
-  // After any failure the value means nothing: NaN fails the norm check.
-  return first_error_.ok() ? host : std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> sums(tensors.size(),
+                           std::numeric_limits<double>::quiet_NaN());
+  for (size_t begin = 0; begin < tensors.size(); begin += kSumResults) {
+    const size_t end =
+        std::min(tensors.size(), begin + static_cast<size_t>(kSumResults));
+    for (size_t i = begin; i < end; ++i) {
+      YARD_CUDA_LAUNCH(cuda::LaunchSumSquares(sum_results_ + (i - begin),
+                                              sum_partial_, tensors[i].data,
+                                              tensors[i].n, stream_));
+    }
+    YARD_CUDA_RECORD(cudaMemcpyAsync(sums.data() + begin, sum_results_,
+                                     (end - begin) * sizeof(double),
+                                     cudaMemcpyDeviceToHost, stream_));
+    YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
+  }
+  // After any failure the values mean nothing: NaN fails the norm check.
+  if (!first_error_.ok()) {
+    std::fill(sums.begin(), sums.end(),
+              std::numeric_limits<double>::quiet_NaN());
+  }
+  return sums;
 }
 
 }  // namespace trainyard::engine

@@ -8,7 +8,8 @@
 // return at once and the first launch or library error is kept, with its
 // file:line, for Synchronize() to report. CopyToHost, CopyToDevice and
 // SumSquares wait for the stream, since their callers use the host side at
-// once.
+// once; SumSquaresEach waits once for thousands of tensors (the gradient
+// norm: one wait a step, not one per parameter tensor).
 //
 // Memory: the backend takes the job's whole grant once, at creation, in a
 // single cudaMalloc (the arena), and never asks the driver for more.
@@ -35,6 +36,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -87,6 +90,8 @@ class CudaBackend : public Backend {
   void CastToActivations(void* dst, const float* src, int64_t n) override;
   void Scale(float* x, int64_t n, float s) override;
   double SumSquares(const float* x, int64_t n) override;
+  std::vector<double> SumSquaresEach(
+      std::span<const FloatTensor> tensors) override;
   void LinearForward(void* out, const void* inp, const void* weight,
                      const void* bias, int64_t batch, int64_t in,
                      int64_t out_features) override;
@@ -190,7 +195,7 @@ class CudaBackend : public Backend {
   char* blocks_;             // where Allocate's blocks start, after our share
   cuda::DeviceArena arena_;  // offsets from blocks_
   double* sum_partial_ = nullptr;
-  double* sum_result_ = nullptr;
+  double* sum_results_ = nullptr;  // kSumResults doubles
   // The column sums' partials (bias and LayerNorm parameter gradients);
   // stream order keeps one op's use from overlapping the next's.
   float* column_scratch_ = nullptr;

@@ -116,6 +116,27 @@ TEST_F(CudaOpsTest, SumSquaresMatchesCpuAndRepeatsExactly) {
   }
 }
 
+// The batched sums (the gradient norm's) are each tensor's SumSquares bit
+// for bit, across more tensors than one batch copies back at once.
+TEST_F(CudaOpsTest, SumSquaresEachIsSumSquaresOfEachTensor) {
+  const auto x = Random(5000, 12, -3, 3);
+  auto gx = Up(x);
+  std::vector<Backend::FloatTensor> tensors;
+  for (int64_t i = 0; i < 9000; ++i) {
+    const int64_t n = i % 7 == 0 ? 0 : 1 + i * 37 % 3000;  // empty ones too
+    tensors.push_back({gx.get() + i % 1000, n});
+  }
+  const std::vector<double> sums = gpu_->SumSquaresEach(tensors);
+  ASSERT_EQ(sums.size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); i += 97) {
+    EXPECT_EQ(sums[i], gpu_->SumSquares(tensors[i].data, tensors[i].n))
+        << "tensor " << i;
+  }
+  EXPECT_EQ(sums.back(),
+            gpu_->SumSquares(tensors.back().data, tensors.back().n));
+  EXPECT_TRUE(gpu_->Synchronize().ok());
+}
+
 // The classifier's hits: argmax == target, the first index on ties, as
 // the CPU, whether the tied columns are read by one thread of the row's
 // block (5 and 517: 512 threads apart) or by two (7 and 300).
