@@ -2,12 +2,12 @@
 // ever storing the softmax. One block per row.
 //
 // Both kernels first take the row's softmax statistics in one read: each
-// thread walks a fixed strided share of the row keeping an online
-// (max, first index of the max, sum of exp(x - max)) triple, and the
-// triples are merged across the warp (butterfly) and then the warps (in
-// warp order). The merge is symmetric, so every lane of the butterfly holds
-// bitwise the same triple and the result depends on the launch shape alone:
-// deterministic.
+// thread walks a fixed share of the row keeping an online (max, first index
+// of the max, sum of exp(x - max)) triple, and the triples are merged
+// across the warp (butterfly) and then the warps (in warp order). The merge
+// is symmetric, so every lane of the butterfly holds bitwise the same
+// triple and the result depends on the launch shape (and the row's
+// alignment, below) alone: deterministic.
 //   forward:  loss = log(sum) - (x[target] - max)   (log-sum-exp form: exact
 //             even when p[target] underflows; NaN logits give a NaN loss),
 //             hit = argmax == target (the first index on ties, as the CPU)
@@ -16,11 +16,28 @@
 //             thread reads an entry before it writes that same entry).
 // So the logits are read once in the forward and twice in the backward,
 // and nothing of [rows, classes] exists beside them.
+//
+// Access: the row is read (and the gradient written) in 16-byte packs
+// (vec16.cuh: 8 bf16 or 4 fp32), thread t taking packs t, t + 512, ...; a
+// row that does not start 16-byte aligned (classes not a multiple of the
+// pack) has its unaligned head and tail, fewer than a pack each, taken
+// element by element by threads 0, 1, ... (ForOwned). A thread thus visits
+// its head element, then its packs in order, then its tail element: its
+// indices ascend, which its online first-index argmax needs; across
+// threads the merge takes the smaller index on ties. A thread folds a pack
+// in with one rescale to the pack's max (first index of it) and then the
+// pack's exps in order. The backward's gradient pass splits the logits and
+// dlogits rows together: in place they are one array; apart and aligned
+// unlike each other, the pass goes element by element. The grouping of the
+// sums depends on the launch shape and the row's alignment mod 16 bytes,
+// which the backend's arena (256-byte aligned blocks, fixed allocation
+// order) fixes with the shapes.
 #include <climits>
 #include <cmath>
 
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/classifier_kernels.h"
+#include "engine/cuda/vec16.cuh"
 
 namespace trainyard::engine::cuda {
 namespace {
@@ -34,23 +51,41 @@ struct SoftmaxStats {
 };
 
 // Symmetric in a and b (fmaxf, + and the smaller index on ties commute),
-// which the butterfly needs.
+// which the butterfly needs. With no max seen on either side each sum is 0,
+// or NaN after NaN entries, which the sum of the two keeps.
 __device__ __forceinline__ SoftmaxStats Merge(SoftmaxStats a, SoftmaxStats b) {
   const float m = fmaxf(a.max, b.max);
   const int arg = a.max > b.max   ? a.argmax
                   : b.max > a.max ? b.argmax
                                   : (a.argmax < b.argmax ? a.argmax : b.argmax);
-  if (m == -INFINITY) return {m, 0.f, arg};
+  if (m == -INFINITY) return {m, a.sum + b.sum, arg};
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m), arg};
 }
 
-__device__ __forceinline__ void Accumulate(SoftmaxStats& s, float x, int c) {
-  if (x > s.max) {
-    s.sum = s.sum * expf(s.max - x) + 1.f;  // 0 * 0 + 1 on the first entry
-    s.max = x;
-    s.argmax = c;  // strides ascend: the first index of a new max
-  } else if (x != -INFINITY) {
-    s.sum += expf(x - s.max);  // NaN x makes the sum (and the loss) NaN
+// Folds in the run v[0, N) of entries c0, c0 + 1, ..., which come after
+// every entry folded in so far: first its max (the first index of it, as
+// c0 ascends; never a NaN), then the exps. Entries of -inf add nothing; a
+// NaN makes the sum (and the loss) NaN.
+template <int N>
+__device__ __forceinline__ void Accumulate(SoftmaxStats& s, const float (&v)[N],
+                                           int c0) {
+  float m = -INFINITY;
+  int arg = 0;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (v[k] > m) {
+      m = v[k];
+      arg = k;
+    }
+  }
+  if (m > s.max) {
+    s.sum *= expf(s.max - m);  // 0 * 0 before the first finite entry
+    s.max = m;
+    s.argmax = c0 + arg;
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (v[k] != -INFINITY) s.sum += expf(v[k] - s.max);
   }
 }
 
@@ -59,9 +94,17 @@ __device__ __forceinline__ void Accumulate(SoftmaxStats& s, float x, int c) {
 template <typename T>
 __device__ SoftmaxStats RowStats(const T* x, int64_t classes) {
   SoftmaxStats s;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    Accumulate(s, Ld(x + c), static_cast<int>(c));
-  }
+  ForOwned(
+      SplitAligned(classes, x), threadIdx.x, blockDim.x,
+      [&](int64_t c) {
+        const float v[1] = {Ld(x + c)};
+        Accumulate(s, v, static_cast<int>(c));
+      },
+      [&](int64_t c) {
+        float v[kPack<T>];
+        LdPack(x + c, v);
+        Accumulate(s, v, static_cast<int>(c));
+      });
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     const SoftmaxStats other{__shfl_xor_sync(0xffffffffu, s.max, offset),
@@ -109,10 +152,21 @@ __global__ void __launch_bounds__(kRowThreads)
   const SoftmaxStats s = RowStats(x, classes);
   const float inv = 1.f / s.sum;
   const int64_t t = targets[row];
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    const float p = expf(Ld(x + c) - s.max) * inv;
-    St(d + c, (p - (c == t ? 1.f : 0.f)) * scale);
-  }
+  const auto grad = [&](float v, int64_t c) {
+    return (expf(v - s.max) * inv - (c == t ? 1.f : 0.f)) * scale;
+  };
+  // Split for x and d together: in place they are one array; apart, packs
+  // only where both are aligned at the same entries.
+  ForOwned(
+      SplitAligned(classes, x, d), threadIdx.x, blockDim.x,
+      [&](int64_t c) { St(d + c, grad(Ld(x + c), c)); },
+      [&](int64_t c) {
+        float v[kPack<T>];
+        LdPack(x + c, v);
+#pragma unroll
+        for (int k = 0; k < kPack<T>; ++k) v[k] = grad(v[k], c + k);
+        StPack(d + c, v);
+      });
 }
 
 }  // namespace

@@ -3,9 +3,18 @@
 // own inputs, so in-place calls are safe and results are exact (the same
 // single IEEE operation the CPU backend performs, rounded once to bf16 on
 // store when activations are bf16).
+//
+// Access: the activation kernels move 16-byte packs (vec16.cuh: 8 bf16 or
+// 4 fp32 per load and store; the cast reads its fp32 source as two packs
+// per bf16 pack), the grid striding over packs; an unaligned head and tail,
+// or everything when the arrays are not aligned alike, go element by
+// element (ForOwned). Each element is still one operation of its own
+// inputs, so the results do not depend on the split. The fp32-only fill
+// and scale keep 4-byte accesses (a warp already moves 128 bytes).
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/elementwise_kernels.h"
+#include "engine/cuda/vec16.cuh"
 
 namespace trainyard::engine::cuda {
 namespace {
@@ -20,35 +29,86 @@ __global__ void ScaleKernel(float* x, int64_t n, float s) {
 
 template <typename T>
 __global__ void FillActKernel(T* x, int64_t n, float value) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) St(x + i, value);
+  ForOwned(
+      SplitAligned(n, x), GridStart(), GridStride(),
+      [&](int64_t i) { St(x + i, value); },
+      [&](int64_t i) {
+        float v[kPack<T>];
+#pragma unroll
+        for (int k = 0; k < kPack<T>; ++k) v[k] = value;
+        StPack(x + i, v);
+      });
 }
 
 template <typename T>
 __global__ void CastKernel(T* dst, const float* src, int64_t n) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) St(dst + i, src[i]);
+  ForOwned(
+      SplitAligned(n, dst, src), GridStart(), GridStride(),
+      [&](int64_t i) { St(dst + i, src[i]); },
+      [&](int64_t i) {
+        float v[kPack<T>];
+#pragma unroll
+        for (int h = 0; h < kPack<T>; h += kPack<float>) {
+          float part[kPack<float>];
+          LdPack(src + i + h, part);
+#pragma unroll
+          for (int k = 0; k < kPack<float>; ++k) v[h + k] = part[k];
+        }
+        StPack(dst + i, v);
+      });
 }
 
 template <typename T>
 __global__ void AddKernel(T* out, const T* a, const T* b, int64_t n) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    St(out + i, Ld(a + i) + Ld(b + i));
-  }
+  ForOwned(
+      SplitAligned(n, out, a, b), GridStart(), GridStride(),
+      [&](int64_t i) { St(out + i, Ld(a + i) + Ld(b + i)); },
+      [&](int64_t i) {
+        float va[kPack<T>], vb[kPack<T>];
+        LdPack(a + i, va);
+        LdPack(b + i, vb);
+#pragma unroll
+        for (int k = 0; k < kPack<T>; ++k) va[k] += vb[k];
+        StPack(out + i, va);
+      });
 }
+
+__device__ __forceinline__ float Relu(float v) { return v > 0.f ? v : 0.f; }
 
 template <typename T>
 __global__ void ReluForwardKernel(T* out, const T* x, int64_t n) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    const float v = Ld(x + i);
-    St(out + i, v > 0.f ? v : 0.f);
-  }
+  ForOwned(
+      SplitAligned(n, out, x), GridStart(), GridStride(),
+      [&](int64_t i) { St(out + i, Relu(Ld(x + i))); },
+      [&](int64_t i) {
+        float v[kPack<T>];
+        LdPack(x + i, v);
+#pragma unroll
+        for (int k = 0; k < kPack<T>; ++k) v[k] = Relu(v[k]);
+        StPack(out + i, v);
+      });
 }
 
 template <typename T>
 __global__ void ReluBackwardKernel(T* dx, const T* dout, const T* out,
                                    int64_t n) {
-  for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    St(dx + i, Ld(out + i) > 0.f ? Ld(dout + i) : 0.f);
-  }
+  ForOwned(
+      SplitAligned(n, dx, dout, out), GridStart(), GridStride(),
+      [&](int64_t i) { St(dx + i, Ld(out + i) > 0.f ? Ld(dout + i) : 0.f); },
+      [&](int64_t i) {
+        float d[kPack<T>], o[kPack<T>];
+        LdPack(dout + i, d);
+        LdPack(out + i, o);
+#pragma unroll
+        for (int k = 0; k < kPack<T>; ++k) d[k] = o[k] > 0.f ? d[k] : 0.f;
+        StPack(dx + i, d);
+      });
+}
+
+// Enough blocks for one pack of T per thread.
+template <typename T>
+unsigned PackBlocks(int64_t n) {
+  return ElementwiseBlocks(PackCount<T>(n));
 }
 
 }  // namespace
@@ -72,7 +132,7 @@ cudaError_t LaunchFillAct(void* x, int64_t n, float value, bool bf16,
   if (n <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    FillActKernel<<<ElementwiseBlocks(n), kElementwiseThreads, 0, stream>>>(
+    FillActKernel<<<PackBlocks<T>(n), kElementwiseThreads, 0, stream>>>(
         As<T>(x), n, value);
     return cudaGetLastError();
   });
@@ -83,8 +143,8 @@ cudaError_t LaunchCastToAct(void* dst, const float* src, int64_t n, bool bf16,
   if (n <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    CastKernel<<<ElementwiseBlocks(n), kElementwiseThreads, 0, stream>>>(
-        As<T>(dst), src, n);
+    CastKernel<<<PackBlocks<T>(n), kElementwiseThreads, 0, stream>>>(As<T>(dst),
+                                                                     src, n);
     return cudaGetLastError();
   });
 }
@@ -94,7 +154,7 @@ cudaError_t LaunchAdd(void* out, const void* a, const void* b, int64_t n,
   if (n <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    AddKernel<<<ElementwiseBlocks(n), kElementwiseThreads, 0, stream>>>(
+    AddKernel<<<PackBlocks<T>(n), kElementwiseThreads, 0, stream>>>(
         As<T>(out), As<T>(a), As<T>(b), n);
     return cudaGetLastError();
   });
@@ -105,7 +165,7 @@ cudaError_t LaunchReluForward(void* out, const void* x, int64_t n, bool bf16,
   if (n <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    ReluForwardKernel<<<ElementwiseBlocks(n), kElementwiseThreads, 0, stream>>>(
+    ReluForwardKernel<<<PackBlocks<T>(n), kElementwiseThreads, 0, stream>>>(
         As<T>(out), As<T>(x), n);
     return cudaGetLastError();
   });
@@ -116,8 +176,8 @@ cudaError_t LaunchReluBackward(void* dx, const void* dout, const void* out,
   if (n <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    ReluBackwardKernel<<<ElementwiseBlocks(n), kElementwiseThreads, 0,
-                         stream>>>(As<T>(dx), As<T>(dout), As<T>(out), n);
+    ReluBackwardKernel<<<PackBlocks<T>(n), kElementwiseThreads, 0, stream>>>(
+        As<T>(dx), As<T>(dout), As<T>(out), n);
     return cudaGetLastError();
   });
 }

@@ -3,18 +3,40 @@
 // variance around it (two passes, as the CPU backend), with butterfly warp
 // sums whose order is fixed. The weight and bias gradients sum over rows
 // with the deterministic column sums of column_sums.cuh.
+//
+// Access: a row's arrays (input, output, weight, bias; the residual's
+// operands; the gradients) are read and written in 16-byte packs
+// (vec16.cuh: 8 bf16 or 4 fp32), lane l taking packs l, l + 32, ..., and
+// its lane sums adding a pack's entries in order. Packs need every array
+// aligned alike at the same channel: with channels a multiple of the pack
+// and 16-byte aligned buffers (the backend's arena) every row is whole
+// packs; otherwise a row's unaligned head and tail, or the whole row when
+// its arrays' alignments differ (channels not a multiple of the pack), go
+// element by element, lane l taking channels l, l + 32, ... (ForOwned).
+// The grouping of the sums thus depends on the launch shape and on the
+// arrays' alignment mod 16 bytes; the fused residual add stays bitwise the
+// Add and LayerNorm pair when its arrays are aligned alike.
 #include <cmath>
 
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/column_sums.cuh"
 #include "engine/cuda/layernorm_kernels.h"
+#include "engine/cuda/vec16.cuh"
 
 namespace trainyard::engine::cuda {
 namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // warps of 32 threads
+
+// The value St stores into T, widened back: what a later Ld would read.
+template <typename T>
+__device__ __forceinline__ float Stored(float x) {
+  T t;
+  St(&t, x);
+  return Ld(&t);
+}
 
 // With kAdd, the row is first made as res = inp + other (rounded to T as
 // the elementwise Add rounds it) and stored, and the LayerNorm reads res:
@@ -25,35 +47,78 @@ __global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd, T* res,
                                        const T* inp, const T* other,
                                        const T* weight, const T* bias,
                                        int64_t rows, int64_t channels) {
+  constexpr int P = kPack<T>;
   const int64_t row =
       static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % 32;
-  const T* x = (kAdd ? res : inp) + row * channels;
+  const T* a = inp + row * channels;
+  const T* x = kAdd ? res + row * channels : a;
+  T* o = out + row * channels;
+  const auto split = kAdd ? SplitAligned(channels, x, o, a,
+                                         other + row * channels, weight, bias)
+                          : SplitAligned(channels, x, o, weight, bias);
   float sum = 0.f;
-  if (kAdd) {
-    const T* a = inp + row * channels;
+  if constexpr (kAdd) {
     const T* b = other + row * channels;
     T* r = res + row * channels;
-    for (int64_t c = lane; c < channels; c += 32) {
-      St(r + c, Ld(a + c) + Ld(b + c));
-      sum += Ld(r + c);
-    }
+    ForOwned(
+        split, lane, 32,
+        [&](int64_t c) {
+          const float v = Ld(a + c) + Ld(b + c);
+          St(r + c, v);
+          sum += Stored<T>(v);
+        },
+        [&](int64_t c) {
+          float va[P], vb[P];
+          LdPack(a + c, va);
+          LdPack(b + c, vb);
+#pragma unroll
+          for (int k = 0; k < P; ++k) va[k] += vb[k];
+          StPack(r + c, va);
+#pragma unroll
+          for (int k = 0; k < P; ++k) sum += Stored<T>(va[k]);
+        });
   } else {
-    for (int64_t c = lane; c < channels; c += 32) sum += Ld(x + c);
+    ForOwned(
+        split, lane, 32, [&](int64_t c) { sum += Ld(x + c); },
+        [&](int64_t c) {
+          float v[P];
+          LdPack(x + c, v);
+#pragma unroll
+          for (int k = 0; k < P; ++k) sum += v[k];
+        });
   }
   const float m = WarpReduce(sum, SumOp()) / static_cast<float>(channels);
   float sq = 0.f;
-  for (int64_t c = lane; c < channels; c += 32) {
-    const float d = Ld(x + c) - m;
-    sq += d * d;
-  }
+  ForOwned(
+      split, lane, 32,
+      [&](int64_t c) {
+        const float d = Ld(x + c) - m;
+        sq += d * d;
+      },
+      [&](int64_t c) {
+        float v[P];
+        LdPack(x + c, v);
+#pragma unroll
+        for (int k = 0; k < P; ++k) sq += (v[k] - m) * (v[k] - m);
+      });
   const float var = WarpReduce(sq, SumOp()) / static_cast<float>(channels);
   const float s = 1.f / sqrtf(var + kLayerNormEps);
-  T* o = out + row * channels;
-  for (int64_t c = lane; c < channels; c += 32) {
-    St(o + c, (Ld(x + c) - m) * s * Ld(weight + c) + Ld(bias + c));
-  }
+  ForOwned(
+      split, lane, 32,
+      [&](int64_t c) {
+        St(o + c, (Ld(x + c) - m) * s * Ld(weight + c) + Ld(bias + c));
+      },
+      [&](int64_t c) {
+        float v[P], w[P], bi[P];
+        LdPack(x + c, v);
+        LdPack(weight + c, w);
+        LdPack(bias + c, bi);
+#pragma unroll
+        for (int k = 0; k < P; ++k) v[k] = (v[k] - m) * s * w[k] + bi[k];
+        StPack(o + c, v);
+      });
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -65,29 +130,55 @@ __global__ void LayerNormInputGradKernel(T* dinp, const T* dout, const T* inp,
                                          const T* weight, const float* mean,
                                          const float* rstd, int64_t rows,
                                          int64_t channels) {
+  constexpr int P = kPack<T>;
   const int64_t row =
       static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
   const T* x = inp + row * channels;
   const T* d = dout + row * channels;
+  T* di = dinp + row * channels;
+  const auto split = SplitAligned(channels, x, d, di, weight);
   const float m = mean[row], s = rstd[row];
   float dnorm_sum = 0.f, dnorm_norm_sum = 0.f;
-  for (int64_t c = lane; c < channels; c += 32) {
-    const float dnorm = Ld(weight + c) * Ld(d + c);
+  const auto sums = [&](float xv, float dv, float wv) {
+    const float dnorm = wv * dv;
     dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * ((Ld(x + c) - m) * s);
-  }
+    dnorm_norm_sum += dnorm * ((xv - m) * s);
+  };
+  ForOwned(
+      split, lane, 32,
+      [&](int64_t c) { sums(Ld(x + c), Ld(d + c), Ld(weight + c)); },
+      [&](int64_t c) {
+        float xv[P], dv[P], wv[P];
+        LdPack(x + c, xv);
+        LdPack(d + c, dv);
+        LdPack(weight + c, wv);
+#pragma unroll
+        for (int k = 0; k < P; ++k) sums(xv[k], dv[k], wv[k]);
+      });
   const float inv_c = 1.f / static_cast<float>(channels);
   const float dnorm_mean = WarpReduce(dnorm_sum, SumOp()) * inv_c;
   const float dnorm_norm_mean = WarpReduce(dnorm_norm_sum, SumOp()) * inv_c;
-  T* di = dinp + row * channels;
-  for (int64_t c = lane; c < channels; c += 32) {
-    const float norm = (Ld(x + c) - m) * s;
-    St(di + c, Ld(di + c) + (Ld(weight + c) * Ld(d + c) - dnorm_mean -
-                             norm * dnorm_norm_mean) *
-                                s);
-  }
+  const auto grad = [&](float xv, float dv, float wv, float prev) {
+    const float norm = (xv - m) * s;
+    return prev + (wv * dv - dnorm_mean - norm * dnorm_norm_mean) * s;
+  };
+  ForOwned(
+      split, lane, 32,
+      [&](int64_t c) {
+        St(di + c, grad(Ld(x + c), Ld(d + c), Ld(weight + c), Ld(di + c)));
+      },
+      [&](int64_t c) {
+        float xv[P], dv[P], wv[P], g[P];
+        LdPack(x + c, xv);
+        LdPack(d + c, dv);
+        LdPack(weight + c, wv);
+        LdPack(di + c, g);
+#pragma unroll
+        for (int k = 0; k < P; ++k) g[k] = grad(xv[k], dv[k], wv[k], g[k]);
+        StPack(di + c, g);
+      });
 }
 
 // dweight's term norm * dout and dbias's term dout, per (row, channel).

@@ -1,17 +1,29 @@
-// The linear layer's own kernels: broadcasting a bias into every row, and
-// the bias gradient as deterministic column sums (column_sums.cuh).
+// The linear layer's own kernels: broadcasting a bias into every row (16
+// bytes a copy when the rows are whole 16-byte packs, vec16.cuh, else an
+// element a copy), and the bias gradient as deterministic column sums
+// (column_sums.cuh).
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/column_sums.cuh"
 #include "engine/cuda/linear_kernels.h"
+#include "engine/cuda/vec16.cuh"
 
 namespace trainyard::engine::cuda {
 namespace {
 
+// `packed`: cols a multiple of the pack and both arrays 16-byte aligned,
+// so every row is whole packs, copied 16 bytes at a time.
 template <typename T>
 __global__ void BroadcastRowsKernel(T* out, const T* bias, int64_t rows,
-                                    int64_t cols) {
+                                    int64_t cols, bool packed) {
   const int64_t n = rows * cols;
+  if (packed) {
+    for (int64_t p = GridStart(); p < n / kPack<T>; p += GridStride()) {
+      const int64_t i = p * kPack<T>;
+      Copy16(out + i, bias + i % cols);
+    }
+    return;
+  }
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
     out[i] = bias[i % cols];  // a copy: exact in either type
   }
@@ -33,8 +45,12 @@ cudaError_t LaunchBroadcastRows(void* out, const void* bias, int64_t rows,
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    BroadcastRowsKernel<<<ElementwiseBlocks(rows * cols), kElementwiseThreads,
-                          0, stream>>>(As<T>(out), As<T>(bias), rows, cols);
+    const int64_t n = rows * cols;
+    const bool packed =
+        cols % kPack<T> == 0 && Aligned16(out) && Aligned16(bias);
+    BroadcastRowsKernel<<<ElementwiseBlocks(packed ? n / kPack<T> : n),
+                          kElementwiseThreads, 0, stream>>>(
+        As<T>(out), As<T>(bias), rows, cols, packed);
     return cudaGetLastError();
   });
 }

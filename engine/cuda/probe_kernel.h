@@ -8,7 +8,7 @@
 namespace trainyard::engine::cuda {
 
 // Writes out[i] = i * i + 1 for i < n on the current device (`out` is device
-// memory) and returns the launch error, if any.
+// memory) and returns the launch error, if any; launches nothing for n <= 0.
 cudaError_t LaunchProbeKernel(int* out, int n);
 
 }  // namespace trainyard::engine::cuda

@@ -2,11 +2,15 @@
 // device probe run on the CUDA emulation, called through their launchers,
 // against host loops with the CPU backend's semantics (engine/cpu), in fp32
 // and bf16: one size just over a full grid (ElementwiseBlocks caps a launch
-// at 8192 blocks of 256 threads, so the first threads take a second turn of
-// their grid-stride loops), an odd size that leaves the last block partly
-// idle, and a single element; guard zones around every output; the
-// in-place calls the launchers allow; special values (ties of the bf16
-// rounding, signed zeros, infinities, NaN).
+// at 8192 blocks of 256 threads, so the first threads of the fp32 kernels
+// take a second turn of their grid-stride loops; the activation kernels
+// stride over 16-byte packs, and AddTakesASecondGridTurnOfPacks gives them
+// that many), an odd size that leaves the last block partly idle, and a
+// single element, each with the tensors 16-byte aligned and 3 elements off
+// (a scalar head and tail around the packs) and with tensors aligned unlike
+// each other (no packs); guard zones around every output; the in-place
+// calls the launchers allow; special values (ties of the bf16 rounding,
+// signed zeros, infinities, NaN).
 //
 // Fill, scale, cast, add and ReLU are one IEEE operation and at most one
 // rounding to bf16, so they must match bitwise. GELU goes through expf: it
@@ -20,6 +24,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/bf16.h"
@@ -83,9 +89,12 @@ std::vector<float> WithSpecials(std::vector<float> v,
 // The value an activation store keeps: x itself, or x rounded to bf16.
 float Stored(float x, bool bf16) { return bf16 ? RoundToBf16(x) : x; }
 
-class EmulatedElementwiseTest : public ::testing::TestWithParam<bool> {
+class EmulatedElementwiseTest
+    : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {
  protected:
-  bool bf16() const { return GetParam(); }
+  bool bf16() const { return std::get<0>(GetParam()); }
+  // Elements of every tensor's base past a 16-byte boundary.
+  int64_t offset() const { return std::get<1>(GetParam()); }
   // Random activations, with `special` mixed in; bf16-rounded when bf16.
   std::vector<float> ActInputs(int64_t n, uint64_t seed, float lo, float hi,
                                const std::vector<float>& special = {}) const {
@@ -126,13 +135,18 @@ TEST(EmulatedFp32Test, ProbeWritesEveryIndex) {
   }
 }
 
+TEST(EmulatedFp32Test, ProbeOfNothingLaunchesNothing) {
+  EXPECT_EQ(cuda::LaunchProbeKernel(nullptr, 0), cudaSuccess);
+  EXPECT_EQ(cuda::LaunchProbeKernel(nullptr, -1), cudaSuccess);
+}
+
 // ---------------------------------------------------- activation tensors
 
 TEST_P(EmulatedElementwiseTest, FillActRoundsToNearestEven) {
   for (const int64_t n : kSizes) {
     for (const float value : RoundingCases()) {
       if (n > 1001 && value != RoundingCases()[0]) continue;  // one is enough
-      Activations x(std::vector<float>(n, 7.f), bf16());
+      Activations x(std::vector<float>(n, 7.f), bf16(), offset());
       ASSERT_EQ(cuda::LaunchFillAct(x.get(), n, value, bf16(), nullptr),
                 cudaSuccess);
       EXPECT_TRUE(x.GuardsIntact());
@@ -149,8 +163,8 @@ TEST_P(EmulatedElementwiseTest, CastToActRoundsToNearestEven) {
     const std::vector<float> src = WithSpecials(Random(n, 3, -10, 10), special);
     std::vector<float> want(n);
     for (int64_t i = 0; i < n; ++i) want[i] = Stored(src[i], bf16());
-    Guarded<float> s(src);
-    Activations dst(std::vector<float>(n, 7.f), bf16());
+    Guarded<float> s(src, offset());
+    Activations dst(std::vector<float>(n, 7.f), bf16(), offset());
     ASSERT_EQ(cuda::LaunchCastToAct(dst.get(), s.get(), n, bf16(), nullptr),
               cudaSuccess);
     EXPECT_TRUE(dst.GuardsIntact());
@@ -168,15 +182,16 @@ TEST_P(EmulatedElementwiseTest, AddIsExactAlsoInPlace) {
       want[i] = Stored(a[i] + b[i], bf16());
       twice[i] = Stored(a[i] + a[i], bf16());
     }
-    Activations x(a, bf16()), y(b, bf16());
-    Activations out(std::vector<float>(n, 7.f), bf16());
+    Activations x(a, bf16(), offset()), y(b, bf16(), offset());
+    Activations out(std::vector<float>(n, 7.f), bf16(), offset());
     ASSERT_EQ(cuda::LaunchAdd(out.get(), x.get(), y.get(), n, bf16(), nullptr),
               cudaSuccess);
     EXPECT_TRUE(out.GuardsIntact());
     ExpectBitwise(out.values(), want, "a + b");
     ExpectBitwise(x.values(), a, "a");  // inputs untouched
     ExpectBitwise(y.values(), b, "b");
-    Activations into_a(a, bf16()), into_b(b, bf16()), both(a, bf16());
+    Activations into_a(a, bf16(), offset()), into_b(b, bf16(), offset()),
+        both(a, bf16(), offset());
     ASSERT_EQ(cuda::LaunchAdd(into_a.get(), into_a.get(), y.get(), n, bf16(),
                               nullptr),
               cudaSuccess);
@@ -206,12 +221,13 @@ TEST_P(EmulatedElementwiseTest, ReluForwardAndBackwardAlsoInPlace) {
       want_out[i] = x[i] > 0.f ? x[i] : 0.f;
       want_dx[i] = x[i] > 0.f ? dout[i] : 0.f;  // the forward's out > 0 too
     }
-    Activations in(x, bf16()), out(std::vector<float>(n, 7.f), bf16());
+    Activations in(x, bf16(), offset()),
+        out(std::vector<float>(n, 7.f), bf16(), offset());
     ASSERT_EQ(cuda::LaunchReluForward(out.get(), in.get(), n, bf16(), nullptr),
               cudaSuccess);
     EXPECT_TRUE(out.GuardsIntact());
     ExpectBitwise(out.values(), want_out, "relu");
-    Activations in_place(x, bf16());
+    Activations in_place(x, bf16(), offset());
     ASSERT_EQ(cuda::LaunchReluForward(in_place.get(), in_place.get(), n, bf16(),
                                       nullptr),
               cudaSuccess);
@@ -220,7 +236,8 @@ TEST_P(EmulatedElementwiseTest, ReluForwardAndBackwardAlsoInPlace) {
 
     // The backward reads the input x as `out`: NaN, -0 and negatives stop
     // the gradient.
-    Activations d(dout, bf16()), dx(std::vector<float>(n, 7.f), bf16());
+    Activations d(dout, bf16(), offset()),
+        dx(std::vector<float>(n, 7.f), bf16(), offset());
     ASSERT_EQ(cuda::LaunchReluBackward(dx.get(), d.get(), in.get(), n, bf16(),
                                        nullptr),
               cudaSuccess);
@@ -232,6 +249,48 @@ TEST_P(EmulatedElementwiseTest, ReluForwardAndBackwardAlsoInPlace) {
     EXPECT_TRUE(d.GuardsIntact());
     ExpectBitwise(d.values(), want_dx, "relu backward in place");
   }
+}
+
+// Arrays aligned unlike each other: no packs, element by element, the
+// same bits.
+TEST_P(EmulatedElementwiseTest, ArraysAlignedUnlikeGoElementByElement) {
+  const int64_t n = 1001;
+  const std::vector<float> a = ActInputs(n, 11, -4, 4, RoundingCases());
+  const std::vector<float> b = ActInputs(n, 12, -4, 4);
+  std::vector<float> sum(n), cast(n);
+  for (int64_t i = 0; i < n; ++i) {
+    sum[i] = Stored(a[i] + b[i], bf16());
+    cast[i] = Stored(b[i] / 3, bf16());
+  }
+  Activations x(a, bf16(), offset()), y(b, bf16(), offset());
+  Activations out(std::vector<float>(n, 7.f), bf16(), offset() + 1);
+  ASSERT_EQ(cuda::LaunchAdd(out.get(), x.get(), y.get(), n, bf16(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(out.GuardsIntact());
+  ExpectBitwise(out.values(), sum, "a + b into a shifted out");
+  std::vector<float> src(n);
+  for (int64_t i = 0; i < n; ++i) src[i] = b[i] / 3;
+  Guarded<float> s(src, offset() + 1);
+  Activations dst(std::vector<float>(n, 7.f), bf16(), offset());
+  ASSERT_EQ(cuda::LaunchCastToAct(dst.get(), s.get(), n, bf16(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(dst.GuardsIntact());
+  ExpectBitwise(dst.values(), cast, "cast from a shifted source");
+}
+
+// More packs than a full grid has threads: the first threads take a second
+// turn of the grid-stride loop over packs.
+TEST_P(EmulatedElementwiseTest, AddTakesASecondGridTurnOfPacks) {
+  const int64_t n = kFullGrid * (bf16() ? 8 : 4) + 1001;
+  const std::vector<float> a = ActInputs(n, 13, -4, 4);
+  const std::vector<float> b = ActInputs(n, 14, -4, 4);
+  std::vector<float> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = Stored(a[i] + b[i], bf16());
+  Activations x(a, bf16(), offset()), y(b, bf16(), offset());
+  ASSERT_EQ(cuda::LaunchAdd(x.get(), x.get(), y.get(), n, bf16(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(x.GuardsIntact());
+  ExpectBitwise(x.values(), want, "a += b");
 }
 
 // ------------------------------------------------------------------- GELU
@@ -320,14 +379,15 @@ TEST_P(EmulatedElementwiseTest, GeluForwardWithinBoundAlsoInPlace) {
       tol[i] = w.out_tol;
       cpu[i] = Stored(CpuGelu(x[i]), bf16());
     }
-    Activations in(x, bf16()), out(std::vector<float>(n, 7.f), bf16());
+    Activations in(x, bf16(), offset()),
+        out(std::vector<float>(n, 7.f), bf16(), offset());
     ASSERT_EQ(cuda::LaunchGeluForward(out.get(), in.get(), n, bf16(), nullptr),
               cudaSuccess);
     EXPECT_TRUE(out.GuardsIntact());
     const std::vector<float> got = out.values();
     ExpectWithin(got, want, tol, "gelu");
     ExpectBitwise(got, cpu, "gelu against the CPU's");
-    Activations in_place(x, bf16());
+    Activations in_place(x, bf16(), offset());
     ASSERT_EQ(cuda::LaunchGeluForward(in_place.get(), in_place.get(), n, bf16(),
                                       nullptr),
               cudaSuccess);
@@ -348,8 +408,8 @@ TEST_P(EmulatedElementwiseTest, GeluBackwardWithinBoundAlsoInPlace) {
       tol[i] = w.dx_tol;
       cpu[i] = Stored(CpuGeluGrad(x[i], dout[i]), bf16());
     }
-    Activations in(x, bf16()), d(dout, bf16());
-    Activations dx(std::vector<float>(n, 7.f), bf16());
+    Activations in(x, bf16(), offset()), d(dout, bf16(), offset());
+    Activations dx(std::vector<float>(n, 7.f), bf16(), offset());
     ASSERT_EQ(cuda::LaunchGeluBackward(dx.get(), in.get(), d.get(), n, bf16(),
                                        nullptr),
               cudaSuccess);
@@ -394,10 +454,13 @@ TEST_P(EmulatedElementwiseTest, EmptyLaunchesWriteNothing) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, EmulatedElementwiseTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Bf16" : "Fp32";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Types, EmulatedElementwiseTest,
+    ::testing::Combine(::testing::Bool(), ::testing::Values(0, 3)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) ? "Bf16" : "Fp32") + "_at" +
+             std::to_string(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace trainyard::engine

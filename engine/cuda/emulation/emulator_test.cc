@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -160,6 +161,56 @@ TEST_F(EmulatorTest, MatrixOperationsCheckAlignmentAndAgreement) {
                 "leading dimension 4");
   ExpectFailure(testing::LaunchMatrixProduct(c, a, 0, 24, b, true),
                 "different wmma calls");
+}
+
+// engine/cuda/vec16.cuh's packs: aligned, they move the values exactly;
+// misaligned, the launch fails naming the kernel's line, as a GPU faults.
+class VectorAccessTest : public EmulatorTest {
+ protected:
+  VectorAccessTest() {
+    for (int i = 0; i < kIn; ++i) {
+      in_[i] = __float2bfloat16_rn(0.25f * static_cast<float>(i - 100));
+    }
+    for (int i = 0; i < 32 * 16 + 16; ++i) raw_src_[i] = static_cast<char>(i);
+  }
+  cudaError_t Launch(int narrow_offset, int in_offset, int raw_offset) {
+    return testing::LaunchPacks(narrow_, narrow_offset, wide_, in_, in_offset,
+                                raw_dst_, raw_src_ + raw_offset);
+  }
+  void ExpectMisaligned(cudaError_t e, const std::string& access) {
+    ASSERT_EQ(failures_.size(), 1u);
+    EXPECT_THAT(failures_[0], HasSubstr(access));
+    EXPECT_THAT(failures_[0], HasSubstr("not 16-byte aligned"));
+    EXPECT_THAT(failures_[0], HasSubstr("emulator_test_kernels.cu:"))
+        << "names the kernel's line, not vec16.cuh's";
+    ExpectFailure(e, access);
+  }
+
+  static constexpr int kIn = 32 * 8 + 8;
+  alignas(16) __nv_bfloat16 in_[kIn];
+  alignas(16) __nv_bfloat16 narrow_[32 * 8 + 8] = {};
+  alignas(16) float wide_[32 * 8] = {};
+  alignas(16) char raw_src_[32 * 16 + 16];
+  alignas(16) char raw_dst_[32 * 16] = {};
+};
+
+TEST_F(VectorAccessTest, AlignedPacksMoveValuesExactly) {
+  ASSERT_EQ(Launch(0, 8, 0), cudaSuccess);
+  for (int i = 0; i < 32 * 8; ++i) {
+    EXPECT_EQ(narrow_[i].__x, in_[8 + i].__x) << i;
+    EXPECT_EQ(wide_[i], __bfloat162float(in_[8 + i])) << i;
+  }
+  EXPECT_EQ(std::memcmp(raw_dst_, raw_src_, sizeof raw_dst_), 0);
+  EXPECT_TRUE(failures_.empty());
+}
+
+TEST_F(VectorAccessTest, MisalignedPacksFailTheLaunch) {
+  ExpectMisaligned(Launch(0, 1, 0), "16-byte load from");
+  ExpectMisaligned(Launch(4, 0, 0), "16-byte store to");
+  ExpectMisaligned(Launch(0, 0, 8), "16-byte load from");
+  // The next launch is not affected.
+  EXPECT_EQ(Launch(0, 0, 0), cudaSuccess);
+  EXPECT_TRUE(failures_.empty());
 }
 
 TEST_F(EmulatorTest, TrapFailsTheLaunchButNotTheNextOne) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "engine/cuda/emulation/emulator_test_kernels.h"
+#include "engine/cuda/vec16.cuh"
 
 namespace trainyard::cuda_emulation::testing {
 namespace {
@@ -80,6 +81,24 @@ __global__ void MatrixProductKernel(float* c, const __nv_bfloat16* a,
   wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
 }
 
+__global__ void PacksKernel(__nv_bfloat16* narrow, float* wide,
+                            const __nv_bfloat16* in, char* raw_dst,
+                            const char* raw_src) {
+  using engine::cuda::kPack;
+  const int t = threadIdx.x;
+  float v[kPack<__nv_bfloat16>];
+  engine::cuda::LdPack(in + 8 * t, v);
+  engine::cuda::StPack(narrow + 8 * t, v);
+  float lo[kPack<float>], hi[kPack<float>];
+  for (int k = 0; k < 4; ++k) {
+    lo[k] = v[k];
+    hi[k] = v[4 + k];
+  }
+  engine::cuda::StPack(wide + 8 * t, lo);
+  engine::cuda::StPack(wide + 8 * t + 4, hi);
+  engine::cuda::Copy16(raw_dst + 16 * t, raw_src + 16 * t);
+}
+
 __global__ void TrapKernel() {
   if (threadIdx.x == 7) __trap();
   __syncthreads();
@@ -146,6 +165,15 @@ cudaError_t LaunchMatrixProduct(float* c, const __nv_bfloat16* a, int a_offset,
                                 bool lane_dependent) {
   MatrixProductKernel<<<dim3(1), dim3(32), 0, nullptr>>>(c, a + a_offset, lda,
                                                          b, lane_dependent);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPacks(__nv_bfloat16* narrow, int narrow_offset, float* wide,
+                        const __nv_bfloat16* in, int in_offset, void* raw_dst,
+                        const void* raw_src) {
+  PacksKernel<<<1, 32>>>(narrow + narrow_offset, wide, in + in_offset,
+                         static_cast<char*>(raw_dst),
+                         static_cast<const char*>(raw_src));
   return cudaGetLastError();
 }
 

@@ -42,6 +42,14 @@ cudaError_t LaunchMatrixProduct(float* c, const __nv_bfloat16* a, int a_offset,
                                 unsigned lda, const __nv_bfloat16* b,
                                 bool lane_dependent);
 
+// 32 threads, each moving one pack through engine/cuda/vec16.cuh: thread t
+// loads the 8 bf16 at in + in_offset + 8 t (LdPack), stores them as bf16 at
+// narrow + narrow_offset + 8 t and as fp32 at wide + 8 t (StPack), and
+// copies the 16 bytes at raw_src + 16 t to raw_dst + 16 t (Copy16).
+cudaError_t LaunchPacks(__nv_bfloat16* narrow, int narrow_offset, float* wide,
+                        const __nv_bfloat16* in, int in_offset, void* raw_dst,
+                        const void* raw_src);
+
 // Thread 7 calls __trap().
 cudaError_t LaunchTrap();
 

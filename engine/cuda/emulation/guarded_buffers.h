@@ -1,6 +1,8 @@
 // Host buffers and comparisons for the tests of emulated kernels: a
 // Guarded<T> holds n values between two guard zones of a known byte, so a
-// kernel writing outside its output is caught; Activations holds a tensor
+// kernel writing outside its output is caught, optionally `offset`
+// elements past a 16-byte boundary (the guard grows by as much), so a
+// kernel meets a misaligned base; Activations holds a tensor
 // as the kernels store it (bf16 or fp32); Inputs draws seeded values the
 // kernels read exactly; SameBits and ExpectWithin compare results, bitwise
 // or within per-element bounds. Bounds use gamma_n = n u / (1 - n u), the
@@ -29,43 +31,56 @@ inline constexpr unsigned char kGuardByte = 0xA5;
 
 using cuda_test::Gamma;  // the Higham bound on an n-term fp32 sum
 
-// n values of T between two guard zones.
+// How many roundings a term of a column sum (column_sums.cuh) over `rows`
+// rows goes through: at most ceil(rows / 32) lane adds, 32 lane-total
+// adds, 32 split adds and the final add onto the output.
+inline int64_t ColumnSumDepth(int64_t rows) { return (rows + 31) / 32 + 65; }
+
+// n values of T between two guard zones, the first value `offset`
+// elements past a 16-byte boundary (std::vector's storage is 16-byte
+// aligned on the hosts we build on: checked).
 template <typename T>
 class Guarded {
  public:
-  explicit Guarded(const std::vector<T>& values)
-      : n_(values.size()), all_(values.size() + 2 * kGuard) {
+  explicit Guarded(const std::vector<T>& values, int64_t offset = 0)
+      : n_(values.size()),
+        front_(kGuard + offset),
+        all_(values.size() + 2 * kGuard + offset) {
     std::memset(static_cast<void*>(all_.data()), kGuardByte,
                 all_.size() * sizeof(T));
-    std::copy(values.begin(), values.end(), all_.begin() + kGuard);
+    std::copy(values.begin(), values.end(), all_.begin() + front_);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(all_.data()) % 16, 0u);
   }
-  T* get() { return all_.data() + kGuard; }
+  T* get() { return all_.data() + front_; }
   std::vector<T> values() const {
-    return std::vector<T>(all_.begin() + kGuard, all_.begin() + kGuard + n_);
+    return std::vector<T>(all_.begin() + front_, all_.begin() + front_ + n_);
   }
   bool GuardsIntact() const {
     const auto* bytes = reinterpret_cast<const unsigned char*>(all_.data());
-    const size_t zone = kGuard * sizeof(T), size = all_.size() * sizeof(T);
-    for (size_t b = 0; b < zone; ++b) {
-      if (bytes[b] != kGuardByte || bytes[size - 1 - b] != kGuardByte) {
-        return false;
-      }
+    const size_t front = front_ * sizeof(T), size = all_.size() * sizeof(T);
+    for (size_t b = 0; b < front; ++b) {
+      if (bytes[b] != kGuardByte) return false;
+    }
+    for (size_t b = front + n_ * sizeof(T); b < size; ++b) {
+      if (bytes[b] != kGuardByte) return false;
     }
     return true;
   }
 
  private:
   size_t n_;
+  int64_t front_;  // elements before the first value
   std::vector<T> all_;
 };
 
-// An activation tensor stored as the kernels' T: bf16 or fp32.
+// An activation tensor stored as the kernels' T: bf16 or fp32, `offset`
+// elements past a 16-byte boundary.
 class Activations {
  public:
-  Activations(const std::vector<float>& values, bool bf16)
+  Activations(const std::vector<float>& values, bool bf16, int64_t offset = 0)
       : bf16_(bf16),
-        f32_(bf16 ? std::vector<float>() : values),
-        b16_(bf16 ? ToBf16(values) : std::vector<uint16_t>()) {}
+        f32_(bf16 ? std::vector<float>() : values, offset),
+        b16_(bf16 ? ToBf16(values) : std::vector<uint16_t>(), offset) {}
   void* get() { return bf16_ ? static_cast<void*>(b16_.get()) : f32_.get(); }
   // The stored values, widened to fp32.
   std::vector<float> values() const {

@@ -15,6 +15,10 @@
 // into BlockShared / DynamicSharedArray below; a __shared__ left in a
 // source fails to compile.
 //
+// TRAINYARD_CUDA_EMULATION is defined for kernel sources that need to
+// tell the emulation from the GPU (engine/cuda/vec16.cuh alone, where the
+// emulation checks the alignment of 16-byte accesses).
+//
 // Thread-safety: as launch.h.
 #ifndef TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
 #define TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
@@ -27,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <source_location>
+#include <string>
 #include <type_traits>
 
 #include "engine/cuda/emulation/block_runner.h"
@@ -40,6 +45,8 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
+
+#define TRAINYARD_CUDA_EMULATION 1
 
 namespace trainyard::cuda_emulation {
 
@@ -79,6 +86,19 @@ T Shuffle(int op, unsigned mask, T v, int param, int width,
           const std::source_location& site) {
   if (width != 32) FailKernel("warp shuffles of width other than 32");
   return FromLaneBits<T>(WarpCollective(op, mask, ToLaneBits(v), param, site));
+}
+
+// A vector access of `bytes` bytes at p from the call at `site`: fails the
+// launch unless p is aligned to `bytes`, as the GPU faults on a misaligned
+// vector access. `what` names the access ("16-byte load from").
+inline void CheckVectorAccess(const char* what, const void* p, size_t bytes,
+                              const std::source_location& site) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return;
+  char address[32];
+  std::snprintf(address, sizeof address, "%p", p);
+  FailKernel(std::string(what) + " " + address + " at " + site.file_name() +
+             ":" + std::to_string(site.line()) + ": not " +
+             std::to_string(bytes) + "-byte aligned");
 }
 
 }  // namespace trainyard::cuda_emulation

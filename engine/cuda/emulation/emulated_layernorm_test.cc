@@ -1,0 +1,285 @@
+// The LayerNorm kernels (layernorm_kernels.cu) on the CUDA emulation,
+// called through their launchers, against host loops in double, in fp32 and
+// bf16, over row shapes that exercise their packed access (vec16.cuh):
+// whole packs (200 channels, aligned), rows whose arrays align unlike each
+// other (203 channels: element by element), and every array 3 elements off
+// a 16-byte boundary (a scalar head and tail around the packs). Also:
+// thousands of rows and a scratch too small for all columns at once for
+// the parameter gradients, bitwise repeatability while the emulation
+// changes its thread order, guard zones and a bad scratch size.
+//
+// Bounds (gamma_n as guarded_buffers.h): a row's sums are warp sums whose
+// terms pass through the adds of their lane and the 5 of the butterfly.
+// Packed, a lane adds the entries of ceil(packs / 32) packs of P channels
+// in order plus at most one head and one tail channel; element by element,
+// ceil(C / 32) channels (LaneTerms).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/cpu/test_inputs.h"
+#include "engine/cuda/elementwise_kernels.h"
+#include "engine/cuda/emulation/guarded_buffers.h"
+#include "engine/cuda/layernorm_kernels.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::engine {
+namespace {
+
+using emulation_test::Activations;
+using emulation_test::ColumnSumDepth;
+using emulation_test::ExpectWithin;
+using emulation_test::Gamma;
+using emulation_test::Guarded;
+using emulation_test::Inputs;
+using emulation_test::kBf16U;
+using emulation_test::kU;
+using emulation_test::SameBits;
+
+constexpr int64_t kLnRows = 2000;
+constexpr double kLnEps = 1e-5;
+
+struct LnShape {
+  int64_t channels;
+  int64_t offset;  // elements of every activation's base past 16 bytes
+};
+
+// The most terms one lane adds into its share of a row's sum (the header's
+// count).
+int64_t LaneTerms(int64_t C, bool bf16) {
+  const int64_t P = bf16 ? 8 : 4;
+  return std::max((C + 31) / 32, (C + 32 * P - 1) / (32 * P) * P + 2);
+}
+
+class EmulatedLayerNormTest
+    : public ::testing::TestWithParam<std::tuple<bool, LnShape>> {
+ protected:
+  bool bf16() const { return std::get<0>(GetParam()); }
+  int64_t channels() const { return std::get<1>(GetParam()).channels; }
+  int64_t offset() const { return std::get<1>(GetParam()).offset; }
+  // An activation tensor at the shape's offset.
+  Activations Act(const std::vector<float>& v) const {
+    return Activations(v, bf16(), offset());
+  }
+  Activations Zeros(int64_t n) const { return Act(std::vector<float>(n, 0.f)); }
+};
+
+// Rows of LayerNorm inputs, each row's mean and rstd from the forward.
+struct LayerNormCase {
+  std::vector<float> inp, weight, bias, mean, rstd;
+};
+
+// Runs the forward and checks it: mean and rstd against double, out within
+// the errors of a warp sum (LaneTerms + 5 adds) and the few roundings
+// after it.
+LayerNormCase CheckedForward(bool bf16, int64_t C, int64_t offset) {
+  LayerNormCase k;
+  k.inp = Inputs(kLnRows * C, 41, bf16, -2, 3);
+  k.weight = Inputs(C, 42, bf16, 0.5, 1.5);
+  k.bias = Inputs(C, 43, bf16);
+  Activations inp(k.inp, bf16, offset), weight(k.weight, bf16, offset),
+      bias(k.bias, bf16, offset);
+  Activations out(std::vector<float>(k.inp.size(), 0.f), bf16, offset);
+  Guarded<float> mean(std::vector<float>(kLnRows, 0.f));
+  Guarded<float> rstd(std::vector<float>(kLnRows, 0.f));
+  EXPECT_EQ(cuda::LaunchLayerNormForward(out.get(), mean.get(), rstd.get(),
+                                         inp.get(), weight.get(), bias.get(),
+                                         kLnRows, C, bf16, nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(out.GuardsIntact() && mean.GuardsIntact() && rstd.GuardsIntact());
+  k.mean = mean.values();
+  k.rstd = rstd.values();
+  const std::vector<float> got = out.values();
+  const int64_t depth = LaneTerms(C, bf16) + 5;
+  std::vector<double> want(got.size()), tol(got.size());
+  for (int64_t r = 0; r < kLnRows; ++r) {
+    const float* x = &k.inp[r * C];
+    double m = 0, mag = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      m += x[c] / C;
+      mag += std::abs(x[c]);
+    }
+    for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    var /= C;
+    const double s = 1 / std::sqrt(var + kLnEps);
+    const double err_m = Gamma(depth + 1) * mag / C;
+    const double rel_s = 0.5 * Gamma(depth + 4) + Gamma(3);
+    EXPECT_NEAR(k.mean[r], m, err_m) << "mean " << r;
+    EXPECT_NEAR(k.rstd[r], s, rel_s * s) << "rstd " << r;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t i = r * C + c;
+      want[i] = (x[c] - m) * s * k.weight[c] + k.bias[c];
+      tol[i] =
+          s * k.weight[c] * (std::abs(x[c] - m) * (rel_s + Gamma(4)) + err_m) +
+          Gamma(2) * std::abs(want[i]) +
+          (bf16 ? kBf16U : 0) * std::abs(want[i]);
+    }
+  }
+  ExpectWithin(got, want, tol, "layernorm out");
+  return k;
+}
+
+// The backward's host result in double from the forward's fp32 mean and
+// rstd, with bounds: dinp as derived in the comment inside; dweight and
+// dbias as column sums of terms of 3 and 0 roundings.
+struct LayerNormGrads {
+  std::vector<double> dinp, dinp_tol, dweight, dweight_tol, dbias, dbias_tol;
+};
+
+LayerNormGrads HostBackward(const LayerNormCase& k,
+                            const std::vector<float>& dout,
+                            const std::vector<float>& dinp0,
+                            const std::vector<float>& dw0,
+                            const std::vector<float>& db0, bool bf16) {
+  const int64_t C = static_cast<int64_t>(k.weight.size());
+  const int64_t depth = LaneTerms(C, bf16) + 5;
+  LayerNormGrads g{
+      {}, {}, {dw0.begin(), dw0.end()}, {}, {db0.begin(), db0.end()}, {}};
+  g.dinp.resize(dinp0.size());
+  g.dinp_tol.resize(dinp0.size());
+  std::vector<double> dw_mag(C), db_mag(C);
+  for (int64_t c = 0; c < C; ++c) {
+    dw_mag[c] = std::abs(dw0[c]);
+    db_mag[c] = std::abs(db0[c]);
+  }
+  for (int64_t r = 0; r < kLnRows; ++r) {
+    const double m = k.mean[r], s = k.rstd[r];
+    double a = 0, b = 0, a_mag = 0, b_mag = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double dn = k.weight[c] * dout[r * C + c];
+      const double nrm = (k.inp[r * C + c] - m) * s;
+      a += dn / C;
+      b += dn * nrm / C;
+      a_mag += std::abs(dn) / C;
+      b_mag += std::abs(dn * nrm) / C;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t i = r * C + c;
+      const double d = dout[i], dn = k.weight[c] * d;
+      const double nrm = (k.inp[i] - m) * s;
+      g.dinp[i] = dinp0[i] + (dn - a - nrm * b) * s;
+      // The two warp sums (depth adds, plus up to 4 roundings per term and
+      // 2 for the division by C) and the 5 roundings of the final
+      // expression, each bounded by its operands' magnitudes; doubled for
+      // the products of errors.
+      g.dinp_tol[i] =
+          2 * s * Gamma(depth + 8) *
+              (std::abs(dn) + a_mag + std::abs(nrm) * (std::abs(b) + b_mag)) +
+          2 * kU * std::abs(g.dinp[i]) +
+          (bf16 ? kBf16U * std::abs(g.dinp[i]) : 0);
+      g.dweight[c] += nrm * d;
+      dw_mag[c] += std::abs(nrm * d);
+      g.dbias[c] += d;
+      db_mag[c] += std::abs(d);
+    }
+  }
+  g.dweight_tol.resize(C);
+  g.dbias_tol.resize(C);
+  for (int64_t c = 0; c < C; ++c) {
+    g.dweight_tol[c] = Gamma(ColumnSumDepth(kLnRows) + 3) * dw_mag[c];
+    g.dbias_tol[c] = Gamma(ColumnSumDepth(kLnRows)) * db_mag[c];
+  }
+  return g;
+}
+
+// The residual add fused into the LayerNorm: bit for bit LaunchAdd then
+// LaunchLayerNormForward (it stores the rounded sum and normalizes what it
+// stored, in the plain kernel's lane order and packs), its arrays aligned
+// alike.
+TEST_P(EmulatedLayerNormTest, AddLayerNormIsTheTwoOpsBitwise) {
+  const int64_t C = channels(), n = kLnRows * C;
+  Activations a = Act(Inputs(n, 44, bf16(), -2, 3));
+  Activations b = Act(Inputs(n, 45, bf16(), -1, 1));
+  Activations weight = Act(Inputs(C, 46, bf16(), 0.5, 1.5));
+  Activations bias = Act(Inputs(C, 47, bf16()));
+  Activations res = Zeros(n), out = Zeros(n);
+  Guarded<float> mean(std::vector<float>(kLnRows, 0.f));
+  Guarded<float> rstd(std::vector<float>(kLnRows, 0.f));
+  ASSERT_EQ(cuda::LaunchAddLayerNormForward(
+                res.get(), out.get(), mean.get(), rstd.get(), a.get(), b.get(),
+                weight.get(), bias.get(), kLnRows, C, bf16(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(res.GuardsIntact() && out.GuardsIntact() && mean.GuardsIntact() &&
+              rstd.GuardsIntact());
+  Activations res2 = Zeros(n), out2 = Zeros(n);
+  Guarded<float> mean2(std::vector<float>(kLnRows, 0.f));
+  Guarded<float> rstd2(std::vector<float>(kLnRows, 0.f));
+  ASSERT_EQ(cuda::LaunchAdd(res2.get(), a.get(), b.get(), n, bf16(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::LaunchLayerNormForward(out2.get(), mean2.get(), rstd2.get(),
+                                         res2.get(), weight.get(), bias.get(),
+                                         kLnRows, C, bf16(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(SameBits(res.values(), res2.values()));
+  EXPECT_TRUE(SameBits(out.values(), out2.values()));
+  EXPECT_TRUE(SameBits(mean.values(), mean2.values()));
+  EXPECT_TRUE(SameBits(rstd.values(), rstd2.values()));
+}
+
+// Scratch sizes (floats per output): every column at once in 10 row
+// ranges, and 96 columns at a time.
+TEST_P(EmulatedLayerNormTest, BackwardInChunksAndRepeatsBitwise) {
+  const int64_t C = channels(), n = kLnRows * C;
+  const LayerNormCase k = CheckedForward(bf16(), C, offset());
+  const std::vector<float> dout = Inputs(n, 51, bf16());
+  const std::vector<float> dinp0 = Inputs(n, 52, bf16());
+  const std::vector<float> dw0 = Random(C, 53);
+  const std::vector<float> db0 = Random(C, 54);
+  const LayerNormGrads want = HostBackward(k, dout, dinp0, dw0, db0, bf16());
+  Activations d = Act(dout), inp = Act(k.inp), weight = Act(k.weight);
+  Guarded<float> mean(k.mean), rstd(k.rstd);
+  for (const int64_t per_output : {32 * C, int64_t{96}}) {
+    std::vector<float> first[3];
+    for (int run = 0; run < 2; ++run) {
+      Activations dinp = Act(dinp0);
+      Guarded<float> dw(dw0), db(db0);
+      Guarded<float> scratch(std::vector<float>(2 * per_output, 0.f));
+      ASSERT_EQ(cuda::LaunchLayerNormBackward(
+                    dinp.get(), dw.get(), db.get(), d.get(), inp.get(),
+                    weight.get(), mean.get(), rstd.get(), kLnRows, C,
+                    scratch.get(), 2 * per_output, bf16(), nullptr),
+                cudaSuccess);
+      EXPECT_TRUE(dinp.GuardsIntact() && dw.GuardsIntact() &&
+                  db.GuardsIntact() && scratch.GuardsIntact());
+      const std::vector<float> got[3] = {dinp.values(), dw.values(),
+                                         db.values()};
+      if (run == 0) {
+        ExpectWithin(got[0], want.dinp, want.dinp_tol, "dinp");
+        ExpectWithin(got[1], want.dweight, want.dweight_tol, "dweight");
+        ExpectWithin(got[2], want.dbias, want.dbias_tol, "dbias");
+        for (int j = 0; j < 3; ++j) first[j] = got[j];
+      } else {
+        for (int j = 0; j < 3; ++j) {
+          EXPECT_TRUE(SameBits(got[j], first[j]))
+              << "output " << j << ", scratch " << 2 * per_output;
+        }
+      }
+    }
+  }
+  Activations dinp = Act(dinp0);
+  Guarded<float> dw(dw0), db(db0), scratch(std::vector<float>(63, 0.f));
+  EXPECT_EQ(cuda::LaunchLayerNormBackward(dinp.get(), dw.get(), db.get(),
+                                          d.get(), inp.get(), weight.get(),
+                                          mean.get(), rstd.get(), kLnRows, C,
+                                          scratch.get(), 63, bf16(), nullptr),
+            cudaErrorInvalidValue);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, EmulatedLayerNormTest,
+    ::testing::Combine(::testing::Bool(),
+                       ::testing::Values(LnShape{200, 0}, LnShape{203, 0},
+                                         LnShape{200, 3})),
+    [](const auto& info) {
+      const LnShape s = std::get<1>(info.param);
+      return std::string(std::get<0>(info.param) ? "Bf16" : "Fp32") + "_" +
+             std::to_string(s.channels) + "_at" + std::to_string(s.offset);
+    });
+
+}  // namespace
+}  // namespace trainyard::engine
