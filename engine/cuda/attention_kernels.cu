@@ -29,10 +29,13 @@
 // bf16 activations with a head size the tensor-core kernels take
 // (attention_tc_kernels.cu) there instead.
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_kernels.h"
 #include "engine/cuda/attention_tc_kernels.h"
+#include "engine/cuda/vec16.cuh"
 
 namespace trainyard::engine::cuda {
 namespace {
@@ -303,10 +306,18 @@ cudaError_t BackwardAnyHead(T* dqkv, float* delta, const T* dout, const T* out,
   return Backward<128>(dqkv, delta, dout, out, qkv, lse, g, batch, stream);
 }
 
-// bf16 with a head size the tensor-core kernels take.
-bool UseTensorCores(int64_t channels, int64_t heads, bool bf16) {
-  return bf16 && heads > 0 && channels % heads == 0 &&
-         AttentionTcSupportsHeadSize(channels / heads);
+// bf16 with a head size the tensor-core kernels take, and every buffer
+// 16-byte aligned as they require (arena buffers always are).
+bool UseTensorCores(int64_t channels, int64_t heads, bool bf16,
+                    std::initializer_list<const void*> buffers) {
+  if (!bf16 || heads <= 0 || channels % heads != 0 ||
+      !AttentionTcSupportsHeadSize(channels / heads)) {
+    return false;
+  }
+  for (const void* p : buffers) {
+    if (!Aligned16(p)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -345,7 +356,7 @@ cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
                                    int64_t batch, int64_t seq, int64_t channels,
                                    int64_t heads, bool bf16,
                                    cudaStream_t stream) {
-  if (UseTensorCores(channels, heads, bf16)) {
+  if (UseTensorCores(channels, heads, bf16, {out, qkv})) {
     return LaunchAttentionForwardTc(out, lse, qkv, batch, seq, channels, heads,
                                     stream);
   }
@@ -359,7 +370,7 @@ cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
                                     int64_t seq, int64_t channels,
                                     int64_t heads, bool bf16,
                                     cudaStream_t stream) {
-  if (UseTensorCores(channels, heads, bf16)) {
+  if (UseTensorCores(channels, heads, bf16, {dqkv, dout, out, qkv})) {
     return LaunchAttentionBackwardTc(dqkv, delta, dout, out, qkv, lse, batch,
                                      seq, channels, heads, stream);
   }

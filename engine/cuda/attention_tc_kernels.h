@@ -5,7 +5,9 @@
 // LaunchAttentionBackward (attention_kernels.h) call these for bf16 and a
 // head size they take; tests call them directly. Each returns the launch
 // error, if any (cudaErrorInvalidValue for a head size other than 32, 64 or
-// 128, or heads that do not split the channels). Plain CUDA. Thread-safe.
+// 128, heads that do not split the channels, or a buffer that is not
+// 16-byte aligned: the kernels move rows in 16-byte packs). Plain CUDA.
+// Thread-safe.
 #ifndef TRAINYARD_ENGINE_CUDA_ATTENTION_TC_KERNELS_H_
 #define TRAINYARD_ENGINE_CUDA_ATTENTION_TC_KERNELS_H_
 

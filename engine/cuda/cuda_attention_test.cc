@@ -60,12 +60,14 @@ void ExpectCuda(cudaError_t e, const char* what) {
 }
 
 // n values of T on the device between two guard zones of kGuard elements
-// filled with kGuardByte (so the data stays 128-byte aligned).
+// filled with kGuardByte (so the data stays 128-byte aligned), or with the
+// leading zone `offset` elements longer (to misalign the data).
 template <typename T>
 class GuardedArray {
  public:
-  explicit GuardedArray(int64_t n) : n_(n) {
-    const size_t bytes = (n + 2 * kGuard) * sizeof(T);
+  explicit GuardedArray(int64_t n, int64_t offset = 0)
+      : n_(n), lead_(kGuard + offset) {
+    const size_t bytes = (n + lead_ + kGuard) * sizeof(T);
     void* base = nullptr;
     ExpectCuda(cudaMalloc(&base, bytes), "cudaMalloc");
     base_ = static_cast<T*>(base);
@@ -75,7 +77,7 @@ class GuardedArray {
   GuardedArray(const GuardedArray&) = delete;
   GuardedArray& operator=(const GuardedArray&) = delete;
 
-  T* get() const { return base_ + kGuard; }
+  T* get() const { return base_ + lead_; }
   void Upload(const std::vector<T>& host) {
     ASSERT_EQ(static_cast<int64_t>(host.size()), n_);
     ExpectCuda(
@@ -93,13 +95,13 @@ class GuardedArray {
     return host;
   }
   bool GuardsIntact() const {
-    std::vector<unsigned char> all((n_ + 2 * kGuard) * sizeof(T));
+    std::vector<unsigned char> all((n_ + lead_ + kGuard) * sizeof(T));
     ExpectCuda(
         cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost),
         "download guards");
-    const size_t zone = kGuard * sizeof(T);
+    const size_t lead = lead_ * sizeof(T), zone = kGuard * sizeof(T);
     for (size_t b = 0; b < all.size(); ++b) {
-      const bool in_guard = b < zone || b >= all.size() - zone;
+      const bool in_guard = b < lead || b >= all.size() - zone;
       if (in_guard && all[b] != kGuardByte) return false;
     }
     return true;
@@ -107,6 +109,7 @@ class GuardedArray {
 
  private:
   int64_t n_;
+  int64_t lead_;  // elements before the data
   T* base_ = nullptr;
 };
 
@@ -332,14 +335,15 @@ TEST(AttentionTcLaunchTest, EmptyBatchOrSequenceLaunchesNothing) {
       cudaSuccess);
 }
 
-// Device buffers for one shape: inputs from seeds, outputs poisoned.
+// Device buffers for one shape: inputs from seeds (`offset` elements past
+// an aligned address), outputs poisoned.
 struct Problem {
-  explicit Problem(const Shape& s)
+  explicit Problem(const Shape& s, int64_t offset = 0)
       : shape(s),
         qkv_host(RandomBf16(s.qkv_size(), 100 + s.seq)),
         dout_host(RandomBf16(s.act_size(), 200 + s.seq)),
-        qkv(s.qkv_size()),
-        dout(s.act_size()) {
+        qkv(s.qkv_size(), offset),
+        dout(s.act_size(), offset) {
     qkv.Upload(qkv_host);
     dout.Upload(dout_host);
   }
@@ -483,6 +487,29 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTcTest,
 TEST(CudaAttentionDispatchTest, OtherHeadSizesRunTheReference) {
   if (!cuda_test::DevicePresent()) GTEST_SKIP() << cuda_test::kNoDevice;
   Problem pb(Shape{1, 70, 2, 48});
+  const ForwardResult ref = RunForward(pb, Kernels::kReference);
+  const ForwardResult dispatched = RunForward(pb, Kernels::kDispatch);
+  EXPECT_EQ(FirstDifference(ref.out, dispatched.out), -1);
+  EXPECT_EQ(FirstDifference(ref.lse, dispatched.lse), -1);
+  EXPECT_EQ(FirstDifference(RunBackward(pb, ref, Kernels::kReference),
+                            RunBackward(pb, ref, Kernels::kDispatch)),
+            -1);
+}
+
+// The tensor-core kernels move rows in 16-byte packs: misaligned inputs
+// are refused by their launchers and run on the reference kernels instead.
+TEST(CudaAttentionDispatchTest, MisalignedBuffersRunTheReference) {
+  if (!cuda_test::DevicePresent()) GTEST_SKIP() << cuda_test::kNoDevice;
+  const Shape s{1, 70, 2, 64};
+  Problem pb(s, /*offset=*/1);
+  {
+    Bf16Array out(s.act_size());
+    FloatArray lse(s.stat_size());
+    EXPECT_EQ(cuda::LaunchAttentionForwardTc(out.get(), lse.get(), pb.qkv.get(),
+                                             s.batch, s.seq, s.channels(),
+                                             s.heads, nullptr),
+              cudaErrorInvalidValue);
+  }
   const ForwardResult ref = RunForward(pb, Kernels::kReference);
   const ForwardResult dispatched = RunForward(pb, Kernels::kDispatch);
   EXPECT_EQ(FirstDifference(ref.out, dispatched.out), -1);
