@@ -86,7 +86,10 @@ TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
     EXPECT_EQ(done.attempts_size(), 1) << done.DebugString();
     CommandResult logs = Yard({"logs", id});
     ASSERT_EQ(logs.exit_code(), 0) << logs.DebugString();
-    EXPECT_THAT(logs.out, HasSubstr("grant: gpus=[0] memory=[")) << logs.out;
+    // GPU 0 by its UUID: an MPS server would renumber an index.
+    EXPECT_THAT(logs.out, HasSubstr("grant: gpus=[GPU-a0a0a0a0-0000-4000-8000-"
+                                    "000000000000] memory=["))
+        << logs.out;
     EXPECT_THAT(logs.out, Not(HasSubstr("memory=[]"))) << logs.out;
   }
 }

@@ -7,10 +7,13 @@
 //   init_result         what nvmlInit_v2 returns (default NVML_SUCCESS)
 //   handle_result_N     what nvmlDeviceGetHandleByIndex_v2(N) returns
 //   temperature_result_N, power_result_N, utilization_result_N
+//   bad_uuid_N          nvmlDeviceGetUUID(N) succeeds with a bad UUID:
+//                       1 an empty one, 2 one with a comma ("GPU-a0a0,1")
 // and read counters with fake_nvml_get: init_calls, shutdown_calls,
 // initialized (1 between a successful init and its shutdown). A process
 // that cannot call fake_nvml_set (yard-worker under test) sets a key in the
-// environment instead: FAKE_NVML_INIT_RESULT=9, FAKE_NVML_DEVICE_COUNT=1.
+// environment instead: FAKE_NVML_INIT_RESULT=9, FAKE_NVML_DEVICE_COUNT=1,
+// FAKE_NVML_BAD_UUID_1=1.
 // GPU 1 reports no temperature unless told otherwise. Thread-safe.
 #include <cctype>
 #include <cstdio>
@@ -164,7 +167,14 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(
     nvmlDevice_t device, char* uuid, unsigned int length) {
-  return CopyString(device->uuid, uuid, length);
+  switch (Get("bad_uuid_" + std::to_string(device - devices), 0)) {
+    case 1:
+      return CopyString("", uuid, length);
+    case 2:
+      return CopyString("GPU-a0a0,1", uuid, length);
+    default:
+      return CopyString(device->uuid, uuid, length);
+  }
 }
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -44,16 +45,30 @@ DeviceDiscoveryChoice CpuOnly(absl::string_view reason,
   return c;
 }
 
-// Every device NVML lists, with its UUID where NVML can read it.
+// Every device NVML lists, with its UUID where NVML gives a well-formed
+// one: a malformed one must not match entries of CUDA_VISIBLE_DEVICES.
 std::vector<NvmlDeviceId> ListIds(const NvmlLibrary& nvml, int32_t count,
                                   std::vector<std::string>& notes) {
   std::vector<NvmlDeviceId> ids;
   for (int32_t i = 0; i < count; ++i) {
     absl::StatusOr<std::string> uuid = nvml.Uuid(i);
     if (!uuid.ok()) notes.push_back(std::string(uuid.status().message()));
-    ids.push_back({i, uuid.ok() ? *uuid : ""});
+    ids.push_back({i, uuid.ok() && IsGpuUuid(*uuid) ? *uuid : ""});
   }
   return ids;
+}
+
+// Jobs name their GPUs by UUID (gpu_selection.h); one without a usable UUID
+// is named by index, which is wrong under an MPS server that renumbers.
+void NoteUnusableUuid(const NvmlDeviceInfo& info,
+                      std::vector<std::string>& notes) {
+  if (IsGpuUuid(info.uuid)) return;
+  notes.push_back(absl::StrCat(
+      "GPU ", info.index, ": NVML gives no usable UUID (\"",
+      absl::CEscape(info.uuid),
+      "\"); its jobs get its index in CUDA_VISIBLE_DEVICES, which an MPS "
+      "server started with a CUDA_VISIBLE_DEVICES of its own may number "
+      "differently"));
 }
 
 trainyard::v1::Device ToProto(const NvmlDeviceInfo& info) {
@@ -112,6 +127,7 @@ absl::StatusOr<DeviceDiscoveryChoice> ChooseDeviceDiscovery(
                                    " out: ", info.status().message()));
       continue;
     }
+    NoteUnusableUuid(*info, notes);
     devices.push_back(ToProto(*info));
   }
   if (devices.empty()) {

@@ -1,8 +1,9 @@
 // Device discovery against the real NVIDIA driver (ctest label `gpu`):
 // skips on machines without one. Checks that what NVML reports is sane and
 // that NVML's index of each GPU is the CUDA driver's under
-// CUDA_DEVICE_ORDER=PCI_BUS_ID, which is what lets a job placed on GPU i
-// run with CUDA_VISIBLE_DEVICES=i.
+// CUDA_DEVICE_ORDER=PCI_BUS_ID, and that the two agree on each GPU's UUID:
+// a job placed on GPU i runs with that UUID in CUDA_VISIBLE_DEVICES, or
+// with i where NVML gives no UUID.
 #include <dlfcn.h>
 
 #include <cstdio>

@@ -266,5 +266,29 @@ TEST_F(GpuDiscoveryTest, AGpuNvmlCannotOpenIsLeftOutOrRefused) {
   EXPECT_THAT(c.status().message(), HasSubstr("Insufficient Permissions"));
 }
 
+// A GPU whose UUID NVML gives empty or malformed is still offered (its
+// jobs go by index), with a note; the bad UUID never matches an entry of
+// CUDA_VISIBLE_DEVICES.
+TEST_F(GpuDiscoveryTest, AnUnusableUuidIsNotedAndNeverMatched) {
+  fake_.Set("bad_uuid_1", 1);  // empty
+  absl::StatusOr<DeviceDiscoveryChoice> c = Choose();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(Indices(*c), ElementsAre(0, 1));
+  EXPECT_EQ((*c->discovery->ListDevices())[1].uuid(), "");
+  ASSERT_EQ(c->notes.size(), 1u);
+  EXPECT_THAT(c->notes[0],
+              HasSubstr("GPU 1: NVML gives no usable UUID (\"\")"));
+  EXPECT_THAT(c->notes[0], HasSubstr("its index in CUDA_VISIBLE_DEVICES"));
+
+  fake_.Set("bad_uuid_1", 2);      // "GPU-a0a0,1"
+  c = Choose("auto", "GPU-a0a0");  // would be ambiguous if it matched
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(Indices(*c), ElementsAre(0));
+  c = Choose();
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->notes.size(), 1u);
+  EXPECT_THAT(c->notes[0], HasSubstr("no usable UUID (\"GPU-a0a0,1\")"));
+}
+
 }  // namespace
 }  // namespace trainyard::worker

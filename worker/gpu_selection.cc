@@ -164,4 +164,27 @@ absl::StatusOr<std::vector<int32_t>> SelectGpus(
   return out;
 }
 
+bool IsGpuUuid(absl::string_view uuid) {
+  if (!absl::StartsWith(uuid, kUuidPrefix) ||
+      uuid.size() == kUuidPrefix.size()) {
+    return false;
+  }
+  uuid.remove_prefix(kUuidPrefix.size());
+  return std::all_of(uuid.begin(), uuid.end(), [](char c) {
+    return absl::ascii_isxdigit(c) || c == '-';
+  });
+}
+
+std::string CudaVisibleDevicesFor(const std::vector<int32_t>& indices,
+                                  const std::map<int32_t, std::string>& uuids) {
+  return absl::StrJoin(indices, ",", [&](std::string* out, int32_t index) {
+    auto uuid = uuids.find(index);
+    if (uuid != uuids.end() && IsGpuUuid(uuid->second)) {
+      absl::StrAppend(out, uuid->second);
+    } else {
+      absl::StrAppend(out, index);
+    }
+  });
+}
+
 }  // namespace trainyard::worker

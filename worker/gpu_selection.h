@@ -1,18 +1,21 @@
 // Which of a node's GPUs this worker offers: the --gpus flag (auto, none or
 // a list) and $CUDA_VISIBLE_DEVICES, applied to the devices NVML lists.
 //
-// A GPU is named by its NVML index (nvidia-smi's, PCI bus order). That is
-// also the index a job gets in its own CUDA_VISIBLE_DEVICES: the worker
-// runs its jobs with CUDA_DEVICE_ORDER=PCI_BUS_ID, under which CUDA numbers
-// the devices as NVML does. A worker started with CUDA_VISIBLE_DEVICES=2,3
-// thus offers GPUs 2 and 3, and a job placed on GPU 3 runs with
-// CUDA_VISIBLE_DEVICES=3.
+// A GPU is named by its NVML index (nvidia-smi's, PCI bus order); the
+// worker runs its jobs with CUDA_DEVICE_ORDER=PCI_BUS_ID, under which CUDA
+// numbers the devices as NVML does. A worker started with
+// CUDA_VISIBLE_DEVICES=2,3 thus offers GPUs 2 and 3. A job placed on GPU 3
+// gets that GPU's UUID in its own CUDA_VISIBLE_DEVICES, not the index: an
+// MPS server started with CUDA_VISIBLE_DEVICES of its own numbers the
+// devices it shows its clients afresh, so an index could name another GPU
+// or none, while a UUID names the same GPU everywhere.
 //
 // Pure functions; thread-safe.
 #ifndef TRAINYARD_WORKER_GPU_SELECTION_H_
 #define TRAINYARD_WORKER_GPU_SELECTION_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +69,18 @@ absl::StatusOr<std::vector<int32_t>> SelectGpus(
     const std::optional<std::string>& cuda_visible_devices,
     const std::vector<NvmlDeviceId>& devices,
     std::vector<std::string>* notes = nullptr);
+
+// Whether `uuid` can stand for its GPU in CUDA_VISIBLE_DEVICES: "GPU-" and
+// hex digits and dashes, as NVML and nvidia-smi write it. Anything else
+// (empty, or with a comma that would split the list) is not used.
+bool IsGpuUuid(absl::string_view uuid);
+
+// The CUDA_VISIBLE_DEVICES that shows a process exactly the GPUs `indices`
+// (NVML indices), in that order: each one's UUID from `uuids`, or its index
+// where the UUID is missing or not IsGpuUuid. Empty for no GPU (which hides
+// them all). ResolveCudaVisibleDevices reads it back to `indices`.
+std::string CudaVisibleDevicesFor(const std::vector<int32_t>& indices,
+                                  const std::map<int32_t, std::string>& uuids);
 
 }  // namespace trainyard::worker
 

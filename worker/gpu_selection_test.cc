@@ -119,5 +119,52 @@ TEST(SelectGpusTest, AListNamesGpusThatMustExistAndBeVisible) {
               HasSubstr("this machine has no GPU"));
 }
 
+TEST(IsGpuUuidTest, OnlyUuidsAsNvmlWritesThem) {
+  EXPECT_TRUE(IsGpuUuid("GPU-a0a0a0a0-0000-4000-8000-000000000000"));
+  EXPECT_TRUE(IsGpuUuid("GPU-B1B1"));
+  for (const char* bad :
+       {"", "GPU-", "GPU-a0a0,1", "GPU-a0a0 ", " GPU-a0", "gpu-a0a0",
+        "MIG-a0a0", "GPU-xyz", "0", "GPU-a0\n1"}) {
+    EXPECT_FALSE(IsGpuUuid(bad)) << bad;
+  }
+}
+
+const std::map<int32_t, std::string> kUuids = {
+    {0, "GPU-a0a0a0a0-0000-4000-8000-000000000000"},
+    {1, "GPU-b1b1b1b1-1111-4111-8111-111111111111"},
+    {2, "GPU-b1b2c3d4-2222-4222-8222-222222222222"},
+    {3, ""},  // NVML could not read it
+};
+
+TEST(CudaVisibleDevicesForTest, UuidsInTheOrderGiven) {
+  EXPECT_EQ(CudaVisibleDevicesFor({1}, kUuids),
+            "GPU-b1b1b1b1-1111-4111-8111-111111111111");
+  EXPECT_EQ(CudaVisibleDevicesFor({2, 0}, kUuids),
+            "GPU-b1b2c3d4-2222-4222-8222-222222222222,"
+            "GPU-a0a0a0a0-0000-4000-8000-000000000000");
+  EXPECT_EQ(CudaVisibleDevicesFor({}, kUuids), "");  // hides every GPU
+}
+
+TEST(CudaVisibleDevicesForTest, AGpuWithoutAUsableUuidGoesByIndex) {
+  EXPECT_EQ(CudaVisibleDevicesFor({3}, kUuids), "3");   // empty UUID
+  EXPECT_EQ(CudaVisibleDevicesFor({5}, kUuids), "5");   // none known
+  EXPECT_EQ(CudaVisibleDevicesFor({0, 1}, {}), "0,1");  // CPU/fake setups
+  EXPECT_EQ(CudaVisibleDevicesFor({1, 0}, {{1, "GPU-a0a0,1"}}), "1,0");
+  EXPECT_EQ(CudaVisibleDevicesFor({3, 1}, kUuids),
+            "3,GPU-b1b1b1b1-1111-4111-8111-111111111111");
+}
+
+// What a job is given reads back, as CUDA reads it, to the GPUs it was
+// placed on: a worker nested in a job's environment offers just those.
+TEST(CudaVisibleDevicesForTest, ReadsBackToTheSameGpus) {
+  for (const std::vector<int32_t>& gpus :
+       std::vector<std::vector<int32_t>>{{0}, {2, 0}, {3, 1}, {1, 3, 2, 0}}) {
+    const std::string value = CudaVisibleDevicesFor(gpus, kUuids);
+    const VisibleDevices v = ResolveCudaVisibleDevices(value, kFour);
+    EXPECT_EQ(v.indices, gpus) << value;
+    EXPECT_THAT(v.ignored, IsEmpty()) << value;
+  }
+}
+
 }  // namespace
 }  // namespace trainyard::worker

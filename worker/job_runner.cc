@@ -10,9 +10,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/gpu_selection.h"
 
 namespace trainyard::worker {
 namespace fs = std::filesystem;
@@ -327,32 +327,44 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
                           {"--rendezvous-host", options_.rank_address});
       }
     }
-    // Each rank sees its own GPU; a CPU job sees none, so it cannot take
-    // memory from a GPU job.
-    const std::string gpus =
-        a.gpu_indices().empty()
-            ? ""
-            : (world > 1 ? std::to_string(a.gpu_indices(i))
-                         : absl::StrJoin(a.gpu_indices(), ","));
-    std::vector<std::string> env = {absl::StrCat("CUDA_VISIBLE_DEVICES=", gpus),
-                                    absl::StrCat("YARD_JOB_ID=", a.job_id()),
-                                    absl::StrCat("YARD_ATTEMPT=", a.attempt()),
-                                    absl::StrCat("YARD_RANK=", rank)};
-    // A job sharing its GPU gets its memory grant (the engine's arena takes
-    // exactly that) and, under MPS, its compute share as a thread cap.
-    for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) {
-      if (world > 1 && g.index() != a.gpu_indices(i)) continue;
-      env.push_back(absl::StrCat("YARD_GPU_MEMORY_BYTES=", g.memory_bytes()));
-      if (options_.mps) {
-        env.push_back(absl::StrCat("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=",
-                                   (g.compute_milli() + 9) / 10));
-      }
-      break;
-    }
-    spawn.env = EnvironmentWith(env);
+    spawn.env = EnvironmentWith(RankEnvironment(a, i, rank, world));
     spawn.cwd = dir.string();
   }
   return launch;
+}
+
+std::vector<std::string> JobRunner::RankEnvironment(
+    const trainyard::v1::Assignment& a, int i, int rank, int world) const {
+  // Each rank sees its own GPU; a CPU job sees none, so it cannot take
+  // memory from a GPU job. GPUs go by UUID: an MPS server started with a
+  // CUDA_VISIBLE_DEVICES of its own renumbers the GPUs its clients see, so
+  // an index could name another GPU there.
+  std::vector<int32_t> gpus;
+  if (!a.gpu_indices().empty()) {
+    if (world > 1) {
+      gpus.push_back(a.gpu_indices(i));
+    } else {
+      gpus.assign(a.gpu_indices().begin(), a.gpu_indices().end());
+    }
+  }
+  std::vector<std::string> env = {
+      absl::StrCat("CUDA_VISIBLE_DEVICES=",
+                   CudaVisibleDevicesFor(gpus, options_.gpu_uuids)),
+      absl::StrCat("YARD_JOB_ID=", a.job_id()),
+      absl::StrCat("YARD_ATTEMPT=", a.attempt()),
+      absl::StrCat("YARD_RANK=", rank)};
+  // A job sharing its GPU gets its memory grant (the engine's arena takes
+  // exactly that) and, under MPS, its compute share as a thread cap.
+  for (const trainyard::v1::GpuGrant& g : a.gpu_grants()) {
+    if (world > 1 && g.index() != a.gpu_indices(i)) continue;
+    env.push_back(absl::StrCat("YARD_GPU_MEMORY_BYTES=", g.memory_bytes()));
+    if (options_.mps) {
+      env.push_back(absl::StrCat("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=",
+                                 (g.compute_milli() + 9) / 10));
+    }
+    break;
+  }
+  return env;
 }
 
 void JobRunner::Refuse(const trainyard::v1::Assignment& a,

@@ -3,7 +3,8 @@
 // directory), accounts CPU slots and GPUs, and finds running attempts for
 // Cancel, Preempt and StopAttempt. A GPU is held whole by one job, or shared
 // by jobs whose grants (memory, compute) fit in it together; each sharing
-// job is told its memory grant (YARD_GPU_MEMORY_BYTES: the engine's arena). An
+// job is told its memory grant (YARD_GPU_MEMORY_BYTES: the engine's arena).
+// A job sees only its own GPUs, named by UUID (CUDA_VISIBLE_DEVICES). An
 // assignment that does not fit (no free slot, a GPU this worker does not have,
 // a bad id) is refused: it is reported as a JobExited with exit_code
 // kRefusedExitCode and the reason, never run oversubscribed.
@@ -46,6 +47,10 @@ struct JobRunnerOptions {
   // Memory of each of those GPUs, where known: shared grants on a GPU must
   // fit in it.
   std::map<int32_t, int64_t> gpu_memory_bytes;
+  // UUID of each of those GPUs, where known. A job's CUDA_VISIBLE_DEVICES
+  // names its GPUs by UUID, which means the same GPU with or without an MPS
+  // server in between; a GPU without a usable UUID is named by index.
+  std::map<int32_t, std::string> gpu_uuids;
   // NVIDIA MPS is running: a job sharing a GPU is capped at its compute
   // share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); without MPS the jobs of a
   // GPU are time-sliced.
@@ -121,6 +126,10 @@ class JobRunner {
   // Frees the attempt's slot or GPUs once its process is reaped, before its
   // exit is reported: the server may assign the place again at once.
   void ReleaseAtExit(const Key& key);
+  // What rank `rank` (the `i`th here) of `world` finds in its environment
+  // besides the worker's own: its GPU(s), the job, its grant.
+  std::vector<std::string> RankEnvironment(const trainyard::v1::Assignment& a,
+                                           int i, int rank, int world) const;
   // Creates the attempt directory and spec file; returns how to run it.
   absl::StatusOr<JobLaunch> PrepareLaunch(
       const trainyard::v1::Assignment& a) const;

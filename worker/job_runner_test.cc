@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/test_scripts.h"
@@ -233,6 +234,84 @@ TEST_F(JobRunnerTest, JobsShareAGpuWithinItsMemoryAndCompute) {
   auto refused = reports_.WaitExit("shared-beside-whole", 1);
   ASSERT_TRUE(refused.has_value());
   EXPECT_THAT(refused->error(), HasSubstr("hold it whole"));
+}
+
+constexpr char kUuid0[] = "GPU-a0a0a0a0-0000-4000-8000-000000000000";
+constexpr char kUuid1[] = "GPU-b1b1b1b1-1111-4111-8111-111111111111";
+
+// A job on GPUs of this worker: spec.resources.gpus = world (the GPUs of all
+// its ranks), `gpus` the ones placed here.
+v1::Assignment OnGpus(v1::Assignment a, const std::vector<int32_t>& gpus,
+                      int world = 0) {
+  a.mutable_spec()->mutable_resources()->set_gpus(
+      world > 0 ? world : static_cast<int>(gpus.size()));
+  for (int32_t gpu : gpus) a.add_gpu_indices(gpu);
+  return a;
+}
+
+// A job names its GPU by UUID, which survives an MPS server's renumbering.
+TEST_F(JobRunnerTest, AJobSeesItsGpuByUuid) {
+  options_.gpus = {0, 1};
+  options_.gpu_uuids = {{0, kUuid0}, {1, kUuid1}};
+  runner().Start(OnGpus(Job("j1", "succeed"), {1}));
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 0) << exit->error();
+  EXPECT_THAT(reports_.Log("j1", 1),
+              HasSubstr(absl::StrCat("job: j1/1 gpus=[", kUuid1, "]\n")));
+}
+
+// One rank per GPU, each seeing only its own, in the assignment's order;
+// likewise for the ranks of a job spread over workers.
+TEST_F(JobRunnerTest, EachRankSeesItsOwnGpuByUuid) {
+  options_.gpus = {0, 1};
+  options_.gpu_uuids = {{0, kUuid0}, {1, kUuid1}};
+  runner().Start(OnGpus(Job("dp", "ranks"), {1, 0}));
+  auto exit = reports_.WaitExit("dp", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 0) << exit->error();
+  std::string log = reports_.Log("dp", 1);
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("job: dp/1 gpus=[", kUuid1, "]\n")))
+      << log;
+  EXPECT_THAT(
+      log, HasSubstr(absl::StrCat("[rank 1] job: dp/1 gpus=[", kUuid0, "]\n")))
+      << log;
+
+  v1::Assignment spread = OnGpus(Job("spread", "ranks"), {0, 1}, /*world=*/4);
+  spread.set_world_size(4);
+  spread.set_first_rank(2);
+  spread.set_ranks(2);
+  runner().Start(spread);
+  exit = reports_.WaitExit("spread", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 0) << exit->error();
+  log = reports_.Log("spread", 1);
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("[rank 2] job: spread/1 gpus=[",
+                                          kUuid0, "]\n")))
+      << log;
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("[rank 3] job: spread/1 gpus=[",
+                                          kUuid1, "]\n")))
+      << log;
+}
+
+// Without a usable UUID (CPU-only or fake setups, or NVML giving an empty
+// or malformed one) a GPU goes by its index, never by the bad string.
+TEST_F(JobRunnerTest, AGpuWithoutAUsableUuidGoesByIndex) {
+  options_.gpus = {0, 1, 2, 3};
+  options_.gpu_uuids = {{0, kUuid0}, {1, ""}, {2, "GPU-a0a0,1"}};
+  const std::vector<std::pair<std::string, int32_t>> jobs = {
+      {"empty", 1}, {"malformed", 2}, {"unknown", 3}};
+  for (const auto& [id, gpu] : jobs) {
+    runner().Start(OnGpus(Job(id, "succeed"), {gpu}));
+  }
+  for (const auto& [id, gpu] : jobs) {
+    auto exit = reports_.WaitExit(id, 1);
+    ASSERT_TRUE(exit.has_value()) << id;
+    EXPECT_EQ(exit->exit_code(), 0) << exit->error();
+    EXPECT_THAT(reports_.Log(id, 1),
+                HasSubstr(absl::StrCat("gpus=[", gpu, "]\n")))
+        << id;
+  }
 }
 
 TEST_F(JobRunnerTest, MissingTrainBinaryFailsTheJob) {

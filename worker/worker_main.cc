@@ -119,10 +119,12 @@ void ServeUntilSignalled(Worker& worker, const sigset_t& signals,
   shutdown.join();
 }
 
-// Jobs name GPUs by NVML's index (PCI bus order, as nvidia-smi); CUDA
-// numbers them the same way only under CUDA_DEVICE_ORDER=PCI_BUS_ID (its
-// default puts the fastest first), so the jobs inherit that. Call before
-// any thread starts: setenv is not thread-safe.
+// Jobs are placed on GPUs by NVML's index (PCI bus order, as nvidia-smi);
+// CUDA numbers them the same way only under CUDA_DEVICE_ORDER=PCI_BUS_ID
+// (its default puts the fastest first), so the jobs inherit that. Their
+// CUDA_VISIBLE_DEVICES names GPUs by UUID where known, which needs no
+// order; the index is the fallback. Call before any thread starts: setenv
+// is not thread-safe.
 void UsePciBusOrder() {
   const char* order = std::getenv("CUDA_DEVICE_ORDER");
   if (order == nullptr) {
@@ -185,6 +187,7 @@ void UseDevices(const OfferedDevices& offered, WorkerConfig& config) {
   for (const auto& d : offered.devices) {
     config.runner.gpus.push_back(d.index());
     config.runner.gpu_memory_bytes[d.index()] = d.memory_bytes();
+    config.runner.gpu_uuids[d.index()] = d.uuid();
   }
   if (!offered.devices.empty()) {
     config.runner.mps = MpsRunning();

@@ -201,6 +201,30 @@ class WorkerGpuTest : public ::testing::Test {
     return out;
   }
 
+  // Runs a one-GPU job on GPU `index` to its end; returns the job's log.
+  std::string RunJobOnGpu(const std::string& job, int32_t index) {
+    EXPECT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 1); }));
+    trainyard::v1::ServerMessage m;
+    trainyard::v1::Assignment& a = *m.mutable_assignment();
+    a = testing::MakeAssignment(job, 1, "succeed", tmp_.Sub("ckpt"));
+    a.mutable_spec()->mutable_resources()->set_gpus(1);
+    a.add_gpu_indices(index);
+    hub_.Send(m);
+    EXPECT_TRUE(hub_.WaitFor([&](const auto& r) {
+      return FindUpdate(r, job, 1, JobUpdate::kExited) >= 0;
+    }));
+    std::string log;
+    for (const Received& r : hub_.received()) {
+      const JobUpdate& u = r.message.update();
+      if (u.job_id() != job) continue;
+      if (u.has_exited()) {
+        EXPECT_EQ(u.exited().exit_code(), 0) << u.exited().error();
+      }
+      log += u.log();
+    }
+    return log;
+  }
+
   // SIGTERM, then what the worker logged.
   std::string StopAndReadLog() {
     kill(worker_->pid(), SIGTERM);
@@ -246,6 +270,29 @@ TEST_F(WorkerGpuTest, OffersOnlyTheGpusCudaVisibleDevicesLeaves) {
   ASSERT_EQ(heartbeat.devices_size(), 1);
   EXPECT_EQ(heartbeat.devices(0).index(), 1);
   EXPECT_EQ(heartbeat.devices(0).power_milliwatts(), 70250);
+}
+
+// Jobs get their GPU's UUID from NVML in CUDA_VISIBLE_DEVICES (an MPS
+// server may renumber indices), also when the worker itself was started
+// with a CUDA_VISIBLE_DEVICES.
+TEST_F(WorkerGpuTest, JobsSeeTheirGpuByUuid) {
+  Start({}, {"CUDA_VISIBLE_DEVICES=GPU-b1b1,0"});
+  EXPECT_THAT(RunJobOnGpu("on-1", 1),
+              HasSubstr("job: on-1/1 gpus=[GPU-b1b1b1b1-1111-4111-8111-"
+                        "111111111111]\n"));
+  EXPECT_THAT(RunJobOnGpu("on-0", 0),
+              HasSubstr("job: on-0/1 gpus=[GPU-a0a0a0a0-0000-4000-8000-"
+                        "000000000000]\n"));
+}
+
+// A GPU whose UUID NVML gives empty goes by its index, and the worker says
+// so when it starts.
+TEST_F(WorkerGpuTest, AGpuWithoutAUuidGoesByIndex) {
+  Start({}, {"FAKE_NVML_BAD_UUID_1=1"});
+  EXPECT_THAT(RunJobOnGpu("on-1", 1), HasSubstr("job: on-1/1 gpus=[1]\n"));
+  EXPECT_THAT(RunJobOnGpu("on-0", 0),
+              HasSubstr("gpus=[GPU-a0a0a0a0-0000-4000-8000-000000000000]"));
+  EXPECT_THAT(StopAndReadLog(), HasSubstr("GPU 1: NVML gives no usable UUID"));
 }
 
 TEST_F(WorkerGpuTest, NoDriverStartsWithCpuSlotsOnlyAndSaysWhy) {
