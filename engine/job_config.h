@@ -74,6 +74,9 @@ struct EngineJob {
   // precision (bf16 activations and working weights, fp32 masters and
   // optimizer state), on the CPU or CUDA backend alike.
   DType activation_dtype = DType::kF32;
+  // Benchmarks: wrap the backend in a ProfilingBackend (TrainJob::profiler)
+  // that can time every op. Never set from a spec.
+  bool profile_ops = false;
 };
 
 // The backend activation dtype a spec's precision asks for.

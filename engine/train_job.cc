@@ -246,12 +246,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
 #endif
 #ifdef YARD_CUDA
   const MemoryEstimate need =
-      job.is_gpt ? EstimateGptMemory(job.gpt, job.trainer.micro_batch,
-                                     job.threads, DeviceKind::kCuda,
-                                     job.activation_dtype)
-                 : EstimateMlpMemory(job.mlp, job.trainer.micro_batch,
-                                     job.threads, DeviceKind::kCuda,
-                                     job.activation_dtype);
+      job.is_gpt
+          ? EstimateGptMemory(job.gpt, job.trainer.micro_batch, job.threads,
+                              DeviceKind::kCuda, job.activation_dtype)
+          : EstimateMlpMemory(job.mlp, job.trainer.micro_batch, job.threads,
+                              DeviceKind::kCuda, job.activation_dtype);
   CudaBackendOptions options;
   options.activation_dtype = job.activation_dtype;
   options.arena_bytes = need.allocated() + need.workspace;
@@ -333,6 +332,12 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
     ASSIGN_OR_RETURN(t->gpu_collective_,
                      CreateGpuCollective(t->backend_.get(), ranks));
     collective = t->gpu_collective_.get();
+  }
+  if (job.profile_ops) {
+    // After the collective, which keeps the CUDA backend itself.
+    auto profiler = std::make_unique<ProfilingBackend>(std::move(t->backend_));
+    t->profiler_ = profiler.get();
+    t->backend_ = std::move(profiler);
   }
   ShuffledLoaderOptions loader_options;
   // Every rank draws the same global micro-batch and trains on its slice.

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "engine/core/collective.h"
 #include "engine/core/model.h"
+#include "engine/core/profiling_backend.h"
 #include "engine/core/trainer.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/data/shuffled_loader.h"
@@ -51,6 +52,9 @@ class TrainJob {
   Trainer& trainer() { return *trainer_; }
   Model& model() { return *model_; }
   Backend& backend() { return *backend_; }
+  // The op timer around backend(), when the job asked for one
+  // (EngineJob::profile_ops); null otherwise.
+  ProfilingBackend* profiler() { return profiler_; }
   // Text data only.
   const std::optional<Tokenizer>& tokenizer() const { return tokenizer_; }
 
@@ -65,6 +69,7 @@ class TrainJob {
   // Declaration order is teardown order reversed: the trainer and model free
   // their buffers before the backend goes.
   std::unique_ptr<Backend> backend_;
+  ProfilingBackend* profiler_ = nullptr;  // backend_ itself, or null
   // GPU ranks: the NCCL collective (on backend_'s device and stream).
   std::unique_ptr<Collective> gpu_collective_;
   std::unique_ptr<ExampleSet> train_, eval_;

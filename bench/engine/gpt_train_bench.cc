@@ -9,6 +9,7 @@
 //   gpt_train_bench [--config 124m|shakespeare] [--precision fp32|bf16]
 //                   [--device cuda|cpu] [--micro-batch N|max] [--steps 20]
 //                   [--warmup 3] [--threads 1] [--data-root DIR] [--csv FILE]
+//                   [--profile-steps 0]
 //
 // 124m: GPT-2 small (12 layers, 12 heads, d_model 768, seq 1024, vocab
 // 50304) on a shard of random tokens written to a temporary folder.
@@ -21,6 +22,9 @@
 // Prints the step time (median), tokens/s, MFU against 989 TFLOP/s (H100 and
 // H200 SXM dense bf16) with FLOPs per token 6N + 6*L*C*T, peak memory, and
 // one CSV line (header and row prefixed "CSV "), also appended to --csv.
+// --profile-steps N then runs N more steps with every backend op timed to
+// the device's completion (ProfilingBackend) and prints where a step's time
+// goes, op by op (lines prefixed "PROFILE ").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -73,6 +77,7 @@ struct Options {
   int threads = 1;
   std::string data_root = ".";
   std::string csv;
+  int64_t profile_steps = 0;
 };
 
 absl::Status ParseFlag(const std::string& flag, const std::string& value,
@@ -99,6 +104,8 @@ absl::Status ParseFlag(const std::string& flag, const std::string& value,
     o->data_root = value;
   } else if (flag == "--csv" && !value.empty()) {
     o->csv = value;
+  } else if (flag == "--profile-steps" && number) {
+    o->profile_steps = n;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("bad flag or value: ", flag, " ", value));
@@ -174,7 +181,7 @@ absl::StatusOr<v1::JobSpec> BaseSpec(const Options& o,
   // One step more than timed (the confirming step of --micro-batch max may
   // come on top of the warm-up). A report every step costs nothing: the
   // loss is on the host already.
-  spec.set_steps(o.warmup + o.steps + 1);
+  spec.set_steps(o.warmup + o.steps + o.profile_steps + 1);
   spec.set_log_every_steps(1);
   spec.mutable_eval()->set_every_steps(0);
   spec.mutable_checkpoint()->set_every_steps(0);
@@ -207,6 +214,7 @@ absl::StatusOr<std::unique_ptr<BenchJob>> StartJob(
   config.data_root = data_root;
   ASSIGN_OR_RETURN(EngineJob engine_job, EngineJobFromSpec(spec, config));
   engine_job.trainer.checkpoint.dir.clear();  // no checkpoints, no resume
+  engine_job.profile_ops = true;  // timing off until --profile-steps
   auto bench = std::make_unique<BenchJob>();
   ASSIGN_OR_RETURN(bench->job, TrainJob::Create(engine_job, &bench->sink));
   RETURN_IF_ERROR(bench->job->trainer().Start());
@@ -345,6 +353,44 @@ void Report(const Options& o, const v1::JobSpec& spec, BenchJob& bench,
   }
 }
 
+// `steps` more steps with every op timed; prints each op's calls and time
+// per step, most time first, and its share of the profiled step.
+absl::Status ProfileSteps(TrainJob& job, int64_t steps, double plain_median) {
+  ProfilingBackend* profiler = job.profiler();
+  if (profiler == nullptr) return absl::InternalError("no op profiler");
+  profiler->Reset();
+  profiler->set_enabled(true);
+  double total = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    absl::StatusOr<double> s = TimedStep(job);
+    if (!s.ok()) {
+      profiler->set_enabled(false);
+      return s.status();
+    }
+    total += *s;
+  }
+  profiler->set_enabled(false);
+  const double per_step = total / static_cast<double>(steps);
+  absl::PrintF(
+      "PROFILE %d steps with a wait after every op: %.2f ms a step (plain "
+      "median %.2f ms)\n",
+      steps, per_step * 1e3, plain_median * 1e3);
+  absl::PrintF("PROFILE %-28s %10s %10s %7s\n", "op", "calls/step", "ms/step",
+               "share");
+  double ops = 0;
+  for (const OpTime& t : profiler->Profile()) {
+    ops += t.seconds;
+    absl::PrintF("PROFILE %-28s %10.1f %10.3f %6.1f%%\n", t.op,
+                 static_cast<double>(t.calls) / static_cast<double>(steps),
+                 t.seconds / static_cast<double>(steps) * 1e3,
+                 100 * t.seconds / total);
+  }
+  absl::PrintF("PROFILE %-28s %10s %10.3f %6.1f%%\n", "(host, between ops)", "",
+               (total - ops) / static_cast<double>(steps) * 1e3,
+               100 * (total - ops) / total);
+  return absl::OkStatus();
+}
+
 // A temporary folder removed with everything in it when this goes.
 struct ScratchDir {
   std::string path;
@@ -382,6 +428,11 @@ absl::Status Run(const Options& o) {
     if (step >= o.warmup) seconds.push_back(s);
   }
   Report(o, spec, *bench, seconds);
+  if (o.profile_steps > 0) {
+    std::sort(seconds.begin(), seconds.end());
+    RETURN_IF_ERROR(ProfileSteps(*bench->job, o.profile_steps,
+                                 seconds[seconds.size() / 2]));
+  }
   return absl::OkStatus();
 }
 
@@ -395,7 +446,7 @@ int main(int argc, char** argv) {
                  "gpt_train_bench: %s\nusage: gpt_train_bench [--config 124m|"
                  "shakespeare] [--precision fp32|bf16] [--device cuda|cpu] "
                  "[--micro-batch N|max] [--steps N] [--warmup N] [--threads N] "
-                 "[--data-root DIR] [--csv FILE]\n",
+                 "[--data-root DIR] [--csv FILE] [--profile-steps N]\n",
                  std::string(options.status().message()).c_str());
     return 2;
   }

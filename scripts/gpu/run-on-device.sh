@@ -132,14 +132,15 @@ run_engine() {
   local torch=(python3 "$root/bench/engine/gpt_torch_gpu_bench.py" --csv "$csv")
   export PYTHONUNBUFFERED=1
   # Most wanted first: what the target compares.
-  bounded 110 "$elog" "${ours[@]}" --config 124m --precision bf16 --micro-batch max
+  bounded 110 "$elog" "${ours[@]}" --config 124m --precision bf16 --micro-batch max --profile-steps 2
   bounded 240 "$elog" "${torch[@]}" --config 124m --precision bf16 --micro-batch max
   bounded 110 "$elog" "${ours[@]}" --config 124m --precision fp32 --micro-batch max
-  bounded 40 "$elog" "${ours[@]}" --config shakespeare --precision bf16 --steps 50 --warmup 10
+  bounded 40 "$elog" "${ours[@]}" --config shakespeare --precision bf16 --steps 50 --warmup 10 --profile-steps 5
   bounded 40 "$elog" "${ours[@]}" --config shakespeare --precision fp32 --steps 50 --warmup 10
   bounded 120 "$elog" "${torch[@]}" --config shakespeare --precision bf16 --micro-batch 16 --steps 50 --warmup 10
   note "engine: results in engine.csv"
   column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
+  grep '^PROFILE' "$elog" | tee -a "$log"
 }
 
 run_packing() {
