@@ -67,16 +67,19 @@ absl::StatusOr<OptimizerStepStats> AdamW::Step(double lr) {
       static_cast<float>(1.0 - std::pow(config_.beta1, static_cast<double>(t)));
   u.bias_correction2 =
       static_cast<float>(1.0 - std::pow(config_.beta2, static_cast<double>(t)));
+  std::vector<Backend::AdamWTensor> tensors;
+  tensors.reserve(params_->size());
   for (size_t i = 0; i < params_->size(); ++i) {
     const Parameter& p = (*params_)[i];
-    u.weight_decay = (p.is_bias && !config_.decay_biases)
-                         ? 0.0f
-                         : static_cast<float>(config_.weight_decay);
+    const float weight_decay = (p.is_bias && !config_.decay_biases)
+                                   ? 0.0f
+                                   : static_cast<float>(config_.weight_decay);
     // Mixed precision: the same pass rewrites the working copy the ops read.
     void* working = p.working == p.value ? nullptr : p.working;
-    backend_->AdamW(p.value, p.grad, m_[i]->f32(), v_[i]->f32(), working,
-                    p.size(), u);
+    tensors.push_back({p.value, p.grad, m_[i]->f32(), v_[i]->f32(), working,
+                       p.size(), weight_decay});
   }
+  backend_->AdamWEach(tensors, u);
   RETURN_IF_ERROR(backend_->Synchronize());
   step_count_ = t;
   return stats;

@@ -209,6 +209,27 @@ class Backend {
   // copy into `working` (activation dtype) in the same pass.
   virtual void AdamW(float* param, const float* grad, float* m, float* v,
                      void* working, int64_t n, const AdamWUpdate& update) = 0;
+  // One parameter tensor of an optimizer step, with its own weight decay
+  // (AdamWEach ignores update.weight_decay).
+  struct AdamWTensor {
+    float* param;
+    const float* grad;
+    float* m;
+    float* v;
+    void* working;
+    int64_t n;
+    float weight_decay;
+  };
+  // AdamW on each tensor, bitwise as one call per tensor. The default makes
+  // those calls; the CUDA backend updates 64 tensors a launch.
+  virtual void AdamWEach(std::span<const AdamWTensor> tensors,
+                         const AdamWUpdate& update) {
+    for (const AdamWTensor& t : tensors) {
+      AdamWUpdate u = update;
+      u.weight_decay = t.weight_decay;
+      AdamW(t.param, t.grad, t.m, t.v, t.working, t.n, u);
+    }
+  }
 
   // ---- GPT ops. Shapes: B sequences of T tokens, C channels, NH heads.
 

@@ -165,6 +165,11 @@ void ProfilingBackend::AdamW(float* param, const float* grad, float* m,
   Timed("AdamW", [&] { inner_->AdamW(param, grad, m, v, working, n, update); });
 }
 
+void ProfilingBackend::AdamWEach(std::span<const AdamWTensor> tensors,
+                                 const AdamWUpdate& update) {
+  Timed("AdamWEach", [&] { inner_->AdamWEach(tensors, update); });
+}
+
 void ProfilingBackend::Add(void* out, const void* a, const void* b, int64_t n) {
   Timed("Add", [&] { inner_->Add(out, a, b, n); });
 }

@@ -117,6 +117,8 @@ class CudaBackend : public Backend {
                                    int64_t batch, int64_t classes) override;
   void AdamW(float* param, const float* grad, float* m, float* v, void* working,
              int64_t n, const AdamWUpdate& update) override;
+  void AdamWEach(std::span<const AdamWTensor> tensors,
+                 const AdamWUpdate& update) override;
   void Add(void* out, const void* a, const void* b, int64_t n) override;
   void EmbeddingForward(void* out, const int32_t* tokens, const void* wte,
                         const void* wpe, int64_t batch, int64_t seq,

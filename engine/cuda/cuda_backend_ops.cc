@@ -257,6 +257,12 @@ void CudaBackend::SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
 
 void CudaBackend::AdamW(float* param, const float* grad, float* m, float* v,
                         void* working, int64_t n, const AdamWUpdate& u) {
+  const AdamWTensor one[] = {{param, grad, m, v, working, n, u.weight_decay}};
+  AdamWEach(one, u);
+}
+
+void CudaBackend::AdamWEach(std::span<const AdamWTensor> tensors,
+                            const AdamWUpdate& u) {
   UseDevice();
   const cuda::AdamWStep step{u.lr,
                              u.beta1,
@@ -266,14 +272,24 @@ void CudaBackend::AdamW(float* param, const float* grad, float* m, float* v,
                              u.grad_scale,
                              u.bias_correction1,
                              u.bias_correction2};
-  if (working != nullptr && working != param && !bf16()) {
-    Record(absl::InvalidArgumentError(
-        "cuda AdamW: an fp32 backend has no separate working copy"));
-    return;
+  for (const AdamWTensor& t : tensors) {
+    if (t.working != nullptr && t.working != t.param && !bf16()) {
+      Record(absl::InvalidArgumentError(
+          "cuda AdamW: an fp32 backend has no separate working copy"));
+      return;  // before anything is queued
+    }
   }
-  void* working_bf16 = working == param ? nullptr : working;
-  YARD_CUDA_LAUNCH(
-      cuda::LaunchAdamW(param, grad, m, v, working_bf16, n, step, stream_));
+  cuda::AdamWBatch batch;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const AdamWTensor& t = tensors[i];
+    void* working_bf16 = t.working == t.param ? nullptr : t.working;
+    batch.tensors[batch.count++] = {t.param,      t.grad, t.m,           t.v,
+                                    working_bf16, t.n,    t.weight_decay};
+    if (batch.count == cuda::kAdamWBatchTensors || i + 1 == tensors.size()) {
+      YARD_CUDA_LAUNCH(cuda::LaunchAdamWBatch(batch, step, stream_));
+      batch.count = 0;
+    }
+  }
 }
 
 void CudaBackend::EmbeddingForward(void* out, const int32_t* tokens,

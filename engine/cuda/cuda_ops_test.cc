@@ -103,6 +103,48 @@ TEST_F(CudaOpsTest, AdamWMatchesCpu) {
   ExpectNear(Down(gp), param, 1e-6, 1e-7, "param");
 }
 
+// The batched update (64 tensors a launch, 150 tensors here: three
+// launches) is bitwise the update of each tensor alone, with each
+// tensor's own weight decay.
+TEST_F(CudaOpsTest, AdamWEachIsAdamWOfEachTensor) {
+  constexpr int kTensors = 150;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < kTensors; ++i)
+    sizes.push_back(i % 9 == 0 ? 0 : 1 + i * 211);
+  AdamWUpdate u;
+  u.lr = 1e-3f;
+  u.grad_scale = 0.7f;
+  u.bias_correction1 = 1 - std::pow(0.9f, 3.f);
+  u.bias_correction2 = 1 - std::pow(0.999f, 3.f);
+  // param, grad, m and v of each tensor
+  std::vector<cuda_test::DeviceArray<float>> each, alone;
+  std::vector<Backend::AdamWTensor> tensors;
+  for (int i = 0; i < kTensors; ++i) {
+    const int64_t n = std::max<int64_t>(sizes[i], 1);
+    for (int copy = 0; copy < 2; ++copy) {
+      auto& into = copy == 0 ? each : alone;
+      into.push_back(Up(Random(n, 100 + i)));
+      into.push_back(Up(Random(n, 300 + i)));
+      into.push_back(Up(Random(n, 500 + i, -0.1f, 0.1f)));
+      into.push_back(Up(Random(n, 700 + i, 0.01f, 1.f)));
+    }
+    const float decay = 0.05f * static_cast<float>(i % 3);
+    tensors.push_back({each[4 * i].get(), each[4 * i + 1].get(),
+                       each[4 * i + 2].get(), each[4 * i + 3].get(), nullptr,
+                       sizes[i], decay});
+    AdamWUpdate one = u;
+    one.weight_decay = decay;
+    gpu_->AdamW(alone[4 * i].get(), alone[4 * i + 1].get(),
+                alone[4 * i + 2].get(), alone[4 * i + 3].get(), nullptr,
+                sizes[i], one);
+  }
+  gpu_->AdamWEach(tensors, u);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  for (size_t k = 0; k < each.size(); ++k) {
+    EXPECT_EQ(Down(each[k]), Down(alone[k])) << "tensor " << k / 4;
+  }
+}
+
 // Squares of floats are exact in double, so the only difference is the
 // order of n double additions: within 2 gamma_n in double of the sum.
 TEST_F(CudaOpsTest, SumSquaresMatchesCpuAndRepeatsExactly) {

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/core/bf16.h"
@@ -277,6 +279,73 @@ TEST(EmulatedOptimizerTest, AdamWOfNothingWritesNothing) {
                 SameBits(m.values(), s.m) && SameBits(v.values(), s.v));
     EXPECT_EQ(working.values(), std::vector<uint16_t>(4, 0x7777));
   }
+}
+
+// A batch of tensors in one launch: every tensor, whatever its size (none,
+// a few, more than a grid) and its own weight decay, bitwise what the CPU's
+// loop makes of it alone, its working copy (on every other tensor) the
+// rounded master, nothing written outside any of them.
+TEST(EmulatedOptimizerTest, AdamWBatchUpdatesEachTensorAsAlone) {
+  constexpr int kTensors = cuda::kAdamWBatchTensors;
+  std::vector<AdamWState> states;
+  std::vector<std::unique_ptr<Guarded<float>>> buffers;
+  std::vector<std::unique_ptr<Guarded<uint16_t>>> workings;
+  cuda::AdamWBatch batch;
+  const cuda::AdamWStep u = Step();
+  for (int i = 0; i < kTensors; ++i) {
+    const int64_t n = i == 7 ? kFullGrid + 3 : (i % 5 == 0 ? 0 : 3 + i * 97);
+    states.push_back(Initial(std::max<int64_t>(n, 3)));
+    AdamWState& s = states.back();
+    for (auto* x : {&s.param, &s.grad, &s.m, &s.v}) x->resize(n);
+    const size_t first = buffers.size();  // param, grad, m, v
+    for (const std::vector<float>* x : {&s.param, &s.grad, &s.m, &s.v}) {
+      buffers.push_back(std::make_unique<Guarded<float>>(*x));
+    }
+    workings.push_back(
+        std::make_unique<Guarded<uint16_t>>(std::vector<uint16_t>(n, 0x7777)));
+    batch.tensors[i] = {buffers[first]->get(),
+                        buffers[first + 1]->get(),
+                        buffers[first + 2]->get(),
+                        buffers[first + 3]->get(),
+                        i % 2 == 0 ? workings.back()->get() : nullptr,
+                        n,
+                        0.05f * static_cast<float>(i % 3)};
+  }
+  batch.count = kTensors;
+  ASSERT_EQ(cuda::LaunchAdamWBatch(batch, u, nullptr), cudaSuccess);
+  for (int i = 0; i < kTensors; ++i) {
+    cuda::AdamWStep alone = u;
+    alone.weight_decay = batch.tensors[i].weight_decay;
+    AdamWState want = states[i];
+    CpuAdamW(want, alone);
+    const std::string at = "tensor " + std::to_string(i);
+    const auto& param = *buffers[4 * i];
+    const auto& m = *buffers[4 * i + 2];
+    const auto& v = *buffers[4 * i + 3];
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_TRUE(buffers[4 * i + k]->GuardsIntact()) << at;
+    }
+    EXPECT_TRUE(workings[i]->GuardsIntact()) << at;
+    ExpectBitwise(param.values(), want.param, (at + " param").c_str());
+    ExpectBitwise(m.values(), want.m, (at + " m").c_str());
+    ExpectBitwise(v.values(), want.v, (at + " v").c_str());
+    const int64_t n = batch.tensors[i].n;
+    std::vector<uint16_t> rounded(n, 0x7777);
+    if (i % 2 == 0) FloatsToBf16(want.param.data(), n, rounded.data());
+    EXPECT_EQ(workings[i]->values(), rounded) << at << " working copy";
+  }
+}
+
+TEST(EmulatedOptimizerTest, AdamWBatchOfABadCountIsRefused) {
+  cuda::AdamWBatch batch;
+  for (const int count : {-1, cuda::kAdamWBatchTensors + 1}) {
+    batch.count = count;
+    EXPECT_EQ(cuda::LaunchAdamWBatch(batch, Step(), nullptr),
+              cudaErrorInvalidValue)
+        << "count " << count;
+  }
+  batch.count = 0;
+  EXPECT_EQ(cuda::LaunchAdamWBatch(batch, Step(), nullptr), cudaSuccess);
 }
 
 }  // namespace
