@@ -24,20 +24,21 @@ namespace {
 
 constexpr int64_t kArenaAlignment = 256;
 // The backend's own share at the start of the arena: reduction scratch
-// (64 KiB for the host-returning reductions, then the column sums'
-// partials), then cuBLASLt's workspace (32 MiB, NVIDIA's advice for
-// Hopper). What is left of kCudaWorkspaceBytes covers the rounding of
+// (64 KiB for the sums of squares on their way to the host, then 448 KiB
+// of partials for the column sums and the sums of squares, which never
+// overlap: one stream), then cuBLASLt's workspace (32 MiB, NVIDIA's advice
+// for Hopper). What is left of kCudaWorkspaceBytes covers the rounding of
 // Allocate's blocks.
 constexpr int64_t kReductionBytes = int64_t{64} << 10;
 constexpr int64_t kScratchBytes = int64_t{512} << 10;
 constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 constexpr int64_t kReservedBytes = kScratchBytes + kGemmWorkspaceBytes;
 static_assert(kReservedBytes + (int64_t{512} << 10) <= kCudaWorkspaceBytes);
-// The rest of the reduction scratch after SumSquares' partials holds the
-// sums a batch of tensors leaves for one copy back.
-constexpr int64_t kSumResults =
-    kReductionBytes / 8 - cuda::kSumSquaresMaxBlocks;
-static_assert(kSumResults >= 1024);
+// Sums of squares copied back at once, and their partials' room.
+constexpr int64_t kSumResults = kReductionBytes / 8;
+constexpr int64_t kSumPartials = (kScratchBytes - kReductionBytes) / 8;
+static_assert(kSumPartials >= cuda::kSumSquaresMaxBlocks,
+              "the largest tensor's partials fit");
 
 }  // namespace
 
@@ -123,8 +124,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 }
 
 absl::Status CudaBackend::Init() {
-  sum_partial_ = reinterpret_cast<double*>(base_);
-  sum_results_ = sum_partial_ + cuda::kSumSquaresMaxBlocks;
+  sum_results_ = reinterpret_cast<double*>(base_);
+  sum_partials_ = reinterpret_cast<double*>(base_ + kReductionBytes);
   column_scratch_ = reinterpret_cast<float*>(base_ + kReductionBytes);
   column_scratch_floats_ = (kScratchBytes - kReductionBytes) / 4;
   ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(base_ + kScratchBytes,
@@ -235,9 +236,9 @@ double CudaBackend::SumSquares(const float* x, int64_t n) {
   return SumSquaresEach(one)[0];
 }
 
-// Each tensor's sum lands in its own slot (the partials are reused: the
-// launches run in stream order), then one copy and one wait per
-// kSumResults tensors instead of one per tensor.
+// Each tensor's sum lands in its own slot; up to 64 tensors share a pair
+// of launches while their partials fit; one copy back and one wait per
+// kSumResults tensors.
 std::vector<double> CudaBackend::SumSquaresEach(
     std::span<const FloatTensor> tensors) {
   UseDevice();
@@ -246,10 +247,26 @@ std::vector<double> CudaBackend::SumSquaresEach(
   for (size_t begin = 0; begin < tensors.size(); begin += kSumResults) {
     const size_t end =
         std::min(tensors.size(), begin + static_cast<size_t>(kSumResults));
-    for (size_t i = begin; i < end; ++i) {
-      YARD_CUDA_LAUNCH(cuda::LaunchSumSquares(sum_results_ + (i - begin),
-                                              sum_partial_, tensors[i].data,
-                                              tensors[i].n, stream_));
+    cuda::SumSquaresBatch batch;
+    size_t first = begin;  // the batch's first tensor
+    int64_t partials = 0;
+    for (size_t i = begin; i <= end; ++i) {
+      const int64_t blocks = i < end ? cuda::SumSquaresBlocks(tensors[i].n) : 0;
+      if (batch.count > 0 &&
+          (i == end || batch.count == cuda::kSumSquaresBatchTensors ||
+           partials + blocks > kSumPartials)) {
+        YARD_CUDA_LAUNCH(cuda::LaunchSumSquaresBatch(
+            sum_results_ + (first - begin), sum_partials_, kSumPartials, batch,
+            stream_));
+        batch.count = 0;
+        partials = 0;
+        first = i;
+      }
+      if (i == end) break;
+      batch.x[batch.count] = tensors[i].data;
+      batch.n[batch.count] = tensors[i].n;
+      ++batch.count;
+      partials += blocks;
     }
     YARD_CUDA_RECORD(cudaMemcpyAsync(sums.data() + begin, sum_results_,
                                      (end - begin) * sizeof(double),

@@ -8,8 +8,9 @@
 // return at once and the first launch or library error is kept, with its
 // file:line, for Synchronize() to report. CopyToHost, CopyToDevice and
 // SumSquares wait for the stream, since their callers use the host side at
-// once; SumSquaresEach waits once for thousands of tensors (the gradient
-// norm: one wait a step, not one per parameter tensor).
+// once; SumSquaresEach waits once for thousands of tensors and launches
+// two kernels per 64 of them (the gradient norm: one wait a step, not one
+// per parameter tensor).
 //
 // Memory: the backend takes the job's whole grant once, at creation, in a
 // single cudaMalloc (the arena), and never asks the driver for more.
@@ -196,8 +197,9 @@ class CudaBackend : public Backend {
   char* base_;               // the arena (one cudaMalloc)
   char* blocks_;             // where Allocate's blocks start, after our share
   cuda::DeviceArena arena_;  // offsets from blocks_
-  double* sum_partial_ = nullptr;
-  double* sum_results_ = nullptr;  // kSumResults doubles
+  double* sum_results_ = nullptr;   // kSumResults doubles
+  double* sum_partials_ = nullptr;  // kSumPartials doubles, over
+                                    // column_scratch_
   // The column sums' partials (bias and LayerNorm parameter gradients);
   // stream order keeps one op's use from overlapping the next's.
   float* column_scratch_ = nullptr;

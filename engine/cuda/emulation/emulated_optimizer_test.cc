@@ -126,6 +126,69 @@ TEST(EmulatedOptimizerTest, SumSquaresOfNothingIsZero) {
   }
 }
 
+// A batch: each tensor's sum bitwise its sum alone, whatever its size
+// (none, one block, the full 1024 blocks with a second grid-stride turn),
+// every partial within the batch's run, the results in order.
+TEST(EmulatedOptimizerTest, SumSquaresBatchIsEachTensorAlone) {
+  constexpr int kTensors = cuda::kSumSquaresBatchTensors;
+  std::vector<std::vector<float>> xs;
+  std::vector<std::unique_ptr<Guarded<float>>> ins;
+  cuda::SumSquaresBatch batch;
+  int64_t partials = 0;
+  for (int t = 0; t < kTensors; ++t) {
+    const int64_t n =
+        t == 3 ? kSumGrid + 1001 : (t % 7 == 0 ? 0 : 1 + t * 389 % 5000);
+    xs.push_back(Random(std::max<int64_t>(n, 1), 200 + t, -2, 2));
+    xs.back().resize(n);
+    ins.push_back(std::make_unique<Guarded<float>>(xs.back()));
+    batch.x[t] = ins.back()->get();
+    batch.n[t] = n;
+    partials += cuda::SumSquaresBlocks(n);
+  }
+  batch.count = kTensors;
+  Guarded<double> results(std::vector<double>(kTensors, -1.0));
+  Guarded<double> partial(std::vector<double>(partials + 5, -1.0));
+  ASSERT_EQ(cuda::LaunchSumSquaresBatch(results.get(), partial.get(), partials,
+                                        batch, nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(results.GuardsIntact() && partial.GuardsIntact());
+  const std::vector<double> got = results.values();
+  for (int t = 0; t < kTensors; ++t) {
+    EXPECT_TRUE(SameBits(std::vector<double>{got[t]},
+                         std::vector<double>{RunSumSquares(xs[t]).result}))
+        << "tensor " << t << " of " << batch.n[t];
+  }
+  const std::vector<double> left = partial.values();
+  for (int64_t b = partials; b < partials + 5; ++b) {
+    EXPECT_EQ(left[b], -1.0) << "partial " << b << " past the batch's";
+  }
+}
+
+TEST(EmulatedOptimizerTest, SumSquaresBatchRefusesBadCountsAndSmallRoom) {
+  Guarded<float> in(Random(3000, 9));
+  Guarded<double> results(std::vector<double>(2, -1.0));
+  Guarded<double> partial(std::vector<double>(64, -1.0));
+  cuda::SumSquaresBatch batch;
+  batch.x[0] = batch.x[1] = in.get();
+  batch.n[0] = batch.n[1] = 3000;  // 12 partials each
+  for (const int count : {-1, cuda::kSumSquaresBatchTensors + 1}) {
+    batch.count = count;
+    EXPECT_EQ(cuda::LaunchSumSquaresBatch(results.get(), partial.get(), 64,
+                                          batch, nullptr),
+              cudaErrorInvalidValue);
+  }
+  batch.count = 2;
+  EXPECT_EQ(cuda::LaunchSumSquaresBatch(results.get(), partial.get(), 23, batch,
+                                        nullptr),
+            cudaErrorInvalidValue)
+      << "24 partials do not fit in 23";
+  EXPECT_EQ(results.values(), std::vector<double>(2, -1.0));
+  EXPECT_EQ(cuda::LaunchSumSquaresBatch(results.get(), partial.get(), 24, batch,
+                                        nullptr),
+            cudaSuccess);
+  EXPECT_EQ(results.values()[0], results.values()[1]);
+}
+
 // ----------------------------------------------------------------- AdamW
 
 constexpr int64_t kFullGrid = 8192 * 256;  // ElementwiseBlocks' cap
