@@ -11,11 +11,12 @@
 //   forward (one block per query tile, over key tiles kt = 0..qt):
 //     S = Q K^T (wmma) -> smem; per row, online softmax in fp32: lanes 2r
 //     and 2r+1 of a warp own row r, alternate columns each (PairColumn:
-//     no shared-memory bank conflicts), and keep the row's running max m
-//     and sum l in registers; P = e^(scale S - m) as bf16 -> smem; the
-//     output accumulator O (fp32, smem) is rescaled row by row (wmma
-//     fragment layouts are opaque, so never in registers) when the max
-//     moved, and O += P V (wmma). Finally out = O / l (bf16),
+//     no shared-memory bank conflicts), and keep the row's reference max
+//     m and sum l in registers; P = e^(scale S - m) as bf16 -> smem;
+//     O += P V (wmma) into fp32 accumulator fragments that stay in
+//     registers. m moves only when the row's max passes it by more than
+//     kMaxLag, and only then is O staged in smem and rescaled row by row
+//     (wmma fragment layouts are opaque). Finally out = O / l (bf16),
 //     lse = m + log l.
 //   backward: see attention_tc_backward_kernels.cu.
 //
@@ -43,16 +44,27 @@ namespace trainyard::engine::cuda {
 namespace attention_tc {
 namespace {
 
+// How far a row's running max may pass the reference its probabilities are
+// taken against before the reference moves up to it (nats): p = e^(s - m)
+// then stays below e^8 (about 3000; fp32 and bf16 hold it with room), and
+// the output accumulator, kept in registers, needs rescaling only when a
+// reference moves, rarely after a row's first tile.
+constexpr float kMaxLag = 8.f;
+
 // The online-softmax step for one row and one key tile, run by the two
 // lanes owning the row (warp row r; `half` picks the lane's alternate
-// columns, PairColumn). Scales and masks the row's scores in place, writes
-// p = e^(s - m_new) as bf16, updates the row's m and l and returns the
-// factor e^(m_old - m_new) the row's output must be rescaled by.
+// columns, PairColumn). Scales and masks the row's scores in place, moves
+// the row's reference m up to its running max when that passed m by more
+// than kMaxLag (or on the first tile), writes p = e^(s - m) as bf16,
+// updates l (the sum of p against m) and returns the factor e^(m_old -
+// m_new) the row's output must be rescaled by: exactly 1 while m holds,
+// 0 on the first tile. out = O / l and lse = m + log l come out the same
+// whatever the reference, as O and l carry the same factor.
 // Every row has an unmasked key in every tile it visits (key k0 <= i in
-// tiles before the diagonal, and key i itself on it), so m_new is finite:
-// no inf - inf. Masked scores are -inf, and e^-inf is exactly 0. The two
-// lanes combine their halves with fmaxf and +, which commute, so both hold
-// the same bits of m and l.
+// tiles before the diagonal, and key i itself on it), so the running max
+// is finite: no inf - inf. Masked scores are -inf, and e^-inf is exactly 0.
+// The two lanes combine their halves with fmaxf and +, which commute, so
+// both hold the same bits of m and l.
 __device__ float SoftmaxRowHalf(float* s_row, bf16* p_row, int64_t i,
                                 int64_t k0, int r, int half,
                                 const TcGeometry& g, float* m, float* l) {
@@ -65,8 +77,9 @@ __device__ float SoftmaxRowHalf(float* s_row, bf16* p_row, int64_t i,
     tile_max = fmaxf(tile_max, s);
   }
   tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-  const float m_new = fmaxf(*m, tile_max);
-  const float correction = expf(*m - m_new);  // 0 on the first tile
+  const float running = fmaxf(*m, tile_max);
+  const float m_new = running > *m + kMaxLag ? running : *m;  // -inf first
+  const float correction = expf(*m - m_new);
   float sum = 0.f;
   for (int k = 0; k < kTile / 2; ++k) {
     const int c = PairColumn(k, r, half, kTile);
@@ -80,19 +93,28 @@ __device__ float SoftmaxRowHalf(float* s_row, bf16* p_row, int64_t i,
   return correction;
 }
 
-// Warp-wide: o (16 x kD fp32 rows, stride kLdO) += p (16 x 64 bf16) v.
+// Warp-wide: multiplies row r of the warp's output accumulator by the
+// row's correction, through `stage` (the warp's 16 rows of fp32, stride
+// kLdO): wmma fragment layouts are opaque, so rows are reached in shared
+// memory. Each lane pair scales its own row.
 template <int kD>
-__device__ void AccumulateOutput(float* o, const bf16* p, const bf16* v) {
+__device__ void RescaleOutput(FragC (&o)[kD / 16], float* stage, int wr,
+                              int half, float correction) {
   constexpr int kLdO = Strides<kD>::kLdO;
-  FragC acc[kD / 16];
 #pragma unroll
   for (int n = 0; n < kD / 16; ++n) {
-    wmma::load_matrix_sync(acc[n], o + n * 16, kLdO, wmma::mem_row_major);
+    wmma::store_matrix_sync(stage + n * 16, o[n], kLdO, wmma::mem_row_major);
   }
-  WarpMmaAB<kD, kTile>(acc, p, kLdP, v, Strides<kD>::kLdX);
+  __syncwarp();
+  if (correction != 1.f) {
+    float* row = stage + wr * kLdO;
+    for (int k = 0; k < kD / 2; ++k)
+      row[PairColumn(k, wr, half, kD)] *= correction;
+  }
+  __syncwarp();
 #pragma unroll
   for (int n = 0; n < kD / 16; ++n) {
-    wmma::store_matrix_sync(o + n * 16, acc[n], kLdO, wmma::mem_row_major);
+    wmma::load_matrix_sync(o[n], stage + n * 16, kLdO, wmma::mem_row_major);
   }
 }
 
@@ -114,8 +136,9 @@ __global__ void __launch_bounds__(kThreads)
   const int wr = lane / 2, half = lane % 2;
   const int r = w0 + wr;  // the lane's row
   const int64_t i = q0 + r;
-  float* o_row = so + r * L::kLdO;
-  for (int d = half * kD / 2; d < (half + 1) * kD / 2; ++d) o_row[d] = 0.f;
+  float* o_stage = so + w0 * L::kLdO;  // the warp's rows of O, when staged
+  FragC o[kD / 16];                    // the warp's 16 rows of O, in registers
+  ZeroFragments<kD>(o);
   LoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
   float m = -INFINITY, l = 0.f;
   for (int kt = 0; kt <= qt; ++kt) {
@@ -129,17 +152,23 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
     const float correction = SoftmaxRowHalf(ss + r * L::kLdS, sp + r * kLdP, i,
                                             k0, wr, half, g, &m, &l);
-    if (correction != 1.f) {  // x * 1 == x: skip the pass when m held
-      for (int k = 0; k < kD / 2; ++k) {
-        o_row[PairColumn(k, wr, half, kD)] *= correction;
-      }
+    // O is still 0 on the first tile; later, a row's reference rarely
+    // moves, and only then does the warp stage O.
+    if (kt > 0 && __any_sync(0xffffffffu, correction != 1.f)) {
+      RescaleOutput<kD>(o, o_stage, wr, half, correction);
     }
-    __syncwarp();
-    AccumulateOutput<kD>(so + w0 * L::kLdO, sp + w0 * kLdP, sv);
-    __syncwarp();
+    __syncwarp();  // every lane's p is in sp
+    WarpMmaAB<kD, kTile>(o, sp + w0 * kLdP, kLdP, sv, L::kLdX);
   }
+#pragma unroll
+  for (int n = 0; n < kD / 16; ++n) {
+    wmma::store_matrix_sync(o_stage + n * 16, o[n], L::kLdO,
+                            wmma::mem_row_major);
+  }
+  __syncwarp();
   if (i >= g.seq) return;  // a padding row: no out, no lse
   // Each lane writes its half of the row in 16-byte packs.
+  const float* o_row = so + r * L::kLdO;
   bf16* out_row = out + h.out + i * h.out_row;
   const float inv = 1.f / l;
   for (int d = half * kD / 2; d < (half + 1) * kD / 2; d += kPack<bf16>) {
