@@ -81,7 +81,7 @@ template <int kD>
 struct Strides {
   static constexpr int kLdX = kD + 8;     // bf16 q, k, v, dout tiles
   static constexpr int kLdS = kTile + 4;  // fp32 scores (forward)
-  static constexpr int kLdO = kD + 4;     // fp32 output accumulator
+  static constexpr int kLdO = kD + 4;     // fp32 output, when staged
   static constexpr int kLdW = (kTile > kD ? kTile : kD) + 4;  // fp32 scratch
   static_assert(kD % 16 == 0, "head size: whole wmma tiles");
   static_assert(kLdX % 8 == 0, "bf16 wmma ldm: a multiple of 8");
