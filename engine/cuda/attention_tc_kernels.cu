@@ -140,6 +140,9 @@ __global__ void __launch_bounds__(kThreads)
   FragC o[kD / 16];                    // the warp's 16 rows of O, in registers
   ZeroFragments<kD>(o);
   LoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  __syncthreads();
+  FragA q[kD / 16];  // the warp's 16 query rows, for every key tile
+  LoadFragmentsA<kD>(q, sq + w0 * L::kLdX, L::kLdX);
   float m = -INFINITY, l = 0.f;
   for (int kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
@@ -147,8 +150,7 @@ __global__ void __launch_bounds__(kThreads)
     LoadRows<kD>(sk, qkv + h.qkv + g.channels, h.qkv_row, k0, g.seq);
     LoadRows<kD>(sv, qkv + h.qkv + 2 * g.channels, h.qkv_row, k0, g.seq);
     __syncthreads();
-    WarpMatmulABt<kTile, kD>(ss + w0 * L::kLdS, L::kLdS, sq + w0 * L::kLdX,
-                             L::kLdX, sk, L::kLdX);
+    WarpMatmulABt<kTile, kD>(ss + w0 * L::kLdS, L::kLdS, q, sk, L::kLdX);
     __syncwarp();
     const float correction = SoftmaxRowHalf(ss + r * L::kLdS, sp + r * kLdP, i,
                                             k0, wr, half, g, &m, &l);

@@ -210,30 +210,48 @@ __device__ __forceinline__ void LoadRowStats(float* dst, const float* src,
 }
 
 // Warp-wide: c[16 x kN] (fp32, row-major) = a[16 x kK] b[kN x kK]^T, with
-// a and b row-major bf16. The B operand's 16x16 block (k, n) is
-// b[n*16 + nn][k + kk] at b + (n*16 + nn) * ldb + k + kk: column-major
-// with leading dimension ldb from b + n*16*ldb + k.
+// a given as its kK/16 fragments (16 x 16 blocks, k ascending) and b
+// row-major bf16. The B operand's 16x16 block (k, n) is b[n*16 + nn][k +
+// kk] at b + (n*16 + nn) * ldb + k + kk: column-major with leading
+// dimension ldb from b + n*16*ldb + k.
 template <int kN, int kK>
-__device__ void WarpMatmulABt(float* c, int ldc, const bf16* a, int lda,
+__device__ void WarpMatmulABt(float* c, int ldc, const FragA (&a)[kK / 16],
                               const bf16* b, int ldb) {
   FragC acc[kN / 16];
 #pragma unroll
   for (int n = 0; n < kN / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
 #pragma unroll
   for (int k = 0; k < kK; k += 16) {
-    FragA fa;
-    wmma::load_matrix_sync(fa, a + k, lda);
 #pragma unroll
     for (int n = 0; n < kN / 16; ++n) {
       FragBt fb;
       wmma::load_matrix_sync(fb, b + n * 16 * ldb + k, ldb);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+      wmma::mma_sync(acc[n], a[k / 16], fb, acc[n]);
     }
   }
 #pragma unroll
   for (int n = 0; n < kN / 16; ++n) {
     wmma::store_matrix_sync(c + n * 16, acc[n], ldc, wmma::mem_row_major);
   }
+}
+
+// Warp-wide: the kK/16 fragments of a[16 x kK] (row-major bf16).
+template <int kK>
+__device__ void LoadFragmentsA(FragA (&frags)[kK / 16], const bf16* a,
+                               int lda) {
+#pragma unroll
+  for (int k = 0; k < kK; k += 16) {
+    wmma::load_matrix_sync(frags[k / 16], a + k, lda);
+  }
+}
+
+// The same product with a in shared memory (row-major bf16).
+template <int kN, int kK>
+__device__ void WarpMatmulABt(float* c, int ldc, const bf16* a, int lda,
+                              const bf16* b, int ldb) {
+  FragA fa[kK / 16];
+  LoadFragmentsA<kK>(fa, a, lda);
+  WarpMatmulABt<kN, kK>(c, ldc, fa, b, ldb);
 }
 
 // Warp-wide: acc (16 x kN as kN/16 fragments, column block n in acc[n]) +=
