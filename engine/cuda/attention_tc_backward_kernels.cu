@@ -102,6 +102,11 @@ __global__ void __launch_bounds__(kThreads)
   LoadRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
   LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
   ComputeDelta<kD>(delta, s_delta, dout, out, h, q0, g.seq);
+  __syncthreads();
+  // The warp's 16 query and dout rows, for every key tile.
+  FragA q[kD / 16], dy[kD / 16];
+  LoadFragmentsA<kD>(q, sq + w0 * L::kLdX, L::kLdX);
+  LoadFragmentsA<kD>(dy, sdo + w0 * L::kLdX, L::kLdX);
   FragC dq[kD / 16];
   ZeroFragments<kD>(dq);
   for (int kt = 0; kt <= qt; ++kt) {
@@ -110,10 +115,8 @@ __global__ void __launch_bounds__(kThreads)
     LoadRows<kD>(sk, qkv + h.qkv + g.channels, h.qkv_row, k0, g.seq);
     LoadRows<kD>(sv, qkv + h.qkv + 2 * g.channels, h.qkv_row, k0, g.seq);
     __syncthreads();
-    WarpMatmulABt<kTile, kD>(ss + w0 * L::kLdW, L::kLdW, sq + w0 * L::kLdX,
-                             L::kLdX, sk, L::kLdX);
-    WarpMatmulABt<kTile, kD>(sdp + w0 * L::kLdW, L::kLdW, sdo + w0 * L::kLdX,
-                             L::kLdX, sv, L::kLdX);
+    WarpMatmulABt<kTile, kD>(ss + w0 * L::kLdW, L::kLdW, q, sk, L::kLdX);
+    WarpMatmulABt<kTile, kD>(sdp + w0 * L::kLdW, L::kLdW, dy, sv, L::kLdX);
     __syncwarp();
     ProbabilityGradients<kD>(nullptr, sds + w0 * kLdP, ss + w0 * L::kLdW,
                              sdp + w0 * L::kLdW, s_lse, s_delta, q0, w0, k0,
