@@ -111,10 +111,7 @@ __global__ void __launch_bounds__(kThreads)
   ZeroFragments<kD>(dq);
   for (int kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-    __syncthreads();  // every warp is done with the previous k and v
-    LoadRows<kD>(sk, qkv + h.qkv + g.channels, h.qkv_row, k0, g.seq);
-    LoadRows<kD>(sv, qkv + h.qkv + 2 * g.channels, h.qkv_row, k0, g.seq);
-    __syncthreads();
+    LoadKeyValueTile<kD>(sk, sv, qkv, h, g, k0);
     WarpMatmulABt<kTile, kD>(ss + w0 * L::kLdW, L::kLdW, q, sk, L::kLdX);
     WarpMatmulABt<kTile, kD>(sdp + w0 * L::kLdW, L::kLdW, dy, sv, L::kLdX);
     __syncwarp();

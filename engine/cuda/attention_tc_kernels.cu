@@ -146,10 +146,7 @@ __global__ void __launch_bounds__(kThreads)
   float m = -INFINITY, l = 0.f;
   for (int kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-    __syncthreads();  // every warp is done with the previous k and v
-    LoadRows<kD>(sk, qkv + h.qkv + g.channels, h.qkv_row, k0, g.seq);
-    LoadRows<kD>(sv, qkv + h.qkv + 2 * g.channels, h.qkv_row, k0, g.seq);
-    __syncthreads();
+    LoadKeyValueTile<kD>(sk, sv, qkv, h, g, k0);
     WarpMatmulABt<kTile, kD>(ss + w0 * L::kLdS, L::kLdS, q, sk, L::kLdX);
     __syncwarp();
     const float correction = SoftmaxRowHalf(ss + r * L::kLdS, sp + r * kLdP, i,

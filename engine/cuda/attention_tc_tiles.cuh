@@ -201,6 +201,19 @@ __device__ void LoadRows(bf16* dst, const bf16* src, int64_t stride,
   }
 }
 
+// Block-wide: the key and value rows of the key tile starting at row k0
+// into sk and sv, between two barriers: the first waits until every warp is
+// done with the previous tile, the second until the new one is whole.
+template <int kD>
+__device__ void LoadKeyValueTile(bf16* sk, bf16* sv, const bf16* qkv,
+                                 const HeadOffsets& h, const TcGeometry& g,
+                                 int64_t k0) {
+  __syncthreads();
+  LoadRows<kD>(sk, qkv + h.qkv + g.channels, h.qkv_row, k0, g.seq);
+  LoadRows<kD>(sv, qkv + h.qkv + 2 * g.channels, h.qkv_row, k0, g.seq);
+  __syncthreads();
+}
+
 // Block-wide: dst[r] = src[row0 + r] for the tile's rows, 0 past `seq`.
 __device__ __forceinline__ void LoadRowStats(float* dst, const float* src,
                                              int64_t row0, int64_t seq) {
