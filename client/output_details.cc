@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "client/output_format.h"
 #include "common/proto_time.h"
@@ -31,9 +32,12 @@ class DetailLines {
     size_t width = 0;
     for (const auto& [key, value] : lines_) width = std::max(width, key.size());
     std::string out;
+    // A value of several lines keeps its later lines in the value column.
+    std::string indent(width + 4, ' ');
+    indent[0] = '\n';
     for (const auto& [key, value] : lines_) {
       absl::StrAppend(&out, key, ":", std::string(width - key.size() + 2, ' '),
-                      value, "\n");
+                      absl::StrReplaceAll(value, {{"\n", indent}}), "\n");
     }
     return out;
   }

@@ -2,15 +2,17 @@
 // everywhere (loss with 4 decimals, accuracy as a percentage with 2) so that
 // watch lines, tables and details read alike.
 #include "client/output_format.h"
-#include "common/proto_time.h"
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/proto_time.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace trainyard::client {
@@ -116,8 +118,34 @@ std::string CheckpointOf(const v1::Job& job) {
 
 }  // namespace
 
+namespace {
+
+// A cell on one line: each line break, with the blanks around it, becomes
+// one space (a failure reason carries its stderr tail on a new line).
+std::string OneLine(absl::string_view cell) {
+  std::string out;
+  for (absl::string_view part : absl::StrSplit(cell, '\n')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) continue;
+    if (!out.empty()) out.push_back(' ');
+    out.append(part.data(), part.size());
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatTable(const std::vector<std::string>& header,
-                        const std::vector<std::vector<std::string>>& rows) {
+                        const std::vector<std::vector<std::string>>& cells) {
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(cells.size());
+  for (const auto& row : cells) {
+    std::vector<std::string>& flat = rows.emplace_back();
+    for (const std::string& cell : row) {
+      flat.push_back(cell.find('\n') == std::string::npos ? cell
+                                                          : OneLine(cell));
+    }
+  }
   std::vector<size_t> widths(header.size(), 0);
   auto measure = [&](const std::vector<std::string>& row) {
     for (size_t i = 0; i < row.size() && i < widths.size(); ++i) {
@@ -172,8 +200,9 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs, absl::Time now) {
         {job.id(), job.name().empty() ? "-" : job.name(), StateColumn(job),
          job.attempt() > 0 ? absl::StrCat(job.attempt()) : "-",
          job.worker_id().empty() ? "-" : job.worker_id(), StepColumn(job),
-         IsSet(job.create_time()) ? FormatAge(FromProtoTime(job.create_time()), now)
-                                  : "-"});
+         IsSet(job.create_time())
+             ? FormatAge(FromProtoTime(job.create_time()), now)
+             : "-"});
   }
   return FormatTable(
       {"ID", "NAME", "STATE", "ATTEMPT", "WORKER", "STEP", "AGE"}, rows);

@@ -35,6 +35,16 @@ TEST(FormatTableTest, AlignsColumnsWithoutTrailingBlanks) {
   EXPECT_EQ(FormatTable({"A", "B"}, {{"x", ""}}), "A  B\nx\n");
 }
 
+TEST(FormatTableTest, ACellOfSeveralLinesStaysOnItsRow) {
+  EXPECT_EQ(
+      FormatTable({"N", "REASON", "X"},
+                  {{"1", "exited with 2; stderr tail:\n  bad spec\n", "y"},
+                   {"22", "ok", "z"}}),
+      "N   REASON                                X\n"
+      "1   exited with 2; stderr tail: bad spec  y\n"
+      "22  ok                                    z\n");
+}
+
 TEST(FormatAgeTest, PicksAUnit) {
   EXPECT_EQ(FormatAge(kNow - absl::Seconds(42), kNow), "42s");
   EXPECT_EQ(FormatAge(kNow - absl::Minutes(5), kNow), "5m");
@@ -223,6 +233,27 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(text, HasSubstr("Checkpoint dir:  /ck/j-1\n"));
   EXPECT_THAT(text, HasSubstr("worker lost"));
   EXPECT_THAT(text, Not(HasSubstr("Ended")));
+}
+
+TEST(FormatJobDetailsTest, AReasonOfSeveralLinesStaysInTheValueColumn) {
+  auto job = FromText<v1::Job>(R"pb(
+    id: "j-1"
+    state: FAILED
+    state_reason: "exited with code 2; stderr tail:\nyard-train: bad vocab"
+    attempt: 1
+    worker_id: "w1"
+    attempts {
+      number: 1
+      worker_id: "w1"
+      outcome: FAILED
+      reason: "exited with code 2; stderr tail:\nyard-train: bad vocab"
+    }
+  )pb");
+  const std::string text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("State:    FAILED: exited with code 2; stderr "
+                              "tail:\n          yard-train: bad vocab\n"));
+  EXPECT_THAT(text, HasSubstr("FAILED   0          exited with code 2; "
+                              "stderr tail: yard-train: bad vocab\n"));
 }
 
 TEST(FormatWorkersTableTest, WorkersAndSummary) {
