@@ -115,7 +115,7 @@ TEST_F(CudaBackendTest, LaunchErrorsCarryTheirSiteUntilSynchronize) {
   backend->Fill(buf->f32(), 16, 1.f);  // later ops do not mask the first error
   const absl::Status s = backend->Synchronize();
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_TRUE(absl::StrContains(s.message(), "cuda_backend.cc:")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "cuda_backend_ops.cc:")) << s;
   EXPECT_TRUE(
       absl::StrContains(s.message(), "LaunchSoftmaxCrossEntropyForward"))
       << s;

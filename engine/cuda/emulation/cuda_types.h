@@ -35,12 +35,20 @@ enum cudaError {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorStubLibrary = 34,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorDevicesUnavailable = 46,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
   cudaErrorLaunchFailure = 719,
 };
 using cudaError_t = cudaError;
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+
+inline constexpr unsigned cudaStreamDefault = 0x00;
+inline constexpr unsigned cudaStreamNonBlocking = 0x01;
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -52,6 +60,21 @@ enum cudaMemcpyKind {
 
 enum cudaFuncAttribute {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+};
+
+struct CUuuid_st {
+  char bytes[16];
+};
+using cudaUUID_t = CUuuid_st;
+
+// The fields of cudaDeviceProp the project reads.
+struct cudaDeviceProp {
+  char name[256];
+  cudaUUID_t uuid;
+  size_t totalGlobalMem;
+  int major;
+  int minor;
+  int multiProcessorCount;
 };
 
 #endif  // TRAINYARD_ENGINE_CUDA_EMULATION_CUDA_TYPES_H_

@@ -216,5 +216,24 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes,
                             cudaStream_t stream = nullptr);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+
+// One emulated device, ordinal 0, of kEmulatedDeviceBytes; cudaMemGetInfo
+// counts what cudaMalloc holds against it. The driver reads as this
+// runtime's version.
+#define CUDART_VERSION 13000
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDriverGetVersion(int* version);
+cudaError_t cudaRuntimeGetVersion(int* version);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+
+namespace trainyard::cuda_emulation {
+inline constexpr size_t kEmulatedDeviceBytes = size_t{16} << 30;
+inline constexpr const char* kEmulatedDeviceName = "CUDA host emulation";
+}  // namespace trainyard::cuda_emulation
 
 #endif  // TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
