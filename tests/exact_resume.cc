@@ -37,13 +37,15 @@ absl::StatusOr<std::string> FinalWeights(const std::string& checkpoint_dir) {
 }
 
 absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
-                                               const MnistSpec& spec) {
+                                               const MnistSpec& spec,
+                                               const std::string& train_bin) {
   const std::string spec_path = dir.WriteFile(
       absl::StrCat("straight-", spec.name, ".yaml"), spec.ToYaml());
   const std::string out = absl::StrCat(dir.path(), "/straight-", spec.name);
   CommandResult r = RunCommand(
-      {BinPath("yard-train"), "run", spec_path, "--data-root", SourceDir(),
-       "--checkpoint-dir", out, "--progress", "json"},
+      {train_bin.empty() ? BinPath("yard-train") : train_bin, "run", spec_path,
+       "--data-root", SourceDir(), "--checkpoint-dir", out, "--progress",
+       "json"},
       dir.LogPrefix(absl::StrCat("straight-", spec.name)), JobTimeout());
   if (r.exit_code() != 0) {
     return absl::InternalError(

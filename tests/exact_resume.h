@@ -19,9 +19,10 @@ struct MnistSpec;
 absl::StatusOr<std::string> FinalWeights(const std::string& checkpoint_dir);
 
 // Runs `spec` with `yard-train run` (no faults) into dir/straight-<name>
-// and returns FinalWeights of it.
-absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
-                                               const MnistSpec& spec);
+// and returns FinalWeights of it. `train_bin`: the engine binary; empty
+// means build/bin/yard-train.
+absl::StatusOr<std::string> StraightRunWeights(
+    TestDir& dir, const MnistSpec& spec, const std::string& train_bin = "");
 
 }  // namespace trainyard::itest
 

@@ -3,8 +3,8 @@
 // packing policy puts four quarter-GPU jobs on it at once, the worker runs
 // them side by side and hands each its memory grant, and a fifth job waits
 // until compute frees up. The jobs' trainer is a script (it only has to
-// show what it was given); the real engine's use of the grant is covered
-// by the CUDA backend's tests on a GPU.
+// show what it was given); emulated_gpu_jobs_test runs the real engine on
+// such a grant (over the CUDA host emulation), the `gpu` tests on a GPU.
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"

@@ -24,6 +24,11 @@ v1::JobSpec MnistSpec::ToProto() const {
   spec.mutable_eval()->set_every_steps(eval_every);
   spec.set_log_every_steps(log_every);
   spec.set_seed(1);
+  if (gpus > 0) spec.mutable_resources()->set_gpus(gpus);
+  if (gpu_compute_milli > 0) {
+    spec.mutable_resources()->set_gpu_compute_milli(gpu_compute_milli);
+  }
+  if (bf16) spec.set_precision(v1::BF16);
   return spec;
 }
 
@@ -34,15 +39,20 @@ std::string MnistSpec::ToJson() const {
 }
 
 std::string MnistSpec::ToYaml() const {
-  return absl::StrCat("# written by the integration tests\n", "name: ", name,
-                      "\n", "model:\n  mlp:\n    hidden: [", hidden, "]\n",
-                      "data:\n  mnist:\n    images: ", images,
-                      "\n    labels: ", labels, "\n    holdout: ", holdout,
-                      "\n", "batch:\n  micro_batch: ", micro_batch, "\n",
-                      "steps: ", steps, "\n",
-                      "checkpoint:\n  every_steps: ", checkpoint_every, "\n",
-                      "eval:\n  every_steps: ", eval_every, "\n",
-                      "log_every_steps: ", log_every, "\n", "seed: 1\n");
+  return absl::StrCat(
+      "# written by the integration tests\n", "name: ", name, "\n",
+      "model:\n  mlp:\n    hidden: [", hidden, "]\n",
+      "data:\n  mnist:\n    images: ", images, "\n    labels: ", labels,
+      "\n    holdout: ", holdout, "\n", "batch:\n  micro_batch: ", micro_batch,
+      "\n", "steps: ", steps, "\n",
+      "checkpoint:\n  every_steps: ", checkpoint_every, "\n",
+      "eval:\n  every_steps: ", eval_every, "\n",
+      "log_every_steps: ", log_every, "\n", "seed: 1\n",
+      bf16 ? "precision: BF16\n" : "",
+      gpus > 0 ? absl::StrCat("resources:\n  gpus: ", gpus, "\n") : "",
+      gpu_compute_milli > 0
+          ? absl::StrCat("  gpu_compute_milli: ", gpu_compute_milli, "\n")
+          : "");
 }
 
 absl::Duration StartTimeout() { return Scaled(absl::Seconds(30)); }
@@ -146,8 +156,7 @@ MnistSpec OutlivesALeaseSpec(const std::string& name) {
 absl::Status ClusterTest::StartServer(ServerOptions options) {
   if (options.state_dir.empty()) options.state_dir = dir_->Subdir("state");
   ASSIGN_OR_RETURN(server_, ServerProcess::Start(*dir_, options));
-  CurrentCredentials() = {server_->admin_token(),
-                          server_->worker_token_file()};
+  CurrentCredentials() = {server_->admin_token(), server_->worker_token_file()};
   stubs_ = std::make_unique<Stubs>(server_->address(), options.tls_ca);
   return absl::OkStatus();
 }

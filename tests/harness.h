@@ -54,6 +54,9 @@ struct MnistSpec {
   int holdout = 2000;
   std::string images = "examples/data/mnist/t10k-images-idx3-ubyte.gz";
   std::string labels = "examples/data/mnist/t10k-labels-idx1-ubyte.gz";
+  int gpus = 0;               // resources.gpus
+  int gpu_compute_milli = 0;  // resources.gpu_compute_milli; 0: unset
+  bool bf16 = false;          // precision BF16 (else the default, FP32)
 
   trainyard::v1::JobSpec ToProto() const;
   std::string ToJson() const;  // protobuf JSON mapping

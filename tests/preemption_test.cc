@@ -38,11 +38,6 @@ v1::JobSpec HighPriorityJob() {
   return spec;
 }
 
-bool IsChange(const v1::JobEvent& e, v1::JobState from, v1::JobState to) {
-  return e.has_state_change() && e.state_change().from() == from &&
-         e.state_change().to() == to;
-}
-
 TEST_F(PreemptionTest, HighPriorityJobPreemptsAndTheLowOneResumes) {
   YARD_ASSERT_OK(
       StartServer({.extra_args = {"--policy", "first-fit+preempt"}}));
@@ -58,17 +53,17 @@ TEST_F(PreemptionTest, HighPriorityJobPreemptsAndTheLowOneResumes) {
   YARD_ASSIGN_OR_FAIL(v1::JobEvent stopping,
                       WaitForEvent(jobs(), low_id, "RUNNING -> PREEMPTING",
                                    JobTimeout(), [](const v1::JobEvent& e) {
-                                     return IsChange(e, v1::RUNNING,
-                                                     v1::PREEMPTING);
+                                     return IsStateChange(e, v1::RUNNING,
+                                                          v1::PREEMPTING);
                                    }));
   EXPECT_THAT(stopping.state_change().reason(),
               HasSubstr(absl::StrCat("preempted by ", high_id)));
-  YARD_ASSERT_OK(WaitForEvent(jobs(), low_id, "PREEMPTING -> QUEUED",
-                              JobTimeout(),
-                              [](const v1::JobEvent& e) {
-                                return IsChange(e, v1::PREEMPTING, v1::QUEUED);
-                              })
-                     .status());
+  YARD_ASSERT_OK(
+      WaitForEvent(jobs(), low_id, "PREEMPTING -> QUEUED", JobTimeout(),
+                   [](const v1::JobEvent& e) {
+                     return IsStateChange(e, v1::PREEMPTING, v1::QUEUED);
+                   })
+          .status());
 
   YARD_ASSIGN_OR_FAIL(v1::Job high_done,
                       WaitForTerminal(jobs(), high_id, JobTimeout()));
@@ -123,12 +118,12 @@ TEST_F(PreemptionTest, APreemptedJobResumesOnAnotherWorkerExactly) {
       MnistSpec{.name = "hog", .steps = 1'000'000}.ToProto();
   high_spec.set_priority(10);
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse high, Submit(high_spec));
-  YARD_ASSERT_OK(WaitForEvent(jobs(), low_id, "PREEMPTING -> QUEUED",
-                              JobTimeout(),
-                              [](const v1::JobEvent& e) {
-                                return IsChange(e, v1::PREEMPTING, v1::QUEUED);
-                              })
-                     .status());
+  YARD_ASSERT_OK(
+      WaitForEvent(jobs(), low_id, "PREEMPTING -> QUEUED", JobTimeout(),
+                   [](const v1::JobEvent& e) {
+                     return IsStateChange(e, v1::PREEMPTING, v1::QUEUED);
+                   })
+          .status());
   YARD_ASSERT_OK(StartReadyWorker({.name = "second", .cpu_slots = 1}).status());
 
   YARD_ASSIGN_OR_FAIL(v1::Job done,

@@ -113,6 +113,11 @@ bool IsStateChangeTo(const v1::JobEvent& e, v1::JobState state) {
   return e.has_state_change() && e.state_change().to() == state;
 }
 
+bool IsStateChange(const v1::JobEvent& e, v1::JobState from, v1::JobState to) {
+  return e.has_state_change() && e.state_change().from() == from &&
+         e.state_change().to() == to;
+}
+
 bool IsCheckpointSaved(const v1::JobEvent& e) {
   return e.has_trainer() && e.trainer().has_checkpoint();
 }

@@ -73,6 +73,8 @@ absl::StatusOr<trainyard::v1::Job> WaitForTerminal(
 // Predicates over events.
 bool IsStateChangeTo(const trainyard::v1::JobEvent& e,
                      trainyard::v1::JobState state);
+bool IsStateChange(const trainyard::v1::JobEvent& e,
+                   trainyard::v1::JobState from, trainyard::v1::JobState to);
 bool IsCheckpointSaved(const trainyard::v1::JobEvent& e);
 bool IsTrainProgress(const trainyard::v1::JobEvent& e);
 

@@ -1,0 +1,199 @@
+// GPU jobs end to end on a machine without a GPU: workers find one "H100"
+// through the test double of NVML (worker/fake_nvml), and their jobs run
+// on yard-train-emulated, the real yard-train and CUDA backend over the
+// CUDA host emulation (engine/cuda/emulation: kernels and cuBLASLt on the
+// CPU). So the path a GPU job takes is exercised for real: the worker's
+// grant (CUDA_VISIBLE_DEVICES, YARD_GPU_MEMORY_BYTES), the engine's arena
+// taken whole at start, bf16 training on the CUDA backend, its checkpoints,
+// preemption and resume on another worker. What the emulation cannot show
+// (speed, the GPU's rounding, MPS) is left to the `gpu` tests.
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/exact_resume.h"
+#include "tests/harness.h"
+
+namespace trainyard::itest {
+namespace {
+namespace v1 = trainyard::v1;
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class EmulatedGpuJobsTest : public ClusterTest {
+ protected:
+  // A worker offering one fake GPU, its jobs on the emulated engine.
+  absl::Status StartGpuWorker(const std::string& name) {
+    const std::string driver = dir().Subdir("driver-" + name);
+    std::filesystem::create_symlink(FAKE_NVML_PATH,
+                                    driver + "/libnvidia-ml.so.1");
+    return StartReadyWorker({.name = name,
+                             .train_bin = EMULATED_TRAIN_BIN,
+                             .extra_args = {"--gpus", "auto"},
+                             .env = {{"LD_LIBRARY_PATH", driver},
+                                     {"FAKE_NVML_DEVICE_COUNT", "1"}}})
+        .status();
+  }
+};
+
+// The backend a job's engine reported in its TrainStarted event.
+absl::StatusOr<std::string> StartedBackend(v1::JobService::Stub& jobs,
+                                           const std::string& id) {
+  absl::StatusOr<v1::JobEvent> e = WaitForEvent(
+      jobs, id, "TrainStarted", JobTimeout(), [](const v1::JobEvent& e) {
+        return e.has_trainer() && e.trainer().has_started();
+      });
+  if (!e.ok()) return e.status();
+  return e->trainer().started().backend();
+}
+
+MnistSpec HalfGpuSpec(const std::string& name) {
+  return MnistSpec{.name = name,
+                   .steps = 150,
+                   .checkpoint_every = 50,
+                   .gpus = 1,
+                   .gpu_compute_milli = 500,
+                   .bf16 = true};
+}
+
+// Two half-GPU jobs run side by side on one GPU, each on the CUDA backend
+// in an arena of exactly its memory grant, and each ends with the weights
+// of the same spec trained alone (the GPU arithmetic is deterministic, and
+// a neighbour cannot change it).
+TEST_F(EmulatedGpuJobsTest, TwoJobsShareOneGpuOnTheCudaBackend) {
+  YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
+  YARD_ASSERT_OK(StartGpuWorker("gpu-node"));
+  const MnistSpec specs[] = {HalfGpuSpec("half-a"), HalfGpuSpec("half-b")};
+  std::vector<std::string> ids;
+  for (const MnistSpec& spec : specs) {
+    YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(spec.ToProto()));
+    ids.push_back(r.job().id());
+  }
+  YARD_ASSERT_OK(PollUntil("both jobs running on GPU 0", JobTimeout(), [&] {
+    int running = 0;
+    for (const std::string& id : ids) {
+      absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
+      running += j.ok() && j->state() == v1::RUNNING;
+    }
+    return running == 2;
+  }));
+  std::vector<int64_t> granted_bytes;
+  for (const std::string& id : ids) {
+    YARD_ASSIGN_OR_FAIL(std::string backend, StartedBackend(jobs(), id));
+    EXPECT_EQ(backend, "cuda");
+    YARD_ASSIGN_OR_FAIL(v1::Job running, GetJob(jobs(), id));
+    ASSERT_EQ(running.gpu_grants_size(), 1) << running.DebugString();
+    const v1::GpuGrant& grant = running.gpu_grants(0);
+    EXPECT_EQ(grant.index(), 0);
+    EXPECT_TRUE(grant.shared());
+    EXPECT_EQ(grant.compute_milli(), 500);
+    granted_bytes.push_back(grant.memory_bytes());
+  }
+
+  YARD_ASSIGN_OR_FAIL(std::string straight,
+                      StraightRunWeights(dir(), specs[0], EMULATED_TRAIN_BIN));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    YARD_ASSIGN_OR_FAIL(v1::Job done,
+                        WaitForTerminal(jobs(), ids[i], JobTimeout()));
+    ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+    // The engine's peak stays inside its grant.
+    EXPECT_GT(done.progress().memory_bytes(), 0) << done.DebugString();
+    EXPECT_LE(done.progress().memory_bytes(), granted_bytes[i])
+        << done.DebugString();
+    YARD_ASSIGN_OR_FAIL(std::string weights,
+                        FinalWeights(done.checkpoint_dir()));
+    EXPECT_TRUE(weights == straight)
+        << ids[i] << ": final weights differ from the spec trained alone";
+  }
+}
+
+// A GPU job preempted by a higher-priority one writes a checkpoint, goes
+// back to the queue, resumes on another worker's GPU and ends with the
+// weights of an uninterrupted run, byte for byte.
+TEST_F(EmulatedGpuJobsTest, APreemptedGpuJobResumesOnAnotherWorkerExactly) {
+  YARD_ASSERT_OK(
+      StartServer({.extra_args = {"--policy", "first-fit+preempt"}}));
+  YARD_ASSERT_OK(StartGpuWorker("first"));
+  const MnistSpec low_spec{.name = "mover",
+                           .steps = 300,
+                           .checkpoint_every = 50,
+                           .gpus = 1,
+                           .bf16 = true};
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse low, Submit(low_spec.ToProto()));
+  const std::string low_id = low.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), low_id, "CheckpointSaved", JobTimeout(),
+                              IsCheckpointSaved)
+                     .status());
+  // The preemptor runs until cancelled, so the low job cannot go back to
+  // the first worker.
+  v1::JobSpec high_spec =
+      MnistSpec{.name = "hog", .steps = 1'000'000, .gpus = 1}.ToProto();
+  high_spec.set_priority(10);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse high, Submit(high_spec));
+  YARD_ASSERT_OK(
+      WaitForEvent(jobs(), low_id, "PREEMPTING -> QUEUED", JobTimeout(),
+                   [](const v1::JobEvent& e) {
+                     return IsStateChange(e, v1::PREEMPTING, v1::QUEUED);
+                   })
+          .status());
+  YARD_ASSERT_OK(StartGpuWorker("second"));
+  // Once the low job runs again, the hog (which only had to keep it off
+  // the first worker) goes, so it stops taking CPU from the emulation.
+  YARD_ASSERT_OK(PollUntil("the low job running again", JobTimeout(), [&] {
+    absl::StatusOr<v1::Job> j = GetJob(jobs(), low_id);
+    return j.ok() && j->attempt() == 2 && j->state() == v1::RUNNING;
+  }));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(high.job().id());
+  v1::Job cancelled;
+  YARD_ASSERT_OK(
+      ToAbsl(jobs().CancelJob(ContextWithTimeout().get(), cancel, &cancelled)));
+
+  YARD_ASSIGN_OR_FAIL(v1::Job done,
+                      WaitForTerminal(jobs(), low_id, JobTimeout()));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  ASSERT_EQ(done.attempts_size(), 2) << done.DebugString();
+  EXPECT_EQ(done.attempts(0).worker_id(), "first");
+  EXPECT_EQ(done.attempts(0).outcome(), v1::QUEUED);
+  EXPECT_EQ(done.attempts(1).worker_id(), "second");
+  EXPECT_GT(done.attempts(1).resumed_from_step(), 0) << done.DebugString();
+
+  YARD_ASSIGN_OR_FAIL(std::string weights, FinalWeights(done.checkpoint_dir()));
+  YARD_ASSIGN_OR_FAIL(std::string straight,
+                      StraightRunWeights(dir(), low_spec, EMULATED_TRAIN_BIN));
+  EXPECT_TRUE(weights == straight)
+      << "final weights differ from an uninterrupted run of the same spec";
+}
+
+// A grant smaller than the engine's estimate fails the job at start, with
+// both figures, before any step (never mid-run); a malformed grant is a
+// usage error (exit 2) naming the variable.
+TEST_F(EmulatedGpuJobsTest, AGrantTooSmallFailsAtStartWithBothFigures) {
+  const MnistSpec spec{.name = "squeezed", .steps = 20, .gpus = 1};
+  const std::string spec_path = WriteSpec("squeezed.yaml", spec.ToYaml());
+  const auto run = [&](const std::string& grant) {
+    return RunCommand(
+        {"/usr/bin/env", absl::StrCat("YARD_GPU_MEMORY_BYTES=", grant),
+         EMULATED_TRAIN_BIN, "run", spec_path, "--data-root", SourceDir(),
+         "--checkpoint-dir", dir().Subdir("squeezed-" + grant)},
+        dir().LogPrefix("squeezed-" + grant), JobTimeout());
+  };
+  CommandResult small = run("4096");
+  EXPECT_EQ(small.exit_code(), 1) << small.DebugString();
+  EXPECT_THAT(small.err, HasSubstr("bytes of GPU memory but its grant on the "
+                                   "shared GPU is 4096 bytes"))
+      << small.err;
+  EXPECT_THAT(small.out, Not(HasSubstr("step "))) << small.out;
+
+  CommandResult bad = run("lots");
+  EXPECT_EQ(bad.exit_code(), 2) << bad.DebugString();
+  EXPECT_THAT(bad.err, HasSubstr("YARD_GPU_MEMORY_BYTES must be a positive "
+                                 "byte count, got 'lots'"))
+      << bad.err;
+}
+
+}  // namespace
+}  // namespace trainyard::itest
