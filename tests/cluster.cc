@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -225,6 +226,26 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
 
 std::vector<pid_t> WorkerProcess::TrainerPids() const {
   return ChildPidsOf(process_->pid());
+}
+
+std::map<int, pid_t> WorkerProcess::TrainerPidsByRank() const {
+  std::map<int, pid_t> out;
+  for (pid_t pid : TrainerPids()) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::stringstream raw;
+    raw << in.rdbuf();
+    std::string cmdline = raw.str();
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    const size_t at = cmdline.find("--rank ");
+    int rank = 0;
+    if (at != std::string::npos) {
+      const std::string digits =
+          cmdline.substr(at + 7, cmdline.find(' ', at + 7) - at - 7);
+      if (!absl::SimpleAtoi(digits, &rank)) continue;
+    }
+    out[rank] = pid;
+  }
+  return out;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> HarnessCredentials(

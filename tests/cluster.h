@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,6 +131,8 @@ class WorkerProcess {
   ChildProcess& process() { return *process_; }
   // Live yard-train processes run by this worker (its direct children).
   std::vector<pid_t> TrainerPids() const;
+  // The same by rank, read from their command lines (--rank N; none: 0).
+  std::map<int, pid_t> TrainerPidsByRank() const;
 
  private:
   WorkerProcess(WorkerOptions options, std::string work_dir,

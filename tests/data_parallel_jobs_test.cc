@@ -7,9 +7,7 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -57,29 +55,15 @@ class DataParallelTest : public ClusterTest {
   WorkerProcess* b_ = nullptr;
 };
 
-// The yard-train processes of `worker` by rank (from their command lines).
-std::map<int, pid_t> RankPids(const WorkerProcess& worker) {
-  std::map<int, pid_t> out;
-  for (pid_t pid : worker.TrainerPids()) {
-    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
-    std::stringstream raw;
-    raw << in.rdbuf();
-    std::string cmdline = raw.str();
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    const size_t at = cmdline.find("--rank ");
-    out[at == std::string::npos ? 0 : std::stoi(cmdline.substr(at + 7))] = pid;
-  }
-  return out;
-}
-
 TEST_F(DataParallelTest, TwoRankJobRunsAsAGangAndSucceeds) {
   YARD_ASSERT_OK(StartServer());
   YARD_ASSIGN_OR_FAIL(WorkerProcess * worker,
                       StartReadyWorker({.name = "w", .cpu_slots = 2}));
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(RanksJob("dp2", 2, 200)));
   const std::string id = r.job().id();
-  YARD_ASSERT_OK(PollUntil("both ranks to run", JobTimeout(),
-                           [&] { return RankPids(*worker).size() == 2; }));
+  YARD_ASSERT_OK(PollUntil("both ranks to run", JobTimeout(), [&] {
+    return worker->TrainerPidsByRank().size() == 2;
+  }));
   YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
   EXPECT_EQ(job.result().step(), 200);
@@ -110,7 +94,7 @@ TEST_F(DataParallelTest, ALostRankTearsDownTheGangAndFreesItsSlots) {
   YARD_ASSIGN_OR_FAIL(v1::JobEvent saved,
                       WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
                                    IsCheckpointSaved));
-  std::map<int, pid_t> ranks = RankPids(*worker);
+  std::map<int, pid_t> ranks = worker->TrainerPidsByRank();
   ASSERT_EQ(ranks.size(), 2u);
   ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
 
@@ -133,7 +117,7 @@ TEST_F(DataParallelTest, ALostRankTearsDownTheGangAndFreesItsSlots) {
 WorkerProcess* WorkerOfRank(const std::vector<WorkerProcess*>& workers,
                             int rank, pid_t* pid) {
   for (WorkerProcess* w : workers) {
-    std::map<int, pid_t> ranks = RankPids(*w);
+    std::map<int, pid_t> ranks = w->TrainerPidsByRank();
     if (auto it = ranks.find(rank); it != ranks.end()) {
       *pid = it->second;
       return w;
@@ -152,7 +136,8 @@ TEST_F(DataParallelTest, RanksSpreadOverWorkersEndLikeOnOneWorker) {
                       Submit(RanksJob("spread", 2, 120)));
   const std::string id = r.job().id();
   YARD_ASSERT_OK(PollUntil("a rank on each worker", JobTimeout(), [&] {
-    return RankPids(*a).size() == 1 && RankPids(*b).size() == 1;
+    return a->TrainerPidsByRank().size() == 1 &&
+           b->TrainerPidsByRank().size() == 1;
   }));
   YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
