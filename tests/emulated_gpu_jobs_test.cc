@@ -1,17 +1,23 @@
-// GPU jobs end to end on a machine without a GPU: workers find one "H100"
+// GPU jobs end to end on a machine without a GPU: workers find "H100s"
 // through the test double of NVML (worker/fake_nvml), and their jobs run
 // on yard-train-emulated, the real yard-train and CUDA backend over the
-// CUDA host emulation (engine/cuda/emulation: kernels and cuBLASLt on the
-// CPU). So the path a GPU job takes is exercised for real: the worker's
-// grant (CUDA_VISIBLE_DEVICES, YARD_GPU_MEMORY_BYTES), the engine's arena
-// taken whole at start, bf16 training on the CUDA backend, its checkpoints,
-// preemption and resume on another worker. What the emulation cannot show
-// (speed, the GPU's rounding, MPS) is left to the `gpu` tests.
+// CUDA host emulation (engine/cuda/emulation: kernels, cuBLASLt and NCCL on
+// the CPU). So the path a GPU job takes is exercised for real: the
+// worker's grant (CUDA_VISIBLE_DEVICES, YARD_GPU_MEMORY_BYTES), the
+// engine's arena taken whole at start, bf16 training on the CUDA backend,
+// its checkpoints, preemption and resume on another worker, and a
+// `gpus: 2` gang summing over NCCL and dying together. What the emulation
+// cannot show (speed, the GPU's rounding, MPS, NCCL's transports) is left
+// to the `gpu` tests.
+#include <signal.h>
+
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/exact_resume.h"
 #include "tests/harness.h"
@@ -25,17 +31,18 @@ using ::testing::Not;
 
 class EmulatedGpuJobsTest : public ClusterTest {
  protected:
-  // A worker offering one fake GPU, its jobs on the emulated engine.
-  absl::Status StartGpuWorker(const std::string& name) {
+  // A worker offering `gpus` fake GPUs, its jobs on the emulated engine.
+  absl::StatusOr<WorkerProcess*> StartGpuWorker(const std::string& name,
+                                                int gpus = 1) {
     const std::string driver = dir().Subdir("driver-" + name);
     std::filesystem::create_symlink(FAKE_NVML_PATH,
                                     driver + "/libnvidia-ml.so.1");
-    return StartReadyWorker({.name = name,
-                             .train_bin = EMULATED_TRAIN_BIN,
-                             .extra_args = {"--gpus", "auto"},
-                             .env = {{"LD_LIBRARY_PATH", driver},
-                                     {"FAKE_NVML_DEVICE_COUNT", "1"}}})
-        .status();
+    return StartReadyWorker(
+        {.name = name,
+         .train_bin = EMULATED_TRAIN_BIN,
+         .extra_args = {"--gpus", "auto"},
+         .env = {{"LD_LIBRARY_PATH", driver},
+                 {"FAKE_NVML_DEVICE_COUNT", absl::StrCat(gpus)}}});
   }
 };
 
@@ -65,7 +72,7 @@ MnistSpec HalfGpuSpec(const std::string& name) {
 // a neighbour cannot change it).
 TEST_F(EmulatedGpuJobsTest, TwoJobsShareOneGpuOnTheCudaBackend) {
   YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
-  YARD_ASSERT_OK(StartGpuWorker("gpu-node"));
+  YARD_ASSERT_OK(StartGpuWorker("gpu-node").status());
   const MnistSpec specs[] = {HalfGpuSpec("half-a"), HalfGpuSpec("half-b")};
   std::vector<std::string> ids;
   for (const MnistSpec& spec : specs) {
@@ -116,7 +123,7 @@ TEST_F(EmulatedGpuJobsTest, TwoJobsShareOneGpuOnTheCudaBackend) {
 TEST_F(EmulatedGpuJobsTest, APreemptedGpuJobResumesOnAnotherWorkerExactly) {
   YARD_ASSERT_OK(
       StartServer({.extra_args = {"--policy", "first-fit+preempt"}}));
-  YARD_ASSERT_OK(StartGpuWorker("first"));
+  YARD_ASSERT_OK(StartGpuWorker("first").status());
   const MnistSpec low_spec{.name = "mover",
                            .steps = 300,
                            .checkpoint_every = 50,
@@ -139,7 +146,7 @@ TEST_F(EmulatedGpuJobsTest, APreemptedGpuJobResumesOnAnotherWorkerExactly) {
                      return IsStateChange(e, v1::PREEMPTING, v1::QUEUED);
                    })
           .status());
-  YARD_ASSERT_OK(StartGpuWorker("second"));
+  YARD_ASSERT_OK(StartGpuWorker("second").status());
   // Once the low job runs again, the hog (which only had to keep it off
   // the first worker) goes, so it stops taking CPU from the emulation.
   YARD_ASSERT_OK(PollUntil("the low job running again", JobTimeout(), [&] {
@@ -166,6 +173,96 @@ TEST_F(EmulatedGpuJobsTest, APreemptedGpuJobResumesOnAnotherWorkerExactly) {
                       StraightRunWeights(dir(), low_spec, EMULATED_TRAIN_BIN));
   EXPECT_TRUE(weights == straight)
       << "final weights differ from an uninterrupted run of the same spec";
+}
+
+// What `yard-train run SPEC` reports last (its TrainFinished event).
+absl::StatusOr<v1::TrainFinished> StraightRunResult(TestDir& dir,
+                                                    const MnistSpec& spec) {
+  const std::string spec_path = dir.WriteFile(
+      absl::StrCat("straight-", spec.name, ".yaml"), spec.ToYaml());
+  CommandResult r = RunCommand(
+      {EMULATED_TRAIN_BIN, "run", spec_path, "--data-root", SourceDir(),
+       "--checkpoint-dir", absl::StrCat(dir.path(), "/straight-", spec.name),
+       "--progress", "json"},
+      dir.LogPrefix(absl::StrCat("straight-", spec.name)), JobTimeout());
+  if (r.exit_code() != 0) {
+    return absl::InternalError(absl::StrCat("straight run: ", r.DebugString()));
+  }
+  const size_t at = r.out.rfind("{\"finished\"");
+  if (at == std::string::npos) {
+    return absl::InternalError(absl::StrCat("no finished event: ", r.out));
+  }
+  v1::TrainerEvent e;
+  if (!google::protobuf::util::JsonStringToMessage(
+           r.out.substr(at, r.out.find('\n', at) - at), &e)
+           .ok()) {
+    return absl::InternalError(absl::StrCat("unparsable: ", r.out.substr(at)));
+  }
+  return e.finished();
+}
+
+MnistSpec TwoGpuSpec(const std::string& name, int64_t steps) {
+  return MnistSpec{.name = name,
+                   .steps = steps,
+                   .micro_batch = 16,
+                   .checkpoint_every = 50,
+                   .eval_every = 0,
+                   .gpus = 2};
+}
+
+// A job of `gpus: 2` runs one rank per GPU, sums gradients over NCCL (the
+// emulation's stand-in) and ends where one GPU with the double micro-batch
+// does, up to fp32 rounding (the sums are taken in another order).
+TEST_F(EmulatedGpuJobsTest, ATwoGpuJobEndsLikeOneGpuWithTheDoubleBatch) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker, StartGpuWorker("dual", 2));
+  const MnistSpec two = TwoGpuSpec("dp-gpu", 100);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(two.ToProto()));
+  const std::string id = r.job().id();
+  YARD_ASSERT_OK(PollUntil("both ranks running", JobTimeout(), [&] {
+    return worker->TrainerPidsByRank().size() == 2;
+  }));
+  YARD_ASSIGN_OR_FAIL(std::string backend, StartedBackend(jobs(), id));
+  EXPECT_EQ(backend, "cuda");
+  YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  CommandResult logs = Yard({"logs", id});
+  EXPECT_THAT(logs.out, HasSubstr("as rank 1 of 2")) << logs.out;
+
+  MnistSpec one = two;
+  one.name = "dp-gpu-one";
+  one.gpus = 1;
+  one.micro_batch = 2 * two.micro_batch;
+  YARD_ASSIGN_OR_FAIL(v1::TrainFinished alone, StraightRunResult(dir(), one));
+  EXPECT_NEAR(done.result().train_loss(), alone.train_loss(),
+              1e-3 * alone.train_loss())
+      << done.DebugString();
+  EXPECT_NEAR(done.result().eval_loss(), alone.eval_loss(),
+              1e-3 * alone.eval_loss())
+      << done.DebugString();
+}
+
+// A GPU rank that dies takes its gang down: the other rank, waiting in the
+// all-reduce, fails at once instead of hanging, and the worker lives on.
+TEST_F(EmulatedGpuJobsTest, AGpuRankDyingStopsItsGang) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker, StartGpuWorker("dual", 2));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
+                      Submit(TwoGpuSpec("dp-gpu-lost", 1'000'000).ToProto()));
+  const std::string id = r.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
+                              IsCheckpointSaved)
+                     .status());
+  std::map<int, pid_t> ranks = worker->TrainerPidsByRank();
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
+
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  EXPECT_EQ(job.state(), v1::FAILED) << job.DebugString();
+  EXPECT_THAT(job.state_reason(), HasSubstr("rank 1 killed by signal 9"));
+  YARD_ASSERT_OK(PollUntil("rank 0 to be gone too", StartTimeout(),
+                           [&] { return !ProcessAlive(ranks[0]); }));
+  EXPECT_TRUE(worker->process().Running());
 }
 
 // A grant smaller than the engine's estimate fails the job at start, with

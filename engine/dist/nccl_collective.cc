@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(
 }
 
 absl::Status NcclCollective::Init() {
-  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  const Deadline deadline = DeadlineIn(options_.connect_timeout);
   YARD_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   YARD_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -91,7 +91,7 @@ NcclCollective::~NcclCollective() {
     } else {
       // On failure this aborts the communicator (comm_ becomes null).
       AwaitComm("finalizing the NCCL communicator",
-                absl::Now() + kFinalizeTimeout)
+                DeadlineIn(kFinalizeTimeout))
           .IgnoreError();
     }
     if (comm_ != nullptr) ncclCommDestroy(comm_);
@@ -134,15 +134,14 @@ absl::Status NcclCollective::Launch(const std::vector<FloatSpan>& tensors) {
   r = ncclGroupEnd();
   if (!Pending(r)) return YARD_NCCL_ERROR(r, "ncclGroupEnd");
   // Waits for the launch only, not for the sum.
-  return AwaitComm("launching ncclAllReduce",
-                   absl::Now() + options_.io_timeout);
+  return AwaitComm("launching ncclAllReduce", DeadlineIn(options_.io_timeout));
 }
 
 absl::Status NcclCollective::WaitAll() {
   absl::Status status = std::exchange(started_error_, absl::OkStatus());
   if (!status.ok()) return status;
   if (!broken_.ok()) return absl::OkStatus();  // nothing was started
-  const absl::Time deadline = absl::Now() + options_.io_timeout;
+  const Deadline deadline = DeadlineIn(options_.io_timeout);
   YARD_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
     return Fail(cuda::CudaStatus(e, "cudaEventRecord", __FILE__, __LINE__));
@@ -155,7 +154,7 @@ absl::Status NcclCollective::WaitAll() {
   return absl::OkStatus();
 }
 
-absl::Status NcclCollective::AwaitComm(const char* what, absl::Time deadline) {
+absl::Status NcclCollective::AwaitComm(const char* what, Deadline deadline) {
   while (true) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
@@ -169,8 +168,7 @@ absl::Status NcclCollective::AwaitComm(const char* what, absl::Time deadline) {
   }
 }
 
-absl::Status NcclCollective::AwaitEvent(cudaEvent_t event,
-                                        absl::Time deadline) {
+absl::Status NcclCollective::AwaitEvent(cudaEvent_t event, Deadline deadline) {
   const char* what = "waiting for ncclAllReduce";
   while (true) {
     const cudaError_t e = cudaEventQuery(event);
@@ -189,17 +187,15 @@ absl::Status NcclCollective::AwaitEvent(cudaEvent_t event,
   }
 }
 
-absl::Status NcclCollective::WorthWaiting(const char* what,
-                                          absl::Time deadline) {
+absl::Status NcclCollective::WorthWaiting(const char* what, Deadline deadline) {
   if (absl::Status peers = ranks_->PeersAlive(); !peers.ok()) {
     return Fail(absl::UnavailableError(
         absl::StrCat("rank ", rank(), ": ", what, ": ", peers.message())));
   }
-  if (absl::Now() > deadline) {
-    return Fail(absl::DeadlineExceededError(
-        absl::StrCat("rank ", rank(), ": ", what, ": no progress within ",
-                     absl::FormatDuration(options_.io_timeout),
-                     "; a peer is alive but stuck")));
+  if (absl::Now() > deadline.at) {
+    return Fail(absl::DeadlineExceededError(absl::StrCat(
+        "rank ", rank(), ": ", what, ": no progress within ",
+        absl::FormatDuration(deadline.bound), "; a peer is alive but stuck")));
   }
   return absl::OkStatus();
 }

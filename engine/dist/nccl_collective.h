@@ -68,15 +68,24 @@ class NcclCollective : public Collective {
  private:
   NcclCollective(SocketCollective* ranks, const NcclCollectiveOptions& options)
       : ranks_(ranks), options_(options) {}
+  // When a wait gives up, and the bound it was given (for the message).
+  struct Deadline {
+    absl::Time at;
+    absl::Duration bound;
+  };
+  static Deadline DeadlineIn(absl::Duration bound) {
+    return {absl::Now() + bound, bound};
+  }
+
   absl::Status Init();
   absl::Status Launch(const std::vector<FloatSpan>& tensors);
   // Polls until the communicator has no operation in progress.
-  absl::Status AwaitComm(const char* what, absl::Time deadline);
+  absl::Status AwaitComm(const char* what, Deadline deadline);
   // Polls until `event` has happened on the NCCL stream.
-  absl::Status AwaitEvent(cudaEvent_t event, absl::Time deadline);
+  absl::Status AwaitEvent(cudaEvent_t event, Deadline deadline);
   // OK while the peers' processes live and `deadline` is ahead; else the
   // error (the communicator aborted).
-  absl::Status WorthWaiting(const char* what, absl::Time deadline);
+  absl::Status WorthWaiting(const char* what, Deadline deadline);
   // Aborts the communicator, breaks the collective and returns `status`.
   absl::Status Fail(absl::Status status);
   // NCCL's error string and last message, naming the rank and call site.

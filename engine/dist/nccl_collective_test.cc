@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -161,6 +162,34 @@ TEST(NcclCollectiveTest, APeerThatNeverFormsTheRingFailsTheOtherAtOnce) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_THAT(status.message(), HasSubstr("rank 1 closed its connection"));
   EXPECT_THAT(status.message(), HasSubstr("rank 0"));
+}
+
+// A peer that lives on but never joins: the wait ends at the connect
+// deadline, and the message names that bound (not the per-call one).
+TEST(NcclCollectiveTest, APeerAliveButAbsentEndsAtTheConnectDeadline) {
+  REQUIRE_GPUS(1);
+  const std::string dir = FreshDir("absent");
+  absl::Status status;
+  absl::Notification rank0_done;
+  OnEveryRank(2, [&](int r) {
+    auto ranks = SocketCollective::Connect(RankOptions(dir, r, 2));
+    ASSERT_TRUE(ranks.ok()) << ranks.status();
+    if (r == 1) {
+      std::vector<float> id(NCCL_UNIQUE_ID_BYTES);
+      const FloatSpan span{id.data(), NCCL_UNIQUE_ID_BYTES};
+      EXPECT_TRUE((*ranks)->AllReduceSum({&span, 1}).ok());
+      rank0_done.WaitForNotification();  // alive, never joining NCCL
+      return;
+    }
+    GpuRank gpu(0, 16);
+    NcclCollectiveOptions options{0, gpu.stream};
+    options.connect_timeout = absl::Seconds(1);
+    options.io_timeout = absl::Minutes(30);
+    status = NcclCollective::Create(ranks->get(), options).status();
+    rank0_done.Notify();
+  });
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr("no progress within 1s")) << status;
 }
 
 TEST(NcclCollectiveTest, APeerThatDiesMidStepFailsTheOtherWithoutAHang) {

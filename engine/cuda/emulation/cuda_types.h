@@ -4,7 +4,9 @@
 // in the global namespace so kernel sources compile unchanged. The
 // built-ins are thread_local: the emulation sets them on the OS thread
 // running a block before it resumes each emulated thread (block_runner.h).
-// Error codes keep CUDA's numeric values.
+// Error codes keep CUDA's numeric values. Streams and events are handles
+// the emulated host API (runtime.h) makes; work on a stream is done before
+// the call that queues it returns.
 #ifndef TRAINYARD_ENGINE_CUDA_EMULATION_CUDA_TYPES_H_
 #define TRAINYARD_ENGINE_CUDA_EMULATION_CUDA_TYPES_H_
 
@@ -40,6 +42,8 @@ enum cudaError {
   cudaErrorDevicesUnavailable = 46,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
 };
 using cudaError_t = cudaError;
@@ -49,6 +53,14 @@ using cudaStream_t = CUstream_st*;
 
 inline constexpr unsigned cudaStreamDefault = 0x00;
 inline constexpr unsigned cudaStreamNonBlocking = 0x01;
+
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+
+inline constexpr unsigned cudaEventDefault = 0x00;
+inline constexpr unsigned cudaEventBlockingSync = 0x01;
+inline constexpr unsigned cudaEventDisableTiming = 0x02;
+inline constexpr unsigned cudaEventInterprocess = 0x04;
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,

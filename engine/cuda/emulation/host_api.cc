@@ -1,22 +1,37 @@
 // The emulated CUDA host API (runtime.h): device memory is host memory
-// aligned as cudaMalloc's (256 bytes), every call synchronous, one device.
+// aligned as cudaMalloc's (256 bytes), one pool for every emulated device,
+// every call synchronous.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
-#include <unordered_map>
+#include <string>
+#include <unordered_set>
 
 #include "engine/cuda/emulation/runtime.h"
 
 struct CUstream_st {};
 
+struct CUevent_st {
+  unsigned flags;
+};
+
 namespace {
 
 using ::trainyard::cuda_emulation::kEmulatedDeviceBytes;
+using ::trainyard::cuda_emulation::kMaxEmulatedDevices;
 
-// cudaMalloc's blocks and their sizes, for cudaMemGetInfo and cudaFree.
+struct Block {
+  size_t bytes;
+  int device;  // current when cudaMalloc made it
+};
+
+// cudaMalloc's blocks by address, for cudaMemGetInfo, cudaFree and
+// DeviceHolding.
 struct DeviceMemory {
   std::mutex mu;
-  std::unordered_map<void*, size_t> blocks;
+  std::map<uintptr_t, Block> blocks;
   size_t in_use = 0;
 };
 
@@ -25,9 +40,70 @@ DeviceMemory& Memory() {
   return *memory;
 }
 
+// The events cudaEventCreate* made and cudaEventDestroy has not freed.
+struct LiveEvents {
+  std::mutex mu;
+  std::unordered_set<cudaEvent_t> events;
+};
+
+LiveEvents& Events() {
+  static LiveEvents* events = new LiveEvents;
+  return *events;
+}
+
+bool IsLive(cudaEvent_t event) {
+  LiveEvents& live = Events();
+  std::lock_guard<std::mutex> lock(live.mu);
+  return live.events.count(event) != 0;
+}
+
+int DeviceCount() {
+  static const int count = [] {
+    std::string problem;
+    const int n = ::trainyard::cuda_emulation::ParseEmulatedDeviceCount(
+        std::getenv("YARD_EMULATION_DEVICES"), &problem);
+    if (!problem.empty()) {
+      std::fprintf(stderr, "cuda emulation: %s\n", problem.c_str());
+    }
+    return n;
+  }();
+  return count;
+}
+
 thread_local int current_device = 0;
 
 }  // namespace
+
+namespace trainyard::cuda_emulation {
+
+int ParseEmulatedDeviceCount(const char* value, std::string* problem) {
+  if (value == nullptr) return 1;
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  if (*value != '\0' && *end == '\0' && n >= 1 && n <= kMaxEmulatedDevices) {
+    return static_cast<int>(n);
+  }
+  *problem = std::string("YARD_EMULATION_DEVICES=") + value +
+             " is not a device count from 1 to " +
+             std::to_string(kMaxEmulatedDevices) + "; emulating 1 device";
+  return 1;
+}
+
+int DeviceHolding(const void* p, size_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  DeviceMemory& memory = Memory();
+  std::lock_guard<std::mutex> lock(memory.mu);
+  auto it = memory.blocks.upper_bound(begin);
+  if (it == memory.blocks.begin()) return -1;
+  --it;
+  const uintptr_t offset = begin - it->first;
+  if (offset > it->second.bytes || bytes > it->second.bytes - offset) {
+    return -1;
+  }
+  return it->second.device;
+}
+
+}  // namespace trainyard::cuda_emulation
 
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
@@ -51,6 +127,10 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice:
       return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
     case cudaErrorLaunchFailure:
       return "cudaErrorLaunchFailure";
   }
@@ -79,6 +159,10 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice:
       return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorNotReady:
+      return "device not ready";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure (see the emulation's message)";
   }
@@ -96,7 +180,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   }
   *ptr = std::aligned_alloc(256, rounded);
   if (*ptr == nullptr) return cudaErrorMemoryAllocation;
-  memory.blocks[*ptr] = rounded;
+  memory.blocks[reinterpret_cast<uintptr_t>(*ptr)] = {rounded, current_device};
   memory.in_use += rounded;
   return cudaSuccess;
 }
@@ -105,9 +189,9 @@ cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   DeviceMemory& memory = Memory();
   std::lock_guard<std::mutex> lock(memory.mu);
-  auto it = memory.blocks.find(ptr);
+  auto it = memory.blocks.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == memory.blocks.end()) return cudaErrorInvalidValue;
-  memory.in_use -= it->second;
+  memory.in_use -= it->second.bytes;
   memory.blocks.erase(it);
   std::free(ptr);
   return cudaSuccess;
@@ -126,18 +210,19 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return cudaErrorInvalidValue;
-  *count = 1;
+  *count = DeviceCount();
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (prop == nullptr) return cudaErrorInvalidValue;
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device < 0 || device >= DeviceCount()) return cudaErrorInvalidDevice;
   *prop = {};
   std::strncpy(prop->name, ::trainyard::cuda_emulation::kEmulatedDeviceName,
                sizeof(prop->name) - 1);
-  // A fixed, well-formed UUID.
+  // A fixed, well-formed UUID, one per ordinal.
   for (int i = 0; i < 16; ++i) prop->uuid.bytes[i] = static_cast<char>(i);
+  prop->uuid.bytes[0] = static_cast<char>(16 * device);
   prop->totalGlobalMem = kEmulatedDeviceBytes;
   prop->major = 9;  // the sm_90 the kernels are built for
   prop->minor = 0;
@@ -156,7 +241,7 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device < 0 || device >= DeviceCount()) return cudaErrorInvalidDevice;
   current_device = device;
   return cudaSuccess;
 }
@@ -165,6 +250,10 @@ cudaError_t cudaGetDevice(int* device) {
   if (device == nullptr) return cudaErrorInvalidValue;
   *device = current_device;
   return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
@@ -211,3 +300,50 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  constexpr unsigned kKnown =
+      cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  // CUDA: an interprocess event must also disable timing.
+  if (event == nullptr || (flags & ~kKnown) != 0 ||
+      ((flags & cudaEventInterprocess) != 0 &&
+       (flags & cudaEventDisableTiming) == 0)) {
+    return cudaErrorInvalidValue;
+  }
+  *event = new CUevent_st{flags};
+  LiveEvents& live = Events();
+  std::lock_guard<std::mutex> lock(live.mu);
+  live.events.insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  LiveEvents& live = Events();
+  std::lock_guard<std::mutex> lock(live.mu);
+  if (live.events.erase(event) == 0) return cudaErrorInvalidResourceHandle;
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  return IsLive(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return IsLive(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return IsLive(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event,
+                                unsigned flags) {
+  if (!IsLive(event)) return cudaErrorInvalidResourceHandle;
+  // cudaEventWaitDefault or cudaEventWaitExternal.
+  return flags <= 1 ? cudaSuccess : cudaErrorInvalidValue;
+}

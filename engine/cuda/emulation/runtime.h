@@ -3,8 +3,8 @@
 // built-ins the project's kernels use (__syncthreads, __syncwarp, the
 // *_sync warp functions, __popc, __ffs, __trap) and the host API they and
 // their tests call (cudaMalloc, cudaMemcpy, cudaGetLastError,
-// cudaFuncSetAttribute, ...). The shim headers cuda_include/cuda_runtime.h
-// and cuda_runtime_api.h include this.
+// cudaFuncSetAttribute, streams, events, devices, ...). The shim headers
+// cuda_include/cuda_runtime.h and cuda_runtime_api.h include this.
 //
 // The emulation is a test tool: it checks the LOGIC of kernels (indexing,
 // masking, synchronization, determinism, alignment), compiled as C++ for
@@ -206,6 +206,11 @@ cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
 }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
+// cuda_runtime.h's C++ overload, for typed pointers.
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes,
                        cudaMemcpyKind kind);
@@ -216,12 +221,38 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes,
                             cudaStream_t stream = nullptr);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 
-// One emulated device, ordinal 0, of kEmulatedDeviceBytes; cudaMemGetInfo
-// counts what cudaMalloc holds against it. The driver reads as this
-// runtime's version.
+// Events. Every stream is synchronous (its work is done when the call that
+// queued it returns), so an event is complete as soon as it is recorded:
+// cudaEventQuery never answers cudaErrorNotReady, cudaEventSynchronize
+// and cudaStreamWaitEvent return at once. What is checked: the flags, and
+// that the event is one cudaEventCreate* made and cudaEventDestroy has not
+// freed (else cudaErrorInvalidResourceHandle, as CUDA says for a null
+// one). No timing (cudaEventElapsedTime is not emulated).
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+// cuda_runtime.h's C++ overload.
+inline cudaError_t cudaEventCreate(cudaEvent_t* event, unsigned flags) {
+  return cudaEventCreateWithFlags(event, flags);
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                unsigned flags = 0);
+
+// The emulated devices: ordinals 0 .. N-1, N from the environment variable
+// YARD_EMULATION_DEVICES (1 to 8, default 1; any other value counts as 1,
+// with one line on stderr), so that tests can run several GPU ranks in one
+// process. They differ in their ordinal and UUID only: memory is ONE pool
+// of kEmulatedDeviceBytes that cudaMemGetInfo reports for every device,
+// though each block remembers the device current when cudaMalloc made it
+// (DeviceHolding, for the NCCL stand-in). The current device is per host
+// thread, as in CUDA. The driver reads as this runtime's version.
 #define CUDART_VERSION 13000
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
@@ -234,6 +265,16 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 namespace trainyard::cuda_emulation {
 inline constexpr size_t kEmulatedDeviceBytes = size_t{16} << 30;
 inline constexpr const char* kEmulatedDeviceName = "CUDA host emulation";
+inline constexpr int kMaxEmulatedDevices = 8;
+
+// The device count YARD_EMULATION_DEVICES=`value` asks for: 1 when value
+// is null; else 1 to kMaxEmulatedDevices, or 1 with `*problem` saying why
+// the value is not one.
+int ParseEmulatedDeviceCount(const char* value, std::string* problem);
+
+// The device whose cudaMalloc block holds all of [p, p + bytes), or -1
+// when no live block does.
+int DeviceHolding(const void* p, size_t bytes);
 }  // namespace trainyard::cuda_emulation
 
 #endif  // TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
