@@ -72,6 +72,22 @@ TEST(EmulatedDevicesTest, CountComesFromTheEnvironment) {
   ASSERT_EQ(count, 3) << "run with YARD_EMULATION_DEVICES=3 (ctest sets it)";
 }
 
+TEST(EmulatedDevicesTest, MemoryComesFromTheEnvironment) {
+  std::string problem;
+  EXPECT_EQ(ParseEmulatedDeviceBytes(nullptr, &problem),
+            kDefaultEmulatedDeviceBytes);
+  EXPECT_EQ(ParseEmulatedDeviceBytes("64", &problem), size_t{64} << 20);
+  EXPECT_EQ(ParseEmulatedDeviceBytes("1048576", &problem), size_t{1} << 40);
+  EXPECT_EQ(problem, "");
+  for (const char* bad : {"0", "1048577", "-5", "lots", "64M", ""}) {
+    problem.clear();
+    EXPECT_EQ(ParseEmulatedDeviceBytes(bad, &problem),
+              kDefaultEmulatedDeviceBytes)
+        << bad;
+    EXPECT_THAT(problem, HasSubstr("YARD_EMULATION_DEVICE_MIB=")) << bad;
+  }
+}
+
 TEST(EmulatedDevicesTest, DifferInOrdinalAndUuidAndShareOnePool) {
   cudaDeviceProp zero{}, two{};
   ASSERT_EQ(cudaGetDeviceProperties(&zero, 0), cudaSuccess);

@@ -19,7 +19,6 @@ struct CUevent_st {
 
 namespace {
 
-using ::trainyard::cuda_emulation::kEmulatedDeviceBytes;
 using ::trainyard::cuda_emulation::kMaxEmulatedDevices;
 
 struct Block {
@@ -70,6 +69,20 @@ int DeviceCount() {
   return count;
 }
 
+// What each emulated device reports as its memory (the one shared pool).
+size_t DeviceBytes() {
+  static const size_t bytes = [] {
+    std::string problem;
+    const size_t n = ::trainyard::cuda_emulation::ParseEmulatedDeviceBytes(
+        std::getenv("YARD_EMULATION_DEVICE_MIB"), &problem);
+    if (!problem.empty()) {
+      std::fprintf(stderr, "cuda emulation: %s\n", problem.c_str());
+    }
+    return n;
+  }();
+  return bytes;
+}
+
 thread_local int current_device = 0;
 
 }  // namespace
@@ -87,6 +100,19 @@ int ParseEmulatedDeviceCount(const char* value, std::string* problem) {
              " is not a device count from 1 to " +
              std::to_string(kMaxEmulatedDevices) + "; emulating 1 device";
   return 1;
+}
+
+size_t ParseEmulatedDeviceBytes(const char* value, std::string* problem) {
+  if (value == nullptr) return kDefaultEmulatedDeviceBytes;
+  char* end = nullptr;
+  const long long mib = std::strtoll(value, &end, 10);
+  if (*value != '\0' && *end == '\0' && mib >= 1 && mib <= (1 << 20)) {
+    return static_cast<size_t>(mib) << 20;
+  }
+  *problem = std::string("YARD_EMULATION_DEVICE_MIB=") + value +
+             " is not a size from 1 to 1048576 MiB; emulating " +
+             std::to_string(kDefaultEmulatedDeviceBytes >> 20) + " MiB";
+  return kDefaultEmulatedDeviceBytes;
 }
 
 int DeviceHolding(const void* p, size_t bytes) {
@@ -175,7 +201,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   const size_t rounded = bytes == 0 ? 256 : (bytes + 255) / 256 * 256;
   DeviceMemory& memory = Memory();
   std::lock_guard<std::mutex> lock(memory.mu);
-  if (rounded > kEmulatedDeviceBytes - memory.in_use) {
+  if (rounded > DeviceBytes() - memory.in_use) {
     return cudaErrorMemoryAllocation;
   }
   *ptr = std::aligned_alloc(256, rounded);
@@ -203,8 +229,8 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   }
   DeviceMemory& memory = Memory();
   std::lock_guard<std::mutex> lock(memory.mu);
-  *free_bytes = kEmulatedDeviceBytes - memory.in_use;
-  *total_bytes = kEmulatedDeviceBytes;
+  *free_bytes = DeviceBytes() - memory.in_use;
+  *total_bytes = DeviceBytes();
   return cudaSuccess;
 }
 
@@ -223,7 +249,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   // A fixed, well-formed UUID, one per ordinal.
   for (int i = 0; i < 16; ++i) prop->uuid.bytes[i] = static_cast<char>(i);
   prop->uuid.bytes[0] = static_cast<char>(16 * device);
-  prop->totalGlobalMem = kEmulatedDeviceBytes;
+  prop->totalGlobalMem = DeviceBytes();
   prop->major = 9;  // the sm_90 the kernels are built for
   prop->minor = 0;
   prop->multiProcessorCount = 4;

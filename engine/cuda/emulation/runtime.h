@@ -249,7 +249,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
 // YARD_EMULATION_DEVICES (1 to 8, default 1; any other value counts as 1,
 // with one line on stderr), so that tests can run several GPU ranks in one
 // process. They differ in their ordinal and UUID only: memory is ONE pool
-// of kEmulatedDeviceBytes that cudaMemGetInfo reports for every device,
+// that cudaMemGetInfo reports for every device, of
+// YARD_EMULATION_DEVICE_MIB MiB (1 to 2^20, default 16 GiB; any other
+// value counts as the default, with one line on stderr) so that tests can
+// give a program a small device,
 // though each block remembers the device current when cudaMalloc made it
 // (DeviceHolding, for the NCCL stand-in). The current device is per host
 // thread, as in CUDA. The driver reads as this runtime's version.
@@ -263,7 +266,7 @@ cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 
 namespace trainyard::cuda_emulation {
-inline constexpr size_t kEmulatedDeviceBytes = size_t{16} << 30;
+inline constexpr size_t kDefaultEmulatedDeviceBytes = size_t{16} << 30;
 inline constexpr const char* kEmulatedDeviceName = "CUDA host emulation";
 inline constexpr int kMaxEmulatedDevices = 8;
 
@@ -271,6 +274,11 @@ inline constexpr int kMaxEmulatedDevices = 8;
 // is null; else 1 to kMaxEmulatedDevices, or 1 with `*problem` saying why
 // the value is not one.
 int ParseEmulatedDeviceCount(const char* value, std::string* problem);
+
+// The device bytes YARD_EMULATION_DEVICE_MIB=`value` asks for: the
+// default when value is null; else 1 to 2^20 MiB, or the default with
+// `*problem` saying why the value is not one.
+size_t ParseEmulatedDeviceBytes(const char* value, std::string* problem);
 
 // The device whose cudaMalloc block holds all of [p, p + bytes), or -1
 // when no live block does.
