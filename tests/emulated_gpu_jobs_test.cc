@@ -242,6 +242,35 @@ TEST_F(EmulatedGpuJobsTest, ATwoGpuJobEndsLikeOneGpuWithTheDoubleBatch) {
       << done.DebugString();
 }
 
+// A `gpus: 2` job no single worker holds spreads over two one-GPU workers
+// (rank 0 listens for its peer, the NCCL id crosses over the ranks' own
+// sockets) and ends with the very bytes of the same job on one two-GPU
+// worker: the ranks sum in rank order wherever they run.
+TEST_F(EmulatedGpuJobsTest, AGpuGangSpreadOverWorkersEndsLikeOnOne) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartGpuWorker("g1").status());
+  YARD_ASSERT_OK(StartGpuWorker("g2").status());
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
+                      Submit(TwoGpuSpec("spread-gpu", 60).ToProto()));
+  YARD_ASSIGN_OR_FAIL(v1::Job spread,
+                      WaitForTerminal(jobs(), r.job().id(), JobTimeout()));
+  ASSERT_EQ(spread.state(), v1::SUCCEEDED) << spread.DebugString();
+  ASSERT_EQ(spread.attempts(0).more_workers_size(), 1) << spread.DebugString();
+
+  YARD_ASSERT_OK(StartGpuWorker("dual", 2).status());
+  v1::JobSpec together = TwoGpuSpec("spread-gpu", 60).ToProto();
+  together.mutable_resources()->set_max_nodes(1);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r2, Submit(together));
+  YARD_ASSIGN_OR_FAIL(v1::Job one,
+                      WaitForTerminal(jobs(), r2.job().id(), JobTimeout()));
+  ASSERT_EQ(one.state(), v1::SUCCEEDED) << one.DebugString();
+  EXPECT_EQ(one.attempts(0).worker_id(), "dual");
+  EXPECT_EQ(one.attempts(0).more_workers_size(), 0);
+  YARD_ASSIGN_OR_FAIL(std::string a, FinalWeights(spread.checkpoint_dir()));
+  YARD_ASSIGN_OR_FAIL(std::string b, FinalWeights(one.checkpoint_dir()));
+  EXPECT_TRUE(a == b) << "the spread gang ended with other weights";
+}
+
 // A GPU rank that dies takes its gang down: the other rank, waiting in the
 // all-reduce, fails at once instead of hanging, and the worker lives on.
 TEST_F(EmulatedGpuJobsTest, AGpuRankDyingStopsItsGang) {
