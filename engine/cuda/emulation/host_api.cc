@@ -56,30 +56,30 @@ bool IsLive(cudaEvent_t event) {
   return live.events.count(event) != 0;
 }
 
+// The setting the environment variable `name` holds, as `parse` reads it
+// (parse(value, &problem)); a problem is told once, on stderr.
+template <typename Parse>
+auto FromEnvironment(const char* name, Parse parse) {
+  std::string problem;
+  const auto value = parse(std::getenv(name), &problem);
+  if (!problem.empty()) {
+    std::fprintf(stderr, "cuda emulation: %s\n", problem.c_str());
+  }
+  return value;
+}
+
 int DeviceCount() {
-  static const int count = [] {
-    std::string problem;
-    const int n = ::trainyard::cuda_emulation::ParseEmulatedDeviceCount(
-        std::getenv("YARD_EMULATION_DEVICES"), &problem);
-    if (!problem.empty()) {
-      std::fprintf(stderr, "cuda emulation: %s\n", problem.c_str());
-    }
-    return n;
-  }();
+  static const int count =
+      FromEnvironment("YARD_EMULATION_DEVICES",
+                      ::trainyard::cuda_emulation::ParseEmulatedDeviceCount);
   return count;
 }
 
 // What each emulated device reports as its memory (the one shared pool).
 size_t DeviceBytes() {
-  static const size_t bytes = [] {
-    std::string problem;
-    const size_t n = ::trainyard::cuda_emulation::ParseEmulatedDeviceBytes(
-        std::getenv("YARD_EMULATION_DEVICE_MIB"), &problem);
-    if (!problem.empty()) {
-      std::fprintf(stderr, "cuda emulation: %s\n", problem.c_str());
-    }
-    return n;
-  }();
+  static const size_t bytes =
+      FromEnvironment("YARD_EMULATION_DEVICE_MIB",
+                      ::trainyard::cuda_emulation::ParseEmulatedDeviceBytes);
   return bytes;
 }
 
