@@ -79,21 +79,23 @@ TEST_F(EmulatedGpuJobsTest, TwoJobsShareOneGpuOnTheCudaBackend) {
     YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(spec.ToProto()));
     ids.push_back(r.job().id());
   }
+  // Both running at once, and their grants as they ran (a job's grant is
+  // gone once it ends).
+  std::vector<v1::Job> running(ids.size());
   YARD_ASSERT_OK(PollUntil("both jobs running on GPU 0", JobTimeout(), [&] {
-    int running = 0;
-    for (const std::string& id : ids) {
-      absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
-      running += j.ok() && j->state() == v1::RUNNING;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      absl::StatusOr<v1::Job> j = GetJob(jobs(), ids[i]);
+      if (!j.ok() || j->state() != v1::RUNNING) return false;
+      running[i] = *std::move(j);
     }
-    return running == 2;
+    return true;
   }));
   std::vector<int64_t> granted_bytes;
-  for (const std::string& id : ids) {
-    YARD_ASSIGN_OR_FAIL(std::string backend, StartedBackend(jobs(), id));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    YARD_ASSIGN_OR_FAIL(std::string backend, StartedBackend(jobs(), ids[i]));
     EXPECT_EQ(backend, "cuda");
-    YARD_ASSIGN_OR_FAIL(v1::Job running, GetJob(jobs(), id));
-    ASSERT_EQ(running.gpu_grants_size(), 1) << running.DebugString();
-    const v1::GpuGrant& grant = running.gpu_grants(0);
+    ASSERT_EQ(running[i].gpu_grants_size(), 1) << running[i].DebugString();
+    const v1::GpuGrant& grant = running[i].gpu_grants(0);
     EXPECT_EQ(grant.index(), 0);
     EXPECT_TRUE(grant.shared());
     EXPECT_EQ(grant.compute_milli(), 500);

@@ -21,12 +21,21 @@ using ::testing::Not;
 
 class GpuSharingTest : public ClusterTest {};
 
-constexpr char kTrainer[] = R"SH(#!/bin/sh
+// Runs until the test creates `release` (at most 60 s), so the jobs are
+// still running whenever the test looks, however loaded the machine.
+std::string Trainer(const std::string& release) {
+  return absl::StrCat(R"SH(#!/bin/sh
 echo "grant: gpus=[$CUDA_VISIBLE_DEVICES] memory=[$YARD_GPU_MEMORY_BYTES]" >&2
 echo '{"started":{"totalSteps":"10","backend":"script"}}'
-sleep 4
+i=0
+while [ ! -e ')SH",
+                      release, R"SH(' ] && [ $i -lt 600 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
 echo '{"finished":{"step":"10","evalAccuracy":0.9}}'
-)SH";
+)SH");
+}
 
 v1::JobSpec QuarterGpuJob(int i) {
   v1::JobSpec spec = MnistSpec{.name = absl::StrCat("quarter-", i)}.ToProto();
@@ -40,8 +49,9 @@ TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
   const std::string driver = dir().Subdir("driver");
   std::filesystem::create_symlink(FAKE_NVML_PATH,
                                   driver + "/libnvidia-ml.so.1");
+  const std::string release = dir().path() + "/release";
   const std::string script =
-      dir().WriteFile("script-train.sh", kTrainer, /*executable=*/true);
+      dir().WriteFile("script-train.sh", Trainer(release), /*executable=*/true);
   YARD_ASSERT_OK(StartReadyWorker({.name = "gpu-node",
                                    .train_bin = script,
                                    .extra_args = {"--gpus", "auto"},
@@ -78,6 +88,8 @@ TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
     EXPECT_GT(j.gpu_grants(0).memory_bytes(), 0);
   }
   EXPECT_EQ(waiting, 1);
+  // The four finish; the fifth then runs (and finishes at once).
+  dir().WriteFile("release", "");
 
   for (const std::string& id : ids) {
     YARD_ASSIGN_OR_FAIL(v1::Job done,
