@@ -67,9 +67,9 @@ MnistSpec HalfGpuSpec(const std::string& name) {
 }
 
 // Two half-GPU jobs run side by side on one GPU, each on the CUDA backend
-// in an arena of exactly its memory grant, and each ends with the weights
-// of the same spec trained alone (the GPU arithmetic is deterministic, and
-// a neighbour cannot change it).
+// with its arena sized by its grant (YARD_GPU_MEMORY_BYTES) and its peak
+// inside it, and each ends with the weights of the same spec trained alone
+// (the GPU arithmetic is deterministic, and a neighbour cannot change it).
 TEST_F(EmulatedGpuJobsTest, TwoJobsShareOneGpuOnTheCudaBackend) {
   YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
   YARD_ASSERT_OK(StartGpuWorker("gpu-node").status());
