@@ -177,28 +177,21 @@ TEST_F(EmulatedGpuJobsTest, APreemptedGpuJobResumesOnAnotherWorkerExactly) {
       << "final weights differ from an uninterrupted run of the same spec";
 }
 
-// What `yard-train run SPEC` reports last (its TrainFinished event).
+// What the emulated `yard-train run SPEC` reports last (TrainFinished).
 absl::StatusOr<v1::TrainFinished> StraightRunResult(TestDir& dir,
                                                     const MnistSpec& spec) {
-  const std::string spec_path = dir.WriteFile(
-      absl::StrCat("straight-", spec.name, ".yaml"), spec.ToYaml());
-  CommandResult r = RunCommand(
-      {EMULATED_TRAIN_BIN, "run", spec_path, "--data-root", SourceDir(),
-       "--checkpoint-dir", absl::StrCat(dir.path(), "/straight-", spec.name),
-       "--progress", "json"},
-      dir.LogPrefix(absl::StrCat("straight-", spec.name)), JobTimeout());
-  if (r.exit_code() != 0) {
-    return absl::InternalError(absl::StrCat("straight run: ", r.DebugString()));
-  }
-  const size_t at = r.out.rfind("{\"finished\"");
+  absl::StatusOr<StraightRun> run = RunStraight(dir, spec, EMULATED_TRAIN_BIN);
+  if (!run.ok()) return run.status();
+  const size_t at = run->out.rfind("{\"finished\"");
   if (at == std::string::npos) {
-    return absl::InternalError(absl::StrCat("no finished event: ", r.out));
+    return absl::InternalError(absl::StrCat("no finished event: ", run->out));
   }
   v1::TrainerEvent e;
   if (!google::protobuf::util::JsonStringToMessage(
-           r.out.substr(at, r.out.find('\n', at) - at), &e)
+           run->out.substr(at, run->out.find('\n', at) - at), &e)
            .ok()) {
-    return absl::InternalError(absl::StrCat("unparsable: ", r.out.substr(at)));
+    return absl::InternalError(
+        absl::StrCat("unparsable: ", run->out.substr(at)));
   }
   return e.finished();
 }

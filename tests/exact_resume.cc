@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "tests/harness.h"
 
 namespace trainyard::itest {
@@ -36,22 +37,29 @@ absl::StatusOr<std::string> FinalWeights(const std::string& checkpoint_dir) {
   return bytes.str();
 }
 
-absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
-                                               const MnistSpec& spec,
-                                               const std::string& train_bin) {
+absl::StatusOr<StraightRun> RunStraight(TestDir& dir, const MnistSpec& spec,
+                                        const std::string& train_bin) {
   const std::string spec_path = dir.WriteFile(
       absl::StrCat("straight-", spec.name, ".yaml"), spec.ToYaml());
-  const std::string out = absl::StrCat(dir.path(), "/straight-", spec.name);
+  StraightRun run{absl::StrCat(dir.path(), "/straight-", spec.name), ""};
   CommandResult r = RunCommand(
       {train_bin.empty() ? BinPath("yard-train") : train_bin, "run", spec_path,
-       "--data-root", SourceDir(), "--checkpoint-dir", out, "--progress",
-       "json"},
+       "--data-root", SourceDir(), "--checkpoint-dir", run.checkpoint_dir,
+       "--progress", "json"},
       dir.LogPrefix(absl::StrCat("straight-", spec.name)), JobTimeout());
   if (r.exit_code() != 0) {
     return absl::InternalError(
         absl::StrCat("straight run failed: ", r.DebugString()));
   }
-  return FinalWeights(out);
+  run.out = std::move(r.out);
+  return run;
+}
+
+absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
+                                               const MnistSpec& spec,
+                                               const std::string& train_bin) {
+  ASSIGN_OR_RETURN(StraightRun run, RunStraight(dir, spec, train_bin));
+  return FinalWeights(run.checkpoint_dir);
 }
 
 }  // namespace trainyard::itest

@@ -18,9 +18,20 @@ struct MnistSpec;
 // `checkpoint_dir`. NOT_FOUND when there is none.
 absl::StatusOr<std::string> FinalWeights(const std::string& checkpoint_dir);
 
-// Runs `spec` with `yard-train run` (no faults) into dir/straight-<name>
-// and returns FinalWeights of it. `train_bin`: the engine binary; empty
-// means build/bin/yard-train.
+// A straight run of a spec: where it checkpointed, and its stdout (one
+// TrainerEvent in protobuf JSON per line).
+struct StraightRun {
+  std::string checkpoint_dir;
+  std::string out;
+};
+
+// Runs `spec` with `yard-train run --progress json` (no faults) into
+// dir/straight-<name>. `train_bin`: the engine binary; empty means
+// build/bin/yard-train. INTERNAL with its output when it fails.
+absl::StatusOr<StraightRun> RunStraight(TestDir& dir, const MnistSpec& spec,
+                                        const std::string& train_bin = "");
+
+// RunStraight, then FinalWeights of it.
 absl::StatusOr<std::string> StraightRunWeights(
     TestDir& dir, const MnistSpec& spec, const std::string& train_bin = "");
 
