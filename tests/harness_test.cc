@@ -57,11 +57,12 @@ TEST_F(HarnessTest, StopReachesTheWholeGroupAndChildrenAreVisible) {
   auto child = ChildProcess::Start(p);
   ASSERT_TRUE(child.ok()) << child.status();
   std::vector<pid_t> kids;
+  // A forked child is named "sh" until it has exec'd sleep.
   YARD_ASSERT_OK(PollUntil("two sleeps", absl::Seconds(10), [&] {
     kids = ChildPidsOf((*child)->pid());
-    return kids.size() == 2;
+    return kids.size() == 2 && ProcessName(kids[0]) == "sleep" &&
+           ProcessName(kids[1]) == "sleep";
   }));
-  EXPECT_EQ(ProcessName(kids[0]), "sleep");
   EXPECT_TRUE((*child)->Running());
   ExitStatus s = (*child)->Stop(absl::Seconds(10));
   EXPECT_TRUE(s.Killed(SIGTERM)) << s.ToString();
