@@ -5,8 +5,9 @@
 // the CPU). So the path a GPU job takes is exercised for real: the
 // worker's grant (CUDA_VISIBLE_DEVICES, YARD_GPU_MEMORY_BYTES), the
 // engine's arena taken whole at start, bf16 training on the CUDA backend,
-// its checkpoints, preemption and resume on another worker, and a
-// `gpus: 2` gang summing over NCCL and dying together. What the emulation
+// its checkpoints, a crash beside a neighbour on the same GPU, preemption
+// and resume on another worker, and a `gpus: 2` gang summing over NCCL and
+// dying together. What the emulation
 // cannot show (speed, the GPU's rounding, MPS, NCCL's transports) is left
 // to the `gpu` tests.
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -117,6 +119,48 @@ TEST_F(EmulatedGpuJobsTest, TwoJobsShareOneGpuOnTheCudaBackend) {
     EXPECT_TRUE(weights == straight)
         << ids[i] << ": final weights differ from the spec trained alone";
   }
+}
+
+// A job that crashes on a shared GPU fails alone: its neighbour on the
+// same GPU trains on to the end, with the weights of its spec trained
+// alone, and the worker stays up.
+TEST_F(EmulatedGpuJobsTest, AJobCrashingOnASharedGpuHurtsNoNeighbour) {
+  YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker, StartGpuWorker("gpu-node"));
+  MnistSpec doomed = HalfGpuSpec("doomed");
+  doomed.steps = 1'000'000;
+  const MnistSpec healthy = HalfGpuSpec("healthy");
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse d, Submit(doomed.ToProto()));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse h, Submit(healthy.ToProto()));
+  YARD_ASSERT_OK(WaitForEvent(jobs(), d.job().id(), "CheckpointSaved",
+                              JobTimeout(), IsCheckpointSaved)
+                     .status());
+  YARD_ASSIGN_OR_FAIL(v1::Job neighbour, GetJob(jobs(), h.job().id()));
+  ASSERT_EQ(neighbour.state(), v1::RUNNING) << neighbour.DebugString();
+  // The doomed job's process: the worker's trainer that is not the
+  // healthy one's (whose pid the start reason names).
+  std::vector<pid_t> others;
+  for (pid_t pid : worker->TrainerPids()) {
+    if (neighbour.state_reason().find(absl::StrCat("(pid ", pid, ")")) ==
+        std::string::npos) {
+      others.push_back(pid);
+    }
+  }
+  ASSERT_EQ(others.size(), 1u) << neighbour.DebugString();
+  ASSERT_EQ(kill(others[0], SIGSEGV), 0);
+
+  YARD_ASSIGN_OR_FAIL(v1::Job crashed,
+                      WaitForTerminal(jobs(), d.job().id(), JobTimeout()));
+  EXPECT_EQ(crashed.state(), v1::FAILED) << crashed.DebugString();
+  EXPECT_THAT(crashed.state_reason(), HasSubstr("signal 11"));
+  YARD_ASSIGN_OR_FAIL(v1::Job done,
+                      WaitForTerminal(jobs(), h.job().id(), JobTimeout()));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  EXPECT_TRUE(worker->process().Running());
+  YARD_ASSIGN_OR_FAIL(std::string weights, FinalWeights(done.checkpoint_dir()));
+  YARD_ASSIGN_OR_FAIL(std::string alone,
+                      StraightRunWeights(dir(), healthy, EMULATED_TRAIN_BIN));
+  EXPECT_TRUE(weights == alone) << "the neighbour's weights changed";
 }
 
 // A GPU job preempted by a higher-priority one writes a checkpoint, goes
