@@ -140,6 +140,14 @@ TEST(NcclCollectiveTest, TwoRanksSumAndHoldTheSameBits) {
   }
 }
 
+// What a rank does that takes rank 0's NCCL id (NcclCollective::Create
+// shares it as a sum over the sockets) and never joins NCCL with it.
+void TakeTheIdOnly(SocketCollective& ranks) {
+  std::vector<float> id(NCCL_UNIQUE_ID_BYTES);
+  const FloatSpan span{id.data(), NCCL_UNIQUE_ID_BYTES};
+  EXPECT_TRUE(ranks.AllReduceSum({&span, 1}).ok());
+}
+
 TEST(NcclCollectiveTest, APeerThatNeverFormsTheRingFailsTheOtherAtOnce) {
   REQUIRE_GPUS(1);
   const std::string dir = FreshDir("never");
@@ -148,10 +156,7 @@ TEST(NcclCollectiveTest, APeerThatNeverFormsTheRingFailsTheOtherAtOnce) {
     auto ranks = SocketCollective::Connect(RankOptions(dir, r, 2));
     ASSERT_TRUE(ranks.ok()) << ranks.status();
     if (r == 1) {
-      // Takes the id, then goes away without joining NCCL.
-      std::vector<float> id(NCCL_UNIQUE_ID_BYTES);
-      const FloatSpan span{id.data(), NCCL_UNIQUE_ID_BYTES};
-      EXPECT_TRUE((*ranks)->AllReduceSum({&span, 1}).ok());
+      TakeTheIdOnly(**ranks);  // then goes away
       return;
     }
     GpuRank gpu(0, 16);
@@ -175,9 +180,7 @@ TEST(NcclCollectiveTest, APeerAliveButAbsentEndsAtTheConnectDeadline) {
     auto ranks = SocketCollective::Connect(RankOptions(dir, r, 2));
     ASSERT_TRUE(ranks.ok()) << ranks.status();
     if (r == 1) {
-      std::vector<float> id(NCCL_UNIQUE_ID_BYTES);
-      const FloatSpan span{id.data(), NCCL_UNIQUE_ID_BYTES};
-      EXPECT_TRUE((*ranks)->AllReduceSum({&span, 1}).ok());
+      TakeTheIdOnly(**ranks);
       rank0_done.WaitForNotification();  // alive, never joining NCCL
       return;
     }
