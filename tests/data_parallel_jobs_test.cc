@@ -90,20 +90,8 @@ TEST_F(DataParallelTest, ALostRankTearsDownTheGangAndFreesItsSlots) {
                       StartReadyWorker({.name = "w", .cpu_slots = 2}));
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
                       Submit(RanksJob("dp-lost", 2, 100000)));
-  const std::string id = r.job().id();
-  YARD_ASSIGN_OR_FAIL(v1::JobEvent saved,
-                      WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                                   IsCheckpointSaved));
-  std::map<int, pid_t> ranks = worker->TrainerPidsByRank();
-  ASSERT_EQ(ranks.size(), 2u);
-  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
-
-  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
-  EXPECT_EQ(job.state(), v1::FAILED) << job.DebugString();
-  EXPECT_THAT(job.state_reason(), HasSubstr("rank 1 killed by signal 9"));
-  YARD_ASSERT_OK(PollUntil("rank 0 to be gone too", StartTimeout(),
-                           [&] { return !ProcessAlive(ranks[0]); }));
-  EXPECT_TRUE(worker->process().Running());
+  KillRankOneAndExpectTheGangDown(*worker, r.job().id());
+  if (HasFatalFailure()) return;
 
   // Both slots are free again: another two-rank job runs at once.
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse next,

@@ -13,7 +13,6 @@
 #include <signal.h>
 
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -317,20 +316,7 @@ TEST_F(EmulatedGpuJobsTest, AGpuRankDyingStopsItsGang) {
   YARD_ASSIGN_OR_FAIL(WorkerProcess * worker, StartGpuWorker("dual", 2));
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
                       Submit(TwoGpuSpec("dp-gpu-lost", 1'000'000).ToProto()));
-  const std::string id = r.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
-  std::map<int, pid_t> ranks = worker->TrainerPidsByRank();
-  ASSERT_EQ(ranks.size(), 2u);
-  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
-
-  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
-  EXPECT_EQ(job.state(), v1::FAILED) << job.DebugString();
-  EXPECT_THAT(job.state_reason(), HasSubstr("rank 1 killed by signal 9"));
-  YARD_ASSERT_OK(PollUntil("rank 0 to be gone too", StartTimeout(),
-                           [&] { return !ProcessAlive(ranks[0]); }));
-  EXPECT_TRUE(worker->process().Running());
+  KillRankOneAndExpectTheGangDown(*worker, r.job().id());
 }
 
 // A grant smaller than the engine's estimate fails the job at start, with

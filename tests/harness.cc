@@ -1,7 +1,10 @@
 #include "tests/harness.h"
 
+#include <signal.h>
+
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
@@ -231,6 +234,25 @@ absl::StatusOr<v1::SubmitJobResponse> ClusterTest::Submit(
   grpc::Status s = jobs().SubmitJob(ctx.get(), req, &resp);
   if (!s.ok()) return ToAbsl(s);
   return resp;
+}
+
+void ClusterTest::KillRankOneAndExpectTheGangDown(WorkerProcess& worker,
+                                                  const std::string& id) {
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
+                              IsCheckpointSaved)
+                     .status());
+  std::map<int, pid_t> ranks = worker.TrainerPidsByRank();
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
+
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  EXPECT_EQ(job.state(), v1::FAILED) << job.DebugString();
+  EXPECT_NE(job.state_reason().find("rank 1 killed by signal 9"),
+            std::string::npos)
+      << job.state_reason();
+  YARD_ASSERT_OK(PollUntil("rank 0 to be gone too", StartTimeout(),
+                           [&] { return !ProcessAlive(ranks[0]); }));
+  EXPECT_TRUE(worker.process().Running());
 }
 
 }  // namespace trainyard::itest

@@ -105,6 +105,13 @@ class ClusterTest : public ::testing::Test {
   absl::StatusOr<trainyard::v1::SubmitJobResponse> Submit(
       const trainyard::v1::JobSpec& spec, const std::string& request_id = "");
 
+  // A two-rank job whose ranks both run on `worker`: waits for its first
+  // checkpoint, SIGKILLs rank 1 and expects the gang down at once (the job
+  // FAILED naming the rank and signal, rank 0 gone too) and the worker up.
+  // Failures are the test's (gtest assertions).
+  void KillRankOneAndExpectTheGangDown(WorkerProcess& worker,
+                                       const std::string& id);
+
  private:
   void PrintLogTails();
 
