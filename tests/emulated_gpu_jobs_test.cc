@@ -185,12 +185,9 @@ TEST_F(EmulatedGpuJobsTest, APreemptedGpuJobResumesOnAnotherWorkerExactly) {
       MnistSpec{.name = "hog", .steps = 1'000'000, .gpus = 1}.ToProto();
   high_spec.set_priority(10);
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse high, Submit(high_spec));
-  YARD_ASSERT_OK(
-      WaitForEvent(jobs(), low_id, "PREEMPTING -> QUEUED", JobTimeout(),
-                   [](const v1::JobEvent& e) {
-                     return IsStateChange(e, v1::PREEMPTING, v1::QUEUED);
-                   })
-          .status());
+  YARD_ASSERT_OK(WaitForStateChange(jobs(), low_id, v1::PREEMPTING, v1::QUEUED,
+                                    JobTimeout())
+                     .status());
   YARD_ASSERT_OK(StartGpuWorker("second").status());
   // Once the low job runs again, the hog (which only had to keep it off
   // the first worker) goes, so it stops taking CPU from the emulation.
@@ -206,18 +203,8 @@ TEST_F(EmulatedGpuJobsTest, APreemptedGpuJobResumesOnAnotherWorkerExactly) {
 
   YARD_ASSIGN_OR_FAIL(v1::Job done,
                       WaitForTerminal(jobs(), low_id, JobTimeout()));
-  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
-  ASSERT_EQ(done.attempts_size(), 2) << done.DebugString();
-  EXPECT_EQ(done.attempts(0).worker_id(), "first");
-  EXPECT_EQ(done.attempts(0).outcome(), v1::QUEUED);
-  EXPECT_EQ(done.attempts(1).worker_id(), "second");
-  EXPECT_GT(done.attempts(1).resumed_from_step(), 0) << done.DebugString();
-
-  YARD_ASSIGN_OR_FAIL(std::string weights, FinalWeights(done.checkpoint_dir()));
-  YARD_ASSIGN_OR_FAIL(std::string straight,
-                      StraightRunWeights(dir(), low_spec, EMULATED_TRAIN_BIN));
-  EXPECT_TRUE(weights == straight)
-      << "final weights differ from an uninterrupted run of the same spec";
+  ExpectResumedElsewhereExactly(dir(), done, low_spec, "first", "second",
+                                EMULATED_TRAIN_BIN);
 }
 
 // What the emulated `yard-train run SPEC` reports last (TrainFinished).

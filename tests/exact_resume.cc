@@ -14,6 +14,7 @@
 namespace trainyard::itest {
 
 namespace fs = std::filesystem;
+namespace v1 = trainyard::v1;
 
 absl::StatusOr<std::string> FinalWeights(const std::string& checkpoint_dir) {
   std::vector<std::string> steps;
@@ -60,6 +61,24 @@ absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
                                                const std::string& train_bin) {
   ASSIGN_OR_RETURN(StraightRun run, RunStraight(dir, spec, train_bin));
   return FinalWeights(run.checkpoint_dir);
+}
+
+void ExpectResumedElsewhereExactly(TestDir& dir, const v1::Job& done,
+                                   const MnistSpec& spec,
+                                   const std::string& first,
+                                   const std::string& second,
+                                   const std::string& train_bin) {
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  ASSERT_EQ(done.attempts_size(), 2) << done.DebugString();
+  EXPECT_EQ(done.attempts(0).worker_id(), first);
+  EXPECT_EQ(done.attempts(0).outcome(), v1::QUEUED);
+  EXPECT_EQ(done.attempts(1).worker_id(), second);
+  EXPECT_GT(done.attempts(1).resumed_from_step(), 0) << done.DebugString();
+  YARD_ASSIGN_OR_FAIL(std::string weights, FinalWeights(done.checkpoint_dir()));
+  YARD_ASSIGN_OR_FAIL(std::string straight,
+                      StraightRunWeights(dir, spec, train_bin));
+  EXPECT_TRUE(weights == straight)
+      << "final weights differ from an uninterrupted run of the same spec";
 }
 
 }  // namespace trainyard::itest

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "tests/cluster.h"
+#include "trainyard/v1/jobs.pb.h"
 
 namespace trainyard::itest {
 
@@ -34,6 +35,16 @@ absl::StatusOr<StraightRun> RunStraight(TestDir& dir, const MnistSpec& spec,
 // RunStraight, then FinalWeights of it.
 absl::StatusOr<std::string> StraightRunWeights(
     TestDir& dir, const MnistSpec& spec, const std::string& train_bin = "");
+
+// `done`, a job of `spec` preempted on worker `first` and resumed from a
+// checkpoint on worker `second`, ended SUCCEEDED after those two attempts
+// with the weights of a straight run of `spec` (`train_bin` as
+// RunStraight). Failures are the test's (gtest assertions).
+void ExpectResumedElsewhereExactly(TestDir& dir, const trainyard::v1::Job& done,
+                                   const MnistSpec& spec,
+                                   const std::string& first,
+                                   const std::string& second,
+                                   const std::string& train_bin = "");
 
 }  // namespace trainyard::itest
 

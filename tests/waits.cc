@@ -113,11 +113,6 @@ bool IsStateChangeTo(const v1::JobEvent& e, v1::JobState state) {
   return e.has_state_change() && e.state_change().to() == state;
 }
 
-bool IsStateChange(const v1::JobEvent& e, v1::JobState from, v1::JobState to) {
-  return e.has_state_change() && e.state_change().from() == from &&
-         e.state_change().to() == to;
-}
-
 bool IsCheckpointSaved(const v1::JobEvent& e) {
   return e.has_trainer() && e.trainer().has_checkpoint();
 }
@@ -133,6 +128,19 @@ absl::StatusOr<v1::JobEvent> WaitForState(v1::JobService::Stub& jobs,
   return WaitForEvent(
       jobs, job_id, absl::StrCat("state change to ", StateName(state)), timeout,
       [state](const v1::JobEvent& e) { return IsStateChangeTo(e, state); });
+}
+
+absl::StatusOr<v1::JobEvent> WaitForStateChange(v1::JobService::Stub& jobs,
+                                                const std::string& job_id,
+                                                v1::JobState from,
+                                                v1::JobState to,
+                                                absl::Duration timeout) {
+  return WaitForEvent(
+      jobs, job_id, absl::StrCat(StateName(from), " -> ", StateName(to)),
+      timeout, [from, to](const v1::JobEvent& e) {
+        return e.has_state_change() && e.state_change().from() == from &&
+               e.state_change().to() == to;
+      });
 }
 
 absl::StatusOr<v1::Job> WaitForTerminal(v1::JobService::Stub& jobs,

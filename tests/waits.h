@@ -65,6 +65,12 @@ absl::StatusOr<trainyard::v1::JobEvent> WaitForState(
     trainyard::v1::JobService::Stub& jobs, const std::string& job_id,
     trainyard::v1::JobState state, absl::Duration timeout);
 
+// Waits for the job's state change from `from` to `to`.
+absl::StatusOr<trainyard::v1::JobEvent> WaitForStateChange(
+    trainyard::v1::JobService::Stub& jobs, const std::string& job_id,
+    trainyard::v1::JobState from, trainyard::v1::JobState to,
+    absl::Duration timeout);
+
 // Follows the job to its terminal event and returns GetJob afterwards.
 absl::StatusOr<trainyard::v1::Job> WaitForTerminal(
     trainyard::v1::JobService::Stub& jobs, const std::string& job_id,
@@ -73,8 +79,6 @@ absl::StatusOr<trainyard::v1::Job> WaitForTerminal(
 // Predicates over events.
 bool IsStateChangeTo(const trainyard::v1::JobEvent& e,
                      trainyard::v1::JobState state);
-bool IsStateChange(const trainyard::v1::JobEvent& e,
-                   trainyard::v1::JobState from, trainyard::v1::JobState to);
 bool IsCheckpointSaved(const trainyard::v1::JobEvent& e);
 bool IsTrainProgress(const trainyard::v1::JobEvent& e);
 
