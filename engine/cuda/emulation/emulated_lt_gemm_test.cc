@@ -44,24 +44,32 @@ class LtGemmOnEmulationTest : public ::testing::Test {
   std::unique_ptr<LtGemm> gemm_;
 };
 
+// C = op(A) . op(B) over the matrices as they are stored (A k x m when
+// trans_a, else m x k; likewise B); the types are A's and C's.
+LtGemmArgs Args(DeviceMatrix& c, const DeviceMatrix& a, bool trans_a,
+                const DeviceMatrix& b, bool trans_b) {
+  LtGemmArgs g;
+  g.ab_type = a.type();
+  g.c_type = c.type();
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.m = c.rows();
+  g.n = c.cols();
+  g.k = trans_a ? a.rows() : a.cols();
+  g.a = a.get();
+  g.lda = a.ld();
+  g.b = b.get();
+  g.ldb = b.ld();
+  g.c = c.get();
+  g.ldc = c.ld();
+  return g;
+}
+
 // Row-major out [batch, O] = inp [batch, I] . weight [O, I]^T, read
 // column-major: A = weight stored I x O, transposed; B = inp, I x batch.
 LtGemmArgs Forward(DeviceMatrix& out, const DeviceMatrix& inp,
                    const DeviceMatrix& weight) {
-  LtGemmArgs g;
-  g.ab_type = inp.type();
-  g.c_type = out.type();
-  g.trans_a = true;
-  g.m = out.rows();
-  g.n = out.cols();
-  g.k = inp.rows();
-  g.a = weight.get();
-  g.lda = weight.ld();
-  g.b = inp.get();
-  g.ldb = inp.ld();
-  g.c = out.get();
-  g.ldc = out.ld();
-  return g;
+  return Args(out, weight, /*trans_a=*/true, inp, /*trans_b=*/false);
 }
 
 TEST_F(LtGemmOnEmulationTest, ForwardWithBias) {
@@ -105,17 +113,7 @@ TEST_F(LtGemmOnEmulationTest, InputGradientThroughGelu) {
   DeviceMatrix weight(t, kIn, kOut, kIn, 1), dout(t, kOut, kBatch, kOut, 2);
   DeviceMatrix dinp(t, kIn, kBatch, kIn, 3);
   DeviceMatrix pre(t, kIn, kBatch, kIn, 4, /*offset=*/0, /*scale=*/3);
-  LtGemmArgs g;
-  g.ab_type = g.c_type = t;
-  g.m = kIn;
-  g.n = kBatch;
-  g.k = kOut;
-  g.a = weight.get();
-  g.lda = kIn;
-  g.b = dout.get();
-  g.ldb = kOut;
-  g.c = dinp.get();
-  g.ldc = kIn;
+  LtGemmArgs g = Args(dinp, weight, false, dout, false);
   g.gelu = LtGemmArgs::Gelu::kGradient;
   g.gelu_aux = pre.get();
   ASSERT_TRUE(gemm_->Run(g).ok());
@@ -134,19 +132,7 @@ TEST_F(LtGemmOnEmulationTest, WeightGradientAccumulatesInFp32) {
   DeviceMatrix dout(CUDA_R_16BF, kOut, kBatch, kOut, 2);
   DeviceMatrix dweight(CUDA_R_32F, kIn, kOut, kIn, 3);
   const DeviceMatrix before = dweight.Copy();
-  LtGemmArgs g;
-  g.ab_type = CUDA_R_16BF;
-  g.c_type = CUDA_R_32F;
-  g.trans_b = true;
-  g.m = kIn;
-  g.n = kOut;
-  g.k = kBatch;
-  g.a = inp.get();
-  g.lda = kIn;
-  g.b = dout.get();
-  g.ldb = kOut;
-  g.c = dweight.get();
-  g.ldc = kIn;
+  LtGemmArgs g = Args(dweight, inp, false, dout, true);
   g.beta = 1;
   ASSERT_TRUE(gemm_->Run(g).ok());
   ExpectMatches(
