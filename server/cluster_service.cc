@@ -1,6 +1,9 @@
 #include "server/cluster_service.h"
 
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/rpc_status.h"
+#include "common/status_macros.h"
 
 namespace trainyard::server {
 namespace {
@@ -17,9 +20,9 @@ void KeepOwnJobs(const JobStore& store, const std::string& tenant,
 
 }  // namespace
 
-grpc::Status ClusterServiceImpl::ListWorkers(grpc::ServerContext* context,
-                                             const v1::ListWorkersRequest*,
-                                             v1::ListWorkersResponse* response) {
+grpc::Status ClusterServiceImpl::ListWorkers(
+    grpc::ServerContext* context, const v1::ListWorkersRequest*,
+    v1::ListWorkersResponse* response) {
   absl::StatusOr<Caller> caller = auth_->ForClient(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<std::vector<v1::Worker>> workers = view_->ListWorkers();
@@ -39,6 +42,58 @@ grpc::Status ClusterServiceImpl::GetClusterStatus(
   absl::StatusOr<v1::ClusterStatus> status = view_->Status();
   if (!status.ok()) return ToGrpcStatus(status.status());
   *response = std::move(*status);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<v1::Worker> ClusterServiceImpl::WorkerNow(
+    const std::string& worker_id) const {
+  ASSIGN_OR_RETURN(std::vector<v1::Worker> workers, view_->ListWorkers());
+  for (v1::Worker& w : workers) {
+    if (w.id() == worker_id) return std::move(w);
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "worker '", worker_id, "' has not connected since the server started"));
+}
+
+grpc::Status ClusterServiceImpl::DrainWorker(
+    grpc::ServerContext* context, const v1::DrainWorkerRequest* request,
+    v1::Worker* response) {
+  absl::StatusOr<Caller> caller = auth_->ForAdmin(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::WorkerDrain> drain = drains_->Drain(
+      request->worker_id(), request->reason(), request->keep_jobs());
+  if (!drain.ok()) return ToGrpcStatus(drain.status());
+  YARD_LOG(INFO) << "drain of worker " << request->worker_id()
+                 << " asked by token " << caller->token_id;
+  absl::StatusOr<v1::Worker> worker = WorkerNow(request->worker_id());
+  if (absl::IsNotFound(worker.status())) {
+    // Drained before it came back: all there is to show is the drain.
+    response->set_id(request->worker_id());
+    response->set_state(v1::WORKER_DRAINING);
+    *response->mutable_drain() = *std::move(drain);
+    return grpc::Status::OK;
+  }
+  if (!worker.ok()) return ToGrpcStatus(worker.status());
+  *response = *std::move(worker);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClusterServiceImpl::UndrainWorker(
+    grpc::ServerContext* context, const v1::UndrainWorkerRequest* request,
+    v1::Worker* response) {
+  absl::StatusOr<Caller> caller = auth_->ForAdmin(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::Status undrained = drains_->Undrain(request->worker_id());
+  if (!undrained.ok()) return ToGrpcStatus(undrained);
+  YARD_LOG(INFO) << "undrain of worker " << request->worker_id()
+                 << " asked by token " << caller->token_id;
+  absl::StatusOr<v1::Worker> worker = WorkerNow(request->worker_id());
+  if (absl::IsNotFound(worker.status())) {
+    response->set_id(request->worker_id());  // its state is not known yet
+    return grpc::Status::OK;
+  }
+  if (!worker.ok()) return ToGrpcStatus(worker.status());
+  *response = *std::move(worker);
   return grpc::Status::OK;
 }
 

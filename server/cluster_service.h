@@ -1,13 +1,15 @@
-// ClusterServiceImpl: the gRPC face of ClusterService over a ClusterView,
-// for tenant and admin tokens. Workers' capacity and the cluster totals are
-// for everyone; the jobs running on a worker are shown to a tenant only when
-// they are its own. Thin and thread-safe.
+// ClusterServiceImpl: the gRPC face of ClusterService over a ClusterView
+// and WorkerDrains. Workers' capacity and the cluster totals are for tenant
+// and admin tokens; the jobs running on a worker are shown to a tenant only
+// when they are its own. Draining is for admin tokens. Thin and
+// thread-safe.
 #ifndef TRAINYARD_SERVER_CLUSTER_SERVICE_H_
 #define TRAINYARD_SERVER_CLUSTER_SERVICE_H_
 
 #include "server/authenticator.h"
 #include "server/cluster_view.h"
 #include "server/job_store.h"
+#include "server/worker_drains.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
 
 namespace trainyard::server {
@@ -15,8 +17,8 @@ namespace trainyard::server {
 class ClusterServiceImpl final : public v1::ClusterService::Service {
  public:
   ClusterServiceImpl(const ClusterView* view, const JobStore* store,
-                     const Authenticator* auth)
-      : view_(view), store_(store), auth_(auth) {}
+                     WorkerDrains* drains, const Authenticator* auth)
+      : view_(view), store_(store), drains_(drains), auth_(auth) {}
 
   grpc::Status ListWorkers(grpc::ServerContext* context,
                            const v1::ListWorkersRequest* request,
@@ -24,10 +26,21 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   grpc::Status GetClusterStatus(grpc::ServerContext* context,
                                 const v1::GetClusterStatusRequest* request,
                                 v1::ClusterStatus* response) override;
+  grpc::Status DrainWorker(grpc::ServerContext* context,
+                           const v1::DrainWorkerRequest* request,
+                           v1::Worker* response) override;
+  grpc::Status UndrainWorker(grpc::ServerContext* context,
+                             const v1::UndrainWorkerRequest* request,
+                             v1::Worker* response) override;
 
  private:
+  // The worker as ListWorkers shows it; NOT_FOUND when the registry does
+  // not hold it (drained, but not back since a server restart).
+  absl::StatusOr<v1::Worker> WorkerNow(const std::string& worker_id) const;
+
   const ClusterView* const view_;
   const JobStore* const store_;
+  WorkerDrains* const drains_;
   const Authenticator* const auth_;
 };
 

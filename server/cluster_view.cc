@@ -69,6 +69,7 @@ v1::Worker ToProto(const WorkerStatus& w, const WorkerUsage& used) {
     *out.mutable_last_heartbeat() = ToProtoTime(w.last_heartbeat);
   }
   out.set_version(w.hello.version());
+  if (w.drain) *out.mutable_drain() = *w.drain;
   return out;
 }
 

@@ -5,6 +5,27 @@
 
 namespace trainyard::server {
 
+bool Dispatcher::Preempt(const std::string& job_id,
+                         const std::string& worker_id,
+                         const std::string& reason) {
+  absl::StatusOr<JobRecord> record =
+      lifecycle_->Preempt(job_id, worker_id, reason);
+  if (!record.ok()) {
+    // Already stopping (an earlier pass preempted it), or it moved on.
+    if (!absl::IsFailedPrecondition(record.status())) {
+      YARD_LOG(ERROR) << "preempting job " << job_id << ": " << record.status();
+    }
+    return false;
+  }
+  // Not delivered (the worker is away): it is sent again when the worker
+  // re-attaches the job, and a lost worker's jobs go back to the queue.
+  // Every rank of a spread job is told: they stop after the same step.
+  for (const std::string& worker : WorkersOf(*record)) {
+    workers_->Send(worker, lifecycle_->PreemptFor(*record));
+  }
+  return true;
+}
+
 void Dispatcher::CarryPreemptions(
     const scheduler::Plan& plan, const std::map<std::string, JobRecord>& queued,
     DispatchCounts& counts) {
@@ -15,23 +36,7 @@ void Dispatcher::CarryPreemptions(
             ? absl::StrCat("preempted by ", p.for_job_id)
             : absl::StrCat("preempted by ", p.for_job_id, " (priority ",
                            it->second.job.spec().priority(), ")");
-    absl::StatusOr<JobRecord> record =
-        lifecycle_->Preempt(p.job_id, p.worker_id, reason);
-    if (!record.ok()) {
-      // Already stopping (an earlier pass preempted it), or it moved on.
-      if (!absl::IsFailedPrecondition(record.status())) {
-        YARD_LOG(ERROR) << "preempting job " << p.job_id << ": "
-                        << record.status();
-      }
-      continue;
-    }
-    ++counts.preempted;
-    // Not delivered (the worker is away): it is sent again when the worker
-    // re-attaches the job, and a lost worker's jobs go back to the queue.
-    // Every rank of a spread job is told: they stop after the same step.
-    for (const std::string& worker : WorkersOf(*record)) {
-      workers_->Send(worker, lifecycle_->PreemptFor(*record));
-    }
+    if (Preempt(p.job_id, p.worker_id, reason)) ++counts.preempted;
   }
 }
 

@@ -37,6 +37,11 @@ class Dispatcher {
   DispatchCounts Carry(const scheduler::Plan& plan,
                        const std::map<std::string, JobRecord>& queued);
 
+  // RUNNING -> PREEMPTING, then tells every worker of its ranks. False when
+  // the job is not running on worker_id (already stopping, or moved on).
+  bool Preempt(const std::string& job_id, const std::string& worker_id,
+               const std::string& reason);
+
  private:
   void CarryPreemptions(const scheduler::Plan& plan,
                         const std::map<std::string, JobRecord>& queued,

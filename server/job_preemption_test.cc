@@ -28,25 +28,8 @@ class JobPreemptionTest : public ServerLogicTest {
                                             &clock_, options);
   }
 
-  // The Preempt messages among what the worker was sent since the last
-  // Take (assignments are dropped).
-  static std::vector<v1::Preempt> Preempts(FakeWorker& w) {
-    std::vector<v1::Preempt> out;
-    for (auto& m : w.link->Take()) {
-      if (m.has_preempt()) out.push_back(m.preempt());
-    }
-    return out;
-  }
-
-  // Connects a one-slot worker and runs a low-priority job on it.
-  std::string RunLowJob(FakeWorker& w) {
-    const std::string low = Submit(/*priority=*/0);
-    Pass();
-    EXPECT_EQ(w.Assignments().size(), 1u);
-    EXPECT_TRUE(w.Started(low, 1).ok());
-    EXPECT_EQ(Job(low).job.state(), v1::RUNNING);
-    return low;
-  }
+  // Runs a low-priority job on a connected one-slot worker.
+  std::string RunLowJob(FakeWorker& w) { return RunJobOn(w, /*priority=*/0); }
 
   absl::Status Exit(FakeWorker& w, const std::string& job, int code,
                     int signal) {
@@ -70,7 +53,7 @@ TEST_F(JobPreemptionTest, HigherPriorityJobPreemptsAndTheVictimIsRequeued) {
   EXPECT_EQ(victim.job.state(), v1::PREEMPTING);
   EXPECT_EQ(victim.job.state_reason(),
             absl::StrCat("preempted by ", high, " (priority 10)"));
-  std::vector<v1::Preempt> sent = Preempts(w);
+  std::vector<v1::Preempt> sent = w.Preempts();
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].job_id(), low);
   EXPECT_EQ(sent[0].attempt(), 1);
@@ -154,7 +137,7 @@ TEST_F(JobPreemptionTest, EqualPriorityNeverPreempts) {
   const std::string same = Submit(0);
   Pass();
   EXPECT_EQ(Job(low).job.state(), v1::RUNNING);
-  EXPECT_TRUE(Preempts(w).empty());
+  EXPECT_TRUE(w.Preempts().empty());
   EXPECT_EQ(positions_.Of(same), 1);
 }
 
@@ -172,7 +155,7 @@ TEST_F(JobPreemptionTest, OneVictimPerWaitingJobAcrossPasses) {
   const int stopping = (Job(a).job.state() == v1::PREEMPTING) +
                        (Job(b).job.state() == v1::PREEMPTING);
   EXPECT_EQ(stopping, 1) << "a job already stopping makes the room";
-  EXPECT_EQ(Preempts(w).size(), 1u);
+  EXPECT_EQ(w.Preempts().size(), 1u);
 }
 
 TEST_F(JobPreemptionTest, PreemptIsSentAgainWhenTheWorkerReattaches) {
@@ -183,7 +166,7 @@ TEST_F(JobPreemptionTest, PreemptIsSentAgainWhenTheWorkerReattaches) {
   Pass();
   ASSERT_EQ(Job(low).job.state(), v1::PREEMPTING);
   FakeWorker& again = Connect("w1", 1, 0, {{low, 1}});
-  std::vector<v1::Preempt> sent = Preempts(again);
+  std::vector<v1::Preempt> sent = again.Preempts();
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].job_id(), low);
 }

@@ -61,6 +61,16 @@ CREATE TABLE logs (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 2 adds the administrators' worker drains; a version 1 store is
+// brought up to date by adding the table.
+constexpr char kDrainsTable[] = R"sql(
+CREATE TABLE worker_drains (
+  worker_id TEXT PRIMARY KEY,
+  drain BLOB NOT NULL
+);
+)sql";
+constexpr int64_t kUpgradableFrom = 1;
+
 constexpr char kJobColumns[] =
     "create_seq, cancel_reason, gpu_indices, last_sequence, job";
 
@@ -181,7 +191,7 @@ absl::Status JobStore::InitSchema() {
         path, " is not a Trainyard job store (SQLite application_id ",
         *app_id, ", ", tables, " schema objects); refusing to modify it"));
   }
-  if (!fresh && version != kSchemaVersion) {
+  if (!fresh && version != kSchemaVersion && version != kUpgradableFrom) {
     return absl::FailedPreconditionError(absl::StrCat(
         path, ": job store schema version ", version,
         " is not supported by this yard-server (it knows version ",
@@ -199,11 +209,14 @@ absl::Status JobStore::InitSchema() {
   }  // the statement must be finished before the schema transaction
   RETURN_IF_ERROR(db_->Exec("PRAGMA synchronous=FULL"));
   current_durability_ = Durability::kTransition;
-  if (!fresh) return absl::OkStatus();
+  if (!fresh && version == kSchemaVersion) return absl::OkStatus();
   return InTransaction(Durability::kTransition, "init", [&] {
-    RETURN_IF_ERROR(db_->Exec(kSchema));
-    RETURN_IF_ERROR(
-        db_->Exec(absl::StrCat("PRAGMA application_id=", kApplicationId)));
+    if (fresh) {
+      RETURN_IF_ERROR(db_->Exec(kSchema));
+      RETURN_IF_ERROR(
+          db_->Exec(absl::StrCat("PRAGMA application_id=", kApplicationId)));
+    }
+    RETURN_IF_ERROR(db_->Exec(kDrainsTable));
     return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
   });
 }

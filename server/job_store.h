@@ -31,6 +31,9 @@
 // it was before the batch. Reads use a small pool of read-only connections,
 // so they see only committed data and never wait for a commit's fsync.
 //
+// Beside the jobs it keeps the administrators' drains of workers
+// (job_store_drains.cc), committed as transitions.
+//
 // A JobStore is safe for concurrent use.
 #ifndef TRAINYARD_SERVER_JOB_STORE_H_
 #define TRAINYARD_SERVER_JOB_STORE_H_
@@ -49,6 +52,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "server/sqlite_db.h"
+#include "trainyard/v1/cluster.pb.h"
 #include "trainyard/v1/jobs.pb.h"
 
 namespace trainyard::server {
@@ -114,7 +118,7 @@ struct LogRead {
 
 class JobStore {
  public:
-  static constexpr int32_t kSchemaVersion = 1;
+  static constexpr int32_t kSchemaVersion = 2;
   static constexpr int32_t kDefaultPageSize = 50;
   static constexpr int32_t kMaxPageSize = 500;
 
@@ -171,6 +175,13 @@ class JobStore {
   // byte still held). OUT_OF_RANGE when offset is past the end.
   absl::StatusOr<LogRead> ReadLog(std::string_view id, int64_t offset,
                                   int64_t max_bytes) const;
+
+  // Creates or replaces the drain of drain.worker_id.
+  absl::Status PutWorkerDrain(const v1::WorkerDrain& drain);
+  // Removes a worker's drain; NOT_FOUND when it has none.
+  absl::Status DeleteWorkerDrain(std::string_view worker_id);
+  // Every drain, by worker id.
+  absl::StatusOr<std::vector<v1::WorkerDrain>> ListWorkerDrains() const;
 
  private:
   JobStore(JobStoreOptions options, std::unique_ptr<SqliteDb> db)

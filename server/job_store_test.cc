@@ -418,6 +418,73 @@ TEST_F(JobStoreTest, RefusesAForeignOrNewerSchemaWithoutTouchingIt) {
   EXPECT_THAT(newer.status().message(), HasSubstr("schema version 7"));
 }
 
+v1::WorkerDrain DrainOf(const std::string& worker, const std::string& reason) {
+  v1::WorkerDrain d;
+  d.set_worker_id(worker);
+  d.set_reason(reason);
+  return d;
+}
+
+TEST_F(JobStoreTest, KeepsWorkerDrainsAcrossReopen) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->PutWorkerDrain(DrainOf("w2", "new disk")).ok());
+    ASSERT_TRUE(store->PutWorkerDrain(DrainOf("w1", "driver upgrade")).ok());
+    v1::WorkerDrain replaced = DrainOf("w2", "new disk, then reboot");
+    replaced.set_keep_jobs(true);
+    ASSERT_TRUE(store->PutWorkerDrain(replaced).ok());
+  }
+  auto store = Open();
+  auto drains = store->ListWorkerDrains();
+  ASSERT_TRUE(drains.ok()) << drains.status();
+  ASSERT_EQ(drains->size(), 2u);
+  EXPECT_EQ((*drains)[0].worker_id(), "w1");
+  EXPECT_EQ((*drains)[0].reason(), "driver upgrade");
+  EXPECT_EQ((*drains)[1].reason(), "new disk, then reboot");
+  EXPECT_TRUE((*drains)[1].keep_jobs());
+
+  ASSERT_TRUE(store->DeleteWorkerDrain("w1").ok());
+  absl::Status again = store->DeleteWorkerDrain("w1");
+  EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(again.message(), HasSubstr("'w1' is not drained"));
+  EXPECT_EQ(store->ListWorkerDrains()->size(), 1u);
+  EXPECT_EQ(store->PutWorkerDrain(DrainOf("", "x")).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobStoreTest, UpgradesAVersionOneStoreKeepingItsJobs) {
+  std::string id;
+  {
+    auto store = Open();
+    auto c = store->CreateJob(NewJob("first"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    id = c->record.job.id();
+  }
+  {  // What a version 1 server wrote: no drains table.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "DROP TABLE worker_drains; PRAGMA user_version=1",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = Open();
+  EXPECT_EQ(store->GetJob(id)->job.request_id(), "first");
+  ASSERT_TRUE(store->PutWorkerDrain(DrainOf("w1", "")).ok());
+  EXPECT_EQ(store->ListWorkerDrains()->size(), 1u);
+  store.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* version = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &version,
+                               nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(version), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(version, 0), JobStore::kSchemaVersion);
+  sqlite3_finalize(version);
+  sqlite3_close(db);
+}
+
 TEST_F(JobStoreTest, SafeForConcurrentUse) {
   auto store = Open();
   std::vector<std::thread> threads;

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "server/cluster_view.h"
 #include "server/scheduler_snapshot.h"
+#include "server/worker_drains.h"
 
 namespace trainyard::server {
 
@@ -113,6 +114,9 @@ absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
 absl::Status SchedulerLoop::RunPass() {
   absl::MutexLock pass(&pass_mu_);
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, SettleLostWorkers());
+  for (const DrainPreemption& p : DrainPreemptions(active, workers_->List())) {
+    dispatcher_.Preempt(p.job_id, p.worker_id, p.reason);
+  }
   ASSIGN_OR_RETURN(std::vector<JobRecord> queued,
                    store_->JobsInStates({v1::QUEUED}));
   if (queued.empty()) {

@@ -1,13 +1,15 @@
 // SchedulerLoop: the thread that keeps the cluster busy. Each pass declares
 // workers whose lease ran out lost and gives back the jobs of lost workers
-// (to the queue, or CANCELLED when a cancel was pending), takes
+// (to the queue, or CANCELLED when a cancel was pending), preempts the jobs
+// still running on workers an administrator drains (worker_drains.h), takes
 // an immutable ClusterSnapshot (queued jobs from the store, free capacity of
 // schedulable workers, the jobs running on them with their tenant, priority
 // and work at risk), asks the PlacementPolicy for a plan, checks the plan
 // never over-commits, hands it to the Dispatcher, and records the waiting
 // jobs' queue positions.
 //
-// A pass runs when woken (submit, cancel, job end, worker joins or leaves)
+// A pass runs when woken (submit, cancel, job end, worker joins or leaves,
+// a drain)
 // or after `tick` at the latest, and as soon as the next lease runs out.
 // Wake-ups coalesce: many events while a pass runs cause one more pass, and
 // after each pass the loop rests at least as long as the pass took, so the

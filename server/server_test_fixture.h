@@ -67,7 +67,8 @@ struct FakeWorker {
   std::unique_ptr<WorkerSession> session;
 
   absl::Status Send(const v1::WorkerMessage& m) { return session->Handle(m); }
-  absl::Status Heartbeat(std::vector<std::pair<std::string, int>> running = {}) {
+  absl::Status Heartbeat(
+      std::vector<std::pair<std::string, int>> running = {}) {
     v1::WorkerMessage m;
     m.mutable_heartbeat();
     for (auto& [job, attempt] : running) {
@@ -105,6 +106,15 @@ struct FakeWorker {
     }
     return out;
   }
+  // The Preempt messages among what the server sent since the last Take
+  // (assignments are dropped).
+  std::vector<v1::Preempt> Preempts() {
+    std::vector<v1::Preempt> out;
+    for (auto& m : link->Take()) {
+      if (m.has_preempt()) out.push_back(m.preempt());
+    }
+    return out;
+  }
 };
 
 class ServerLogicTest : public ::testing::Test {
@@ -128,8 +138,8 @@ class ServerLogicTest : public ::testing::Test {
       if (on_state_change_) on_state_change_(c);
     };
     so.fault_injector = [this](std::string_view op) {
-      return fail_writes_ ? absl::UnavailableError(
-                                absl::StrCat("injected failure: ", std::string(op)))
+      return fail_writes_ ? absl::UnavailableError(absl::StrCat(
+                                "injected failure: ", std::string(op)))
                           : absl::OkStatus();
     };
     auto store = JobStore::Open(so);
@@ -144,8 +154,8 @@ class ServerLogicTest : public ::testing::Test {
                                                 &clock_, lo);
     lifecycle_->set_scheduler_wake([this] { ++wakes_; });
     loop_ = std::make_unique<SchedulerLoop>(store_.get(), registry_.get(),
-                                            lifecycle_.get(), &policy_,
-                                            &clock_, SchedulerLoopOptions{});
+                                            lifecycle_.get(), &policy_, &clock_,
+                                            SchedulerLoopOptions{});
     ASSERT_TRUE(lifecycle_->RecoverHeldJobs().ok());
   }
 
@@ -203,6 +213,17 @@ class ServerLogicTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s;
   }
 
+  // Submits a job and runs it on `w`, which must have a free slot and be
+  // the worker the policy picks.
+  std::string RunJobOn(FakeWorker& w, int32_t priority = 0) {
+    const std::string job = Submit(priority);
+    Pass();
+    EXPECT_EQ(w.Assignments().size(), 1u);
+    EXPECT_TRUE(w.Started(job, 1).ok());
+    EXPECT_EQ(Job(job).job.state(), v1::RUNNING);
+    return job;
+  }
+
   JobRecord Job(const std::string& id) {
     auto r = store_->GetJob(id);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -221,7 +242,8 @@ class ServerLogicTest : public ::testing::Test {
   bool fail_writes_ = false;  // every store write fails while set
   // Told every committed state change (metrics tests).
   std::function<void(const v1::StateChange&)> on_state_change_;
-  std::map<std::string, FakeWorker> workers_map_;  // last: sessions use the rest
+  std::map<std::string, FakeWorker>
+      workers_map_;  // last: sessions use the rest
 };
 
 }  // namespace trainyard::server

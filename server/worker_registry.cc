@@ -7,6 +7,22 @@ namespace trainyard::server {
 WorkerRegistry::WorkerRegistry(Clock* clock, absl::Duration lease)
     : clock_(clock), lease_(lease) {}
 
+void WorkerRegistry::Settle(Entry& e) {
+  auto drain = drains_.find(e.status.id);
+  if (drain == drains_.end()) {
+    e.status.drain.reset();
+  } else {
+    e.status.drain = drain->second;
+  }
+  if (e.status.state == v1::WORKER_LOST) {
+    e.status.schedulable = false;
+    return;
+  }
+  const bool draining = e.shutting_down || e.status.drain.has_value();
+  e.status.state = draining ? v1::WORKER_DRAINING : v1::WORKER_READY;
+  e.status.schedulable = e.status.connected && e.reattached && !draining;
+}
+
 void WorkerRegistry::AddRecovered(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
   if (workers_.contains(worker_id)) return;
@@ -14,6 +30,7 @@ void WorkerRegistry::AddRecovered(const std::string& worker_id) {
   e.status.id = worker_id;
   e.status.state = v1::WORKER_READY;
   e.status.lease_deadline = clock_->Now() + lease_;
+  Settle(e);
 }
 
 int64_t WorkerRegistry::Attach(const v1::WorkerHello& hello,
@@ -32,10 +49,12 @@ int64_t WorkerRegistry::Attach(const v1::WorkerHello& hello,
     e.status.device_figures.clear();  // from the old session's devices
     e.status.state = v1::WORKER_READY;
     e.status.connected = true;
-    e.status.schedulable = false;
+    e.reattached = false;
+    e.shutting_down = false;
     e.status.connect_time = now;
     e.status.last_heartbeat = now;
     e.status.lease_deadline = now + lease_;
+    Settle(e);
   }
   if (old) {
     old->Close(absl::AbortedError("replaced by a newer connection"));
@@ -47,7 +66,8 @@ void WorkerRegistry::MarkReady(const std::string& worker_id, int64_t session) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.session != session) return;
-  it->second.status.schedulable = it->second.status.connected;
+  it->second.reattached = true;
+  Settle(it->second);
 }
 
 void WorkerRegistry::MarkDraining(const std::string& worker_id,
@@ -58,8 +78,20 @@ void WorkerRegistry::MarkDraining(const std::string& worker_id,
       it->second.status.state == v1::WORKER_LOST) {
     return;
   }
-  it->second.status.state = v1::WORKER_DRAINING;
-  it->second.status.schedulable = false;
+  it->second.shutting_down = true;
+  Settle(it->second);
+}
+
+void WorkerRegistry::SetDrain(const std::string& worker_id,
+                              std::optional<v1::WorkerDrain> drain) {
+  absl::MutexLock lock(&mu_);
+  if (drain) {
+    drains_[worker_id] = *std::move(drain);
+  } else {
+    drains_.erase(worker_id);
+  }
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end()) Settle(it->second);
 }
 
 bool WorkerRegistry::Renew(const std::string& worker_id, int64_t session) {
@@ -96,7 +128,7 @@ void WorkerRegistry::Detach(const std::string& worker_id, int64_t session) {
   if (it == workers_.end() || it->second.session != session) return;
   it->second.link.reset();
   it->second.status.connected = false;
-  it->second.status.schedulable = false;
+  Settle(it->second);
 }
 
 std::vector<std::string> WorkerRegistry::ExpireLeases() {

@@ -6,6 +6,12 @@
 // Each heartbeat's device figures (memory in use, utilisation, temperature,
 // power) are kept with the worker until the next one, for ListWorkers.
 //
+// Drains: a worker is DRAINING, and takes no assignments, while it shuts
+// itself down (MarkDraining, for its current session) or while an
+// administrator drains it (SetDrain; kept across its sessions until
+// cleared). The registry only records drains; WorkerDrains (worker_drains.h)
+// keeps them in the store and moves the jobs.
+//
 // Leases: every message from a worker's current session renews its lease
 // for `lease`. A worker whose lease runs out is declared LOST by
 // ExpireLeases(); a worker whose stream merely ended keeps its lease, so it
@@ -42,7 +48,8 @@ struct WorkerStatus {
   std::map<int32_t, v1::Device> device_figures;
   v1::WorkerState state = v1::WORKER_READY;
   bool connected = false;    // a stream is open
-  bool schedulable = false;  // connected, re-attached, and not lost
+  bool schedulable = false;  // connected, re-attached, not lost or draining
+  std::optional<v1::WorkerDrain> drain;  // an administrator drains it
   absl::Time connect_time = absl::InfinitePast();
   absl::Time last_heartbeat = absl::InfinitePast();
   absl::Time lease_deadline = absl::InfinitePast();
@@ -67,6 +74,11 @@ class WorkerRegistry {
   // The worker said it is shutting down: DRAINING, no more assignments
   // (until it connects again).
   void MarkDraining(const std::string& worker_id, int64_t session);
+  // An administrator drains the worker (a value) or no longer does
+  // (nullopt). May name a worker not yet known (one that has not
+  // reconnected since a server restart): it applies once it attaches.
+  void SetDrain(const std::string& worker_id,
+                std::optional<v1::WorkerDrain> drain);
   // Renews the lease. False when `session` is no longer the worker's
   // current one (replaced, or the worker was declared lost): its stream
   // should end.
@@ -102,12 +114,19 @@ class WorkerRegistry {
     WorkerStatus status;
     int64_t session = 0;
     std::shared_ptr<WorkerLink> link;
+    bool reattached = false;     // MarkReady in this session
+    bool shutting_down = false;  // MarkDraining in this session
   };
+
+  // Derives status.state (unless LOST), status.schedulable and
+  // status.drain from the entry's flags and drains_.
+  void Settle(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration lease_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::WorkerDrain> drains_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

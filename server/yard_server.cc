@@ -33,6 +33,7 @@
 #include "server/metrics_endpoint.h"
 #include "server/queue_positions.h"
 #include "server/scheduler_loop.h"
+#include "server/worker_drains.h"
 #include "server/server_metrics.h"
 #include "server/tenant_limits.h"
 #include "server/worker_registry.h"
@@ -171,6 +172,7 @@ struct YardServer::Parts {
   std::unique_ptr<TenantGate> tenant_gate;
   std::unique_ptr<AdminServiceImpl> admin_service;
   std::unique_ptr<WorkerRegistry> workers;
+  std::unique_ptr<WorkerDrains> drains;
   std::unique_ptr<JobLifecycle> lifecycle;
   std::unique_ptr<scheduler::PlacementPolicy> policy;
   QueuePositions queue_positions;  // the loop writes, JobService reads
@@ -265,6 +267,7 @@ absl::Status YardServer::Parts::OpenAuth() {
 // Jobs holding a worker stay as they are; the worker gets a lease from now
 // to come back and re-attach them, or they return to the queue.
 absl::Status YardServer::Parts::Recover() {
+  RETURN_IF_ERROR(drains->Load());
   ASSIGN_OR_RETURN(int held, lifecycle->RecoverHeldJobs());
   ASSIGN_OR_RETURN(auto counts, store->CountJobsByState());
   int64_t total = 0;
@@ -297,6 +300,8 @@ void YardServer::Parts::BuildLogic() {
                                          lifecycle.get(), policy.get(),
                                          o.clock, sched);
   lifecycle->set_scheduler_wake([this] { loop->Wake(); });
+  drains = std::make_unique<WorkerDrains>(store.get(), workers.get(), o.clock,
+                                          [this] { loop->Wake(); });
   view = std::make_unique<ClusterView>(store.get(), workers.get(),
                                        kServerVersion);
   watcher = std::make_unique<JobWatcher>(store.get(), &notifier);
@@ -310,7 +315,7 @@ void YardServer::Parts::BuildLogic() {
       [m = metrics.get()](const absl::Status& s) { m->OnSubmitRejected(s); });
   metrics->Watch(store.get(), workers.get());
   cluster_service = std::make_unique<ClusterServiceImpl>(
-      view.get(), store.get(), authenticator.get());
+      view.get(), store.get(), drains.get(), authenticator.get());
   WorkerSessionOptions wo;
   wo.heartbeat_interval = o.heartbeat_interval;
   worker_service = std::make_unique<WorkerServiceImpl>(

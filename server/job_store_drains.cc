@@ -1,0 +1,58 @@
+// JobStore: the administrators' drains of workers, one row per drained
+// worker holding its WorkerDrain message.
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/job_store.h"
+
+namespace trainyard::server {
+
+absl::Status JobStore::PutWorkerDrain(const v1::WorkerDrain& drain) {
+  if (drain.worker_id().empty()) {
+    return absl::InvalidArgumentError("worker drain: empty worker id");
+  }
+  return Commit(Durability::kTransition, "put_worker_drain", [&] {
+    ASSIGN_OR_RETURN(SqliteStatement put,
+                     db_->Prepare("INSERT OR REPLACE INTO worker_drains "
+                                  "(worker_id, drain) VALUES (?, ?)"));
+    put.BindText(1, drain.worker_id()).BindBlob(2, drain.SerializeAsString());
+    return put.Run();
+  });
+}
+
+absl::Status JobStore::DeleteWorkerDrain(std::string_view worker_id) {
+  return Commit(Durability::kTransition, "delete_worker_drain", [&] {
+    ASSIGN_OR_RETURN(SqliteStatement find,
+                     db_->Prepare("SELECT 1 FROM worker_drains WHERE "
+                                  "worker_id = ?"));
+    find.BindText(1, worker_id);
+    ASSIGN_OR_RETURN(bool found, find.Step());
+    if (!found) {
+      return absl::NotFoundError(
+          absl::StrCat("worker '", std::string(worker_id), "' is not drained"));
+    }
+    ASSIGN_OR_RETURN(SqliteStatement del,
+                     db_->Prepare("DELETE FROM worker_drains WHERE "
+                                  "worker_id = ?"));
+    del.BindText(1, worker_id);
+    return del.Run();
+  });
+}
+
+absl::StatusOr<std::vector<v1::WorkerDrain>> JobStore::ListWorkerDrains()
+    const {
+  Reader reader(this);
+  ASSIGN_OR_RETURN(SqliteStatement q,
+                   reader.db().Prepare("SELECT drain FROM worker_drains "
+                                       "ORDER BY worker_id"));
+  std::vector<v1::WorkerDrain> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    if (!out.emplace_back().ParseFromString(q.ColumnBlob(0))) {
+      return absl::DataLossError(
+          absl::StrCat(options_.path, ": a worker drain does not parse"));
+    }
+  }
+}
+
+}  // namespace trainyard::server

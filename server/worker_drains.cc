@@ -1,0 +1,108 @@
+#include "server/worker_drains.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+#include "server/job_lifecycle.h"
+
+namespace trainyard::server {
+namespace {
+
+absl::Status UnknownWorker(const std::string& worker_id) {
+  return absl::NotFoundError(
+      absl::StrCat("no worker '", worker_id,
+                   "' is known to this server (`yard workers` lists them)"));
+}
+
+}  // namespace
+
+absl::Status WorkerDrains::Load() {
+  ASSIGN_OR_RETURN(std::vector<v1::WorkerDrain> drains,
+                   store_->ListWorkerDrains());
+  for (v1::WorkerDrain& d : drains) {
+    YARD_LOG(INFO) << "worker " << d.worker_id() << " stays drained"
+                   << (d.reason().empty() ? "" : ": ") << d.reason();
+    const std::string id = d.worker_id();
+    workers_->SetDrain(id, std::move(d));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::WorkerDrain> WorkerDrains::Drain(
+    const std::string& worker_id, const std::string& reason, bool keep_jobs) {
+  if (worker_id.empty()) {
+    return absl::InvalidArgumentError("worker_id: required");
+  }
+  if (reason.size() > kMaxDrainReason) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reason: ", reason.size(), " bytes, at most ", kMaxDrainReason));
+  }
+  if (!workers_->Find(worker_id)) {
+    // Not back since a server restart: known only if drained already.
+    ASSIGN_OR_RETURN(std::vector<v1::WorkerDrain> drains,
+                     store_->ListWorkerDrains());
+    bool drained = false;
+    for (const v1::WorkerDrain& d : drains) {
+      drained = drained || d.worker_id() == worker_id;
+    }
+    if (!drained) return UnknownWorker(worker_id);
+  }
+  v1::WorkerDrain drain;
+  drain.set_worker_id(worker_id);
+  drain.set_reason(reason);
+  drain.set_keep_jobs(keep_jobs);
+  *drain.mutable_drain_time() = ToProtoTime(clock_->Now());
+  RETURN_IF_ERROR(store_->PutWorkerDrain(drain));
+  workers_->SetDrain(worker_id, drain);
+  YARD_LOG(INFO) << "worker " << worker_id << " drained"
+                 << (keep_jobs ? " (its jobs finish there)" : "")
+                 << (reason.empty() ? "" : ": ") << reason;
+  if (wake_) wake_();
+  return drain;
+}
+
+absl::Status WorkerDrains::Undrain(const std::string& worker_id) {
+  if (worker_id.empty()) {
+    return absl::InvalidArgumentError("worker_id: required");
+  }
+  absl::Status deleted = store_->DeleteWorkerDrain(worker_id);
+  if (absl::IsNotFound(deleted)) {
+    if (!workers_->Find(worker_id)) return UnknownWorker(worker_id);
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker '", worker_id, "' is not drained"));
+  }
+  RETURN_IF_ERROR(deleted);
+  workers_->SetDrain(worker_id, std::nullopt);
+  YARD_LOG(INFO) << "worker " << worker_id << " undrained";
+  if (wake_) wake_();
+  return absl::OkStatus();
+}
+
+std::vector<DrainPreemption> DrainPreemptions(
+    const std::vector<JobRecord>& active,
+    const std::vector<WorkerStatus>& workers) {
+  std::map<std::string, const v1::WorkerDrain*> moving;
+  for (const WorkerStatus& w : workers) {
+    if (w.drain && !w.drain->keep_jobs()) moving[w.id] = &*w.drain;
+  }
+  std::vector<DrainPreemption> out;
+  if (moving.empty()) return out;
+  for (const JobRecord& r : active) {
+    if (r.job.state() != v1::RUNNING || r.cancel_requested()) continue;
+    for (const std::string& worker : WorkersOf(r)) {
+      auto it = moving.find(worker);
+      if (it == moving.end()) continue;
+      const std::string& why = it->second->reason();
+      out.push_back({r.job.id(), r.job.worker_id(),
+                     absl::StrCat("worker ", worker, " is drained",
+                                  why.empty() ? "" : ": ", why)});
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace trainyard::server
