@@ -29,6 +29,8 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "workers") return Command::kWorkers;
   if (name == "token" || name == "tokens") return Command::kToken;
   if (name == "tenant" || name == "tenants") return Command::kTenant;
+  if (name == "drain") return Command::kDrain;
+  if (name == "undrain") return Command::kUndrain;
   if (name == "help") return Command::kHelp;
   return std::nullopt;
 }
@@ -165,10 +167,30 @@ class ArgParser {
       out_.reason = *v;
       return absl::OkStatus();
     }
+    if (c == Command::kDrain) return DrainFlag(name, inline_v);
     if (c == Command::kList) return ListFlag(name, inline_v);
     if (c == Command::kToken) return TokenFlag(name, inline_v);
     if (c == Command::kTenant) return TenantFlag(name, inline_v);
     return UnknownFlag(name);
+  }
+
+  absl::Status DrainFlag(const std::string& name,
+                         const std::optional<std::string>& inline_v) {
+    if (name == "--reason") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      out_.reason = *v;
+      return absl::OkStatus();
+    }
+    bool* field = name == "--wait"        ? &out_.wait
+                  : name == "--keep-jobs" ? &out_.keep_jobs
+                                          : nullptr;
+    if (field == nullptr) return UnknownFlag(name);
+    if (inline_v.has_value()) {
+      return Usage(absl::StrCat(name, ": takes no value"));
+    }
+    *field = true;
+    return absl::OkStatus();
   }
 
   absl::Status TokenFlag(const std::string& name,
@@ -194,8 +216,8 @@ class ArgParser {
       absl::StatusOr<std::string> v = Value(name, inline_v);
       if (!v.ok()) return v.status();
       if (!absl::SimpleAtod(*v, &out_.weight) || !(out_.weight > 0)) {
-        return Usage(absl::StrCat("--weight: must be a number > 0, got \"",
-                                  *v, "\""));
+        return Usage(
+            absl::StrCat("--weight: must be a number > 0, got \"", *v, "\""));
       }
       return absl::OkStatus();
     }
@@ -207,8 +229,10 @@ class ArgParser {
     absl::StatusOr<std::string> v = Value(name, inline_v);
     if (!v.ok()) return v.status();
     if (!absl::SimpleAtoi(*v, field) || *field < 0) {
-      return Usage(absl::StrCat(name, ": must be an integer >= 0 "
-                                "(0 = unlimited), got \"", *v, "\""));
+      return Usage(absl::StrCat(name,
+                                ": must be an integer >= 0 "
+                                "(0 = unlimited), got \"",
+                                *v, "\""));
     }
     return absl::OkStatus();
   }
@@ -312,6 +336,11 @@ class ArgParser {
         what = "job ID";
         target = &out_.job_id;
         break;
+      case Command::kDrain:
+      case Command::kUndrain:
+        what = "worker ID";
+        target = &out_.worker_id;
+        break;
       default:
         break;
     }
@@ -391,6 +420,11 @@ Admin commands (admin token):
                      set a tenant's quotas (0 = unlimited) and fair-share
                      weight; unset ones keep their value
   tenant ls          list tenants with quotas
+  drain WORKER [--reason TEXT] [--keep-jobs] [--wait]
+                     stop placing jobs on a worker; its jobs checkpoint and
+                     resume elsewhere (--keep-jobs: let them finish there);
+                     --wait: until none of its jobs is left on it
+  undrain WORKER     let a drained worker take jobs again
 
 Global flags:
   --server HOST:PORT yard-server address (default: $YARD_SERVER, else the
@@ -411,7 +445,8 @@ Global flags:
 Exit codes:
   0 success            1 job did not succeed (submit --wait, watch) or other
   2 usage error        3 invalid spec or argument
-  4 job not found      5 failed precondition (e.g. the job already ended)
+  4 job or worker not found
+  5 failed precondition (e.g. the job already ended)
   6 server unreachable 7 other server error
   8 not authenticated or not allowed (missing, wrong or revoked token;
     another tenant's resource)

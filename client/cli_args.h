@@ -25,8 +25,10 @@ enum class Command {
   kWatch,
   kCancel,
   kWorkers,
-  kToken,   // token create|ls|revoke (admin)
-  kTenant,  // tenant set|ls (admin)
+  kToken,    // token create|ls|revoke (admin)
+  kTenant,   // tenant set|ls (admin)
+  kDrain,    // drain WORKER (admin)
+  kUndrain,  // undrain WORKER (admin)
 };
 enum class OutputFormat { kTable, kJson };
 
@@ -35,29 +37,32 @@ struct CliArgs {
   bool server_set = false;  // by --server or YARD_SERVER (beats the config)
   // Credentials and TLS (client_config.h resolves them with the
   // environment and the config file).
-  std::string token;        // --token
-  std::string token_file;   // --token-file
-  std::string config_path;  // --config
-  std::string tls_ca;       // --tls-ca
+  std::string token;            // --token
+  std::string token_file;       // --token-file
+  std::string config_path;      // --config
+  std::string tls_ca;           // --tls-ca
   std::string tls_server_name;  // --tls-server-name
   OutputFormat output = OutputFormat::kTable;
   Command command = Command::kHelp;
   // submit
   std::string spec_path;
-  bool wait = false;
+  bool wait = false;  // submit --wait, drain --wait
   std::string request_id;
   // get, logs, watch, cancel
   std::string job_id;
   bool follow = false;  // logs -f
-  std::string reason;   // cancel --reason
+  std::string reason;   // cancel --reason, drain --reason
+  // drain, undrain
+  std::string worker_id;
+  bool keep_jobs = false;  // drain --keep-jobs
   // ls
   std::vector<trainyard::v1::JobState> states;
   int64_t limit = kDefaultListLimit;  // 0 = every job (--all)
   // token, tenant
   std::string subcommand;  // create, ls, revoke / set, ls
   std::string target;      // token create TENANT, revoke ID; tenant set NAME
-  std::string role = "tenant";  // token create --role
-  std::string description;      // token create --description
+  std::string role = "tenant";   // token create --role
+  std::string description;       // token create --description
   bool include_revoked = false;  // token ls --all
   int32_t max_gpus = -1;         // tenant set; -1: keep the current value
   int32_t max_queued_jobs = -1;

@@ -173,23 +173,70 @@ TEST(CliArgsTest, ParsesTokenAndTenantCommands) {
 }
 
 TEST(CliArgsTest, BadAdminCommandsAreUsageErrors) {
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases =
-      {{{"token"}, "missing subcommand"},
-       {{"token", "mint"}, "unknown subcommand \"mint\""},
-       {{"token", "create"}, "missing TENANT"},
-       {{"token", "revoke"}, "missing token ID"},
-       {{"token", "ls", "extra"}, "unexpected argument \"extra\""},
-       {{"tenant", "set"}, "missing tenant NAME"},
-       {{"tenant", "set", "a", "--max-gpus=-1"}, "--max-gpus"},
-       {{"tenant", "set", "a", "--weight=0"}, "--weight"},
-       {{"tenant", "set", "a", "--role=x"}, "unknown flag"},
-       {{"--token"}, "--token: missing value"},
-       {{"--token=", "ls"}, "--token: must not be empty"}};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"token"}, "missing subcommand"},
+      {{"token", "mint"}, "unknown subcommand \"mint\""},
+      {{"token", "create"}, "missing TENANT"},
+      {{"token", "revoke"}, "missing token ID"},
+      {{"token", "ls", "extra"}, "unexpected argument \"extra\""},
+      {{"tenant", "set"}, "missing tenant NAME"},
+      {{"tenant", "set", "a", "--max-gpus=-1"}, "--max-gpus"},
+      {{"tenant", "set", "a", "--weight=0"}, "--weight"},
+      {{"tenant", "set", "a", "--role=x"}, "unknown flag"},
+      {{"--token"}, "--token: missing value"},
+      {{"--token=", "ls"}, "--token: must not be empty"}};
   for (const auto& [args, mentions] : cases) {
     absl::StatusOr<CliArgs> r = ParseArgs(args, nullptr);
     ASSERT_FALSE(r.ok()) << args[0];
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(mentions));
   }
+}
+
+TEST(CliArgsTest, ParsesDrainAndUndrain) {
+  CliArgs d = Parse({"drain", "w1"});
+  EXPECT_EQ(d.command, Command::kDrain);
+  EXPECT_EQ(d.worker_id, "w1");
+  EXPECT_EQ(d.reason, "");
+  EXPECT_FALSE(d.keep_jobs);
+  EXPECT_FALSE(d.wait);
+  d = Parse({"drain", "--reason", "disk swap", "w1", "--keep-jobs", "--wait"});
+  EXPECT_EQ(d.worker_id, "w1");
+  EXPECT_EQ(d.reason, "disk swap");
+  EXPECT_TRUE(d.keep_jobs);
+  EXPECT_TRUE(d.wait);
+  EXPECT_EQ(Parse({"-o", "json", "drain", "--reason=bios", "w2"}).reason,
+            "bios");
+  EXPECT_EQ(Parse({"drain", "--", "-odd-id"}).worker_id, "-odd-id");
+  CliArgs u = Parse({"undrain", "w1"});
+  EXPECT_EQ(u.command, Command::kUndrain);
+  EXPECT_EQ(u.worker_id, "w1");
+  EXPECT_THAT(UsageText(),
+              HasSubstr("drain WORKER [--reason TEXT] [--keep-jobs] [--wait]"));
+  EXPECT_THAT(UsageText(), HasSubstr("undrain WORKER"));
+}
+
+TEST(CliArgsTest, BadDrainCommandsAreUsageErrors) {
+  EXPECT_EQ(Error({"drain"}), "'drain': missing worker ID");
+  EXPECT_EQ(Error({"undrain"}), "'undrain': missing worker ID");
+  EXPECT_EQ(Error({"drain", ""}), "'drain': empty worker ID");
+  EXPECT_EQ(Error({"drain", "w1", "w2"}), "unexpected argument \"w2\"");
+  EXPECT_EQ(Error({"undrain", "w1", "--force"}),
+            "unknown flag \"--force\" for 'undrain'");
+  EXPECT_EQ(Error({"undrain", "w1", "--keep-jobs"}),
+            "unknown flag \"--keep-jobs\" for 'undrain'");
+  EXPECT_EQ(Error({"undrain", "w1", "--reason", "x"}),
+            "unknown flag \"--reason\" for 'undrain'");
+  EXPECT_EQ(Error({"drain", "w1", "--bogus"}),
+            "unknown flag \"--bogus\" for 'drain'");
+  EXPECT_EQ(Error({"drain", "w1", "--reason"}), "--reason: missing value");
+  EXPECT_EQ(Error({"drain", "w1", "--keep-jobs=yes"}),
+            "--keep-jobs: takes no value");
+  EXPECT_EQ(Error({"drain", "w1", "--wait=1"}), "--wait: takes no value");
+  EXPECT_EQ(Error({"--keep-jobs", "drain", "w1"}),
+            "unknown flag \"--keep-jobs\" (command flags go after the "
+            "command)");
+  EXPECT_EQ(Error({"cancel", "j1", "--keep-jobs"}),
+            "unknown flag \"--keep-jobs\" for 'cancel'");
 }
 
 TEST(ExitCodeTest, MapsStatusCodes) {

@@ -186,6 +186,9 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
     case Command::kToken:
     case Command::kTenant:
       return RunAdminCommand(args, client, out, err);
+    case Command::kDrain:
+    case Command::kUndrain:
+      return RunWorkerCommand(args, client, *Clock::Real(), out, err);
     default:
       return ReportError(absl::InternalError("command not handled here"), err);
   }

@@ -12,6 +12,7 @@
 #include "client/cli_args.h"
 #include "client/exit_codes.h"
 #include "client/job_client.h"
+#include "common/clock.h"
 #include "trainyard/v1/spec.pb.h"
 
 namespace trainyard::client {
@@ -31,6 +32,11 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
 // `yard token ...` and `yard tenant ...` (admin_commands.cc).
 int RunAdminCommand(const CliArgs& args, JobClient& client, std::ostream& out,
                     std::ostream& err);
+
+// `yard drain ...` and `yard undrain ...` (worker_commands.cc). drain --wait
+// polls the worker list, pausing on `clock` between polls.
+int RunWorkerCommand(const CliArgs& args, JobClient& client, Clock& clock,
+                     std::ostream& out, std::ostream& err);
 
 }  // namespace trainyard::client
 

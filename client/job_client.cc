@@ -23,7 +23,6 @@ std::chrono::system_clock::time_point Deadline(absl::Duration d) {
   return absl::ToChronoTime(absl::Now() + d);
 }
 
-
 // Waits until the channel is READY. Connection failures are retried for a
 // short grace period (a server that is restarting, or a listen backlog that
 // refused once) before giving up, so a server that is not running is still
@@ -32,7 +31,8 @@ absl::Status WaitUntilReady(grpc::Channel& channel, const std::string& server,
                             absl::Duration timeout) {
   constexpr absl::Duration kRefusedGrace = absl::Seconds(2);
   auto deadline = Deadline(timeout);
-  absl::Time give_up_on_failure = absl::Now() + std::min(kRefusedGrace, timeout);
+  absl::Time give_up_on_failure =
+      absl::Now() + std::min(kRefusedGrace, timeout);
   grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
   while (state != GRPC_CHANNEL_READY) {
     bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
@@ -317,6 +317,33 @@ absl::StatusOr<v1::ClusterStatus> JobClient::GetClusterStatus() {
       &context, v1::GetClusterStatusRequest(), &response);
   if (!s.ok()) return Annotate(s);
   return response;
+}
+
+absl::StatusOr<v1::Worker> JobClient::DrainWorker(const std::string& worker_id,
+                                                  const std::string& reason,
+                                                  bool keep_jobs) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::DrainWorkerRequest request;
+  request.set_worker_id(worker_id);
+  request.set_reason(reason);
+  request.set_keep_jobs(keep_jobs);
+  v1::Worker worker;
+  grpc::Status s = cluster_->DrainWorker(&context, request, &worker);
+  if (!s.ok()) return Annotate(s);
+  return worker;
+}
+
+absl::StatusOr<v1::Worker> JobClient::UndrainWorker(
+    const std::string& worker_id) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::UndrainWorkerRequest request;
+  request.set_worker_id(worker_id);
+  v1::Worker worker;
+  grpc::Status s = cluster_->UndrainWorker(&context, request, &worker);
+  if (!s.ok()) return Annotate(s);
+  return worker;
 }
 
 }  // namespace trainyard::client

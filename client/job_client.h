@@ -92,6 +92,12 @@ class JobClient {
 
   absl::StatusOr<trainyard::v1::ListWorkersResponse> ListWorkers();
   absl::StatusOr<trainyard::v1::ClusterStatus> GetClusterStatus();
+  // Admin only: stop placing jobs on a worker and (unless keep_jobs) preempt
+  // its jobs; let it take jobs again. Return the worker as it is now.
+  absl::StatusOr<trainyard::v1::Worker> DrainWorker(
+      const std::string& worker_id, const std::string& reason, bool keep_jobs);
+  absl::StatusOr<trainyard::v1::Worker> UndrainWorker(
+      const std::string& worker_id);
 
   const std::string& server() const { return options_.server; }
   const ClientOptions& options() const { return options_; }
@@ -104,7 +110,6 @@ class JobClient {
   void Prepare(grpc::ClientContext* context, bool stream = false) const;
 
  private:
-
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<trainyard::v1::JobService::Stub> jobs_;

@@ -159,13 +159,27 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   return out;
 }
 
+std::string WorkerStateName(v1::WorkerState state) {
+  if (state == v1::WORKER_STATE_UNSPECIFIED) return "-";
+  const std::string& name = v1::WorkerState_Name(state);
+  if (name.empty()) return absl::StrCat(static_cast<int>(state));
+  return std::string(absl::StripPrefix(name, "WORKER_"));
+}
+
 std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
                                const v1::ClusterStatus* status,
                                absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const v1::Worker& w : workers) {
-    std::string state(
-        absl::StripPrefix(v1::WorkerState_Name(w.state()), "WORKER_"));
+    std::string state = WorkerStateName(w.state());
+    if (w.has_drain()) {
+      // A drained worker can also be lost; it stays drained when it returns.
+      const std::string reason = OneLine(w.drain().reason());
+      absl::StrAppend(
+          &state,
+          w.state() == v1::WORKER_DRAINING ? " (admin" : " (drained by admin",
+          reason.empty() ? "" : ": ", reason, ")");
+    }
     std::vector<std::string> jobs;
     for (const auto& ref : w.jobs()) jobs.push_back(ref.job_id());
     rows.push_back(

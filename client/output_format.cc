@@ -118,10 +118,8 @@ std::string CheckpointOf(const v1::Job& job) {
 
 }  // namespace
 
-namespace {
-
-// A cell on one line: each line break, with the blanks around it, becomes
-// one space (a failure reason carries its stderr tail on a new line).
+// A failure reason carries its stderr tail on a new line; a table keeps it
+// on its row.
 std::string OneLine(absl::string_view cell) {
   std::string out;
   for (absl::string_view part : absl::StrSplit(cell, '\n')) {
@@ -132,8 +130,6 @@ std::string OneLine(absl::string_view cell) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string FormatTable(const std::vector<std::string>& header,
                         const std::vector<std::vector<std::string>>& cells) {

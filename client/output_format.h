@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "trainyard/v1/cluster.pb.h"
@@ -25,6 +26,13 @@ std::string FormatAge(absl::Time then, absl::Time now);
 // "QUEUED", "RUNNING", ...
 std::string StateName(trainyard::v1::JobState state);
 
+// "READY", "LOST", "DRAINING".
+std::string WorkerStateName(trainyard::v1::WorkerState state);
+
+// The cell on one line: each line break, with the blanks around it, becomes
+// one space.
+std::string OneLine(absl::string_view cell);
+
 // ID NAME STATE ATTEMPT WORKER STEP AGE.
 std::string FormatJobsTable(const std::vector<trainyard::v1::Job>& jobs,
                             absl::Time now);
@@ -33,6 +41,7 @@ std::string FormatJobsTable(const std::vector<trainyard::v1::Job>& jobs,
 std::string FormatJobDetails(const trainyard::v1::Job& job, absl::Time now);
 
 // ID HOST STATE CPU-SLOTS GPUS JOBS HEARTBEAT, then a cluster summary line.
+// A worker an administrator drains shows "DRAINING (admin: <reason>)".
 std::string FormatWorkersTable(
     const std::vector<trainyard::v1::Worker>& workers,
     const trainyard::v1::ClusterStatus* status, absl::Time now);

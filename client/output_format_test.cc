@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "client/proto_text_test_support.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -14,13 +15,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 namespace v1 = ::trainyard::v1;
 
-template <typename T>
-T FromText(const std::string& text) {
-  T message;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &message))
-      << text;
-  return message;
-}
 
 const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
 
@@ -275,6 +269,48 @@ TEST(FormatWorkersTableTest, WorkersAndSummary) {
             "w1  node1  READY  1/2         0/0        j-1   1s ago\n"
             "\n1 ready, 0 lost; cpu slots 1/2 free; gpus 0/0 free; jobs 0 "
             "queued, 1 running, 0 succeeded, 0 failed, 0 cancelled\n");
+}
+
+TEST(FormatWorkersTableTest, ADrainedWorkerShowsWhoDrainsItAndWhy) {
+  auto drained = FromText<v1::Worker>(R"pb(
+    id: "w1"
+    state: WORKER_DRAINING
+    cpu_slots: 2
+    jobs { job_id: "j-1" }
+    drain { worker_id: "w1" reason: "disk swap\n  rack 4\n" keep_jobs: true }
+  )pb");
+  auto quitting =
+      FromText<v1::Worker>(R"pb(
+        id: "w2" state: WORKER_DRAINING cpu_slots: 1
+      )pb");
+  auto no_reason = FromText<v1::Worker>(R"pb(
+    id: "w3"
+    state: WORKER_DRAINING
+    drain { worker_id: "w3" }
+  )pb");
+  auto lost = FromText<v1::Worker>(R"pb(
+    id: "w4"
+    state: WORKER_LOST
+    drain { worker_id: "w4" reason: "bios" }
+  )pb");
+  EXPECT_EQ(
+      FormatWorkersTable({drained, quitting, no_reason, lost}, nullptr, kNow),
+      "ID  HOST  STATE                               FREE-SLOTS  FREE-GPUS  "
+      "JOBS  HEARTBEAT\n"
+      "w1  -     DRAINING (admin: disk swap rack 4)  0/2         0/0        "
+      "j-1   -\n"
+      "w2  -     DRAINING                            0/1         0/0        "
+      "-     -\n"
+      "w3  -     DRAINING (admin)                    0/0         0/0        "
+      "-     -\n"
+      "w4  -     LOST (drained by admin: bios)       0/0         0/0        "
+      "-     -\n");
+}
+
+TEST(WorkerStateNameTest, DropsThePrefix) {
+  EXPECT_EQ(WorkerStateName(v1::WORKER_READY), "READY");
+  EXPECT_EQ(WorkerStateName(v1::WORKER_DRAINING), "DRAINING");
+  EXPECT_EQ(WorkerStateName(v1::WORKER_STATE_UNSPECIFIED), "-");
 }
 
 TEST(ToJsonTest, ProtoFieldNames) {

@@ -285,6 +285,30 @@ absl::Status WaitForReadyWorkers(v1::ClusterService::Stub& cluster,
       absl::StrCat(s.message(), "; last seen: ", seen));
 }
 
+absl::StatusOr<v1::Worker> WaitForWorker(
+    v1::ClusterService::Stub& cluster, const std::string& name,
+    const std::string& what, const std::function<bool(const v1::Worker&)>& done,
+    absl::Duration timeout) {
+  std::string seen = "nothing yet";
+  v1::Worker found;
+  absl::Status s =
+      PollUntil(absl::StrCat("worker ", name, " ", what), timeout, [&] {
+        auto resp = ListWorkers(cluster);
+        if (!resp.ok()) return false;
+        seen = DescribeWorkers(*resp);
+        for (const v1::Worker& w : resp->workers()) {
+          if (w.id() == name && done(w)) {
+            found = w;
+            return true;
+          }
+        }
+        return false;
+      });
+  if (s.ok()) return found;
+  return absl::DeadlineExceededError(
+      absl::StrCat(s.message(), "; last seen: ", seen));
+}
+
 absl::Status WaitForWorkerLost(v1::ClusterService::Stub& cluster,
                                const std::string& name,
                                absl::Duration timeout) {

@@ -104,6 +104,14 @@ absl::Status WaitForReadyWorkers(trainyard::v1::ClusterService::Stub& cluster,
                                  const std::vector<std::string>& names,
                                  absl::Duration timeout);
 
+// Waits until the server lists worker `name` and `done` (described by
+// `what`) holds for it; returns it as listed then.
+absl::StatusOr<trainyard::v1::Worker> WaitForWorker(
+    trainyard::v1::ClusterService::Stub& cluster, const std::string& name,
+    const std::string& what,
+    const std::function<bool(const trainyard::v1::Worker&)>& done,
+    absl::Duration timeout);
+
 // Waits until the server lists worker `name` as LOST (or no longer lists it).
 absl::Status WaitForWorkerLost(trainyard::v1::ClusterService::Stub& cluster,
                                const std::string& name, absl::Duration timeout);
