@@ -198,12 +198,16 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
     absl::StrAppend(
         &out,
         absl::StrFormat(
-            "\n%d ready, %d lost; cpu slots %d/%d free; gpus %d/%d free; "
+            "\n%d ready, %s%d lost; cpu slots %d/%d free; gpus %d/%d free; "
             "jobs %d queued, %d running, %d succeeded, %d failed, %d "
             "cancelled\n",
-            status->workers_ready(), status->workers_lost(),
-            status->cpu_slots_free(), status->cpu_slots_total(),
-            status->gpus_free(), status->gpus_total(), status->jobs_queued(),
+            status->workers_ready(),
+            status->workers_draining() == 0
+                ? std::string()
+                : absl::StrCat(status->workers_draining(), " draining, "),
+            status->workers_lost(), status->cpu_slots_free(),
+            status->cpu_slots_total(), status->gpus_free(),
+            status->gpus_total(), status->jobs_queued(),
             status->jobs_running() + status->jobs_scheduled(),
             status->jobs_succeeded(), status->jobs_failed(),
             status->jobs_cancelled()));

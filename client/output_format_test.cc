@@ -307,6 +307,15 @@ TEST(FormatWorkersTableTest, ADrainedWorkerShowsWhoDrainsItAndWhy) {
       "-     -\n");
 }
 
+TEST(FormatWorkersTableTest, TheSummaryCountsDrainingWorkersApart) {
+  auto status = FromText<v1::ClusterStatus>(
+      R"pb(
+        workers_ready: 1 workers_draining: 2 cpu_slots_total: 6 cpu_slots_free: 1
+      )pb");
+  EXPECT_THAT(FormatWorkersTable({}, &status, kNow),
+              HasSubstr("1 ready, 2 draining, 0 lost; cpu slots 1/6 free"));
+}
+
 TEST(WorkerStateNameTest, DropsThePrefix) {
   EXPECT_EQ(WorkerStateName(v1::WORKER_READY), "READY");
   EXPECT_EQ(WorkerStateName(v1::WORKER_DRAINING), "DRAINING");

@@ -200,10 +200,14 @@ absl::StatusOr<v1::ClusterStatus> ClusterView::Status() const {
       s.set_workers_lost(s.workers_lost() + 1);
       continue;
     }
-    s.set_workers_ready(s.workers_ready() + 1);
     s.set_cpu_slots_total(s.cpu_slots_total() + w.cpu_slots());
-    s.set_cpu_slots_free(s.cpu_slots_free() + w.free_cpu_slots());
     s.set_gpus_total(s.gpus_total() + w.devices_size());
+    if (w.state() == v1::WORKER_DRAINING) {
+      s.set_workers_draining(s.workers_draining() + 1);
+      continue;
+    }
+    s.set_workers_ready(s.workers_ready() + 1);
+    s.set_cpu_slots_free(s.cpu_slots_free() + w.free_cpu_slots());
     s.set_gpus_free(s.gpus_free() + w.free_gpus());
   }
   s.set_jobs_queued(counts[v1::QUEUED]);

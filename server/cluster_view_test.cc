@@ -178,6 +178,28 @@ TEST_F(ClusterViewTest, ListWorkersShowsCapacityWithTheLatestFigures) {
   EXPECT_TRUE(registry_->Find("gpu-1")->device_figures.empty());
 }
 
+TEST_F(ClusterViewTest, ADrainingWorkersCapacityCountsButIsNotFree) {
+  Connect("w1", /*slots=*/2);
+  Connect("w2", /*slots=*/3);
+  v1::WorkerDrain drain;
+  drain.set_reason("swap a disk");
+  registry_->SetDrain("w2", drain);
+
+  ClusterView view(store_.get(), registry_.get(), "test");
+  absl::StatusOr<v1::ClusterStatus> status = view.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->workers_ready(), 1);
+  EXPECT_EQ(status->workers_draining(), 1);
+  EXPECT_EQ(status->cpu_slots_total(), 5);
+  EXPECT_EQ(status->cpu_slots_free(), 2);
+  absl::StatusOr<std::vector<v1::Worker>> workers = view.ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 2u);
+  EXPECT_FALSE((*workers)[0].has_drain());
+  EXPECT_EQ((*workers)[1].state(), v1::WORKER_DRAINING);
+  EXPECT_EQ((*workers)[1].drain().reason(), "swap a disk");
+}
+
 TEST_F(ClusterViewTest, TheSchedulerPlacesByReportedGpuMemory) {
   auto connect = [&](const std::string& id, int64_t memory_bytes) {
     FakeWorker& w = workers_map_[id];
