@@ -21,9 +21,10 @@ class DrainTest : public ClusterTest {};
 TEST_F(DrainTest, DrainMovesAJobElsewhereExactlyAndHoldsUntilUndrained) {
   YARD_ASSERT_OK(StartServer());
   YARD_ASSERT_OK(StartReadyWorker({.name = "first", .cpu_slots = 1}).status());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "second", .cpu_slots = 1}).status());
   const MnistSpec spec{.name = "mover",
                        .hidden = 128,
-                       .steps = 600,
+                       .steps = 1000,
                        .micro_batch = 64,
                        .checkpoint_every = 100,
                        .log_every = 20};
@@ -32,47 +33,56 @@ TEST_F(DrainTest, DrainMovesAJobElsewhereExactlyAndHoldsUntilUndrained) {
   YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
                               IsCheckpointSaved)
                      .status());
-  YARD_ASSERT_OK(StartReadyWorker({.name = "second", .cpu_slots = 1}).status());
+  // Drain the worker it runs on; the other one is free.
+  YARD_ASSIGN_OR_FAIL(v1::Job running, GetJob(jobs(), id));
+  const std::string from = running.worker_id();
+  const std::string to = from == "first" ? "second" : "first";
 
-  CommandResult drain = Yard(
-      {"drain", "first", "--reason", "swap a disk", "--wait"}, JobTimeout());
+  CommandResult drain =
+      Yard({"drain", from, "--reason", "swap a disk", "--wait"}, JobTimeout());
   ASSERT_EQ(drain.exit_code(), 0) << drain.DebugString();
-  EXPECT_THAT(drain.out, HasSubstr("worker first draining: 1 job is being "
-                                   "preempted and will resume elsewhere"));
-  EXPECT_THAT(drain.out, HasSubstr("worker first drained: no jobs left"));
+  EXPECT_THAT(drain.out, HasSubstr(absl::StrCat(
+                             "worker ", from,
+                             " draining: 1 job is being preempted and will "
+                             "resume elsewhere")));
+  EXPECT_THAT(drain.out, HasSubstr(absl::StrCat("worker ", from,
+                                                " drained: no jobs left")));
   CommandResult workers = Yard({"workers"});
   ASSERT_EQ(workers.exit_code(), 0) << workers.DebugString();
   EXPECT_THAT(workers.out, HasSubstr("DRAINING (admin: swap a disk)"));
+  EXPECT_THAT(workers.out, HasSubstr("1 ready, 1 draining, 0 lost"));
 
   YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
-  ExpectResumedElsewhereExactly(dir(), done, spec, "first", "second");
+  ExpectResumedElsewhereExactly(dir(), done, spec, from, to);
   if (HasFatalFailure()) return;
-  EXPECT_THAT(done.attempts(0).reason(),
-              HasSubstr("worker first is drained: swap a disk"));
+  EXPECT_THAT(
+      done.attempts(0).reason(),
+      HasSubstr(absl::StrCat("worker ", from, " is drained: swap a disk")));
 
-  // A restarted server remembers the drain: a new job goes to the second
-  // worker although the first is idle.
+  // A restarted server remembers the drain: a new job goes to the other
+  // worker although the drained one is idle.
   YARD_ASSERT_OK(KillAndRestartServer());
   // Listed once it reconnects; drained, or this times out.
   YARD_ASSIGN_OR_FAIL(
-      v1::Worker first,
+      v1::Worker back,
       WaitForWorker(
-          cluster(), "first", "back and drained",
+          cluster(), from, "back and drained",
           [](const v1::Worker& w) { return w.has_drain(); }, JobTimeout()));
-  EXPECT_EQ(first.state(), v1::WORKER_DRAINING);
-  EXPECT_EQ(first.drain().reason(), "swap a disk");
-  YARD_ASSERT_OK(WaitForReadyWorkers(cluster(), {"second"}, JobTimeout()));
+  EXPECT_EQ(back.state(), v1::WORKER_DRAINING);
+  EXPECT_EQ(back.drain().reason(), "swap a disk");
+  YARD_ASSERT_OK(WaitForReadyWorkers(cluster(), {to}, JobTimeout()));
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse next,
                       Submit(MnistSpec{.name = "next", .steps = 50}.ToProto()));
   YARD_ASSIGN_OR_FAIL(v1::Job next_done,
                       WaitForTerminal(jobs(), next.job().id(), JobTimeout()));
   ASSERT_EQ(next_done.state(), v1::SUCCEEDED) << next_done.DebugString();
-  EXPECT_EQ(next_done.worker_id(), "second");
+  EXPECT_EQ(next_done.worker_id(), to);
 
-  CommandResult undrain = Yard({"undrain", "first"});
+  CommandResult undrain = Yard({"undrain", from});
   ASSERT_EQ(undrain.exit_code(), 0) << undrain.DebugString();
-  EXPECT_THAT(undrain.out, HasSubstr("worker first ready: takes jobs again"));
-  YARD_ASSERT_OK(WaitForReadyWorkers(cluster(), {"first"}, JobTimeout()));
+  EXPECT_THAT(undrain.out, HasSubstr(absl::StrCat("worker ", from,
+                                                  " ready: takes jobs again")));
+  YARD_ASSERT_OK(WaitForReadyWorkers(cluster(), {from}, JobTimeout()));
 }
 
 TEST_F(DrainTest, BadDrainsAreOneLineErrorsWithTheirExitCodes) {
