@@ -143,6 +143,11 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   if (job.attempt() > 0) {
     d.Add("Attempt", AttemptLine(job));
   }
+  if (job.spec().max_restarts() > 0) {
+    d.Add("Restarts",
+          absl::StrCat(job.restarts(), " of ", job.spec().max_restarts(),
+                       " after failures"));
+  }
   for (const v1::GpuGrant& g : job.gpu_grants()) {
     d.Add("GPU share", GrantLine(g));
   }

@@ -227,6 +227,12 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(text, HasSubstr("Checkpoint dir:  /ck/j-1\n"));
   EXPECT_THAT(text, HasSubstr("worker lost"));
   EXPECT_THAT(text, Not(HasSubstr("Ended")));
+  EXPECT_THAT(text, Not(HasSubstr("Restarts")));  // none allowed
+
+  job.mutable_spec()->set_max_restarts(3);
+  job.set_restarts(1);
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Restarts:        1 of 3 after failures\n"));
 }
 
 TEST(FormatJobDetailsTest, AReasonOfSeveralLinesStaysInTheValueColumn) {

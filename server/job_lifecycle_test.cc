@@ -173,6 +173,60 @@ TEST_F(JobLifecycleTest, FailedExitRecordsTheErrorTail) {
   EXPECT_EQ(r.job.attempts(0).outcome(), v1::FAILED);
 }
 
+TEST_F(JobLifecycleTest, FailedAttemptsRestartUntilMaxRestartsIsSpent) {
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec();
+  req.mutable_spec()->set_max_restarts(2);
+  auto submitted = lifecycle_->Submit(req);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string id = submitted->job.id();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  ASSERT_TRUE(w.Exited(id, 1, 1, "CUDA error: an illegal memory access").ok());
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::QUEUED);
+  EXPECT_EQ(r.job.state_reason(),
+            "restart 1 of 2 from the latest checkpoint after: CUDA error: an "
+            "illegal memory access");
+  EXPECT_EQ(r.job.restarts(), 1);
+  EXPECT_EQ(r.job.attempts(0).outcome(), v1::QUEUED);
+
+  Pass();  // attempt 2 dies by a signal: restarted too
+  ASSERT_TRUE(w.Started(id, 2).ok());
+  ASSERT_TRUE(w.Update(id, 2, [](v1::JobUpdate& u) {
+                 u.mutable_exited()->set_signal(11);
+               }).ok());
+  EXPECT_EQ(Job(id).job.state(), v1::QUEUED);
+  EXPECT_THAT(Job(id).job.state_reason(),
+              HasSubstr("restart 2 of 2 from the latest checkpoint after: "
+                        "killed by signal 11"));
+
+  Pass();  // attempt 3 fails with no restart left
+  ASSERT_TRUE(w.Started(id, 3).ok());
+  ASSERT_TRUE(w.Exited(id, 3, 1, "CUDA error: an illegal memory access").ok());
+  r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::FAILED);
+  EXPECT_EQ(r.job.state_reason(), "CUDA error: an illegal memory access");
+  EXPECT_EQ(r.job.restarts(), 2);
+  ASSERT_EQ(r.job.attempts_size(), 3);
+  EXPECT_EQ(r.job.attempts(2).outcome(), v1::FAILED);
+}
+
+TEST_F(JobLifecycleTest, AUsageErrorIsNeverRestarted) {
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec();
+  req.mutable_spec()->set_max_restarts(5);
+  auto submitted = lifecycle_->Submit(req);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string id = submitted->job.id();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Exited(id, 1, 2, "data.mnist.images: no such file").ok());
+  EXPECT_EQ(Job(id).job.state(), v1::FAILED);
+  EXPECT_EQ(Job(id).job.restarts(), 0);
+}
+
 TEST_F(JobLifecycleTest, ExitWithoutStartedStillPassesThroughRunning) {
   const std::string id = Submit();
   FakeWorker& w = Connect("w1");

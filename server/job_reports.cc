@@ -18,6 +18,8 @@ namespace {
 
 // yard-train's exit code after SIGTERM with a checkpoint written.
 constexpr int32_t kExitInterrupted = 3;
+// yard-train's exit code for a bad spec, config or data file.
+constexpr int32_t kExitUsage = 2;
 // JobExited.exit_code of an assignment the worker refused without starting
 // it (no free slot yet, shutting down, ...).
 constexpr int32_t kExitRefused = -1;
@@ -153,6 +155,21 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
     return {v1::FAILED, absl::StrCat("killed by signal ", exit.signal())};
   }
   return {v1::FAILED, absl::StrCat("exited with code ", exit.exit_code())};
+}
+
+// A failed attempt of a job with restarts left goes back to the queue, to
+// resume from its latest checkpoint; `to` and `why` say so. A usage error
+// (yard-train exit 2: the spec or its files are wrong) would fail again,
+// so it fails the job at once.
+void RestartIfAllowed(const v1::JobExited& exit, v1::Job& job, v1::JobState& to,
+                      std::string& why) {
+  const bool usage_error = exit.signal() == 0 && exit.exit_code() == kExitUsage;
+  if (usage_error || job.restarts() >= job.spec().max_restarts()) return;
+  job.set_restarts(job.restarts() + 1);
+  to = v1::QUEUED;
+  why = absl::StrCat("restart ", job.restarts(), " of ",
+                     job.spec().max_restarts(),
+                     " from the latest checkpoint after: ", why);
 }
 
 // The part of a spread job on `worker_id` (not the job's own worker).
@@ -338,6 +355,8 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
                 return true;
               }
             }
+            if (to == v1::FAILED)
+              RestartIfAllowed(update.exited(), r.job, to, why);
             others = WorkersOf(r, worker_id);
             ended = true;
             // A refused attempt never started: it does not pass RUNNING.

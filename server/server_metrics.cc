@@ -102,7 +102,8 @@ ServerMetrics::ServerMetrics(Clock* clock, std::string version)
                    .Name("yard_job_restarts_total")
                    .Help(
                        "Jobs handed back to the queue from SCHEDULED or "
-                       "RUNNING, e.g. after their worker was lost (count).")
+                       "RUNNING, e.g. after their worker was lost or a "
+                       "failed attempt with restarts left (count).")
                    .Register(*registry_)
                    .Add({});
   preemptions_ = &pm::BuildCounter()

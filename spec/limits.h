@@ -33,6 +33,7 @@ inline constexpr int64_t kMaxSteps = 10'000'000;
 inline constexpr int64_t kMaxEvalBatches = 1'000'000;
 inline constexpr int64_t kMaxKeepLast = 1'000;
 inline constexpr int64_t kMaxPriority = 1'000;  // and -kMaxPriority
+inline constexpr int64_t kMaxRestarts = 100;
 
 // Model sizes. Each dimension is capped on its own so no product of them
 // overflows, and the parameter count as a whole: 2e9 fp32 parameters with

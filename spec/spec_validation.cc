@@ -368,6 +368,7 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   }
   p->Range("log_every_steps", spec.log_every_steps(), 0, max_steps);
   p->Range("priority", spec.priority(), -kMaxPriority, kMaxPriority);
+  p->Range("max_restarts", spec.max_restarts(), 0, kMaxRestarts);
 }
 
 void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {

@@ -147,6 +147,11 @@ TEST_F(ValidationTest, AbsurdSizes) {
   spec = Good();
   spec.set_priority(5000);
   EXPECT_EQ(ErrorOf(spec), "priority: must be in [-1000, 1000], got 5000");
+  spec.set_priority(0);
+  spec.set_max_restarts(101);
+  EXPECT_EQ(ErrorOf(spec), "max_restarts: must be in [0, 100], got 101");
+  spec.set_max_restarts(-1);
+  EXPECT_EQ(ErrorOf(spec), "max_restarts: must be in [0, 100], got -1");
 }
 
 TEST_F(ValidationTest, ParameterLimit) {

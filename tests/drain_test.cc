@@ -53,7 +53,7 @@ TEST_F(DrainTest, DrainMovesAJobElsewhereExactlyAndHoldsUntilUndrained) {
   EXPECT_THAT(workers.out, HasSubstr("1 ready, 1 draining, 0 lost"));
 
   YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
-  ExpectResumedElsewhereExactly(dir(), done, spec, from, to);
+  ExpectResumedExactly(dir(), done, spec, from, to);
   if (HasFatalFailure()) return;
   EXPECT_THAT(
       done.attempts(0).reason(),

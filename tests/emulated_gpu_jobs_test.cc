@@ -203,7 +203,7 @@ TEST_F(EmulatedGpuJobsTest, APreemptedGpuJobResumesOnAnotherWorkerExactly) {
 
   YARD_ASSIGN_OR_FAIL(v1::Job done,
                       WaitForTerminal(jobs(), low_id, JobTimeout()));
-  ExpectResumedElsewhereExactly(dir(), done, low_spec, "first", "second",
+  ExpectResumedExactly(dir(), done, low_spec, "first", "second",
                                 EMULATED_TRAIN_BIN);
 }
 

@@ -63,7 +63,7 @@ absl::StatusOr<std::string> StraightRunWeights(TestDir& dir,
   return FinalWeights(run.checkpoint_dir);
 }
 
-void ExpectResumedElsewhereExactly(TestDir& dir, const v1::Job& done,
+void ExpectResumedExactly(TestDir& dir, const v1::Job& done,
                                    const MnistSpec& spec,
                                    const std::string& first,
                                    const std::string& second,

@@ -36,11 +36,12 @@ absl::StatusOr<StraightRun> RunStraight(TestDir& dir, const MnistSpec& spec,
 absl::StatusOr<std::string> StraightRunWeights(
     TestDir& dir, const MnistSpec& spec, const std::string& train_bin = "");
 
-// `done`, a job of `spec` preempted on worker `first` and resumed from a
-// checkpoint on worker `second`, ended SUCCEEDED after those two attempts
+// `done`, a job of `spec` stopped on worker `first` (preempted, drained,
+// crashed and restarted) and resumed from a checkpoint on worker `second`
+// (elsewhere, or `first` again), ended SUCCEEDED after those two attempts
 // with the weights of a straight run of `spec` (`train_bin` as
 // RunStraight). Failures are the test's (gtest assertions).
-void ExpectResumedElsewhereExactly(TestDir& dir, const trainyard::v1::Job& done,
+void ExpectResumedExactly(TestDir& dir, const trainyard::v1::Job& done,
                                    const MnistSpec& spec,
                                    const std::string& first,
                                    const std::string& second,

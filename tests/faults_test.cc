@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/exact_resume.h"
 #include "tests/harness.h"
 
 namespace trainyard::itest {
@@ -208,6 +211,37 @@ TEST_F(FaultsTest, CrashingJobFailsWithStderrTailAndWorkerRunsTheNext) {
 
 // Two jobs side by side on one worker; one's trainer crashes (SIGSEGV). The
 // neighbour and the worker carry on untouched.
+// A job allowed one restart: its trainer is SIGKILLed (as the kernel's OOM
+// killer would) after a checkpoint; the job restarts from it and ends with
+// the weights of an uninterrupted run.
+TEST_F(FaultsTest, AKilledTrainerRestartsFromItsCheckpointExactly) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * solo,
+                      StartReadyWorker({.name = "solo", .cpu_slots = 1}));
+  const MnistSpec spec = LongJob("restarts");
+  v1::JobSpec proto = spec.ToProto();
+  proto.set_max_restarts(1);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(proto));
+  const std::string id = submitted.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
+                              IsCheckpointSaved)
+                     .status());
+  const std::map<int, pid_t> trainers = solo->TrainerPidsByRank();
+  ASSERT_EQ(trainers.size(), 1u);
+  ASSERT_EQ(::kill(trainers.begin()->second, SIGKILL), 0);
+
+  YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
+  ExpectResumedExactly(dir(), done, spec, "solo", "solo");
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(done.restarts(), 1);
+  EXPECT_THAT(done.attempts(0).reason(),
+              ::testing::StartsWith("restart 1 of 1 from the latest "
+                                    "checkpoint after: killed by signal 9"));
+  CommandResult get = Yard({"get", id});
+  ASSERT_EQ(get.exit_code(), 0) << get.DebugString();
+  EXPECT_THAT(get.out, ::testing::ContainsRegex("Restarts: +1 of 1 after"));
+}
+
 TEST_F(FaultsTest, AJobCrashingBesideAHealthyOneHurtsOnlyItself) {
   YARD_ASSERT_OK(StartServer());
   YARD_ASSIGN_OR_FAIL(WorkerProcess * worker,

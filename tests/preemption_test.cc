@@ -119,7 +119,7 @@ TEST_F(PreemptionTest, APreemptedJobResumesOnAnotherWorkerExactly) {
 
   YARD_ASSIGN_OR_FAIL(v1::Job done,
                       WaitForTerminal(jobs(), low_id, JobTimeout()));
-  ExpectResumedElsewhereExactly(dir(), done, low_spec, "first", "second");
+  ExpectResumedExactly(dir(), done, low_spec, "first", "second");
   if (HasFatalFailure()) return;
   CommandResult get = Yard({"get", low_id});
   ASSERT_EQ(get.exit_code(), 0) << get.DebugString();
