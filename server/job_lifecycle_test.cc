@@ -213,18 +213,32 @@ TEST_F(JobLifecycleTest, FailedAttemptsRestartUntilMaxRestartsIsSpent) {
   EXPECT_EQ(r.job.attempts(2).outcome(), v1::FAILED);
 }
 
-TEST_F(JobLifecycleTest, AUsageErrorIsNeverRestarted) {
+TEST_F(JobLifecycleTest, UsageErrorsAndRefusalsAreNeverRestarted) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = Spec();
   req.mutable_spec()->set_max_restarts(5);
-  auto submitted = lifecycle_->Submit(req);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  const std::string id = submitted->job.id();
+  auto usage = lifecycle_->Submit(req);
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  const std::string id = usage->job.id();
   FakeWorker& w = Connect("w1");
   Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
   ASSERT_TRUE(w.Exited(id, 1, 2, "data.mnist.images: no such file").ok());
   EXPECT_EQ(Job(id).job.state(), v1::FAILED);
   EXPECT_EQ(Job(id).job.restarts(), 0);
+
+  req.set_request_id("refused");
+  auto refused = lifecycle_->Submit(req);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  const std::string other = refused->job.id();
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    Pass();
+    ASSERT_EQ(w.Assignments().size(), 1u) << "attempt " << attempt;
+    ASSERT_TRUE(w.Exited(other, attempt, -1, "cannot create the job dir").ok());
+  }
+  EXPECT_EQ(Job(other).job.state(), v1::FAILED);
+  EXPECT_THAT(Job(other).job.state_reason(), HasSubstr("refusals in a row"));
+  EXPECT_EQ(Job(other).job.restarts(), 0);
 }
 
 TEST_F(JobLifecycleTest, ExitWithoutStartedStillPassesThroughRunning) {

@@ -160,11 +160,13 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
 // A failed attempt of a job with restarts left goes back to the queue, to
 // resume from its latest checkpoint; `to` and `why` say so. A usage error
 // (yard-train exit 2: the spec or its files are wrong) would fail again,
-// so it fails the job at once.
+// and a job refused by workers in a row has its own limit (kMaxRefusals),
+// so those fail the job at once.
 void RestartIfAllowed(const v1::JobExited& exit, v1::Job& job, v1::JobState& to,
                       std::string& why) {
-  const bool usage_error = exit.signal() == 0 && exit.exit_code() == kExitUsage;
-  if (usage_error || job.restarts() >= job.spec().max_restarts()) return;
+  const bool final = exit.signal() == 0 && (exit.exit_code() == kExitUsage ||
+                                            exit.exit_code() == kExitRefused);
+  if (final || job.restarts() >= job.spec().max_restarts()) return;
   job.set_restarts(job.restarts() + 1);
   to = v1::QUEUED;
   why = absl::StrCat("restart ", job.restarts(), " of ",
@@ -355,8 +357,9 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
                 return true;
               }
             }
-            if (to == v1::FAILED)
+            if (to == v1::FAILED) {
               RestartIfAllowed(update.exited(), r.job, to, why);
+            }
             others = WorkersOf(r, worker_id);
             ended = true;
             // A refused attempt never started: it does not pass RUNNING.
