@@ -13,7 +13,20 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-using JobLifecycleTest = ServerLogicTest;
+class JobLifecycleTest : public ServerLogicTest {
+ protected:
+  // Submits a job allowed `max_restarts` restarts; returns its id.
+  std::string SubmitWithRestarts(int32_t max_restarts,
+                                 const std::string& request_id = "") {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec();
+    req.mutable_spec()->set_max_restarts(max_restarts);
+    req.set_request_id(request_id);
+    auto submitted = lifecycle_->Submit(req);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    return submitted.ok() ? submitted->job.id() : "";
+  }
+};
 
 std::vector<v1::JobState> StateChanges(JobStore& store, const std::string& id) {
   std::vector<v1::JobState> out;
@@ -63,7 +76,8 @@ TEST_F(JobLifecycleTest, SubmitRejectsBadSpecsNamingTheField) {
       ->mutable_model()
       ->mutable_mlp()
       ->GetReflection()
-      ->MutableUnknownFields(unknown.mutable_spec()->mutable_model()->mutable_mlp())
+      ->MutableUnknownFields(
+          unknown.mutable_spec()->mutable_model()->mutable_mlp())
       ->AddVarint(77, 1);
   r = lifecycle_->Submit(unknown);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -116,7 +130,8 @@ TEST_F(JobLifecycleTest, RunsToSuccessThroughTheWholeProtocol) {
   ASSERT_EQ(assigned.size(), 1u);
   EXPECT_EQ(assigned[0].job_id(), id);
   EXPECT_EQ(assigned[0].attempt(), 1);
-  EXPECT_EQ(assigned[0].checkpoint_dir(), absl::StrCat(dir_.File("ckpt"), "/", id));
+  EXPECT_EQ(assigned[0].checkpoint_dir(),
+            absl::StrCat(dir_.File("ckpt"), "/", id));
   EXPECT_EQ(assigned[0].spec().steps(), 10);
   EXPECT_EQ(Job(id).job.state(), v1::SCHEDULED);
   EXPECT_EQ(Job(id).job.checkpoint_dir(), assigned[0].checkpoint_dir());
@@ -135,7 +150,8 @@ TEST_F(JobLifecycleTest, RunsToSuccessThroughTheWholeProtocol) {
                  u.mutable_trainer()->mutable_checkpoint()->set_path("/c/10");
                }).ok());
   ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
-                 u.mutable_trainer()->mutable_finished()->set_eval_accuracy(0.96);
+                 u.mutable_trainer()->mutable_finished()->set_eval_accuracy(
+                     0.96);
                }).ok());
   ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
                  u.set_log("step 5 loss 0.5\n");
@@ -145,8 +161,9 @@ TEST_F(JobLifecycleTest, RunsToSuccessThroughTheWholeProtocol) {
   EXPECT_DOUBLE_EQ(mid.job.last_eval().accuracy(), 0.95);
   EXPECT_EQ(mid.job.last_checkpoint().path(), "/c/10");
   ASSERT_TRUE(w.Exited(id, 1, 0).ok());
-  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) { u.set_log("bye\n"); })
-                  .ok());  // late bytes of the same attempt are kept
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 u.set_log("bye\n");
+               }).ok());  // late bytes of the same attempt are kept
 
   JobRecord done = Job(id);
   EXPECT_EQ(done.job.state(), v1::SUCCEEDED);
@@ -154,9 +171,9 @@ TEST_F(JobLifecycleTest, RunsToSuccessThroughTheWholeProtocol) {
   EXPECT_TRUE(done.job.has_end_time());
   ASSERT_EQ(done.job.attempts_size(), 1);
   EXPECT_EQ(done.job.attempts(0).outcome(), v1::SUCCEEDED);
-  EXPECT_THAT(StateChanges(*store_, id),
-              ElementsAre(v1::QUEUED, v1::SCHEDULED, v1::RUNNING,
-                          v1::SUCCEEDED));
+  EXPECT_THAT(
+      StateChanges(*store_, id),
+      ElementsAre(v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::SUCCEEDED));
   EXPECT_EQ(store_->ReadLog(id, 0, 1000)->data, "step 5 loss 0.5\nbye\n");
   EXPECT_TRUE(w.link->Take().empty());  // nothing stale was stopped
 }
@@ -174,12 +191,7 @@ TEST_F(JobLifecycleTest, FailedExitRecordsTheErrorTail) {
 }
 
 TEST_F(JobLifecycleTest, FailedAttemptsRestartUntilMaxRestartsIsSpent) {
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = Spec();
-  req.mutable_spec()->set_max_restarts(2);
-  auto submitted = lifecycle_->Submit(req);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  const std::string id = submitted->job.id();
+  const std::string id = SubmitWithRestarts(2);
   FakeWorker& w = Connect("w1");
   Pass();
   ASSERT_TRUE(w.Started(id, 1).ok());
@@ -214,12 +226,7 @@ TEST_F(JobLifecycleTest, FailedAttemptsRestartUntilMaxRestartsIsSpent) {
 }
 
 TEST_F(JobLifecycleTest, UsageErrorsAndRefusalsAreNeverRestarted) {
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = Spec();
-  req.mutable_spec()->set_max_restarts(5);
-  auto usage = lifecycle_->Submit(req);
-  ASSERT_TRUE(usage.ok()) << usage.status();
-  const std::string id = usage->job.id();
+  const std::string id = SubmitWithRestarts(5);
   FakeWorker& w = Connect("w1");
   Pass();
   ASSERT_EQ(w.Assignments().size(), 1u);
@@ -227,10 +234,7 @@ TEST_F(JobLifecycleTest, UsageErrorsAndRefusalsAreNeverRestarted) {
   EXPECT_EQ(Job(id).job.state(), v1::FAILED);
   EXPECT_EQ(Job(id).job.restarts(), 0);
 
-  req.set_request_id("refused");
-  auto refused = lifecycle_->Submit(req);
-  ASSERT_TRUE(refused.ok()) << refused.status();
-  const std::string other = refused->job.id();
+  const std::string other = SubmitWithRestarts(5, "refused");
   for (int attempt = 1; attempt <= 3; ++attempt) {
     Pass();
     ASSERT_EQ(w.Assignments().size(), 1u) << "attempt " << attempt;
@@ -246,9 +250,9 @@ TEST_F(JobLifecycleTest, ExitWithoutStartedStillPassesThroughRunning) {
   FakeWorker& w = Connect("w1");
   Pass();
   ASSERT_TRUE(w.Exited(id, 1, 0, "", false).ok());
-  EXPECT_THAT(StateChanges(*store_, id),
-              ElementsAre(v1::QUEUED, v1::SCHEDULED, v1::RUNNING,
-                          v1::SUCCEEDED));
+  EXPECT_THAT(
+      StateChanges(*store_, id),
+      ElementsAre(v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::SUCCEEDED));
 }
 
 TEST_F(JobLifecycleTest, InterruptedRunGoesBackToTheQueue) {
@@ -357,7 +361,8 @@ TEST_F(JobLifecycleTest, HigherPriorityRunsFirstAndSlotsAreNeverOverCommitted) {
   EXPECT_EQ(first[0].job_id(), high);
   EXPECT_EQ(first[1].job_id(), low);
   EXPECT_EQ(Job(low2).job.state(), v1::QUEUED);
-  EXPECT_THAT(Job(low2).job.state_reason(), HasSubstr("waiting for a CPU slot"));
+  EXPECT_THAT(Job(low2).job.state_reason(),
+              HasSubstr("waiting for a CPU slot"));
   Pass();  // nothing frees up, nothing more is placed
   EXPECT_TRUE(w.Assignments().empty());
   ASSERT_TRUE(w.Exited(high, 1, 0).ok());
