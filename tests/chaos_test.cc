@@ -166,11 +166,8 @@ TEST_F(ChaosTest, WorkerCutOffPastLeaseIsFencedWhenItComesBack) {
       StartServer({.heartbeat_interval_ms = 300, .worker_lease_ms = kLeaseMs}));
   YARD_ASSIGN_OR_FAIL(WorkerProcess * cut, StartReadyWorker({.name = "cut"}));
   const MnistSpec spec = OutlivesALeaseSpec("cut-off");
-  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(spec.ToProto()));
-  const std::string id = submitted.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      SubmitAndWaitForACheckpoint(spec.ToProto()));
   const std::vector<pid_t> stale = cut->TrainerPids();
   ASSERT_EQ(stale.size(), 1u);
 

@@ -28,11 +28,8 @@ TEST_F(DrainTest, DrainMovesAJobElsewhereExactlyAndHoldsUntilUndrained) {
                        .micro_batch = 64,
                        .checkpoint_every = 100,
                        .log_every = 20};
-  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse job, Submit(spec.ToProto()));
-  const std::string id = job.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      SubmitAndWaitForACheckpoint(spec.ToProto()));
   // Drain the worker it runs on; the other one is free.
   YARD_ASSIGN_OR_FAIL(v1::Job running, GetJob(jobs(), id));
   const std::string from = running.worker_id();

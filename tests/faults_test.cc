@@ -221,11 +221,8 @@ TEST_F(FaultsTest, AKilledTrainerRestartsFromItsCheckpointExactly) {
   const MnistSpec spec = LongJob("restarts");
   v1::JobSpec proto = spec.ToProto();
   proto.set_max_restarts(1);
-  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(proto));
-  const std::string id = submitted.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      SubmitAndWaitForACheckpoint(proto));
   const std::map<int, pid_t> trainers = solo->TrainerPidsByRank();
   ASSERT_EQ(trainers.size(), 1u);
   ASSERT_EQ(::kill(trainers.begin()->second, SIGKILL), 0);

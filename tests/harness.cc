@@ -236,6 +236,16 @@ absl::StatusOr<v1::SubmitJobResponse> ClusterTest::Submit(
   return resp;
 }
 
+absl::StatusOr<std::string> ClusterTest::SubmitAndWaitForACheckpoint(
+    const v1::JobSpec& spec) {
+  ASSIGN_OR_RETURN(v1::SubmitJobResponse submitted, Submit(spec));
+  const std::string& id = submitted.job().id();
+  RETURN_IF_ERROR(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
+                               IsCheckpointSaved)
+                      .status());
+  return id;
+}
+
 void ClusterTest::KillRankOneAndExpectTheGangDown(WorkerProcess& worker,
                                                   const std::string& id) {
   YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),

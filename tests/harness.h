@@ -104,6 +104,10 @@ class ClusterTest : public ::testing::Test {
   // SubmitJob over gRPC; the returned status carries the gRPC code.
   absl::StatusOr<trainyard::v1::SubmitJobResponse> Submit(
       const trainyard::v1::JobSpec& spec, const std::string& request_id = "");
+  // Submits `spec` and waits until the job has saved its first checkpoint
+  // (so it has something to resume from); returns the job id.
+  absl::StatusOr<std::string> SubmitAndWaitForACheckpoint(
+      const trainyard::v1::JobSpec& spec);
 
   // A two-rank job whose ranks both run on `worker`: waits for its first
   // checkpoint, SIGKILLs rank 1 and expects the gang down at once (the job

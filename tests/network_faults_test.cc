@@ -86,11 +86,8 @@ void NetworkFaultsTest::CutOffPastTheLease(void (TcpProxy::*fault)()) {
   // Long enough to still run when the lease runs out, and to leave a
   // checkpoint to resume from.
   const MnistSpec spec = OutlivesALeaseSpec("cut-off");
-  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(spec.ToProto()));
-  const std::string id = submitted.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      SubmitAndWaitForACheckpoint(spec.ToProto()));
   YARD_ASSERT_OK(StartReadyWorker({.name = "spare"}).status());
   const std::vector<pid_t> stale = cut_->TrainerPids();
   ASSERT_EQ(stale.size(), 1u);

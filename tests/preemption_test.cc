@@ -101,11 +101,8 @@ TEST_F(PreemptionTest, APreemptedJobResumesOnAnotherWorkerExactly) {
                            .micro_batch = 64,
                            .checkpoint_every = 100,
                            .log_every = 20};
-  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse low, Submit(low_spec.ToProto()));
-  const std::string low_id = low.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), low_id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
+  YARD_ASSIGN_OR_FAIL(const std::string low_id,
+                      SubmitAndWaitForACheckpoint(low_spec.ToProto()));
   // The preemptor outlasts the test, so the low job cannot go back to the
   // first worker.
   v1::JobSpec high_spec =

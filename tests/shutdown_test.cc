@@ -91,11 +91,8 @@ TEST_F(ShutdownTest, WorkerSigtermCheckpointsAndHandsBackForExactResume) {
   YARD_ASSIGN_OR_FAIL(WorkerProcess * first,
                       StartReadyWorker({.name = "first"}));
   const MnistSpec spec = HandBackJob();
-  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(spec.ToProto()));
-  const std::string id = submitted.job().id();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "CheckpointSaved", JobTimeout(),
-                              IsCheckpointSaved)
-                     .status());
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      SubmitAndWaitForACheckpoint(spec.ToProto()));
 
   ASSERT_TRUE(first->process().Signal(SIGTERM));
   std::optional<ExitStatus> exit = first->process().WaitForExit(JobTimeout());
