@@ -63,15 +63,23 @@ TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
     YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(QuarterGpuJob(i)));
     ids.push_back(r.job().id());
   }
-  // Four run at once on GPU 0; the fifth waits for compute.
-  YARD_ASSERT_OK(PollUntil("four jobs running side by side", JobTimeout(), [&] {
-    int running = 0;
-    for (const std::string& id : ids) {
-      absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
-      running += j.ok() && j->state() == v1::RUNNING;
-    }
-    return running == 4;
-  }));
+  // Four run at once on GPU 0; the fifth waits for compute. Its wait
+  // reason is written after the four are placed (at the end of that
+  // scheduling pass, or in a later one), which may be after they started.
+  YARD_ASSERT_OK(PollUntil(
+      "four jobs running side by side, the fifth told why it waits",
+      JobTimeout(), [&] {
+        int running = 0;
+        bool told = false;
+        for (const std::string& id : ids) {
+          absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
+          if (!j.ok()) return false;
+          running += j->state() == v1::RUNNING;
+          told = told ||
+                 (j->state() == v1::QUEUED && !j->state_reason().empty());
+        }
+        return running == 4 && told;
+      }));
   int waiting = 0;
   for (const std::string& id : ids) {
     YARD_ASSIGN_OR_FAIL(v1::Job j, GetJob(jobs(), id));
