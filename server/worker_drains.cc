@@ -40,16 +40,8 @@ absl::StatusOr<v1::WorkerDrain> WorkerDrains::Drain(
     return absl::InvalidArgumentError(absl::StrCat(
         "reason: ", reason.size(), " bytes, at most ", kMaxDrainReason));
   }
-  if (!workers_->Find(worker_id)) {
-    // Not back since a server restart: known only if drained already.
-    ASSIGN_OR_RETURN(std::vector<v1::WorkerDrain> drains,
-                     store_->ListWorkerDrains());
-    bool drained = false;
-    for (const v1::WorkerDrain& d : drains) {
-      drained = drained || d.worker_id() == worker_id;
-    }
-    if (!drained) return UnknownWorker(worker_id);
-  }
+  // A worker not back since a server restart is known if drained already.
+  if (!workers_->Knows(worker_id)) return UnknownWorker(worker_id);
   v1::WorkerDrain drain;
   drain.set_worker_id(worker_id);
   drain.set_reason(reason);
@@ -70,7 +62,7 @@ absl::Status WorkerDrains::Undrain(const std::string& worker_id) {
   }
   absl::Status deleted = store_->DeleteWorkerDrain(worker_id);
   if (absl::IsNotFound(deleted)) {
-    if (!workers_->Find(worker_id)) return UnknownWorker(worker_id);
+    if (!workers_->Knows(worker_id)) return UnknownWorker(worker_id);
     return absl::FailedPreconditionError(
         absl::StrCat("worker '", worker_id, "' is not drained"));
   }

@@ -186,6 +186,11 @@ std::optional<WorkerStatus> WorkerRegistry::Find(
   return it->second.status;
 }
 
+bool WorkerRegistry::Knows(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  return workers_.contains(worker_id) || drains_.contains(worker_id);
+}
+
 std::optional<absl::Time> WorkerRegistry::NextLeaseDeadline() const {
   absl::MutexLock lock(&mu_);
   std::optional<absl::Time> next;

@@ -103,6 +103,9 @@ class WorkerRegistry {
 
   std::vector<WorkerStatus> List() const;  // ordered by id
   std::optional<WorkerStatus> Find(const std::string& worker_id) const;
+  // Whether the worker attached or was recovered since the registry
+  // started, or is drained (it may not be back yet).
+  bool Knows(const std::string& worker_id) const;
   // The earliest lease deadline of a worker not yet lost, if any.
   std::optional<absl::Time> NextLeaseDeadline() const;
 
