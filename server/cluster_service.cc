@@ -1,9 +1,7 @@
 #include "server/cluster_service.h"
 
-#include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/rpc_status.h"
-#include "common/status_macros.h"
 
 namespace trainyard::server {
 namespace {
@@ -45,14 +43,24 @@ grpc::Status ClusterServiceImpl::GetClusterStatus(
   return grpc::Status::OK;
 }
 
-absl::StatusOr<v1::Worker> ClusterServiceImpl::WorkerNow(
-    const std::string& worker_id) const {
-  ASSIGN_OR_RETURN(std::vector<v1::Worker> workers, view_->ListWorkers());
-  for (v1::Worker& w : workers) {
-    if (w.id() == worker_id) return std::move(w);
+grpc::Status ClusterServiceImpl::AnswerWithWorker(const std::string& worker_id,
+                                                  const v1::WorkerDrain* drain,
+                                                  v1::Worker* response) const {
+  absl::StatusOr<std::vector<v1::Worker>> workers = view_->ListWorkers();
+  if (!workers.ok()) return ToGrpcStatus(workers.status());
+  for (v1::Worker& w : *workers) {
+    if (w.id() != worker_id) continue;
+    *response = std::move(w);
+    return grpc::Status::OK;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "worker '", worker_id, "' has not connected since the server started"));
+  // Not back since the server started: all there is to show is the drain
+  // (and with none, its state is not known yet).
+  response->set_id(worker_id);
+  if (drain != nullptr) {
+    response->set_state(v1::WORKER_DRAINING);
+    *response->mutable_drain() = *drain;
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status ClusterServiceImpl::DrainWorker(
@@ -65,17 +73,7 @@ grpc::Status ClusterServiceImpl::DrainWorker(
   if (!drain.ok()) return ToGrpcStatus(drain.status());
   YARD_LOG(INFO) << "drain of worker " << request->worker_id()
                  << " asked by token " << caller->token_id;
-  absl::StatusOr<v1::Worker> worker = WorkerNow(request->worker_id());
-  if (absl::IsNotFound(worker.status())) {
-    // Drained before it came back: all there is to show is the drain.
-    response->set_id(request->worker_id());
-    response->set_state(v1::WORKER_DRAINING);
-    *response->mutable_drain() = *std::move(drain);
-    return grpc::Status::OK;
-  }
-  if (!worker.ok()) return ToGrpcStatus(worker.status());
-  *response = *std::move(worker);
-  return grpc::Status::OK;
+  return AnswerWithWorker(request->worker_id(), &*drain, response);
 }
 
 grpc::Status ClusterServiceImpl::UndrainWorker(
@@ -87,14 +85,7 @@ grpc::Status ClusterServiceImpl::UndrainWorker(
   if (!undrained.ok()) return ToGrpcStatus(undrained);
   YARD_LOG(INFO) << "undrain of worker " << request->worker_id()
                  << " asked by token " << caller->token_id;
-  absl::StatusOr<v1::Worker> worker = WorkerNow(request->worker_id());
-  if (absl::IsNotFound(worker.status())) {
-    response->set_id(request->worker_id());  // its state is not known yet
-    return grpc::Status::OK;
-  }
-  if (!worker.ok()) return ToGrpcStatus(worker.status());
-  *response = *std::move(worker);
-  return grpc::Status::OK;
+  return AnswerWithWorker(request->worker_id(), nullptr, response);
 }
 
 }  // namespace trainyard::server

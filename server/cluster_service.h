@@ -34,9 +34,11 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
                              v1::Worker* response) override;
 
  private:
-  // The worker as ListWorkers shows it; NOT_FOUND when the registry does
-  // not hold it (drained, but not back since a server restart).
-  absl::StatusOr<v1::Worker> WorkerNow(const std::string& worker_id) const;
+  // Answers with the worker as ListWorkers shows it, or, when it is not
+  // back since the server started, with its id and `drain` (may be null).
+  grpc::Status AnswerWithWorker(const std::string& worker_id,
+                                const v1::WorkerDrain* drain,
+                                v1::Worker* response) const;
 
   const ClusterView* const view_;
   const JobStore* const store_;
