@@ -224,6 +224,26 @@ cublasStatus_t ReadAttribute(const char* where, const AttributeSpec (&specs)[N],
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// A Set*Attribute call on `record` (null when the handle is not a live
+// `what`): checked by ReadAttribute, then stored.
+template <typename Record, size_t N>
+cublasStatus_t StoreAttribute(const char* where, Record* record,
+                              const char* what, const AttributeSpec (&specs)[N],
+                              int attr, const void* buf, size_t size) {
+  if (record == nullptr) {
+    return Reject(CUBLAS_STATUS_INVALID_VALUE, where,
+                  std::string("not a live ") + what);
+  }
+  uint64_t bits;
+  if (const cublasStatus_t s =
+          ReadAttribute(where, specs, attr, buf, size, &bits);
+      s != CUBLAS_STATUS_SUCCESS) {
+    return s;
+  }
+  record->values[attr] = bits;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 template <typename Record, typename Pointer>
 const Record* Find(Pointer p, ObjectKind kind) {
   if (p == nullptr || !IsLiveObject(p, kind)) return nullptr;
@@ -515,20 +535,13 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
 cublasStatus_t cublasLtMatmulDescSetAttribute(
     cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
     const void* buf, size_t sizeInBytes) {
-  constexpr const char* kWhere = "cublasLtMatmulDescSetAttribute";
-  if (::trainyard::cuda_emulation::FindDesc(matmulDesc) == nullptr) {
-    return Reject(CUBLAS_STATUS_INVALID_VALUE, kWhere,
-                  "not a live matmul descriptor");
-  }
-  uint64_t bits;
-  if (const cublasStatus_t s = ::trainyard::cuda_emulation::ReadAttribute(
-          kWhere, ::trainyard::cuda_emulation::kDescAttributes, attr, buf,
-          sizeInBytes, &bits);
-      s != CUBLAS_STATUS_SUCCESS) {
-    return s;
-  }
-  reinterpret_cast<DescRecord*>(matmulDesc)->values[attr] = bits;
-  return CUBLAS_STATUS_SUCCESS;
+  namespace emu = ::trainyard::cuda_emulation;
+  return emu::StoreAttribute("cublasLtMatmulDescSetAttribute",
+                             emu::FindDesc(matmulDesc) == nullptr
+                                 ? nullptr
+                                 : reinterpret_cast<DescRecord*>(matmulDesc),
+                             "matmul descriptor", emu::kDescAttributes, attr,
+                             buf, sizeInBytes);
 }
 
 // --------------------------------------------------------- preference
@@ -558,18 +571,12 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(
     cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
     const void* buf, size_t sizeInBytes) {
-  constexpr const char* kWhere = "cublasLtMatmulPreferenceSetAttribute";
-  if (::trainyard::cuda_emulation::FindPreference(pref) == nullptr) {
-    return Reject(CUBLAS_STATUS_INVALID_VALUE, kWhere,
-                  "not a live preference descriptor");
-  }
-  uint64_t bits;
-  if (const cublasStatus_t s = ::trainyard::cuda_emulation::ReadAttribute(
-          kWhere, ::trainyard::cuda_emulation::kPreferenceAttributes, attr, buf,
-          sizeInBytes, &bits);
-      s != CUBLAS_STATUS_SUCCESS) {
-    return s;
-  }
-  reinterpret_cast<PreferenceRecord*>(pref)->values[attr] = bits;
-  return CUBLAS_STATUS_SUCCESS;
+  namespace emu = ::trainyard::cuda_emulation;
+  return emu::StoreAttribute("cublasLtMatmulPreferenceSetAttribute",
+                             emu::FindPreference(pref) == nullptr
+                                 ? nullptr
+                                 : reinterpret_cast<PreferenceRecord*>(pref),
+                             "preference descriptor",
+                             emu::kPreferenceAttributes, attr, buf,
+                             sizeInBytes);
 }

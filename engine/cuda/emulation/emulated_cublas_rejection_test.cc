@@ -334,6 +334,22 @@ TEST(LtRejectionTest, DestroyedObjectsAreRefused) {
                            layout, nullptr, nullptr, layout, nullptr, layout,
                            nullptr, nullptr, 0, nullptr),
             CUBLAS_STATUS_NOT_INITIALIZED);
+  cublasLtMatmulDesc_t desc = nullptr;
+  ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+            kOk);
+  ASSERT_EQ(cublasLtMatmulDescDestroy(desc), kOk);
+  const int32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                           &epilogue, sizeof(epilogue)),
+            kInvalid);
+  cublasLtMatmulPreference_t pref = nullptr;
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), kOk);
+  ASSERT_EQ(cublasLtMatmulPreferenceDestroy(pref), kOk);
+  const uint64_t workspace = 0;
+  EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                sizeof(workspace)),
+            kInvalid);
 }
 
 TEST(LtStatusTest, NamesAndDescriptions) {
