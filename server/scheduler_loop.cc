@@ -114,7 +114,9 @@ absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
 absl::Status SchedulerLoop::RunPass() {
   absl::MutexLock pass(&pass_mu_);
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, SettleLostWorkers());
-  for (const DrainPreemption& p : DrainPreemptions(active, workers_->List())) {
+  // Preempting changes no worker: one list serves the drains and capacity.
+  const std::vector<WorkerStatus> workers = workers_->List();
+  for (const DrainPreemption& p : DrainPreemptions(active, workers)) {
     dispatcher_.Preempt(p.job_id, p.worker_id, p.reason);
   }
   ASSIGN_OR_RETURN(std::vector<JobRecord> queued,
@@ -144,7 +146,7 @@ absl::Status SchedulerLoop::RunPass() {
   std::map<std::string, JobRecord> by_id;
   for (JobRecord& r : queued) by_id.emplace(r.job.id(), std::move(r));
   std::vector<scheduler::WorkerCapacity> capacity =
-      SchedulableCapacity(workers_->List(), UsageByWorker(active));
+      SchedulableCapacity(workers, UsageByWorker(active));
   std::vector<scheduler::RunningJob> running =
       RunningJobsOf(active, capacity, clock_->Now());
   ASSIGN_OR_RETURN(scheduler::ClusterSnapshot snapshot,
