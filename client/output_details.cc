@@ -144,9 +144,16 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
     d.Add("Attempt", AttemptLine(job));
   }
   if (job.spec().max_restarts() > 0) {
+    std::string backoff;
+    if (job.state() == v1::QUEUED && IsSet(job.restart_after()) &&
+        FromProtoTime(job.restart_after()) > now) {
+      backoff =
+          absl::StrCat("; the next attempt waits ",
+                       FormatAge(now, FromProtoTime(job.restart_after())));
+    }
     d.Add("Restarts",
           absl::StrCat(job.restarts(), " of ", job.spec().max_restarts(),
-                       " after failures"));
+                       " after failures", backoff));
   }
   for (const v1::GpuGrant& g : job.gpu_grants()) {
     d.Add("GPU share", GrantLine(g));

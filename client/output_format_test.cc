@@ -4,6 +4,7 @@
 #include <string>
 
 #include "client/proto_text_test_support.h"
+#include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -232,6 +233,15 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   job.mutable_spec()->set_max_restarts(3);
   job.set_restarts(1);
   EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Restarts:        1 of 3 after failures\n"));
+  // Back in the queue, waiting out the restart backoff.
+  job.set_state(v1::QUEUED);
+  *job.mutable_restart_after() = ToProtoTime(kNow + absl::Seconds(40));
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Restarts:        1 of 3 after failures; the next "
+                        "attempt waits 40s\n"));
+  // The backoff is over.
+  EXPECT_THAT(FormatJobDetails(job, kNow + absl::Seconds(41)),
               HasSubstr("Restarts:        1 of 3 after failures\n"));
 }
 

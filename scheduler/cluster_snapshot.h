@@ -81,6 +81,10 @@ struct PendingJob {
   // GPUs); 1 = one node only, 0 = any number. Each node then gives its ranks'
   // share of cpu_milli and memory_bytes (PartOf, node_fit.h).
   int32_t max_nodes = 1;
+  // Workers its earlier attempts failed on (a job restarted after a crash):
+  // it goes elsewhere when any other worker has room now, and there only
+  // when none has.
+  std::vector<std::string> avoid_workers = {};
 
   bool whole_gpus() const { return gpu_memory_bytes == 0; }
 };

@@ -224,6 +224,42 @@ std::vector<SpreadPart> ChooseSpread(const PendingJob& job,
   return parts;
 }
 
+// While it lives, `workers` (those a restarted job failed on) are held back
+// from the chooser as reservations are, so the job goes elsewhere if it
+// can; workers already reserved stay so.
+class HeldBack {
+ public:
+  HeldBack(const std::vector<std::string>& workers, FreeCapacity& free,
+           NodeChooser& chooser)
+      : free_(free), chooser_(chooser) {
+    for (size_t i = 0; i < free.workers.size(); ++i) {
+      NodeSummary& s = free.summaries[i];
+      if (s.reserved || std::find(workers.begin(), workers.end(),
+                                  free.workers[i].id) == workers.end()) {
+        continue;
+      }
+      s.reserved = true;
+      chooser.Changed(i, free);
+      held_.push_back(i);
+    }
+  }
+  ~HeldBack() {
+    for (size_t i : held_) {
+      free_.summaries[i].reserved = false;
+      chooser_.Changed(i, free_);
+    }
+  }
+  HeldBack(const HeldBack&) = delete;
+  HeldBack& operator=(const HeldBack&) = delete;
+
+  bool any() const { return !held_.empty(); }
+
+ private:
+  FreeCapacity& free_;
+  NodeChooser& chooser_;
+  std::vector<size_t> held_;
+};
+
 FreeCapacity InitialFree(const ClusterSnapshot& snapshot) {
   FreeCapacity free{snapshot.workers(), {}};
   free.summaries.reserve(free.workers.size());
@@ -321,27 +357,30 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
     const GpuDemand demand = DemandOf(*job, options.exclusive);
     const ShapeKey key = KeyOf(*job);
     const JobWait* known = known_waits.Find(key, *job, demand);
-    std::optional<Choice> choice;
-    if (known == nullptr) choice = chooser->Choose(*job, demand, free);
-    if (choice) {
-      const int64_t given = AddPlacement(*job, demand, *choice, free, plan);
-      chooser->Changed(choice->worker, free);
-      order.Placed(*job, given);
-      continue;
-    }
     // One node preferred; a job that may spread goes over several when
     // none has room for all its ranks.
-    if (known == nullptr && MaySpread(*job)) {
-      const std::vector<SpreadPart> parts = ChooseSpread(*job, demand, free);
-      if (!parts.empty()) {
-        const int64_t given =
-            AddSpreadPlacement(*job, demand, parts, free, plan);
-        for (const SpreadPart& part : parts) {
-          chooser->Changed(part.worker, free);
-        }
+    auto place = [&] {
+      if (std::optional<Choice> choice = chooser->Choose(*job, demand, free)) {
+        const int64_t given = AddPlacement(*job, demand, *choice, free, plan);
+        chooser->Changed(choice->worker, free);
         order.Placed(*job, given);
-        continue;
+        return true;
       }
+      if (!MaySpread(*job)) return false;
+      const std::vector<SpreadPart> parts = ChooseSpread(*job, demand, free);
+      if (parts.empty()) return false;
+      const int64_t given = AddSpreadPlacement(*job, demand, parts, free, plan);
+      for (const SpreadPart& part : parts) chooser->Changed(part.worker, free);
+      order.Placed(*job, given);
+      return true;
+    };
+    if (known == nullptr) {
+      bool placed = false;
+      if (!job->avoid_workers.empty()) {
+        HeldBack avoided(job->avoid_workers, free, *chooser);
+        placed = avoided.any() && place();
+      }
+      if (placed || place()) continue;
     }
     plan.waits.push_back(known ? *known : known_waits.Add(key, *job, demand));
     plan.waits.back().job_id = job->id;

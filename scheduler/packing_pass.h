@@ -8,8 +8,9 @@
 // shrinks during a pass), which keeps a pass over a long queue cheap. With
 // backfill, the first blocked jobs each reserve a worker that nothing later in
 // the pass may use; with preemption, waiting jobs then look for lower-priority
-// victims (preemption.h). Thread-compatible: a pass owns its working copy of
-// the free capacity.
+// victims (preemption.h). A job restarted after failures first looks only
+// at the workers it did not fail on (PendingJob::avoid_workers). Thread-
+// compatible: a pass owns its working copy of the free capacity.
 #ifndef TRAINYARD_SCHEDULER_PACKING_PASS_H_
 #define TRAINYARD_SCHEDULER_PACKING_PASS_H_
 

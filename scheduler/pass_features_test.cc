@@ -150,6 +150,50 @@ TEST(BackfillTest, BlockedGangReservesAWorkerSmallJobsBackfillTheRest) {
   EXPECT_EQ(Policy("first-fit")->Place(*s).placements.size(), 3u);
 }
 
+// A job restarted after failing on some workers goes elsewhere when it can,
+// whatever the policy, and back to them when nothing else has room.
+TEST(AvoidWorkersTest, ElsewhereWhenPossibleElseWhereItFailed) {
+  for (const char* name : {"first-fit", "best-fit", "fgd", "fgd+drf"}) {
+    SCOPED_TRACE(name);
+    PendingJob restarted = Share("restarted", 0, 1, 1000);
+    restarted.avoid_workers = {"a", "gone"};  // "gone" is not connected
+    PendingJob next = Share("next", 1, 1, 1000);
+    // a would suit it as well as b, and comes first.
+    Plan plan = Policy(name)->Place(MakeSnapshot(
+        {Node("a", {1000}), Node("b", {1000})}, {restarted, next}));
+    ASSERT_EQ(plan.placements.size(), 2u);
+    EXPECT_EQ(plan.placements[0].job_id, "restarted");
+    EXPECT_EQ(plan.placements[0].worker_id, "b");
+    // Held back only for the restarted job.
+    EXPECT_EQ(plan.placements[1].worker_id, "a");
+
+    restarted.avoid_workers = {"a", "b"};
+    plan = Policy(name)->Place(
+        MakeSnapshot({Node("a", {1000}), Node("b", {0, 0})}, {restarted}));
+    ASSERT_EQ(plan.placements.size(), 1u);
+    EXPECT_EQ(plan.placements[0].worker_id, "a");
+  }
+  // A spread job avoids the worker too, and a worker reserved for a blocked
+  // job stays reserved after the restarted job looked.
+  PendingJob gang = Share("gang", 0, 4, 1000);
+  PendingJob spread = Share("spread", 1, 2, 1000);
+  spread.max_nodes = 0;
+  spread.avoid_workers = {"b"};
+  PendingJob small = Share("small", 2, 1, 1000);
+  Plan plan = Policy("first-fit+backfill")
+                  ->Place(MakeSnapshot(
+                      {Node("a", {1000, 1000, 1000, 0}), Node("b", {1000}),
+                       Node("c", {1000}), Node("d", {1000})},
+                      {gang, spread, small}));
+  ASSERT_EQ(plan.reservations.size(), 1u);
+  EXPECT_EQ(plan.reservations[0].worker_id, "a");
+  ASSERT_THAT(PlacedIds(plan), ElementsAre("spread", "small"));
+  EXPECT_EQ(plan.placements[0].worker_id, "c");
+  ASSERT_EQ(plan.placements[0].more_nodes.size(), 1u);
+  EXPECT_EQ(plan.placements[0].more_nodes[0].worker_id, "d");
+  EXPECT_EQ(plan.placements[1].worker_id, "b");
+}
+
 TEST(CheckPlanTest, RejectsBadPreemptions) {
   WorkerCapacity a = Node("a", {1000});
   std::vector<RunningJob> running;

@@ -5,6 +5,8 @@
 #include <google/protobuf/unknown_field_set.h>
 #include <google/protobuf/util/message_differencer.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -49,6 +51,13 @@ absl::Status RejectUnknownFields(const google::protobuf::Message& message,
 }
 
 }  // namespace
+
+absl::Duration RestartBackoff(absl::Duration base, int32_t k) {
+  const absl::Duration cap = std::max(base, kMaxRestartBackoff);
+  absl::Duration wait = base;
+  for (int32_t i = 1; i < k && wait < cap; ++i) wait *= 2;
+  return std::min(wait, cap);
+}
 
 bool IsCurrentAttempt(const JobRecord& record, const std::string& worker_id,
                       int32_t attempt) {

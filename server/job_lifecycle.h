@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "scheduler/placement_policy.h"
 #include "server/job_store.h"
@@ -35,6 +36,13 @@
 
 namespace trainyard::server {
 
+// The longest wait before a restart, unless the base backoff is longer.
+inline constexpr absl::Duration kMaxRestartBackoff = absl::Minutes(5);
+
+// How long restart `k` (1, 2, ...) waits: `base` * 2^(k-1), capped at
+// max(base, kMaxRestartBackoff).
+absl::Duration RestartBackoff(absl::Duration base, int32_t k);
+
 struct JobLifecycleOptions {
   std::string tenant = "default";  // the tenant of Submit(request)
   // Absolute; each job checkpoints under CHECKPOINT_ROOT/<job id>.
@@ -42,6 +50,12 @@ struct JobLifecycleOptions {
   spec::ValidationOptions validation;  // data root for spec paths
   int32_t cancel_grace_ms = 10'000;    // SIGTERM, then SIGKILL after this
   int32_t preempt_grace_ms = 10'000;   // the same for a preempted job
+  // Restart k of a failed job (spec.max_restarts) waits
+  // restart_backoff * 2^(k-1) in the queue, at most kMaxRestartBackoff (or
+  // restart_backoff itself when longer); zero restarts at once. A crash
+  // that comes from the job itself (a bad batch, a NaN guard) or from a
+  // broken node then does not spin through its restarts in seconds.
+  absl::Duration restart_backoff = absl::Seconds(10);
   int32_t max_request_id_length = 128;
 };
 

@@ -2,6 +2,7 @@
 // scheduler pass, fake workers' reports, cancellation.
 #include "server/job_lifecycle.h"
 
+#include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/job_state.h"
@@ -194,26 +195,43 @@ TEST_F(JobLifecycleTest, FailedAttemptsRestartUntilMaxRestartsIsSpent) {
   const std::string id = SubmitWithRestarts(2);
   FakeWorker& w = Connect("w1");
   Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
   ASSERT_TRUE(w.Started(id, 1).ok());
   ASSERT_TRUE(w.Exited(id, 1, 1, "CUDA error: an illegal memory access").ok());
   JobRecord r = Job(id);
   EXPECT_EQ(r.job.state(), v1::QUEUED);
   EXPECT_EQ(r.job.state_reason(),
-            "restart 1 of 2 from the latest checkpoint after: CUDA error: an "
-            "illegal memory access");
+            "restart 1 of 2 in 10s from the latest checkpoint after: CUDA "
+            "error: an illegal memory access");
   EXPECT_EQ(r.job.restarts(), 1);
-  EXPECT_EQ(r.job.attempts(0).outcome(), v1::QUEUED);
+  // The attempt failed, though the job goes on.
+  EXPECT_EQ(r.job.attempts(0).outcome(), v1::FAILED);
+  EXPECT_EQ(FromProtoTime(r.job.restart_after()),
+            clock_.Now() + absl::Seconds(10));
 
-  Pass();  // attempt 2 dies by a signal: restarted too
+  // It waits out its backoff in the queue, keeping its reason.
+  Pass();
+  EXPECT_TRUE(w.Assignments().empty());
+  AdvanceWithHeartbeats(absl::Seconds(9));
+  Pass();
+  EXPECT_TRUE(w.Assignments().empty());
+  EXPECT_EQ(Job(id).job.state_reason(), r.job.state_reason());
+  AdvanceWithHeartbeats(absl::Seconds(1));
+  Pass();  // attempt 2 dies by a signal: restarted too, after twice as long
+  ASSERT_EQ(w.Assignments().size(), 1u);
   ASSERT_TRUE(w.Started(id, 2).ok());
   ASSERT_TRUE(w.Update(id, 2, [](v1::JobUpdate& u) {
                  u.mutable_exited()->set_signal(11);
                }).ok());
   EXPECT_EQ(Job(id).job.state(), v1::QUEUED);
   EXPECT_THAT(Job(id).job.state_reason(),
-              HasSubstr("restart 2 of 2 from the latest checkpoint after: "
-                        "killed by signal 11"));
+              HasSubstr("restart 2 of 2 in 20s from the latest checkpoint "
+                        "after: killed by signal 11"));
+  AdvanceWithHeartbeats(absl::Seconds(19));
+  Pass();
+  EXPECT_TRUE(w.Assignments().empty());
 
+  AdvanceWithHeartbeats(absl::Seconds(1));
   Pass();  // attempt 3 fails with no restart left
   ASSERT_TRUE(w.Started(id, 3).ok());
   ASSERT_TRUE(w.Exited(id, 3, 1, "CUDA error: an illegal memory access").ok());
@@ -243,6 +261,56 @@ TEST_F(JobLifecycleTest, UsageErrorsAndRefusalsAreNeverRestarted) {
   EXPECT_EQ(Job(other).job.state(), v1::FAILED);
   EXPECT_THAT(Job(other).job.state_reason(), HasSubstr("refusals in a row"));
   EXPECT_EQ(Job(other).job.restarts(), 0);
+}
+
+TEST(RestartBackoffTest, DoublesUpToItsCap) {
+  const absl::Duration s = absl::Seconds(1);
+  EXPECT_EQ(RestartBackoff(10 * s, 1), 10 * s);
+  EXPECT_EQ(RestartBackoff(10 * s, 2), 20 * s);
+  EXPECT_EQ(RestartBackoff(10 * s, 5), 160 * s);
+  EXPECT_EQ(RestartBackoff(10 * s, 6), kMaxRestartBackoff);
+  EXPECT_EQ(RestartBackoff(10 * s, 100), kMaxRestartBackoff);
+  EXPECT_EQ(RestartBackoff(absl::ZeroDuration(), 3), absl::ZeroDuration());
+  // A base over the cap is kept as it is.
+  EXPECT_EQ(RestartBackoff(absl::Minutes(10), 4), absl::Minutes(10));
+}
+
+// A restart avoids the workers its failed attempts ran on while another has
+// room, and goes back to one of them rather than wait when none has.
+TEST_F(JobLifecycleTest, ARestartPrefersAWorkerItHasNotFailedOn) {
+  const std::string id = SubmitWithRestarts(3);
+  FakeWorker& w1 = Connect("w1");
+  FakeWorker& w2 = Connect("w2");
+  Pass();
+  ASSERT_EQ(w1.Assignments().size(), 1u);  // first fit
+  ASSERT_TRUE(w1.Started(id, 1).ok());
+  ASSERT_TRUE(w1.Exited(id, 1, 1, "CUDA error: uncorrectable ECC error").ok());
+  AdvanceWithHeartbeats(absl::Seconds(10));
+  Pass();
+  EXPECT_TRUE(w1.Assignments().empty());
+  ASSERT_EQ(w2.Assignments().size(), 1u);
+
+  // Failed on both: it takes the first that fits again.
+  ASSERT_TRUE(w2.Started(id, 2).ok());
+  ASSERT_TRUE(w2.Exited(id, 2, 1, "CUDA error: uncorrectable ECC error").ok());
+  AdvanceWithHeartbeats(absl::Seconds(20));
+  Pass();
+  ASSERT_EQ(w1.Assignments().size(), 1u);
+  ASSERT_TRUE(w1.Exited(id, 3, 0).ok());
+  ASSERT_EQ(Job(id).job.state(), v1::SUCCEEDED);
+
+  // The only other worker is busy: the restart does not wait for it.
+  const std::string again = SubmitWithRestarts(1, "again");
+  Pass();
+  ASSERT_EQ(w1.Assignments().size(), 1u);
+  ASSERT_TRUE(w1.Started(again, 1).ok());
+  const std::string busy = RunJobOn(w2);
+  ASSERT_TRUE(w1.Exited(again, 1, 1, "killed by the OOM killer").ok());
+  AdvanceWithHeartbeats(absl::Seconds(10));
+  Pass();
+  ASSERT_EQ(w1.Assignments().size(), 1u);
+  EXPECT_EQ(Job(again).job.worker_id(), "w1");
+  EXPECT_EQ(Job(busy).job.worker_id(), "w2");
 }
 
 TEST_F(JobLifecycleTest, ExitWithoutStartedStillPassesThroughRunning) {

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/job_lifecycle.h"
 #include "server/job_state.h"
@@ -158,20 +159,28 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
 }
 
 // A failed attempt of a job with restarts left goes back to the queue, to
-// resume from its latest checkpoint; `to` and `why` say so. A usage error
-// (yard-train exit 2: the spec or its files are wrong) would fail again,
-// and a job refused by workers in a row has its own limit (kMaxRefusals),
-// so those fail the job at once.
-void RestartIfAllowed(const v1::JobExited& exit, v1::Job& job, v1::JobState& to,
+// resume from its latest checkpoint once its backoff (RestartBackoff of
+// `base_backoff`) has passed; `to` and `why` say so, and the result is
+// true. A usage error (yard-train exit 2: the spec or its files are wrong)
+// would fail again, and a job refused by workers in a row has its own
+// limit (kMaxRefusals), so those fail the job at once.
+bool RestartIfAllowed(const v1::JobExited& exit, absl::Duration base_backoff,
+                      absl::Time now, v1::Job& job, v1::JobState& to,
                       std::string& why) {
   const bool final = exit.signal() == 0 && (exit.exit_code() == kExitUsage ||
                                             exit.exit_code() == kExitRefused);
-  if (final || job.restarts() >= job.spec().max_restarts()) return;
+  if (final || job.restarts() >= job.spec().max_restarts()) return false;
   job.set_restarts(job.restarts() + 1);
+  const absl::Duration wait = RestartBackoff(base_backoff, job.restarts());
+  *job.mutable_restart_after() = ToProtoTime(now + wait);
   to = v1::QUEUED;
   why = absl::StrCat("restart ", job.restarts(), " of ",
                      job.spec().max_restarts(),
+                     wait > absl::ZeroDuration()
+                         ? absl::StrCat(" in ", absl::FormatDuration(wait))
+                         : "",
                      " from the latest checkpoint after: ", why);
+  return true;
 }
 
 // The part of a spread job on `worker_id` (not the job's own worker).
@@ -357,9 +366,10 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
                 return true;
               }
             }
-            if (to == v1::FAILED) {
-              RestartIfAllowed(update.exited(), r.job, to, why);
-            }
+            const bool restart =
+                to == v1::FAILED &&
+                RestartIfAllowed(update.exited(), options_.restart_backoff,
+                                 clock_->Now(), r.job, to, why);
             others = WorkersOf(r, worker_id);
             ended = true;
             // A refused attempt never started: it does not pass RUNNING.
@@ -371,6 +381,11 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
             }
             ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                              Transition(r.job, to, why, clock_->Now()));
+            if (restart) {
+              // The job goes back to the queue, but this attempt failed.
+              r.job.mutable_attempts(r.job.attempts_size() - 1)
+                  ->set_outcome(v1::FAILED);
+            }
             if (to != v1::SUCCEEDED) r.job.clear_result();
             ReleaseHoldings(r);
             return true;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/cluster_view.h"
 #include "server/scheduler_snapshot.h"
@@ -61,6 +62,11 @@ void SchedulerLoop::Loop() {
     if (std::optional<absl::Time> lease = workers_->NextLeaseDeadline()) {
       wait = std::min(wait, *lease - clock_->Now() + absl::Milliseconds(1));
     }
+    {
+      absl::MutexLock pass(&pass_mu_);
+      wait =
+          std::min(wait, next_restart_ - clock_->Now() + absl::Milliseconds(1));
+    }
     wait = std::max(wait, absl::Milliseconds(1));
     absl::MutexLock lock(&mu_);
     // Rest at least as long as the pass took: a storm of wake-ups (thousands
@@ -111,6 +117,23 @@ absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
   return still_held;
 }
 
+// The queued jobs free to start now: those still waiting out a restart
+// backoff are left out (they keep the reason their restart gave), and the
+// earliest end of those backoffs is kept for the loop to wake at.
+std::vector<JobRecord> SchedulerLoop::WithoutBackoffs(
+    std::vector<JobRecord> queued) {
+  const absl::Time now = clock_->Now();
+  next_restart_ = absl::InfiniteFuture();
+  std::erase_if(queued, [&](const JobRecord& r) {
+    if (!r.job.has_restart_after()) return false;
+    const absl::Time after = FromProtoTime(r.job.restart_after());
+    if (after <= now) return false;
+    next_restart_ = std::min(next_restart_, after);
+    return true;
+  });
+  return queued;
+}
+
 absl::Status SchedulerLoop::RunPass() {
   absl::MutexLock pass(&pass_mu_);
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, SettleLostWorkers());
@@ -121,6 +144,7 @@ absl::Status SchedulerLoop::RunPass() {
   }
   ASSIGN_OR_RETURN(std::vector<JobRecord> queued,
                    store_->JobsInStates({v1::QUEUED}));
+  queued = WithoutBackoffs(std::move(queued));
   if (queued.empty()) {
     if (options_.queue_positions != nullptr) options_.queue_positions->Clear();
     return absl::OkStatus();

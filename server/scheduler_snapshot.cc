@@ -81,6 +81,12 @@ scheduler::PendingJob PendingJobOf(const JobRecord& record,
     // Declared share, else (0) in proportion to memory.
     p.gpu_compute_milli = record.job.spec().resources().gpu_compute_milli();
   }
+  for (const v1::Attempt& a : record.job.attempts()) {
+    if (a.outcome() != v1::FAILED) continue;
+    p.avoid_workers.push_back(a.worker_id());
+    p.avoid_workers.insert(p.avoid_workers.end(), a.more_workers().begin(),
+                           a.more_workers().end());
+  }
   return p;
 }
 

@@ -35,7 +35,8 @@ namespace trainyard::server {
 int64_t GpuMemoryEstimate(const v1::JobSpec& spec);
 
 // `gpu_memory_estimate`: GpuMemoryEstimate of the job's spec, or 0 to ask
-// for whole GPUs without an estimate.
+// for whole GPUs without an estimate. The workers of the job's FAILED
+// attempts (each restarted under max_restarts) are its avoid_workers.
 scheduler::PendingJob PendingJobOf(const JobRecord& record,
                                    int64_t gpu_memory_estimate = 0);
 

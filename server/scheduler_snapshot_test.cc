@@ -169,6 +169,25 @@ TEST(PendingJobOfTest, CarriesTenantPriorityOrderAndNeeds) {
   EXPECT_EQ(p.priority, 3);
   EXPECT_EQ(p.submit_order, 17);
   EXPECT_EQ(p.gpus, 2);
+  EXPECT_TRUE(p.avoid_workers.empty());
+}
+
+// Only failed attempts count: a preempted or lost attempt says nothing bad
+// of its worker.
+TEST(PendingJobOfTest, AvoidsTheWorkersOfFailedAttempts) {
+  JobRecord r = Record("j-9", v1::QUEUED, /*gpus=*/2);
+  auto add = [&](const std::string& worker, v1::JobState outcome,
+                 std::vector<std::string> more = {}) {
+    v1::Attempt& a = *r.job.add_attempts();
+    a.set_worker_id(worker);
+    a.set_outcome(outcome);
+    for (const std::string& m : more) a.add_more_workers(m);
+  };
+  add("w1", v1::FAILED);
+  add("w2", v1::QUEUED);
+  add("w3", v1::FAILED, {"w4", "w5"});
+  EXPECT_THAT(PendingJobOf(r).avoid_workers,
+              ::testing::ElementsAre("w1", "w3", "w4", "w5"));
 }
 
 // An MNIST MLP job as stored (defaults applied).

@@ -41,6 +41,20 @@ Setter Millis(absl::Duration YardServerOptions::*field) {
   };
 }
 
+// Zero allowed (it turns the wait off).
+Setter NonNegativeMillis(absl::Duration YardServerOptions::*field) {
+  return [field](const std::string& flag, const std::string& v,
+                 YardServerOptions& o) {
+    int32_t ms = 0;
+    if (!absl::SimpleAtoi(v, &ms) || ms < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": expected a number of milliseconds >= 0, got \"", v, "\""));
+    }
+    o.*field = absl::Milliseconds(ms);
+    return absl::OkStatus();
+  };
+}
+
 Setter NonNegativeInt(int32_t YardServerOptions::*field) {
   return [field](const std::string& flag, const std::string& v,
                  YardServerOptions& o) {
@@ -81,20 +95,13 @@ const std::map<std::string, Setter>& Flags() {
       {"--tls-client-ca", TlsFile(&ServerTlsFiles::client_ca)},
       {"--max-streams-per-tenant",
        NonNegativeInt(&YardServerOptions::max_streams_per_tenant)},
-      {"--cancel-grace-ms", NonNegativeInt(&YardServerOptions::cancel_grace_ms)},
+      {"--cancel-grace-ms",
+       NonNegativeInt(&YardServerOptions::cancel_grace_ms)},
       {"--preempt-grace-ms",
        NonNegativeInt(&YardServerOptions::preempt_grace_ms)},
-      {"--drain-ms",
-       [](const std::string& flag, const std::string& v, YardServerOptions& o) {
-         int32_t ms = 0;
-         if (!absl::SimpleAtoi(v, &ms) || ms < 0) {
-           return absl::InvalidArgumentError(absl::StrCat(
-               flag, ": expected a number of milliseconds >= 0, got \"", v,
-               "\""));
-         }
-         o.drain = absl::Milliseconds(ms);
-         return absl::OkStatus();
-       }},
+      {"--restart-backoff-ms",
+       NonNegativeMillis(&YardServerOptions::restart_backoff)},
+      {"--drain-ms", NonNegativeMillis(&YardServerOptions::drain)},
       // Empty is allowed: it turns the endpoint off.
       {"--metrics-listen",
        [](const std::string&, const std::string& v, YardServerOptions& o) {
@@ -123,6 +130,8 @@ std::string ServerUsage() {
          "                   [--max-streams-per-tenant 64] [--drain-ms 0]\n"
          "                   [--cancel-grace-ms 10000] "
          "[--preempt-grace-ms 10000]\n"
+         "                   [--restart-backoff-ms 10000 (doubles per "
+         "restart, at most 5 min)]\n"
          "--listen HOST:0 picks a free port; the address is written to "
          "STATE_DIR/yard-server.addr.\n"
          "--metrics-listen serves Prometheus /metrics (loopback only); port "

@@ -26,11 +26,12 @@ TEST(ServerFlagsTest, ParsesEveryFlagInBothSpellings) {
 }
 
 TEST(ServerFlagsTest, ParsesTheSecurityAndShutdownFlags) {
-  auto cl = ParseServerFlags(
-      {"--state-dir=/s", "--listen=0.0.0.0:7443", "--tls-cert=/c.pem",
-       "--tls-key", "/k.pem", "--tls-client-ca=/ca.pem",
-       "--max-streams-per-tenant=8", "--drain-ms=1500",
-       "--cancel-grace-ms=2000", "--preempt-grace-ms=3000"});
+  auto cl =
+      ParseServerFlags({"--state-dir=/s", "--listen=0.0.0.0:7443",
+                        "--tls-cert=/c.pem", "--tls-key", "/k.pem",
+                        "--tls-client-ca=/ca.pem", "--max-streams-per-tenant=8",
+                        "--drain-ms=1500", "--cancel-grace-ms=2000",
+                        "--preempt-grace-ms=3000", "--restart-backoff-ms=0"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   const YardServerOptions& o = cl->options;
   EXPECT_EQ(o.tls.cert, "/c.pem");
@@ -40,6 +41,7 @@ TEST(ServerFlagsTest, ParsesTheSecurityAndShutdownFlags) {
   EXPECT_EQ(o.drain, absl::Milliseconds(1500));
   EXPECT_EQ(o.cancel_grace_ms, 2000);
   EXPECT_EQ(o.preempt_grace_ms, 3000);
+  EXPECT_EQ(o.restart_backoff, absl::ZeroDuration());
   EXPECT_FALSE(o.insecure_plaintext);
   // A plaintext wildcard bind only when asked for in so many words.
   auto insecure = ParseServerFlags(
@@ -54,6 +56,7 @@ TEST(ServerFlagsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(cl->options.listen, "127.0.0.1:7070");
   EXPECT_EQ(cl->options.heartbeat_interval, absl::Seconds(1));
   EXPECT_EQ(cl->options.worker_lease, absl::Seconds(10));
+  EXPECT_EQ(cl->options.restart_backoff, absl::Seconds(10));
   EXPECT_TRUE(ParseServerFlags({"--help"})->help);
 }
 
@@ -75,6 +78,7 @@ TEST(ServerFlagsTest, BadFlagsAreNamed) {
       {{"--state-dir=/s", "--max-streams-per-tenant=-1"},
        "--max-streams-per-tenant"},
       {{"--state-dir=/s", "--drain-ms=soon"}, "--drain-ms"},
+      {{"--state-dir=/s", "--restart-backoff-ms=-1"}, "--restart-backoff-ms"},
       {{"--state-dir=/s", "--preempt-grace-ms=-5"}, "--preempt-grace-ms"},
       {{"--state-dir=/s", "--tls-cert="}, "--tls-cert"},
       {{"--state-dir=/s", "--listen=127.0.0.1"}, "HOST:PORT"},

@@ -208,6 +208,20 @@ class ServerLogicTest : public ::testing::Test {
     return w;
   }
 
+  // Moves the clock on by `d`, every connected worker sending a heartbeat
+  // at least twice a lease, so none is lost meanwhile.
+  void AdvanceWithHeartbeats(absl::Duration d) {
+    while (d > absl::ZeroDuration()) {
+      const absl::Duration step = std::min(d, kLease / 2);
+      clock_.Advance(step);
+      d -= step;
+      for (auto& [id, w] : workers_map_) {
+        absl::Status s = w.Heartbeat();
+        ASSERT_TRUE(s.ok()) << id << ": " << s;
+      }
+    }
+  }
+
   void Pass() {
     absl::Status s = loop_->RunPass();
     ASSERT_TRUE(s.ok()) << s;

@@ -285,6 +285,7 @@ void YardServer::Parts::BuildLogic() {
   lo.validation.data_root = o.data_root;
   lo.cancel_grace_ms = o.cancel_grace_ms;
   lo.preempt_grace_ms = o.preempt_grace_ms;
+  lo.restart_backoff = o.restart_backoff;
   lifecycle = std::make_unique<JobLifecycle>(store.get(), workers.get(),
                                              o.clock, lo);
   SchedulerLoopOptions sched;

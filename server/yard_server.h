@@ -47,6 +47,9 @@ struct YardServerOptions {
   absl::Duration scheduler_tick = absl::Seconds(1);
   int32_t cancel_grace_ms = 10'000;   // SIGTERM, then SIGKILL after this
   int32_t preempt_grace_ms = 10'000;  // the same for a preempted job
+  // A failed job restarted under max_restarts waits this long before its
+  // first restart, twice as long before each next one (JobLifecycleOptions).
+  absl::Duration restart_backoff = absl::Seconds(10);
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
   Clock* clock = Clock::Real();

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/exact_resume.h"
@@ -212,31 +213,47 @@ TEST_F(FaultsTest, CrashingJobFailsWithStderrTailAndWorkerRunsTheNext) {
 // Two jobs side by side on one worker; one's trainer crashes (SIGSEGV). The
 // neighbour and the worker carry on untouched.
 // A job allowed one restart: its trainer is SIGKILLed (as the kernel's OOM
-// killer would) after a checkpoint; the job restarts from it and ends with
-// the weights of an uninterrupted run.
+// killer would) after a checkpoint. The job waits out the server's restart
+// backoff, restarts from that checkpoint on the worker it has not failed
+// on, and ends with the weights of an uninterrupted run.
 TEST_F(FaultsTest, AKilledTrainerRestartsFromItsCheckpointExactly) {
-  YARD_ASSERT_OK(StartServer());
-  YARD_ASSIGN_OR_FAIL(WorkerProcess * solo,
-                      StartReadyWorker({.name = "solo", .cpu_slots = 1}));
+  constexpr absl::Duration kBackoff = absl::Seconds(2);
+  YARD_ASSERT_OK(StartServer(
+      {.extra_args = {"--restart-backoff-ms",
+                      absl::StrCat(absl::ToInt64Milliseconds(kBackoff))}}));
+  std::map<std::string, WorkerProcess*> workers;
+  for (const char* name : {"left", "right"}) {
+    YARD_ASSIGN_OR_FAIL(workers[name],
+                        StartReadyWorker({.name = name, .cpu_slots = 1}));
+  }
   const MnistSpec spec = LongJob("restarts");
   v1::JobSpec proto = spec.ToProto();
   proto.set_max_restarts(1);
   YARD_ASSIGN_OR_FAIL(const std::string id,
                       SubmitAndWaitForACheckpoint(proto));
-  const std::map<int, pid_t> trainers = solo->TrainerPidsByRank();
+  YARD_ASSIGN_OR_FAIL(v1::Job running, GetJob(jobs(), id));
+  const std::string first = running.worker_id();
+  const std::string second = first == "left" ? "right" : "left";
+  ASSERT_TRUE(workers.contains(first)) << running.DebugString();
+  const std::map<int, pid_t> trainers = workers[first]->TrainerPidsByRank();
   ASSERT_EQ(trainers.size(), 1u);
   ASSERT_EQ(::kill(trainers.begin()->second, SIGKILL), 0);
 
   YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
-  ExpectResumedExactly(dir(), done, spec, "solo", "solo");
+  ExpectResumedExactly(dir(), done, spec, first, second);
   if (HasFatalFailure()) return;
   EXPECT_EQ(done.restarts(), 1);
   EXPECT_THAT(done.attempts(0).reason(),
-              ::testing::StartsWith("restart 1 of 1 from the latest "
+              ::testing::StartsWith("restart 1 of 1 in 2s from the latest "
                                     "checkpoint after: killed by signal 9"));
+  EXPECT_GE(FromProtoTime(done.attempts(1).start_time()) -
+                FromProtoTime(done.attempts(0).end_time()),
+            kBackoff)
+      << done.DebugString();
   CommandResult get = Yard({"get", id});
   ASSERT_EQ(get.exit_code(), 0) << get.DebugString();
   EXPECT_THAT(get.out, ::testing::ContainsRegex("Restarts: +1 of 1 after"));
+  EXPECT_THAT(get.out, ::testing::ContainsRegex("1 +" + first + " .*FAILED"));
 }
 
 TEST_F(FaultsTest, AJobCrashingBesideAHealthyOneHurtsOnlyItself) {
