@@ -26,6 +26,7 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "logs") return Command::kLogs;
   if (name == "watch") return Command::kWatch;
   if (name == "cancel") return Command::kCancel;
+  if (name == "delete") return Command::kDelete;
   if (name == "workers") return Command::kWorkers;
   if (name == "token" || name == "tokens") return Command::kToken;
   if (name == "tenant" || name == "tenants") return Command::kTenant;
@@ -166,6 +167,10 @@ class ArgParser {
       if (!v.ok()) return v.status();
       out_.reason = *v;
       return absl::OkStatus();
+    }
+    if (c == Command::kDelete && name == "--keep-checkpoints") {
+      out_.keep_checkpoints = true;
+      return no_value();
     }
     if (c == Command::kDrain) return DrainFlag(name, inline_v);
     if (c == Command::kList) return ListFlag(name, inline_v);
@@ -333,6 +338,7 @@ class ArgParser {
       case Command::kLogs:
       case Command::kWatch:
       case Command::kCancel:
+      case Command::kDelete:
         what = "job ID";
         target = &out_.job_id;
         break;
@@ -408,6 +414,9 @@ Commands:
   watch ID           follow the job's state changes and progress live
   cancel ID [--reason TEXT]
                      cancel a job
+  delete ID [--keep-checkpoints]
+                     delete an ended job for good: its record, events, log
+                     and (unless --keep-checkpoints) its checkpoints
   workers            list workers and cluster capacity
 
 Admin commands (admin token):
@@ -446,7 +455,8 @@ Exit codes:
   0 success            1 job did not succeed (submit --wait, watch) or other
   2 usage error        3 invalid spec or argument
   4 job or worker not found
-  5 failed precondition (e.g. the job already ended)
+  5 failed precondition (e.g. cancel of a job that already ended, delete
+    of one that has not)
   6 server unreachable 7 other server error
   8 not authenticated or not allowed (missing, wrong or revoked token;
     another tenant's resource)

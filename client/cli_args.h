@@ -24,6 +24,7 @@ enum class Command {
   kLogs,
   kWatch,
   kCancel,
+  kDelete,
   kWorkers,
   kToken,    // token create|ls|revoke (admin)
   kTenant,   // tenant set|ls (admin)
@@ -48,10 +49,11 @@ struct CliArgs {
   std::string spec_path;
   bool wait = false;  // submit --wait, drain --wait
   std::string request_id;
-  // get, logs, watch, cancel
+  // get, logs, watch, cancel, delete
   std::string job_id;
-  bool follow = false;  // logs -f
-  std::string reason;   // cancel --reason, drain --reason
+  bool follow = false;            // logs -f
+  std::string reason;             // cancel --reason, drain --reason
+  bool keep_checkpoints = false;  // delete --keep-checkpoints
   // drain, undrain
   std::string worker_id;
   bool keep_jobs = false;  // drain --keep-jobs

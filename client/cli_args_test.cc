@@ -239,6 +239,38 @@ TEST(CliArgsTest, BadDrainCommandsAreUsageErrors) {
             "unknown flag \"--keep-jobs\" for 'cancel'");
 }
 
+TEST(CliArgsTest, ParsesDelete) {
+  CliArgs d = Parse({"delete", "j-000001"});
+  EXPECT_EQ(d.command, Command::kDelete);
+  EXPECT_EQ(d.job_id, "j-000001");
+  EXPECT_FALSE(d.keep_checkpoints);
+  d = Parse({"delete", "--keep-checkpoints", "j-000002"});
+  EXPECT_EQ(d.job_id, "j-000002");
+  EXPECT_TRUE(d.keep_checkpoints);
+  d = Parse({"-o", "json", "delete", "j-3", "--keep-checkpoints"});
+  EXPECT_EQ(d.output, OutputFormat::kJson);
+  EXPECT_TRUE(d.keep_checkpoints);
+  EXPECT_EQ(Parse({"delete", "--", "-odd-id"}).job_id, "-odd-id");
+  EXPECT_THAT(UsageText(), HasSubstr("delete ID [--keep-checkpoints]"));
+}
+
+TEST(CliArgsTest, BadDeleteCommandsAreUsageErrors) {
+  EXPECT_EQ(Error({"delete"}), "'delete': missing job ID");
+  EXPECT_EQ(Error({"delete", ""}), "'delete': empty job ID");
+  EXPECT_EQ(Error({"delete", "j-1", "j-2"}), "unexpected argument \"j-2\"");
+  EXPECT_EQ(Error({"delete", "j-1", "--force"}),
+            "unknown flag \"--force\" for 'delete'");
+  EXPECT_EQ(Error({"delete", "j-1", "--reason", "x"}),
+            "unknown flag \"--reason\" for 'delete'");
+  EXPECT_EQ(Error({"delete", "j-1", "--keep-checkpoints=yes"}),
+            "--keep-checkpoints: takes no value");
+  EXPECT_EQ(Error({"--keep-checkpoints", "delete", "j-1"}),
+            "unknown flag \"--keep-checkpoints\" (command flags go after the "
+            "command)");
+  EXPECT_EQ(Error({"cancel", "j-1", "--keep-checkpoints"}),
+            "unknown flag \"--keep-checkpoints\" for 'cancel'");
+}
+
 TEST(ExitCodeTest, MapsStatusCodes) {
   EXPECT_EQ(ExitCodeForStatus(absl::OkStatus()), 0);
   EXPECT_EQ(ExitCodeForStatus(absl::InvalidArgumentError("x")), 3);

@@ -115,6 +115,25 @@ int RunCancel(const CliArgs& args, JobClient& client, std::ostream& out,
   return kExitOk;
 }
 
+// The server refuses a job that has not ended (FAILED_PRECONDITION); delete
+// does not cancel it first: deleting is for good, so stopping a job stays a
+// separate, deliberate step.
+int RunDelete(const CliArgs& args, JobClient& client, std::ostream& out,
+              std::ostream& err) {
+  absl::StatusOr<v1::DeleteJobResponse> response =
+      client.Delete(args.job_id, args.keep_checkpoints);
+  if (!response.ok()) {
+    return ReportError(AboutJob(response.status(), args.job_id), err);
+  }
+  if (args.output == OutputFormat::kJson) {
+    out << ToJson(*response, true) << "\n";
+    return kExitOk;
+  }
+  if (response->job_id().empty()) response->set_job_id(args.job_id);
+  out << FormatDeleted(*response, args.keep_checkpoints) << "\n";
+  return kExitOk;
+}
+
 int RunWorkers(const CliArgs& args, JobClient& client, std::ostream& out,
                std::ostream& err) {
   absl::StatusOr<v1::ListWorkersResponse> workers = client.ListWorkers();
@@ -181,6 +200,8 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
       return Follow(args.job_id, args.output, client, out, err);
     case Command::kCancel:
       return RunCancel(args, client, out, err);
+    case Command::kDelete:
+      return RunDelete(args, client, out, err);
     case Command::kWorkers:
       return RunWorkers(args, client, out, err);
     case Command::kToken:

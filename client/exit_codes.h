@@ -8,8 +8,8 @@
 //   3  invalid spec or argument: the spec file cannot be read or parsed, or
 //      the server answered INVALID_ARGUMENT
 //   4  not found: unknown job id (NOT_FOUND)
-//   5  failed precondition: e.g. cancelling a job that already ended
-//      (FAILED_PRECONDITION)
+//   5  failed precondition: e.g. cancelling a job that already ended, or
+//      deleting one that has not (FAILED_PRECONDITION)
 //   6  server unreachable or unavailable (UNAVAILABLE, DEADLINE_EXCEEDED)
 //   7  any other server error (INTERNAL, OUT_OF_RANGE, ...)
 //   8  not authenticated or not allowed (UNAUTHENTICATED: missing, wrong or

@@ -226,6 +226,19 @@ absl::StatusOr<v1::Job> JobClient::Cancel(const std::string& job_id,
   return job;
 }
 
+absl::StatusOr<v1::DeleteJobResponse> JobClient::Delete(
+    const std::string& job_id, bool keep_checkpoints) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  request.set_keep_checkpoints(keep_checkpoints);
+  v1::DeleteJobResponse response;
+  grpc::Status s = jobs_->DeleteJob(&context, request, &response);
+  if (!s.ok()) return Annotate(s);
+  return response;
+}
+
 absl::Status JobClient::Watch(
     const std::string& job_id, int64_t after_sequence,
     const std::function<bool(const v1::JobEvent&)>& on_event) {

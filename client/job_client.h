@@ -75,6 +75,10 @@ class JobClient {
       bool* truncated = nullptr);
   absl::StatusOr<trainyard::v1::Job> Cancel(const std::string& job_id,
                                             const std::string& reason);
+  // Deletes an ended job for good, and unless keep_checkpoints its
+  // checkpoint directory. FAILED_PRECONDITION for a job that has not ended.
+  absl::StatusOr<trainyard::v1::DeleteJobResponse> Delete(
+      const std::string& job_id, bool keep_checkpoints);
 
   // Calls on_event for each event after `after_sequence` until the stream
   // ends (after the job's terminal event) or on_event returns false.

@@ -238,6 +238,35 @@ std::string FormatOutcome(const v1::Job& job) {
   return line;
 }
 
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(std::max<int64_t>(bytes, 0), " B");
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB",
+                                           "TiB", "PiB", "EiB"};
+  constexpr size_t kLast = sizeof(kUnits) / sizeof(kUnits[0]) - 1;
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  // 1023.96 KiB would print as "1024.0 KiB": move up as soon as the rounded
+  // value reaches the next unit.
+  while (unit < kLast && value >= 1023.95) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string FormatDeleted(const v1::DeleteJobResponse& response,
+                          bool keep_checkpoints) {
+  std::string line = absl::StrCat("deleted job ", response.job_id());
+  if (!response.deleted_checkpoint_dir().empty()) {
+    return absl::StrCat(line, " and its checkpoints (",
+                        response.deleted_checkpoint_dir(), ", ",
+                        FormatBytes(response.deleted_checkpoint_bytes()), ")");
+  }
+  return absl::StrCat(line, keep_checkpoints
+                                ? " (checkpoints kept)"
+                                : " (no checkpoint directory removed)");
+}
+
 std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = pretty;

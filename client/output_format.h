@@ -4,6 +4,7 @@
 #ifndef TRAINYARD_CLIENT_OUTPUT_FORMAT_H_
 #define TRAINYARD_CLIENT_OUTPUT_FORMAT_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,17 @@ std::string FormatEvent(const trainyard::v1::JobEvent& event);
 // The closing line of watch / submit --wait, e.g. "job j-1 SUCCEEDED:
 // accuracy 95.10%, checkpoint /ckpt/j-1/step-1500".
 std::string FormatOutcome(const trainyard::v1::Job& job);
+
+// "512 B", "4.0 KiB", "1.2 GiB": binary units, one decimal past bytes.
+// Zero or negative: "0 B".
+std::string FormatBytes(int64_t bytes);
+
+// The line `yard delete` prints (no newline): "deleted job j-1 and its
+// checkpoints (/ckpt/j-1, 1.2 GiB)", else "deleted job j-1 (checkpoints
+// kept)" when they were asked to be kept, else "deleted job j-1 (no
+// checkpoints)".
+std::string FormatDeleted(const trainyard::v1::DeleteJobResponse& response,
+                          bool keep_checkpoints);
 
 // Protobuf JSON with the proto field names (as in spec files).
 std::string ToJson(const google::protobuf::Message& message, bool pretty);

@@ -1,6 +1,8 @@
 // Tests for the human output of `yard`: tables, ages, event lines, details.
 #include "client/output_format.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "client/proto_text_test_support.h"
@@ -336,6 +338,43 @@ TEST(WorkerStateNameTest, DropsThePrefix) {
   EXPECT_EQ(WorkerStateName(v1::WORKER_READY), "READY");
   EXPECT_EQ(WorkerStateName(v1::WORKER_DRAINING), "DRAINING");
   EXPECT_EQ(WorkerStateName(v1::WORKER_STATE_UNSPECIFIED), "-");
+}
+
+TEST(FormatBytesTest, PicksABinaryUnit) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(-5), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1024), "1.0 KiB");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes(int64_t{5} << 20), "5.0 MiB");
+  EXPECT_EQ(FormatBytes(1'288'490'189), "1.2 GiB");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 40), "3.0 TiB");
+  EXPECT_EQ(FormatBytes(std::numeric_limits<int64_t>::max()), "8.0 EiB");
+  // Never "1024.0 KiB": a value that rounds up to the next unit moves there.
+  EXPECT_EQ(FormatBytes((int64_t{1} << 20) - 1), "1.0 MiB");
+  EXPECT_EQ(FormatBytes((int64_t{1} << 30) - 1), "1.0 GiB");
+}
+
+TEST(FormatDeletedTest, NamesTheCheckpointsRemovedKeptOrAbsent) {
+  auto removed = FromText<v1::DeleteJobResponse>(R"pb(
+    job_id: "j-000001"
+    deleted_checkpoint_dir: "/var/lib/trainyard/checkpoints/j-000001"
+    deleted_checkpoint_bytes: 1288490189
+  )pb");
+  EXPECT_EQ(FormatDeleted(removed, false),
+            "deleted job j-000001 and its checkpoints "
+            "(/var/lib/trainyard/checkpoints/j-000001, 1.2 GiB)");
+  auto none = FromText<v1::DeleteJobResponse>(R"pb(job_id: "j-000001")pb");
+  EXPECT_EQ(FormatDeleted(none, true),
+            "deleted job j-000001 (checkpoints kept)");
+  EXPECT_EQ(FormatDeleted(none, false),
+            "deleted job j-000001 (no checkpoint directory removed)");
+  auto empty_dir = FromText<v1::DeleteJobResponse>(R"pb(
+    job_id: "j-2"
+    deleted_checkpoint_dir: "/ckpt/j-2"
+  )pb");
+  EXPECT_EQ(FormatDeleted(empty_dir, false),
+            "deleted job j-2 and its checkpoints (/ckpt/j-2, 0 B)");
 }
 
 TEST(ToJsonTest, ProtoFieldNames) {

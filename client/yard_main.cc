@@ -3,8 +3,8 @@
 //   yard [--server HOST:PORT] [--token T] [-o table|json] COMMAND [ARGS]
 //
 // The server address, token and TLS settings come from flags, else the
-// environment, else the config file (client_config.h). Errors are one line on stderr ("yard: error: ..."), and
-// the exit code says what went wrong:
+// environment, else the config file (client_config.h). Errors are one line on
+// stderr ("yard: error: ..."), and the exit code says what went wrong:
 //
 //   0  success
 //   1  the job ended but did not succeed (submit --wait, watch), or another
@@ -13,7 +13,8 @@
 //   3  invalid spec or argument (the spec file cannot be read or parsed, or
 //      the server answered INVALID_ARGUMENT)
 //   4  not found (unknown job id)
-//   5  failed precondition (e.g. cancelling a job that already ended)
+//   5  failed precondition (e.g. cancelling a job that already ended, or
+//      deleting one that has not)
 //   6  server unreachable or unavailable
 //   7  any other server error
 //   8  not authenticated or not allowed (token missing, wrong, revoked, or

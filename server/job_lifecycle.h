@@ -39,6 +39,11 @@ namespace trainyard::server {
 // The longest wait before a restart, unless the base backoff is longer.
 inline constexpr absl::Duration kMaxRestartBackoff = absl::Minutes(5);
 
+// Removes what deletions interrupted by a crash left in `checkpoint_root`
+// (directories moved aside to be removed); run at server start. Returns
+// how many it removed.
+int SweepDeletedCheckpoints(const std::string& checkpoint_root);
+
 // How long restart `k` (1, 2, ...) waits: `base` * 2^(k-1), capped at
 // max(base, kMaxRestartBackoff).
 absl::Duration RestartBackoff(absl::Duration base, int32_t k);
@@ -62,6 +67,12 @@ struct JobLifecycleOptions {
 struct SubmitResult {
   v1::Job job;
   bool already_existed = false;
+};
+
+// What deleting a job removed from the checkpoint root.
+struct DeletedJob {
+  std::string checkpoint_dir;    // empty when none was removed
+  int64_t checkpoint_bytes = 0;  // the bytes of its regular files
 };
 
 enum class ReportOutcome {
@@ -94,6 +105,13 @@ class JobLifecycle {
   // FAILED_PRECONDITION.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
                                  const std::string& reason);
+  // Deletes a terminal job for good (job_deletion.cc): its record, events
+  // and log, and unless `keep_checkpoints` its checkpoint directory when
+  // that is CHECKPOINT_ROOT/<job id> (a directory the server did not name
+  // is never removed). FAILED_PRECONDITION naming the state for a job that
+  // has not ended; nothing is changed when any step fails.
+  absl::StatusOr<DeletedJob> Delete(const std::string& job_id,
+                                    bool keep_checkpoints);
 
   // --- Scheduler ---
   // QUEUED -> SCHEDULED on worker_id: a new attempt, its checkpoint dir,

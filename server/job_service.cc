@@ -117,6 +117,24 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::DeleteJob(grpc::ServerContext* context,
+                                       const v1::DeleteJobRequest* request,
+                                       v1::DeleteJobResponse* response) {
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status s = VisibleJob(*caller, request->job_id()).status();
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<DeletedJob> deleted =
+      lifecycle_->Delete(request->job_id(), request->keep_checkpoints());
+  if (!deleted.ok()) return ToGrpcStatus(deleted.status());
+  response->set_job_id(request->job_id());
+  response->set_deleted_checkpoint_dir(deleted->checkpoint_dir);
+  response->set_deleted_checkpoint_bytes(deleted->checkpoint_bytes);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {

@@ -453,4 +453,21 @@ absl::StatusOr<JobRecord> JobStore::UpdateJob(std::string_view id,
   return record;
 }
 
+absl::Status JobStore::DeleteJob(
+    std::string_view id,
+    const std::function<absl::Status(const JobRecord&)>& check) {
+  return Commit(Durability::kTransition, "delete", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(JobRecord record, LoadJob(id));
+    RETURN_IF_ERROR(check(record));
+    for (const char* sql : {"DELETE FROM events WHERE job_seq = ?",
+                            "DELETE FROM logs WHERE job_seq = ?",
+                            "DELETE FROM jobs WHERE create_seq = ?"}) {
+      ASSIGN_OR_RETURN(SqliteStatement del, db_->Prepare(sql));
+      del.Bind(1, record.create_seq);
+      RETURN_IF_ERROR(del.Run());
+    }
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace trainyard::server

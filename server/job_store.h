@@ -159,6 +159,14 @@ class JobStore {
                                       Durability durability,
                                       const Mutation& mutation);
 
+  // Deletes the job, its events and its log in one transaction once
+  // `check`, given the current record, passes (its error aborts and is
+  // returned). NOT_FOUND naming the id when there is no such job. The job's
+  // number is never handed out again.
+  absl::Status DeleteJob(
+      std::string_view id,
+      const std::function<absl::Status(const JobRecord&)>& check);
+
   // Events with sequence > after_sequence, at most max_events, in order.
   // OUT_OF_RANGE when events after after_sequence were pruned (after_sequence
   // 0 means "everything still held") or after_sequence is past the last one.

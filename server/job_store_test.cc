@@ -301,6 +301,72 @@ TEST_F(JobStoreTest, LogsAppendReadAndKeepTheTail) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(JobStoreTest, DeleteTakesTheJobItsEventsAndLogAndNothingElse) {
+  auto store = Open();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  AddProgress(*store, "j-000002", 1, 5);
+  ASSERT_TRUE(store->AppendLog("j-000002", "hello\n").ok());
+  ASSERT_TRUE(store->AppendLog("j-000003", "neighbour\n").ok());
+
+  // A failing check aborts: the job stays whole.
+  absl::Status refused = store->DeleteJob("j-000002", [](const JobRecord&) {
+    return absl::FailedPreconditionError("still running");
+  });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store->GetJob("j-000002").ok());
+  ASSERT_EQ(store->ReadEvents("j-000002", 0, 100)->size(), 6u);
+
+  const int64_t seq = store->GetJob("j-000002")->create_seq;
+  std::string checked;
+  ASSERT_TRUE(store
+                  ->DeleteJob("j-000002",
+                              [&](const JobRecord& r) {
+                                checked = r.job.id();
+                                return absl::OkStatus();
+                              })
+                  .ok());
+  EXPECT_EQ(checked, "j-000002");
+  EXPECT_EQ(store->GetJob("j-000002").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->ReadEvents("j-000002", 0, 100).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->ReadLog("j-000002", 0, 100).status().code(),
+            absl::StatusCode::kNotFound);
+  // Its neighbours keep everything, and its number is not handed out again.
+  EXPECT_EQ(store->ReadLog("j-000003", 0, 100)->data, "neighbour\n");
+  EXPECT_EQ(store->ReadEvents("j-000001", 0, 100)->size(), 1u);
+  EXPECT_EQ(store->CreateJob(NewJob())->record.job.id(), "j-000004");
+  auto counts = store->CountJobsByState();
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ((*counts)[v1::QUEUED], 3);
+  // No row of it is left behind.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
+  for (const std::string& sql :
+       {absl::StrCat("SELECT COUNT(*) FROM events WHERE job_seq = ", seq),
+        absl::StrCat("SELECT COUNT(*) FROM logs WHERE job_seq = ", seq),
+        absl::StrCat("SELECT COUNT(*) FROM jobs WHERE create_seq = ", seq)}) {
+    int rows = -1;
+    char* error = nullptr;
+    ASSERT_EQ(sqlite3_exec(
+                  db, sql.c_str(),
+                  [](void* out, int, char** values, char**) {
+                    *static_cast<int*>(out) = std::atoi(values[0]);
+                    return 0;
+                  },
+                  &rows, &error),
+              SQLITE_OK)
+        << error;
+    EXPECT_EQ(rows, 0) << sql;
+  }
+  sqlite3_close(db);
+
+  absl::Status again = store->DeleteJob(
+      "j-000002", [](const JobRecord&) { return absl::OkStatus(); });
+  EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(again.message(), HasSubstr("j-000002"));
+}
+
 TEST_F(JobStoreTest, FailedWriteReturnsErrorAndLeavesStoreConsistent) {
   bool fail = false;
   JobStoreOptions o;

@@ -220,6 +220,10 @@ absl::Status YardServer::Parts::OpenState() {
         ec.message()));
   }
   ASSIGN_OR_RETURN(lock_fd, LockStateDir(o.state_dir));
+  if (const int swept = SweepDeletedCheckpoints(o.checkpoint_root)) {
+    YARD_LOG(INFO) << "removed " << swept
+                   << " checkpoint directories left by interrupted deletions";
+  }
   JobStoreOptions so;
   so.commit_fault = o.store_commit_fault;
   so.path = o.state_dir + "/trainyard.db";

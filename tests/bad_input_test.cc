@@ -204,6 +204,14 @@ TEST_F(BadInputTest, UnknownJobIdIsNotFoundEverywhere) {
                               grpc::StatusCode::NOT_FOUND, {kUnknownId}));
   }
   {
+    auto ctx = ContextWithTimeout();
+    v1::DeleteJobRequest req;
+    req.set_job_id(kUnknownId);
+    v1::DeleteJobResponse deleted;
+    EXPECT_TRUE(RpcFailedWith(api.DeleteJob(ctx.get(), req, &deleted),
+                              grpc::StatusCode::NOT_FOUND, {kUnknownId}));
+  }
+  {
     WatchResult w = Watch(api, kUnknownId, 0, RpcTimeout());
     EXPECT_TRUE(w.events.empty());
     EXPECT_TRUE(
@@ -219,7 +227,7 @@ TEST_F(BadInputTest, UnknownJobIdIsNotFoundEverywhere) {
     EXPECT_TRUE(RpcFailedWith(reader->Finish(), grpc::StatusCode::NOT_FOUND,
                               {kUnknownId}));
   }
-  for (const std::string verb : {"get", "cancel", "watch", "logs"}) {
+  for (const std::string verb : {"get", "cancel", "delete", "watch", "logs"}) {
     SCOPED_TRACE(verb);
     EXPECT_TRUE(CliFailedWith(Yard({verb, kUnknownId}), YardExit::kNotFound,
                               {kUnknownId}));
@@ -251,6 +259,25 @@ TEST_F(BadInputTest, CancellingAFinishedJobIsFailedPrecondition) {
   YARD_ASSIGN_OR_FAIL(v1::Job after, GetJob(jobs(), id));
   EXPECT_EQ(after.state(), v1::CANCELLED);
   ExpectServerIntact(2);
+}
+
+// Deleting is for jobs that have ended: the queued keeper is refused and
+// kept whole; an empty id names the field.
+TEST_F(BadInputTest, DeletingAJobThatHasNotEndedIsFailedPrecondition) {
+  v1::DeleteJobRequest req;
+  req.set_job_id(keeper_.id());
+  v1::DeleteJobResponse deleted;
+  EXPECT_TRUE(RpcFailedWith(
+      jobs().DeleteJob(ContextWithTimeout().get(), req, &deleted),
+      grpc::StatusCode::FAILED_PRECONDITION, {keeper_.id(), "QUEUED"}));
+  req.clear_job_id();
+  EXPECT_TRUE(
+      RpcFailedWith(jobs().DeleteJob(ContextWithTimeout().get(), req, &deleted),
+                    grpc::StatusCode::INVALID_ARGUMENT, {"job_id"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"delete", keeper_.id()}),
+                            YardExit::kFailedPrecondition,
+                            {keeper_.id(), "QUEUED"}));
+  ExpectServerIntact(1);
 }
 
 TEST_F(BadInputTest, BadRequestsOtherThanSpecs) {

@@ -1,5 +1,5 @@
 // A job's life through real processes: submitted with the CLI and followed
-// to SUCCEEDED, and cancelled while it runs.
+// to SUCCEEDED, cancelled while it runs, and deleted once it has ended.
 #include <signal.h>
 
 #include <filesystem>
@@ -55,6 +55,24 @@ TEST_F(LifecycleTest, SubmitWaitRunsToSucceededWithAccuracyAndCheckpoint) {
   // Its log holds what the trainer wrote.
   CommandResult logs = Yard({"logs", job.id()});
   EXPECT_EQ(logs.exit_code(), YardExit::kOk) << logs.DebugString();
+
+  // Deleted, it is gone with its checkpoints.
+  const std::string dir = job.checkpoint_dir();
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  CommandResult deleted = Yard({"delete", job.id()});
+  ASSERT_EQ(deleted.exit_code(), YardExit::kOk) << deleted.DebugString();
+  EXPECT_EQ(deleted.out.rfind(absl::StrCat("deleted job ", job.id(),
+                                           " and its checkpoints (", dir, ", "),
+                              0),
+            0u)
+      << deleted.out;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_TRUE(
+      CliFailedWith(Yard({"get", job.id()}), YardExit::kNotFound, {job.id()}));
+  EXPECT_TRUE(CliFailedWith(Yard({"delete", job.id()}), YardExit::kNotFound,
+                            {job.id()}));
+  YARD_ASSIGN_OR_FAIL(all, ListAllJobs(jobs()));
+  EXPECT_TRUE(all.empty());
 }
 
 TEST_F(LifecycleTest, CancelWhileRunningStopsTheTrainer) {
@@ -70,6 +88,9 @@ TEST_F(LifecycleTest, CancelWhileRunningStopsTheTrainer) {
   std::vector<pid_t> trainers = worker->TrainerPids();
   ASSERT_EQ(trainers.size(), 1u) << "the worker should run one yard-train";
   EXPECT_EQ(ProcessName(trainers[0]), "yard-train");
+  // A running job cannot be deleted.
+  EXPECT_TRUE(CliFailedWith(Yard({"delete", id}), YardExit::kFailedPrecondition,
+                            {id, "RUNNING"}));
 
   CommandResult cancel = Yard({"cancel", id});
   EXPECT_EQ(cancel.exit_code(), YardExit::kOk) << cancel.DebugString();
@@ -91,6 +112,16 @@ TEST_F(LifecycleTest, CancelWhileRunningStopsTheTrainer) {
       CliFailedWith(Yard({"cancel", id}), YardExit::kFailedPrecondition, {id}));
   YARD_ASSIGN_OR_FAIL(v1::Job after, GetJob(jobs(), id));
   EXPECT_EQ(after.state(), v1::CANCELLED);
+
+  // Deleted but for its checkpoints (written on the cancel's SIGTERM).
+  ASSERT_TRUE(std::filesystem::is_directory(after.checkpoint_dir()))
+      << after.DebugString();
+  CommandResult deleted = Yard({"delete", id, "--keep-checkpoints"});
+  ASSERT_EQ(deleted.exit_code(), YardExit::kOk) << deleted.DebugString();
+  EXPECT_EQ(deleted.out,
+            absl::StrCat("deleted job ", id, " (checkpoints kept)\n"));
+  EXPECT_TRUE(std::filesystem::is_directory(after.checkpoint_dir()));
+  EXPECT_TRUE(CliFailedWith(Yard({"get", id}), YardExit::kNotFound, {id}));
 }
 
 }  // namespace

@@ -139,6 +139,12 @@ std::vector<std::pair<std::string, grpc::Status>> SecurityTest::CallEverything(
     v1::Job p;
     return jobs().CancelJob(c, r, &p);
   });
+  call("DeleteJob", [&](auto* c) {
+    v1::DeleteJobRequest r;
+    r.set_job_id(job);
+    v1::DeleteJobResponse p;
+    return jobs().DeleteJob(c, r, &p);
+  });
   out.emplace_back("WatchJob", FinishWatch(jobs(), token, job));
   out.emplace_back("GetJobLogs", FinishLogs(jobs(), token, job));
   call("ListWorkers", [&](auto* c) {
@@ -271,6 +277,12 @@ TEST_F(SecurityTest, ATenantSeesAndTouchesOnlyItsOwnJobs) {
   s = jobs().CancelJob(ContextWithToken(b).get(), cancel, &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(s.error_message(), not_found);
+  v1::DeleteJobRequest del;
+  del.set_job_id(id);
+  v1::DeleteJobResponse deleted;
+  s = jobs().DeleteJob(ContextWithToken(b).get(), del, &deleted);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), not_found);
 
   // Lists: each tenant its own, the admin everything; asking for another
   // tenant's list is refused.
@@ -295,6 +307,13 @@ TEST_F(SecurityTest, ATenantSeesAndTouchesOnlyItsOwnJobs) {
   EXPECT_EQ(job.state(), v1::QUEUED);
   ASSERT_TRUE(jobs().CancelJob(ContextWithToken(a).get(), cancel, &job).ok());
   EXPECT_EQ(job.state(), v1::CANCELLED);
+  // Still not b's to delete; the owner deletes it.
+  s = jobs().DeleteJob(ContextWithToken(b).get(), del, &deleted);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(jobs().DeleteJob(ContextWithToken(a).get(), del, &deleted).ok());
+  EXPECT_EQ(deleted.job_id(), id);
+  s = jobs().GetJob(ContextWithToken(a).get(), get, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(SecurityTest, QueuedJobAndGpuQuotasAreEnforced) {
