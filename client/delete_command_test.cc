@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/commands.h"
+#include "client/in_process_server_test_support.h"
 #include "client/job_client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -60,18 +61,12 @@ v1::DeleteJobResponse Deleted(const std::string& dir, int64_t bytes) {
 class DeleteCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
-    builder.RegisterService(&jobs_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
     ClientOptions options;
-    options.server = absl::StrCat("127.0.0.1:", port_);
     options.token = "ytk_tenant";
-    auto client = JobClient::Connect(options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
+    server_ = std::make_unique<InProcessServer>(
+        std::initializer_list<grpc::Service*>{&jobs_}, options);
+    client_ = server_->client();
+    ASSERT_NE(client_, nullptr);
   }
   void TearDown() override { server_->Shutdown(); }
 
@@ -100,9 +95,8 @@ class DeleteCommandTest : public ::testing::Test {
   }
 
   FakeJobs jobs_;
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<JobClient> client_;
+  std::unique_ptr<InProcessServer> server_;
+  JobClient* client_ = nullptr;
   std::ostringstream out_, err_;
 };
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/commands.h"
+#include "client/in_process_server_test_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -176,27 +177,19 @@ class JobClientTest : public ::testing::Test {
     job.mutable_result()->set_eval_accuracy(0.95);
     job.mutable_result()->set_checkpoint_path("/ck/j-1");
     jobs_.SetJob(job);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
-    builder.RegisterService(&jobs_);
-    builder.RegisterService(&cluster_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
     ClientOptions options;
-    options.server = absl::StrCat("127.0.0.1:", port_);
     options.reconnect_timeout = absl::Seconds(5);
-    auto client = JobClient::Connect(options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
+    server_ = std::make_unique<InProcessServer>(
+        std::initializer_list<grpc::Service*>{&jobs_, &cluster_}, options);
+    client_ = server_->client();
+    ASSERT_NE(client_, nullptr);
   }
   void TearDown() override { server_->Shutdown(); }
 
   FakeJobs jobs_;
   FakeCluster cluster_;
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<JobClient> client_;
+  std::unique_ptr<InProcessServer> server_;
+  JobClient* client_ = nullptr;
   std::ostringstream out_, err_;
 };
 
@@ -204,7 +197,7 @@ TEST_F(JobClientTest, UnreachableServerIsUnavailableNamingTheAddress) {
   // A port that was just free: nothing listens there.
   server_->Shutdown();
   ClientOptions options;
-  options.server = absl::StrCat("127.0.0.1:", port_);
+  options.server = server_->address();
   auto client = JobClient::Connect(options);
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);

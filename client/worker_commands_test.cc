@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/commands.h"
+#include "client/in_process_server_test_support.h"
 #include "client/job_client.h"
 #include "client/proto_text_test_support.h"
 #include "gmock/gmock.h"
@@ -132,18 +133,12 @@ class SteppingClock : public Clock {
 class WorkerCommandsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
-    builder.RegisterService(&cluster_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
     ClientOptions options;
-    options.server = absl::StrCat("127.0.0.1:", port_);
     options.token = "ytk_admin";
-    auto client = JobClient::Connect(options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
+    server_ = std::make_unique<InProcessServer>(
+        std::initializer_list<grpc::Service*>{&cluster_}, options);
+    client_ = server_->client();
+    ASSERT_NE(client_, nullptr);
   }
   void TearDown() override { server_->Shutdown(); }
 
@@ -179,9 +174,8 @@ class WorkerCommandsTest : public ::testing::Test {
   }
 
   FakeCluster cluster_;
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<JobClient> client_;
+  std::unique_ptr<InProcessServer> server_;
+  JobClient* client_ = nullptr;
   SteppingClock clock_;
   std::ostringstream out_, err_;
 };

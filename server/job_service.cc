@@ -30,10 +30,16 @@ absl::StatusOr<JobRecord> JobServiceImpl::VisibleJob(
   return record;
 }
 
-absl::StatusOr<TenantGate::StreamSlot> JobServiceImpl::OpenJobStream(
-    const grpc::ServerContext& context, const std::string& job_id) {
+absl::StatusOr<Caller> JobServiceImpl::CallerSeeing(
+    const grpc::ServerContext& context, const std::string& job_id) const {
   ASSIGN_OR_RETURN(Caller caller, auth_->ForClient(context));
   RETURN_IF_ERROR(VisibleJob(caller, job_id).status());
+  return caller;
+}
+
+absl::StatusOr<TenantGate::StreamSlot> JobServiceImpl::OpenJobStream(
+    const grpc::ServerContext& context, const std::string& job_id) {
+  ASSIGN_OR_RETURN(Caller caller, CallerSeeing(context, job_id));
   return gate_->OpenStream(caller.tenant);
 }
 
@@ -104,9 +110,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        const v1::CancelJobRequest* request,
                                        v1::Job* response) {
-  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  if (absl::Status s = VisibleJob(*caller, request->job_id()).status();
+  if (absl::Status s = CallerSeeing(*context, request->job_id()).status();
       !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -120,9 +124,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::DeleteJob(grpc::ServerContext* context,
                                        const v1::DeleteJobRequest* request,
                                        v1::DeleteJobResponse* response) {
-  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  if (absl::Status s = VisibleJob(*caller, request->job_id()).status();
+  if (absl::Status s = CallerSeeing(*context, request->job_id()).status();
       !s.ok()) {
     return ToGrpcStatus(s);
   }

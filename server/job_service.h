@@ -73,6 +73,10 @@ class JobServiceImpl final : public v1::JobService::Service {
   // to another tenant (the same message either way).
   absl::StatusOr<JobRecord> VisibleJob(const Caller& caller,
                                        const std::string& job_id) const;
+  // Authenticates the caller and checks the job is visible to it; returns
+  // the caller.
+  absl::StatusOr<Caller> CallerSeeing(const grpc::ServerContext& context,
+                                      const std::string& job_id) const;
   // Authenticates, checks the job is visible and takes a stream slot.
   absl::StatusOr<TenantGate::StreamSlot> OpenJobStream(
       const grpc::ServerContext& context, const std::string& job_id);
