@@ -155,6 +155,10 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
           absl::StrCat(job.restarts(), " of ", job.spec().max_restarts(),
                        " after failures", backoff));
   }
+  if (job.spec().time_limit_s() > 0) {
+    d.Add("Time limit",
+          absl::FormatDuration(absl::Seconds(job.spec().time_limit_s())));
+  }
   for (const v1::GpuGrant& g : job.gpu_grants()) {
     d.Add("GPU share", GrantLine(g));
   }

@@ -231,6 +231,10 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(text, HasSubstr("worker lost"));
   EXPECT_THAT(text, Not(HasSubstr("Ended")));
   EXPECT_THAT(text, Not(HasSubstr("Restarts")));  // none allowed
+  EXPECT_THAT(text, Not(HasSubstr("Time limit")));
+  job.mutable_spec()->set_time_limit_s(5400);
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Time limit:      1h30m\n"));
 
   job.mutable_spec()->set_max_restarts(3);
   job.set_restarts(1);

@@ -1,5 +1,7 @@
 #include "server/job_state.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 
@@ -111,6 +113,16 @@ absl::StatusOr<v1::StateChange> StartAttempt(v1::Job& job,
   job.set_state(v1::SCHEDULED);
   job.set_state_reason(change.reason());
   return change;
+}
+
+absl::Duration TimeHeld(const v1::Job& job, absl::Time now) {
+  absl::Duration held;
+  for (const v1::Attempt& a : job.attempts()) {
+    if (!a.has_start_time()) continue;
+    const absl::Time end = a.has_end_time() ? FromProtoTime(a.end_time()) : now;
+    held += std::max(end - FromProtoTime(a.start_time()), absl::ZeroDuration());
+  }
+  return held;
 }
 
 absl::Status CheckCancellable(const v1::Job& job) {

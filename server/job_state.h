@@ -55,6 +55,10 @@ absl::StatusOr<v1::StateChange> StartAttempt(v1::Job& job,
 // FAILED_PRECONDITION "job j-.. is already SUCCEEDED" for a terminal job.
 absl::Status CheckCancellable(const v1::Job& job);
 
+// How long the job's attempts have held workers (each from its assignment
+// to its end, the open one up to `now`): what spec.time_limit_s limits.
+absl::Duration TimeHeld(const v1::Job& job, absl::Time now);
+
 }  // namespace trainyard::server
 
 #endif  // TRAINYARD_SERVER_JOB_STATE_H_

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "server/cluster_view.h"
 #include "server/scheduler_snapshot.h"
+#include "server/time_limits.h"
 #include "server/worker_drains.h"
 
 namespace trainyard::server {
@@ -64,8 +65,8 @@ void SchedulerLoop::Loop() {
     }
     {
       absl::MutexLock pass(&pass_mu_);
-      wait =
-          std::min(wait, next_restart_ - clock_->Now() + absl::Milliseconds(1));
+      wait = std::min(wait,
+                      next_deadline_ - clock_->Now() + absl::Milliseconds(1));
     }
     wait = std::max(wait, absl::Milliseconds(1));
     absl::MutexLock lock(&mu_);
@@ -117,18 +118,42 @@ absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
   return still_held;
 }
 
+// Cancels every job past its time limit; returns the queued jobs left.
+// Sets next_deadline_ to when the next running job reaches its limit.
+std::vector<JobRecord> SchedulerLoop::StopJobsPastTimeLimits(
+    const std::vector<JobRecord>& active, std::vector<JobRecord> queued) {
+  const absl::Time now = clock_->Now();
+  TimeLimitCheck check = CheckTimeLimits(active, now);
+  next_deadline_ = check.next;  // queued jobs hold no worker: no deadline
+  for (TimeLimitStop& stop : CheckTimeLimits(queued, now).stops) {
+    check.stops.push_back(std::move(stop));
+  }
+  std::set<std::string> stopped;
+  for (const TimeLimitStop& stop : check.stops) {
+    absl::StatusOr<v1::Job> cancelled =
+        lifecycle_->Cancel(stop.job_id, stop.reason);
+    if (!cancelled.ok()) {
+      YARD_LOG(WARNING) << "job " << stop.job_id
+                        << " past its time limit: " << cancelled.status();
+    }
+    stopped.insert(stop.job_id);
+  }
+  std::erase_if(
+      queued, [&](const JobRecord& r) { return stopped.contains(r.job.id()); });
+  return queued;
+}
+
 // The queued jobs free to start now: those still waiting out a restart
 // backoff are left out (they keep the reason their restart gave), and the
-// earliest end of those backoffs is kept for the loop to wake at.
+// earliest end of those backoffs brings next_deadline_ forward.
 std::vector<JobRecord> SchedulerLoop::WithoutBackoffs(
     std::vector<JobRecord> queued) {
   const absl::Time now = clock_->Now();
-  next_restart_ = absl::InfiniteFuture();
   std::erase_if(queued, [&](const JobRecord& r) {
     if (!r.job.has_restart_after()) return false;
     const absl::Time after = FromProtoTime(r.job.restart_after());
     if (after <= now) return false;
-    next_restart_ = std::min(next_restart_, after);
+    next_deadline_ = std::min(next_deadline_, after);
     return true;
   });
   return queued;
@@ -144,7 +169,7 @@ absl::Status SchedulerLoop::RunPass() {
   }
   ASSIGN_OR_RETURN(std::vector<JobRecord> queued,
                    store_->JobsInStates({v1::QUEUED}));
-  queued = WithoutBackoffs(std::move(queued));
+  queued = WithoutBackoffs(StopJobsPastTimeLimits(active, std::move(queued)));
   if (queued.empty()) {
     if (options_.queue_positions != nullptr) options_.queue_positions->Clear();
     return absl::OkStatus();

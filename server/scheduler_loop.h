@@ -10,9 +10,10 @@
 //
 // A pass runs when woken (submit, cancel, job end, worker joins or leaves,
 // a drain)
-// or after `tick` at the latest, and as soon as the next lease runs out or
-// a restarted job's backoff ends (a job waits out its Job.restart_after
-// before any policy sees it).
+// or after `tick` at the latest, and as soon as the next lease runs out, a
+// restarted job's backoff ends (a job waits out its Job.restart_after
+// before any policy sees it) or a running job reaches its time limit (each
+// pass cancels the jobs that have: time_limits.h).
 // Wake-ups coalesce: many events while a pass runs cause one more pass, and
 // after each pass the loop rests at least as long as the pass took, so the
 // scheduler never takes more than half a core from the RPC threads. The
@@ -77,6 +78,9 @@ class SchedulerLoop {
   absl::StatusOr<std::vector<JobRecord>> SettleLostWorkers();
   std::vector<JobRecord> WithoutBackoffs(std::vector<JobRecord> queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  std::vector<JobRecord> StopJobsPastTimeLimits(
+      const std::vector<JobRecord>& active, std::vector<JobRecord> queued)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
 
   JobStore* const store_;
   WorkerRegistry* const workers_;
@@ -89,9 +93,10 @@ class SchedulerLoop {
   absl::Mutex pass_mu_;  // one pass at a time
   // Queued jobs' resource needs with their memory estimate, kept per job.
   PendingJobCache pending_jobs_ ABSL_GUARDED_BY(pass_mu_);
-  // The earliest restart_after of the queued jobs the last pass left
-  // waiting out their backoff; InfiniteFuture when none.
-  absl::Time next_restart_ ABSL_GUARDED_BY(pass_mu_) = absl::InfiniteFuture();
+  // When the next pass has work that no event announces: the earliest end
+  // of a restart backoff or of a running job's time limit, as the last pass
+  // saw them; InfiniteFuture when none.
+  absl::Time next_deadline_ ABSL_GUARDED_BY(pass_mu_) = absl::InfiniteFuture();
 
   absl::Mutex mu_;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;

@@ -34,6 +34,7 @@ inline constexpr int64_t kMaxEvalBatches = 1'000'000;
 inline constexpr int64_t kMaxKeepLast = 1'000;
 inline constexpr int64_t kMaxPriority = 1'000;  // and -kMaxPriority
 inline constexpr int64_t kMaxRestarts = 100;
+inline constexpr int64_t kMaxTimeLimitSeconds = int64_t{30} * 24 * 3600;
 
 // Model sizes. Each dimension is capped on its own so no product of them
 // overflows, and the parameter count as a whole: 2e9 fp32 parameters with

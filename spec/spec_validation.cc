@@ -369,6 +369,7 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   p->Range("log_every_steps", spec.log_every_steps(), 0, max_steps);
   p->Range("priority", spec.priority(), -kMaxPriority, kMaxPriority);
   p->Range("max_restarts", spec.max_restarts(), 0, kMaxRestarts);
+  p->Range("time_limit_s", spec.time_limit_s(), 0, kMaxTimeLimitSeconds);
 }
 
 void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {

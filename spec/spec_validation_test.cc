@@ -152,6 +152,14 @@ TEST_F(ValidationTest, AbsurdSizes) {
   EXPECT_EQ(ErrorOf(spec), "max_restarts: must be in [0, 100], got 101");
   spec.set_max_restarts(-1);
   EXPECT_EQ(ErrorOf(spec), "max_restarts: must be in [0, 100], got -1");
+  spec.set_max_restarts(0);
+  spec.set_time_limit_s(-5);
+  EXPECT_EQ(ErrorOf(spec), "time_limit_s: must be in [0, 2592000], got -5");
+  spec.set_time_limit_s(2592001);
+  EXPECT_EQ(ErrorOf(spec),
+            "time_limit_s: must be in [0, 2592000], got 2592001");
+  spec.set_time_limit_s(3600);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
 }
 
 TEST_F(ValidationTest, ParameterLimit) {

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/harness.h"
 
@@ -122,6 +124,32 @@ TEST_F(LifecycleTest, CancelWhileRunningStopsTheTrainer) {
             absl::StrCat("deleted job ", id, " (checkpoints kept)\n"));
   EXPECT_TRUE(std::filesystem::is_directory(after.checkpoint_dir()));
   EXPECT_TRUE(CliFailedWith(Yard({"get", id}), YardExit::kNotFound, {id}));
+}
+
+// A job that reaches its time limit is stopped as a cancel is: it writes a
+// checkpoint on the SIGTERM and ends CANCELLED, the reason naming the limit.
+TEST_F(LifecycleTest, AJobIsStoppedAtItsTimeLimit) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker, StartReadyWorker({.name = "w1"}));
+  v1::JobSpec spec =
+      MnistSpec{.name = "limited", .hidden = 64, .steps = 1'000'000}.ToProto();
+  spec.set_time_limit_s(2);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(spec));
+  const std::string id = submitted.job().id();
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  EXPECT_EQ(job.state(), v1::CANCELLED) << job.DebugString();
+  EXPECT_THAT(job.state_reason(),
+              ::testing::MatchesRegex("time limit reached: held workers for "
+                                      "[0-9.]+s \\(time_limit_s: 2\\)"));
+  ASSERT_EQ(job.attempts_size(), 1);
+  const absl::Duration held = FromProtoTime(job.attempts(0).end_time()) -
+                              FromProtoTime(job.attempts(0).start_time());
+  EXPECT_GE(held, absl::Seconds(2));
+  EXPECT_GT(job.last_checkpoint().step(), 0)
+      << "the SIGTERM should have written a checkpoint";
+  EXPECT_TRUE(worker->process().Running());
+  CommandResult get = Yard({"get", id});
+  EXPECT_THAT(get.out, ::testing::HasSubstr("Time limit:      2s"));
 }
 
 }  // namespace
