@@ -131,6 +131,7 @@ grpc::Status JobServiceImpl::DeleteJob(grpc::ServerContext* context,
   absl::StatusOr<DeletedJob> deleted =
       lifecycle_->Delete(request->job_id(), request->keep_checkpoints());
   if (!deleted.ok()) return ToGrpcStatus(deleted.status());
+  if (on_job_deleted_) on_job_deleted_(*deleted);
   response->set_job_id(request->job_id());
   response->set_deleted_checkpoint_dir(deleted->checkpoint_dir);
   response->set_deleted_checkpoint_bytes(deleted->checkpoint_bytes);

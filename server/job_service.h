@@ -39,6 +39,10 @@ class JobServiceImpl final : public v1::JobService::Service {
   void set_on_submit_rejected(std::function<void(const absl::Status&)> f) {
     on_submit_rejected_ = std::move(f);
   }
+  // Called after each job DeleteJob deletes.
+  void set_on_job_deleted(std::function<void(const DeletedJob&)> f) {
+    on_job_deleted_ = std::move(f);
+  }
 
   // Fills Job.queue_position of queued jobs in GetJob and ListJobs. Set
   // before serving; without it positions stay 0.
@@ -87,6 +91,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   const Authenticator* const auth_;
   TenantGate* const gate_;
   std::function<void(const absl::Status&)> on_submit_rejected_;
+  std::function<void(const DeletedJob&)> on_job_deleted_;
   const QueuePositions* queue_positions_ = nullptr;
 };
 

@@ -135,6 +135,8 @@ std::vector<JobRecord> SchedulerLoop::StopJobsPastTimeLimits(
     if (!cancelled.ok()) {
       YARD_LOG(WARNING) << "job " << stop.job_id
                         << " past its time limit: " << cancelled.status();
+    } else if (options_.on_time_limit_stop) {
+      options_.on_time_limit_stop();
     }
     stopped.insert(stop.job_id);
   }

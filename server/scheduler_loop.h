@@ -48,6 +48,8 @@ struct SchedulerLoopOptions {
   absl::Duration tick = absl::Seconds(1);
   // Told how long each pass of the loop's thread took (metrics).
   std::function<void(absl::Duration)> on_pass_done;
+  // Told of each job the loop cancels for reaching its time limit.
+  std::function<void()> on_time_limit_stop;
   // Where each pass leaves the waiting jobs' queue positions; may be null.
   QueuePositions* queue_positions = nullptr;
   // Fair-share weight per tenant (1 when absent), for the +drf policies.

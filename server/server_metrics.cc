@@ -129,6 +129,25 @@ ServerMetrics::ServerMetrics(Clock* clock, std::string version)
                            "expiry, snapshot, policy, dispatch (seconds).")
                        .Register(*registry_)
                        .Add({}, kPassBuckets);
+  deleted_ = &pm::BuildCounter()
+                  .Name("yard_jobs_deleted_total")
+                  .Help("Ended jobs deleted by DeleteJob (count).")
+                  .Register(*registry_)
+                  .Add({});
+  deleted_bytes_ = &pm::BuildCounter()
+                        .Name("yard_checkpoint_deleted_bytes_total")
+                        .Help(
+                            "Checkpoint files removed with deleted jobs "
+                            "(bytes).")
+                        .Register(*registry_)
+                        .Add({});
+  time_limit_stops_ = &pm::BuildCounter()
+                           .Name("yard_job_time_limit_stops_total")
+                           .Help(
+                               "Jobs cancelled for reaching their spec's "
+                               "time_limit_s (count).")
+                           .Register(*registry_)
+                           .Add({});
   scrape_errors_ = &pm::BuildCounter()
                         .Name("yard_metrics_scrape_errors_total")
                         .Help(
@@ -167,6 +186,13 @@ void ServerMetrics::OnSubmitRejected(const absl::Status& status) {
   if (status.ok()) return;
   rejections_->Add({{"reason", RejectionReason(status)}}).Increment();
 }
+
+void ServerMetrics::OnJobDeleted(int64_t checkpoint_bytes) {
+  deleted_->Increment();
+  deleted_bytes_->Increment(static_cast<double>(checkpoint_bytes));
+}
+
+void ServerMetrics::OnTimeLimitStop() { time_limit_stops_->Increment(); }
 
 void ServerMetrics::ObserveSchedulingPass(absl::Duration duration) {
   pass_seconds_->Observe(absl::ToDoubleSeconds(duration));

@@ -52,6 +52,10 @@ class ServerMetrics : public prometheus::Collectable {
   void OnSubmitRejected(const absl::Status& status);
   // One scheduling pass took `duration`.
   void ObserveSchedulingPass(absl::Duration duration);
+  // DeleteJob deleted a job, and `checkpoint_bytes` with its checkpoints.
+  void OnJobDeleted(int64_t checkpoint_bytes);
+  // The scheduler cancelled a job that reached its time limit.
+  void OnTimeLimitStop();
 
   // prometheus::Collectable: every family, hooks' and scrape-time ones.
   std::vector<prometheus::MetricFamily> Collect() const override;
@@ -74,6 +78,9 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Histogram* pass_seconds_;
   prometheus::Counter* scrape_errors_;
+  prometheus::Counter* deleted_;
+  prometheus::Counter* deleted_bytes_;
+  prometheus::Counter* time_limit_stops_;
 };
 
 }  // namespace trainyard::server

@@ -175,6 +175,22 @@ TEST_F(ServerMetricsTest, PreemptionAndSchedulingPassCounted) {
   EXPECT_EQ(Value("yard_build_info", {{"version", "9.9.9"}}), 1);
 }
 
+TEST_F(ServerMetricsTest, DeletionsAndTimeLimitStopsAreCounted) {
+  const std::string id = Submit();
+  ASSERT_TRUE(lifecycle_->Cancel(id, "").ok());
+  EXPECT_EQ(Jobs("cancelled"), 1);
+  absl::StatusOr<DeletedJob> deleted = lifecycle_->Delete(id, false);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  metrics_.OnJobDeleted(deleted->checkpoint_bytes);
+  metrics_.OnJobDeleted(4096);
+  EXPECT_EQ(Jobs("cancelled"), 0) << "the gauge counts what the store holds";
+  EXPECT_EQ(Value("yard_jobs_deleted_total"), 2);
+  EXPECT_EQ(Value("yard_checkpoint_deleted_bytes_total"), 4096);
+  EXPECT_EQ(Value("yard_job_time_limit_stops_total"), 0);
+  metrics_.OnTimeLimitStop();
+  EXPECT_EQ(Value("yard_job_time_limit_stops_total"), 1);
+}
+
 TEST_F(ServerMetricsTest, NoJobIdLabelsAndEveryFamilyDocumented) {
   Submit();
   Connect("w1");

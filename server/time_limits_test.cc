@@ -68,7 +68,17 @@ TEST(CheckTimeLimitsTest, SkipsUnlimitedEndedAndAlreadyCancelledJobs) {
   EXPECT_EQ(c.next, absl::InfiniteFuture());
 }
 
-class TimeLimitPassTest : public ServerLogicTest {};
+class TimeLimitPassTest : public ServerLogicTest {
+ protected:
+  TimeLimitPassTest() {
+    SchedulerLoopOptions options;
+    options.on_time_limit_stop = [this] { ++stops_; };
+    loop_ = std::make_unique<SchedulerLoop>(store_.get(), registry_.get(),
+                                            lifecycle_.get(), &policy_, &clock_,
+                                            options);
+  }
+  int stops_ = 0;
+};
 
 TEST_F(TimeLimitPassTest, ARunningJobIsCancelledWhenItReachesItsLimit) {
   v1::SubmitJobRequest req;
@@ -95,11 +105,13 @@ TEST_F(TimeLimitPassTest, ARunningJobIsCancelledWhenItReachesItsLimit) {
   AdvanceWithHeartbeats(absl::Seconds(1));
   Pass();
   EXPECT_EQ(cancels(), 1);
+  EXPECT_EQ(stops_, 1);
   EXPECT_THAT(Job(id).job.state_reason(),
               HasSubstr("cancel requested: time limit reached: held workers "
                         "for 1m (time_limit_s: 60)"));
   Pass();  // asked once: the cancel is already on its way
   EXPECT_EQ(cancels(), 0);
+  EXPECT_EQ(stops_, 1);
 
   ASSERT_TRUE(w.Exited(id, 1, 3, "", /*cancelled=*/true).ok());
   const JobRecord r = Job(id);

@@ -301,6 +301,7 @@ void YardServer::Parts::BuildLogic() {
   sched.on_pass_done = [m = metrics.get()](absl::Duration d) {
     m->ObserveSchedulingPass(d);
   };
+  sched.on_time_limit_stop = [m = metrics.get()] { m->OnTimeLimitStop(); };
   loop = std::make_unique<SchedulerLoop>(store.get(), workers.get(),
                                          lifecycle.get(), policy.get(),
                                          o.clock, sched);
@@ -318,6 +319,9 @@ void YardServer::Parts::BuildLogic() {
   job_service->set_queue_positions(&queue_positions);
   job_service->set_on_submit_rejected(
       [m = metrics.get()](const absl::Status& s) { m->OnSubmitRejected(s); });
+  job_service->set_on_job_deleted([m = metrics.get()](const DeletedJob& d) {
+    m->OnJobDeleted(d.checkpoint_bytes);
+  });
   metrics->Watch(store.get(), workers.get());
   cluster_service = std::make_unique<ClusterServiceImpl>(
       view.get(), store.get(), drains.get(), authenticator.get());
