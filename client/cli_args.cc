@@ -158,6 +158,14 @@ class ArgParser {
       out_.request_id = *v;
       return absl::OkStatus();
     }
+    if (c == Command::kSubmit && name == "--set") {
+      // FIELD=VALUE is checked against the spec later: a bad one is an
+      // invalid spec (exit 3), not a usage error.
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      out_.spec_overrides.push_back(*v);
+      return absl::OkStatus();
+    }
     if (c == Command::kLogs && (name == "-f" || name == "--follow")) {
       out_.follow = true;
       return no_value();
@@ -404,8 +412,10 @@ std::string UsageText() {
   return R"(usage: yard [--server HOST:PORT] [-o table|json] COMMAND [ARGS]
 
 Commands:
-  submit SPEC [--wait] [--request-id ID]
+  submit SPEC [--set FIELD=VALUE]... [--wait] [--request-id ID]
                      submit a job spec (YAML or JSON) and print its id;
+                     --set overrides a field of the spec, in order (e.g.
+                     --set optimizer.lr=0.003 --set model.mlp.hidden=512,256);
                      --wait follows it to the end (exit 0 only if SUCCEEDED)
   ls [--state S[,S]] [--limit N | --all]
                      list jobs, oldest first (at most 100 unless --limit/--all)

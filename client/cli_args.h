@@ -47,6 +47,9 @@ struct CliArgs {
   Command command = Command::kHelp;
   // submit
   std::string spec_path;
+  // submit --set FIELD=VALUE, in command-line order; checked and applied
+  // by spec::ApplySpecOverride once the file is read.
+  std::vector<std::string> spec_overrides;
   bool wait = false;  // submit --wait, drain --wait
   std::string request_id;
   // get, logs, watch, cancel, delete

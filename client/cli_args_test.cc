@@ -13,6 +13,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 namespace v1 = ::trainyard::v1;
 
 CliArgs Parse(const std::vector<std::string>& args, const char* env = nullptr) {
@@ -67,6 +68,34 @@ TEST(ParseArgsTest, Submit) {
             "--request-id: must not be empty");
   EXPECT_EQ(Error({"submit", "a.yaml", "--wait=yes"}),
             "--wait: takes no value");
+}
+
+TEST(ParseArgsTest, SubmitSetIsRepeatableAndKeepsItsOrder) {
+  CliArgs a = Parse({"submit", "spec.yaml", "--set", "optimizer.lr=0.003",
+                     "--set=steps=2000", "--wait", "--set", "name=a=b", "--set",
+                     "model.mlp.hidden=512,256"});
+  EXPECT_EQ(a.spec_path, "spec.yaml");
+  EXPECT_TRUE(a.wait);
+  EXPECT_THAT(a.spec_overrides,
+              ElementsAre("optimizer.lr=0.003", "steps=2000", "name=a=b",
+                          "model.mlp.hidden=512,256"));
+  // Global flags between them, and a value that starts with a dash.
+  a = Parse({"submit", "--set", "steps=1", "-o", "json", "s.yaml", "--set",
+             "name=-x"});
+  EXPECT_EQ(a.output, OutputFormat::kJson);
+  EXPECT_THAT(a.spec_overrides, ElementsAre("steps=1", "name=-x"));
+  EXPECT_THAT(Parse({"submit", "s.yaml"}).spec_overrides, IsEmpty());
+  // What FIELD=VALUE means is the spec's business (exit 3 later); only a
+  // missing value is a usage error here.
+  EXPECT_THAT(Parse({"submit", "s.yaml", "--set", "nonsense"}).spec_overrides,
+              ElementsAre("nonsense"));
+  EXPECT_THAT(Parse({"submit", "s.yaml", "--set="}).spec_overrides,
+              ElementsAre(""));
+  EXPECT_EQ(Error({"submit", "s.yaml", "--set"}), "--set: missing value");
+  EXPECT_EQ(Error({"get", "j1", "--set", "steps=1"}),
+            "unknown flag \"--set\" for 'get'");
+  EXPECT_EQ(Error({"--set", "steps=1", "submit", "s.yaml"}),
+            "unknown flag \"--set\" (command flags go after the command)");
 }
 
 TEST(ParseArgsTest, JobCommands) {
@@ -130,7 +159,8 @@ TEST(ParseArgsTest, HelpWinsOverEverythingElse) {
   EXPECT_EQ(Parse({"-h"}).command, Command::kHelp);
   EXPECT_EQ(Parse({"help"}).command, Command::kHelp);
   EXPECT_EQ(Parse({"submit", "--help"}).command, Command::kHelp);
-  EXPECT_THAT(UsageText(), HasSubstr("submit SPEC [--wait]"));
+  EXPECT_THAT(UsageText(),
+              HasSubstr("submit SPEC [--set FIELD=VALUE]... [--wait]"));
   EXPECT_THAT(UsageText(), HasSubstr("Exit codes"));
 }
 

@@ -10,6 +10,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "client/output_format.h"
+#include "spec/spec.h"
+#include "spec/spec_override.h"
 
 namespace trainyard::client {
 namespace {
@@ -160,6 +162,24 @@ int ReportError(const absl::Status& status, std::ostream& err) {
   return ExitCodeForStatus(status);
 }
 
+int ReadSubmitSpec(const CliArgs& args, v1::JobSpec* spec, std::ostream& err) {
+  absl::StatusOr<v1::JobSpec> parsed = spec::ReadJobSpecFile(args.spec_path);
+  if (!parsed.ok()) {
+    ReportError(parsed.status(), err);
+    return kExitInvalidArgument;
+  }
+  for (const std::string& assignment : args.spec_overrides) {
+    absl::Status s = spec::ApplySpecOverride(assignment, *parsed);
+    if (!s.ok()) {
+      ReportError(
+          absl::InvalidArgumentError(absl::StrCat("--set ", s.message())), err);
+      return kExitInvalidArgument;
+    }
+  }
+  *spec = std::move(*parsed);
+  return kExitOk;
+}
+
 int RunSubmit(const CliArgs& args, const v1::JobSpec& spec, JobClient& client,
               std::ostream& out, std::ostream& err) {
   absl::StatusOr<v1::SubmitJobResponse> response =
@@ -167,9 +187,12 @@ int RunSubmit(const CliArgs& args, const v1::JobSpec& spec, JobClient& client,
   if (!response.ok()) {
     absl::Status s = response.status();
     if (s.code() == absl::StatusCode::kInvalidArgument) {
-      // The server checked the spec: say which file it came from.
-      s = absl::InvalidArgumentError(
-          absl::StrCat(args.spec_path, ": ", s.message()));
+      // The server checked the spec: say which file it came from, and
+      // that --set may be to blame.
+      s = absl::InvalidArgumentError(absl::StrCat(
+          args.spec_path,
+          args.spec_overrides.empty() ? "" : " with its --set overrides", ": ",
+          s.message()));
     }
     return ReportError(s, err);
   }

@@ -21,7 +21,14 @@ namespace trainyard::client {
 // become spaces) and returns the exit code for the status.
 int ReportError(const absl::Status& status, std::ostream& err);
 
-// `spec` is the already parsed file named by args.spec_path.
+// Reads the spec file named by args.spec_path into *spec and applies
+// args.spec_overrides (--set) in order, before any server is contacted.
+// Returns kExitOk, or kExitInvalidArgument having printed the error, which
+// names the file or the override.
+int ReadSubmitSpec(const CliArgs& args, trainyard::v1::JobSpec* spec,
+                   std::ostream& err);
+
+// `spec` is the spec ReadSubmitSpec made of args.spec_path.
 int RunSubmit(const CliArgs& args, const trainyard::v1::JobSpec& spec,
               JobClient& client, std::ostream& out, std::ostream& err);
 

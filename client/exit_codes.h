@@ -5,8 +5,9 @@
 //   1  the job ended but did not succeed (submit --wait, watch), or a local
 //      failure that is none of the below
 //   2  usage error: unknown command or flag, missing argument
-//   3  invalid spec or argument: the spec file cannot be read or parsed, or
-//      the server answered INVALID_ARGUMENT
+//   3  invalid spec or argument: the spec file cannot be read or parsed, a
+//      submit --set override does not fit it, or the server answered
+//      INVALID_ARGUMENT
 //   4  not found: unknown job id (NOT_FOUND)
 //   5  failed precondition: e.g. cancelling a job that already ended, or
 //      deleting one that has not (FAILED_PRECONDITION)

@@ -10,8 +10,9 @@
 //   1  the job ended but did not succeed (submit --wait, watch), or another
 //      local failure
 //   2  usage error (unknown command or flag, missing argument)
-//   3  invalid spec or argument (the spec file cannot be read or parsed, or
-//      the server answered INVALID_ARGUMENT)
+//   3  invalid spec or argument (the spec file cannot be read or parsed, a
+//      --set override does not fit it, or the server answered
+//      INVALID_ARGUMENT)
 //   4  not found (unknown job id)
 //   5  failed precondition (e.g. cancelling a job that already ended, or
 //      deleting one that has not)
@@ -30,7 +31,6 @@
 #include "client/commands.h"
 #include "client/exit_codes.h"
 #include "client/job_client.h"
-#include "spec/spec.h"
 
 namespace {
 
@@ -49,13 +49,8 @@ int Main(const std::vector<std::string>& argv) {
   // A spec is read before connecting: its mistakes need no server.
   trainyard::v1::JobSpec spec;
   if (args->command == Command::kSubmit) {
-    absl::StatusOr<trainyard::v1::JobSpec> parsed =
-        trainyard::spec::ReadJobSpecFile(args->spec_path);
-    if (!parsed.ok()) {
-      ReportError(parsed.status(), std::cerr);
-      return kExitInvalidArgument;
-    }
-    spec = std::move(*parsed);
+    int code = ReadSubmitSpec(*args, &spec, std::cerr);
+    if (code != kExitOk) return code;
   }
   absl::StatusOr<ClientOptions> options =
       ResolveClientOptions(*args, ClientEnv::FromProcess());

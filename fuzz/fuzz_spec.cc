@@ -7,6 +7,9 @@
 // yard-train as JSON and the server stores them as protobuf:
 //   - printed as JSON and parsed again, it is the same spec;
 //   - encoded as protobuf and decoded again, it decodes.
+// Each input is also applied as a `--set` override (ApplySpecOverride) to a
+// small valid spec: an override that fails must leave the spec as it was,
+// and one that yields a valid spec must round-trip as above.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "spec/json_syntax.h"
 #include "spec/spec.h"
+#include "spec/spec_override.h"
 #include "spec/yaml_to_json.h"
 
 namespace {
@@ -61,10 +65,38 @@ void CheckRoundTrips(const JobSpec& spec) {
   }
 }
 
+// The input as an override of a small valid spec.
+void CheckOverride(std::string_view text) {
+  JobSpec base;
+  base.set_name("fuzz");
+  base.mutable_model()->mutable_mlp()->add_hidden(8);
+  base.mutable_data()->mutable_mnist()->set_images("i.gz");
+  base.mutable_data()->mutable_mnist()->set_labels("l.gz");
+  base.mutable_batch()->set_micro_batch(4);
+  base.set_steps(10);
+  JobSpec spec = base;
+  const absl::Status applied = trainyard::spec::ApplySpecOverride(text, spec);
+  trainyard::fuzz::Report("override", applied);
+  if (!applied.ok()) {
+    if (!google::protobuf::util::MessageDifferencer::Equals(spec, base)) {
+      Fail("a failed override changed the spec", std::string(text));
+    }
+    return;
+  }
+  trainyard::spec::ValidationOptions options;
+  options.data_root = DataRoot();
+  options.check_files_exist = false;
+  const JobSpec full = trainyard::spec::WithDefaults(spec);
+  if (trainyard::spec::ValidateJobSpec(full, options).ok()) {
+    CheckRoundTrips(spec);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  CheckOverride(text);
   (void)trainyard::spec::YamlToJson(text);
   (void)trainyard::spec::CheckJsonSyntax(text);
   absl::StatusOr<JobSpec> spec = trainyard::spec::ParseJobSpec(text);

@@ -97,6 +97,14 @@ def specs():
         "model": {"mlp": {"hidden": [2147483647, 65536], "input_dim": 784}},
         "data": {"mnist": {"images": "../etc/passwd", "labels": "/abs"}},
         "batch": {"micro_batch": 0}, "steps": "9223372036854775807"}))
+    # `yard submit --set` overrides (each input is also tried as one).
+    for name, text in [("lr", "optimizer.lr=0.003"),
+                       ("list", "model.mlp.hidden=512,256"),
+                       ("oneof", "model.gpt.n_layer=2"),
+                       ("enum", "precision=BF16"),
+                       ("bad-range", "batch.micro_batch=2147483648"),
+                       ("bad-message", "model=mlp")]:
+        write("spec", "override-" + name + ".txt", text)
 
 
 # --- safetensors, checkpoints and Hugging Face folders -----------------------
