@@ -163,6 +163,9 @@ std::vector<JobRecord> SchedulerLoop::WithoutBackoffs(
 
 absl::Status SchedulerLoop::RunPass() {
   absl::MutexLock pass(&pass_mu_);
+  // A pass that fails early must not leave a past deadline behind: the loop
+  // would then run a failing pass every millisecond instead of every tick.
+  next_deadline_ = absl::InfiniteFuture();
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, SettleLostWorkers());
   // Preempting changes no worker: one list serves the drains and capacity.
   const std::vector<WorkerStatus> workers = workers_->List();
