@@ -145,11 +145,13 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   }
   if (job.spec().max_restarts() > 0) {
     std::string backoff;
+    const absl::Time after = FromProtoTime(job.restart_after());
     if (job.state() == v1::QUEUED && IsSet(job.restart_after()) &&
-        FromProtoTime(job.restart_after()) > now) {
-      backoff =
-          absl::StrCat("; the next attempt waits ",
-                       FormatAge(now, FromProtoTime(job.restart_after())));
+        after > now) {
+      // Rounded up: "0s" would read as over while it still waits.
+      backoff = absl::StrCat(
+          "; the next attempt waits ",
+          FormatAge(now, now + absl::Ceil(after - now, absl::Seconds(1))));
     }
     d.Add("Restarts",
           absl::StrCat(job.restarts(), " of ", job.spec().max_restarts(),

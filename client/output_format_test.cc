@@ -246,6 +246,8 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Restarts:        1 of 3 after failures; the next "
                         "attempt waits 40s\n"));
+  EXPECT_THAT(FormatJobDetails(job, kNow + absl::Milliseconds(39'500)),
+              HasSubstr("; the next attempt waits 1s\n"));
   // The backoff is over.
   EXPECT_THAT(FormatJobDetails(job, kNow + absl::Seconds(41)),
               HasSubstr("Restarts:        1 of 3 after failures\n"));
