@@ -146,8 +146,10 @@ absl::Status CheckRunning(const RunningJob& r, const ClusterSnapshot& s) {
 absl::StatusOr<ClusterSnapshot> ClusterSnapshot::Create(
     std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending,
     std::vector<TaskClass> workload, std::vector<RunningJob> running,
-    absl::flat_hash_map<std::string, double> tenant_weights) {
+    absl::flat_hash_map<std::string, double> tenant_weights,
+    AvoidedWorkers avoided) {
   ClusterSnapshot s;
+  s.avoided_ = std::move(avoided);
   for (size_t i = 0; i < workers.size(); ++i) {
     RETURN_IF_ERROR(CheckWorker(workers[i]));
     if (!s.worker_at_.emplace(workers[i].id, i).second) {

@@ -81,10 +81,6 @@ struct PendingJob {
   // GPUs); 1 = one node only, 0 = any number. Each node then gives its ranks'
   // share of cpu_milli and memory_bytes (PartOf, node_fit.h).
   int32_t max_nodes = 1;
-  // Workers its earlier attempts failed on (a job restarted after a crash):
-  // it goes elsewhere when any other worker has room now, and there only
-  // when none has.
-  std::vector<std::string> avoid_workers = {};
 
   bool whole_gpus() const { return gpu_memory_bytes == 0; }
 };
@@ -130,6 +126,15 @@ struct TaskClass {
   double weight = 0;  // relative frequency, > 0
 };
 
+// By pending job id: the workers its earlier attempts failed on (a job
+// restarted after a crash). It goes elsewhere when any other worker has room
+// now, and there only when none has. Kept beside the jobs rather than in
+// PendingJob, which a pass reads for every queued job: the list there grew
+// PendingJob from 128 to 152 bytes and made first-fit passes over 50,000
+// jobs measurably slower (docs/BENCHMARKS.md).
+using AvoidedWorkers =
+    absl::flat_hash_map<std::string, std::vector<std::string>>;
+
 class ClusterSnapshot {
  public:
   // Checks the invariants policies rely on: unique non-empty worker and job
@@ -147,12 +152,19 @@ class ClusterSnapshot {
       std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending,
       std::vector<TaskClass> workload = {},
       std::vector<RunningJob> running = {},
-      absl::flat_hash_map<std::string, double> tenant_weights = {});
+      absl::flat_hash_map<std::string, double> tenant_weights = {},
+      AvoidedWorkers avoided = {});
 
   const std::vector<WorkerCapacity>& workers() const { return workers_; }
   const std::vector<PendingJob>& pending() const { return pending_; }
   const std::vector<TaskClass>& workload() const { return workload_; }
   const std::vector<RunningJob>& running() const { return running_; }
+  // The workers pending job `job_id` should avoid; nullptr when none.
+  const std::vector<std::string>* AvoidedBy(const std::string& job_id) const {
+    if (avoided_.empty()) return nullptr;
+    auto it = avoided_.find(job_id);
+    return it == avoided_.end() ? nullptr : &it->second;
+  }
   // Fair-share weight of a tenant (1 unless set).
   double TenantWeight(const std::string& tenant) const;
 
@@ -168,6 +180,7 @@ class ClusterSnapshot {
   std::vector<TaskClass> workload_;
   std::vector<RunningJob> running_;
   absl::flat_hash_map<std::string, double> tenant_weights_;
+  AvoidedWorkers avoided_;
   absl::flat_hash_map<std::string, size_t> worker_at_;  // id -> position
   absl::flat_hash_map<std::string, size_t> job_at_;
 };

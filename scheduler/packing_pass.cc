@@ -376,8 +376,8 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
     };
     if (known == nullptr) {
       bool placed = false;
-      if (!job->avoid_workers.empty()) {
-        HeldBack avoided(job->avoid_workers, free, *chooser);
+      if (const std::vector<std::string>* avoid = snapshot.AvoidedBy(job->id)) {
+        HeldBack avoided(*avoid, free, *chooser);
         placed = avoided.any() && place();
       }
       if (placed || place()) continue;

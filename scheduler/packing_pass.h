@@ -9,7 +9,7 @@
 // backfill, the first blocked jobs each reserve a worker that nothing later in
 // the pass may use; with preemption, waiting jobs then look for lower-priority
 // victims (preemption.h). A job restarted after failures first looks only
-// at the workers it did not fail on (PendingJob::avoid_workers). Thread-
+// at the workers it did not fail on (ClusterSnapshot::AvoidedBy). Thread-
 // compatible: a pass owns its working copy of the free capacity.
 #ifndef TRAINYARD_SCHEDULER_PACKING_PASS_H_
 #define TRAINYARD_SCHEDULER_PACKING_PASS_H_

@@ -153,38 +153,45 @@ TEST(BackfillTest, BlockedGangReservesAWorkerSmallJobsBackfillTheRest) {
 // A job restarted after failing on some workers goes elsewhere when it can,
 // whatever the policy, and back to them when nothing else has room.
 TEST(AvoidWorkersTest, ElsewhereWhenPossibleElseWhereItFailed) {
+  auto snapshot = [](std::vector<WorkerCapacity> w, std::vector<PendingJob> j,
+                     AvoidedWorkers avoided) {
+    auto s = ClusterSnapshot::Create(std::move(w), std::move(j), {}, {}, {},
+                                     std::move(avoided));
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *std::move(s);
+  };
+  const PendingJob restarted = Share("restarted", 0, 1, 1000);
+  const PendingJob next = Share("next", 1, 1, 1000);
   for (const char* name : {"first-fit", "best-fit", "fgd", "fgd+drf"}) {
     SCOPED_TRACE(name);
-    PendingJob restarted = Share("restarted", 0, 1, 1000);
-    restarted.avoid_workers = {"a", "gone"};  // "gone" is not connected
-    PendingJob next = Share("next", 1, 1, 1000);
-    // a would suit it as well as b, and comes first.
-    Plan plan = Policy(name)->Place(MakeSnapshot(
-        {Node("a", {1000}), Node("b", {1000})}, {restarted, next}));
+    // a would suit it as well as b, and comes first; "gone" is not
+    // connected.
+    Plan plan = Policy(name)->Place(
+        snapshot({Node("a", {1000}), Node("b", {1000})}, {restarted, next},
+                 {{"restarted", {"a", "gone"}}}));
     ASSERT_EQ(plan.placements.size(), 2u);
     EXPECT_EQ(plan.placements[0].job_id, "restarted");
     EXPECT_EQ(plan.placements[0].worker_id, "b");
     // Held back only for the restarted job.
     EXPECT_EQ(plan.placements[1].worker_id, "a");
 
-    restarted.avoid_workers = {"a", "b"};
-    plan = Policy(name)->Place(
-        MakeSnapshot({Node("a", {1000}), Node("b", {0, 0})}, {restarted}));
+    plan =
+        Policy(name)->Place(snapshot({Node("a", {1000}), Node("b", {0, 0})},
+                                     {restarted}, {{"restarted", {"a", "b"}}}));
     ASSERT_EQ(plan.placements.size(), 1u);
     EXPECT_EQ(plan.placements[0].worker_id, "a");
   }
   // A spread job avoids the worker too, and a worker reserved for a blocked
   // job stays reserved after the restarted job looked.
-  PendingJob gang = Share("gang", 0, 4, 1000);
   PendingJob spread = Share("spread", 1, 2, 1000);
   spread.max_nodes = 0;
-  spread.avoid_workers = {"b"};
-  PendingJob small = Share("small", 2, 1, 1000);
-  Plan plan = Policy("first-fit+backfill")
-                  ->Place(MakeSnapshot(
-                      {Node("a", {1000, 1000, 1000, 0}), Node("b", {1000}),
-                       Node("c", {1000}), Node("d", {1000})},
-                      {gang, spread, small}));
+  Plan plan =
+      Policy("first-fit+backfill")
+          ->Place(snapshot(
+              {Node("a", {1000, 1000, 1000, 0}), Node("b", {1000}),
+               Node("c", {1000}), Node("d", {1000})},
+              {Share("gang", 0, 4, 1000), spread, Share("small", 2, 1, 1000)},
+              {{"spread", {"b"}}}));
   ASSERT_EQ(plan.reservations.size(), 1u);
   EXPECT_EQ(plan.reservations[0].worker_id, "a");
   ASSERT_THAT(PlacedIds(plan), ElementsAre("spread", "small"));

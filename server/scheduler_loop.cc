@@ -197,16 +197,18 @@ absl::Status SchedulerLoop::RunPass() {
   for (scheduler::PendingJob& p : pending_jobs_.Of(queued)) {
     if (!left_out.contains(p.id)) pending.push_back(std::move(p));
   }
+  scheduler::AvoidedWorkers avoided = AvoidedWorkersOf(queued);
   std::map<std::string, JobRecord> by_id;
   for (JobRecord& r : queued) by_id.emplace(r.job.id(), std::move(r));
   std::vector<scheduler::WorkerCapacity> capacity =
       SchedulableCapacity(workers, UsageByWorker(active));
   std::vector<scheduler::RunningJob> running =
       RunningJobsOf(active, capacity, clock_->Now());
-  ASSIGN_OR_RETURN(scheduler::ClusterSnapshot snapshot,
-                   scheduler::ClusterSnapshot::Create(
-                       std::move(capacity), std::move(pending), {},
-                       std::move(running), std::move(weights)));
+  ASSIGN_OR_RETURN(
+      scheduler::ClusterSnapshot snapshot,
+      scheduler::ClusterSnapshot::Create(
+          std::move(capacity), std::move(pending), {}, std::move(running),
+          std::move(weights), std::move(avoided)));
   scheduler::Plan plan = policy_->Place(snapshot);
   absl::Status valid = scheduler::CheckPlan(snapshot, plan);
   if (!valid.ok()) {

@@ -81,13 +81,22 @@ scheduler::PendingJob PendingJobOf(const JobRecord& record,
     // Declared share, else (0) in proportion to memory.
     p.gpu_compute_milli = record.job.spec().resources().gpu_compute_milli();
   }
-  for (const v1::Attempt& a : record.job.attempts()) {
-    if (a.outcome() != v1::FAILED) continue;
-    p.avoid_workers.push_back(a.worker_id());
-    p.avoid_workers.insert(p.avoid_workers.end(), a.more_workers().begin(),
-                           a.more_workers().end());
-  }
   return p;
+}
+
+scheduler::AvoidedWorkers AvoidedWorkersOf(
+    const std::vector<JobRecord>& queued) {
+  scheduler::AvoidedWorkers avoided;
+  for (const JobRecord& r : queued) {
+    for (const v1::Attempt& a : r.job.attempts()) {
+      if (a.outcome() != v1::FAILED) continue;
+      std::vector<std::string>& workers = avoided[r.job.id()];
+      workers.push_back(a.worker_id());
+      workers.insert(workers.end(), a.more_workers().begin(),
+                     a.more_workers().end());
+    }
+  }
+  return avoided;
 }
 
 std::vector<scheduler::PendingJob> PendingJobCache::Of(

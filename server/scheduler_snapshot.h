@@ -35,10 +35,15 @@ namespace trainyard::server {
 int64_t GpuMemoryEstimate(const v1::JobSpec& spec);
 
 // `gpu_memory_estimate`: GpuMemoryEstimate of the job's spec, or 0 to ask
-// for whole GPUs without an estimate. The workers of the job's FAILED
-// attempts (each restarted under max_restarts) are its avoid_workers.
+// for whole GPUs without an estimate.
 scheduler::PendingJob PendingJobOf(const JobRecord& record,
                                    int64_t gpu_memory_estimate = 0);
+
+// For each of `queued` with FAILED attempts (each restarted under
+// max_restarts): the workers those attempts ran on, for the policy to try
+// the others first. Jobs without any are left out.
+scheduler::AvoidedWorkers AvoidedWorkersOf(
+    const std::vector<JobRecord>& queued);
 
 // The queued jobs of each pass as PendingJobs, each with its memory
 // estimate. A spec never changes once submitted, so the estimate is made

@@ -169,12 +169,11 @@ TEST(PendingJobOfTest, CarriesTenantPriorityOrderAndNeeds) {
   EXPECT_EQ(p.priority, 3);
   EXPECT_EQ(p.submit_order, 17);
   EXPECT_EQ(p.gpus, 2);
-  EXPECT_TRUE(p.avoid_workers.empty());
 }
 
 // Only failed attempts count: a preempted or lost attempt says nothing bad
 // of its worker.
-TEST(PendingJobOfTest, AvoidsTheWorkersOfFailedAttempts) {
+TEST(AvoidedWorkersOfTest, TheWorkersOfFailedAttempts) {
   JobRecord r = Record("j-9", v1::QUEUED, /*gpus=*/2);
   auto add = [&](const std::string& worker, v1::JobState outcome,
                  std::vector<std::string> more = {}) {
@@ -186,7 +185,10 @@ TEST(PendingJobOfTest, AvoidsTheWorkersOfFailedAttempts) {
   add("w1", v1::FAILED);
   add("w2", v1::QUEUED);
   add("w3", v1::FAILED, {"w4", "w5"});
-  EXPECT_THAT(PendingJobOf(r).avoid_workers,
+  const JobRecord fresh = Record("j-10", v1::QUEUED, /*gpus=*/1);
+  const scheduler::AvoidedWorkers avoided = AvoidedWorkersOf({r, fresh});
+  ASSERT_EQ(avoided.size(), 1u) << "a job that never failed avoids nothing";
+  EXPECT_THAT(avoided.at("j-9"),
               ::testing::ElementsAre("w1", "w3", "w4", "w5"));
 }
 
