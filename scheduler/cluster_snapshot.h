@@ -129,9 +129,8 @@ struct TaskClass {
 // By pending job id: the workers its earlier attempts failed on (a job
 // restarted after a crash). It goes elsewhere when any other worker has room
 // now, and there only when none has. Kept beside the jobs rather than in
-// PendingJob, which a pass reads for every queued job: the list there grew
-// PendingJob from 128 to 152 bytes and made first-fit passes over 50,000
-// jobs measurably slower (docs/BENCHMARKS.md).
+// PendingJob, which a pass reads for every queued job, so that PendingJob
+// stays 128 bytes (the A/B runs are in docs/BENCHMARKS.md).
 using AvoidedWorkers =
     absl::flat_hash_map<std::string, std::vector<std::string>>;
 
