@@ -232,6 +232,12 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(text, Not(HasSubstr("Ended")));
   EXPECT_THAT(text, Not(HasSubstr("Restarts")));  // none allowed
   EXPECT_THAT(text, Not(HasSubstr("Time limit")));
+  EXPECT_THAT(text, Not(HasSubstr("Deleted at")));
+  *job.mutable_delete_time() = ToProtoTime(kNow + absl::Hours(49));
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Deleted at:      2023-11-16 23:13:20 UTC (in 2d, by "
+                        "the server's job retention)\n"));
+  job.clear_delete_time();
   job.mutable_spec()->set_time_limit_s(5400);
   EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Time limit:      1h30m\n"));

@@ -1,6 +1,7 @@
 #include "server/job_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "common/rpc_status.h"
 #include "common/status_macros.h"
 #include "server/job_state.h"
@@ -37,6 +38,15 @@ absl::StatusOr<Caller> JobServiceImpl::CallerSeeing(
   return caller;
 }
 
+void JobServiceImpl::FillOutputFields(v1::Job& job) const {
+  if (queue_positions_ != nullptr) queue_positions_->Fill(job);
+  if (job_retention_ > absl::ZeroDuration() && IsTerminal(job.state()) &&
+      job.has_end_time()) {
+    *job.mutable_delete_time() =
+        ToProtoTime(FromProtoTime(job.end_time()) + job_retention_);
+  }
+}
+
 absl::StatusOr<TenantGate::StreamSlot> JobServiceImpl::OpenJobStream(
     const grpc::ServerContext& context, const std::string& job_id) {
   ASSIGN_OR_RETURN(Caller caller, CallerSeeing(context, job_id));
@@ -69,7 +79,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
   absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
   if (!record.ok()) return ToGrpcStatus(record.status());
   *response = std::move(record->job);
-  if (queue_positions_ != nullptr) queue_positions_->Fill(*response);
+  FillOutputFields(*response);
   return grpc::Status::OK;
 }
 
@@ -100,7 +110,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
   absl::StatusOr<JobPage> page = store_->ListJobs(query);
   if (!page.ok()) return ToGrpcStatus(page.status());
   for (v1::Job& job : page->jobs) {
-    if (queue_positions_ != nullptr) queue_positions_->Fill(job);
+    FillOutputFields(job);
     *response->add_jobs() = std::move(job);
   }
   response->set_next_page_token(page->next_page_token);

@@ -49,6 +49,10 @@ class JobServiceImpl final : public v1::JobService::Service {
   void set_queue_positions(const QueuePositions* positions) {
     queue_positions_ = positions;
   }
+  // The server's retention of ended jobs (JobRetention): GetJob and
+  // ListJobs fill Job.delete_time of ended jobs from it. Set before
+  // serving; zero (the default) leaves it unset.
+  void set_job_retention(absl::Duration keep_for) { job_retention_ = keep_for; }
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -81,6 +85,9 @@ class JobServiceImpl final : public v1::JobService::Service {
   // the caller.
   absl::StatusOr<Caller> CallerSeeing(const grpc::ServerContext& context,
                                       const std::string& job_id) const;
+  // Fills the output-only fields GetJob and ListJobs add to a stored job:
+  // its queue position and its delete time.
+  void FillOutputFields(v1::Job& job) const;
   // Authenticates, checks the job is visible and takes a stream slot.
   absl::StatusOr<TenantGate::StreamSlot> OpenJobStream(
       const grpc::ServerContext& context, const std::string& job_id);
@@ -93,6 +100,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   std::function<void(const absl::Status&)> on_submit_rejected_;
   std::function<void(const DeletedJob&)> on_job_deleted_;
   const QueuePositions* queue_positions_ = nullptr;
+  absl::Duration job_retention_ = absl::ZeroDuration();
 };
 
 }  // namespace trainyard::server

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/job_retention.h"
 #include "server/metrics_endpoint.h"
 
 namespace trainyard::server {
@@ -102,6 +103,16 @@ const std::map<std::string, Setter>& Flags() {
       {"--restart-backoff-ms",
        NonNegativeMillis(&YardServerOptions::restart_backoff)},
       {"--drain-ms", NonNegativeMillis(&YardServerOptions::drain)},
+      {"--job-retention",
+       [](const std::string& flag, const std::string& v, YardServerOptions& o) {
+         absl::StatusOr<absl::Duration> d = ParseRetention(v);
+         if (!d.ok()) {
+           return absl::InvalidArgumentError(
+               absl::StrCat(flag, ": ", d.status().message()));
+         }
+         o.job_retention = *d;
+         return absl::OkStatus();
+       }},
       // Empty is allowed: it turns the endpoint off.
       {"--metrics-listen",
        [](const std::string&, const std::string& v, YardServerOptions& o) {
@@ -132,6 +143,9 @@ std::string ServerUsage() {
          "[--preempt-grace-ms 10000]\n"
          "                   [--restart-backoff-ms 10000 (doubles per "
          "restart, at most 5 min)]\n"
+         "                   [--job-retention 0 (e.g. 30d: delete jobs that "
+         "ended 30 days ago)]\n"
+         "                   [--job-retention-keeps-checkpoints]\n"
          "--listen HOST:0 picks a free port; the address is written to "
          "STATE_DIR/yard-server.addr.\n"
          "--metrics-listen serves Prometheus /metrics (loopback only); port "
@@ -146,7 +160,12 @@ std::string ServerUsage() {
          "present a client certificate signed by it (mTLS).\n"
          "On first start the server writes an admin token to "
          "STATE_DIR/admin.token and a worker\njoin token to "
-         "STATE_DIR/worker.token (both mode 0600).\n";
+         "STATE_DIR/worker.token (both mode 0600).\n"
+         "--job-retention DURATION (d, h, m or s) deletes each ended job that "
+         "long after it ended:\nits record, events, log and checkpoint "
+         "directory (the directory stays with\n"
+         "--job-retention-keeps-checkpoints). 0 (the default) keeps them until "
+         "`yard delete`.\n";
 }
 
 absl::StatusOr<ServerCommandLine> ParseServerFlags(
@@ -175,6 +194,10 @@ absl::StatusOr<ServerCommandLine> ParseServerFlags(
       cl.options.insecure_plaintext = true;
       continue;
     }
+    if (name == "--job-retention-keeps-checkpoints" && !has_value) {
+      cl.options.job_retention_keeps_checkpoints = true;
+      continue;
+    }
     auto it = Flags().find(name);
     if (it == Flags().end()) {
       return absl::InvalidArgumentError(
@@ -191,6 +214,12 @@ absl::StatusOr<ServerCommandLine> ParseServerFlags(
   }
   if (!cl.help && cl.options.state_dir.empty()) {
     return absl::InvalidArgumentError("--state-dir: required (see --help)");
+  }
+  if (cl.options.job_retention_keeps_checkpoints &&
+      cl.options.job_retention == absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--job-retention-keeps-checkpoints: given without --job-retention "
+        "(it says what the retention deletes)");
   }
   if (!cl.help) {
     RETURN_IF_ERROR(CheckListenAddress(cl.options.listen,

@@ -57,7 +57,20 @@ TEST(ServerFlagsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(cl->options.heartbeat_interval, absl::Seconds(1));
   EXPECT_EQ(cl->options.worker_lease, absl::Seconds(10));
   EXPECT_EQ(cl->options.restart_backoff, absl::Seconds(10));
+  EXPECT_EQ(cl->options.job_retention, absl::ZeroDuration()) << "forever";
+  EXPECT_FALSE(cl->options.job_retention_keeps_checkpoints);
   EXPECT_TRUE(ParseServerFlags({"--help"})->help);
+}
+
+TEST(ServerFlagsTest, ParsesTheRetentionFlags) {
+  auto cl = ParseServerFlags({"--state-dir=/s", "--job-retention", "7d",
+                              "--job-retention-keeps-checkpoints"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->options.job_retention, absl::Hours(7 * 24));
+  EXPECT_TRUE(cl->options.job_retention_keeps_checkpoints);
+  cl = ParseServerFlags({"--state-dir=/s", "--job_retention=0"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->options.job_retention, absl::ZeroDuration());
 }
 
 TEST(ServerFlagsTest, BadFlagsAreNamed) {
@@ -82,6 +95,10 @@ TEST(ServerFlagsTest, BadFlagsAreNamed) {
       {{"--state-dir=/s", "--preempt-grace-ms=-5"}, "--preempt-grace-ms"},
       {{"--state-dir=/s", "--tls-cert="}, "--tls-cert"},
       {{"--state-dir=/s", "--listen=127.0.0.1"}, "HOST:PORT"},
+      {{"--state-dir=/s", "--job-retention=7"}, "--job-retention"},
+      {{"--state-dir=/s", "--job-retention=1w"}, "unknown unit"},
+      {{"--state-dir=/s", "--job-retention-keeps-checkpoints"},
+       "without --job-retention"},
   };
   for (const Case& c : cases) {
     auto cl = ParseServerFlags(c.args);

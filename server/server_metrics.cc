@@ -131,9 +131,12 @@ ServerMetrics::ServerMetrics(Clock* clock, std::string version)
                        .Add({}, kPassBuckets);
   deleted_ = &pm::BuildCounter()
                   .Name("yard_jobs_deleted_total")
-                  .Help("Ended jobs deleted by DeleteJob (count).")
-                  .Register(*registry_)
-                  .Add({});
+                  .Help(
+                      "Ended jobs deleted, by DeleteJob (by=\"request\") or "
+                      "by the server's --job-retention (by=\"retention\") "
+                      "(count).")
+                  .Register(*registry_);
+  for (const char* by : {"request", "retention"}) deleted_->Add({{"by", by}});
   deleted_bytes_ = &pm::BuildCounter()
                         .Name("yard_checkpoint_deleted_bytes_total")
                         .Help(
@@ -187,8 +190,9 @@ void ServerMetrics::OnSubmitRejected(const absl::Status& status) {
   rejections_->Add({{"reason", RejectionReason(status)}}).Increment();
 }
 
-void ServerMetrics::OnJobDeleted(int64_t checkpoint_bytes) {
-  deleted_->Increment();
+void ServerMetrics::OnJobDeleted(DeletedBy by, int64_t checkpoint_bytes) {
+  deleted_->Add({{"by", by == DeletedBy::kRequest ? "request" : "retention"}})
+      .Increment();
   deleted_bytes_->Increment(static_cast<double>(checkpoint_bytes));
 }
 

@@ -52,8 +52,9 @@ class ServerMetrics : public prometheus::Collectable {
   void OnSubmitRejected(const absl::Status& status);
   // One scheduling pass took `duration`.
   void ObserveSchedulingPass(absl::Duration duration);
-  // DeleteJob deleted a job, and `checkpoint_bytes` with its checkpoints.
-  void OnJobDeleted(int64_t checkpoint_bytes);
+  // A job was deleted, and `checkpoint_bytes` with its checkpoints.
+  enum class DeletedBy { kRequest, kRetention };
+  void OnJobDeleted(DeletedBy by, int64_t checkpoint_bytes);
   // The scheduler cancelled a job that reached its time limit.
   void OnTimeLimitStop();
 
@@ -78,7 +79,7 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Histogram* pass_seconds_;
   prometheus::Counter* scrape_errors_;
-  prometheus::Counter* deleted_;
+  prometheus::Family<prometheus::Counter>* deleted_;
   prometheus::Counter* deleted_bytes_;
   prometheus::Counter* time_limit_stops_;
 };

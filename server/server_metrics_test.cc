@@ -181,10 +181,13 @@ TEST_F(ServerMetricsTest, DeletionsAndTimeLimitStopsAreCounted) {
   EXPECT_EQ(Jobs("cancelled"), 1);
   absl::StatusOr<DeletedJob> deleted = lifecycle_->Delete(id, false);
   ASSERT_TRUE(deleted.ok()) << deleted.status();
-  metrics_.OnJobDeleted(deleted->checkpoint_bytes);
-  metrics_.OnJobDeleted(4096);
+  using By = ServerMetrics::DeletedBy;
+  metrics_.OnJobDeleted(By::kRequest, deleted->checkpoint_bytes);
+  metrics_.OnJobDeleted(By::kRetention, 4096);
+  metrics_.OnJobDeleted(By::kRetention, 0);
   EXPECT_EQ(Jobs("cancelled"), 0) << "the gauge counts what the store holds";
-  EXPECT_EQ(Value("yard_jobs_deleted_total"), 2);
+  EXPECT_EQ(Value("yard_jobs_deleted_total", {{"by", "request"}}), 1);
+  EXPECT_EQ(Value("yard_jobs_deleted_total", {{"by", "retention"}}), 2);
   EXPECT_EQ(Value("yard_checkpoint_deleted_bytes_total"), 4096);
   EXPECT_EQ(Value("yard_job_time_limit_stops_total"), 0);
   metrics_.OnTimeLimitStop();

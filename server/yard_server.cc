@@ -1,6 +1,9 @@
 #include "server/yard_server.h"
 
 #include <fcntl.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -9,13 +12,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "scheduler/placement_policy.h"
@@ -27,15 +26,16 @@
 #include "server/cluster_view.h"
 #include "server/health_endpoint.h"
 #include "server/job_lifecycle.h"
+#include "server/job_retention.h"
 #include "server/job_service.h"
 #include "server/job_store.h"
 #include "server/job_watch.h"
 #include "server/metrics_endpoint.h"
 #include "server/queue_positions.h"
 #include "server/scheduler_loop.h"
-#include "server/worker_drains.h"
 #include "server/server_metrics.h"
 #include "server/tenant_limits.h"
+#include "server/worker_drains.h"
 #include "server/worker_registry.h"
 #include "server/worker_service.h"
 
@@ -177,6 +177,7 @@ struct YardServer::Parts {
   std::unique_ptr<scheduler::PlacementPolicy> policy;
   QueuePositions queue_positions;  // the loop writes, JobService reads
   std::unique_ptr<SchedulerLoop> loop;
+  std::unique_ptr<JobRetention> retention;  // null: jobs kept forever
   std::unique_ptr<ClusterView> view;
   std::unique_ptr<JobWatcher> watcher;
   std::unique_ptr<JobServiceImpl> job_service;
@@ -320,8 +321,19 @@ void YardServer::Parts::BuildLogic() {
   job_service->set_on_submit_rejected(
       [m = metrics.get()](const absl::Status& s) { m->OnSubmitRejected(s); });
   job_service->set_on_job_deleted([m = metrics.get()](const DeletedJob& d) {
-    m->OnJobDeleted(d.checkpoint_bytes);
+    m->OnJobDeleted(ServerMetrics::DeletedBy::kRequest, d.checkpoint_bytes);
   });
+  job_service->set_job_retention(o.job_retention);
+  if (o.job_retention > absl::ZeroDuration()) {
+    JobRetentionOptions ro;
+    ro.keep_for = o.job_retention;
+    ro.keep_checkpoints = o.job_retention_keeps_checkpoints;
+    ro.on_deleted = [m = metrics.get()](const DeletedJob& d) {
+      m->OnJobDeleted(ServerMetrics::DeletedBy::kRetention, d.checkpoint_bytes);
+    };
+    retention = std::make_unique<JobRetention>(store.get(), lifecycle.get(),
+                                               o.clock, std::move(ro));
+  }
   metrics->Watch(store.get(), workers.get());
   cluster_service = std::make_unique<ClusterServiceImpl>(
       view.get(), store.get(), drains.get(), authenticator.get());
@@ -406,6 +418,7 @@ absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
   RETURN_IF_ERROR(server->parts_->Serve());
   RETURN_IF_ERROR(server->parts_->ServeSidePorts());
   server->parts_->loop->Start();
+  if (server->parts_->retention) server->parts_->retention->Start();
   YARD_LOG(INFO) << "yard-server " << kServerVersion << " serving on "
                  << server->address() << " (state dir "
                  << server->parts_->options.state_dir << ", policy "
@@ -452,6 +465,7 @@ void YardServer::Shutdown() {
   }
   p.metrics_endpoint.reset();  // scrapes read the store: stop them first
   p.notifier.Shutdown();  // watch and log streams end
+  if (p.retention) p.retention->Stop();
   if (p.loop) p.loop->Stop();
   if (p.workers) {
     p.workers->CloseAll(absl::UnavailableError("the server is shutting down"));

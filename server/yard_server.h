@@ -50,6 +50,11 @@ struct YardServerOptions {
   // A failed job restarted under max_restarts waits this long before its
   // first restart, twice as long before each next one (JobLifecycleOptions).
   absl::Duration restart_backoff = absl::Seconds(10);
+  // Ended jobs are deleted (with their checkpoints unless
+  // job_retention_keeps_checkpoints) this long after they ended
+  // (JobRetention). Zero: kept until deleted by hand.
+  absl::Duration job_retention = absl::ZeroDuration();
+  bool job_retention_keeps_checkpoints = false;
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
   Clock* clock = Clock::Real();

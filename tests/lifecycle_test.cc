@@ -1,5 +1,6 @@
 // A job's life through real processes: submitted with the CLI and followed
-// to SUCCEEDED, cancelled while it runs, and deleted once it has ended.
+// to SUCCEEDED, cancelled while it runs, and deleted once it has ended, by
+// hand or by the server's retention.
 #include <signal.h>
 
 #include <filesystem>
@@ -150,6 +151,28 @@ TEST_F(LifecycleTest, AJobIsStoppedAtItsTimeLimit) {
   EXPECT_TRUE(worker->process().Running());
   CommandResult get = Yard({"get", id});
   EXPECT_THAT(get.out, ::testing::HasSubstr("Time limit:      2s"));
+}
+
+// With --job-retention the server deletes an ended job with its
+// checkpoints once the period has passed since it ended, and not before.
+TEST_F(LifecycleTest, TheServerDeletesAnEndedJobAfterItsRetention) {
+  YARD_ASSERT_OK(StartServer({.extra_args = {"--job-retention", "3s"}}));
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1"}).status());
+  MnistSpec spec{.name = "retained", .steps = 20, .checkpoint_every = 10};
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(spec.ToProto()));
+  const std::string id = submitted.job().id();
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  EXPECT_EQ(FromProtoTime(job.delete_time()),
+            FromProtoTime(job.end_time()) + absl::Seconds(3));
+  const std::string dir = job.checkpoint_dir();
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  YARD_ASSERT_OK(PollUntil("the retention to delete the job", JobTimeout(),
+                           [&] { return !GetJob(jobs(), id).ok(); }));
+  EXPECT_GE(absl::Now(), FromProtoTime(job.end_time()) + absl::Seconds(3))
+      << "deleted before its retention had passed";
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_TRUE(CliFailedWith(Yard({"get", id}), YardExit::kNotFound, {id}));
 }
 
 }  // namespace
