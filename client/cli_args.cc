@@ -3,6 +3,7 @@
 // "--flag value" are both accepted; "--" ends the flags.
 #include "client/cli_args.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -359,6 +360,17 @@ class ArgParser {
         break;
     }
     size_t want = target != nullptr ? 1 : 0;
+    const bool many =
+        out_.command == Command::kCancel || out_.command == Command::kDelete;
+    if (many) {
+      want = std::max<size_t>(1, positional_.size());
+      for (const std::string& id : positional_) {
+        if (id.empty()) {
+          return Usage(absl::StrCat(CommandWord(), ": empty ", what));
+        }
+      }
+      out_.job_ids = positional_;
+    }
     if (positional_.size() > want) {
       return Usage(
           absl::StrCat("unexpected argument \"", positional_[want], "\""));
@@ -422,11 +434,11 @@ Commands:
   get ID             show one job
   logs ID [-f]       print the job's log; -f follows it until the job ends
   watch ID           follow the job's state changes and progress live
-  cancel ID [--reason TEXT]
-                     cancel a job
-  delete ID [--keep-checkpoints]
-                     delete an ended job for good: its record, events, log
-                     and (unless --keep-checkpoints) its checkpoints
+  cancel ID... [--reason TEXT]
+                     cancel jobs
+  delete ID... [--keep-checkpoints]
+                     delete ended jobs for good: their records, events, logs
+                     and (unless --keep-checkpoints) their checkpoints
   workers            list workers and cluster capacity
 
 Admin commands (admin token):
@@ -471,6 +483,8 @@ Exit codes:
   8 not authenticated or not allowed (missing, wrong or revoked token;
     another tenant's resource)
   9 quota or limit reached (RESOURCE_EXHAUSTED)
+  cancel and delete of several IDs go on past a failed one and exit with
+  the first failure's code.
 )";
 }
 

@@ -54,6 +54,9 @@ struct CliArgs {
   std::string request_id;
   // get, logs, watch, cancel, delete
   std::string job_id;
+  // cancel and delete take several: every ID, in order (job_id is the
+  // first).
+  std::vector<std::string> job_ids;
   bool follow = false;            // logs -f
   std::string reason;             // cancel --reason, drain --reason
   bool keep_checkpoints = false;  // delete --keep-checkpoints

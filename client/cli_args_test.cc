@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/exit_codes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -281,13 +282,27 @@ TEST(CliArgsTest, ParsesDelete) {
   EXPECT_EQ(d.output, OutputFormat::kJson);
   EXPECT_TRUE(d.keep_checkpoints);
   EXPECT_EQ(Parse({"delete", "--", "-odd-id"}).job_id, "-odd-id");
-  EXPECT_THAT(UsageText(), HasSubstr("delete ID [--keep-checkpoints]"));
+  EXPECT_THAT(UsageText(), HasSubstr("delete ID... [--keep-checkpoints]"));
+}
+
+TEST(CliArgsTest, CancelAndDeleteTakeSeveralIds) {
+  for (const char* command : {"cancel", "delete"}) {
+    CliArgs a = Parse({command, "j-1", "j-2", "j-3"});
+    EXPECT_EQ(a.job_id, "j-1");
+    EXPECT_THAT(a.job_ids, ::testing::ElementsAre("j-1", "j-2", "j-3"));
+    EXPECT_THAT(Parse({command, "j-1"}).job_ids, ::testing::ElementsAre("j-1"));
+    EXPECT_EQ(Error({command, "j-1", "", "j-3"}),
+              absl::StrCat("'", command, "': empty job ID"));
+  }
+  CliArgs d = Parse({"delete", "j-1", "--keep-checkpoints", "j-2"});
+  EXPECT_THAT(d.job_ids, ::testing::ElementsAre("j-1", "j-2"));
+  EXPECT_TRUE(d.keep_checkpoints);
+  EXPECT_EQ(Error({"get", "j-1", "j-2"}), "unexpected argument \"j-2\"");
 }
 
 TEST(CliArgsTest, BadDeleteCommandsAreUsageErrors) {
   EXPECT_EQ(Error({"delete"}), "'delete': missing job ID");
   EXPECT_EQ(Error({"delete", ""}), "'delete': empty job ID");
-  EXPECT_EQ(Error({"delete", "j-1", "j-2"}), "unexpected argument \"j-2\"");
   EXPECT_EQ(Error({"delete", "j-1", "--force"}),
             "unknown flag \"--force\" for 'delete'");
   EXPECT_EQ(Error({"delete", "j-1", "--reason", "x"}),

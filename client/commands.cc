@@ -4,12 +4,15 @@
 #include "client/commands.h"
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "client/output_format.h"
+#include "common/status_macros.h"
 #include "spec/spec.h"
 #include "spec/spec_override.h"
 
@@ -102,19 +105,37 @@ int RunLogs(const CliArgs& args, JobClient& client, std::ostream& out,
   return kExitOk;
 }
 
+// Runs `one` for each of the command's job IDs, in order, going on past
+// a failure (reported on `err`); the first failure's exit code.
+int ForEachJobId(const CliArgs& args, std::ostream& err,
+                 const std::function<absl::Status(const std::string&)>& one) {
+  int exit_code = kExitOk;
+  const std::vector<std::string> ids =
+      args.job_ids.empty() ? std::vector<std::string>{args.job_id}
+                           : args.job_ids;
+  for (const std::string& id : ids) {
+    absl::Status s = one(id);
+    if (s.ok()) continue;
+    const int code = ReportError(AboutJob(s, id), err);
+    if (exit_code == kExitOk) exit_code = code;
+  }
+  return exit_code;
+}
+
 int RunCancel(const CliArgs& args, JobClient& client, std::ostream& out,
               std::ostream& err) {
-  absl::StatusOr<v1::Job> job = client.Cancel(args.job_id, args.reason);
-  if (!job.ok()) return ReportError(AboutJob(job.status(), args.job_id), err);
-  if (args.output == OutputFormat::kJson) {
-    out << ToJson(*job, true) << "\n";
-  } else if (IsTerminal(job->state())) {
-    out << "job " << job->id() << " " << StateName(job->state()) << "\n";
-  } else {
-    out << "job " << job->id() << ": cancel requested (state "
-        << StateName(job->state()) << ")\n";
-  }
-  return kExitOk;
+  return ForEachJobId(args, err, [&](const std::string& id) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Job job, client.Cancel(id, args.reason));
+    if (args.output == OutputFormat::kJson) {
+      out << ToJson(job, true) << "\n";
+    } else if (IsTerminal(job.state())) {
+      out << "job " << job.id() << " " << StateName(job.state()) << "\n";
+    } else {
+      out << "job " << job.id() << ": cancel requested (state "
+          << StateName(job.state()) << ")\n";
+    }
+    return absl::OkStatus();
+  });
 }
 
 // The server refuses a job that has not ended (FAILED_PRECONDITION); delete
@@ -122,18 +143,17 @@ int RunCancel(const CliArgs& args, JobClient& client, std::ostream& out,
 // separate, deliberate step.
 int RunDelete(const CliArgs& args, JobClient& client, std::ostream& out,
               std::ostream& err) {
-  absl::StatusOr<v1::DeleteJobResponse> response =
-      client.Delete(args.job_id, args.keep_checkpoints);
-  if (!response.ok()) {
-    return ReportError(AboutJob(response.status(), args.job_id), err);
-  }
-  if (args.output == OutputFormat::kJson) {
-    out << ToJson(*response, true) << "\n";
-    return kExitOk;
-  }
-  if (response->job_id().empty()) response->set_job_id(args.job_id);
-  out << FormatDeleted(*response, args.keep_checkpoints) << "\n";
-  return kExitOk;
+  return ForEachJobId(args, err, [&](const std::string& id) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::DeleteJobResponse response,
+                     client.Delete(id, args.keep_checkpoints));
+    if (args.output == OutputFormat::kJson) {
+      out << ToJson(response, true) << "\n";
+      return absl::OkStatus();
+    }
+    if (response.job_id().empty()) response.set_job_id(id);
+    out << FormatDeleted(response, args.keep_checkpoints) << "\n";
+    return absl::OkStatus();
+  });
 }
 
 int RunWorkers(const CliArgs& args, JobClient& client, std::ostream& out,

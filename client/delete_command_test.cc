@@ -2,6 +2,7 @@
 // in-process fake JobService on a loopback port chosen at run time.
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -38,6 +39,10 @@ class FakeJobs final : public v1::JobService::Service {
     had_deadline =
         context->deadline() != std::chrono::system_clock::time_point::max();
     if (!error.ok()) return error;
+    if (auto failing = errors_by_id.find(req->job_id());
+        failing != errors_by_id.end()) {
+      return failing->second;
+    }
     *resp = reply;
     return grpc::Status::OK;
   }
@@ -45,6 +50,7 @@ class FakeJobs final : public v1::JobService::Service {
   absl::Mutex mu;
   v1::DeleteJobResponse reply ABSL_GUARDED_BY(mu);
   grpc::Status error ABSL_GUARDED_BY(mu);
+  std::map<std::string, grpc::Status> errors_by_id ABSL_GUARDED_BY(mu);
   std::vector<v1::DeleteJobRequest> requests ABSL_GUARDED_BY(mu);
   std::string authorization ABSL_GUARDED_BY(mu);
   bool had_deadline ABSL_GUARDED_BY(mu) = false;
@@ -166,6 +172,32 @@ TEST_F(DeleteCommandTest, JsonPrintsTheResponse) {
   EXPECT_EQ(back.deleted_checkpoint_bytes(), 2048);
   EXPECT_THAT(out_.str(), HasSubstr("\"deleted_checkpoint_dir\""));
   EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(DeleteCommandTest, SeveralIdsGoOnPastAFailureAndExitWithTheFirst) {
+  Reply(v1::DeleteJobResponse());  // no id: the line names the one asked for
+  {
+    absl::MutexLock lock(&jobs_.mu);
+    jobs_.errors_by_id["j-2"] = grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION, "job j-2 is RUNNING");
+    jobs_.errors_by_id["j-4"] =
+        grpc::Status(grpc::StatusCode::NOT_FOUND, "job j-4 not found");
+  }
+  CliArgs args = Delete(/*keep_checkpoints=*/true, "j-1");
+  args.job_ids = {"j-1", "j-2", "j-3", "j-4"};
+  EXPECT_EQ(Run(args), kExitFailedPrecondition);
+  EXPECT_EQ(out_.str(),
+            "deleted job j-1 (checkpoints kept)\n"
+            "deleted job j-3 (checkpoints kept)\n");
+  EXPECT_EQ(err_.str(),
+            "yard: error: job j-2 is RUNNING\n"
+            "yard: error: job j-4 not found\n");
+  std::vector<v1::DeleteJobRequest> requests = Requests();
+  ASSERT_EQ(requests.size(), 4u);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(requests[i].job_id(), args.job_ids[i]);
+    EXPECT_TRUE(requests[i].keep_checkpoints());
+  }
 }
 
 TEST_F(DeleteCommandTest, AJobThatHasNotEndedIsAFailedPrecondition) {

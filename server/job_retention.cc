@@ -112,7 +112,8 @@ absl::StatusOr<RetentionSweep> JobRetention::Sweep() {
   }
   if (sweep.deleted > 0) {
     YARD_LOG(INFO) << "retention: deleted " << sweep.deleted
-                   << " jobs that ended over "
+                   << (sweep.deleted == 1 ? " job" : " jobs")
+                   << " that ended over "
                    << absl::FormatDuration(options_.keep_for) << " ago ("
                    << sweep.checkpoint_bytes << " bytes of checkpoints)";
   }
