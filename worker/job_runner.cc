@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/attempt_dirs.h"
 #include "worker/gpu_selection.h"
 
 namespace trainyard::worker {
@@ -387,6 +389,11 @@ void JobRunner::RunJob(Key key, std::shared_ptr<JobProcess> process) {
   ReleaseLocked(it->second);
   done_.push_back(std::move(it->second.thread));
   jobs_.erase(it);
+  // Under mu_: no attempt starts (and creates its directory) meanwhile.
+  std::set<AttemptKey> active;
+  for (const auto& [running, entry] : jobs_) active.insert(running);
+  PruneAttemptDirs((fs::path(options_.work_dir) / "jobs").string(), active,
+                   options_.keep_attempt_dirs);
 }
 
 void JobRunner::JoinDone() {

@@ -60,6 +60,10 @@ struct JobRunnerOptions {
   std::string rank_address = "127.0.0.1";
   // Used when a Cancel carries no grace period.
   absl::Duration default_cancel_grace = absl::Seconds(10);
+  // Attempt directories of ended attempts kept in WORK_DIR/jobs (the most
+  // recently used); older ones are removed as attempts end
+  // (attempt_dirs.h).
+  int keep_attempt_dirs = 100;
 };
 
 class JobRunner {

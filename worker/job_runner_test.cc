@@ -100,6 +100,28 @@ TEST_F(JobRunnerTest, RunsJobAndReportsEventsLogAndExit) {
   EXPECT_THAT(ReadFile(dir + "/spec.json"), HasSubstr("\"name\": \"succeed\""));
 }
 
+TEST_F(JobRunnerTest, KeepsOnlyTheLastEndedAttemptDirectories) {
+  options_.keep_attempt_dirs = 2;
+  const std::string jobs = options_.work_dir + "/jobs/";
+  int hours_ago = 3;
+  for (const char* id : {"j1", "j2", "j3"}) {
+    Start(id, "succeed");
+    ASSERT_TRUE(runner().WaitIdle(absl::Now() + absl::Seconds(30))) << id;
+    // Last used hours apart: ordered by more than the file system's clock
+    // granularity.
+    const std::string dir = absl::StrCat(jobs, id, "/1");
+    const auto then = std::filesystem::file_time_type::clock::now() -
+                      std::chrono::hours(hours_ago--);
+    std::filesystem::last_write_time(dir, then);
+    std::filesystem::last_write_time(dir + "/log", then);
+  }
+  EXPECT_FALSE(std::filesystem::exists(jobs + "j1")) << "the oldest goes";
+  EXPECT_TRUE(std::filesystem::exists(jobs + "j2/1/log"));
+  EXPECT_TRUE(std::filesystem::exists(jobs + "j3/1/log"));
+  // Every line also went to the server.
+  EXPECT_THAT(reports_.Log("j1", 1), HasSubstr("plain stdout line\n"));
+}
+
 TEST_F(JobRunnerTest, PassesCpuThreadsFromTheSpec) {
   v1::Assignment a = Job("j1", "succeed");
   a.mutable_spec()->mutable_resources()->set_cpu_threads(3);

@@ -269,6 +269,7 @@ int Main(int argc, char** argv) {
   config.runner.data_root = flags->data_root;
   config.runner.rank_address = flags->rank_address;
   config.runner.cpu_slots = flags->cpu_slots;
+  config.runner.keep_attempt_dirs = flags->keep_attempt_dirs;
   UseDevices(*offered, config);
   config.link.server_address = flags->server;
   config.link.token = *token;

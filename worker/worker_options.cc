@@ -78,6 +78,10 @@ absl::Status SetFlag(WorkerFlags& flags, const std::string& name,
     flags.tls.server_name = value;
   } else if (name == "metrics-listen") {
     flags.metrics_listen = value;  // empty turns metrics off
+  } else if (name == "keep-attempt-dirs") {
+    absl::StatusOr<int> n = ParseIntFlag(name, value, 0, 1'000'000);
+    if (!n.ok()) return n.status();
+    flags.keep_attempt_dirs = *n;
   } else if (name == "shutdown-grace-ms") {
     absl::StatusOr<int> n = ParseIntFlag(name, value, 0, 3'600'000);
     if (!n.ok()) return n.status();
@@ -142,6 +146,9 @@ Runs the training jobs the Trainyard server assigns to this node.
                           node the other workers reach (default 127.0.0.1,
                           a one-machine cluster)
   --shutdown-grace-ms N   on SIGTERM, how long jobs get to checkpoint (default 30000)
+  --keep-attempt-dirs N   ended attempts whose directory (spec and a copy of
+                          the log) stays in WORK_DIR/jobs, the most recent
+                          ones (default 100; older ones are removed)
   --metrics-listen H:P    Prometheus /metrics, loopback only (default
                           127.0.0.1:9471; port 0: any free port, written to
                           WORK_DIR/yard-worker.metrics-addr; empty: off)

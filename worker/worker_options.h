@@ -31,6 +31,8 @@ struct WorkerFlags {
   std::string rank_address = "127.0.0.1";
   // SIGTERM to the worker: how long its jobs get to checkpoint and exit.
   absl::Duration shutdown_grace = absl::Seconds(30);
+  // Ended attempts' directories (spec and log) kept in WORK_DIR/jobs.
+  int keep_attempt_dirs = 100;
   // Prometheus /metrics (loopback only; port 0 picks one, written to
   // WORK_DIR/yard-worker.metrics-addr). Empty: no endpoint.
   std::string metrics_listen = "127.0.0.1:9471";

@@ -21,7 +21,7 @@ TEST(ParseWorkerFlagsTest, ParsesEveryFlagInBothForms) {
   auto flags =
       Parse({"--server", "127.0.0.1:7070", "--work-dir=/tmp/w", "--cpu-slots",
              "4", "--data-root", "/data", "--name=node-1", "--train-bin",
-             "/bin/yt", "--shutdown-grace-ms", "500"});
+             "/bin/yt", "--shutdown-grace-ms", "500", "--keep-attempt-dirs=7"});
   ASSERT_TRUE(flags.ok()) << flags.status();
   EXPECT_EQ(flags->server, "127.0.0.1:7070");
   EXPECT_EQ(flags->work_dir, "/tmp/w");
@@ -30,6 +30,7 @@ TEST(ParseWorkerFlagsTest, ParsesEveryFlagInBothForms) {
   EXPECT_EQ(flags->name, "node-1");
   EXPECT_EQ(flags->train_bin, "/bin/yt");
   EXPECT_EQ(flags->shutdown_grace, absl::Milliseconds(500));
+  EXPECT_EQ(flags->keep_attempt_dirs, 7);
   EXPECT_FALSE(flags->help);
 }
 
@@ -41,6 +42,7 @@ TEST(ParseWorkerFlagsTest, Defaults) {
   EXPECT_EQ(flags->name, "");
   EXPECT_EQ(flags->train_bin, "");
   EXPECT_EQ(flags->gpus.mode, GpuSelection::Mode::kAuto);
+  EXPECT_EQ(flags->keep_attempt_dirs, 100);
 }
 
 TEST(ParseWorkerFlagsTest, Gpus) {
@@ -89,6 +91,8 @@ TEST(ParseWorkerFlagsTest, BadInputsNameTheFlag) {
        "--cpu-slots must be"},
       {{"--server=h:1", "--work-dir=w", "--cpu-slots=lots"},
        "--cpu-slots must be"},
+      {{"--server=h:1", "--work-dir=w", "--keep-attempt-dirs=-1"},
+       "--keep-attempt-dirs must be"},
       {{"--server=h:1", "--work-dir=w", "--name=a/b"}, "--name \"a/b\""},
       {{"--server=h:1", "--work-dir=w", "--gpus="},
        "--gpus must be auto, none"},
