@@ -159,6 +159,11 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
           absl::StrCat(job.restarts(), " of ", job.spec().max_restarts(),
                        " after failures", backoff));
   }
+  if (!job.spec().depends_on().empty()) {
+    d.Add("Depends on",
+          absl::StrCat(absl::StrJoin(job.spec().depends_on(), ", "),
+                       job.dependencies_met() ? " (all succeeded)" : ""));
+  }
   if (job.spec().time_limit_s() > 0) {
     d.Add("Time limit",
           absl::FormatDuration(absl::Seconds(job.spec().time_limit_s())));

@@ -233,6 +233,15 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(text, Not(HasSubstr("Restarts")));  // none allowed
   EXPECT_THAT(text, Not(HasSubstr("Time limit")));
   EXPECT_THAT(text, Not(HasSubstr("Deleted at")));
+  EXPECT_THAT(text, Not(HasSubstr("Depends on")));
+  job.mutable_spec()->add_depends_on("j-7");
+  job.mutable_spec()->add_depends_on("j-9");
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Depends on:      j-7, j-9\n"));
+  job.set_dependencies_met(true);
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Depends on:      j-7, j-9 (all succeeded)\n"));
+  job.mutable_spec()->clear_depends_on();
   *job.mutable_delete_time() = ToProtoTime(kNow + absl::Hours(49));
   EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Deleted at:      2023-11-16 23:13:20 UTC (in 2d, by "

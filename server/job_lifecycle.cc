@@ -128,6 +128,7 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   RETURN_IF_ERROR(RejectUnknownFields(request.spec(), "spec"));
   v1::JobSpec spec = spec::WithDefaults(request.spec());
   RETURN_IF_ERROR(spec::ValidateJobSpec(spec, options_.validation));
+  RETURN_IF_ERROR(CheckDependencies(spec, tenant));
 
   v1::Job job;
   job.set_tenant(tenant);
@@ -150,6 +151,28 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
     WakeScheduler();
   }
   return SubmitResult{std::move(created.record.job), created.already_existed};
+}
+
+// Each job of depends_on must exist, be the tenant's own and still be able
+// to succeed.
+absl::Status JobLifecycle::CheckDependencies(const v1::JobSpec& spec,
+                                             const std::string& tenant) const {
+  for (const std::string& id : spec.depends_on()) {
+    absl::StatusOr<JobRecord> dep = store_->GetJob(id);
+    if (absl::IsNotFound(dep.status()) ||
+        (dep.ok() && dep->job.tenant() != tenant)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("depends_on: job ", id, " not found"));
+    }
+    RETURN_IF_ERROR(dep.status());
+    const v1::JobState state = dep->job.state();
+    if (IsTerminal(state) && state != v1::SUCCEEDED) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("depends_on: job ", id, " ended ", JobStateName(state),
+                       ", so this job could never start"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
@@ -332,6 +355,17 @@ absl::StatusOr<int> JobLifecycle::RecoverHeldJobs() {
     }
   }
   return static_cast<int>(held.size());
+}
+
+absl::Status JobLifecycle::MarkDependenciesMet(const std::string& job_id) {
+  return store_
+      ->UpdateJob(job_id, Durability::kTransition,
+                  [&](JobRecord& r, std::vector<v1::JobEvent>&) {
+                    if (r.job.dependencies_met()) return false;
+                    r.job.set_dependencies_met(true);
+                    return true;
+                  })
+      .status();
 }
 
 absl::Status JobLifecycle::SetWaitReason(const std::string& job_id,

@@ -144,6 +144,9 @@ class JobLifecycle {
   // The Preempt message for a PREEMPTING job.
   v1::ServerMessage PreemptFor(const JobRecord& record) const;
   // Records why a QUEUED job waits (written only when it changes).
+  // Records that every job the job depends on has SUCCEEDED
+  // (Job.dependencies_met).
+  absl::Status MarkDependenciesMet(const std::string& job_id);
   absl::Status SetWaitReason(const std::string& job_id,
                              const std::string& reason);
 
@@ -164,6 +167,11 @@ class JobLifecycle {
   v1::ServerMessage CancelFor(const JobRecord& record) const;
 
  private:
+  // INVALID_ARGUMENT for a job of spec.depends_on that does not exist or is
+  // another tenant's; FAILED_PRECONDITION for one that ended other than
+  // SUCCEEDED.
+  absl::Status CheckDependencies(const v1::JobSpec& spec,
+                                 const std::string& tenant) const;
   absl::StatusOr<ReportOutcome> OnStarted(const std::string& worker_id,
                                           const v1::JobUpdate& update);
   absl::StatusOr<ReportOutcome> OnTrainerEvent(const std::string& worker_id,

@@ -9,6 +9,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/cluster_view.h"
+#include "server/job_dependencies.h"
 #include "server/scheduler_snapshot.h"
 #include "server/time_limits.h"
 #include "server/worker_drains.h"
@@ -145,6 +146,47 @@ std::vector<JobRecord> SchedulerLoop::StopJobsPastTimeLimits(
   return queued;
 }
 
+std::vector<JobRecord> SchedulerLoop::WithDependenciesMet(
+    std::vector<JobRecord> queued) {
+  std::map<std::string, absl::StatusOr<v1::JobState>> states;  // this pass
+  DependencyCheck check = CheckDependencies(
+      queued, [&](const std::string& id) -> absl::StatusOr<v1::JobState> {
+        auto [it, added] = states.try_emplace(id, v1::JOB_STATE_UNSPECIFIED);
+        if (added) {
+          absl::StatusOr<JobRecord> r = store_->GetJob(id);
+          it->second = r.ok() ? absl::StatusOr<v1::JobState>(r->job.state())
+                              : r.status();
+        }
+        return it->second;
+      });
+  std::set<std::string> left_out;
+  for (const DependencyWait& w : check.waits) {
+    left_out.insert(w.job_id);
+    absl::Status s = lifecycle_->SetWaitReason(w.job_id, w.reason);
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      YARD_LOG(WARNING) << "job " << w.job_id << " wait reason: " << s;
+    }
+  }
+  for (const DependencyFailure& f : check.failures) {
+    left_out.insert(f.job_id);
+    absl::StatusOr<v1::Job> cancelled = lifecycle_->Cancel(f.job_id, f.reason);
+    if (!cancelled.ok()) {
+      YARD_LOG(WARNING) << "job " << f.job_id << " (" << f.reason
+                        << "): " << cancelled.status();
+    }
+  }
+  for (const std::string& id : check.met) {
+    // Unmarked, it is checked again next pass: start it now all the same.
+    if (absl::Status s = lifecycle_->MarkDependenciesMet(id); !s.ok()) {
+      YARD_LOG(WARNING) << "job " << id << " dependencies met: " << s;
+    }
+  }
+  std::erase_if(queued, [&](const JobRecord& r) {
+    return left_out.contains(r.job.id());
+  });
+  return queued;
+}
+
 // The queued jobs free to start now: those still waiting out a restart
 // backoff are left out (they keep the reason their restart gave), and the
 // earliest end of those backoffs brings next_deadline_ forward.
@@ -174,7 +216,8 @@ absl::Status SchedulerLoop::RunPass() {
   }
   ASSIGN_OR_RETURN(std::vector<JobRecord> queued,
                    store_->JobsInStates({v1::QUEUED}));
-  queued = WithoutBackoffs(StopJobsPastTimeLimits(active, std::move(queued)));
+  queued = WithDependenciesMet(
+      WithoutBackoffs(StopJobsPastTimeLimits(active, std::move(queued))));
   if (queued.empty()) {
     if (options_.queue_positions != nullptr) options_.queue_positions->Clear();
     return absl::OkStatus();

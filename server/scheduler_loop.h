@@ -80,6 +80,11 @@ class SchedulerLoop {
   absl::StatusOr<std::vector<JobRecord>> SettleLostWorkers();
   std::vector<JobRecord> WithoutBackoffs(std::vector<JobRecord> queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  // The queued jobs whose dependencies (spec.depends_on) let them start:
+  // the others are left out with their wait reason recorded, or cancelled
+  // when a dependency can no longer succeed (job_dependencies.h).
+  std::vector<JobRecord> WithDependenciesMet(std::vector<JobRecord> queued)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   std::vector<JobRecord> StopJobsPastTimeLimits(
       const std::vector<JobRecord>& active, std::vector<JobRecord> queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);

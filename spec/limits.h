@@ -35,6 +35,8 @@ inline constexpr int64_t kMaxKeepLast = 1'000;
 inline constexpr int64_t kMaxPriority = 1'000;  // and -kMaxPriority
 inline constexpr int64_t kMaxRestarts = 100;
 inline constexpr int64_t kMaxTimeLimitSeconds = int64_t{30} * 24 * 3600;
+inline constexpr int kMaxDependencies = 16;  // depends_on
+inline constexpr int64_t kMaxJobIdLength = 128;
 
 // Model sizes. Each dimension is capped on its own so no product of them
 // overflows, and the parameter count as a whole: 2e9 fp32 parameters with

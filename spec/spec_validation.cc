@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -310,6 +313,32 @@ void CheckOptimizer(const JobSpec& spec, int64_t max_steps, Problems* p) {
   p->Range("optimizer.warmup_steps", o.warmup_steps(), 0, max_steps);
 }
 
+// Job ids as the server hands them out are "j-" and digits; the check here
+// is only of form (the server looks each one up at submit).
+void CheckDependsOn(const JobSpec& spec, Problems* p) {
+  if (spec.depends_on_size() > kMaxDependencies) {
+    p->Add("depends_on", absl::StrCat("at most ", kMaxDependencies,
+                                      " jobs, got ", spec.depends_on_size()));
+    return;
+  }
+  std::set<std::string> seen;
+  for (const std::string& id : spec.depends_on()) {
+    const bool well_formed =
+        !id.empty() && static_cast<int64_t>(id.size()) <= kMaxJobIdLength &&
+        std::all_of(id.begin(), id.end(), [](char c) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                 c == '-' || c == '_' || c == '.';
+        });
+    if (!well_formed) {
+      p->Add("depends_on",
+             absl::StrCat("\"", absl::CHexEscape(id.substr(0, 64)),
+                          "\" is not a job id"));
+    } else if (!seen.insert(id).second) {
+      p->Add("depends_on", absl::StrCat(id, " is listed twice"));
+    }
+  }
+}
+
 void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   p->Range("steps", spec.steps(), 1, limits.max_steps);
   // Periods longer than the run are allowed up to the run's limit.
@@ -333,6 +362,7 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   p->Range("priority", spec.priority(), -kMaxPriority, kMaxPriority);
   p->Range("max_restarts", spec.max_restarts(), 0, kMaxRestarts);
   p->Range("time_limit_s", spec.time_limit_s(), 0, kMaxTimeLimitSeconds);
+  CheckDependsOn(spec, p);
 }
 
 void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {

@@ -162,6 +162,24 @@ TEST_F(ValidationTest, AbsurdSizes) {
   EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
 }
 
+TEST_F(ValidationTest, DependsOnListsWellFormedIdsOnce) {
+  JobSpec spec = Good();
+  spec.add_depends_on("j-000001");
+  spec.add_depends_on("j-000002");
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  spec.add_depends_on("j-000001");
+  EXPECT_EQ(ErrorOf(spec), "depends_on: j-000001 is listed twice");
+  spec.set_depends_on(2, "");
+  EXPECT_EQ(ErrorOf(spec), "depends_on: \"\" is not a job id");
+  spec.set_depends_on(2, "j 3\n");
+  EXPECT_EQ(ErrorOf(spec), "depends_on: \"j 3\\n\" is not a job id");
+  spec.set_depends_on(2, std::string(129, 'j'));
+  EXPECT_THAT(ErrorOf(spec), HasSubstr("is not a job id"));
+  spec.clear_depends_on();
+  for (int i = 0; i < 17; ++i) spec.add_depends_on(absl::StrCat("j-", i));
+  EXPECT_EQ(ErrorOf(spec), "depends_on: at most 16 jobs, got 17");
+}
+
 TEST_F(ValidationTest, ParameterLimit) {
   JobSpec spec = Good();
   auto* mlp = spec.mutable_model()->mutable_mlp();

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
@@ -173,6 +174,38 @@ TEST_F(LifecycleTest, TheServerDeletesAnEndedJobAfterItsRetention) {
       << "deleted before its retention had passed";
   EXPECT_FALSE(std::filesystem::exists(dir));
   EXPECT_TRUE(CliFailedWith(Yard({"get", id}), YardExit::kNotFound, {id}));
+}
+
+// A job submitted with `--set depends_on=ID` starts only once that job has
+// SUCCEEDED; one naming a job that does not exist is refused.
+TEST_F(LifecycleTest, AJobThatDependsOnAnotherStartsAfterItSucceeds) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1", .cpu_slots = 2}).status());
+  const std::string path =
+      WriteSpec("small.yaml", MnistSpec{.name = "small", .steps = 60}.ToYaml());
+  CommandResult first = Yard({"submit", path});
+  ASSERT_EQ(first.exit_code(), YardExit::kOk) << first.DebugString();
+  const std::string first_id(absl::StripAsciiWhitespace(first.out));
+  CommandResult second =
+      Yard({"submit", path, "--set", "depends_on=" + first_id, "--wait"},
+           JobTimeout());
+  ASSERT_EQ(second.exit_code(), YardExit::kOk) << second.DebugString();
+
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
+  ASSERT_EQ(all.size(), 2u);
+  const v1::Job& a = all[0];
+  const v1::Job& b = all[1];
+  EXPECT_EQ(a.state(), v1::SUCCEEDED);
+  EXPECT_EQ(b.state(), v1::SUCCEEDED);
+  EXPECT_TRUE(b.dependencies_met());
+  ASSERT_EQ(b.attempts_size(), 1);
+  EXPECT_GE(FromProtoTime(b.attempts(0).start_time()),
+            FromProtoTime(a.end_time()))
+      << "it started before what it depends on had ended, with a slot free";
+
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"submit", path, "--set", "depends_on=j-424242"}),
+      YardExit::kInvalidArgument, {"depends_on: job j-424242 not found"}));
 }
 
 }  // namespace
