@@ -171,6 +171,17 @@ class ArgParser {
       out_.follow = true;
       return no_value();
     }
+    if (c == Command::kLogs && name == "--tail") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      int32_t n = 0;
+      if (!absl::SimpleAtoi(*v, &n) || n < 1) {
+        return Usage(absl::StrCat(
+            "--tail: must be a positive number of lines, got \"", *v, "\""));
+      }
+      out_.tail_lines = n;
+      return absl::OkStatus();
+    }
     if (c == Command::kCancel && name == "--reason") {
       absl::StatusOr<std::string> v = Value(name, inline_v);
       if (!v.ok()) return v.status();
@@ -432,7 +443,9 @@ Commands:
   ls [--state S[,S]] [--limit N | --all]
                      list jobs, oldest first (at most 100 unless --limit/--all)
   get ID             show one job
-  logs ID [-f]       print the job's log; -f follows it until the job ends
+  logs ID [-f] [--tail N]
+                     print the job's log (--tail: its last N lines); -f
+                     follows it until the job ends
   watch ID           follow the job's state changes and progress live
   cancel ID... [--reason TEXT]
                      cancel jobs

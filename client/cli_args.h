@@ -58,6 +58,7 @@ struct CliArgs {
   // first).
   std::vector<std::string> job_ids;
   bool follow = false;            // logs -f
+  int32_t tail_lines = 0;         // logs --tail N; 0: the whole log
   std::string reason;             // cancel --reason, drain --reason
   bool keep_checkpoints = false;  // delete --keep-checkpoints
   // drain, undrain

@@ -113,6 +113,15 @@ TEST(ParseArgsTest, JobCommands) {
   EXPECT_TRUE(Parse({"logs", "j", "-f"}).follow);
   EXPECT_TRUE(Parse({"logs", "--follow", "j"}).follow);
   EXPECT_FALSE(Parse({"logs", "j"}).follow);
+  EXPECT_EQ(Parse({"logs", "j"}).tail_lines, 0);
+  EXPECT_EQ(Parse({"logs", "j", "--tail", "20", "-f"}).tail_lines, 20);
+  EXPECT_EQ(Parse({"logs", "--tail=1", "j"}).tail_lines, 1);
+  EXPECT_EQ(Error({"logs", "j", "--tail", "0"}),
+            "--tail: must be a positive number of lines, got \"0\"");
+  EXPECT_EQ(Error({"logs", "j", "--tail=ten"}),
+            "--tail: must be a positive number of lines, got \"ten\"");
+  EXPECT_EQ(Error({"get", "j", "--tail", "3"}),
+            "unknown flag \"--tail\" for 'get'");
   EXPECT_EQ(Parse({"cancel", "j", "--reason", "oops"}).reason, "oops");
   EXPECT_EQ(Error({"get", "j", "-f"}), "unknown flag \"-f\" for 'get'");
   EXPECT_EQ(Error({"get", ""}), "'get': empty job ID");

@@ -100,7 +100,8 @@ int RunLogs(const CliArgs& args, JobClient& client, std::ostream& out,
             std::ostream& err) {
   absl::Status s = client.Logs(
       args.job_id, 0, args.follow,
-      [&](const v1::LogChunk& chunk) { out << chunk.data() << std::flush; });
+      [&](const v1::LogChunk& chunk) { out << chunk.data() << std::flush; },
+      args.tail_lines);
   if (!s.ok()) return ReportError(AboutJob(s, args.job_id), err);
   return kExitOk;
 }

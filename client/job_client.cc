@@ -277,20 +277,30 @@ absl::Status JobClient::Watch(
 
 absl::Status JobClient::Logs(
     const std::string& job_id, int64_t offset, bool follow,
-    const std::function<void(const v1::LogChunk&)>& on_chunk) {
+    const std::function<void(const v1::LogChunk&)>& on_chunk,
+    int32_t tail_lines) {
   RetryBudget budget(options_.reconnect_timeout);
   int64_t next = offset;
+  bool tail = tail_lines > 0;  // until the first chunk says where it began
   while (true) {
     grpc::ClientContext context;
     Prepare(&context, /*stream=*/follow);
     v1::GetJobLogsRequest request;
     request.set_job_id(job_id);
-    request.set_offset(next);
+    if (tail) {
+      request.set_tail_lines(tail_lines);
+    } else {
+      request.set_offset(next);
+    }
     request.set_follow(follow);
     auto reader = jobs_->GetJobLogs(&context, request);
     v1::LogChunk chunk;
     while (reader->Read(&chunk)) {
       budget.Progress();
+      if (tail) {
+        tail = false;
+        next = chunk.offset();
+      }
       int64_t end = chunk.offset() + static_cast<int64_t>(chunk.data().size());
       if (end <= next) continue;    // already delivered
       if (chunk.offset() < next) {  // overlaps what we have: trim

@@ -88,11 +88,13 @@ class JobClient {
       const std::string& job_id, int64_t after_sequence,
       const std::function<bool(const trainyard::v1::JobEvent&)>& on_event);
 
-  // Calls on_chunk for the job's log from `offset`; with `follow`, until the
-  // job ends. Resumes from the last byte seen on UNAVAILABLE.
+  // Calls on_chunk for the job's log from `offset`, or with `tail_lines` > 0
+  // from its last that-many lines; with `follow`, until the job ends.
+  // Resumes from the last byte seen on UNAVAILABLE.
   absl::Status Logs(
       const std::string& job_id, int64_t offset, bool follow,
-      const std::function<void(const trainyard::v1::LogChunk&)>& on_chunk);
+      const std::function<void(const trainyard::v1::LogChunk&)>& on_chunk,
+      int32_t tail_lines = 0);
 
   absl::StatusOr<trainyard::v1::ListWorkersResponse> ListWorkers();
   absl::StatusOr<trainyard::v1::ClusterStatus> GetClusterStatus();

@@ -120,10 +120,13 @@ class FakeJobs final : public v1::JobService::Service {
     {
       absl::MutexLock lock(&mu_);
       log_offsets_.push_back(req->offset());
+      log_tails_.push_back(req->tail_lines());
       break_now = break_logs_once_;
       break_logs_once_ = false;
     }
-    for (int64_t off = req->offset(); off < static_cast<int64_t>(log.size());
+    // The last line begins at byte 9.
+    const int64_t first = req->tail_lines() == 1 ? 9 : req->offset();
+    for (int64_t off = first; off < static_cast<int64_t>(log.size());
          off += 5) {
       v1::LogChunk chunk;
       chunk.set_offset(off);
@@ -146,6 +149,7 @@ class FakeJobs final : public v1::JobService::Service {
   bool break_logs_once_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int64_t> watch_after_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> log_offsets_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> log_tails_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> page_sizes_ ABSL_GUARDED_BY(mu_);
   std::string last_request_id_ ABSL_GUARDED_BY(mu_);
 };
@@ -269,6 +273,23 @@ TEST_F(JobClientTest, LogsResumeFromTheLastByte) {
   EXPECT_EQ(log, "line one\nline two\n");
   absl::MutexLock lock(&jobs_.mu_);
   EXPECT_THAT(jobs_.log_offsets_, ElementsAre(0, 5));
+}
+
+TEST_F(JobClientTest, LogsFromTheTailResumeFromTheLastByte) {
+  {
+    absl::MutexLock lock(&jobs_.mu_);
+    jobs_.break_logs_once_ = true;
+  }
+  std::string log;
+  absl::Status s = client_->Logs(
+      "j-1", 0, true, [&](const v1::LogChunk& c) { log += c.data(); },
+      /*tail_lines=*/1);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(log, "line two\n");
+  absl::MutexLock lock(&jobs_.mu_);
+  // Asked for the tail, then (having seen where it began) by offset.
+  EXPECT_THAT(jobs_.log_tails_, ElementsAre(1, 0));
+  EXPECT_THAT(jobs_.log_offsets_, ElementsAre(0, 14));
 }
 
 TEST_F(JobClientTest, SubmitWaitPrintsIdEventsAndOutcome) {

@@ -163,11 +163,26 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetJobLogs(
     grpc::ServerContext* context, const v1::GetJobLogsRequest* request,
     grpc::ServerWriter<v1::LogChunk>* writer) {
+  if (request->tail_lines() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("tail_lines: must be >= 0, got ", request->tail_lines())));
+  }
+  if (request->tail_lines() > 0 && request->offset() != 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "offset and tail_lines: give one or the other"));
+  }
   absl::StatusOr<TenantGate::StreamSlot> slot =
       OpenJobStream(*context, request->job_id());
   if (!slot.ok()) return ToGrpcStatus(slot.status());
+  int64_t offset = request->offset();
+  if (request->tail_lines() > 0) {
+    absl::StatusOr<int64_t> tail =
+        watcher_->TailOffset(request->job_id(), request->tail_lines());
+    if (!tail.ok()) return ToGrpcStatus(tail.status());
+    offset = *tail;
+  }
   return ToGrpcStatus(watcher_->StreamLog(
-      request->job_id(), request->offset(), request->follow(),
+      request->job_id(), offset, request->follow(),
       [writer](const v1::LogChunk& c) { return writer->Write(c); },
       [context] { return context->IsCancelled(); }));
 }

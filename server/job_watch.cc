@@ -1,5 +1,7 @@
 #include "server/job_watch.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/job_state.h"
@@ -52,6 +54,30 @@ absl::Status JobWatcher::WatchEvents(const std::string& job_id,
     }
     RETURN_IF_ERROR(WaitForChange(generation, cancelled));
   }
+}
+
+absl::StatusOr<int64_t> JobWatcher::TailOffset(const std::string& job_id,
+                                               int64_t lines) const {
+  ASSIGN_OR_RETURN(LogRead held, store_->ReadLog(job_id, 0, 0));
+  const int64_t end = held.end;
+  int64_t pos = end;  // scanned back to here
+  int64_t newlines = 0;
+  // Backwards one chunk at a time: the log may hold megabytes.
+  while (pos > held.offset) {
+    const int64_t from = std::max(held.offset, pos - options_.log_chunk_bytes);
+    ASSIGN_OR_RETURN(LogRead window, store_->ReadLog(job_id, from, pos - from));
+    // Trimmed meanwhile: what is left starts later.
+    if (window.offset >= pos) return window.offset;
+    const std::string& d = window.data;
+    for (int64_t at = pos - 1; at >= window.offset; --at) {
+      if (d[static_cast<size_t>(at - window.offset)] != '\n') continue;
+      if (at == end - 1) continue;  // the last line's own newline
+      if (++newlines == lines) return at + 1;
+    }
+    if (window.offset > from) return window.offset;
+    pos = from;
+  }
+  return held.offset;
 }
 
 absl::Status JobWatcher::StreamLog(const std::string& job_id, int64_t offset,

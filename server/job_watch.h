@@ -43,6 +43,13 @@ class JobWatcher {
                            const EmitEvent& emit,
                            const IsCancelled& cancelled) const;
 
+  // Where the job's last `lines` (> 0) lines begin in its log: the offset
+  // after the newline `lines` newlines back from the end (a last line
+  // without its newline counts as a line), or the oldest byte held when
+  // the log holds fewer lines. NOT_FOUND for an unknown job.
+  absl::StatusOr<int64_t> TailOffset(const std::string& job_id,
+                                     int64_t lines) const;
+
   // Emits the job's log from `offset`. Without `follow` it stops at the
   // current end; with it, it keeps going until the job is terminal and its
   // log fully sent.

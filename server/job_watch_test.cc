@@ -3,8 +3,10 @@
 #include "server/job_watch.h"
 
 #include <atomic>
+#include <random>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server_test_fixture.h"
@@ -181,6 +183,84 @@ TEST_F(JobWatchTest, LogsReadOnceOrFollowedToTheEnd) {
                     [] { return false; })
                 .code(),
             absl::StatusCode::kOutOfRange);
+}
+
+// Where the last `lines` lines of `log` begin, the plain way.
+int64_t NaiveTail(const std::string& log, int64_t lines) {
+  int64_t at = static_cast<int64_t>(log.size());
+  if (at > 0 && log.back() == '\n') --at;  // the last line's own newline
+  while (at > 0) {
+    const size_t nl = log.rfind('\n', static_cast<size_t>(at - 1));
+    if (nl == std::string::npos) return 0;
+    if (--lines == 0) return static_cast<int64_t>(nl) + 1;
+    at = static_cast<int64_t>(nl);
+  }
+  return 0;
+}
+
+TEST_F(JobWatchTest, TailOffsetFindsTheLastLinesAcrossChunks) {
+  const std::string id = Submit();
+  JobWatchOptions small;
+  small.log_chunk_bytes = 3;  // lines cross every chunk boundary
+  JobWatcher watcher(store_.get(), &notifier_, small);
+  EXPECT_EQ(*watcher.TailOffset(id, 5), 0) << "an empty log";
+  ASSERT_TRUE(store_->AppendLog(id, "a\nbb\nccc\n").ok());
+  EXPECT_EQ(*watcher.TailOffset(id, 1), 5);
+  EXPECT_EQ(*watcher.TailOffset(id, 2), 2);
+  EXPECT_EQ(*watcher.TailOffset(id, 3), 0);
+  EXPECT_EQ(*watcher.TailOffset(id, 100), 0);
+  ASSERT_TRUE(store_->AppendLog(id, "dd").ok());  // a line still being written
+  EXPECT_EQ(*watcher.TailOffset(id, 1), 9);
+  EXPECT_EQ(*watcher.TailOffset(id, 2), 5);
+  EXPECT_EQ(watcher.TailOffset("j-999999", 1).status().code(),
+            absl::StatusCode::kNotFound);
+
+  // Against the plain way, over logs of every shape and several chunk sizes.
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    const std::string job = Submit();
+    std::string log;
+    const int pieces = static_cast<int>(rng() % 6);
+    for (int i = 0; i < pieces; ++i) {
+      std::string piece;
+      for (uint32_t n = rng() % 9; n > 0; --n) {
+        piece.push_back(rng() % 3 == 0 ? '\n' : 'x');
+      }
+      if (piece.empty()) continue;
+      ASSERT_TRUE(store_->AppendLog(job, piece).ok());
+      log += piece;
+    }
+    JobWatchOptions o;
+    o.log_chunk_bytes = 1 + static_cast<int64_t>(rng() % 7);
+    JobWatcher w(store_.get(), &notifier_, o);
+    for (int64_t lines = 1; lines <= 6; ++lines) {
+      EXPECT_EQ(*w.TailOffset(job, lines), NaiveTail(log, lines))
+          << "log \"" << absl::CHexEscape(log) << "\", " << lines
+          << " lines, chunks of " << o.log_chunk_bytes;
+    }
+  }
+}
+
+TEST_F(JobWatchTest, TailOffsetStopsAtTheOldestByteHeld) {
+  JobStoreOptions so;
+  so.path = dir_.File("trimmed.db");
+  so.log_bytes_kept = 8;
+  auto store = JobStore::Open(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+  v1::Job job;
+  job.set_tenant("t");
+  auto created = (*store)->CreateJob(job);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string id = created->record.job.id();
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE((*store)->AppendLog(id, absl::StrCat("line ", i, "\n")).ok());
+  }
+  auto held = (*store)->ReadLog(id, 0, 0);
+  ASSERT_TRUE(held.ok());
+  ASSERT_GT(held->offset, 0) << "the head was trimmed";
+  JobWatcher watcher(store->get(), &notifier_);
+  EXPECT_EQ(*watcher.TailOffset(id, 1), held->end - 7);  // "line 9\n"
+  EXPECT_EQ(*watcher.TailOffset(id, 1000), held->offset);
 }
 
 }  // namespace

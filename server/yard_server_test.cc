@@ -270,7 +270,8 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
   ASSERT_TRUE(worker->Update(id, 1, [](auto& u) {
     u.mutable_trainer()->mutable_progress()->set_step(10);
   }));
-  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.set_log("hello log\n"); }));
+  ASSERT_TRUE(worker->Update(
+      id, 1, [](auto& u) { u.set_log("first line\nhello log\n"); }));
   ASSERT_TRUE(worker->Update(id, 1, [](auto& u) {
     u.mutable_trainer()->mutable_finished()->set_eval_accuracy(0.97);
   }));
@@ -284,17 +285,32 @@ TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
   EXPECT_EQ(job.state(), v1::SUCCEEDED);
   EXPECT_DOUBLE_EQ(job.result().eval_accuracy(), 0.97);
 
-  grpc::ClientContext logs_ctx;
-
-  AddBearerToken(logs_ctx, AdminToken());
-  v1::GetJobLogsRequest logs_req;
-  logs_req.set_job_id(id);
-  auto logs = jobs_->GetJobLogs(&logs_ctx, logs_req);
-  v1::LogChunk chunk;
+  // The whole log, its last line, and two bad requests.
+  auto read_logs = [&](int64_t offset, int32_t tail_lines, std::string* log) {
+    grpc::ClientContext logs_ctx;
+    AddBearerToken(logs_ctx, AdminToken());
+    v1::GetJobLogsRequest logs_req;
+    logs_req.set_job_id(id);
+    logs_req.set_offset(offset);
+    logs_req.set_tail_lines(tail_lines);
+    auto logs = jobs_->GetJobLogs(&logs_ctx, logs_req);
+    v1::LogChunk chunk;
+    while (logs->Read(&chunk)) *log += chunk.data();
+    return logs->Finish();
+  };
   std::string log;
-  while (logs->Read(&chunk)) log += chunk.data();
-  EXPECT_TRUE(logs->Finish().ok());
+  EXPECT_TRUE(read_logs(0, 0, &log).ok());
+  EXPECT_EQ(log, "first line\nhello log\n");
+  log.clear();
+  EXPECT_TRUE(read_logs(0, 1, &log).ok());
   EXPECT_EQ(log, "hello log\n");
+  grpc::Status bad = read_logs(0, -1, &log);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad.error_message(), "tail_lines: must be >= 0, got -1");
+  bad = read_logs(3, 1, &log);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad.error_message(),
+            "offset and tail_lines: give one or the other");
 
   grpc::ClientContext list_ctx;
 
