@@ -85,6 +85,8 @@ def specs():
     write("spec", "bad-types.yaml",
           "steps: abc\nbatch: [1]\npriority: 1e99\nseed: -1\n")
     write("spec", "bad-deep.yaml", "a: " + "[" * 40 + "]" * 40 + "\n")
+    write("spec", "bad-depends.yaml",
+          "depends_on: [j-1, j-1, '', \"j 2\", {a: 1}]\n")
     write("spec", "bad-aliases.yaml",
           "a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: &c [*b, *b, *b]\n"
           "name: *c\n")
@@ -102,6 +104,7 @@ def specs():
                        ("list", "model.mlp.hidden=512,256"),
                        ("oneof", "model.gpt.n_layer=2"),
                        ("enum", "precision=BF16"),
+                       ("depends", "depends_on=j-000001,j-000002"),
                        ("bad-range", "batch.micro_batch=2147483648"),
                        ("bad-message", "model=mlp")]:
         write("spec", "override-" + name + ".txt", text)
