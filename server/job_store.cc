@@ -415,6 +415,29 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState()
   }
 }
 
+absl::StatusOr<std::map<std::string, v1::JobState>> JobStore::StatesOf(
+    const std::vector<std::string>& ids) const {
+  constexpr size_t kPerQuery = 256;  // well under SQLite's bound parameters
+  std::map<std::string, v1::JobState> states;
+  Reader reader(this);
+  for (size_t first = 0; first < ids.size(); first += kPerQuery) {
+    const size_t n = std::min(kPerQuery, ids.size() - first);
+    std::string sql = "SELECT id, state FROM jobs WHERE id IN (?";
+    for (size_t i = 1; i < n; ++i) sql += ", ?";
+    sql += ")";
+    ASSIGN_OR_RETURN(SqliteStatement q, reader.db().Prepare(sql));
+    for (size_t i = 0; i < n; ++i) {
+      q.BindText(static_cast<int>(i + 1), ids[first + i]);
+    }
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      states[q.ColumnText(0)] = static_cast<v1::JobState>(q.ColumnInt64(1));
+    }
+  }
+  return states;
+}
+
 absl::StatusOr<int64_t> JobStore::CountJobs(std::string_view tenant,
                                             v1::JobState state) const {
   Reader reader(this);

@@ -144,6 +144,10 @@ class JobStore {
   absl::StatusOr<std::vector<JobRecord>> JobsInStates(
       const std::vector<v1::JobState>& states) const;
   absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() const;
+  // The state of each job of `ids` that exists (an id without a job is not
+  // in the map). Reads only the state column: cheap for many ids.
+  absl::StatusOr<std::map<std::string, v1::JobState>> StatesOf(
+      const std::vector<std::string>& ids) const;
   // The number of jobs of `tenant` in `state` (committed ones).
   absl::StatusOr<int64_t> CountJobs(std::string_view tenant,
                                     v1::JobState state) const;

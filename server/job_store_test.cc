@@ -88,6 +88,32 @@ TEST_F(JobStoreTest, CreatesQueuedJobsWithSortableIdsAndFirstEvent) {
   EXPECT_EQ(got->last_sequence, 1);
 }
 
+TEST_F(JobStoreTest, StatesOfReadsManyJobsAndLeavesUnknownOnesOut) {
+  auto store = Open();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 600; ++i) {  // more than one query's worth
+    auto created = store->CreateJob(NewJob());
+    ASSERT_TRUE(created.ok()) << created.status();
+    ids.push_back(created->record.job.id());
+  }
+  auto done = store->UpdateJob(ids[300], Durability::kTransition,
+                               [](JobRecord& r, auto&) {
+                                 r.job.set_state(v1::SUCCEEDED);
+                                 return true;
+                               });
+  ASSERT_TRUE(done.ok()) << done.status();
+  ids.push_back("j-999999");
+  ids.push_back(ids[300]);  // asked twice
+  auto states = store->StatesOf(ids);
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(states->size(), 600u);
+  EXPECT_EQ(states->at(ids[0]), v1::QUEUED);
+  EXPECT_EQ(states->at(ids[599]), v1::QUEUED);
+  EXPECT_EQ(states->at(ids[300]), v1::SUCCEEDED);
+  EXPECT_FALSE(states->contains("j-999999"));
+  EXPECT_TRUE(store->StatesOf({})->empty());
+}
+
 TEST_F(JobStoreTest, UnknownJobIsNotFoundNamingTheId) {
   auto store = Open();
   auto got = store->GetJob("j-424242");

@@ -148,14 +148,22 @@ std::vector<JobRecord> SchedulerLoop::StopJobsPastTimeLimits(
 
 std::vector<JobRecord> SchedulerLoop::WithDependenciesMet(
     std::vector<JobRecord> queued) {
-  std::map<std::string, absl::StatusOr<v1::JobState>> states;  // this pass
+  // Every dependency still looked at, read in one go (state column only).
+  std::vector<std::string> ids;
+  for (const JobRecord& r : queued) {
+    if (r.job.dependencies_met()) continue;
+    ids.insert(ids.end(), r.job.spec().depends_on().begin(),
+               r.job.spec().depends_on().end());
+  }
+  if (ids.empty()) return queued;
+  absl::StatusOr<std::map<std::string, v1::JobState>> states =
+      store_->StatesOf(ids);
   DependencyCheck check = CheckDependencies(
       queued, [&](const std::string& id) -> absl::StatusOr<v1::JobState> {
-        auto [it, added] = states.try_emplace(id, v1::JOB_STATE_UNSPECIFIED);
-        if (added) {
-          absl::StatusOr<JobRecord> r = store_->GetJob(id);
-          it->second = r.ok() ? absl::StatusOr<v1::JobState>(r->job.state())
-                              : r.status();
+        if (!states.ok()) return states.status();
+        auto it = states->find(id);
+        if (it == states->end()) {
+          return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
         }
         return it->second;
       });
