@@ -1,24 +1,15 @@
 #include "server/job_retention.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
-#include "common/proto_time.h"
 #include "common/status_macros.h"
 
 namespace trainyard::server {
-namespace {
-
-// When the job ended: its end_time, or for a record without one its last
-// update (which for an ended job is its end or later).
-absl::Time EndedAt(const v1::Job& job) {
-  return FromProtoTime(job.has_end_time() ? job.end_time() : job.update_time());
-}
-
-}  // namespace
 
 absl::StatusOr<absl::Duration> ParseRetention(const std::string& value) {
   if (value == "0") return absl::ZeroDuration();
@@ -85,23 +76,17 @@ void JobRetention::Stop() {
 
 absl::StatusOr<RetentionSweep> JobRetention::Sweep() {
   absl::MutexLock sweeping(&sweep_mu_);
-  ASSIGN_OR_RETURN(
-      std::vector<JobRecord> ended,
-      store_->JobsInStates({v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}));
-  const absl::Time now = clock_->Now();
+  const absl::Time cutoff = clock_->Now() - options_.keep_for;
+  ASSIGN_OR_RETURN(std::vector<std::string> expired,
+                   store_->EndedBy(cutoff, options_.max_per_sweep));
   RetentionSweep sweep;
-  for (const JobRecord& r : ended) {
-    const absl::Time expiry = EndedAt(r.job) + options_.keep_for;
-    if (expiry > now) {
-      sweep.next_expiry = std::min(sweep.next_expiry, expiry);
-      continue;
-    }
+  for (const std::string& id : expired) {
     absl::StatusOr<DeletedJob> deleted =
-        lifecycle_->Delete(r.job.id(), options_.keep_checkpoints);
+        lifecycle_->Delete(id, options_.keep_checkpoints);
     if (absl::IsNotFound(deleted.status())) continue;  // deleted meanwhile
     if (!deleted.ok()) {
       ++sweep.failed;
-      YARD_LOG(WARNING) << "retention: job " << r.job.id()
+      YARD_LOG(WARNING) << "retention: job " << id
                         << " not deleted (retried at the next sweep): "
                         << deleted.status();
       continue;
@@ -109,6 +94,13 @@ absl::StatusOr<RetentionSweep> JobRetention::Sweep() {
     ++sweep.deleted;
     sweep.checkpoint_bytes += deleted->checkpoint_bytes;
     if (options_.on_deleted) options_.on_deleted(*deleted);
+  }
+  if (static_cast<int32_t>(expired.size()) == options_.max_per_sweep) {
+    sweep.next_expiry = clock_->Now();  // more may be left: go on at once
+  } else {
+    ASSIGN_OR_RETURN(std::optional<absl::Time> next,
+                     store_->FirstEndAfter(cutoff));
+    if (next.has_value()) sweep.next_expiry = *next + options_.keep_for;
   }
   if (sweep.deleted > 0) {
     YARD_LOG(INFO) << "retention: deleted " << sweep.deleted

@@ -5,10 +5,11 @@
 // checkpoint directory. Without it every ended job and its checkpoints stay
 // forever, and the checkpoint root (gigabytes per GPT job) only grows.
 //
-// A job's age is counted from its end_time. A sweep reads the ended jobs,
-// deletes the expired ones and learns when the next one expires; the
-// thread sleeps until then, or at most max_sweep_interval, so a job that
-// ends after a sweep is deleted no later than that past its expiry.
+// A job's age is counted from its end_time. A sweep asks the store (by an
+// index on the end time, not a scan) for the jobs that expired, deletes
+// them and learns when the next one expires; the thread sleeps until then,
+// or at most max_sweep_interval, so a job that ends after a sweep is
+// deleted no later than that past its expiry.
 // Deletions that fail (a checkpoint directory that cannot be moved) are
 // logged and retried by the next sweep; a job a user deleted meanwhile is
 // skipped.
@@ -46,6 +47,8 @@ struct JobRetentionOptions {
   absl::Duration keep_for = absl::ZeroDuration();  // > 0
   bool keep_checkpoints = false;  // delete records only, as --keep-checkpoints
   absl::Duration max_sweep_interval = absl::Minutes(1);
+  // The most jobs one sweep deletes; the next sweep follows at once.
+  int32_t max_per_sweep = 1000;
   // Told of each job the policy deleted (metrics).
   std::function<void(const DeletedJob&)> on_deleted;
 };

@@ -123,6 +123,24 @@ TEST_F(JobRetentionTest, AFailedDeletionKeepsTheJobWholeAndIsRetried) {
   EXPECT_FALSE(Exists(id));
 }
 
+TEST_F(JobRetentionTest, ASweepDeletesAtMostItsShareAndTheNextFollowsAtOnce) {
+  const std::string a = FinishedJob();
+  const std::string b = FinishedJob();
+  const std::string c = FinishedJob();
+  JobRetentionOptions o;
+  o.keep_for = absl::Minutes(5);
+  o.max_per_sweep = 2;
+  JobRetention retention(store_.get(), lifecycle_.get(), &clock_, o);
+  AdvanceWithHeartbeats(absl::Minutes(6));
+  RetentionSweep sweep = Sweep(retention);
+  EXPECT_EQ(sweep.deleted, 2);
+  EXPECT_EQ(sweep.next_expiry, clock_.Now()) << "more may be left";
+  sweep = Sweep(retention);
+  EXPECT_EQ(sweep.deleted, 1);
+  EXPECT_EQ(sweep.next_expiry, absl::InfiniteFuture());
+  EXPECT_FALSE(Exists(a) || Exists(b) || Exists(c));
+}
+
 TEST_F(JobRetentionTest, AJobDeletedByHandMeanwhileIsSkipped) {
   const std::string id = FinishedJob();
   JobRetention retention = Retention(absl::Minutes(5), false);

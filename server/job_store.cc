@@ -69,7 +69,24 @@ CREATE TABLE worker_drains (
   drain BLOB NOT NULL
 );
 )sql";
-constexpr int64_t kUpgradableFrom = 1;
+// Version 3 keeps each ended job's end time in a column (milliseconds since
+// the epoch; 0 while the job has not ended), so the retention finds expired
+// jobs with an index instead of reading every ended job. A version 1 or 2
+// store gains it, filled in from the jobs' records.
+constexpr char kEndTimeColumn[] = R"sql(
+ALTER TABLE jobs ADD COLUMN end_ms INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX jobs_by_end ON jobs (end_ms) WHERE end_ms > 0;
+)sql";
+constexpr int64_t kOldestUpgradable = 1;
+
+// The end_ms column of a job: when it ended (its end time, or its last
+// update for a record without one), 0 while it has not.
+int64_t EndMillis(const v1::Job& job) {
+  if (!IsTerminal(job.state())) return 0;
+  const absl::Time end =
+      FromProtoTime(job.has_end_time() ? job.end_time() : job.update_time());
+  return std::max<int64_t>(1, absl::ToUnixMillis(end));
+}
 
 constexpr char kJobColumns[] =
     "create_seq, cancel_reason, gpu_indices, last_sequence, job";
@@ -191,7 +208,7 @@ absl::Status JobStore::InitSchema() {
         path, " is not a Trainyard job store (SQLite application_id ",
         *app_id, ", ", tables, " schema objects); refusing to modify it"));
   }
-  if (!fresh && version != kSchemaVersion && version != kUpgradableFrom) {
+  if (!fresh && (version > kSchemaVersion || version < kOldestUpgradable)) {
     return absl::FailedPreconditionError(absl::StrCat(
         path, ": job store schema version ", version,
         " is not supported by this yard-server (it knows version ",
@@ -216,7 +233,11 @@ absl::Status JobStore::InitSchema() {
       RETURN_IF_ERROR(
           db_->Exec(absl::StrCat("PRAGMA application_id=", kApplicationId)));
     }
-    RETURN_IF_ERROR(db_->Exec(kDrainsTable));
+    if (fresh || version < 2) RETURN_IF_ERROR(db_->Exec(kDrainsTable));
+    if (fresh || version < 3) {
+      RETURN_IF_ERROR(db_->Exec(kEndTimeColumn));
+      RETURN_IF_ERROR(FillEndTimes());
+    }
     return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
   });
 }
@@ -273,15 +294,68 @@ absl::Status JobStore::WriteJobRow(const JobRecord& r) {
   ASSIGN_OR_RETURN(SqliteStatement u,
                    db_->Prepare("UPDATE jobs SET state = ?, "
                                 "cancel_reason = ?, gpu_indices = ?, "
-                                "last_sequence = ?, job = ? "
+                                "last_sequence = ?, job = ?, end_ms = ? "
                                 "WHERE create_seq = ?"));
   u.Bind(1, r.job.state())
       .BindText(2, r.cancel_reason)
       .BindText(3, absl::StrJoin(r.gpu_indices, ","))
       .Bind(4, r.last_sequence)
       .BindBlob(5, r.job.SerializeAsString())
-      .Bind(6, r.create_seq);
+      .Bind(6, EndMillis(r.job))
+      .Bind(7, r.create_seq);
   return u.Run();
+}
+
+absl::Status JobStore::FillEndTimes() {
+  ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      db_->Prepare(absl::StrCat("SELECT ", kJobColumns,
+                                " FROM jobs WHERE state IN (", v1::SUCCEEDED,
+                                ", ", v1::FAILED, ", ", v1::CANCELLED, ")")));
+  std::vector<std::pair<int64_t, int64_t>> ends;  // create_seq, end_ms
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
+    ends.emplace_back(r.create_seq, EndMillis(r.job));
+  }
+  for (const auto& [seq, end_ms] : ends) {
+    ASSIGN_OR_RETURN(
+        SqliteStatement u,
+        db_->Prepare("UPDATE jobs SET end_ms = ? WHERE create_seq = ?"));
+    u.Bind(1, end_ms).Bind(2, seq);
+    RETURN_IF_ERROR(u.Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::EndedBy(
+    absl::Time cutoff, int32_t limit) const {
+  Reader reader(this);
+  ASSIGN_OR_RETURN(SqliteStatement q,
+                   reader.db().Prepare("SELECT id FROM jobs WHERE end_ms > 0 "
+                                       "AND end_ms <= ? ORDER BY end_ms "
+                                       "LIMIT ?"));
+  q.Bind(1, absl::ToUnixMillis(cutoff)).Bind(2, limit);
+  std::vector<std::string> ids;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    ids.push_back(q.ColumnText(0));
+  }
+  return ids;
+}
+
+absl::StatusOr<std::optional<absl::Time>> JobStore::FirstEndAfter(
+    absl::Time after) const {
+  Reader reader(this);
+  ASSIGN_OR_RETURN(SqliteStatement q,
+                   reader.db().Prepare("SELECT min(end_ms) FROM jobs WHERE "
+                                       "end_ms > ?"));
+  q.Bind(1, std::max<int64_t>(0, absl::ToUnixMillis(after)));
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row || q.ColumnInt64(0) == 0) return std::nullopt;
+  return absl::FromUnixMillis(q.ColumnInt64(0));
 }
 
 absl::StatusOr<JobStore::Created> JobStore::CreateJob(v1::Job job) {

@@ -42,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -118,13 +119,14 @@ struct LogRead {
 
 class JobStore {
  public:
-  static constexpr int32_t kSchemaVersion = 2;
+  static constexpr int32_t kSchemaVersion = 3;
   static constexpr int32_t kDefaultPageSize = 50;
   static constexpr int32_t kMaxPageSize = 500;
 
-  // Opens or creates the store. A file that is not a Trainyard job store,
-  // or one with a schema version this build does not know, is refused with
-  // FAILED_PRECONDITION and left untouched.
+  // Opens or creates the store. A store of an older schema (1 or 2) is
+  // brought up to date in one transaction. A file that is not a Trainyard
+  // job store, or one with a schema version this build does not know, is
+  // refused with FAILED_PRECONDITION and left untouched.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(JobStoreOptions options);
 
   struct Created {
@@ -148,6 +150,13 @@ class JobStore {
   // in the map). Reads only the state column: cheap for many ids.
   absl::StatusOr<std::map<std::string, v1::JobState>> StatesOf(
       const std::vector<std::string>& ids) const;
+  // Ids of ended jobs that ended at or before `cutoff`, the longest ended
+  // first, at most `limit` (an index, not a scan of the ended jobs).
+  absl::StatusOr<std::vector<std::string>> EndedBy(absl::Time cutoff,
+                                                   int32_t limit) const;
+  // When the first job that ended after `after` ended; nullopt when none.
+  absl::StatusOr<std::optional<absl::Time>> FirstEndAfter(
+      absl::Time after) const;
   // The number of jobs of `tenant` in `state` (committed ones).
   absl::StatusOr<int64_t> CountJobs(std::string_view tenant,
                                     v1::JobState state) const;
@@ -246,6 +255,8 @@ class JobStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteJobRow(const JobRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Upgrade to schema 3: end_ms of every ended job, from its record.
+  absl::Status FillEndTimes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobStoreOptions options_;
   // Lock order: queue_mu_ is never held while taking mu_ or read_mu_.

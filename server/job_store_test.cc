@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/test_dir.h"
@@ -16,6 +17,7 @@
 namespace trainyard::server {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 class JobStoreTest : public ::testing::Test {
@@ -26,6 +28,24 @@ class JobStoreTest : public ::testing::Test {
     auto store = JobStore::Open(std::move(options));
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  // Turns the store file back into what a server of schema `version` (1 or
+  // 2) wrote: `extra` SQL first, then without the end time column.
+  void AsWrittenBy(int version, const std::string& extra) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
+    const std::string sql = absl::StrCat(
+        extra,
+        "DROP INDEX jobs_by_end; ALTER TABLE jobs DROP COLUMN end_ms; "
+        "PRAGMA user_version=",
+        version);
+    char* error = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error),
+              SQLITE_OK)
+        << (error != nullptr ? error : "");
+    sqlite3_free(error);
+    sqlite3_close(db);
   }
 
   static v1::Job NewJob(std::string request_id = "",
@@ -552,14 +572,8 @@ TEST_F(JobStoreTest, UpgradesAVersionOneStoreKeepingItsJobs) {
     ASSERT_TRUE(c.ok()) << c.status();
     id = c->record.job.id();
   }
-  {  // What a version 1 server wrote: no drains table.
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "DROP TABLE worker_drains; PRAGMA user_version=1",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  // What a version 1 server wrote: no drains table, no end times.
+  AsWrittenBy(1, "DROP TABLE worker_drains;");
   auto store = Open();
   EXPECT_EQ(store->GetJob(id)->job.request_id(), "first");
   ASSERT_TRUE(store->PutWorkerDrain(DrainOf("w1", "")).ok());
@@ -575,6 +589,71 @@ TEST_F(JobStoreTest, UpgradesAVersionOneStoreKeepingItsJobs) {
   EXPECT_EQ(sqlite3_column_int(version, 0), JobStore::kSchemaVersion);
   sqlite3_finalize(version);
   sqlite3_close(db);
+}
+
+// An ended job (and two that have not ended) in a store that version 2
+// wrote: after the upgrade the retention's queries find it by its end time.
+TEST_F(JobStoreTest, UpgradesAVersionTwoStoreFillingInEndTimes) {
+  clock_.Advance(absl::Hours(1));
+  const absl::Time ended_at = absl::FromUnixMillis(1'700'000'123'456);
+  std::string ended, queued;
+  {
+    auto store = Open();
+    ended = store->CreateJob(NewJob("a"))->record.job.id();
+    queued = store->CreateJob(NewJob("b"))->record.job.id();
+    auto done = store->UpdateJob(
+        ended, Durability::kTransition, [&](JobRecord& r, auto&) {
+          r.job.set_state(v1::FAILED);
+          *r.job.mutable_end_time() = ToProtoTime(ended_at);
+          return true;
+        });
+    ASSERT_TRUE(done.ok()) << done.status();
+  }
+  AsWrittenBy(2, "");
+  auto store = Open();
+  EXPECT_THAT(*store->EndedBy(ended_at, 10), ElementsAre(ended));
+  EXPECT_TRUE(store->EndedBy(ended_at - absl::Milliseconds(1), 10)->empty());
+  EXPECT_EQ(*store->FirstEndAfter(absl::InfinitePast()), ended_at);
+  EXPECT_EQ(*store->FirstEndAfter(ended_at), std::nullopt);
+  EXPECT_EQ(store->GetJob(queued)->job.state(), v1::QUEUED);
+}
+
+TEST_F(JobStoreTest, EndedByListsEndedJobsLongestEndedFirst) {
+  auto store = Open();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(
+        store->CreateJob(NewJob(absl::StrCat("r", i)))->record.job.id());
+  }
+  const absl::Time t0 = absl::FromUnixSeconds(1'800'000'000);
+  // Ended in the order 2, 0, 1; job 3 is still queued.
+  for (auto [i, at] : std::vector<std::pair<int, absl::Time>>{
+           {2, t0}, {0, t0 + absl::Seconds(5)}, {1, t0 + absl::Seconds(9)}}) {
+    ASSERT_TRUE(store
+                    ->UpdateJob(ids[i], Durability::kTransition,
+                                [&](JobRecord& r, auto&) {
+                                  r.job.set_state(v1::SUCCEEDED);
+                                  *r.job.mutable_end_time() = ToProtoTime(at);
+                                  return true;
+                                })
+                    .ok());
+  }
+  EXPECT_THAT(*store->EndedBy(t0 + absl::Seconds(5), 10),
+              ElementsAre(ids[2], ids[0]));
+  EXPECT_THAT(*store->EndedBy(t0 + absl::Hours(1), 2),
+              ElementsAre(ids[2], ids[0]));
+  EXPECT_EQ(store->EndedBy(t0 + absl::Hours(1), 10)->size(), 3u);
+  EXPECT_EQ(*store->FirstEndAfter(t0), t0 + absl::Seconds(5));
+  EXPECT_EQ(*store->FirstEndAfter(t0 + absl::Seconds(9)), std::nullopt);
+  // Back in the queue (a restart): no longer ended.
+  ASSERT_TRUE(store
+                  ->UpdateJob(ids[2], Durability::kTransition,
+                              [](JobRecord& r, auto&) {
+                                r.job.set_state(v1::QUEUED);
+                                return true;
+                              })
+                  .ok());
+  EXPECT_THAT(*store->EndedBy(t0 + absl::Seconds(5), 10), ElementsAre(ids[0]));
 }
 
 TEST_F(JobStoreTest, SafeForConcurrentUse) {
