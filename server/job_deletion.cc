@@ -53,6 +53,7 @@ int64_t BytesUnder(const fs::path& dir) {
 
 absl::StatusOr<DeletedJob> JobLifecycle::Delete(const std::string& job_id,
                                                 bool keep_checkpoints) {
+  absl::MutexLock one_at_a_time(&delete_mu_);
   ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
   RETURN_IF_ERROR(CheckDeletable(record.job));
   // As Assign names it.

@@ -1,8 +1,10 @@
 // Tests for JobLifecycle::Delete and SweepDeletedCheckpoints: a finished
 // job goes with its checkpoints, anything else is refused, and no failure
 // loses or half-deletes a job.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -54,6 +56,35 @@ TEST_F(JobDeletionTest, AFinishedJobGoesWithItsCheckpoints) {
   EXPECT_TRUE(fs::is_empty(dir_.File("ckpt")));
   absl::StatusOr<DeletedJob> again = lifecycle_->Delete(done, false);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kNotFound);
+}
+
+// A user's delete and the retention's may meet on the same job: exactly
+// one deletes it, the other finds it gone, and no directory is left behind
+// or moved back.
+TEST_F(JobDeletionTest, ConcurrentDeletesOfOneJobDeleteItOnce) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 30; ++i) ids.push_back(FinishedJob());
+  std::atomic<int> deleted = 0, not_found = 0, other = 0;
+  auto delete_all = [&] {
+    for (const std::string& id : ids) {
+      absl::StatusOr<DeletedJob> d = lifecycle_->Delete(id, false);
+      if (d.ok()) {
+        ++deleted;
+      } else if (absl::IsNotFound(d.status())) {
+        ++not_found;
+      } else {
+        ++other;
+        ADD_FAILURE() << id << ": " << d.status();
+      }
+    }
+  };
+  std::thread a(delete_all), b(delete_all);
+  a.join();
+  b.join();
+  EXPECT_EQ(deleted, 30);
+  EXPECT_EQ(not_found, 30);
+  EXPECT_EQ(other, 0);
+  EXPECT_TRUE(fs::is_empty(dir_.File("ckpt")));
 }
 
 TEST_F(JobDeletionTest, KeepCheckpointsLeavesTheDirectory) {

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "scheduler/placement_policy.h"
@@ -187,6 +188,10 @@ class JobLifecycle {
   Clock* const clock_;
   const JobLifecycleOptions options_;
   std::function<void()> wake_scheduler_;
+  // One Delete at a time: a user's and the retention's delete of the same
+  // job would otherwise race over its checkpoint directory (one moving it
+  // back after the other deleted the record). Deletes are rare.
+  absl::Mutex delete_mu_;
 };
 
 // Whether `record` is held by (worker_id, attempt) right now: its own
