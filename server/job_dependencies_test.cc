@@ -132,6 +132,27 @@ TEST_F(JobDependenciesTest, AJobWhoseDependencyIsDeletedFirstIsCancelled) {
             "dependency " + first + " was deleted before it succeeded");
 }
 
+TEST_F(JobDependenciesTest, ARetriedSubmissionGetsItsJobEvenAfterAFailure) {
+  FakeWorker& w = Connect("w1");
+  const std::string first = RunJobOn(w);
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec();
+  req.mutable_spec()->add_depends_on(first);
+  req.set_request_id("retry-me");
+  absl::StatusOr<SubmitResult> submitted = lifecycle_->Submit(req);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  ASSERT_TRUE(w.Exited(first, 1, /*code=*/1).ok());
+  // The reply was lost; the client tries again after the dependency failed.
+  absl::StatusOr<SubmitResult> retried = lifecycle_->Submit(req);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_TRUE(retried->already_existed);
+  EXPECT_EQ(retried->job.id(), submitted->job.id());
+  // A new request is refused.
+  req.set_request_id("new");
+  EXPECT_EQ(lifecycle_->Submit(req).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(JobDependenciesTest, SubmitRefusesDependenciesThatCannotSucceed) {
   absl::StatusOr<SubmitResult> r = SubmitAfter({"j-999999"});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);

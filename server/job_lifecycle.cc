@@ -128,15 +128,18 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   RETURN_IF_ERROR(RejectUnknownFields(request.spec(), "spec"));
   v1::JobSpec spec = spec::WithDefaults(request.spec());
   RETURN_IF_ERROR(spec::ValidateJobSpec(spec, options_.validation));
-  RETURN_IF_ERROR(CheckDependencies(spec, tenant));
 
   v1::Job job;
   job.set_tenant(tenant);
   job.set_request_id(request.request_id());
   job.set_name(spec.name());
   *job.mutable_spec() = spec;
+  // Only for a new job: a retried submission gets the job its first try
+  // made even if a dependency has failed since.
   ASSIGN_OR_RETURN(JobStore::Created created,
-                   store_->CreateJob(std::move(job)));
+                   store_->CreateJob(std::move(job), [&] {
+                     return CheckDependencies(spec, tenant);
+                   }));
   if (created.already_existed &&
       !google::protobuf::util::MessageDifferencer::Equals(
           created.record.job.spec(), spec)) {

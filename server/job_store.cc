@@ -358,7 +358,8 @@ absl::StatusOr<std::optional<absl::Time>> JobStore::FirstEndAfter(
   return absl::FromUnixMillis(q.ColumnInt64(0));
 }
 
-absl::StatusOr<JobStore::Created> JobStore::CreateJob(v1::Job job) {
+absl::StatusOr<JobStore::Created> JobStore::CreateJob(
+    v1::Job job, const std::function<absl::Status()>& check_new) {
   Created out;
   RETURN_IF_ERROR(Commit(Durability::kTransition, "create", [&] {
     if (!job.request_id().empty()) {
@@ -378,6 +379,7 @@ absl::StatusOr<JobStore::Created> JobStore::CreateJob(v1::Job job) {
         return absl::OkStatus();
       }
     }
+    if (check_new) RETURN_IF_ERROR(check_new());
     ASSIGN_OR_RETURN(int64_t number,
                      db_->QueryInt64("SELECT value FROM meta WHERE key = "
                                      "'next_job_number'"));

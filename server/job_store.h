@@ -136,8 +136,13 @@ class JobStore {
   // Stores `job` as a new QUEUED job: assigns its id ("j-000001", ...) and
   // create time and records event 1 (the state change to QUEUED). When
   // job.request_id is set and a job of the same tenant was created with it,
-  // returns that job instead, with already_existed.
-  absl::StatusOr<Created> CreateJob(v1::Job job);
+  // returns that job instead, with already_existed. `check_new`, when
+  // given, runs only when a new job would be created, before it is; its
+  // error is returned and nothing is stored. (A retry of a submission
+  // whose first try got through then returns that job, whatever the check
+  // would now say.)
+  absl::StatusOr<Created> CreateJob(
+      v1::Job job, const std::function<absl::Status()>& check_new = nullptr);
 
   // NOT_FOUND naming the id when there is no such job.
   absl::StatusOr<JobRecord> GetJob(std::string_view id) const;
