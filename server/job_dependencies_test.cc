@@ -87,6 +87,10 @@ TEST_F(JobDependenciesTest, AJobWaitsUntilWhatItDependsOnSucceeds) {
   EXPECT_EQ(Job(second).job.state(), v1::QUEUED);
   EXPECT_EQ(Job(second).job.state_reason(),
             "waiting for " + first + " (RUNNING) to succeed");
+  // Nothing changed: the next pass writes nothing to the store.
+  const uint64_t commits = notifier_.Generation();
+  Pass();
+  EXPECT_EQ(notifier_.Generation(), commits);
 
   ASSERT_TRUE(w.Exited(first, 1, 0).ok());
   Pass();
