@@ -89,15 +89,21 @@ DispatchCounts Dispatcher::Carry(
   }
   for (const scheduler::JobWait& w : plan.waits) {
     auto it = queued.find(w.job_id);
-    if (it != queued.end() && it->second.job.state_reason() == w.reason) {
-      continue;
-    }
-    absl::Status s = lifecycle_->SetWaitReason(w.job_id, w.reason);
-    if (!s.ok() && !absl::IsNotFound(s)) {
-      YARD_LOG(WARNING) << "job " << w.job_id << " wait reason: " << s;
-    }
+    RecordWaitReason(
+        w.job_id, it == queued.end() ? nullptr : &it->second.job.state_reason(),
+        w.reason);
   }
   return counts;
+}
+
+void Dispatcher::RecordWaitReason(const std::string& job_id,
+                                  const std::string* stored,
+                                  const std::string& reason) {
+  if (stored != nullptr && *stored == reason) return;
+  absl::Status s = lifecycle_->SetWaitReason(job_id, reason);
+  if (!s.ok() && !absl::IsNotFound(s)) {
+    YARD_LOG(WARNING) << "job " << job_id << " wait reason: " << s;
+  }
 }
 
 }  // namespace trainyard::server

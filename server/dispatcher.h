@@ -37,6 +37,12 @@ class Dispatcher {
   DispatchCounts Carry(const scheduler::Plan& plan,
                        const std::map<std::string, JobRecord>& queued);
 
+  // Records why queued job `job_id` waits, unless `stored` (its reason as
+  // read this pass; null when not read) already says so: a pass must not
+  // cost a store write per waiting job.
+  void RecordWaitReason(const std::string& job_id, const std::string* stored,
+                        const std::string& reason);
+
   // RUNNING -> PREEMPTING, then tells every worker of its ranks. False when
   // the job is not running on worker_id (already stopping, or moved on).
   bool Preempt(const std::string& job_id, const std::string& worker_id,

@@ -167,18 +167,12 @@ std::vector<JobRecord> SchedulerLoop::WithDependenciesMet(
         }
         return it->second;
       });
-  std::map<std::string, const std::string*> reasons;  // as stored now
-  for (const JobRecord& r : queued) reasons[r.job.id()] = &r.job.state_reason();
+  std::map<std::string, const std::string*> stored;  // reasons read now
+  for (const JobRecord& r : queued) stored[r.job.id()] = &r.job.state_reason();
   std::set<std::string> left_out;
   for (const DependencyWait& w : check.waits) {
     left_out.insert(w.job_id);
-    // Written only when it changed: a pass must not cost a store write per
-    // waiting job.
-    if (*reasons[w.job_id] == w.reason) continue;
-    absl::Status s = lifecycle_->SetWaitReason(w.job_id, w.reason);
-    if (!s.ok() && !absl::IsNotFound(s)) {
-      YARD_LOG(WARNING) << "job " << w.job_id << " wait reason: " << s;
-    }
+    dispatcher_.RecordWaitReason(w.job_id, stored[w.job_id], w.reason);
   }
   for (const DependencyFailure& f : check.failures) {
     left_out.insert(f.job_id);
