@@ -74,6 +74,9 @@ class ArgParser {
     out_.command = *command_;
     absl::Status s = Positionals();
     if (!s.ok()) return s;
+    if (out_.dry_run && out_.wait) {
+      return Usage("--dry-run and --wait exclude each other");
+    }
     return out_;
   }
 
@@ -157,6 +160,18 @@ class ArgParser {
       if (!v.ok()) return v.status();
       if (v->empty()) return Usage("--request-id: must not be empty");
       out_.request_id = *v;
+      return absl::OkStatus();
+    }
+    if (c == Command::kSubmit && name == "--dry-run") {
+      out_.dry_run = true;
+      return no_value();
+    }
+    if (c == Command::kSubmit && name == "--sweep") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      absl::StatusOr<SweepAxis> axis = ParseSweepAxis(*v);
+      if (!axis.ok()) return axis.status();
+      out_.sweeps.push_back(*std::move(axis));
       return absl::OkStatus();
     }
     if (c == Command::kSubmit && name == "--set") {
@@ -274,6 +289,11 @@ class ArgParser {
       absl::StatusOr<std::vector<v1::JobState>> states = ParseStates(*v);
       if (!states.ok()) return states.status();
       out_.states.insert(out_.states.end(), states->begin(), states->end());
+    } else if (name == "--name") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      if (v->empty()) return Usage("--name: must not be empty");
+      out_.name_contains = *v;
     } else if (name == "--limit") {
       absl::StatusOr<std::string> v = Value(name, inline_v);
       if (!v.ok()) return v.status();
@@ -435,13 +455,21 @@ std::string UsageText() {
   return R"(usage: yard [--server HOST:PORT] [-o table|json] COMMAND [ARGS]
 
 Commands:
-  submit SPEC [--set FIELD=VALUE]... [--wait] [--request-id ID]
+  submit SPEC [--set FIELD=VALUE]... [--sweep FIELD=V1,V2,...]...
+         [--wait] [--dry-run] [--request-id ID]
                      submit a job spec (YAML or JSON) and print its id;
                      --set overrides a field of the spec, in order (e.g.
                      --set optimizer.lr=0.003 --set model.mlp.hidden=512,256);
-                     --wait follows it to the end (exit 0 only if SUCCEEDED)
-  ls [--state S[,S]] [--limit N | --all]
-                     list jobs, oldest first (at most 100 unless --limit/--all)
+                     --sweep submits one job per combination of the values
+                     (at most 100; a list value in brackets:
+                     --sweep model.mlp.hidden=[256],[512,256]), each named
+                     after its values; --wait follows it to the end (exit 0
+                     only if SUCCEEDED; a sweep: all of them, then a table
+                     of results); --dry-run has the server check the job(s)
+                     and submits nothing
+  ls [--state S[,S]] [--name TEXT] [--limit N | --all]
+                     list jobs, oldest first (at most 100 unless --limit/--all);
+                     --name: only those whose name contains TEXT
   get ID             show one job
   logs ID [-f] [--tail N]
                      print the job's log (--tail: its last N lines); -f

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/sweep.h"
 #include "trainyard/v1/jobs.pb.h"
 
 namespace trainyard::client {
@@ -50,6 +51,9 @@ struct CliArgs {
   // submit --set FIELD=VALUE, in command-line order; checked and applied
   // by spec::ApplySpecOverride once the file is read.
   std::vector<std::string> spec_overrides;
+  // submit --sweep FIELD=V1,V2,..., in command-line order (client/sweep.h).
+  std::vector<SweepAxis> sweeps;
+  bool dry_run = false;  // submit --dry-run
   bool wait = false;  // submit --wait, drain --wait
   std::string request_id;
   // get, logs, watch, cancel, delete
@@ -66,6 +70,7 @@ struct CliArgs {
   bool keep_jobs = false;  // drain --keep-jobs
   // ls
   std::vector<trainyard::v1::JobState> states;
+  std::string name_contains;          // ls --name
   int64_t limit = kDefaultListLimit;  // 0 = every job (--all)
   // token, tenant
   std::string subcommand;  // create, ls, revoke / set, ls

@@ -149,6 +149,34 @@ TEST(ParseArgsTest, List) {
   EXPECT_EQ(Error({"ls", "--all", "--limit", "3"}),
             "--all and --limit exclude each other");
   EXPECT_EQ(Error({"ls", "extra"}), "unexpected argument \"extra\"");
+  EXPECT_EQ(Parse({"ls", "--name", "mnist lr"}).name_contains, "mnist lr");
+  EXPECT_EQ(Parse({"ls", "--name=x", "--state", "queued"}).name_contains, "x");
+  EXPECT_EQ(Parse({"ls"}).name_contains, "");
+  EXPECT_EQ(Error({"ls", "--name"}), "--name: missing value");
+  EXPECT_EQ(Error({"ls", "--name="}), "--name: must not be empty");
+}
+
+TEST(ParseArgsTest, SubmitSweepAndDryRun) {
+  CliArgs a =
+      Parse({"submit", "s.yaml", "--sweep", "optimizer.lr=0.1,0.2", "--set",
+             "steps=5", "--sweep=model.mlp.hidden=[8],[16,8]", "--dry-run"});
+  ASSERT_EQ(a.sweeps.size(), 2u);
+  EXPECT_EQ(a.sweeps[0].field, "optimizer.lr");
+  EXPECT_THAT(a.sweeps[1].values, ElementsAre("8", "16,8"));
+  EXPECT_THAT(a.spec_overrides, ElementsAre("steps=5"));
+  EXPECT_TRUE(a.dry_run);
+  EXPECT_FALSE(Parse({"submit", "s.yaml"}).dry_run);
+  EXPECT_THAT(Parse({"submit", "s.yaml"}).sweeps, IsEmpty());
+  // A malformed sweep is a usage error naming it.
+  EXPECT_EQ(Error({"submit", "s.yaml", "--sweep", "seed"}),
+            "--sweep seed: expected FIELD=VALUE,VALUE,...");
+  EXPECT_EQ(Error({"submit", "s.yaml", "--sweep"}), "--sweep: missing value");
+  EXPECT_EQ(Error({"submit", "s.yaml", "--dry-run=yes"}),
+            "--dry-run: takes no value");
+  EXPECT_EQ(Error({"submit", "s.yaml", "--dry-run", "--wait"}),
+            "--dry-run and --wait exclude each other");
+  EXPECT_EQ(Error({"get", "j1", "--dry-run"}),
+            "unknown flag \"--dry-run\" for 'get'");
 }
 
 TEST(ParseArgsTest, UsageErrors) {
@@ -170,7 +198,7 @@ TEST(ParseArgsTest, HelpWinsOverEverythingElse) {
   EXPECT_EQ(Parse({"help"}).command, Command::kHelp);
   EXPECT_EQ(Parse({"submit", "--help"}).command, Command::kHelp);
   EXPECT_THAT(UsageText(),
-              HasSubstr("submit SPEC [--set FIELD=VALUE]... [--wait]"));
+              HasSubstr("submit SPEC [--set FIELD=VALUE]... [--sweep"));
   EXPECT_THAT(UsageText(), HasSubstr("Exit codes"));
 }
 

@@ -5,13 +5,16 @@
 
 #include <algorithm>
 #include <functional>
+#include <random>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "client/output_format.h"
+#include "client/sweep.h"
 #include "common/status_macros.h"
 #include "spec/spec.h"
 #include "spec/spec_override.h"
@@ -32,45 +35,57 @@ bool IsTerminal(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
 }
 
-// Follows a job to its end. A stream that ends while the job is still going
-// (e.g. the server shut down gracefully) is resumed a bounded number of
-// times from the last event seen.
-int Follow(const std::string& job_id, OutputFormat format, JobClient& client,
-           std::ostream& out, std::ostream& err) {
+// Waits for a job to end, passing each of its events to `on_event`, and
+// returns it ended. A stream that ends while the job is still going (e.g.
+// the server shut down gracefully) is resumed a bounded number of times
+// from the last event seen.
+absl::StatusOr<v1::Job> WaitForEnd(
+    const std::string& job_id, JobClient& client,
+    const std::function<void(const v1::JobEvent&)>& on_event) {
   constexpr int kMaxRounds = 30;
   int64_t last = 0;
-  auto print = [&](const v1::JobEvent& event) {
+  auto seen = [&](const v1::JobEvent& event) {
     last = std::max(last, event.sequence());
-    out << (format == OutputFormat::kJson ? ToJson(event, false)
-                                          : FormatEvent(event))
-        << std::endl;
+    on_event(event);
     return true;
   };
   for (int round = 0;; ++round) {
-    absl::Status s = client.Watch(job_id, last, print);
-    if (!s.ok()) return ReportError(AboutJob(s, job_id), err);
+    RETURN_IF_ERROR(AboutJob(client.Watch(job_id, last, seen), job_id));
     absl::StatusOr<v1::Job> job = client.Get(job_id);
-    if (!job.ok()) return ReportError(AboutJob(job.status(), job_id), err);
-    if (IsTerminal(job->state())) {
-      if (format == OutputFormat::kTable) out << FormatOutcome(*job) << "\n";
-      return job->state() == v1::SUCCEEDED ? kExitOk : kExitJobNotSucceeded;
-    }
+    if (!job.ok()) return AboutJob(job.status(), job_id);
+    if (IsTerminal(job->state())) return job;
     if (round + 1 >= kMaxRounds) {
-      return ReportError(absl::UnavailableError(absl::StrCat(
-                             "the event stream of job ", job_id,
-                             " keeps ending before the job does (state ",
-                             StateName(job->state()), ")")),
-                         err);
+      return absl::UnavailableError(
+          absl::StrCat("the event stream of job ", job_id,
+                       " keeps ending before the job does (state ",
+                       StateName(job->state()), ")"));
     }
     absl::SleepFor(absl::Seconds(1));
   }
 }
 
+// Follows a job to its end, printing each event as it comes.
+int Follow(const std::string& job_id, OutputFormat format, JobClient& client,
+           std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::Job> job =
+      WaitForEnd(job_id, client, [&](const v1::JobEvent& event) {
+        out << (format == OutputFormat::kJson ? ToJson(event, false)
+                                              : FormatEvent(event))
+            << std::endl;
+      });
+  if (!job.ok()) return ReportError(job.status(), err);
+  if (format == OutputFormat::kTable) out << FormatOutcome(*job) << "\n";
+  return job->state() == v1::SUCCEEDED ? kExitOk : kExitJobNotSucceeded;
+}
+
 int RunList(const CliArgs& args, JobClient& client, std::ostream& out,
             std::ostream& err) {
   bool truncated = false;
+  ListOptions filter;
+  filter.states = args.states;
+  filter.name_contains = args.name_contains;
   absl::StatusOr<std::vector<v1::Job>> jobs =
-      client.ListAll(args.states, args.limit, &truncated);
+      client.ListAll(filter, args.limit, &truncated);
   if (!jobs.ok()) return ReportError(jobs.status(), err);
   if (args.output == OutputFormat::kJson) {
     v1::ListJobsResponse all;
@@ -183,43 +198,159 @@ int ReportError(const absl::Status& status, std::ostream& err) {
   return ExitCodeForStatus(status);
 }
 
-int ReadSubmitSpec(const CliArgs& args, v1::JobSpec* spec, std::ostream& err) {
-  absl::StatusOr<v1::JobSpec> parsed = spec::ReadJobSpecFile(args.spec_path);
-  if (!parsed.ok()) {
-    ReportError(parsed.status(), err);
+int ReadSubmitPlan(const CliArgs& args, SubmitPlan* plan, std::ostream& err) {
+  auto invalid = [&](const absl::Status& s) {
+    ReportError(s, err);
     return kExitInvalidArgument;
-  }
+  };
+  absl::StatusOr<v1::JobSpec> spec = spec::ReadJobSpecFile(args.spec_path);
+  if (!spec.ok()) return invalid(spec.status());
   for (const std::string& assignment : args.spec_overrides) {
-    absl::Status s = spec::ApplySpecOverride(assignment, *parsed);
+    absl::Status s = spec::ApplySpecOverride(assignment, *spec);
     if (!s.ok()) {
-      ReportError(
-          absl::InvalidArgumentError(absl::StrCat("--set ", s.message())), err);
-      return kExitInvalidArgument;
+      return invalid(
+          absl::InvalidArgumentError(absl::StrCat("--set ", s.message())));
     }
   }
-  *spec = std::move(*parsed);
+  *plan = SubmitPlan();
+  if (args.sweeps.empty()) {
+    plan->specs.push_back(*std::move(spec));
+    return kExitOk;
+  }
+  absl::StatusOr<std::vector<SweepPoint>> points = ExpandSweep(args.sweeps);
+  if (!points.ok()) return invalid(points.status());
+  absl::StatusOr<std::vector<v1::JobSpec>> specs = SweepSpecs(*spec, *points);
+  if (!specs.ok()) return invalid(specs.status());
+  plan->specs = *std::move(specs);
+  for (const SweepAxis& axis : args.sweeps) {
+    plan->sweep_fields.push_back(axis.field);
+  }
+  for (SweepPoint& point : *points) {
+    plan->sweep_values.push_back(std::move(point.values));
+  }
   return kExitOk;
 }
 
-int RunSubmit(const CliArgs& args, const v1::JobSpec& spec, JobClient& client,
-              std::ostream& out, std::ostream& err) {
-  absl::StatusOr<v1::SubmitJobResponse> response =
-      client.Submit(spec, args.request_id);
-  if (!response.ok()) {
-    absl::Status s = response.status();
-    if (s.code() == absl::StatusCode::kInvalidArgument) {
-      // The server checked the spec: say which file it came from, and
-      // that --set may be to blame.
-      s = absl::InvalidArgumentError(absl::StrCat(
-          args.spec_path,
-          args.spec_overrides.empty() ? "" : " with its --set overrides", ": ",
-          s.message()));
+namespace {
+
+// The server's INVALID_ARGUMENT about a submitted spec says which file it
+// came from, and that --set may be to blame (a sweep's errors also name the
+// sweep's job).
+absl::Status AboutSpec(const absl::Status& s, const CliArgs& args) {
+  if (s.code() != absl::StatusCode::kInvalidArgument) return s;
+  return absl::InvalidArgumentError(absl::StrCat(
+      args.spec_path,
+      args.spec_overrides.empty() ? "" : " with its --set overrides", ": ",
+      s.message()));
+}
+
+// A request id for a sweep submitted without one, so that its jobs can be
+// found again by a rerun: "sweep-" and 16 random hex digits.
+std::string NewSweepRequestId() {
+  std::random_device random;
+  return absl::StrFormat("sweep-%08x%08x", random(), random());
+}
+
+int RunSweep(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
+             std::ostream& out, std::ostream& err) {
+  const size_t n = plan.specs.size();
+  auto which = [&](size_t i) {
+    return absl::StrCat("sweep job ", i + 1, " of ", n, " (",
+                        plan.specs[i].name(), ")");
+  };
+  // Every job is checked by the server before any is submitted, so a value
+  // the server refuses leaves nothing half-made.
+  for (size_t i = 0; i < n; ++i) {
+    absl::StatusOr<v1::SubmitJobResponse> checked =
+        client.Submit(plan.specs[i], "", /*validate_only=*/true);
+    if (!checked.ok()) {
+      const absl::Status s = AboutSpec(checked.status(), args);
+      return ReportError(
+          absl::Status(s.code(), absl::StrCat(which(i), ": ", s.message())),
+          err);
     }
-    return ReportError(s, err);
+    if (args.dry_run) {
+      out << (args.output == OutputFormat::kJson
+                  ? ToJson(*checked, false)
+                  : absl::StrCat("would submit: ", plan.specs[i].name()))
+          << "\n";
+    }
   }
+  if (args.dry_run) {
+    if (args.output == OutputFormat::kTable) {
+      out << "the server accepts all " << n << " jobs; nothing was submitted\n";
+    }
+    return kExitOk;
+  }
+  const std::string base =
+      args.request_id.empty() ? NewSweepRequestId() : args.request_id;
+  std::vector<std::string> ids;
+  size_t existed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    absl::StatusOr<v1::SubmitJobResponse> response =
+        client.Submit(plan.specs[i], SweepRequestId(base, i));
+    if (!response.ok()) {
+      const absl::Status s = AboutSpec(response.status(), args);
+      const int code = ReportError(
+          absl::Status(s.code(), absl::StrCat(which(i), ": ", s.message())),
+          err);
+      err << "yard: " << i << " of the " << n
+          << " jobs are submitted; run the same command with --request-id "
+          << base << " to submit the rest\n";
+      return code;
+    }
+    existed += response->already_existed() ? 1 : 0;
+    ids.push_back(response->job().id());
+    out << (args.output == OutputFormat::kJson
+                ? ToJson(*response, false)
+                : absl::StrCat(response->job().id(), "  ",
+                               plan.specs[i].name()))
+        << std::endl;
+  }
+  if (existed > 0) {
+    err << "yard: " << existed << " of the " << n
+        << " jobs were made by an earlier run with request id " << base << "\n";
+  }
+  if (!args.wait) return kExitOk;
+  std::vector<v1::Job> ended;
+  for (const std::string& id : ids) {
+    absl::StatusOr<v1::Job> job =
+        WaitForEnd(id, client, [](const v1::JobEvent&) {});
+    if (!job.ok()) return ReportError(job.status(), err);
+    if (args.output == OutputFormat::kJson) {
+      out << ToJson(*job, false) << std::endl;
+    } else {
+      out << FormatOutcome(*job) << std::endl;
+    }
+    ended.push_back(*std::move(job));
+  }
+  if (args.output == OutputFormat::kTable) {
+    out << "\n"
+        << FormatSweepResults(ended, plan.sweep_fields, plan.sweep_values);
+  }
+  for (const v1::Job& job : ended) {
+    if (job.state() != v1::SUCCEEDED) return kExitJobNotSucceeded;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunSubmit(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
+              std::ostream& out, std::ostream& err) {
+  if (!plan.sweep_fields.empty()) {
+    return RunSweep(args, plan, client, out, err);
+  }
+  const v1::JobSpec& spec = plan.specs.at(0);
+  absl::StatusOr<v1::SubmitJobResponse> response =
+      client.Submit(spec, args.request_id, args.dry_run);
+  if (!response.ok())
+    return ReportError(AboutSpec(response.status(), args), err);
   const v1::Job& job = response->job();
   if (args.output == OutputFormat::kJson) {
     out << ToJson(*response, false) << std::endl;
+  } else if (args.dry_run) {
+    out << "the server accepts this job; nothing was submitted\n";
   } else {
     out << job.id() << std::endl;
     if (response->already_existed()) {

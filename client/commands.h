@@ -7,6 +7,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "client/cli_args.h"
@@ -21,16 +22,30 @@ namespace trainyard::client {
 // become spaces) and returns the exit code for the status.
 int ReportError(const absl::Status& status, std::ostream& err);
 
-// Reads the spec file named by args.spec_path into *spec and applies
-// args.spec_overrides (--set) in order, before any server is contacted.
-// Returns kExitOk, or kExitInvalidArgument having printed the error, which
-// names the file or the override.
-int ReadSubmitSpec(const CliArgs& args, trainyard::v1::JobSpec* spec,
-                   std::ostream& err);
+// What `yard submit` submits: the spec file with its --set overrides, or
+// with --sweep one spec per combination (client/sweep.h).
+struct SubmitPlan {
+  std::vector<trainyard::v1::JobSpec> specs;
+  // A sweep: the swept fields, and for each spec its value of each, as
+  // written. Empty for a single job.
+  std::vector<std::string> sweep_fields;
+  std::vector<std::vector<std::string>> sweep_values;
+};
 
-// `spec` is the spec ReadSubmitSpec made of args.spec_path.
-int RunSubmit(const CliArgs& args, const trainyard::v1::JobSpec& spec,
-              JobClient& client, std::ostream& out, std::ostream& err);
+// Reads the spec file named by args.spec_path, applies args.spec_overrides
+// (--set) in order and expands args.sweeps, before any server is
+// contacted. Returns kExitOk, or kExitInvalidArgument having printed the
+// error, which names the file, the override or the sweep.
+int ReadSubmitPlan(const CliArgs& args, SubmitPlan* plan, std::ostream& err);
+
+// Submits the plan ReadSubmitPlan made (args.dry_run: has the server check
+// it and submits nothing). A sweep is checked whole first, then submitted
+// job by job with request ids "<ID>-1", "<ID>-2", ... (ID: --request-id,
+// else a random one), so the same command run again after a failure
+// submits only the jobs still missing; --wait then follows every job and
+// prints a table of their results.
+int RunSubmit(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
+              std::ostream& out, std::ostream& err);
 
 // Every other command (args.command != kSubmit, kHelp).
 int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,

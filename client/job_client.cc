@@ -143,12 +143,14 @@ void JobClient::Prepare(grpc::ClientContext* context, bool stream) const {
 }
 
 absl::StatusOr<v1::SubmitJobResponse> JobClient::Submit(
-    const v1::JobSpec& spec, const std::string& request_id) {
+    const v1::JobSpec& spec, const std::string& request_id,
+    bool validate_only) {
   grpc::ClientContext context;
   Prepare(&context);
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   request.set_request_id(request_id);
+  request.set_validate_only(validate_only);
   v1::SubmitJobResponse response;
   grpc::Status s = jobs_->SubmitJob(&context, request, &response);
   if (!s.ok()) return Annotate(s);
@@ -174,6 +176,7 @@ absl::StatusOr<v1::ListJobsResponse> JobClient::List(
   request.set_page_size(options.page_size);
   request.set_page_token(options.page_token);
   for (v1::JobState state : options.states) request.add_states(state);
+  request.set_name_contains(options.name_contains);
   v1::ListJobsResponse response;
   grpc::Status s = jobs_->ListJobs(&context, request, &response);
   if (!s.ok()) return Annotate(s);
@@ -181,11 +184,12 @@ absl::StatusOr<v1::ListJobsResponse> JobClient::List(
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobClient::ListAll(
-    const std::vector<v1::JobState>& states, int64_t limit, bool* truncated) {
+    const ListOptions& filter, int64_t limit, bool* truncated) {
   constexpr int64_t kMaxPage = 500;
   std::vector<v1::Job> jobs;
   ListOptions page;
-  page.states = states;
+  page.states = filter.states;
+  page.name_contains = filter.name_contains;
   if (truncated != nullptr) *truncated = false;
   while (true) {
     int64_t want = limit > 0 ? limit - static_cast<int64_t>(jobs.size()) : 0;

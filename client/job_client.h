@@ -44,6 +44,7 @@ struct ClientOptions {
 
 struct ListOptions {
   std::vector<trainyard::v1::JobState> states;  // empty = every state
+  std::string name_contains;                    // empty = any name
   int32_t page_size = 0;                        // 0 = the server's default
   std::string page_token;
 };
@@ -62,17 +63,20 @@ class JobClient {
   JobClient(std::shared_ptr<grpc::Channel> channel,
             const ClientOptions& options);
 
+  // With validate_only the server checks the submission and creates
+  // nothing (SubmitJobRequest.validate_only).
   absl::StatusOr<trainyard::v1::SubmitJobResponse> Submit(
-      const trainyard::v1::JobSpec& spec, const std::string& request_id);
+      const trainyard::v1::JobSpec& spec, const std::string& request_id,
+      bool validate_only = false);
   absl::StatusOr<trainyard::v1::Job> Get(const std::string& job_id);
   // One page of jobs.
   absl::StatusOr<trainyard::v1::ListJobsResponse> List(
       const ListOptions& options);
-  // Pages through ListJobs; stops after `limit` jobs when limit > 0.
-  // Sets *truncated when jobs were left out because of the limit.
+  // Pages through ListJobs with the filters of `filter` (its page fields
+  // are not used); stops after `limit` jobs when limit > 0. Sets
+  // *truncated when jobs were left out because of the limit.
   absl::StatusOr<std::vector<trainyard::v1::Job>> ListAll(
-      const std::vector<trainyard::v1::JobState>& states, int64_t limit,
-      bool* truncated = nullptr);
+      const ListOptions& filter, int64_t limit, bool* truncated = nullptr);
   absl::StatusOr<trainyard::v1::Job> Cancel(const std::string& job_id,
                                             const std::string& reason);
   // Deletes an ended job for good, and unless keep_checkpoints its

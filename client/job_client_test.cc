@@ -292,6 +292,12 @@ TEST_F(JobClientTest, LogsFromTheTailResumeFromTheLastByte) {
   EXPECT_THAT(jobs_.log_offsets_, ElementsAre(0, 14));
 }
 
+SubmitPlan PlanOf(const v1::JobSpec& spec) {
+  SubmitPlan plan;
+  plan.specs.push_back(spec);
+  return plan;
+}
+
 TEST_F(JobClientTest, SubmitWaitPrintsIdEventsAndOutcome) {
   CliArgs args;
   args.command = Command::kSubmit;
@@ -300,7 +306,8 @@ TEST_F(JobClientTest, SubmitWaitPrintsIdEventsAndOutcome) {
   args.request_id = "r-9";
   v1::JobSpec spec;
   spec.set_steps(100);
-  EXPECT_EQ(RunSubmit(args, spec, *client_, out_, err_), kExitOk) << err_.str();
+  EXPECT_EQ(RunSubmit(args, PlanOf(spec), *client_, out_, err_), kExitOk)
+      << err_.str();
   EXPECT_EQ(out_.str(),
             "j-1\n"
             "step 10/100 loss 0.0000 0 samples/s\n"
@@ -331,7 +338,7 @@ TEST_F(JobClientTest, ServerRejectionOfASpecNamesTheFile) {
   CliArgs args;
   args.command = Command::kSubmit;
   args.spec_path = "bad.yaml";
-  EXPECT_EQ(RunSubmit(args, v1::JobSpec(), *client_, out_, err_),
+  EXPECT_EQ(RunSubmit(args, PlanOf(v1::JobSpec()), *client_, out_, err_),
             kExitInvalidArgument);
   EXPECT_EQ(err_.str(),
             "yard: error: bad.yaml: steps: must be in [1, 10000000], got 0\n");

@@ -238,6 +238,63 @@ std::string FormatOutcome(const v1::Job& job) {
   return line;
 }
 
+std::string FormatSweepResults(
+    const std::vector<v1::Job>& jobs, const std::vector<std::string>& fields,
+    const std::vector<std::vector<std::string>>& values) {
+  std::vector<std::string> header = {"ID", "STATE"};
+  for (const std::string& field : fields) {
+    header.push_back(absl::AsciiStrToUpper(field));
+  }
+  for (const char* h : {"STEP", "TRAIN-LOSS", "EVAL-LOSS", "ACCURACY"}) {
+    header.push_back(h);
+  }
+  // The best SUCCEEDED job: compared by accuracy when any job has one,
+  // else by eval loss when any has one, else by train loss.
+  bool by_accuracy = false, by_eval_loss = false;
+  for (const v1::Job& job : jobs) {
+    if (job.state() != v1::SUCCEEDED) continue;
+    by_accuracy |= job.result().eval_accuracy() > 0;
+    by_eval_loss |= job.result().eval_loss() > 0;
+  }
+  auto score = [&](const v1::Job& job) {  // higher is better
+    const v1::TrainFinished& r = job.result();
+    if (by_accuracy) return r.eval_accuracy();
+    return -(by_eval_loss ? r.eval_loss() : r.train_loss());
+  };
+  int best = -1;
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const v1::Job& job = jobs[i];
+    std::vector<std::string> row = {job.id(), StateName(job.state())};
+    for (size_t f = 0; f < fields.size(); ++f) {
+      row.push_back(i < values.size() && f < values[i].size() ? values[i][f]
+                                                              : "-");
+    }
+    row.push_back(StepColumn(job));
+    const bool done = job.state() == v1::SUCCEEDED && job.has_result();
+    const v1::TrainFinished& r = job.result();
+    row.push_back(done ? Loss(r.train_loss()) : "-");
+    row.push_back(done && r.eval_loss() > 0 ? Loss(r.eval_loss()) : "-");
+    row.push_back(done && r.eval_accuracy() > 0 ? Percent(r.eval_accuracy())
+                                                : "-");
+    rows.push_back(std::move(row));
+    if (done && (best < 0 || score(job) > score(jobs[best]))) {
+      best = static_cast<int>(i);
+    }
+  }
+  std::string out = FormatTable(header, rows);
+  if (best >= 0) {
+    const v1::TrainFinished& r = jobs[best].result();
+    absl::StrAppend(
+        &out, "best: ", jobs[best].id(), " (",
+        by_accuracy    ? absl::StrCat("accuracy ", Percent(r.eval_accuracy()))
+        : by_eval_loss ? absl::StrCat("eval loss ", Loss(r.eval_loss()))
+                       : absl::StrCat("train loss ", Loss(r.train_loss())),
+        ")\n");
+  }
+  return out;
+}
+
 std::string FormatBytes(int64_t bytes) {
   if (bytes < 1024) return absl::StrCat(std::max<int64_t>(bytes, 0), " B");
   static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB",

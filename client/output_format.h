@@ -55,6 +55,17 @@ std::string FormatEvent(const trainyard::v1::JobEvent& event);
 // accuracy 95.10%, checkpoint /ckpt/j-1/step-1500".
 std::string FormatOutcome(const trainyard::v1::Job& job);
 
+// The results of a sweep (`yard submit --sweep --wait`): one row per job,
+// ID STATE, the value of each swept field (a column named after it; row i
+// of `values` is job i's), then STEP TRAIN-LOSS EVAL-LOSS ACCURACY ("-"
+// where a job has none: only SUCCEEDED jobs have results). Then, when a job
+// SUCCEEDED, a line naming the best one: the highest accuracy, else the
+// lowest eval loss, else the lowest train loss.
+std::string FormatSweepResults(
+    const std::vector<trainyard::v1::Job>& jobs,
+    const std::vector<std::string>& fields,
+    const std::vector<std::vector<std::string>>& values);
+
 // "512 B", "4.0 KiB", "1.2 GiB": binary units, one decimal past bytes.
 // Zero or negative: "0 B".
 std::string FormatBytes(int64_t bytes);

@@ -207,6 +207,60 @@ TEST(FormatOutcomeTest, SucceededShowsAccuracyAndCheckpoint) {
   EXPECT_EQ(FormatOutcome(failed), "job j-2 FAILED: yard-train exited with 1");
 }
 
+v1::Job Finished(const char* id, v1::JobState state, double train_loss,
+                 double eval_loss, double accuracy) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(state);
+  job.mutable_spec()->set_steps(100);
+  if (state == v1::SUCCEEDED) {
+    job.mutable_result()->set_step(100);
+    job.mutable_result()->set_train_loss(train_loss);
+    job.mutable_result()->set_eval_loss(eval_loss);
+    job.mutable_result()->set_eval_accuracy(accuracy);
+  } else {
+    job.mutable_progress()->set_step(40);
+    job.mutable_progress()->set_total_steps(100);
+  }
+  return job;
+}
+
+TEST(FormatSweepResultsTest, OneRowPerJobWithItsValuesAndTheBest) {
+  std::vector<v1::Job> jobs = {
+      Finished("j-1", v1::SUCCEEDED, 0.31, 0.35, 0.912),
+      Finished("j-2", v1::SUCCEEDED, 0.12, 0.20, 0.9705),
+      Finished("j-3", v1::FAILED, 0, 0, 0),
+  };
+  EXPECT_EQ(FormatSweepResults(
+                jobs, {"optimizer.lr", "model.mlp.hidden"},
+                {{"0.001", "[64]"}, {"0.003", "[128,64]"}, {"0.01", "[64]"}}),
+            "ID   STATE      OPTIMIZER.LR  MODEL.MLP.HIDDEN  STEP     "
+            "TRAIN-LOSS  EVAL-LOSS  ACCURACY\n"
+            "j-1  SUCCEEDED  0.001         [64]              100/100  0.3100"
+            "      0.3500     91.20%\n"
+            "j-2  SUCCEEDED  0.003         [128,64]          100/100  0.1200"
+            "      0.2000     97.05%\n"
+            "j-3  FAILED     0.01          [64]              40/100   -"
+            "           -          -\n"
+            "best: j-2 (accuracy 97.05%)\n");
+}
+
+// Without accuracies (a language model) the best has the lowest eval loss,
+// without evaluation the lowest train loss; none when nothing succeeded.
+TEST(FormatSweepResultsTest, TheBestFallsBackToLosses) {
+  std::vector<v1::Job> gpt = {Finished("j-1", v1::SUCCEEDED, 1.9, 2.1, 0),
+                              Finished("j-2", v1::SUCCEEDED, 2.0, 2.05, 0)};
+  EXPECT_THAT(FormatSweepResults(gpt, {"seed"}, {{"1"}, {"2"}}),
+              HasSubstr("best: j-2 (eval loss 2.0500)\n"));
+  std::vector<v1::Job> no_eval = {Finished("j-1", v1::SUCCEEDED, 1.9, 0, 0),
+                                  Finished("j-2", v1::SUCCEEDED, 2.0, 0, 0)};
+  EXPECT_THAT(FormatSweepResults(no_eval, {"seed"}, {{"1"}, {"2"}}),
+              HasSubstr("best: j-1 (train loss 1.9000)\n"));
+  std::vector<v1::Job> none = {Finished("j-1", v1::CANCELLED, 0, 0, 0)};
+  EXPECT_THAT(FormatSweepResults(none, {"seed"}, {{"1"}}),
+              Not(HasSubstr("best")));
+}
+
 TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   auto job = FromText<v1::Job>(R"pb(
     id: "j-1"

@@ -4,11 +4,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/cli_args.h"
 #include "client/commands.h"
@@ -38,8 +40,10 @@ batch: {micro_batch: 64}
 steps: 1500
 )";
 
-// Accepts every submission as job j-1 (or fails it with `error`) and
-// records the requests.
+// Accepts submissions as jobs j-1, j-2, ... (a repeated request id gets its
+// first job back; a dry run gets a job without an id), or fails them with
+// `error`, or those whose lr exceeds `max_lr` as a validation error, or
+// every real one after the first `fail_after`; records the requests.
 class FakeJobs final : public v1::JobService::Service {
  public:
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
@@ -47,13 +51,36 @@ class FakeJobs final : public v1::JobService::Service {
     absl::MutexLock lock(&mu);
     requests.push_back(*req);
     if (!error.ok()) return error;
-    resp->mutable_job()->set_id("j-1");
+    if (req->spec().optimizer().lr() > max_lr) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("optimizer.lr: must be at most ", max_lr,
+                                       ", got ", req->spec().optimizer().lr()));
+    }
     *resp->mutable_job()->mutable_spec() = req->spec();
+    resp->mutable_job()->set_name(req->spec().name());
+    if (req->validate_only()) return grpc::Status::OK;
+    if (auto it = by_request.find(req->request_id());
+        !req->request_id().empty() && it != by_request.end()) {
+      resp->mutable_job()->set_id(it->second);
+      resp->set_already_existed(true);
+      return grpc::Status::OK;
+    }
+    if (fail_after >= 0 && created >= fail_after) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "tenant default has 2 jobs queued, its limit is 2");
+    }
+    const std::string id = absl::StrCat("j-", ++created);
+    if (!req->request_id().empty()) by_request[req->request_id()] = id;
+    resp->mutable_job()->set_id(id);
     return grpc::Status::OK;
   }
 
   absl::Mutex mu;
   grpc::Status error ABSL_GUARDED_BY(mu);
+  double max_lr ABSL_GUARDED_BY(mu) = 1;
+  int fail_after ABSL_GUARDED_BY(mu) = -1;
+  int created ABSL_GUARDED_BY(mu) = 0;
+  std::map<std::string, std::string> by_request ABSL_GUARDED_BY(mu);
   std::vector<v1::SubmitJobRequest> requests ABSL_GUARDED_BY(mu);
 };
 
@@ -77,11 +104,11 @@ class SubmitCommandTest : public ::testing::Test {
     absl::StatusOr<CliArgs> args = ParseArgs(argv, nullptr);
     EXPECT_TRUE(args.ok()) << args.status();
     if (!args.ok()) return kExitUsage;
-    v1::JobSpec spec;
-    if (int code = ReadSubmitSpec(*args, &spec, err_); code != kExitOk) {
+    SubmitPlan plan;
+    if (int code = ReadSubmitPlan(*args, &plan, err_); code != kExitOk) {
       return code;
     }
-    return RunSubmit(*args, spec, *client_, out_, err_);
+    return RunSubmit(*args, plan, *client_, out_, err_);
   }
   std::vector<v1::SubmitJobRequest> Requests() {
     absl::MutexLock lock(&jobs_.mu);
@@ -199,6 +226,142 @@ TEST_F(SubmitCommandTest, AServerRejectionSaysOverridesWereApplied) {
   EXPECT_EQ(Submit({}), kExitInvalidArgument);
   EXPECT_EQ(err_.str(), "yard: error: " + spec_path_ +
                             ": model.gpt.n_head: must be in [1, 128], got 0\n");
+}
+
+TEST_F(SubmitCommandTest, DryRunHasTheServerCheckAndSubmitsNothing) {
+  EXPECT_EQ(Submit({"--dry-run", "--set", "steps=7"}), kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "the server accepts this job; nothing was submitted\n");
+  std::vector<v1::SubmitJobRequest> requests = Requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].validate_only());
+  EXPECT_EQ(requests[0].spec().steps(), 7);
+
+  out_.str("");
+  EXPECT_EQ(Submit({"--dry-run", "--set", "optimizer.lr=2"}),
+            kExitInvalidArgument);
+  EXPECT_EQ(err_.str(), "yard: error: " + spec_path_ +
+                            " with its --set overrides: optimizer.lr: must "
+                            "be at most 1, got 2\n");
+  EXPECT_EQ(out_.str(), "");
+}
+
+// A sweep is checked whole by the server, then submitted job by job with
+// numbered request ids; each job is named after its values.
+TEST_F(SubmitCommandTest, ASweepSubmitsOneJobPerCombination) {
+  EXPECT_EQ(Submit({"--sweep", "optimizer.lr=0.01,0.03", "--sweep",
+                    "model.mlp.hidden=[64],[128,64]", "--set", "steps=50",
+                    "--request-id", "grid"}),
+            kExitOk)
+      << err_.str();
+  EXPECT_EQ(out_.str(),
+            "j-1  mnist-mlp optimizer.lr=0.01 model.mlp.hidden=[64]\n"
+            "j-2  mnist-mlp optimizer.lr=0.01 model.mlp.hidden=[128,64]\n"
+            "j-3  mnist-mlp optimizer.lr=0.03 model.mlp.hidden=[64]\n"
+            "j-4  mnist-mlp optimizer.lr=0.03 model.mlp.hidden=[128,64]\n");
+  EXPECT_EQ(err_.str(), "");
+  std::vector<v1::SubmitJobRequest> requests = Requests();
+  ASSERT_EQ(requests.size(), 8u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(requests[i].validate_only()) << i;
+    EXPECT_FALSE(requests[4 + i].validate_only()) << i;
+    EXPECT_EQ(requests[4 + i].request_id(), absl::StrCat("grid-", i + 1));
+    EXPECT_TRUE(
+        MessageDifferencer::Equals(requests[i].spec(), requests[4 + i].spec()));
+    EXPECT_EQ(requests[4 + i].spec().steps(), 50);  // --set applies to all
+  }
+  EXPECT_DOUBLE_EQ(requests[6].spec().optimizer().lr(), 0.03);
+  EXPECT_THAT(requests[6].spec().model().mlp().hidden(), ElementsAre(64));
+  EXPECT_THAT(requests[7].spec().model().mlp().hidden(), ElementsAre(128, 64));
+
+  // The same command again finds the jobs it made.
+  out_.str("");
+  EXPECT_EQ(Submit({"--sweep", "optimizer.lr=0.01,0.03", "--sweep",
+                    "model.mlp.hidden=[64],[128,64]", "--set", "steps=50",
+                    "--request-id", "grid"}),
+            kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("j-4  mnist-mlp optimizer.lr=0.03"));
+  EXPECT_EQ(err_.str(),
+            "yard: 4 of the 4 jobs were made by an earlier run with request "
+            "id grid\n");
+}
+
+TEST_F(SubmitCommandTest, ASweepValueTheServerRefusesSubmitsNothing) {
+  {
+    absl::MutexLock lock(&jobs_.mu);
+    jobs_.max_lr = 0.05;
+  }
+  EXPECT_EQ(Submit({"--sweep", "optimizer.lr=0.01,0.1,0.03"}),
+            kExitInvalidArgument);
+  EXPECT_EQ(err_.str(),
+            "yard: error: sweep job 2 of 3 (mnist-mlp optimizer.lr=0.1): " +
+                spec_path_ + ": optimizer.lr: must be at most 0.05, got 0.1\n");
+  EXPECT_EQ(out_.str(), "");
+  for (const v1::SubmitJobRequest& r : Requests()) {
+    EXPECT_TRUE(r.validate_only());
+  }
+}
+
+TEST_F(SubmitCommandTest, ASweepCutShortSaysHowToSubmitTheRest) {
+  {
+    absl::MutexLock lock(&jobs_.mu);
+    jobs_.fail_after = 2;
+  }
+  EXPECT_EQ(Submit({"--sweep", "seed=1,2,3", "--request-id", "s7"}),
+            kExitExhausted);
+  EXPECT_EQ(out_.str(),
+            "j-1  mnist-mlp seed=1\n"
+            "j-2  mnist-mlp seed=2\n");
+  EXPECT_EQ(err_.str(),
+            "yard: error: sweep job 3 of 3 (mnist-mlp seed=3): tenant default "
+            "has 2 jobs queued, its limit is 2\n"
+            "yard: 2 of the 3 jobs are submitted; run the same command with "
+            "--request-id s7 to submit the rest\n");
+  {
+    absl::MutexLock lock(&jobs_.mu);
+    jobs_.fail_after = -1;
+  }
+  out_.str("");
+  err_.str("");
+  EXPECT_EQ(Submit({"--sweep", "seed=1,2,3", "--request-id", "s7"}), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "j-1  mnist-mlp seed=1\n"
+            "j-2  mnist-mlp seed=2\n"
+            "j-3  mnist-mlp seed=3\n");
+  EXPECT_THAT(err_.str(), HasSubstr("2 of the 3 jobs were made by an earlier"));
+
+  // Without --request-id the hint names the one the sweep made up.
+  {
+    absl::MutexLock lock(&jobs_.mu);
+    jobs_.fail_after = 3;
+  }
+  err_.str("");
+  EXPECT_EQ(Submit({"--sweep", "seed=5,6"}), kExitExhausted);
+  EXPECT_THAT(err_.str(),
+              testing::ContainsRegex(
+                  "0 of the 2 jobs are submitted; run the same command with "
+                  "--request-id sweep-[0-9a-f]{16} to submit the rest"));
+}
+
+TEST_F(SubmitCommandTest, ASweepDryRunListsTheJobsAndSubmitsNone) {
+  EXPECT_EQ(Submit({"--sweep", "seed=1,2", "--dry-run"}), kExitOk)
+      << err_.str();
+  EXPECT_EQ(out_.str(),
+            "would submit: mnist-mlp seed=1\n"
+            "would submit: mnist-mlp seed=2\n"
+            "the server accepts all 2 jobs; nothing was submitted\n");
+  std::vector<v1::SubmitJobRequest> requests = Requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_TRUE(requests[0].validate_only() && requests[1].validate_only());
+}
+
+TEST_F(SubmitCommandTest, ABadSweepValueFailsWithExitThreeBeforeAnyRpc) {
+  EXPECT_EQ(Submit({"--sweep", "steps=10,many"}), kExitInvalidArgument);
+  EXPECT_EQ(err_.str(), "yard: error: --sweep steps=many: not an integer\n");
+  err_.str("");
+  EXPECT_EQ(Submit({"--sweep", "seed=1,2", "--sweep", "seed=3"}),
+            kExitInvalidArgument);
+  EXPECT_THAT(err_.str(), HasSubstr("seed is swept twice"));
+  EXPECT_TRUE(Requests().empty());
 }
 
 }  // namespace

@@ -47,9 +47,9 @@ int Main(const std::vector<std::string>& argv) {
     return kExitOk;
   }
   // A spec is read before connecting: its mistakes need no server.
-  trainyard::v1::JobSpec spec;
+  SubmitPlan plan;
   if (args->command == Command::kSubmit) {
-    int code = ReadSubmitSpec(*args, &spec, std::cerr);
+    int code = ReadSubmitPlan(*args, &plan, std::cerr);
     if (code != kExitOk) return code;
   }
   absl::StatusOr<ClientOptions> options =
@@ -62,7 +62,7 @@ int Main(const std::vector<std::string>& argv) {
       JobClient::Connect(*options);
   if (!client.ok()) return ReportError(client.status(), std::cerr);
   if (args->command == Command::kSubmit) {
-    return RunSubmit(*args, spec, **client, std::cout, std::cerr);
+    return RunSubmit(*args, plan, **client, std::cout, std::cerr);
   }
   return RunCommand(*args, **client, std::cout, std::cerr);
 }

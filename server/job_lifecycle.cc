@@ -131,9 +131,13 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
 
   v1::Job job;
   job.set_tenant(tenant);
-  job.set_request_id(request.request_id());
   job.set_name(spec.name());
   *job.mutable_spec() = spec;
+  if (request.validate_only()) {
+    RETURN_IF_ERROR(CheckDependencies(spec, tenant));
+    return SubmitResult{std::move(job), false};
+  }
+  job.set_request_id(request.request_id());
   // Only for a new job: a retried submission gets the job its first try
   // made even if a dependency has failed since.
   ASSIGN_OR_RETURN(JobStore::Created created,

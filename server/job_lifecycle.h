@@ -94,7 +94,9 @@ class JobLifecycle {
   // --- Clients ---
   // Validates the spec (defaults applied first; INVALID_ARGUMENT naming the
   // field), stores the job QUEUED. A repeated request_id returns the first
-  // job; with a different spec it is ALREADY_EXISTS.
+  // job; with a different spec it is ALREADY_EXISTS. With
+  // request.validate_only, checks the same (depends_on included, not
+  // request_id) and stores nothing: the job returned has no id.
   // The job belongs to `tenant` (the caller's, from its token).
   absl::StatusOr<SubmitResult> Submit(const v1::SubmitJobRequest& request,
                                       const std::string& tenant);

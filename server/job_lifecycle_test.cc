@@ -93,6 +93,51 @@ TEST_F(JobLifecycleTest, SubmitRejectsBadSpecsNamingTheField) {
   EXPECT_TRUE(store_->ListJobs({})->jobs.empty());
 }
 
+// A dry run answers what a submission would (the spec with its defaults,
+// or the same error) and stores nothing, nor wakes the scheduler.
+TEST_F(JobLifecycleTest, ValidateOnlyChecksLikeASubmitAndStoresNothing) {
+  const int wakes_before = wakes_;
+  v1::SubmitJobRequest dry;
+  *dry.mutable_spec() = Spec();
+  dry.set_validate_only(true);
+  dry.set_request_id("not-looked-at");
+  auto ok = lifecycle_->Submit(dry);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_FALSE(ok->already_existed);
+  EXPECT_EQ(ok->job.id(), "");
+  EXPECT_EQ(ok->job.state(), v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(ok->job.name(), "test");
+  EXPECT_EQ(ok->job.tenant(), "default");
+  EXPECT_EQ(ok->job.spec().log_every_steps(), 10);  // defaults applied
+  EXPECT_TRUE(store_->ListJobs({})->jobs.empty());
+  EXPECT_EQ(wakes_, wakes_before);
+
+  v1::SubmitJobRequest bad = dry;
+  bad.mutable_spec()->mutable_optimizer()->set_lr(-1);
+  auto refused = lifecycle_->Submit(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("optimizer.lr"));
+
+  v1::SubmitJobRequest unknown_dependency = dry;
+  unknown_dependency.mutable_spec()->add_depends_on("j-000042");
+  auto missing = lifecycle_->Submit(unknown_dependency);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.status().message(), HasSubstr("j-000042 not found"));
+  EXPECT_TRUE(store_->ListJobs({})->jobs.empty());
+
+  // A request id a real submission used is not looked at: a dry run of a
+  // different spec under it is not ALREADY_EXISTS.
+  const std::string first = Submit(0, 0, "req-1");
+  v1::SubmitJobRequest reused = dry;
+  reused.set_request_id("req-1");
+  reused.mutable_spec()->set_steps(99);
+  auto again = lifecycle_->Submit(reused);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->job.id(), "");
+  EXPECT_EQ(store_->ListJobs({})->jobs.size(), 1u);
+  EXPECT_EQ(Job(first).job.spec().steps(), 10);
+}
+
 TEST_F(JobLifecycleTest, FailedWritesReturnErrorsAndChangeNothing) {
   const std::string id = Submit();
   fail_writes_ = true;

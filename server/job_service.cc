@@ -5,6 +5,7 @@
 #include "common/rpc_status.h"
 #include "common/status_macros.h"
 #include "server/job_state.h"
+#include "spec/limits.h"
 
 namespace trainyard::server {
 namespace {
@@ -63,7 +64,10 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
         return lifecycle_->Submit(*request, caller->tenant);
       });
   if (!result.ok()) {
-    if (on_submit_rejected_) on_submit_rejected_(result.status());
+    // A dry run refused is not a submission refused.
+    if (on_submit_rejected_ && !request->validate_only()) {
+      on_submit_rejected_(result.status());
+    }
     return ToGrpcStatus(result.status());
   }
   *response->mutable_job() = std::move(result->job);
@@ -100,6 +104,13 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
     }
     query.tenant = caller->tenant;
   }
+  if (static_cast<int64_t>(request->name_contains().size()) >
+      spec::kMaxNameLength) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("name_contains: at most ", spec::kMaxNameLength,
+                     " characters, got ", request->name_contains().size())));
+  }
+  query.name_contains = request->name_contains();
   for (int state : request->states()) {
     if (!IsKnownState(static_cast<v1::JobState>(state))) {
       return ToGrpcStatus(absl::InvalidArgumentError(

@@ -77,6 +77,12 @@ constexpr char kEndTimeColumn[] = R"sql(
 ALTER TABLE jobs ADD COLUMN end_ms INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX jobs_by_end ON jobs (end_ms) WHERE end_ms > 0;
 )sql";
+// Version 4 keeps each job's name in a column, so that listing by name
+// (ListJobsRequest.name_contains) reads the names, not every job's record.
+// Filled in from the records on upgrade.
+constexpr char kNameColumn[] = R"sql(
+ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT '';
+)sql";
 constexpr int64_t kOldestUpgradable = 1;
 
 // The end_ms column of a job: when it ended (its end time, or its last
@@ -117,7 +123,8 @@ absl::StatusOr<JobRecord> RecordFromRow(const SqliteStatement& row) {
 std::string FilterKey(const ListJobsQuery& q) {
   std::vector<int> states(q.states.begin(), q.states.end());
   std::sort(states.begin(), states.end());
-  return absl::StrCat(absl::StrJoin(states, ","), "|", q.tenant);
+  return absl::StrCat(absl::StrJoin(states, ","), "|", q.tenant, "|",
+                      q.name_contains);
 }
 
 std::string MakePageToken(int64_t last_seq, const ListJobsQuery& q) {
@@ -138,7 +145,8 @@ absl::StatusOr<int64_t> ParsePageToken(const ListJobsQuery& q) {
   }
   if (parts[2] != FilterKey(q)) {
     return absl::InvalidArgumentError(
-        "page_token: was issued for a different state or tenant filter");
+        "page_token: was issued for a different state, tenant or name "
+        "filter");
   }
   return seq;
 }
@@ -234,10 +242,9 @@ absl::Status JobStore::InitSchema() {
           db_->Exec(absl::StrCat("PRAGMA application_id=", kApplicationId)));
     }
     if (fresh || version < 2) RETURN_IF_ERROR(db_->Exec(kDrainsTable));
-    if (fresh || version < 3) {
-      RETURN_IF_ERROR(db_->Exec(kEndTimeColumn));
-      RETURN_IF_ERROR(FillEndTimes());
-    }
+    if (fresh || version < 3) RETURN_IF_ERROR(db_->Exec(kEndTimeColumn));
+    if (fresh || version < 4) RETURN_IF_ERROR(db_->Exec(kNameColumn));
+    if (!fresh) RETURN_IF_ERROR(FillDerivedColumns());
     return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
   });
 }
@@ -306,24 +313,27 @@ absl::Status JobStore::WriteJobRow(const JobRecord& r) {
   return u.Run();
 }
 
-absl::Status JobStore::FillEndTimes() {
+absl::Status JobStore::FillDerivedColumns() {
   ASSIGN_OR_RETURN(
       SqliteStatement q,
-      db_->Prepare(absl::StrCat("SELECT ", kJobColumns,
-                                " FROM jobs WHERE state IN (", v1::SUCCEEDED,
-                                ", ", v1::FAILED, ", ", v1::CANCELLED, ")")));
-  std::vector<std::pair<int64_t, int64_t>> ends;  // create_seq, end_ms
+      db_->Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs")));
+  struct Derived {
+    int64_t create_seq;
+    int64_t end_ms;
+    std::string name;
+  };
+  std::vector<Derived> rows;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
     ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
-    ends.emplace_back(r.create_seq, EndMillis(r.job));
+    rows.push_back({r.create_seq, EndMillis(r.job), r.job.name()});
   }
-  for (const auto& [seq, end_ms] : ends) {
-    ASSIGN_OR_RETURN(
-        SqliteStatement u,
-        db_->Prepare("UPDATE jobs SET end_ms = ? WHERE create_seq = ?"));
-    u.Bind(1, end_ms).Bind(2, seq);
+  for (const Derived& d : rows) {
+    ASSIGN_OR_RETURN(SqliteStatement u,
+                     db_->Prepare("UPDATE jobs SET end_ms = ?, name = ? "
+                                  "WHERE create_seq = ?"));
+    u.Bind(1, d.end_ms).BindText(2, d.name).Bind(3, d.create_seq);
     RETURN_IF_ERROR(u.Run());
   }
   return absl::OkStatus();
@@ -392,14 +402,15 @@ absl::StatusOr<JobStore::Created> JobStore::CreateJob(
     *job.mutable_update_time() = ToProtoTime(now);
     ASSIGN_OR_RETURN(SqliteStatement ins,
                      db_->Prepare("INSERT INTO jobs (create_seq, id, tenant, "
-                                  "state, request_id, job) "
-                                  "VALUES (?, ?, ?, ?, ?, ?)"));
+                                  "state, request_id, name, job) "
+                                  "VALUES (?, ?, ?, ?, ?, ?, ?)"));
     ins.Bind(1, number)
         .BindText(2, job.id())
         .BindText(3, job.tenant())
         .Bind(4, job.state())
         .BindText(5, job.request_id())
-        .BindBlob(6, job.SerializeAsString());
+        .BindText(6, job.name())
+        .BindBlob(7, job.SerializeAsString());
     RETURN_IF_ERROR(ins.Run());
     out.record.job = std::move(job);
     out.record.create_seq = number;
@@ -436,6 +447,9 @@ absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
     absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
   }
   if (!query.tenant.empty()) absl::StrAppend(&sql, " AND tenant = ?");
+  if (!query.name_contains.empty()) {
+    absl::StrAppend(&sql, " AND instr(name, ?) > 0");
+  }
   absl::StrAppend(&sql, " ORDER BY create_seq LIMIT ?");
 
   Reader reader(this);
@@ -443,6 +457,7 @@ absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
   int index = 1;
   q.Bind(index++, after);
   if (!query.tenant.empty()) q.BindText(index++, query.tenant);
+  if (!query.name_contains.empty()) q.BindText(index++, query.name_contains);
   q.Bind(index++, size + 1);  // one more tells whether another page exists
   JobPage page;
   int64_t last_seq = 0;

@@ -104,6 +104,7 @@ struct ListJobsQuery {
   std::string page_token;
   std::vector<v1::JobState> states;  // empty = all
   std::string tenant;                // empty = all
+  std::string name_contains;         // empty = all
 };
 
 struct JobPage {
@@ -119,11 +120,11 @@ struct LogRead {
 
 class JobStore {
  public:
-  static constexpr int32_t kSchemaVersion = 3;
+  static constexpr int32_t kSchemaVersion = 4;
   static constexpr int32_t kDefaultPageSize = 50;
   static constexpr int32_t kMaxPageSize = 500;
 
-  // Opens or creates the store. A store of an older schema (1 or 2) is
+  // Opens or creates the store. A store of an older schema (1 to 3) is
   // brought up to date in one transaction. A file that is not a Trainyard
   // job store, or one with a schema version this build does not know, is
   // refused with FAILED_PRECONDITION and left untouched.
@@ -260,8 +261,9 @@ class JobStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteJobRow(const JobRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Upgrade to schema 3: end_ms of every ended job, from its record.
-  absl::Status FillEndTimes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Upgrade of an older store: the columns derived from each job's record
+  // (end_ms since schema 3, name since 4), for every job.
+  absl::Status FillDerivedColumns() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobStoreOptions options_;
   // Lock order: queue_mu_ is never held while taking mu_ or read_mu_.

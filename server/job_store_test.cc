@@ -36,10 +36,11 @@ class JobStoreTest : public ::testing::Test {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
     const std::string sql = absl::StrCat(
-        extra,
-        "DROP INDEX jobs_by_end; ALTER TABLE jobs DROP COLUMN end_ms; "
-        "PRAGMA user_version=",
-        version);
+        extra, "ALTER TABLE jobs DROP COLUMN name; ",
+        version < 3
+            ? "DROP INDEX jobs_by_end; ALTER TABLE jobs DROP COLUMN end_ms; "
+            : "",
+        "PRAGMA user_version=", version);
     char* error = nullptr;
     EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error),
               SQLITE_OK)
@@ -55,6 +56,19 @@ class JobStoreTest : public ::testing::Test {
     job.set_request_id(std::move(request_id));
     job.mutable_spec()->set_steps(100);
     return job;
+  }
+
+  static v1::Job Named(std::string name, std::string tenant = "default") {
+    v1::Job job = NewJob("", std::move(tenant));
+    job.set_name(name);
+    job.mutable_spec()->set_name(std::move(name));
+    return job;
+  }
+
+  static std::vector<std::string> IdsOf(const JobPage& page) {
+    std::vector<std::string> ids;
+    for (const v1::Job& job : page.jobs) ids.push_back(job.id());
+    return ids;
   }
 
   static v1::JobEvent ProgressEvent(int64_t step) {
@@ -210,6 +224,49 @@ TEST_F(JobStoreTest, ListFiltersByStateAndTenant) {
   ASSERT_TRUE(counts.ok());
   EXPECT_EQ((*counts)[v1::QUEUED], 4);
   EXPECT_EQ((*counts)[v1::CANCELLED], 1);
+}
+
+// The name filter is a plain, case-sensitive substring match (no LIKE
+// wildcards), combined with the others, and pages keep to it.
+TEST_F(JobStoreTest, ListFiltersByNameContaining) {
+  auto store = Open();
+  for (const char* name :
+       {"mlp optimizer.lr=0.001", "gpt small", "mlp optimizer.lr=0.003",
+        "MLP upper", "100%_mlp", ""}) {
+    ASSERT_TRUE(store->CreateJob(Named(name)).ok());
+  }
+  ASSERT_TRUE(store->CreateJob(Named("mlp other tenant", "other")).ok());
+  ListJobsQuery q;
+  q.name_contains = "mlp";
+  EXPECT_THAT(IdsOf(*store->ListJobs(q)),
+              ElementsAre("j-000001", "j-000003", "j-000005", "j-000007"));
+  q.tenant = "default";
+  q.name_contains = "lr=0.003";
+  EXPECT_THAT(IdsOf(*store->ListJobs(q)), ElementsAre("j-000003"));
+  q.name_contains = "%";  // not a wildcard
+  EXPECT_THAT(IdsOf(*store->ListJobs(q)), ElementsAre("j-000005"));
+  q.name_contains = "_";
+  EXPECT_THAT(IdsOf(*store->ListJobs(q)), ElementsAre("j-000005"));
+  q.name_contains = "nothing like it";
+  EXPECT_TRUE(store->ListJobs(q)->jobs.empty());
+
+  q.name_contains = "mlp";
+  q.page_size = 1;
+  std::vector<std::string> paged;
+  do {
+    auto page = store->ListJobs(q);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const std::string& id : IdsOf(*page)) paged.push_back(id);
+    q.page_token = page->next_page_token;
+  } while (!q.page_token.empty());
+  EXPECT_THAT(paged, ElementsAre("j-000001", "j-000003", "j-000005"));
+
+  q.page_token = store->ListJobs(q)->next_page_token;
+  ASSERT_FALSE(q.page_token.empty());
+  q.name_contains = "gpt";  // a token must be used with the same filters
+  auto mismatched = store->ListJobs(q);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mismatched.status().message(), HasSubstr("name"));
 }
 
 TEST_F(JobStoreTest, BadPageTokensAndSizesAreInvalidArgument) {
@@ -616,6 +673,25 @@ TEST_F(JobStoreTest, UpgradesAVersionTwoStoreFillingInEndTimes) {
   EXPECT_EQ(*store->FirstEndAfter(absl::InfinitePast()), ended_at);
   EXPECT_EQ(*store->FirstEndAfter(ended_at), std::nullopt);
   EXPECT_EQ(store->GetJob(queued)->job.state(), v1::QUEUED);
+}
+
+// Jobs in a store that version 3 wrote (no name column): after the upgrade
+// the name filter finds them by the names in their records.
+TEST_F(JobStoreTest, UpgradesAVersionThreeStoreFillingInNames) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->CreateJob(Named("sweep lr=1")).ok());
+    ASSERT_TRUE(store->CreateJob(Named("other")).ok());
+    ASSERT_TRUE(store->CreateJob(Named("sweep lr=2")).ok());
+  }
+  AsWrittenBy(3, "");
+  auto store = Open();
+  ListJobsQuery q;
+  q.name_contains = "sweep";
+  EXPECT_THAT(IdsOf(*store->ListJobs(q)), ElementsAre("j-000001", "j-000003"));
+  ASSERT_TRUE(store->CreateJob(Named("sweep lr=3")).ok());
+  EXPECT_THAT(IdsOf(*store->ListJobs(q)),
+              ElementsAre("j-000001", "j-000003", "j-000004"));
 }
 
 TEST_F(JobStoreTest, EndedByListsEndedJobsLongestEndedFirst) {

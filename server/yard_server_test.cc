@@ -376,6 +376,15 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
   s = jobs_->ListJobs(&list_ctx, list_req, &list);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
+  grpc::ClientContext name_ctx;
+  AddBearerToken(name_ctx, AdminToken());
+  v1::ListJobsRequest by_name;
+  by_name.set_name_contains(std::string(129, 'n'));
+  s = jobs_->ListJobs(&name_ctx, by_name, &list);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "name_contains: at most 128 characters, got 129");
+
   const std::string id = Submit();
   grpc::ClientContext cancel_ctx;
   AddBearerToken(cancel_ctx, AdminToken());

@@ -15,6 +15,9 @@
 namespace trainyard::itest {
 namespace {
 namespace v1 = trainyard::v1;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 class LifecycleTest : public ClusterTest {};
 
@@ -151,7 +154,7 @@ TEST_F(LifecycleTest, AJobIsStoppedAtItsTimeLimit) {
       << "the SIGTERM should have written a checkpoint";
   EXPECT_TRUE(worker->process().Running());
   CommandResult get = Yard({"get", id});
-  EXPECT_THAT(get.out, ::testing::HasSubstr("Time limit:      2s"));
+  EXPECT_THAT(get.out, HasSubstr("Time limit:      2s"));
 }
 
 // With --job-retention the server deletes an ended job with its
@@ -206,6 +209,56 @@ TEST_F(LifecycleTest, AJobThatDependsOnAnotherStartsAfterItSucceeds) {
   EXPECT_TRUE(CliFailedWith(
       Yard({"submit", path, "--set", "depends_on=j-424242"}),
       YardExit::kInvalidArgument, {"depends_on: job j-424242 not found"}));
+}
+
+// `yard submit --sweep ... --wait` against a real cluster: one job per value,
+// each named after it, all run, and a table of their results; `yard ls
+// --name` finds them; a dry run is checked by the server (here a data file
+// only the server can look for) and stores nothing.
+TEST_F(LifecycleTest, ASweepRunsEveryCombinationAndTabulatesTheResults) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1", .cpu_slots = 2}).status());
+  const std::string path = WriteSpec(
+      "grid.yaml",
+      MnistSpec{.name = "grid", .steps = 60, .holdout = 500}.ToYaml());
+  CommandResult sweep =
+      Yard({"submit", path, "--sweep", "optimizer.lr=0.01,0.001",
+            "--request-id", "g1", "--wait"},
+           JobTimeout());
+  ASSERT_EQ(sweep.exit_code(), YardExit::kOk) << sweep.DebugString();
+  EXPECT_THAT(sweep.out, HasSubstr("j-000001  grid optimizer.lr=0.01\n"));
+  EXPECT_THAT(sweep.out, HasSubstr("j-000002  grid optimizer.lr=0.001\n"));
+  EXPECT_THAT(sweep.out, HasSubstr("OPTIMIZER.LR"));
+  EXPECT_THAT(sweep.out, ContainsRegex("j-000001  SUCCEEDED  0.01 +60/60"));
+  EXPECT_THAT(sweep.out, ContainsRegex("j-000002  SUCCEEDED  0.001 +60/60"));
+  EXPECT_THAT(sweep.out, ContainsRegex("best: j-00000[12] \\(accuracy"));
+
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].request_id(), "g1-1");
+  EXPECT_FLOAT_EQ(all[0].spec().optimizer().lr(), 0.01f);
+  EXPECT_FLOAT_EQ(all[1].spec().optimizer().lr(), 0.001f);
+  EXPECT_GT(all[0].result().eval_accuracy(), 0);
+
+  CommandResult listed = Yard({"ls", "--name", "grid optimizer.lr=0.00"});
+  ASSERT_EQ(listed.exit_code(), YardExit::kOk) << listed.DebugString();
+  EXPECT_THAT(listed.out, Not(HasSubstr("j-000001")));
+  EXPECT_THAT(listed.out, HasSubstr("j-000002"));
+
+  CommandResult dry = Yard({"submit", path, "--dry-run"});
+  ASSERT_EQ(dry.exit_code(), YardExit::kOk) << dry.DebugString();
+  EXPECT_THAT(dry.out, HasSubstr("nothing was submitted"));
+  EXPECT_TRUE(
+      CliFailedWith(Yard({"submit", path, "--dry-run", "--set",
+                          "data.mnist.images=examples/data/mnist/missing.gz"}),
+                    YardExit::kInvalidArgument, {"missing.gz"}));
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"submit", path, "--sweep", "seed=1,2", "--set",
+            "depends_on=j-424242"}),
+      YardExit::kInvalidArgument,
+      {"sweep job 1 of 2", "depends_on: job j-424242 not found"}));
+  YARD_ASSIGN_OR_FAIL(all, ListAllJobs(jobs()));
+  EXPECT_EQ(all.size(), 2u);
 }
 
 }  // namespace

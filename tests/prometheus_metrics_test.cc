@@ -148,6 +148,10 @@ TEST_F(PrometheusMetricsTest, RefusedSubmissionCountedByReason) {
   MnistSpec bad = LongJob();
   bad.steps = 0;  // invalid: steps must be at least 1
   EXPECT_FALSE(Submit(bad.ToProto()).ok());
+  // A dry run refused is not a submission refused.
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"submit", WriteSpec("bad.yaml", bad.ToYaml()), "--dry-run"}),
+      YardExit::kInvalidArgument, {"steps"}));
   YARD_ASSIGN_OR_FAIL(std::string text, HttpGet(server_metrics_, "/metrics"));
   const Exposition e = ParseExposition(text);
   EXPECT_EQ(
