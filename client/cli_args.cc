@@ -289,6 +289,10 @@ class ArgParser {
       absl::StatusOr<std::vector<v1::JobState>> states = ParseStates(*v);
       if (!states.ok()) return states.status();
       out_.states.insert(out_.states.end(), states->begin(), states->end());
+    } else if (name == "-q" || name == "--quiet") {
+      if (inline_v.has_value())
+        return Usage(absl::StrCat(name, ": takes no value"));
+      out_.quiet = true;
     } else if (name == "--name") {
       absl::StatusOr<std::string> v = Value(name, inline_v);
       if (!v.ok()) return v.status();
@@ -467,9 +471,10 @@ Commands:
                      only if SUCCEEDED; a sweep: all of them, then a table
                      of results); --dry-run has the server check the job(s)
                      and submits nothing
-  ls [--state S[,S]] [--name TEXT] [--limit N | --all]
+  ls [--state S[,S]] [--name TEXT] [--limit N | --all] [-q]
                      list jobs, oldest first (at most 100 unless --limit/--all);
-                     --name: only those whose name contains TEXT
+                     --name: only those whose name contains TEXT; -q: only
+                     their ids, one a line (yard cancel $(yard ls -q ...))
   get ID             show one job
   logs ID [-f] [--tail N]
                      print the job's log (--tail: its last N lines); -f

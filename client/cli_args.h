@@ -71,6 +71,7 @@ struct CliArgs {
   // ls
   std::vector<trainyard::v1::JobState> states;
   std::string name_contains;          // ls --name
+  bool quiet = false;                 // ls -q: ids only
   int64_t limit = kDefaultListLimit;  // 0 = every job (--all)
   // token, tenant
   std::string subcommand;  // create, ls, revoke / set, ls

@@ -154,6 +154,11 @@ TEST(ParseArgsTest, List) {
   EXPECT_EQ(Parse({"ls"}).name_contains, "");
   EXPECT_EQ(Error({"ls", "--name"}), "--name: missing value");
   EXPECT_EQ(Error({"ls", "--name="}), "--name: must not be empty");
+  EXPECT_TRUE(Parse({"ls", "-q"}).quiet);
+  EXPECT_TRUE(Parse({"ls", "--quiet", "--name", "x"}).quiet);
+  EXPECT_FALSE(Parse({"ls"}).quiet);
+  EXPECT_EQ(Error({"ls", "--quiet=1"}), "--quiet: takes no value");
+  EXPECT_EQ(Error({"get", "j1", "-q"}), "unknown flag \"-q\" for 'get'");
 }
 
 TEST(ParseArgsTest, SubmitSweepAndDryRun) {

@@ -91,6 +91,8 @@ int RunList(const CliArgs& args, JobClient& client, std::ostream& out,
     v1::ListJobsResponse all;
     for (v1::Job& job : *jobs) *all.add_jobs() = std::move(job);
     out << ToJson(all, true) << "\n";
+  } else if (args.quiet) {
+    for (const v1::Job& job : *jobs) out << job.id() << "\n";
   } else {
     out << FormatJobsTable(*jobs, absl::Now());
   }
@@ -284,6 +286,11 @@ int RunSweep(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
   }
   const std::string base =
       args.request_id.empty() ? NewSweepRequestId() : args.request_id;
+  if (args.request_id.empty()) {
+    err << "yard: the sweep's request id is " << base
+        << " (the same command with --request-id " << base
+        << " finds its jobs again)\n";
+  }
   std::vector<std::string> ids;
   size_t existed = 0;
   for (size_t i = 0; i < n; ++i) {

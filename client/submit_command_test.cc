@@ -336,6 +336,14 @@ TEST_F(SubmitCommandTest, ASweepCutShortSaysHowToSubmitTheRest) {
   }
   err_.str("");
   EXPECT_EQ(Submit({"--sweep", "seed=5,6"}), kExitExhausted);
+  // It was told first, and the hint names the same one.
+  const std::string said = err_.str();
+  const std::string prefix = "yard: the sweep's request id is ";
+  ASSERT_EQ(said.rfind(prefix, 0), 0u) << said;
+  const std::string made_up = said.substr(prefix.size(), 22);
+  EXPECT_THAT(made_up, testing::MatchesRegex("sweep-[0-9a-f]{16}"));
+  EXPECT_THAT(said, HasSubstr("run the same command with --request-id " +
+                              made_up + " to submit the rest"));
   EXPECT_THAT(err_.str(),
               testing::ContainsRegex(
                   "0 of the 2 jobs are submitted; run the same command with "

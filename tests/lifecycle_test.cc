@@ -244,6 +244,9 @@ TEST_F(LifecycleTest, ASweepRunsEveryCombinationAndTabulatesTheResults) {
   ASSERT_EQ(listed.exit_code(), YardExit::kOk) << listed.DebugString();
   EXPECT_THAT(listed.out, Not(HasSubstr("j-000001")));
   EXPECT_THAT(listed.out, HasSubstr("j-000002"));
+  CommandResult ids = Yard({"ls", "-q", "--name", "grid"});
+  ASSERT_EQ(ids.exit_code(), YardExit::kOk) << ids.DebugString();
+  EXPECT_EQ(ids.out, "j-000001\nj-000002\n");
 
   CommandResult dry = Yard({"submit", path, "--dry-run"});
   ASSERT_EQ(dry.exit_code(), YardExit::kOk) << dry.DebugString();
