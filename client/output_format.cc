@@ -96,6 +96,9 @@ std::string TrainerLine(const v1::TrainerEvent& t) {
         absl::StrAppend(&line, ", accuracy ", Percent(f.eval_accuracy()));
       }
       absl::StrAppend(&line, absl::StrFormat(" (%.1f s)", f.wall_seconds()));
+      if (!f.stopped_early().empty()) {
+        absl::StrAppend(&line, "; stopped early: ", f.stopped_early());
+      }
       return line;
     }
     case v1::TrainerEvent::kInterrupted:
@@ -219,6 +222,10 @@ std::string FormatOutcome(const v1::Job& job) {
   std::string line =
       absl::StrCat("job ", job.id(), " ", StateName(job.state()));
   if (job.state() == v1::SUCCEEDED) {
+    if (!job.result().stopped_early().empty()) {
+      absl::StrAppend(&line, " (stopped early at step ", job.result().step(),
+                      " of ", job.spec().steps(), ")");
+    }
     std::vector<std::string> parts;
     if (job.result().eval_accuracy() > 0) {
       parts.push_back(

@@ -225,6 +225,23 @@ v1::Job Finished(const char* id, v1::JobState state, double train_loss,
   return job;
 }
 
+TEST(FormatOutcomeTest, AnEarlyStopSaysAtWhichStepAndWhy) {
+  v1::Job job = Finished("j-7", v1::SUCCEEDED, 0.2, 0.25, 0.93);
+  job.mutable_result()->set_step(60);
+  job.mutable_result()->set_stopped_early(
+      "eval loss did not improve on 0.2500 (step 30) for 3 evaluations");
+  EXPECT_EQ(FormatOutcome(job),
+            "job j-7 SUCCEEDED (stopped early at step 60 of 100): accuracy "
+            "93.00%, eval loss 0.2500");
+  v1::JobEvent event;
+  *event.mutable_trainer()->mutable_finished() = job.result();
+  EXPECT_THAT(FormatEvent(event),
+              HasSubstr("; stopped early: eval loss did not improve on 0.2500 "
+                        "(step 30) for 3 evaluations"));
+  EXPECT_THAT(FormatSweepResults({job}, {"seed"}, {{"1"}}),
+              HasSubstr("j-7  SUCCEEDED  1     60/100"));
+}
+
 TEST(FormatSweepResultsTest, OneRowPerJobWithItsValuesAndTheBest) {
   std::vector<v1::Job> jobs = {
       Finished("j-1", v1::SUCCEEDED, 0.31, 0.35, 0.912),

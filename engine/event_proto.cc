@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace trainyard::engine {
@@ -61,6 +62,7 @@ trainyard::v1::TrainerEvent ToProto(const TrainerEvent& event) {
                    p->set_eval_accuracy(e.eval_accuracy);
                    p->set_checkpoint_path(e.checkpoint_path);
                    p->set_wall_seconds(e.wall_seconds);
+                   p->set_stopped_early(e.stopped_early);
                  },
                  [&](const TrainInterruptedEvent& e) {
                    auto* p = out.mutable_interrupted();
@@ -109,10 +111,14 @@ std::string ToTextLine(const TrainerEvent& event) {
           },
           [](const TrainFinishedEvent& e) {
             return absl::StrFormat(
-                "finished: step %d, train loss %.4f, eval loss %.4f, eval "
-                "accuracy %.2f%%, %.1f s; checkpoint %s",
-                e.step, e.train_loss, e.eval_loss, 100 * e.eval_accuracy,
-                e.wall_seconds, e.checkpoint_path);
+                       "finished: step %d, train loss %.4f, eval loss %.4f, "
+                       "eval accuracy %.2f%%, %.1f s; checkpoint %s",
+                       e.step, e.train_loss, e.eval_loss, 100 * e.eval_accuracy,
+                       e.wall_seconds, e.checkpoint_path) +
+                   (e.stopped_early.empty()
+                        ? ""
+                        : absl::StrCat(" (stopped early: ", e.stopped_early,
+                                       ")"));
           },
           [](const TrainInterruptedEvent& e) {
             return absl::StrFormat("interrupted at step %d; checkpoint %s",

@@ -128,6 +128,8 @@ TrainerConfig TrainerConfigFromSpec(const JobSpec& spec) {
   t.log_every_steps = spec.log_every_steps();
   t.eval_every_steps = spec.eval().every_steps();
   t.eval_max_batches = spec.eval().max_batches();
+  t.early_stop_patience = spec.eval().patience();
+  t.early_stop_min_delta = spec.eval().min_delta();
   t.checkpoint.every_steps = spec.checkpoint().every_steps();
   t.checkpoint.keep_last = spec.checkpoint().keep_last();
   t.seed = spec.seed();

@@ -78,6 +78,10 @@ def specs():
     write("spec", "mlp.yaml", MLP_YAML)
     write("spec", "gpt-tokens.json", json.dumps(GPT_JSON, indent=1))
     write("spec", "text-char.yaml", TEXT_YAML)
+    write("spec", "early-stopping.yaml", MLP_YAML.replace(
+        "eval: {every_steps: 50, max_batches: 4}",
+        "eval: {every_steps: 25, max_batches: 4, patience: 2, "
+        "min_delta: 0.001}"))
     write("spec", "bad-unknown-field.yaml", "name: x\nstepz: 3\n")
     write("spec", "bad-json-trailing-comma.json", '{"name": "x", "steps": 1,}')
     write("spec", "bad-oneof.yaml",
@@ -105,6 +109,7 @@ def specs():
                        ("oneof", "model.gpt.n_layer=2"),
                        ("enum", "precision=BF16"),
                        ("depends", "depends_on=j-000001,j-000002"),
+                       ("patience", "eval.patience=3"),
                        ("bad-range", "batch.micro_batch=2147483648"),
                        ("bad-message", "model=mlp")]:
         write("spec", "override-" + name + ".txt", text)
@@ -187,6 +192,9 @@ def checkpoints():
     blob = safetensors(mlp, {"format": "pt", "producer": "trainyard"})
     write("checkpoint", "mlp-step1", ckpt_input(0, checkpoint_meta(mlp, blob),
                                                 blob))
+    write("checkpoint", "mlp-early-stopping", ckpt_input(0, checkpoint_meta(
+        mlp, blob, early_stopping={"best_loss": 0.1 + 0.2, "best_step": 1,
+                                   "evals_since_best": 0}), blob))
     # Flag 1: the target rewrites bytes and crc32 to match the tensors.
     write("checkpoint", "mlp-patched-crc",
           ckpt_input(1, checkpoint_meta(mlp, blob).replace(

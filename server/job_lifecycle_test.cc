@@ -224,6 +224,26 @@ TEST_F(JobLifecycleTest, RunsToSuccessThroughTheWholeProtocol) {
   EXPECT_TRUE(w.link->Take().empty());  // nothing stale was stopped
 }
 
+TEST_F(JobLifecycleTest, AnEarlyStopIsASuccessThatSaysSo) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 v1::TrainFinished* f = u.mutable_trainer()->mutable_finished();
+                 f->set_step(6);
+                 f->set_stopped_early(
+                     "eval loss did not improve on 0.3 (step 2) for 2 "
+                     "evaluations");
+               }).ok());
+  ASSERT_TRUE(w.Exited(id, 1, 0).ok());
+  JobRecord done = Job(id);
+  EXPECT_EQ(done.job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(done.job.state_reason(),
+            "finished: stopped early at step 6 (eval.patience)");
+  EXPECT_EQ(done.job.result().step(), 6);
+}
+
 TEST_F(JobLifecycleTest, FailedExitRecordsTheErrorTail) {
   const std::string id = Submit();
   FakeWorker& w = Connect("w1");

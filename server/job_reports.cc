@@ -129,6 +129,11 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
                                                  const v1::JobExited& exit,
                                                  const std::string& worker_id) {
   if (exit.exit_code() == 0 && exit.signal() == 0 && !exit.cancelled()) {
+    if (!r.job.result().stopped_early().empty()) {
+      return {v1::SUCCEEDED,
+              absl::StrCat("finished: stopped early at step ",
+                           r.job.result().step(), " (eval.patience)")};
+    }
     return {v1::SUCCEEDED, "finished"};
   }
   if (exit.cancelled() || r.cancel_requested()) {

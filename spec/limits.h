@@ -31,6 +31,8 @@ inline constexpr int64_t kMaxPathLength = 4096;
 // Run length and bookkeeping periods, in optimizer steps.
 inline constexpr int64_t kMaxSteps = 10'000'000;
 inline constexpr int64_t kMaxEvalBatches = 1'000'000;
+// eval.patience: evaluations without improvement before early stopping.
+inline constexpr int64_t kMaxPatience = 1000;
 inline constexpr int64_t kMaxKeepLast = 1'000;
 inline constexpr int64_t kMaxPriority = 1'000;  // and -kMaxPriority
 inline constexpr int64_t kMaxRestarts = 100;

@@ -250,6 +250,37 @@ void CheckMnist(const JobSpec& spec, const ValidationOptions& options,
   }
 }
 
+// Whether the data has an evaluation set (a held-out split or eval files).
+bool HasEvalSet(const trainyard::v1::DataSpec& data) {
+  if (data.has_mnist()) {
+    return data.mnist().holdout() > 0 || !data.mnist().eval_images().empty();
+  }
+  if (data.has_text()) return !data.text().eval().empty();
+  if (data.has_tokens()) return data.tokens().eval_size() > 0;
+  return false;
+}
+
+void CheckEarlyStopping(const JobSpec& spec, Problems* p) {
+  const auto& e = spec.eval();
+  p->Range("eval.patience", e.patience(), 0, kMaxPatience);
+  if (!(std::isfinite(e.min_delta()) && e.min_delta() >= 0)) {
+    p->Add("eval.min_delta", "must be a finite number >= 0");
+  }
+  if (e.patience() <= 0) {
+    if (e.min_delta() != 0) p->Add("eval.min_delta", "needs eval.patience");
+    return;
+  }
+  if (e.every_steps() <= 0) {
+    p->Add("eval.patience",
+           "needs periodic evaluations (eval.every_steps > 0)");
+  }
+  if (!HasEvalSet(spec.data())) {
+    p->Add("eval.patience",
+           "needs an evaluation set (data.mnist.holdout or eval_images, "
+           "data.text.eval, data.tokens.eval)");
+  }
+}
+
 void CheckData(const JobSpec& spec, const ValidationOptions& options,
                Problems* p) {
   const auto& data = spec.data();
@@ -352,6 +383,7 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   CheckOptimizer(spec, max_steps, p);
   p->Range("eval.every_steps", spec.eval().every_steps(), 0, max_steps);
   p->Range("eval.max_batches", spec.eval().max_batches(), 0, kMaxEvalBatches);
+  CheckEarlyStopping(spec, p);
   p->Range("checkpoint.every_steps", spec.checkpoint().every_steps(), 0,
            max_steps);
   if (spec.checkpoint().has_keep_last()) {

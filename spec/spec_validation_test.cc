@@ -74,6 +74,31 @@ TEST_F(ValidationTest, GoodSpecPasses) {
   EXPECT_TRUE(ValidateJobSpec(WithDefaults(Good()), options_).ok());
 }
 
+TEST_F(ValidationTest, EarlyStoppingNeedsPeriodicEvaluationsOfAnEvalSet) {
+  JobSpec spec = Good();  // evaluates every 500 steps on a holdout
+  spec.mutable_eval()->set_patience(3);
+  spec.mutable_eval()->set_min_delta(0.001);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  spec.mutable_eval()->set_every_steps(0);
+  EXPECT_EQ(ErrorOf(spec),
+            "eval.patience: needs periodic evaluations (eval.every_steps > 0)");
+  spec = Good();
+  spec.mutable_eval()->set_patience(3);
+  spec.mutable_data()->mutable_mnist()->set_holdout(0);
+  EXPECT_THAT(ErrorOf(spec), StartsWith("eval.patience: needs an evaluation "
+                                        "set (data.mnist.holdout"));
+  spec = Good();
+  spec.mutable_eval()->set_patience(1001);
+  EXPECT_EQ(ErrorOf(spec), "eval.patience: must be in [0, 1000], got 1001");
+  spec = Good();
+  spec.mutable_eval()->set_patience(2);
+  spec.mutable_eval()->set_min_delta(-0.1);
+  EXPECT_EQ(ErrorOf(spec), "eval.min_delta: must be a finite number >= 0");
+  spec = Good();
+  spec.mutable_eval()->set_min_delta(0.1);  // without patience: a mistake
+  EXPECT_EQ(ErrorOf(spec), "eval.min_delta: needs eval.patience");
+}
+
 TEST_F(ValidationTest, MissingRequiredSections) {
   JobSpec spec = Good();
   spec.clear_model();

@@ -79,6 +79,14 @@ std::string MetaJson(const Checkpoint& ckpt,
   if (m.tokenizer.type() != Json::Type::kNull) {
     meta.Set("tokenizer", m.tokenizer);
   }
+  if (m.early_stopping.has_value() && m.early_stopping->best_step >= 0) {
+    meta.Set("early_stopping",
+             Json::MakeObject(
+                 {{"best_loss", Json::Number(m.early_stopping->best_loss)},
+                  {"best_step", Json::Int(m.early_stopping->best_step)},
+                  {"evals_since_best",
+                   Json::Int(m.early_stopping->evals_since_best)}}));
+  }
   meta.Set("tensors", TensorList(ckpt.tensors));
   return meta.Serialize() + "\n";
 }
@@ -147,6 +155,23 @@ absl::StatusOr<ParsedMeta> ParseMeta(absl::string_view text) {
   ASSIGN_OR_RETURN(out.file_crc, crc->AsString("tensors_file.crc32"));
   if (const Json* model = j.Find("model")) out.meta.model = *model;
   if (const Json* tok = j.Find("tokenizer")) out.meta.tokenizer = *tok;
+  if (const Json* es = j.Find("early_stopping")) {
+    EarlyStoppingState state;
+    ASSIGN_OR_RETURN(const Json* loss, RequireField(*es, "best_loss"));
+    ASSIGN_OR_RETURN(state.best_loss,
+                     loss->AsNumber("early_stopping.best_loss"));
+    ASSIGN_OR_RETURN(const Json* best, RequireField(*es, "best_step"));
+    ASSIGN_OR_RETURN(state.best_step, best->AsInt("early_stopping.best_step"));
+    ASSIGN_OR_RETURN(const Json* since, RequireField(*es, "evals_since_best"));
+    ASSIGN_OR_RETURN(state.evals_since_best,
+                     since->AsInt("early_stopping.evals_since_best"));
+    if (state.best_step < 0 || state.best_step > out.meta.step ||
+        state.evals_since_best < 0) {
+      return absl::DataLossError(
+          "early_stopping: a best step outside the run or a negative count");
+    }
+    out.meta.early_stopping = state;
+  }
   ASSIGN_OR_RETURN(const Json* tensors, RequireField(j, "tensors"));
   RETURN_IF_ERROR(ParseTensorList(*tensors, &out));
   return out;

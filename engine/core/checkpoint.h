@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/core/batch.h"
+#include "engine/core/early_stopping.h"
 #include "engine/core/json.h"
 #include "engine/core/tensor.h"
 
@@ -48,6 +49,9 @@ struct CheckpointMeta {
   // e.g. {"kind": "gpt", "n_layer": 4, ...}, and the tokenizer's JSON.
   Json model;
   Json tokenizer;
+  // The early stopping's state (eval.patience), when it has seen an
+  // evaluation; absent otherwise, and in checkpoints of runs without it.
+  std::optional<EarlyStoppingState> early_stopping;
 };
 
 struct Checkpoint {

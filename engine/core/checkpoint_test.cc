@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "engine/core/file_io.h"
@@ -63,6 +64,46 @@ TEST_F(CheckpointTest, RoundTripsEverything) {
   const std::string meta = *ReadWholeFile(*path + "/meta.json", 1 << 20);
   EXPECT_TRUE(absl::StrContains(meta, R"("magic":"trainyard-checkpoint")"));
   EXPECT_TRUE(absl::StrContains(meta, R"("version":1)"));
+}
+
+// The early stopping's state round-trips bit for bit (a resumed run must
+// make the same decisions), is absent when the run had none, and a state
+// no run could write is refused.
+TEST_F(CheckpointTest, KeepsTheEarlyStoppingState) {
+  Checkpoint with = Sample(40);
+  with.meta.early_stopping = EarlyStoppingState{0.1 + 0.2, 30, 1};
+  const std::string path = *WriteCheckpoint(root_, with);
+  absl::StatusOr<Checkpoint> back = ReadCheckpoint(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->meta.early_stopping.has_value());
+  EXPECT_EQ(back->meta.early_stopping->best_loss, 0.1 + 0.2);  // exactly
+  EXPECT_EQ(back->meta.early_stopping->best_step, 30);
+  EXPECT_EQ(back->meta.early_stopping->evals_since_best, 1);
+
+  const std::string without = *WriteCheckpoint(root_, Sample(41));
+  EXPECT_FALSE(ReadCheckpoint(without)->meta.early_stopping.has_value());
+  EXPECT_FALSE(absl::StrContains(
+      *ReadWholeFile(without + "/meta.json", 1 << 20), "early_stopping"));
+
+  const std::string meta_path = path + "/meta.json";
+  const std::string good = *ReadWholeFile(meta_path, 1 << 20);
+  for (const auto& [from, to, expect] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {R"("best_step":30)", R"("best_step":41)", "outside the run"},
+           {R"("evals_since_best":1)", R"("evals_since_best":-1)",
+            "negative count"},
+           {R"("best_loss":)", R"("best_lost":)", "best_loss"},
+           {R"("best_step":30)", R"("best_step":"30")",
+            "early_stopping.best_step"},
+       }) {
+    std::string text = good;
+    ASSERT_NE(text.find(from), std::string::npos) << from;
+    text.replace(text.find(from), from.size(), to);
+    Overwrite(meta_path, text);
+    absl::StatusOr<Checkpoint> r = ReadCheckpoint(path);
+    EXPECT_FALSE(r.ok()) << to;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), expect)) << r.status();
+  }
 }
 
 TEST_F(CheckpointTest, RewritingAStepReplacesIt) {

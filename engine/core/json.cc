@@ -1,6 +1,7 @@
 // Strict recursive-descent JSON parser and compact writer. See json.h.
 #include "engine/core/json.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "absl/status/status.h"
@@ -59,6 +60,16 @@ absl::StatusOr<int64_t> Json::AsInt(absl::string_view what) const {
   if (type_ != Type::kNumber || !absl::SimpleAtoi(text_, &v)) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": expected an integer"));
+  }
+  return v;
+}
+
+absl::StatusOr<double> Json::AsNumber(absl::string_view what) const {
+  double v = 0;
+  if (type_ != Type::kNumber || !absl::SimpleAtod(text_, &v) ||
+      !std::isfinite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected a finite number"));
   }
   return v;
 }

@@ -39,6 +39,8 @@ class Json {
 
   // Accessors return an error naming `what` when the type does not match.
   absl::StatusOr<int64_t> AsInt(absl::string_view what) const;
+  // Numbers written by Number() read back bitwise equal.
+  absl::StatusOr<double> AsNumber(absl::string_view what) const;
   absl::StatusOr<std::string> AsString(absl::string_view what) const;
   const Array& array() const { return array_; }
   const Object& object() const { return object_; }

@@ -2,6 +2,7 @@
 #include "engine/core/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -33,6 +34,13 @@ absl::Status CheckConfig(const TrainerConfig& c) {
   if (c.log_every_steps < 1) return bad("log_every_steps must be >= 1");
   if (c.eval_every_steps < 0 || c.eval_max_batches < 0) {
     return bad("eval_every_steps and eval_max_batches must be >= 0");
+  }
+  if (c.early_stop_patience < 0 ||
+      !(c.early_stop_min_delta >= 0 && std::isfinite(c.early_stop_min_delta))) {
+    return bad("early_stop_patience and early_stop_min_delta must be >= 0");
+  }
+  if (c.early_stop_patience > 0 && c.eval_every_steps == 0) {
+    return bad("early stopping needs periodic evaluations (eval_every_steps)");
   }
   if (c.checkpoint.every_steps < 0 || c.checkpoint.keep_last < 1) {
     return bad("checkpoint every_steps must be >= 0 and keep_last >= 1");
@@ -76,7 +84,9 @@ Trainer::Trainer(const TrainerConfig& config, Model* model, Backend* backend,
       sink_(sink),
       clock_(clock),
       collective_(collective),
-      rng_(config.seed) {}
+      rng_(config.seed),
+      early_stopping_(config.early_stop_patience, config.early_stop_min_delta) {
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const TrainerConfig& config, Model* model, Backend* backend,
@@ -87,6 +97,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("trainer: micro_batch ", config.micro_batch,
                      " exceeds the model's max batch ", model->max_batch()));
+  }
+  if (config.early_stop_patience > 0 && eval == nullptr &&
+      (collective == nullptr || collective->rank() == 0)) {
+    return absl::InvalidArgumentError(
+        "trainer: early stopping needs an evaluation set");
   }
   std::unique_ptr<Trainer> t(new Trainer(config, model, backend, train, eval,
                                          sink, clock, collective));
@@ -191,6 +206,14 @@ absl::Status Trainer::Restore(const std::string& path, const Checkpoint& ckpt) {
     const HostTensor& t = *by_name[name];
     backend_->CopyToDevice(data, t.data.data(), t.data.size() * 4);
   }
+  if (ckpt.meta.early_stopping.has_value()) {
+    if (absl::Status s = early_stopping_.Restore(*ckpt.meta.early_stopping);
+        !s.ok()) {
+      return refuse(s.message());
+    }
+    // A run that stopped early and is resumed stops again at once.
+    stop_early_ = early_stopping_.should_stop();
+  }
   step_ = ckpt.meta.step;
   cursor_ = ckpt.meta.cursor;
   optimizer_->set_step_count(step_);
@@ -286,6 +309,7 @@ absl::Status Trainer::Advance() {
   if (done()) return absl::OkStatus();  // Finish evaluates and saves
   if (config_.eval_every_steps > 0 && step_ % config_.eval_every_steps == 0) {
     RETURN_IF_ERROR(EvaluateAndReport());
+    RETURN_IF_ERROR(DecideEarlyStop());
   }
   if (config_.checkpoint.every_steps > 0 &&
       step_ % config_.checkpoint.every_steps == 0) {
@@ -355,6 +379,31 @@ absl::Status Trainer::EvaluateAndReport() {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::DecideEarlyStop() {
+  if (!early_stopping_.enabled()) return absl::OkStatus();
+  bool stop = false;
+  if (leader() && last_eval_step_ == step_ && last_eval_.examples > 0) {
+    stop = early_stopping_.Observe(step_, last_eval_.loss);
+  }
+  if (world_size() > 1) {
+    // Only rank 0 evaluates; every rank must stop after the same step.
+    float figures[kFigures] = {stop ? 1.0f : 0.0f};
+    backend_->CopyToDevice(figures_->data(), figures, sizeof(figures));
+    const FloatSpan span{figures_->f32(), kFigures};
+    if (absl::Status s = collective_->AllReduceSum({&span, 1}); !s.ok()) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat("step ", step_, ": agreeing on early stopping over ",
+                       world_size(), " ranks: ", s.message()));
+    }
+    backend_->CopyToHost(figures, figures_->data(), sizeof(figures));
+    RETURN_IF_ERROR(backend_->Synchronize());
+    stop = figures[0] > 0;
+  }
+  stop_early_ = stop;
+  return absl::OkStatus();
+}
+
 std::vector<HostTensor> Trainer::StateTensors() const {
   std::vector<HostTensor> out;
   auto add = [&](const std::string& name, const Shape& shape, const float* d) {
@@ -377,7 +426,11 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
                cursor_,
                config_.fingerprint,
                config_.model_description,
-               config_.tokenizer};
+               config_.tokenizer,
+               std::nullopt};
+  if (early_stopping_.enabled() && early_stopping_.state().best_step >= 0) {
+    ckpt.meta.early_stopping = early_stopping_.state();
+  }
   ckpt.tensors = StateTensors();
   RETURN_IF_ERROR(backend_->Synchronize());
   ASSIGN_OR_RETURN(std::string path,
@@ -402,6 +455,9 @@ absl::Status Trainer::Finish() {
   e.eval_accuracy = last_eval_.accuracy;
   e.checkpoint_path = last_checkpoint_path_;
   e.wall_seconds = absl::ToDoubleSeconds(clock_->Now() - run_start_);
+  if (stop_early_ && step_ < config_.total_steps) {
+    e.stopped_early = early_stopping_.Reason();
+  }
   Emit(e);
   return absl::OkStatus();
 }

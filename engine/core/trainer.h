@@ -41,6 +41,7 @@
 #include "engine/core/batch.h"
 #include "engine/core/checkpoint.h"
 #include "engine/core/collective.h"
+#include "engine/core/early_stopping.h"
 #include "engine/core/gradient_buckets.h"
 #include "engine/core/lr_schedule.h"
 #include "engine/core/model.h"
@@ -68,6 +69,13 @@ struct TrainerConfig {
   int64_t log_every_steps = 10;
   int64_t eval_every_steps = 0;  // 0: only at the end
   int64_t eval_max_batches = 0;  // 0: the whole eval set
+  // Early stopping (early_stopping.h): end the run once this many periodic
+  // evaluations in a row have not lowered the best eval loss by more than
+  // early_stop_min_delta. 0: off; otherwise needs eval_every_steps > 0 and
+  // an evaluation set. With several ranks, rank 0 decides and the others
+  // learn it from a one-float all-reduce after each evaluation.
+  int64_t early_stop_patience = 0;
+  double early_stop_min_delta = 0;
   CheckpointPolicy checkpoint;
   uint64_t seed = 0;
   // Data parallel: gradients are summed across ranks in buckets of about
@@ -110,7 +118,8 @@ class Trainer {
   // Resumes from the newest readable checkpoint when there is one and emits
   // TrainStarted.
   absl::Status Start();
-  bool done() const { return step_ >= config_.total_steps; }
+  // The last step is done, or early stopping ended the run.
+  bool done() const { return step_ >= config_.total_steps || stop_early_; }
   // One optimizer step plus its periodic report, evaluation and checkpoint.
   absl::Status Advance();
   // Final evaluation and checkpoint; emits TrainFinished.
@@ -151,6 +160,9 @@ class Trainer {
   absl::Status Restore(const std::string& path, const Checkpoint& ckpt);
   void ReportProgress(double lr, double grad_norm);
   absl::Status EvaluateAndReport();
+  // After a periodic evaluation: whether early stopping ends the run here,
+  // agreed by all ranks.
+  absl::Status DecideEarlyStop();
 
   const TrainerConfig config_;
   const LrSchedule schedule_;
@@ -177,6 +189,8 @@ class Trainer {
   int64_t last_checkpoint_step_ = -1;
   EvalMetrics last_eval_;
   int64_t last_eval_step_ = -1;
+  EarlyStopping early_stopping_;
+  bool stop_early_ = false;
 
   // Progress window since the last report.
   double window_loss_sum_ = 0;

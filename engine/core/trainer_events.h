@@ -49,6 +49,9 @@ struct TrainFinishedEvent {
   double eval_accuracy = 0;
   std::string checkpoint_path;
   double wall_seconds = 0;
+  // Why early stopping ended the run before its last step; empty when it
+  // ran to the end.
+  std::string stopped_early;
 };
 
 struct TrainInterruptedEvent {

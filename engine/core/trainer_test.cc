@@ -15,12 +15,15 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/data/mnist.h"
 #include "engine/data/shuffled_loader.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 
 // Everything one training process would own.
 struct Rig {
@@ -244,6 +247,77 @@ TEST_F(TrainerTest, ARunThatIsAlreadyDoneJustReports) {
             dir_ + "/step-00000003");
 }
 
+// With a min_delta no evaluation can beat, the run ends after `patience`
+// evaluations past the first: patience 2, evaluations every 10 steps ->
+// the first sets the best (10), 20 and 30 do not improve, stop at 30.
+TrainerConfig StallingConfig(TrainerConfig c, int64_t patience) {
+  c.early_stop_patience = patience;
+  c.early_stop_min_delta = 100;
+  return c;
+}
+
+TEST_F(TrainerTest, EarlyStoppingEndsTheRunAndSaysWhy) {
+  RecordingSink sink;
+  Rig r = Make(StallingConfig(Config(60), 2), dir_, 2, &sink);
+  ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  EXPECT_EQ(r.trainer->step(), 30);
+  const auto finished = sink.Of<TrainFinishedEvent>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].step, 30);
+  EXPECT_EQ(finished[0].checkpoint_path, dir_ + "/step-00000030");
+  EXPECT_THAT(finished[0].stopped_early,
+              MatchesRegex("eval loss did not improve on [0-9.]+ \\(step 10\\) "
+                           "for 2 evaluations"));
+  // Evaluated at 10, 20 and 30 only: the stopping one is the final one.
+  const auto evals = sink.Of<EvalResultEvent>();
+  ASSERT_EQ(evals.size(), 3u);
+  EXPECT_EQ(evals.back().step, 30);
+  EXPECT_EQ(finished[0].eval_loss, evals.back().loss);
+  EXPECT_EQ(sink.Of<TrainProgressEvent>().back().step, 30);
+
+  // Run again on its checkpoints, it stops at once, saying so again.
+  RecordingSink again;
+  Rig r2 = Make(StallingConfig(Config(60), 2), dir_, 2, &again);
+  ASSERT_EQ(*r2.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  EXPECT_EQ(again.Of<TrainStartedEvent>()[0].start_step, 30);
+  EXPECT_TRUE(again.Of<TrainProgressEvent>().empty());
+  EXPECT_EQ(again.Of<TrainFinishedEvent>()[0].stopped_early,
+            finished[0].stopped_early);
+}
+
+TEST_F(TrainerTest, WithoutEarlyStoppingTheRunGoesToItsLastStep) {
+  RecordingSink sink;
+  TrainerConfig c = StallingConfig(Config(30), 5);  // 3 evaluations < 5 + 1
+  Rig r = Make(c, dir_, 2, &sink);
+  ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  EXPECT_EQ(sink.Of<TrainFinishedEvent>()[0].step, 30);
+  EXPECT_EQ(sink.Of<TrainFinishedEvent>()[0].stopped_early, "");
+}
+
+// Interrupted between evaluations, the resumed run remembers the best loss
+// and the evaluations since it: it stops at the same step as a straight run
+// (40: best at 10, then 20, 30, 40), bitwise equal. Without the state in
+// the checkpoint it would take 30 as its first evaluation and run to 60.
+TEST_F(TrainerTest, EarlyStoppingResumesExactly) {
+  const TrainerConfig config = StallingConfig(Config(60), 3);
+  const auto straight = Straight(config, 2, dir_ + "/straight");
+  {
+    RecordingSink sink;
+    sink.stop_after = 25;
+    Rig r = Make(config, dir_ + "/resumed", 2, &sink);
+    ASSERT_EQ(*r.trainer->Run(&sink.stop), Trainer::Outcome::kInterrupted);
+    ASSERT_EQ(sink.Of<TrainInterruptedEvent>()[0].step, 25);
+  }
+  RecordingSink sink;
+  Rig r = Make(config, dir_ + "/resumed", 2, &sink);
+  ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  EXPECT_EQ(sink.Of<TrainStartedEvent>()[0].start_step, 25);
+  EXPECT_EQ(r.trainer->step(), 40);
+  EXPECT_THAT(sink.Of<TrainFinishedEvent>()[0].stopped_early,
+              HasSubstr("(step 10) for 3 evaluations"));
+  ExpectBitwiseEqual(straight, r.trainer->StateTensors());
+}
+
 TEST_F(TrainerTest, RejectsBadConfigs) {
   auto backend = *CpuBackend::Create({});
   auto model = *MlpModel::Create({784, {8}, 10}, 16, backend.get());
@@ -261,6 +335,23 @@ TEST_F(TrainerTest, RejectsBadConfigs) {
           .ok());
   c = Config(5);
   c.lr = -1;
+  EXPECT_FALSE(
+      Trainer::Create(c, model.get(), backend.get(), loader.get(), eval_, &sink)
+          .ok());
+  c = StallingConfig(Config(5), 2);
+  c.eval_every_steps = 0;
+  EXPECT_THAT(
+      Trainer::Create(c, model.get(), backend.get(), loader.get(), eval_, &sink)
+          .status()
+          .message(),
+      HasSubstr("early stopping needs periodic evaluations"));
+  c = StallingConfig(Config(5), 2);
+  EXPECT_THAT(Trainer::Create(c, model.get(), backend.get(), loader.get(),
+                              nullptr, &sink)
+                  .status()
+                  .message(),
+              HasSubstr("early stopping needs an evaluation set"));
+  c.early_stop_patience = -1;
   EXPECT_FALSE(
       Trainer::Create(c, model.get(), backend.get(), loader.get(), eval_, &sink)
           .ok());

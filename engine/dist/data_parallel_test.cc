@@ -219,6 +219,35 @@ TEST_F(DataParallelTest, TwoRanksOfBMatchOneRankOf2B) {
   EXPECT_NEAR(f1[0].eval_accuracy, f2[0].eval_accuracy, 0.02);
 }
 
+// Rank 0 alone evaluates, so it decides; the other ranks learn it after
+// each evaluation and every rank stops after the same step, as one rank of
+// the whole batch does (a min_delta nothing beats: the best at 10, then 20
+// and 30 without improvement, stop at 30 of 60).
+TEST_F(DataParallelTest, EarlyStoppingStopsEveryRankAtTheSameStep) {
+  TrainerConfig one_config = Config(60, 32);
+  TrainerConfig two_config = Config(60, 16);
+  for (TrainerConfig* c : {&one_config, &two_config}) {
+    c->early_stop_patience = 2;
+    c->early_stop_min_delta = 100;
+  }
+  const std::vector<RankRun> one = Train(one_config, 1, "one");
+  const std::vector<RankRun> two = Train(two_config, 2, "two");
+  ASSERT_TRUE(one[0].outcome.ok()) << one[0].outcome.status();
+  EXPECT_EQ(one[0].step, 30);
+  for (const RankRun& r : two) {
+    ASSERT_TRUE(r.outcome.ok()) << r.outcome.status();
+    EXPECT_EQ(*r.outcome, Trainer::Outcome::kFinished);
+    EXPECT_EQ(r.step, 30);
+  }
+  ExpectBitwiseEqual(two[0].state, two[1].state);
+  EXPECT_LT(MaxWeightDifference(one[0].state, two[0].state), 1e-6);
+  const auto finished = two[0].sink.Of<TrainFinishedEvent>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_NE(finished[0].stopped_early.find("for 2 evaluations"),
+            std::string::npos)
+      << finished[0].stopped_early;
+}
+
 TEST_F(DataParallelTest, ThreeRanksWithAccumulationMatchOneRank) {
   const std::vector<RankRun> one = Train(Config(8, 24, 2), 1, "one");
   const std::vector<RankRun> three = Train(Config(8, 8, 2), 3, "three");
