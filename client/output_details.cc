@@ -74,6 +74,13 @@ void AddProgress(const v1::Job& job, DetailLines* d) {
     *t.mutable_finished() = job.result();
     d->Add("Result", EventLine(t));
     d->Add("Final checkpoint", job.result().checkpoint_path());
+    if (!job.result().best_checkpoint_path().empty()) {
+      d->Add("Best checkpoint",
+             absl::StrFormat("%s (step %d, eval loss %.4f)",
+                             job.result().best_checkpoint_path(),
+                             job.result().best_step(),
+                             job.result().best_eval_loss()));
+    }
   }
 }
 

@@ -237,6 +237,12 @@ std::string FormatOutcome(const v1::Job& job) {
     }
     std::string ckpt = CheckpointOf(job);
     if (!ckpt.empty()) parts.push_back(absl::StrCat("checkpoint ", ckpt));
+    if (!job.result().best_checkpoint_path().empty() &&
+        job.result().best_checkpoint_path() != ckpt) {
+      parts.push_back(absl::StrCat("best checkpoint ",
+                                   job.result().best_checkpoint_path(),
+                                   " (step ", job.result().best_step(), ")"));
+    }
     if (!parts.empty())
       absl::StrAppend(&line, ": ", absl::StrJoin(parts, ", "));
   } else if (!job.state_reason().empty()) {

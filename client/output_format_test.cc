@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "client/proto_text_test_support.h"
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
@@ -240,6 +241,21 @@ TEST(FormatOutcomeTest, AnEarlyStopSaysAtWhichStepAndWhy) {
                         "(step 30) for 3 evaluations"));
   EXPECT_THAT(FormatSweepResults({job}, {"seed"}, {{"1"}}),
               HasSubstr("j-7  SUCCEEDED  1     60/100"));
+}
+
+TEST(FormatOutcomeTest, KeepBestNamesTheBestCheckpoint) {
+  v1::Job job = Finished("j-8", v1::SUCCEEDED, 0.2, 0.25, 0.93);
+  job.mutable_result()->set_checkpoint_path("/ck/j-8/step-00000100");
+  job.mutable_result()->set_best_checkpoint_path("/ck/j-8/step-00000040");
+  job.mutable_result()->set_best_step(40);
+  job.mutable_result()->set_best_eval_loss(0.21);
+  EXPECT_EQ(FormatOutcome(job),
+            "job j-8 SUCCEEDED: accuracy 93.00%, eval loss 0.2500, checkpoint "
+            "/ck/j-8/step-00000100, best checkpoint /ck/j-8/step-00000040 "
+            "(step 40)");
+  EXPECT_THAT(FormatJobDetails(job, absl::Now()),
+              HasSubstr("Best checkpoint:   /ck/j-8/step-00000040 (step 40, "
+                        "eval loss 0.2100)"));
 }
 
 TEST(FormatSweepResultsTest, OneRowPerJobWithItsValuesAndTheBest) {

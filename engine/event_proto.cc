@@ -63,6 +63,9 @@ trainyard::v1::TrainerEvent ToProto(const TrainerEvent& event) {
                    p->set_checkpoint_path(e.checkpoint_path);
                    p->set_wall_seconds(e.wall_seconds);
                    p->set_stopped_early(e.stopped_early);
+                   p->set_best_checkpoint_path(e.best_checkpoint_path);
+                   p->set_best_step(e.best_step);
+                   p->set_best_eval_loss(e.best_eval_loss);
                  },
                  [&](const TrainInterruptedEvent& e) {
                    auto* p = out.mutable_interrupted();

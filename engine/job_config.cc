@@ -132,6 +132,7 @@ TrainerConfig TrainerConfigFromSpec(const JobSpec& spec) {
   t.early_stop_min_delta = spec.eval().min_delta();
   t.checkpoint.every_steps = spec.checkpoint().every_steps();
   t.checkpoint.keep_last = spec.checkpoint().keep_last();
+  t.checkpoint.keep_best = spec.checkpoint().keep_best();
   t.seed = spec.seed();
   t.fingerprint = SpecFingerprint(spec);
   return t;

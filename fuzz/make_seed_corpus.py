@@ -81,7 +81,9 @@ def specs():
     write("spec", "early-stopping.yaml", MLP_YAML.replace(
         "eval: {every_steps: 50, max_batches: 4}",
         "eval: {every_steps: 25, max_batches: 4, patience: 2, "
-        "min_delta: 0.001}"))
+        "min_delta: 0.001}").replace(
+        "checkpoint: {every_steps: 50, keep_last: 2}",
+        "checkpoint: {every_steps: 50, keep_last: 2, keep_best: true}"))
     write("spec", "bad-unknown-field.yaml", "name: x\nstepz: 3\n")
     write("spec", "bad-json-trailing-comma.json", '{"name": "x", "steps": 1,}')
     write("spec", "bad-oneof.yaml",

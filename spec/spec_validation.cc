@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -266,18 +267,22 @@ void CheckEarlyStopping(const JobSpec& spec, Problems* p) {
   if (!(std::isfinite(e.min_delta()) && e.min_delta() >= 0)) {
     p->Add("eval.min_delta", "must be a finite number >= 0");
   }
-  if (e.patience() <= 0) {
-    if (e.min_delta() != 0) p->Add("eval.min_delta", "needs eval.patience");
-    return;
+  if (e.patience() <= 0 && e.min_delta() != 0) {
+    p->Add("eval.min_delta", "needs eval.patience");
   }
-  if (e.every_steps() <= 0) {
-    p->Add("eval.patience",
-           "needs periodic evaluations (eval.every_steps > 0)");
-  }
-  if (!HasEvalSet(spec.data())) {
-    p->Add("eval.patience",
-           "needs an evaluation set (data.mnist.holdout or eval_images, "
-           "data.text.eval, data.tokens.eval)");
+  // Both follow the best periodic evaluation.
+  for (const auto& [field, on] :
+       {std::pair<const char*, bool>{"eval.patience", e.patience() > 0},
+        {"checkpoint.keep_best", spec.checkpoint().keep_best()}}) {
+    if (!on) continue;
+    if (e.every_steps() <= 0) {
+      p->Add(field, "needs periodic evaluations (eval.every_steps > 0)");
+    }
+    if (!HasEvalSet(spec.data())) {
+      p->Add(field,
+             "needs an evaluation set (data.mnist.holdout or eval_images, "
+             "data.text.eval, data.tokens.eval)");
+    }
   }
 }
 

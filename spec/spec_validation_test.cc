@@ -97,6 +97,13 @@ TEST_F(ValidationTest, EarlyStoppingNeedsPeriodicEvaluationsOfAnEvalSet) {
   spec = Good();
   spec.mutable_eval()->set_min_delta(0.1);  // without patience: a mistake
   EXPECT_EQ(ErrorOf(spec), "eval.min_delta: needs eval.patience");
+  spec = Good();
+  spec.mutable_checkpoint()->set_keep_best(true);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  spec.mutable_eval()->set_every_steps(0);
+  EXPECT_EQ(ErrorOf(spec),
+            "checkpoint.keep_best: needs periodic evaluations "
+            "(eval.every_steps > 0)");
 }
 
 TEST_F(ValidationTest, MissingRequiredSections) {

@@ -355,10 +355,12 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
   return out;
 }
 
-absl::Status PruneCheckpoints(const std::string& root, int keep_last) {
+absl::Status PruneCheckpoints(const std::string& root, int keep_last,
+                              int64_t also_keep_step) {
   ASSIGN_OR_RETURN(std::vector<CheckpointEntry> all, ListCheckpoints(root));
   for (size_t i = static_cast<size_t>(std::max(keep_last, 1)); i < all.size();
        ++i) {
+    if (all[i].step == also_keep_step) continue;
     RETURN_IF_ERROR(RemoveTree(all[i].path));
   }
   std::error_code ec;

@@ -92,8 +92,10 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
     const std::string& root);
 
 // Deletes all but the newest `keep_last` checkpoints (keep_last >= 1) and
-// leftovers of interrupted writes.
-absl::Status PruneCheckpoints(const std::string& root, int keep_last);
+// the one of step `also_keep_step` (checkpoint.keep_best's best; -1: none),
+// and leftovers of interrupted writes.
+absl::Status PruneCheckpoints(const std::string& root, int keep_last,
+                              int64_t also_keep_step = -1);
 
 struct LatestCheckpoint {
   std::string path;

@@ -191,6 +191,19 @@ TEST_F(CheckpointTest, LatestSkipsCorruptOnesAndPruneKeepsTheNewest) {
   EXPECT_TRUE(absl::StrContains((*latest)->skipped[0], "step-00000040"));
 }
 
+TEST_F(CheckpointTest, PruneKeepsTheBestStepToo) {
+  for (int64_t step : {10, 20, 30, 40, 50})
+    ASSERT_TRUE(WriteCheckpoint(root_, Sample(step)).ok());
+  ASSERT_TRUE(PruneCheckpoints(root_, 2, /*also_keep_step=*/20).ok());
+  absl::StatusOr<std::vector<CheckpointEntry>> list = ListCheckpoints(root_);
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<int64_t> steps;
+  for (const CheckpointEntry& e : *list) steps.push_back(e.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{50, 40, 20}));
+  ASSERT_TRUE(PruneCheckpoints(root_, 2, /*also_keep_step=*/50).ok());
+  EXPECT_EQ(ListCheckpoints(root_)->size(), 2u);  // 50 is among the last
+}
+
 TEST_F(CheckpointTest, NoCheckpointsIsNotAnErrorButAllCorruptIs) {
   absl::StatusOr<std::optional<LatestCheckpoint>> none =
       ReadLatestCheckpoint(root_ + "/missing");

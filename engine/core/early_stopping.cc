@@ -7,25 +7,20 @@
 
 namespace trainyard::engine {
 
-bool EarlyStopping::Observe(int64_t step, double loss) {
-  if (!enabled()) return false;
+EarlyStopping::Verdict EarlyStopping::Observe(int64_t step, double loss) {
+  if (!enabled()) return {};
   const bool finite = std::isfinite(loss);
-  if (state_.best_step < 0) {
-    if (finite) {
-      state_.best_loss = loss;
-      state_.best_step = step;
-      state_.evals_since_best = 0;
-    }
-    return false;  // nothing to compare with yet
+  if (state_.best_step < 0) {  // nothing to compare with yet
+    if (!finite) return {};
+    state_ = {loss, step, 0};
+    return {.improved = true, .stop = false};
   }
   if (finite && loss < state_.best_loss - min_delta_) {
-    state_.best_loss = loss;
-    state_.best_step = step;
-    state_.evals_since_best = 0;
-  } else {
-    ++state_.evals_since_best;
+    state_ = {loss, step, 0};
+    return {.improved = true, .stop = false};
   }
-  return should_stop();
+  ++state_.evals_since_best;
+  return {.improved = false, .stop = should_stop()};
 }
 
 std::string EarlyStopping::Reason() const {

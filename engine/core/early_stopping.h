@@ -23,19 +23,25 @@ struct EarlyStoppingState {
 
 class EarlyStopping {
  public:
-  // patience 0: off (Observe never stops).
-  EarlyStopping(int64_t patience, double min_delta)
-      : patience_(patience), min_delta_(min_delta) {}
+  // patience 0: never stops. `track_best`: follow the best evaluation even
+  // so (checkpoint.keep_best).
+  EarlyStopping(int64_t patience, double min_delta, bool track_best = false)
+      : patience_(patience), min_delta_(min_delta), track_best_(track_best) {}
 
-  bool enabled() const { return patience_ > 0; }
+  // Whether it follows evaluations at all (patience or track_best).
+  bool enabled() const { return patience_ > 0 || track_best_; }
 
-  // Takes the evaluation at `step`; true when training should stop now.
-  // A loss that is not finite never counts as an improvement.
-  bool Observe(int64_t step, double loss);
+  struct Verdict {
+    bool improved = false;  // this evaluation is the new best
+    bool stop = false;      // training should stop now
+  };
+  // Takes the evaluation at `step`. A loss that is not finite never counts
+  // as an improvement.
+  Verdict Observe(int64_t step, double loss);
 
   // True once Observe has said stop (also after a Restore of such a state).
   bool should_stop() const {
-    return enabled() && state_.best_step >= 0 &&
+    return patience_ > 0 && state_.best_step >= 0 &&
            state_.evals_since_best >= patience_;
   }
   // Why it stopped, e.g. "eval loss did not improve on 0.2134 (step 300)
@@ -50,6 +56,7 @@ class EarlyStopping {
  private:
   const int64_t patience_;
   const double min_delta_;
+  const bool track_best_;
   EarlyStoppingState state_;
 };
 

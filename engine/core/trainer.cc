@@ -39,8 +39,11 @@ absl::Status CheckConfig(const TrainerConfig& c) {
       !(c.early_stop_min_delta >= 0 && std::isfinite(c.early_stop_min_delta))) {
     return bad("early_stop_patience and early_stop_min_delta must be >= 0");
   }
-  if (c.early_stop_patience > 0 && c.eval_every_steps == 0) {
-    return bad("early stopping needs periodic evaluations (eval_every_steps)");
+  if ((c.early_stop_patience > 0 || c.checkpoint.keep_best) &&
+      c.eval_every_steps == 0) {
+    return bad(
+        "early stopping and keep_best need periodic evaluations "
+        "(eval_every_steps)");
   }
   if (c.checkpoint.every_steps < 0 || c.checkpoint.keep_last < 1) {
     return bad("checkpoint every_steps must be >= 0 and keep_last >= 1");
@@ -85,8 +88,8 @@ Trainer::Trainer(const TrainerConfig& config, Model* model, Backend* backend,
       clock_(clock),
       collective_(collective),
       rng_(config.seed),
-      early_stopping_(config.early_stop_patience, config.early_stop_min_delta) {
-}
+      early_stopping_(config.early_stop_patience, config.early_stop_min_delta,
+                      config.checkpoint.keep_best) {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const TrainerConfig& config, Model* model, Backend* backend,
@@ -98,10 +101,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         absl::StrCat("trainer: micro_batch ", config.micro_batch,
                      " exceeds the model's max batch ", model->max_batch()));
   }
-  if (config.early_stop_patience > 0 && eval == nullptr &&
-      (collective == nullptr || collective->rank() == 0)) {
+  if ((config.early_stop_patience > 0 || config.checkpoint.keep_best) &&
+      eval == nullptr && (collective == nullptr || collective->rank() == 0)) {
     return absl::InvalidArgumentError(
-        "trainer: early stopping needs an evaluation set");
+        "trainer: early stopping and keep_best need an evaluation set");
   }
   std::unique_ptr<Trainer> t(new Trainer(config, model, backend, train, eval,
                                          sink, clock, collective));
@@ -307,12 +310,14 @@ absl::Status Trainer::Advance() {
     ReportProgress(lr, opt.grad_norm);
   }
   if (done()) return absl::OkStatus();  // Finish evaluates and saves
+  bool new_best = false;
   if (config_.eval_every_steps > 0 && step_ % config_.eval_every_steps == 0) {
     RETURN_IF_ERROR(EvaluateAndReport());
-    RETURN_IF_ERROR(DecideEarlyStop());
+    RETURN_IF_ERROR(AfterEvaluation(&new_best));
   }
-  if (config_.checkpoint.every_steps > 0 &&
-      step_ % config_.checkpoint.every_steps == 0) {
+  if ((config_.checkpoint.every_steps > 0 &&
+       step_ % config_.checkpoint.every_steps == 0) ||
+      (new_best && config_.checkpoint.keep_best)) {
     RETURN_IF_ERROR(SaveCheckpoint().status());
   }
   // Throughput counts training only, not the evaluation or checkpoint that
@@ -379,13 +384,16 @@ absl::Status Trainer::EvaluateAndReport() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::DecideEarlyStop() {
+absl::Status Trainer::AfterEvaluation(bool* new_best) {
   if (!early_stopping_.enabled()) return absl::OkStatus();
   bool stop = false;
   if (leader() && last_eval_step_ == step_ && last_eval_.examples > 0) {
-    stop = early_stopping_.Observe(step_, last_eval_.loss);
+    const EarlyStopping::Verdict verdict =
+        early_stopping_.Observe(step_, last_eval_.loss);
+    stop = verdict.stop;
+    *new_best = verdict.improved;
   }
-  if (world_size() > 1) {
+  if (world_size() > 1 && config_.early_stop_patience > 0) {
     // Only rank 0 evaluates; every rank must stop after the same step.
     float figures[kFigures] = {stop ? 1.0f : 0.0f};
     backend_->CopyToDevice(figures_->data(), figures, sizeof(figures));
@@ -435,16 +443,29 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   RETURN_IF_ERROR(backend_->Synchronize());
   ASSIGN_OR_RETURN(std::string path,
                    WriteCheckpoint(config_.checkpoint.dir, ckpt));
-  RETURN_IF_ERROR(
-      PruneCheckpoints(config_.checkpoint.dir, config_.checkpoint.keep_last));
+  RETURN_IF_ERROR(PruneCheckpoints(
+      config_.checkpoint.dir, config_.checkpoint.keep_last, BestStepKept()));
   last_checkpoint_path_ = path;
   last_checkpoint_step_ = step_;
   Emit(CheckpointSavedEvent{step_, path});
   return path;
 }
 
+int64_t Trainer::BestStepKept() const {
+  if (!config_.checkpoint.keep_best) return -1;
+  return early_stopping_.state().best_step;
+}
+
 absl::Status Trainer::Finish() {
-  if (last_eval_step_ != step_) RETURN_IF_ERROR(EvaluateAndReport());
+  if (last_eval_step_ != step_) {
+    RETURN_IF_ERROR(EvaluateAndReport());
+    // The final evaluation may be the best one (only keep_best cares: the
+    // run ends here either way).
+    if (config_.checkpoint.keep_best && leader() && last_eval_step_ == step_ &&
+        last_eval_.examples > 0) {
+      early_stopping_.Observe(step_, last_eval_.loss);
+    }
+  }
   if (last_checkpoint_step_ != step_)
     RETURN_IF_ERROR(SaveCheckpoint().status());
   TrainFinishedEvent e;
@@ -457,6 +478,12 @@ absl::Status Trainer::Finish() {
   e.wall_seconds = absl::ToDoubleSeconds(clock_->Now() - run_start_);
   if (stop_early_ && step_ < config_.total_steps) {
     e.stopped_early = early_stopping_.Reason();
+  }
+  if (BestStepKept() >= 0 && !config_.checkpoint.dir.empty()) {
+    e.best_step = BestStepKept();
+    e.best_eval_loss = early_stopping_.state().best_loss;
+    e.best_checkpoint_path = absl::StrCat(config_.checkpoint.dir, "/",
+                                          CheckpointDirName(e.best_step));
   }
   Emit(e);
   return absl::OkStatus();

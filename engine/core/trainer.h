@@ -56,6 +56,10 @@ struct CheckpointPolicy {
   std::string dir;
   int64_t every_steps = 0;  // 0: only at the end and when interrupted
   int keep_last = 3;
+  // Also checkpoint each periodic evaluation that is the best so far (as
+  // early stopping judges it) and keep the best one past keep_last. Needs
+  // eval_every_steps > 0 and an evaluation set.
+  bool keep_best = false;
 };
 
 struct TrainerConfig {
@@ -161,8 +165,11 @@ class Trainer {
   void ReportProgress(double lr, double grad_norm);
   absl::Status EvaluateAndReport();
   // After a periodic evaluation: whether early stopping ends the run here,
-  // agreed by all ranks.
-  absl::Status DecideEarlyStop();
+  // agreed by all ranks; sets *new_best when it was the best so far (rank
+  // 0 only).
+  absl::Status AfterEvaluation(bool* new_best);
+  // checkpoint.keep_best: the best evaluation's step, else -1.
+  int64_t BestStepKept() const;
 
   const TrainerConfig config_;
   const LrSchedule schedule_;

@@ -52,6 +52,10 @@ struct TrainFinishedEvent {
   // Why early stopping ended the run before its last step; empty when it
   // ran to the end.
   std::string stopped_early;
+  // checkpoint.keep_best: the best evaluation's checkpoint ("" without).
+  std::string best_checkpoint_path;
+  int64_t best_step = 0;
+  double best_eval_loss = 0;
 };
 
 struct TrainInterruptedEvent {

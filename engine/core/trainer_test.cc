@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/core/file_io.h"
 #include "engine/core/mlp.h"
 #include "engine/core/trainer_test_support.h"
@@ -318,6 +319,56 @@ TEST_F(TrainerTest, EarlyStoppingResumesExactly) {
   ExpectBitwiseEqual(straight, r.trainer->StateTensors());
 }
 
+// checkpoint.keep_best: each evaluation that is a new best is checkpointed,
+// and the best one survives keep_last 1. With this learning rate the eval
+// loss is not monotone, so the best is not the last (checked).
+TEST_F(TrainerTest, KeepBestKeepsTheBestEvaluationsCheckpoint) {
+  TrainerConfig c = Config(300);
+  c.lr = 1e-2;
+  c.checkpoint.keep_last = 1;
+  c.checkpoint.keep_best = true;
+  RecordingSink sink;
+  Rig r = Make(c, dir_, 2, &sink);
+  ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  const auto evals = sink.Of<EvalResultEvent>();
+  ASSERT_EQ(evals.size(), 30u);  // 10..290 and the end
+  int64_t best_step = -1;
+  double best_loss = 0;
+  for (const EvalResultEvent& e : evals) {
+    if (best_step < 0 || e.loss < best_loss) {
+      best_step = e.step;
+      best_loss = e.loss;
+    }
+  }
+  std::string losses;
+  for (const EvalResultEvent& e : evals) {
+    absl::StrAppend(&losses, " ", e.step, ":", e.loss);
+  }
+  ASSERT_NE(best_step, 300)
+      << "pick a config whose best is not the last:" << losses;
+  const auto finished = sink.Of<TrainFinishedEvent>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].best_step, best_step);
+  EXPECT_EQ(finished[0].best_eval_loss, best_loss);
+  EXPECT_EQ(finished[0].best_checkpoint_path,
+            dir_ + "/" + CheckpointDirName(best_step));
+  absl::StatusOr<std::vector<CheckpointEntry>> list = ListCheckpoints(dir_);
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<int64_t> kept;
+  for (const CheckpointEntry& e : *list) kept.push_back(e.step);
+  EXPECT_EQ(kept, (std::vector<int64_t>{300, best_step}));
+  absl::StatusOr<Checkpoint> best =
+      ReadCheckpoint(finished[0].best_checkpoint_path);
+  ASSERT_TRUE(best.ok()) << best.status();
+  EXPECT_EQ(best->meta.step, best_step);
+  // Every new best was saved when it came (not only the last one).
+  int64_t saves_at_evals = 0;
+  for (const CheckpointSavedEvent& e : sink.Of<CheckpointSavedEvent>()) {
+    saves_at_evals += e.step % 10 == 0 ? 1 : 0;
+  }
+  EXPECT_GE(saves_at_evals, 2);
+}
+
 TEST_F(TrainerTest, RejectsBadConfigs) {
   auto backend = *CpuBackend::Create({});
   auto model = *MlpModel::Create({784, {8}, 10}, 16, backend.get());
@@ -344,13 +395,13 @@ TEST_F(TrainerTest, RejectsBadConfigs) {
       Trainer::Create(c, model.get(), backend.get(), loader.get(), eval_, &sink)
           .status()
           .message(),
-      HasSubstr("early stopping needs periodic evaluations"));
+      HasSubstr("early stopping and keep_best need periodic evaluations"));
   c = StallingConfig(Config(5), 2);
   EXPECT_THAT(Trainer::Create(c, model.get(), backend.get(), loader.get(),
                               nullptr, &sink)
                   .status()
                   .message(),
-              HasSubstr("early stopping needs an evaluation set"));
+              HasSubstr("early stopping and keep_best need an evaluation set"));
   c.early_stop_patience = -1;
   EXPECT_FALSE(
       Trainer::Create(c, model.get(), backend.get(), loader.get(), eval_, &sink)
