@@ -256,21 +256,20 @@ std::string NewSweepRequestId() {
 int RunSweep(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
              std::ostream& out, std::ostream& err) {
   const size_t n = plan.specs.size();
-  auto which = [&](size_t i) {
-    return absl::StrCat("sweep job ", i + 1, " of ", n, " (",
-                        plan.specs[i].name(), ")");
+  // An error about job i names it, and the spec file if the server
+  // refused its spec.
+  auto about_job = [&](size_t i, const absl::Status& status) {
+    const absl::Status s = AboutSpec(status, args);
+    return absl::Status(s.code(),
+                        absl::StrCat("sweep job ", i + 1, " of ", n, " (",
+                                     plan.specs[i].name(), "): ", s.message()));
   };
   // Every job is checked by the server before any is submitted, so a value
   // the server refuses leaves nothing half-made.
   for (size_t i = 0; i < n; ++i) {
     absl::StatusOr<v1::SubmitJobResponse> checked =
         client.Submit(plan.specs[i], "", /*validate_only=*/true);
-    if (!checked.ok()) {
-      const absl::Status s = AboutSpec(checked.status(), args);
-      return ReportError(
-          absl::Status(s.code(), absl::StrCat(which(i), ": ", s.message())),
-          err);
-    }
+    if (!checked.ok()) return ReportError(about_job(i, checked.status()), err);
     if (args.dry_run) {
       out << (args.output == OutputFormat::kJson
                   ? ToJson(*checked, false)
@@ -297,10 +296,7 @@ int RunSweep(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
     absl::StatusOr<v1::SubmitJobResponse> response =
         client.Submit(plan.specs[i], SweepRequestId(base, i));
     if (!response.ok()) {
-      const absl::Status s = AboutSpec(response.status(), args);
-      const int code = ReportError(
-          absl::Status(s.code(), absl::StrCat(which(i), ": ", s.message())),
-          err);
+      const int code = ReportError(about_job(i, response.status()), err);
       err << "yard: " << i << " of the " << n
           << " jobs are submitted; run the same command with --request-id "
           << base << " to submit the rest\n";

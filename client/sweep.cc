@@ -3,7 +3,6 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "spec/limits.h"
 #include "spec/spec_override.h"
 
