@@ -20,6 +20,9 @@ class FakeWorkerService final : public trainyard::v1::WorkerService::Service {
   grpc::Status Connect(
       grpc::ServerContext*,
       grpc::ServerReaderWriter<ServerMessage, WorkerMessage>* stream) override {
+    if (hub_.refuse()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad join token");
+    }
     WorkerMessage first;
     if (!stream->Read(&first)) return grpc::Status::OK;
     const int id = hub_.OpenStream();
@@ -73,6 +76,16 @@ void FakeServerHub::set_silent(bool on) {
 void FakeServerHub::set_answer_hello(bool on) {
   absl::MutexLock lock(&mu_);
   answer_hello_ = on;
+}
+
+void FakeServerHub::set_refuse(bool on) {
+  absl::MutexLock lock(&mu_);
+  refuse_ = on;
+}
+
+bool FakeServerHub::refuse() {
+  absl::MutexLock lock(&mu_);
+  return refuse_;
 }
 
 bool FakeServerHub::MakeHelloAck(ServerMessage& ack) {

@@ -49,6 +49,10 @@ class FakeServerHub {
   void set_silent(bool on);
   // Send no HelloAck (a connection that hangs).
   void set_answer_hello(bool on);
+  // End every stream at once, before reading anything, with UNAUTHENTICATED
+  // (a server that refuses the worker's credentials).
+  void set_refuse(bool on);
+  bool refuse();
 
   // Sends `message` on the current stream, or on the next one if none is
   // open.
@@ -78,6 +82,7 @@ class FakeServerHub {
   bool ack_reports_ ABSL_GUARDED_BY(mu_) = true;
   bool silent_ ABSL_GUARDED_BY(mu_) = false;
   bool answer_hello_ ABSL_GUARDED_BY(mu_) = true;
+  bool refuse_ ABSL_GUARDED_BY(mu_) = false;
   // Highest sequence received per (job, attempt), not yet acknowledged.
   std::map<std::pair<std::string, int32_t>, int64_t> to_ack_
       ABSL_GUARDED_BY(mu_);

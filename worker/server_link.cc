@@ -113,6 +113,7 @@ void ServerLink::Shutdown(absl::Duration flush_timeout) {
 void ServerLink::Loop() {
   absl::Duration backoff = options_.initial_backoff;
   bool reported_failure = false;
+  bool reported_refusal = false;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -126,20 +127,25 @@ void ServerLink::Loop() {
     }
     if (acked) {
       backoff = options_.initial_backoff;
-      reported_failure = false;
+      reported_failure = reported_refusal = false;
       YARD_LOG(WARNING) << "lost the connection to " << options_.server_address
                         << ": " << status << "; reconnecting";
-    } else if (!reported_failure && (absl::IsUnauthenticated(status) ||
-                                     absl::IsPermissionDenied(status))) {
-      reported_failure = true;
-      YARD_LOG(ERROR) << "the server at " << options_.server_address
-                      << " refused this worker: " << status
-                      << "; check --token-file and the TLS certificate";
-    } else if (!reported_failure) {
-      reported_failure = true;
-      YARD_LOG(WARNING) << "cannot reach the server at "
-                        << options_.server_address << ": " << status
-                        << "; retrying";
+    } else {
+      delegate_->OnConnectFailed(status);
+      if (!reported_refusal && (absl::IsUnauthenticated(status) ||
+                                absl::IsPermissionDenied(status))) {
+        // Said once, even after an earlier "cannot reach": a refusal is what
+        // the operator must act on.
+        reported_refusal = reported_failure = true;
+        YARD_LOG(ERROR) << "the server at " << options_.server_address
+                        << " refused this worker: " << status
+                        << "; check --token-file and the TLS certificate";
+      } else if (!reported_failure) {
+        reported_failure = true;
+        YARD_LOG(WARNING) << "cannot reach the server at "
+                          << options_.server_address << ": " << status
+                          << "; retrying";
+      }
     }
     WaitBackoff(backoff);
     backoff = std::min(backoff * 2, options_.max_backoff);
@@ -249,11 +255,12 @@ absl::Status ServerLink::RunConnection(bool& acked) {
       return reader_done_;
     };
     // A stream the server already ended keeps the server's status (e.g.
-    // UNAUTHENTICATED for a bad join token), so it is not cancelled.
-    if (!reader.joinable() ||
-        (!reader_done_ &&
-         (!clean || !mu_.AwaitWithDeadline(absl::Condition(&reader_done),
-                                           flush_deadline_)))) {
+    // UNAUTHENTICATED for a bad join token), so it is not cancelled. That
+    // includes a hello that could not be written: a failed write means the
+    // call is over, and cancelling it now would race the server's status.
+    if (reader.joinable() && !reader_done_ &&
+        (!clean || !mu_.AwaitWithDeadline(absl::Condition(&reader_done),
+                                          flush_deadline_))) {
       context.TryCancel();
     }
   }

@@ -76,6 +76,10 @@ class ServerLink {
     // this worker lost and re-queues its jobs. On the watchdog thread, once
     // per loss of contact.
     virtual void OnLeaseExpired() {}
+    // A stream ended before the server answered its hello: the server could
+    // not be reached, or refused this worker (UNAUTHENTICATED,
+    // PERMISSION_DENIED). On the link's thread, once per try.
+    virtual void OnConnectFailed(const absl::Status& /*status*/) {}
   };
 
   // `delegate` must outlive the link.

@@ -77,7 +77,23 @@ class FakeDelegate : public ServerLink::Delegate {
     return mu_.AwaitWithTimeout(absl::Condition(&expired), timeout);
   }
 
+  void OnConnectFailed(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    failures_.push_back(status);
+  }
+  // The statuses of the first `n` failed tries, once there are that many.
+  std::vector<absl::Status> WaitFailures(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return failures_.size() >= n;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+    return std::vector<absl::Status>(
+        failures_.begin(), failures_.begin() + std::min(n, failures_.size()));
+  }
+
  private:
+  std::vector<absl::Status> failures_ ABSL_GUARDED_BY(mu_);
   int lease_expired_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex mu_;
   std::vector<RunningJobRef> running_ ABSL_GUARDED_BY(mu_);
@@ -402,6 +418,25 @@ TEST_F(ServerLinkTest, AStreamWhoseHelloIsNotAnsweredIsOpenedAgain) {
     return false;
   }));
   EXPECT_EQ(delegate_.lease_expired(), 0) << "no lease before the first answer";
+}
+
+// The server ends the stream with its verdict before the hello is even
+// written: every try must report that verdict, never a CANCELLED of its own
+// making (which hid the refusal from the operator).
+TEST_F(ServerLinkTest, ARefusalIsReportedAsTheServerSaidIt) {
+  hub_.set_refuse(true);
+  auto server = FakeServer::Start(hub_);
+  ASSERT_NE(server, nullptr);
+  auto link = MakeLink(server->address());
+  link->Start();
+  const std::vector<absl::Status> failures = delegate_.WaitFailures(20);
+  ASSERT_EQ(failures.size(), 20u);
+  for (const absl::Status& s : failures) {
+    EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::HasSubstr("bad join token"));
+  }
+  EXPECT_FALSE(link->connected());
 }
 
 }  // namespace
