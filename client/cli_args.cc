@@ -27,6 +27,8 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "logs") return Command::kLogs;
   if (name == "watch") return Command::kWatch;
   if (name == "cancel") return Command::kCancel;
+  if (name == "suspend") return Command::kSuspend;
+  if (name == "resume") return Command::kResume;
   if (name == "delete") return Command::kDelete;
   if (name == "workers") return Command::kWorkers;
   if (name == "token" || name == "tokens") return Command::kToken;
@@ -197,7 +199,8 @@ class ArgParser {
       out_.tail_lines = n;
       return absl::OkStatus();
     }
-    if (c == Command::kCancel && name == "--reason") {
+    if ((c == Command::kCancel || c == Command::kSuspend) &&
+        name == "--reason") {
       absl::StatusOr<std::string> v = Value(name, inline_v);
       if (!v.ok()) return v.status();
       out_.reason = *v;
@@ -382,6 +385,8 @@ class ArgParser {
       case Command::kLogs:
       case Command::kWatch:
       case Command::kCancel:
+      case Command::kSuspend:
+      case Command::kResume:
       case Command::kDelete:
         what = "job ID";
         target = &out_.job_id;
@@ -396,7 +401,8 @@ class ArgParser {
     }
     size_t want = target != nullptr ? 1 : 0;
     const bool many =
-        out_.command == Command::kCancel || out_.command == Command::kDelete;
+        out_.command == Command::kCancel || out_.command == Command::kSuspend ||
+        out_.command == Command::kResume || out_.command == Command::kDelete;
     if (many) {
       want = std::max<size_t>(1, positional_.size());
       for (const std::string& id : positional_) {
@@ -448,7 +454,7 @@ absl::StatusOr<std::vector<v1::JobState>> ParseStates(const std::string& list) {
       return Usage(absl::StrCat(
           "--state: unknown state \"", part,
           "\" (queued, scheduled, running, succeeded, failed, cancelled, "
-          "preempting)"));
+          "preempting, suspended)"));
     }
     states.push_back(state);
   }
@@ -482,6 +488,11 @@ Commands:
   watch ID           follow the job's state changes and progress live
   cancel ID... [--reason TEXT]
                      cancel jobs
+  suspend ID... [--reason TEXT]
+                     park jobs: a running one checkpoints and stops, and
+                     none is scheduled again until resumed
+  resume ID...       queue suspended jobs again; they go on from their
+                     latest checkpoint
   delete ID... [--keep-checkpoints]
                      delete ended jobs for good: their records, events, logs
                      and (unless --keep-checkpoints) their checkpoints
@@ -524,13 +535,13 @@ Exit codes:
   2 usage error        3 invalid spec or argument
   4 job or worker not found
   5 failed precondition (e.g. cancel of a job that already ended, delete
-    of one that has not)
+    of one that has not, resume of one that is not suspended)
   6 server unreachable 7 other server error
   8 not authenticated or not allowed (missing, wrong or revoked token;
     another tenant's resource)
   9 quota or limit reached (RESOURCE_EXHAUSTED)
-  cancel and delete of several IDs go on past a failed one and exit with
-  the first failure's code.
+  cancel, suspend, resume and delete of several IDs go on past a failed
+  one and exit with the first failure's code.
 )";
 }
 

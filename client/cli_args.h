@@ -25,6 +25,8 @@ enum class Command {
   kLogs,
   kWatch,
   kCancel,
+  kSuspend,
+  kResume,
   kDelete,
   kWorkers,
   kToken,    // token create|ls|revoke (admin)
@@ -56,14 +58,14 @@ struct CliArgs {
   bool dry_run = false;  // submit --dry-run
   bool wait = false;  // submit --wait, drain --wait
   std::string request_id;
-  // get, logs, watch, cancel, delete
+  // get, logs, watch, cancel, suspend, resume, delete
   std::string job_id;
-  // cancel and delete take several: every ID, in order (job_id is the
-  // first).
+  // cancel, suspend, resume and delete take several: every ID, in order
+  // (job_id is the first).
   std::vector<std::string> job_ids;
   bool follow = false;            // logs -f
   int32_t tail_lines = 0;         // logs --tail N; 0: the whole log
-  std::string reason;             // cancel --reason, drain --reason
+  std::string reason;             // cancel/suspend --reason, drain --reason
   bool keep_checkpoints = false;  // delete --keep-checkpoints
   // drain, undrain
   std::string worker_id;

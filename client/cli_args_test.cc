@@ -104,7 +104,9 @@ TEST(ParseArgsTest, JobCommands) {
            {"get", Command::kGet},
            {"logs", Command::kLogs},
            {"watch", Command::kWatch},
-           {"cancel", Command::kCancel}}) {
+           {"cancel", Command::kCancel},
+           {"suspend", Command::kSuspend},
+           {"resume", Command::kResume}}) {
     CliArgs a = Parse({name, "job-7"});
     EXPECT_EQ(a.command, command);
     EXPECT_EQ(a.job_id, "job-7");
@@ -123,6 +125,9 @@ TEST(ParseArgsTest, JobCommands) {
   EXPECT_EQ(Error({"get", "j", "--tail", "3"}),
             "unknown flag \"--tail\" for 'get'");
   EXPECT_EQ(Parse({"cancel", "j", "--reason", "oops"}).reason, "oops");
+  EXPECT_EQ(Parse({"suspend", "j", "--reason=later"}).reason, "later");
+  EXPECT_EQ(Error({"resume", "j", "--reason", "x"}),
+            "unknown flag \"--reason\" for 'resume'");
   EXPECT_EQ(Error({"get", "j", "-f"}), "unknown flag \"-f\" for 'get'");
   EXPECT_EQ(Error({"get", ""}), "'get': empty job ID");
 }
@@ -327,8 +332,8 @@ TEST(CliArgsTest, ParsesDelete) {
   EXPECT_THAT(UsageText(), HasSubstr("delete ID... [--keep-checkpoints]"));
 }
 
-TEST(CliArgsTest, CancelAndDeleteTakeSeveralIds) {
-  for (const char* command : {"cancel", "delete"}) {
+TEST(CliArgsTest, CancelSuspendResumeAndDeleteTakeSeveralIds) {
+  for (const char* command : {"cancel", "suspend", "resume", "delete"}) {
     CliArgs a = Parse({command, "j-1", "j-2", "j-3"});
     EXPECT_EQ(a.job_id, "j-1");
     EXPECT_THAT(a.job_ids, ::testing::ElementsAre("j-1", "j-2", "j-3"));

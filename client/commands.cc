@@ -156,6 +156,45 @@ int RunCancel(const CliArgs& args, JobClient& client, std::ostream& out,
   });
 }
 
+// A running job is stopping for the suspend (PREEMPTING): it checkpoints
+// first, so the line says so.
+int RunSuspend(const CliArgs& args, JobClient& client, std::ostream& out,
+               std::ostream& err) {
+  return ForEachJobId(args, err, [&](const std::string& id) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Job job, client.Suspend(id, args.reason));
+    if (args.output == OutputFormat::kJson) {
+      out << ToJson(job, true) << "\n";
+    } else if (job.state() == v1::SUSPENDED) {
+      out << "job " << job.id() << " SUSPENDED\n";
+    } else {
+      out << "job " << job.id() << ": suspend requested (state "
+          << StateName(job.state())
+          << "); it is SUSPENDED once it has checkpointed and stopped\n";
+    }
+    return absl::OkStatus();
+  });
+}
+
+int RunResume(const CliArgs& args, JobClient& client, std::ostream& out,
+              std::ostream& err) {
+  return ForEachJobId(args, err, [&](const std::string& id) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Job job, client.Resume(id));
+    if (args.output == OutputFormat::kJson) {
+      out << ToJson(job, true) << "\n";
+    } else if (job.state() == v1::QUEUED) {
+      out << "job " << job.id() << " QUEUED"
+          << (job.queue_position() > 0
+                  ? absl::StrCat(" (#", job.queue_position(), " in the queue)")
+                  : "")
+          << "\n";
+    } else {
+      out << "job " << job.id() << ": resumed (state " << StateName(job.state())
+          << "); it is QUEUED again once it has stopped\n";
+    }
+    return absl::OkStatus();
+  });
+}
+
 // The server refuses a job that has not ended (FAILED_PRECONDITION); delete
 // does not cancel it first: deleting is for good, so stopping a job stays a
 // separate, deliberate step.
@@ -378,6 +417,10 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
       return Follow(args.job_id, args.output, client, out, err);
     case Command::kCancel:
       return RunCancel(args, client, out, err);
+    case Command::kSuspend:
+      return RunSuspend(args, client, out, err);
+    case Command::kResume:
+      return RunResume(args, client, out, err);
     case Command::kDelete:
       return RunDelete(args, client, out, err);
     case Command::kWorkers:

@@ -230,6 +230,30 @@ absl::StatusOr<v1::Job> JobClient::Cancel(const std::string& job_id,
   return job;
 }
 
+absl::StatusOr<v1::Job> JobClient::Suspend(const std::string& job_id,
+                                           const std::string& reason) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::SuspendJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  v1::Job job;
+  grpc::Status s = jobs_->SuspendJob(&context, request, &job);
+  if (!s.ok()) return Annotate(s);
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobClient::Resume(const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::ResumeJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  grpc::Status s = jobs_->ResumeJob(&context, request, &job);
+  if (!s.ok()) return Annotate(s);
+  return job;
+}
+
 absl::StatusOr<v1::DeleteJobResponse> JobClient::Delete(
     const std::string& job_id, bool keep_checkpoints) {
   grpc::ClientContext context;

@@ -79,6 +79,9 @@ class JobClient {
       const ListOptions& filter, int64_t limit, bool* truncated = nullptr);
   absl::StatusOr<trainyard::v1::Job> Cancel(const std::string& job_id,
                                             const std::string& reason);
+  absl::StatusOr<trainyard::v1::Job> Suspend(const std::string& job_id,
+                                             const std::string& reason);
+  absl::StatusOr<trainyard::v1::Job> Resume(const std::string& job_id);
   // Deletes an ended job for good, and unless keep_checkpoints its
   // checkpoint directory. FAILED_PRECONDITION for a job that has not ended.
   absl::StatusOr<trainyard::v1::DeleteJobResponse> Delete(

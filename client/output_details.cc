@@ -236,7 +236,7 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
         &out,
         absl::StrFormat(
             "\n%d ready, %s%d lost; cpu slots %d/%d free; gpus %d/%d free; "
-            "jobs %d queued, %d running, %d succeeded, %d failed, %d "
+            "jobs %d queued, %s%d running, %d succeeded, %d failed, %d "
             "cancelled\n",
             status->workers_ready(),
             status->workers_draining() == 0
@@ -245,6 +245,9 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
             status->workers_lost(), status->cpu_slots_free(),
             status->cpu_slots_total(), status->gpus_free(),
             status->gpus_total(), status->jobs_queued(),
+            status->jobs_suspended() == 0
+                ? std::string()
+                : absl::StrCat(status->jobs_suspended(), " suspended, "),
             status->jobs_running() + status->jobs_scheduled(),
             status->jobs_succeeded(), status->jobs_failed(),
             status->jobs_cancelled()));

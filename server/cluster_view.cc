@@ -216,6 +216,7 @@ absl::StatusOr<v1::ClusterStatus> ClusterView::Status() const {
   s.set_jobs_succeeded(counts[v1::SUCCEEDED]);
   s.set_jobs_failed(counts[v1::FAILED]);
   s.set_jobs_cancelled(counts[v1::CANCELLED]);
+  s.set_jobs_suspended(counts[v1::SUSPENDED]);
   s.set_version(version_);
   return s;
 }

@@ -195,7 +195,8 @@ absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
               std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
             before = r.job.state();
             RETURN_IF_ERROR(CheckCancellable(r.job));
-            if (before == v1::QUEUED || before == v1::SCHEDULED) {
+            if (before == v1::QUEUED || before == v1::SCHEDULED ||
+                before == v1::SUSPENDED) {
               held_by = WorkersOf(r);
               ASSIGN_OR_RETURN(
                   *events.emplace_back().mutable_state_change(),

@@ -103,11 +103,22 @@ class JobLifecycle {
   absl::StatusOr<SubmitResult> Submit(const v1::SubmitJobRequest& request) {
     return Submit(request, options_.tenant);
   }
-  // QUEUED/SCHEDULED: CANCELLED at once. RUNNING: the worker is told to
-  // stop it and the job becomes CANCELLED when it exits. Terminal:
+  // QUEUED/SCHEDULED/SUSPENDED: CANCELLED at once. RUNNING: the worker is told
+  // to stop it and the job becomes CANCELLED when it exits. Terminal:
   // FAILED_PRECONDITION.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
                                  const std::string& reason);
+  // Parks the job until Resume (job_suspension.cc): QUEUED/SCHEDULED
+  // become SUSPENDED at once (a SCHEDULED attempt is stopped); RUNNING is
+  // preempted (PREEMPTING, Job.suspend_reason) and parked once stopped;
+  // PREEMPTING is parked instead of queued. SUSPENDED: returned unchanged.
+  // Ended, or a cancel pending: FAILED_PRECONDITION.
+  absl::StatusOr<v1::Job> Suspend(const std::string& job_id,
+                                  const std::string& reason);
+  // SUSPENDED -> QUEUED; a job still stopping for a suspend is queued
+  // instead of parked once stopped. Otherwise FAILED_PRECONDITION naming
+  // the state.
+  absl::StatusOr<v1::Job> Resume(const std::string& job_id);
   // Deletes a terminal job for good (job_deletion.cc): its record, events
   // and log, and unless `keep_checkpoints` its checkpoint directory when
   // that is CHECKPOINT_ROOT/<job id> (a directory the server did not name

@@ -15,6 +15,16 @@ absl::Status RequireJobId(const std::string& job_id) {
   return absl::OkStatus();
 }
 
+// The longest reason a client may give for a cancel or a suspend: it is
+// kept in the job's record and events.
+constexpr size_t kMaxReasonLength = 1024;
+
+absl::Status CheckReason(const std::string& reason) {
+  if (reason.size() <= kMaxReasonLength) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "reason: at most ", kMaxReasonLength, " bytes, got ", reason.size()));
+}
+
 // What the store says about a job id that does not exist.
 absl::Status JobNotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
@@ -135,10 +145,47 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
       !s.ok()) {
     return ToGrpcStatus(s);
   }
+  if (absl::Status s = CheckReason(request->reason()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   absl::StatusOr<v1::Job> job =
       lifecycle_->Cancel(request->job_id(), request->reason());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::SuspendJob(grpc::ServerContext* context,
+                                        const v1::SuspendJobRequest* request,
+                                        v1::Job* response) {
+  if (absl::Status s = CallerSeeing(*context, request->job_id()).status();
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  if (absl::Status s = CheckReason(request->reason()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<v1::Job> job =
+      lifecycle_->Suspend(request->job_id(), request->reason());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* context,
+                                       const v1::ResumeJobRequest* request,
+                                       v1::Job* response) {
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
+  if (!record.ok()) return ToGrpcStatus(record.status());
+  // Back in the queue, it counts against its tenant's max_queued_jobs.
+  absl::StatusOr<v1::Job> job = gate_->Resume(record->job.tenant(), [&] {
+    return lifecycle_->Resume(request->job_id());
+  });
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  FillOutputFields(*response);
   return grpc::Status::OK;
 }
 

@@ -66,6 +66,12 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status CancelJob(grpc::ServerContext* context,
                          const v1::CancelJobRequest* request,
                          v1::Job* response) override;
+  grpc::Status SuspendJob(grpc::ServerContext* context,
+                          const v1::SuspendJobRequest* request,
+                          v1::Job* response) override;
+  grpc::Status ResumeJob(grpc::ServerContext* context,
+                         const v1::ResumeJobRequest* request,
+                         v1::Job* response) override;
   grpc::Status DeleteJob(grpc::ServerContext* context,
                          const v1::DeleteJobRequest* request,
                          v1::DeleteJobResponse* response) override;

@@ -13,16 +13,18 @@ using v1::JobState;
 bool Allowed(JobState from, JobState to) {
   switch (from) {
     case v1::QUEUED:
-      return to == v1::SCHEDULED || to == v1::CANCELLED;
+      return to == v1::SCHEDULED || to == v1::CANCELLED || to == v1::SUSPENDED;
     case v1::SCHEDULED:
       return to == v1::RUNNING || to == v1::QUEUED || to == v1::CANCELLED ||
-             to == v1::FAILED;
+             to == v1::FAILED || to == v1::SUSPENDED;
     case v1::RUNNING:
       return to == v1::SUCCEEDED || to == v1::FAILED || to == v1::CANCELLED ||
              to == v1::QUEUED || to == v1::PREEMPTING;
     case v1::PREEMPTING:
       return to == v1::QUEUED || to == v1::SUCCEEDED || to == v1::FAILED ||
-             to == v1::CANCELLED;
+             to == v1::CANCELLED || to == v1::SUSPENDED;
+    case v1::SUSPENDED:
+      return to == v1::QUEUED || to == v1::CANCELLED;
     default:
       return false;  // terminal states and UNSPECIFIED go nowhere
   }
@@ -47,7 +49,8 @@ bool IsActive(JobState state) {
 }
 
 bool IsKnownState(JobState state) {
-  return state == v1::QUEUED || IsActive(state) || IsTerminal(state);
+  return state == v1::QUEUED || state == v1::SUSPENDED || IsActive(state) ||
+         IsTerminal(state);
 }
 
 absl::Status CheckTransition(std::string_view job_id, JobState from,
@@ -65,8 +68,14 @@ absl::StatusOr<v1::StateChange> Transition(v1::Job& job, JobState to,
     return absl::InvalidArgumentError(
         "Transition: use StartAttempt to schedule a job");
   }
+  if (to == v1::QUEUED && !job.suspend_reason().empty()) {
+    // Stopped for a suspend: parked, not queued.
+    to = v1::SUSPENDED;
+    reason = job.suspend_reason();
+  }
   absl::Status s = CheckTransition(job.id(), job.state(), to);
   if (!s.ok()) return s;
+  if (to != v1::PREEMPTING) job.clear_suspend_reason();
   v1::StateChange change;
   change.set_from(job.state());
   change.set_to(to);
@@ -83,7 +92,9 @@ absl::StatusOr<v1::StateChange> Transition(v1::Job& job, JobState to,
   }
   if (to == v1::RUNNING && !job.has_start_time()) *job.mutable_start_time() = ts;
   if (IsTerminal(to)) *job.mutable_end_time() = ts;
-  if (to == v1::QUEUED) job.clear_worker_id();  // no current attempt
+  if (to == v1::QUEUED || to == v1::SUSPENDED) {
+    job.clear_worker_id();  // no current attempt
+  }
   job.set_state(to);
   job.set_state_reason(std::move(reason));
   return change;

@@ -7,6 +7,9 @@
 //   RUNNING -> PREEMPTING -> QUEUED          (preemption; resumes later)
 //   SCHEDULED -> FAILED                      (the job could not start)
 //   PREEMPTING -> SUCCEEDED | FAILED | CANCELLED (it ended while stopping)
+//   QUEUED | SCHEDULED | PREEMPTING -> SUSPENDED (SuspendJob; a running
+//                                             job stops through PREEMPTING)
+//   SUSPENDED -> QUEUED | CANCELLED          (ResumeJob, CancelJob)
 //
 // Every SCHEDULED starts a new attempt (Job.attempt + 1, recorded in
 // Job.attempts with its worker and times); leaving SCHEDULED/RUNNING/
@@ -32,7 +35,7 @@ std::string JobStateName(v1::JobState state);
 bool IsTerminal(v1::JobState state);  // SUCCEEDED, FAILED, CANCELLED
 // SCHEDULED, RUNNING, PREEMPTING: an attempt holds a worker.
 bool IsActive(v1::JobState state);
-// The states a job in the store can be in (QUEUED through PREEMPTING).
+// The states a job in the store can be in (QUEUED through SUSPENDED).
 bool IsKnownState(v1::JobState state);
 
 // OK when from -> to is a legal transition; else FAILED_PRECONDITION naming
@@ -43,6 +46,9 @@ absl::Status CheckTransition(std::string_view job_id, v1::JobState from,
 // Moves `job` to `to`: sets state, state_reason and the times (start_time at
 // the first RUNNING, end_time when terminal); ends the current attempt when
 // leaving an active state. Returns the StateChange to record as its event.
+// A job with a suspend pending (Job.suspend_reason) that would go back to
+// the queue — stopped, worker lost, restarting — becomes SUSPENDED instead,
+// with the suspend's reason; leaving PREEMPTING in any way clears it.
 // Use StartAttempt for QUEUED -> SCHEDULED.
 absl::StatusOr<v1::StateChange> Transition(v1::Job& job, v1::JobState to,
                                            std::string reason, absl::Time now);

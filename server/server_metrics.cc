@@ -22,7 +22,7 @@ const std::vector<std::pair<v1::JobState, const char*>> kJobStates = {
     {v1::QUEUED, "queued"},       {v1::SCHEDULED, "scheduled"},
     {v1::RUNNING, "running"},     {v1::PREEMPTING, "preempting"},
     {v1::SUCCEEDED, "succeeded"}, {v1::FAILED, "failed"},
-    {v1::CANCELLED, "cancelled"}};
+    {v1::CANCELLED, "cancelled"}, {v1::SUSPENDED, "suspended"}};
 
 const std::vector<std::pair<v1::WorkerState, const char*>> kWorkerStates = {
     {v1::WORKER_READY, "ready"},
@@ -110,7 +110,14 @@ ServerMetrics::ServerMetrics(Clock* clock, std::string version)
                       .Name("yard_preemptions_total")
                       .Help(
                           "Running jobs asked to stop to make room for "
-                          "others (count).")
+                          "others, for a drain or for a suspend (count).")
+                      .Register(*registry_)
+                      .Add({});
+  suspensions_ = &pm::BuildCounter()
+                      .Name("yard_job_suspensions_total")
+                      .Help(
+                          "Jobs parked by SuspendJob (SUSPENDED), once a "
+                          "running one has stopped (count).")
                       .Register(*registry_)
                       .Add({});
   finished_ = &pm::BuildCounter()
@@ -176,6 +183,8 @@ void ServerMetrics::OnStateChange(const v1::StateChange& change) {
     restarts_->Increment();
   } else if (to == v1::PREEMPTING) {
     preemptions_->Increment();
+  } else if (to == v1::SUSPENDED) {
+    suspensions_->Increment();
   }
   for (const auto& [state, name] : kJobStates) {
     if (state == to &&

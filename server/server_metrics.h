@@ -76,6 +76,7 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Family<prometheus::Counter>* rejections_;
   prometheus::Counter* restarts_;
   prometheus::Counter* preemptions_;
+  prometheus::Counter* suspensions_;
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Histogram* pass_seconds_;
   prometheus::Counter* scrape_errors_;

@@ -139,6 +139,28 @@ TEST_F(ServerMetricsTest, PreemptionThroughTheLifecycleCountedOnce) {
   EXPECT_EQ(Value("yard_job_restarts_total"), 0);
 }
 
+TEST_F(ServerMetricsTest, ASuspendIsCountedWhenTheJobIsParked) {
+  const std::string a = Submit();
+  const std::string b = Submit();
+  FakeWorker& w = Connect("w1", /*slots=*/1);
+  Pass();
+  ASSERT_TRUE(w.Started(a, 1).ok());
+  ASSERT_TRUE(lifecycle_->Suspend(b, "").ok());  // queued: parked at once
+  EXPECT_EQ(Jobs("suspended"), 1);
+  EXPECT_EQ(Jobs("queued"), 0);
+  EXPECT_EQ(Value("yard_job_suspensions_total"), 1);
+  ASSERT_TRUE(lifecycle_->Suspend(a, "").ok());  // running: stops first
+  EXPECT_EQ(Jobs("preempting"), 1);
+  EXPECT_EQ(Value("yard_job_suspensions_total"), 1);
+  ASSERT_TRUE(w.Exited(a, 1, 3).ok());
+  EXPECT_EQ(Jobs("suspended"), 2);
+  EXPECT_EQ(Value("yard_job_suspensions_total"), 2);
+  EXPECT_EQ(Value("yard_job_restarts_total"), 0);
+  ASSERT_TRUE(lifecycle_->Resume(a).ok());
+  EXPECT_EQ(Jobs("suspended"), 1);
+  EXPECT_EQ(Jobs("queued"), 1);
+}
+
 TEST_F(ServerMetricsTest, RejectionsByBoundedReason) {
   for (const char* reason : {"invalid_spec", "request_id_conflict", "quota",
                              "unavailable", "internal"}) {

@@ -30,15 +30,30 @@ absl::StatusOr<SubmitResult> TenantGate::Submit(
     const std::function<absl::StatusOr<SubmitResult>()>& submit) {
   const v1::Tenant limits = auth_->GetTenant(tenant);
   RETURN_IF_ERROR(CheckJobFits(limits, request.spec()));
-  if (limits.max_queued_jobs() <= 0) return submit();
-  absl::MutexLock serialize(TenantSubmitMutex(tenant));
-  ASSIGN_OR_RETURN(int64_t queued, store_->CountJobs(tenant, v1::QUEUED));
+  return WithQueueRoom(limits, submit);
+}
+
+absl::StatusOr<v1::Job> TenantGate::Resume(
+    const std::string& tenant,
+    const std::function<absl::StatusOr<v1::Job>()>& resume) {
+  return WithQueueRoom(auth_->GetTenant(tenant), resume);
+}
+
+template <typename T>
+absl::StatusOr<T> TenantGate::WithQueueRoom(
+    const v1::Tenant& limits,
+    const std::function<absl::StatusOr<T>()>& enqueue) {
+  if (limits.max_queued_jobs() <= 0) return enqueue();
+  absl::MutexLock serialize(TenantSubmitMutex(limits.name()));
+  ASSIGN_OR_RETURN(int64_t queued,
+                   store_->CountJobs(limits.name(), v1::QUEUED));
   if (queued >= limits.max_queued_jobs()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tenant ", tenant, " has ", queued, " jobs queued, its limit is ",
-        limits.max_queued_jobs(), "; wait for some to start or cancel some"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tenant ", limits.name(), " has ", queued,
+                     " jobs queued, its limit is ", limits.max_queued_jobs(),
+                     "; wait for some to start or cancel some"));
   }
-  return submit();
+  return enqueue();
 }
 
 absl::StatusOr<TenantGate::StreamSlot> TenantGate::OpenStream(

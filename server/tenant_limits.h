@@ -1,9 +1,10 @@
 // TenantGate: the per-tenant limits checked where a request comes in, before
 // any work is done for it:
-//   - max_queued_jobs: a submit that would put more of the tenant's jobs in
-//     the queue is RESOURCE_EXHAUSTED. For a tenant with this limit, submits
-//     are serialized (count, then commit) so concurrent submits cannot
-//     overshoot it; tenants without it keep full group-commit throughput.
+//   - max_queued_jobs: a submit (or a resume) that would put more of the
+//     tenant's jobs in the queue is RESOURCE_EXHAUSTED. For a tenant with this
+//     limit, submits are serialized (count, then commit) so concurrent submits
+//     cannot overshoot it; tenants without it keep full group-commit
+//     throughput.
 //   - max_gpus: a job asking for more GPUs than the tenant may ever hold is
 //     refused at once (it could never run); the running totals of GPUs and
 //     CPU slots are enforced by the scheduler loop (tenant_quota.h).
@@ -38,6 +39,12 @@ class TenantGate {
       const std::string& tenant, const v1::SubmitJobRequest& request,
       const std::function<absl::StatusOr<SubmitResult>()>& submit);
 
+  // Calls `resume` (SUSPENDED -> QUEUED) when the tenant's queue has room
+  // under max_queued_jobs, as for a submit.
+  absl::StatusOr<v1::Job> Resume(
+      const std::string& tenant,
+      const std::function<absl::StatusOr<v1::Job>()>& resume);
+
   // Holds one of the tenant's stream slots until destroyed.
   class StreamSlot {
    public:
@@ -60,6 +67,13 @@ class TenantGate {
 
  private:
   absl::Mutex* TenantSubmitMutex(const std::string& tenant);
+  // Calls `enqueue` unless the tenant `limits` is for already has
+  // max_queued_jobs queued (RESOURCE_EXHAUSTED); serialized per tenant
+  // with such a limit, so that concurrent calls cannot overshoot it.
+  template <typename T>
+  absl::StatusOr<T> WithQueueRoom(
+      const v1::Tenant& limits,
+      const std::function<absl::StatusOr<T>()>& enqueue);
 
   const AuthStore* const auth_;
   const JobStore* const store_;

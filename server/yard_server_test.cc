@@ -399,6 +399,36 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(s.error_message(), "job " + id + " is already CANCELLED");
 
+  // Suspend and resume: a reason too long, the wrong state.
+  const std::string other = Submit();
+  grpc::ClientContext long_ctx;
+  AddBearerToken(long_ctx, AdminToken());
+  v1::SuspendJobRequest suspend;
+  suspend.set_job_id(other);
+  suspend.set_reason(std::string(1025, 'r'));
+  s = jobs_->SuspendJob(&long_ctx, suspend, &cancelled);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "reason: at most 1024 bytes, got 1025");
+  grpc::ClientContext long_cancel_ctx;
+  AddBearerToken(long_cancel_ctx, AdminToken());
+  v1::CancelJobRequest long_cancel;
+  long_cancel.set_job_id(other);
+  long_cancel.set_reason(std::string(2000, 'r'));
+  s = jobs_->CancelJob(&long_cancel_ctx, long_cancel, &cancelled);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext resume_ctx;
+  AddBearerToken(resume_ctx, AdminToken());
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(other);
+  s = jobs_->ResumeJob(&resume_ctx, resume, &cancelled);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(), "job " + other + " is not suspended (QUEUED)");
+  grpc::ClientContext empty_ctx;
+  AddBearerToken(empty_ctx, AdminToken());
+  s = jobs_->ResumeJob(&empty_ctx, v1::ResumeJobRequest(), &cancelled);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "job_id: required");
+
   auto watch = StartWatch("j-000404", 0);
   watch->Join();
   EXPECT_EQ(watch->status.error_code(), grpc::StatusCode::NOT_FOUND);

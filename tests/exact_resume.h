@@ -37,9 +37,9 @@ absl::StatusOr<std::string> StraightRunWeights(
     TestDir& dir, const MnistSpec& spec, const std::string& train_bin = "");
 
 // `done`, a job of `spec` stopped on worker `first` (preempted, drained,
-// crashed and restarted) and resumed from a checkpoint on worker `second`
-// (elsewhere, or `first` again), ended SUCCEEDED after those two attempts
-// with the weights of a straight run of `spec` (`train_bin` as
+// suspended, crashed and restarted) and resumed from a checkpoint on worker
+// `second` (elsewhere, or `first` again), ended SUCCEEDED after those two
+// attempts with the weights of a straight run of `spec` (`train_bin` as
 // RunStraight). Failures are the test's (gtest assertions).
 void ExpectResumedExactly(TestDir& dir, const trainyard::v1::Job& done,
                                    const MnistSpec& spec,

@@ -180,5 +180,58 @@ TEST_F(PreemptionTest, QueuedJobsShowTheirPlaceAndWhyTheyWait) {
   }
 }
 
+// Suspend and resume from the CLI: a running job checkpoints and parks,
+// its slot runs another job meanwhile, and once resumed it ends with the
+// weights of an uninterrupted run.
+TEST_F(PreemptionTest, ASuspendedJobFreesItsSlotAndResumesExactly) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "solo", .cpu_slots = 1}).status());
+  const MnistSpec long_spec{.name = "parked",
+                            .hidden = 128,
+                            .steps = 600,
+                            .micro_batch = 64,
+                            .checkpoint_every = 100,
+                            .log_every = 20};
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      SubmitAndWaitForACheckpoint(long_spec.ToProto()));
+
+  CommandResult suspend = Yard({"suspend", id, "--reason", "room for a demo"});
+  ASSERT_EQ(suspend.exit_code(), 0) << suspend.DebugString();
+  EXPECT_THAT(suspend.out, HasSubstr("suspend requested")) << suspend.out;
+  YARD_ASSIGN_OR_FAIL(v1::JobEvent parked,
+                      WaitForStateChange(jobs(), id, v1::PREEMPTING,
+                                         v1::SUSPENDED, JobTimeout()));
+  EXPECT_EQ(parked.state_change().reason(), "room for a demo");
+
+  // The slot is free: another job runs to the end while it is parked.
+  YARD_ASSIGN_OR_FAIL(
+      v1::SubmitJobResponse other,
+      Submit(MnistSpec{.name = "meanwhile", .steps = 20}.ToProto()));
+  YARD_ASSIGN_OR_FAIL(v1::Job other_done,
+                      WaitForTerminal(jobs(), other.job().id(), JobTimeout()));
+  EXPECT_EQ(other_done.state(), v1::SUCCEEDED) << other_done.DebugString();
+  YARD_ASSIGN_OR_FAIL(v1::Job still, GetJob(jobs(), id));
+  EXPECT_EQ(still.state(), v1::SUSPENDED) << "nothing resumes it but resume";
+
+  CommandResult ls = Yard({"ls", "--state", "suspended", "-q"});
+  ASSERT_EQ(ls.exit_code(), 0) << ls.DebugString();
+  EXPECT_EQ(ls.out, id + "\n");
+  CommandResult get = Yard({"get", id});
+  EXPECT_THAT(get.out, HasSubstr("SUSPENDED: room for a demo")) << get.out;
+  CommandResult workers = Yard({"workers"});
+  EXPECT_THAT(workers.out, HasSubstr("1 suspended")) << workers.out;
+  // Resuming a job that is not suspended is refused with exit 5.
+  CommandResult wrong = Yard({"resume", other.job().id()});
+  EXPECT_EQ(wrong.exit_code(), 5) << wrong.DebugString();
+  EXPECT_THAT(wrong.err, HasSubstr("is not suspended (SUCCEEDED)"));
+
+  CommandResult resume = Yard({"resume", id});
+  ASSERT_EQ(resume.exit_code(), 0) << resume.DebugString();
+  EXPECT_THAT(resume.out, HasSubstr(absl::StrCat("job ", id, " QUEUED")));
+  YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
+  EXPECT_EQ(done.attempts(0).outcome(), v1::SUSPENDED);
+  ExpectResumedExactly(dir(), done, long_spec, "solo", "solo");
+}
+
 }  // namespace
 }  // namespace trainyard::itest

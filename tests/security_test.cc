@@ -139,6 +139,18 @@ std::vector<std::pair<std::string, grpc::Status>> SecurityTest::CallEverything(
     v1::Job p;
     return jobs().CancelJob(c, r, &p);
   });
+  call("SuspendJob", [&](auto* c) {
+    v1::SuspendJobRequest r;
+    r.set_job_id(job);
+    v1::Job p;
+    return jobs().SuspendJob(c, r, &p);
+  });
+  call("ResumeJob", [&](auto* c) {
+    v1::ResumeJobRequest r;
+    r.set_job_id(job);
+    v1::Job p;
+    return jobs().ResumeJob(c, r, &p);
+  });
   call("DeleteJob", [&](auto* c) {
     v1::DeleteJobRequest r;
     r.set_job_id(job);
@@ -277,6 +289,16 @@ TEST_F(SecurityTest, ATenantSeesAndTouchesOnlyItsOwnJobs) {
   s = jobs().CancelJob(ContextWithToken(b).get(), cancel, &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(s.error_message(), not_found);
+  v1::SuspendJobRequest suspend;
+  suspend.set_job_id(id);
+  s = jobs().SuspendJob(ContextWithToken(b).get(), suspend, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), not_found);
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(id);
+  s = jobs().ResumeJob(ContextWithToken(b).get(), resume, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), not_found);
   v1::DeleteJobRequest del;
   del.set_job_id(id);
   v1::DeleteJobResponse deleted;
@@ -345,12 +367,25 @@ TEST_F(SecurityTest, QueuedJobAndGpuQuotasAreEnforced) {
   const std::string spec = WriteSpec("a.yaml", MnistSpec{}.ToYaml());
   CommandResult r = Yard({"--token", a, "submit", spec});
   EXPECT_TRUE(CliFailedWith(r, 9, {"limit is 2"}));
-  // Room again once one leaves the queue.
+  // Room again once one leaves the queue: suspended, it does not count...
+  v1::SuspendJobRequest suspend;
+  suspend.set_job_id(first.job().id());
+  v1::Job job;
+  ASSERT_TRUE(jobs().SuspendJob(ContextWithToken(a).get(), suspend, &job).ok());
+  EXPECT_EQ(job.state(), v1::SUSPENDED);
+  EXPECT_TRUE(SubmitAs(a, MnistSpec{}.ToProto()).ok());
+  // ...and a resume that would overfill the queue is refused like a submit.
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(first.job().id());
+  EXPECT_TRUE(RpcFailedWith(
+      jobs().ResumeJob(ContextWithToken(a).get(), resume, &job),
+      grpc::StatusCode::RESOURCE_EXHAUSTED, {"team-a", "limit is 2"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"--token", a, "resume", first.job().id()}), 9,
+                            {"limit is 2"}));
   v1::CancelJobRequest cancel;
   cancel.set_job_id(first.job().id());
-  v1::Job job;
   ASSERT_TRUE(jobs().CancelJob(ContextWithToken(a).get(), cancel, &job).ok());
-  EXPECT_TRUE(SubmitAs(a, MnistSpec{}.ToProto()).ok());
+  EXPECT_EQ(job.state(), v1::CANCELLED) << "a suspended job cancels at once";
 
   // Bad quotas are refused with the field named.
   quota.set_max_gpus(-1);
