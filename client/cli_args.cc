@@ -30,6 +30,8 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "suspend") return Command::kSuspend;
   if (name == "resume") return Command::kResume;
   if (name == "delete") return Command::kDelete;
+  if (name == "checkpoints") return Command::kCheckpoints;
+  if (name == "download") return Command::kDownload;
   if (name == "workers") return Command::kWorkers;
   if (name == "token" || name == "tokens") return Command::kToken;
   if (name == "tenant" || name == "tenants") return Command::kTenant;
@@ -78,6 +80,9 @@ class ArgParser {
     if (!s.ok()) return s;
     if (out_.dry_run && out_.wait) {
       return Usage("--dry-run and --wait exclude each other");
+    }
+    if (out_.best && out_.step > 0) {
+      return Usage("--step and --best exclude each other");
     }
     return out_;
   }
@@ -182,6 +187,28 @@ class ArgParser {
       absl::StatusOr<std::string> v = Value(name, inline_v);
       if (!v.ok()) return v.status();
       out_.spec_overrides.push_back(*v);
+      return absl::OkStatus();
+    }
+    if (c == Command::kDownload && name == "--step") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      int64_t n = 0;
+      if (!absl::SimpleAtoi(*v, &n) || n < 1) {
+        return Usage(absl::StrCat(
+            "--step: must be a positive step number, got \"", *v, "\""));
+      }
+      out_.step = n;
+      return absl::OkStatus();
+    }
+    if (c == Command::kDownload && name == "--best") {
+      out_.best = true;
+      return no_value();
+    }
+    if (c == Command::kDownload && name == "--dir") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      if (v->empty()) return Usage("--dir: must not be empty");
+      out_.dir = *v;
       return absl::OkStatus();
     }
     if (c == Command::kLogs && (name == "-f" || name == "--follow")) {
@@ -388,6 +415,8 @@ class ArgParser {
       case Command::kSuspend:
       case Command::kResume:
       case Command::kDelete:
+      case Command::kCheckpoints:
+      case Command::kDownload:
         what = "job ID";
         target = &out_.job_id;
         break;
@@ -496,6 +525,11 @@ Commands:
   delete ID... [--keep-checkpoints]
                      delete ended jobs for good: their records, events, logs
                      and (unless --keep-checkpoints) their checkpoints
+  checkpoints ID     list the job's checkpoints (newest first)
+  download ID [--step N | --best] [--dir DIR]
+                     copy one of the job's checkpoints (default: the newest)
+                     from the server into DIR (default: ID-step-STEP), each
+                     file checked; yard-train sample/export read it
   workers            list workers and cluster capacity
 
 Admin commands (admin token):

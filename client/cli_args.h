@@ -28,6 +28,8 @@ enum class Command {
   kSuspend,
   kResume,
   kDelete,
+  kCheckpoints,  // checkpoints ID
+  kDownload,     // download ID
   kWorkers,
   kToken,    // token create|ls|revoke (admin)
   kTenant,   // tenant set|ls (admin)
@@ -67,6 +69,10 @@ struct CliArgs {
   int32_t tail_lines = 0;         // logs --tail N; 0: the whole log
   std::string reason;             // cancel/suspend --reason, drain --reason
   bool keep_checkpoints = false;  // delete --keep-checkpoints
+  // download
+  int64_t step = 0;   // --step N; 0: the newest
+  bool best = false;  // --best
+  std::string dir;    // --dir DIR; empty: <id>-step-<step>
   // drain, undrain
   std::string worker_id;
   bool keep_jobs = false;  // drain --keep-jobs

@@ -347,6 +347,35 @@ TEST(CliArgsTest, CancelSuspendResumeAndDeleteTakeSeveralIds) {
   EXPECT_EQ(Error({"get", "j-1", "j-2"}), "unexpected argument \"j-2\"");
 }
 
+TEST(CliArgsTest, CheckpointsAndDownload) {
+  CliArgs list = Parse({"checkpoints", "j-1"});
+  EXPECT_EQ(list.command, Command::kCheckpoints);
+  EXPECT_EQ(list.job_id, "j-1");
+  CliArgs d = Parse({"download", "j-1"});
+  EXPECT_EQ(d.command, Command::kDownload);
+  EXPECT_EQ(d.step, 0);
+  EXPECT_FALSE(d.best);
+  EXPECT_EQ(d.dir, "");
+  d = Parse({"download", "j-1", "--step", "500", "--dir=model"});
+  EXPECT_EQ(d.step, 500);
+  EXPECT_EQ(d.dir, "model");
+  EXPECT_TRUE(Parse({"download", "--best", "j-1"}).best);
+  EXPECT_EQ(Error({"download"}), "'download': missing job ID");
+  EXPECT_EQ(Error({"download", "j-1", "j-2"}), "unexpected argument \"j-2\"");
+  EXPECT_EQ(Error({"download", "j-1", "--step", "0"}),
+            "--step: must be a positive step number, got \"0\"");
+  EXPECT_EQ(Error({"download", "j-1", "--step", "x"}),
+            "--step: must be a positive step number, got \"x\"");
+  EXPECT_EQ(Error({"download", "j-1", "--step", "5", "--best"}),
+            "--step and --best exclude each other");
+  EXPECT_EQ(Error({"download", "j-1", "--dir", ""}),
+            "--dir: must not be empty");
+  EXPECT_EQ(Error({"download", "j-1", "--best=yes"}), "--best: takes no value");
+  EXPECT_EQ(Error({"checkpoints", "j-1", "--best"}),
+            "unknown flag \"--best\" for 'checkpoints'");
+  EXPECT_EQ(Error({"checkpoints"}), "'checkpoints': missing job ID");
+}
+
 TEST(CliArgsTest, BadDeleteCommandsAreUsageErrors) {
   EXPECT_EQ(Error({"delete"}), "'delete': missing job ID");
   EXPECT_EQ(Error({"delete", ""}), "'delete': empty job ID");

@@ -11,11 +11,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "client/checkpoint_download.h"
 #include "client/output_format.h"
 #include "client/sweep.h"
 #include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
 #include "spec/spec.h"
 #include "spec/spec_override.h"
 
@@ -211,6 +214,63 @@ int RunDelete(const CliArgs& args, JobClient& client, std::ostream& out,
     out << FormatDeleted(response, args.keep_checkpoints) << "\n";
     return absl::OkStatus();
   });
+}
+
+int RunCheckpoints(const CliArgs& args, JobClient& client, std::ostream& out,
+                   std::ostream& err) {
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> all =
+      client.ListCheckpoints(args.job_id);
+  if (!all.ok()) return ReportError(AboutJob(all.status(), args.job_id), err);
+  if (args.output == OutputFormat::kJson) {
+    v1::ListCheckpointsResponse response;
+    for (const v1::CheckpointInfo& c : *all) *response.add_checkpoints() = c;
+    out << ToJson(response, true) << "\n";
+  } else if (all->empty()) {
+    out << "job " << args.job_id << " has no checkpoint yet\n";
+  } else {
+    out << FormatCheckpointsTable(*all, absl::Now());
+  }
+  return kExitOk;
+}
+
+// Errors of the server keep their exit codes; a download that cannot be
+// written here, or whose files do not check out, exits 1 and leaves
+// nothing behind.
+int RunDownload(const CliArgs& args, JobClient& client, std::ostream& out,
+                std::ostream& err) {
+  v1::DownloadCheckpointRequest request;
+  request.set_job_id(args.job_id);
+  request.set_step(args.step);
+  request.set_best(args.best);
+  CheckpointDownload download(args.job_id, args.dir);
+  bool local = false;
+  absl::Status s =
+      client.DownloadCheckpoint(request, [&](const v1::CheckpointChunk& chunk) {
+        absl::Status added = download.Add(chunk);
+        local = !added.ok();
+        return added;
+      });
+  absl::StatusOr<DownloadedCheckpoint> done =
+      s.ok() ? download.Finish() : absl::StatusOr<DownloadedCheckpoint>(s);
+  if (!done.ok()) {
+    if (!local && !s.ok()) return ReportError(AboutJob(s, args.job_id), err);
+    ReportError(done.status(), err);
+    return kExitJobNotSucceeded;
+  }
+  if (args.output == OutputFormat::kJson) {
+    google::protobuf::Struct result;
+    auto& fields = *result.mutable_fields();
+    fields["job_id"].set_string_value(args.job_id);
+    fields["step"].set_number_value(static_cast<double>(done->step));
+    fields["dir"].set_string_value(done->dir);
+    fields["bytes"].set_number_value(static_cast<double>(done->bytes));
+    out << ToJson(result, true) << "\n";
+  } else {
+    out << "job " << args.job_id << " step " << done->step << " -> "
+        << done->dir << " (" << absl::StrJoin(done->files, ", ") << "; "
+        << FormatBytes(done->bytes) << ", checked against meta.json)\n";
+  }
+  return kExitOk;
 }
 
 int RunWorkers(const CliArgs& args, JobClient& client, std::ostream& out,
@@ -419,6 +479,10 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
       return RunCancel(args, client, out, err);
     case Command::kSuspend:
       return RunSuspend(args, client, out, err);
+    case Command::kCheckpoints:
+      return RunCheckpoints(args, client, out, err);
+    case Command::kDownload:
+      return RunDownload(args, client, out, err);
     case Command::kResume:
       return RunResume(args, client, out, err);
     case Command::kDelete:

@@ -303,6 +303,39 @@ absl::Status JobClient::Watch(
   }
 }
 
+absl::StatusOr<std::vector<v1::CheckpointInfo>> JobClient::ListCheckpoints(
+    const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::ListCheckpointsRequest request;
+  request.set_job_id(job_id);
+  v1::ListCheckpointsResponse response;
+  grpc::Status s = jobs_->ListCheckpoints(&context, request, &response);
+  if (!s.ok()) return Annotate(s);
+  return std::vector<v1::CheckpointInfo>(response.checkpoints().begin(),
+                                         response.checkpoints().end());
+}
+
+absl::Status JobClient::DownloadCheckpoint(
+    const v1::DownloadCheckpointRequest& request,
+    const std::function<absl::Status(const v1::CheckpointChunk&)>& on_chunk) {
+  grpc::ClientContext context;
+  Prepare(&context, /*stream=*/true);
+  auto reader = jobs_->DownloadCheckpoint(&context, request);
+  v1::CheckpointChunk chunk;
+  absl::Status stopped;
+  while (stopped.ok() && reader->Read(&chunk)) stopped = on_chunk(chunk);
+  if (!stopped.ok()) {
+    context.TryCancel();
+    while (reader->Read(&chunk)) {
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!stopped.ok()) return stopped;
+  if (!s.ok()) return Annotate(s);
+  return absl::OkStatus();
+}
+
 absl::Status JobClient::Logs(
     const std::string& job_id, int64_t offset, bool follow,
     const std::function<void(const v1::LogChunk&)>& on_chunk,

@@ -103,6 +103,16 @@ class JobClient {
       const std::function<void(const trainyard::v1::LogChunk&)>& on_chunk,
       int32_t tail_lines = 0);
 
+  // The job's checkpoints on the server, newest first.
+  absl::StatusOr<std::vector<trainyard::v1::CheckpointInfo>> ListCheckpoints(
+      const std::string& job_id);
+  // Streams the checkpoint `request` names to on_chunk, in order. A non-OK
+  // status from on_chunk ends the download and is returned as is.
+  absl::Status DownloadCheckpoint(
+      const trainyard::v1::DownloadCheckpointRequest& request,
+      const std::function<absl::Status(const trainyard::v1::CheckpointChunk&)>&
+          on_chunk);
+
   absl::StatusOr<trainyard::v1::ListWorkersResponse> ListWorkers();
   absl::StatusOr<trainyard::v1::ClusterStatus> GetClusterStatus();
   // Admin only: stop placing jobs on a worker and (unless keep_jobs) preempt

@@ -324,6 +324,17 @@ std::string FormatBytes(int64_t bytes) {
   return absl::StrFormat("%.1f %s", value, kUnits[unit]);
 }
 
+std::string FormatCheckpointsTable(
+    const std::vector<v1::CheckpointInfo>& checkpoints, absl::Time now) {
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::CheckpointInfo& c : checkpoints) {
+    rows.push_back({absl::StrCat(c.step()), FormatBytes(c.bytes()),
+                    FormatAge(FromProtoTime(c.save_time()), now),
+                    c.best() ? "best" : ""});
+  }
+  return FormatTable({"STEP", "SIZE", "SAVED", ""}, rows);
+}
+
 std::string FormatDeleted(const v1::DeleteJobResponse& response,
                           bool keep_checkpoints) {
   std::string line = absl::StrCat("deleted job ", response.job_id());

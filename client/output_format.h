@@ -69,6 +69,10 @@ std::string FormatSweepResults(
 // "512 B", "4.0 KiB", "1.2 GiB": binary units, one decimal past bytes.
 // Zero or negative: "0 B".
 std::string FormatBytes(int64_t bytes);
+// `yard checkpoints`: STEP, SIZE, SAVED (age), and "best" on the best one.
+std::string FormatCheckpointsTable(
+    const std::vector<trainyard::v1::CheckpointInfo>& checkpoints,
+    absl::Time now);
 
 // The line `yard delete` prints (no newline): "deleted job j-1 and its
 // checkpoints (/ckpt/j-1, 1.2 GiB)", else "deleted job j-1 (checkpoints

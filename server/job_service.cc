@@ -4,6 +4,7 @@
 #include "common/proto_time.h"
 #include "common/rpc_status.h"
 #include "common/status_macros.h"
+#include "server/checkpoint_access.h"
 #include "server/job_state.h"
 #include "spec/limits.h"
 
@@ -242,6 +243,40 @@ grpc::Status JobServiceImpl::GetJobLogs(
   return ToGrpcStatus(watcher_->StreamLog(
       request->job_id(), offset, request->follow(),
       [writer](const v1::LogChunk& c) { return writer->Write(c); },
+      [context] { return context->IsCancelled(); }));
+}
+
+grpc::Status JobServiceImpl::ListCheckpoints(
+    grpc::ServerContext* context, const v1::ListCheckpointsRequest* request,
+    v1::ListCheckpointsResponse* response) {
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
+  if (!record.ok()) return ToGrpcStatus(record.status());
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> all =
+      ListJobCheckpoints(record->job);
+  if (!all.ok()) return ToGrpcStatus(all.status());
+  for (v1::CheckpointInfo& c : *all) {
+    *response->add_checkpoints() = std::move(c);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::DownloadCheckpoint(
+    grpc::ServerContext* context, const v1::DownloadCheckpointRequest* request,
+    grpc::ServerWriter<v1::CheckpointChunk>* writer) {
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
+  if (!record.ok()) return ToGrpcStatus(record.status());
+  absl::StatusOr<int64_t> step = PickCheckpoint(record->job, *request);
+  if (!step.ok()) return ToGrpcStatus(step.status());
+  absl::StatusOr<TenantGate::StreamSlot> slot =
+      gate_->OpenStream(caller->tenant);
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
+  return ToGrpcStatus(StreamCheckpoint(
+      record->job, *step,
+      [writer](const v1::CheckpointChunk& c) { return writer->Write(c); },
       [context] { return context->IsCancelled(); }));
 }
 

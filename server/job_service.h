@@ -81,6 +81,13 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status GetJobLogs(grpc::ServerContext* context,
                           const v1::GetJobLogsRequest* request,
                           grpc::ServerWriter<v1::LogChunk>* writer) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* context,
+                               const v1::ListCheckpointsRequest* request,
+                               v1::ListCheckpointsResponse* response) override;
+  grpc::Status DownloadCheckpoint(
+      grpc::ServerContext* context,
+      const v1::DownloadCheckpointRequest* request,
+      grpc::ServerWriter<v1::CheckpointChunk>* writer) override;
 
  private:
   // The caller's job `job_id`: NOT_FOUND when it does not exist or belongs

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "common/read_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/harness.h"
@@ -262,6 +263,71 @@ TEST_F(LifecycleTest, ASweepRunsEveryCombinationAndTabulatesTheResults) {
       {"sweep job 1 of 2", "depends_on: job j-424242 not found"}));
   YARD_ASSIGN_OR_FAIL(all, ListAllJobs(jobs()));
   EXPECT_EQ(all.size(), 2u);
+}
+
+// A trained model leaves the cluster: `yard checkpoints` lists what the job
+// kept, and `yard download` copies the newest or the best one, checked,
+// byte for byte what the trainer wrote.
+TEST_F(LifecycleTest, CheckpointsAreListedAndDownloaded) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1"}).status());
+  v1::JobSpec spec = MnistSpec{.name = "keeper",
+                               .steps = 120,
+                               .checkpoint_every = 40,
+                               .eval_every = 40,
+                               .holdout = 500}
+                         .ToProto();
+  spec.mutable_checkpoint()->set_keep_best(true);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse sub, Submit(spec));
+  const std::string id = sub.job().id();
+  EXPECT_TRUE(CliFailedWith(Yard({"download", id, "--best"}),
+                            YardExit::kFailedPrecondition,
+                            {"has no best checkpoint"}))
+      << "no best before the job has ended";
+  YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  ASSERT_FALSE(done.result().best_checkpoint_path().empty());
+
+  CommandResult list = Yard({"checkpoints", id});
+  ASSERT_EQ(list.exit_code(), YardExit::kOk) << list.DebugString();
+  EXPECT_THAT(list.out, HasSubstr("STEP"));
+  EXPECT_THAT(list.out, ContainsRegex("\n120 +[0-9.]+ KiB"));
+  EXPECT_THAT(list.out, ContainsRegex(absl::StrCat(
+                            "\n", done.result().best_step(), " .*best\n")));
+
+  const std::string newest = dir().path() + "/newest";
+  CommandResult get = Yard({"download", id, "--dir", newest});
+  ASSERT_EQ(get.exit_code(), YardExit::kOk) << get.DebugString();
+  EXPECT_THAT(get.out, HasSubstr(absl::StrCat("job ", id, " step 120 -> ")));
+  for (const char* file : {"meta.json", "model.safetensors"}) {
+    YARD_ASSIGN_OR_FAIL(std::string copy,
+                        ReadWholeFile(newest + "/" + file, int64_t{1} << 30));
+    YARD_ASSIGN_OR_FAIL(
+        std::string original,
+        ReadWholeFile(done.result().checkpoint_path() + "/" + file,
+                      int64_t{1} << 30));
+    EXPECT_TRUE(copy == original) << file;
+  }
+  const std::string best = dir().path() + "/best";
+  CommandResult get_best = Yard({"download", id, "--best", "--dir", best});
+  ASSERT_EQ(get_best.exit_code(), YardExit::kOk) << get_best.DebugString();
+  YARD_ASSIGN_OR_FAIL(
+      std::string best_copy,
+      ReadWholeFile(best + "/model.safetensors", int64_t{1} << 30));
+  YARD_ASSIGN_OR_FAIL(
+      std::string best_original,
+      ReadWholeFile(done.result().best_checkpoint_path() + "/model.safetensors",
+                    int64_t{1} << 30));
+  EXPECT_TRUE(best_copy == best_original);
+
+  // Bad requests: exit codes and one line each; nothing is written.
+  EXPECT_TRUE(CliFailedWith(Yard({"download", id, "--dir", newest}), 1,
+                            {"already exists"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"download", id, "--step", "7"}),
+                            YardExit::kNotFound,
+                            {"no checkpoint of step 7", "120"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"download", "j-424242"}), YardExit::kNotFound,
+                            {"j-424242 not found"}));
 }
 
 }  // namespace

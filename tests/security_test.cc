@@ -157,6 +157,21 @@ std::vector<std::pair<std::string, grpc::Status>> SecurityTest::CallEverything(
     v1::DeleteJobResponse p;
     return jobs().DeleteJob(c, r, &p);
   });
+  call("ListCheckpoints", [&](auto* c) {
+    v1::ListCheckpointsRequest r;
+    r.set_job_id(job);
+    v1::ListCheckpointsResponse p;
+    return jobs().ListCheckpoints(c, r, &p);
+  });
+  call("DownloadCheckpoint", [&](auto* c) {
+    v1::DownloadCheckpointRequest r;
+    r.set_job_id(job);
+    auto reader = jobs().DownloadCheckpoint(c, r);
+    v1::CheckpointChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  });
   out.emplace_back("WatchJob", FinishWatch(jobs(), token, job));
   out.emplace_back("GetJobLogs", FinishLogs(jobs(), token, job));
   call("ListWorkers", [&](auto* c) {
@@ -289,6 +304,14 @@ TEST_F(SecurityTest, ATenantSeesAndTouchesOnlyItsOwnJobs) {
   s = jobs().CancelJob(ContextWithToken(b).get(), cancel, &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(s.error_message(), not_found);
+  v1::ListCheckpointsRequest checkpoints;
+  checkpoints.set_job_id(id);
+  v1::ListCheckpointsResponse listed;
+  s = jobs().ListCheckpoints(ContextWithToken(b).get(), checkpoints, &listed);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), not_found);
+  CommandResult download = Yard({"--token", b, "download", id});
+  EXPECT_TRUE(CliFailedWith(download, 4, {not_found}));
   v1::SuspendJobRequest suspend;
   suspend.set_job_id(id);
   s = jobs().SuspendJob(ContextWithToken(b).get(), suspend, &job);

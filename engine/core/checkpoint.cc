@@ -34,17 +34,6 @@ std::string JoinPath(const std::string& dir, absl::string_view name) {
   return (fs::path(dir) / std::string(name)).string();
 }
 
-// Parses "step-<digits>"; -1 otherwise.
-int64_t StepFromDirName(absl::string_view name) {
-  if (!absl::StartsWith(name, "step-") || name.size() == 5) return -1;
-  int64_t step = -1;
-  for (char c : name.substr(5)) {
-    if (c < '0' || c > '9') return -1;
-  }
-  if (!absl::SimpleAtoi(name.substr(5), &step)) return -1;
-  return step;
-}
-
 Json TensorList(const std::vector<HostTensor>& tensors) {
   Json list = Json::MakeArray();
   for (const HostTensor& t : tensors) {
@@ -264,6 +253,38 @@ absl::StatusOr<Checkpoint> VerifyTensors(const ParsedMeta& meta,
 }
 
 }  // namespace
+
+absl::StatusOr<TensorsFileRecord> ReadTensorsFileRecord(
+    absl::string_view meta_json) {
+  absl::StatusOr<ParsedMeta> meta = ParseMeta(meta_json);
+  if (!meta.ok()) {
+    // A newer format keeps its code; anything else is a broken file.
+    return absl::Status(absl::IsFailedPrecondition(meta.status())
+                            ? meta.status().code()
+                            : absl::StatusCode::kDataLoss,
+                        absl::StrCat("meta.json: ", meta.status().message()));
+  }
+  TensorsFileRecord out;
+  out.step = meta->meta.step;
+  out.bytes = meta->file_bytes;
+  if (meta->file_crc.size() != 8 ||
+      !absl::SimpleHexAtoi(meta->file_crc, &out.crc32)) {
+    return absl::DataLossError(absl::StrCat("meta.json: tensors_file.crc32 \"",
+                                            meta->file_crc,
+                                            "\" is not 8 hex digits"));
+  }
+  return out;
+}
+
+int64_t StepFromDirName(absl::string_view name) {
+  if (!absl::StartsWith(name, "step-") || name.size() == 5) return -1;
+  int64_t step = -1;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return -1;
+  }
+  if (!absl::SimpleAtoi(name.substr(5), &step)) return -1;
+  return step;
+}
 
 std::string CheckpointDirName(int64_t step) {
   return absl::StrFormat("step-%08d", step);

@@ -61,6 +61,9 @@ struct Checkpoint {
 
 // "step-00001234"
 std::string CheckpointDirName(int64_t step);
+// The step of a checkpoint directory's name ("step-<digits>"); -1 for any
+// other name.
+int64_t StepFromDirName(absl::string_view name);
 
 // Writes root/step-NNNNNNNN atomically (creating root if needed) and returns
 // its path. An existing checkpoint of the same step is replaced.
@@ -80,6 +83,21 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 absl::StatusOr<Checkpoint> ParseCheckpoint(absl::string_view meta_json,
                                            absl::string_view tensors,
                                            const std::string& dir);
+
+// What a checkpoint's meta.json records of its model.safetensors: enough
+// to check a copy of the checkpoint (e.g. one downloaded) while it is
+// written, without holding the tensors in memory.
+struct TensorsFileRecord {
+  int64_t step = 0;
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+// DATA_LOSS naming what is wrong when `meta_json` is not a valid meta.json
+// (the same checks ReadCheckpoint makes of it); FAILED_PRECONDITION for a
+// newer version.
+absl::StatusOr<TensorsFileRecord> ReadTensorsFileRecord(
+    absl::string_view meta_json);
 
 struct CheckpointEntry {
   int64_t step = 0;

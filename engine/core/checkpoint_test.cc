@@ -2,12 +2,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 
 #include "absl/strings/match.h"
 #include "engine/core/file_io.h"
 #include "engine/core/rng.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
@@ -40,6 +42,29 @@ class CheckpointTest : public ::testing::Test {
 
   std::string root_;
 };
+
+TEST_F(CheckpointTest, TheTensorsRecordOfMetaJsonChecksACopy) {
+  absl::StatusOr<std::string> path = WriteCheckpoint(root_, Sample(77));
+  ASSERT_TRUE(path.ok()) << path.status();
+  std::ifstream meta_in(*path + "/meta.json", std::ios::binary);
+  const std::string meta((std::istreambuf_iterator<char>(meta_in)),
+                         std::istreambuf_iterator<char>());
+  std::ifstream tensors_in(*path + "/model.safetensors", std::ios::binary);
+  const std::string tensors((std::istreambuf_iterator<char>(tensors_in)),
+                            std::istreambuf_iterator<char>());
+  absl::StatusOr<TensorsFileRecord> record = ReadTensorsFileRecord(meta);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->step, 77);
+  EXPECT_EQ(record->bytes, static_cast<int64_t>(tensors.size()));
+  EXPECT_EQ(record->crc32, Crc32(0, tensors));
+  absl::StatusOr<TensorsFileRecord> bad = ReadTensorsFileRecord("{\"x\": 1}");
+  EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::StartsWith("meta.json: "));
+  EXPECT_EQ(StepFromDirName("step-00000077"), 77);
+  EXPECT_EQ(StepFromDirName("step-"), -1);
+  EXPECT_EQ(StepFromDirName(".tmp-step-00000077"), -1);
+}
 
 TEST_F(CheckpointTest, RoundTripsEverything) {
   absl::StatusOr<std::string> path = WriteCheckpoint(root_, Sample(1234));

@@ -1,0 +1,211 @@
+#include "server/checkpoint_access.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+#include "engine/core/checkpoint.h"
+
+namespace trainyard::server {
+namespace {
+
+// meta.json first: a client can check model.safetensors against it as the
+// bytes arrive.
+constexpr const char* kFiles[] = {engine::kCheckpointMetaFile,
+                                  engine::kCheckpointTensorsFile};
+
+// Closes a descriptor when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+std::string Errno(int err) { return std::strerror(err); }
+
+// The job's checkpoint directory, opened without following a symlink; an
+// invalid Fd when it does not exist (the job has not checkpointed).
+absl::StatusOr<Fd> OpenJobDir(const v1::Job& job) {
+  if (job.checkpoint_dir().empty()) return Fd();
+  Fd dir(open(job.checkpoint_dir().c_str(),
+              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dir.ok() || errno == ENOENT) return dir;
+  return absl::InternalError(absl::StrCat("job ", job.id(),
+                                          ": cannot open its checkpoint "
+                                          "directory: ",
+                                          Errno(errno)));
+}
+
+absl::Status Missing(const v1::Job& job, int64_t step) {
+  return absl::AbortedError(absl::StrCat(
+      "job ", job.id(), ": checkpoint step ", step,
+      " was removed (checkpoint.keep_last) before it could be sent; ask for "
+      "it again, or for a newer one"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::CheckpointInfo>> ListJobCheckpoints(
+    const v1::Job& job) {
+  std::vector<v1::CheckpointInfo> out;
+  ASSIGN_OR_RETURN(Fd root, OpenJobDir(job));
+  if (!root.ok()) return out;
+  // fdopendir takes the descriptor it is given: hand it a copy.
+  DIR* dir = fdopendir(dup(root.get()));
+  if (dir == nullptr) {
+    return absl::InternalError(absl::StrCat(
+        "job ", job.id(), ": cannot list its checkpoints: ", Errno(errno)));
+  }
+  const int64_t best = job.result().best_step();
+  const bool has_best = !job.result().best_checkpoint_path().empty();
+  while (const dirent* e = readdir(dir)) {
+    const int64_t step = engine::StepFromDirName(e->d_name);
+    if (step < 0) continue;
+    Fd step_dir(openat(root.get(), e->d_name,
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!step_dir.ok()) continue;  // a symlink, or pruned meanwhile
+    v1::CheckpointInfo info;
+    info.set_step(step);
+    bool complete = true;
+    for (const char* name : kFiles) {
+      struct stat st;
+      if (fstatat(step_dir.get(), name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISREG(st.st_mode)) {
+        complete = false;
+        break;
+      }
+      info.set_bytes(info.bytes() + st.st_size);
+      if (std::string(name) == engine::kCheckpointMetaFile) {
+        *info.mutable_save_time() =
+            ToProtoTime(absl::TimeFromTimespec(st.st_mtim));
+      }
+    }
+    if (!complete) continue;
+    info.set_best(has_best && step == best);
+    out.push_back(std::move(info));
+  }
+  closedir(dir);
+  std::sort(out.begin(), out.end(),
+            [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) {
+              return a.step() > b.step();
+            });
+  return out;
+}
+
+absl::StatusOr<int64_t> PickCheckpoint(
+    const v1::Job& job, const v1::DownloadCheckpointRequest& request) {
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: must be >= 0, got ", request.step()));
+  }
+  if (request.best() && request.step() > 0) {
+    return absl::InvalidArgumentError("step and best: give one or the other");
+  }
+  if (request.best() && job.result().best_checkpoint_path().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id(),
+                     " has no best checkpoint: one is named when a job with "
+                     "checkpoint.keep_best ends"));
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::CheckpointInfo> all,
+                   ListJobCheckpoints(job));
+  if (all.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", job.id(), " has no checkpoint yet"));
+  }
+  const int64_t want =
+      request.best() ? job.result().best_step() : request.step();
+  if (want == 0) return all.front().step();
+  for (const v1::CheckpointInfo& c : all) {
+    if (c.step() == want) return want;
+  }
+  std::vector<int64_t> steps;
+  for (const v1::CheckpointInfo& c : all) steps.push_back(c.step());
+  return absl::NotFoundError(
+      absl::StrCat("job ", job.id(), " has no checkpoint of step ", want,
+                   " (it has steps ", absl::StrJoin(steps, ", "), ")"));
+}
+
+absl::Status StreamCheckpoint(
+    const v1::Job& job, int64_t step,
+    const std::function<bool(const v1::CheckpointChunk&)>& write,
+    const std::function<bool()>& cancelled) {
+  ASSIGN_OR_RETURN(Fd root, OpenJobDir(job));
+  if (!root.ok()) return Missing(job, step);
+  const std::string dir_name = engine::CheckpointDirName(step);
+  Fd step_dir(openat(root.get(), dir_name.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!step_dir.ok()) return Missing(job, step);
+  // Both files open before anything is sent: the copy is of one
+  // checkpoint even if the trainer prunes it meanwhile.
+  std::vector<std::pair<Fd, int64_t>> files;
+  for (const char* name : kFiles) {
+    Fd f(openat(step_dir.get(), name,
+                O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st;
+    if (!f.ok() && errno == ELOOP) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job.id(), ": ", dir_name, "/", name,
+                       " is a symbolic link; it is not sent"));
+    }
+    if (!f.ok() || fstat(f.get(), &st) != 0) return Missing(job, step);
+    if (!S_ISREG(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job.id(), ": ", dir_name, "/", name,
+                       " is not a regular file"));
+    }
+    files.emplace_back(std::move(f), st.st_size);
+  }
+  std::string buffer;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& [fd, size] = files[i];
+    int64_t offset = 0;
+    do {
+      if (cancelled()) return absl::CancelledError("the client went away");
+      const int64_t n = std::min(kCheckpointChunkBytes, size - offset);
+      buffer.resize(static_cast<size_t>(n));
+      int64_t got = 0;
+      while (got < n) {
+        const ssize_t r = pread(fd.get(), buffer.data() + got,
+                                static_cast<size_t>(n - got), offset + got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          return absl::InternalError(absl::StrCat(
+              "job ", job.id(), ": reading ", dir_name, "/", kFiles[i], ": ",
+              r < 0 ? Errno(errno) : "the file got shorter"));
+        }
+        got += r;
+      }
+      v1::CheckpointChunk chunk;
+      chunk.set_step(step);
+      chunk.set_file(kFiles[i]);
+      chunk.set_file_size(size);
+      chunk.set_offset(offset);
+      chunk.set_data(std::move(buffer));
+      if (!write(chunk)) return absl::CancelledError("the client went away");
+      buffer.clear();
+      offset += n;
+    } while (offset < size);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard::server

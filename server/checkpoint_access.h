@@ -1,0 +1,52 @@
+// Clients' read access to a job's checkpoints on the server's checkpoint
+// root (ListCheckpoints, DownloadCheckpoint): list them, pick one, stream its
+// files.
+//
+// The directories are written by jobs, which a server must not trust: every
+// path is opened relative to the one before with O_NOFOLLOW (the job's
+// directory, the step-* directory, each file), so a symlink planted by a
+// job cannot make the server read anything outside its checkpoints. Only
+// the engine's two checkpoint files are sent, each opened before the first
+// byte goes out: a checkpoint the trainer prunes (checkpoint.keep_last)
+// while it streams is still sent whole, from the open files.
+#ifndef TRAINYARD_SERVER_CHECKPOINT_ACCESS_H_
+#define TRAINYARD_SERVER_CHECKPOINT_ACCESS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainyard/v1/jobs.pb.h"
+
+namespace trainyard::server {
+
+// The most bytes one CheckpointChunk carries.
+inline constexpr int64_t kCheckpointChunkBytes = int64_t{1} << 20;
+
+// The job's checkpoints, newest first; the best (job.result().best_step)
+// marked. Empty when it has none yet.
+absl::StatusOr<std::vector<v1::CheckpointInfo>> ListJobCheckpoints(
+    const v1::Job& job);
+
+// The step of the checkpoint `request` asks for (the newest, a step, or
+// the best). INVALID_ARGUMENT for a negative step or step with best;
+// NOT_FOUND naming the steps there are; FAILED_PRECONDITION for best when
+// the job has named none.
+absl::StatusOr<int64_t> PickCheckpoint(
+    const v1::Job& job, const v1::DownloadCheckpointRequest& request);
+
+// Sends the checkpoint of `step` through `write` in CheckpointChunks
+// (meta.json first). `write` returning false (the client went away) or
+// `cancelled` returning true ends it with CANCELLED. ABORTED when the
+// checkpoint was removed before its files were open.
+absl::Status StreamCheckpoint(
+    const v1::Job& job, int64_t step,
+    const std::function<bool(const v1::CheckpointChunk&)>& write,
+    const std::function<bool()>& cancelled);
+
+}  // namespace trainyard::server
+
+#endif  // TRAINYARD_SERVER_CHECKPOINT_ACCESS_H_

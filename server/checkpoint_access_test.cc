@@ -1,0 +1,237 @@
+// Listing, picking and streaming a job's checkpoints from real directories,
+// including ones a hostile job could plant (symlinks) and one pruned while
+// it streams.
+#include "server/checkpoint_access.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/test_dir.h"
+
+namespace trainyard::server {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+class CheckpointAccessTest : public ::testing::Test {
+ protected:
+  CheckpointAccessTest() {
+    job_.set_id("j-000007");
+    job_.set_checkpoint_dir(dir_.File("ckpt/j-000007"));
+  }
+
+  // A step-N directory with a meta.json and a model.safetensors of `bytes`.
+  std::string AddCheckpoint(int64_t step, const std::string& tensors,
+                            const std::string& meta = "{\"step\": 1}") {
+    const std::string d = absl::StrCat(job_.checkpoint_dir(), "/step-",
+                                       absl::StrFormat("%08d", step));
+    fs::create_directories(d);
+    WriteFile(d + "/meta.json", meta);
+    WriteFile(d + "/model.safetensors", tensors);
+    return d;
+  }
+
+  std::vector<int64_t> Steps() {
+    absl::StatusOr<std::vector<v1::CheckpointInfo>> all =
+        ListJobCheckpoints(job_);
+    EXPECT_TRUE(all.ok()) << all.status();
+    std::vector<int64_t> steps;
+    if (all.ok()) {
+      for (const auto& c : *all) steps.push_back(c.step());
+    }
+    return steps;
+  }
+
+  absl::StatusOr<int64_t> Pick(int64_t step, bool best = false) {
+    v1::DownloadCheckpointRequest r;
+    r.set_step(step);
+    r.set_best(best);
+    return PickCheckpoint(job_, r);
+  }
+
+  // Every chunk of a stream of `step`.
+  absl::Status Stream(int64_t step, std::vector<v1::CheckpointChunk>& out,
+                      const std::function<void()>& after_first = nullptr) {
+    return StreamCheckpoint(
+        job_, step,
+        [&](const v1::CheckpointChunk& c) {
+          out.push_back(c);
+          if (out.size() == 1 && after_first) after_first();
+          return true;
+        },
+        [] { return false; });
+  }
+
+  TestDir dir_;
+  v1::Job job_;
+};
+
+TEST_F(CheckpointAccessTest, ListsNewestFirstWithSizesAndTheBest) {
+  AddCheckpoint(100, std::string(1000, 'a'), "{}");
+  AddCheckpoint(300, std::string(3000, 'c'), "{}");
+  AddCheckpoint(200, std::string(2000, 'b'), "{}");
+  job_.mutable_result()->set_best_step(200);
+  job_.mutable_result()->set_best_checkpoint_path("x");
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> all =
+      ListJobCheckpoints(job_);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].step(), 300);
+  EXPECT_EQ((*all)[0].bytes(), 3002);
+  EXPECT_GT((*all)[0].save_time().seconds(), 0);
+  EXPECT_FALSE((*all)[0].best());
+  EXPECT_EQ((*all)[1].step(), 200);
+  EXPECT_TRUE((*all)[1].best());
+  EXPECT_EQ((*all)[2].step(), 100);
+}
+
+TEST_F(CheckpointAccessTest, OnlyWholeCheckpointDirectoriesCount) {
+  AddCheckpoint(10, "t");
+  // Not checkpoints: a half-written one, a leftover temp dir, other names,
+  // a symlink to another job's checkpoint.
+  fs::create_directories(job_.checkpoint_dir() + "/step-00000020");
+  WriteFile(job_.checkpoint_dir() + "/step-00000020/meta.json", "{}");
+  fs::create_directories(job_.checkpoint_dir() + "/.tmp-step-00000030");
+  fs::create_directories(job_.checkpoint_dir() + "/step-x");
+  const std::string elsewhere = dir_.File("other");
+  fs::create_directories(elsewhere);
+  WriteFile(elsewhere + "/meta.json", "{}");
+  WriteFile(elsewhere + "/model.safetensors", "secret");
+  fs::create_directory_symlink(elsewhere,
+                               job_.checkpoint_dir() + "/step-00000040");
+  EXPECT_THAT(Steps(), ElementsAre(10));
+}
+
+TEST_F(CheckpointAccessTest, AJobWithoutCheckpointsListsNone) {
+  EXPECT_TRUE(Steps().empty()) << "the directory does not exist yet";
+  job_.clear_checkpoint_dir();
+  EXPECT_TRUE(Steps().empty()) << "the job never ran";
+  absl::StatusOr<int64_t> none = Pick(0);
+  EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
+  EXPECT_EQ(none.status().message(), "job j-000007 has no checkpoint yet");
+}
+
+TEST_F(CheckpointAccessTest, APlantedSymlinkForTheJobDirectoryIsNotFollowed) {
+  const std::string elsewhere = dir_.File("elsewhere");
+  fs::create_directories(elsewhere + "/step-00000005");
+  WriteFile(elsewhere + "/step-00000005/meta.json", "{}");
+  WriteFile(elsewhere + "/step-00000005/model.safetensors", "x");
+  fs::create_directories(dir_.File("ckpt"));
+  fs::create_directory_symlink(elsewhere, job_.checkpoint_dir());
+  EXPECT_FALSE(ListJobCheckpoints(job_).ok());
+  std::vector<v1::CheckpointChunk> chunks;
+  EXPECT_FALSE(Stream(5, chunks).ok());
+  EXPECT_TRUE(chunks.empty());
+}
+
+TEST_F(CheckpointAccessTest, PicksTheNewestAStepOrTheBest) {
+  AddCheckpoint(100, "a");
+  AddCheckpoint(200, "b");
+  EXPECT_EQ(*Pick(0), 200);
+  EXPECT_EQ(*Pick(100), 100);
+  absl::StatusOr<int64_t> missing = Pick(150);
+  EXPECT_TRUE(absl::IsNotFound(missing.status()));
+  EXPECT_EQ(missing.status().message(),
+            "job j-000007 has no checkpoint of step 150 (it has steps 200, "
+            "100)");
+  absl::StatusOr<int64_t> best = Pick(0, true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(best.status())) << best.status();
+  EXPECT_THAT(best.status().message(), HasSubstr("checkpoint.keep_best"));
+  job_.mutable_result()->set_best_step(100);
+  job_.mutable_result()->set_best_checkpoint_path("x");
+  EXPECT_EQ(*Pick(0, true), 100);
+  EXPECT_TRUE(absl::IsInvalidArgument(Pick(100, true).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Pick(-1).status()));
+}
+
+TEST_F(CheckpointAccessTest, StreamsMetaFirstThenTheTensorsInChunks) {
+  std::string tensors(2 * kCheckpointChunkBytes + 5, '\0');
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i] = char(i * 7);
+  AddCheckpoint(300, tensors, "{\"meta\": true}");
+  std::vector<v1::CheckpointChunk> chunks;
+  ASSERT_TRUE(Stream(300, chunks).ok());
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0].file(), "meta.json");
+  EXPECT_EQ(chunks[0].data(), "{\"meta\": true}");
+  std::string got;
+  for (size_t i = 1; i < chunks.size(); ++i) {
+    EXPECT_EQ(chunks[i].step(), 300);
+    EXPECT_EQ(chunks[i].file(), "model.safetensors");
+    EXPECT_EQ(chunks[i].file_size(), static_cast<int64_t>(tensors.size()));
+    EXPECT_EQ(chunks[i].offset(), static_cast<int64_t>(got.size()));
+    got += chunks[i].data();
+  }
+  EXPECT_TRUE(got == tensors);
+}
+
+TEST_F(CheckpointAccessTest, AnEmptyFileIsOneChunkWithoutData) {
+  AddCheckpoint(1, "", "{}");
+  std::vector<v1::CheckpointChunk> chunks;
+  ASSERT_TRUE(Stream(1, chunks).ok());
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[1].file(), "model.safetensors");
+  EXPECT_EQ(chunks[1].file_size(), 0);
+  EXPECT_TRUE(chunks[1].data().empty());
+}
+
+TEST_F(CheckpointAccessTest, ACheckpointPrunedWhileStreamingIsSentWhole) {
+  const std::string tensors(3 * kCheckpointChunkBytes, 'w');
+  const std::string d = AddCheckpoint(50, tensors);
+  std::vector<v1::CheckpointChunk> chunks;
+  ASSERT_TRUE(Stream(50, chunks, [&] { fs::remove_all(d); }).ok());
+  int64_t bytes = 0;
+  for (const auto& c : chunks) {
+    if (c.file() == "model.safetensors") bytes += c.data().size();
+  }
+  EXPECT_EQ(bytes, static_cast<int64_t>(tensors.size()));
+  // Gone before it was opened: ABORTED, to be asked again.
+  chunks.clear();
+  absl::Status gone = Stream(50, chunks);
+  EXPECT_TRUE(absl::IsAborted(gone)) << gone;
+  EXPECT_THAT(gone.message(), HasSubstr("ask for it again"));
+}
+
+TEST_F(CheckpointAccessTest, ASymlinkedFileIsRefusedNotFollowed) {
+  const std::string d = AddCheckpoint(9, "t");
+  const std::string secret = dir_.File("secret");
+  WriteFile(secret, "private key");
+  fs::remove(d + "/model.safetensors");
+  fs::create_symlink(secret, d + "/model.safetensors");
+  std::vector<v1::CheckpointChunk> chunks;
+  absl::Status s = Stream(9, chunks);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("symbolic link"));
+  EXPECT_TRUE(chunks.empty()) << "nothing is sent before every file is open";
+  EXPECT_TRUE(Steps().empty()) << "nor is it listed";
+}
+
+TEST_F(CheckpointAccessTest, AClientThatGoesAwayEndsTheStream) {
+  AddCheckpoint(2, std::string(3 * kCheckpointChunkBytes, 'x'));
+  int writes = 0;
+  absl::Status s = StreamCheckpoint(
+      job_, 2, [&](const v1::CheckpointChunk&) { return ++writes < 2; },
+      [] { return false; });
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  EXPECT_EQ(writes, 2);
+  s = StreamCheckpoint(
+      job_, 2, [](const v1::CheckpointChunk&) { return true; },
+      [] { return true; });
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+}
+
+}  // namespace
+}  // namespace trainyard::server
