@@ -194,7 +194,7 @@ absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
           [&](JobRecord& r,
               std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
             before = r.job.state();
-            RETURN_IF_ERROR(CheckCancellable(r.job));
+            RETURN_IF_ERROR(CheckNotEnded(r.job));
             if (before == v1::QUEUED || before == v1::SCHEDULED ||
                 before == v1::SUSPENDED) {
               held_by = WorkersOf(r);

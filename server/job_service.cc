@@ -139,38 +139,32 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
-                                       const v1::CancelJobRequest* request,
-                                       v1::Job* response) {
-  if (absl::Status s = CallerSeeing(*context, request->job_id()).status();
-      !s.ok()) {
+grpc::Status JobServiceImpl::StopJob(const grpc::ServerContext& context,
+                                     const std::string& job_id,
+                                     const std::string& reason, StopFn stop,
+                                     v1::Job* response) {
+  if (absl::Status s = CallerSeeing(context, job_id).status(); !s.ok()) {
     return ToGrpcStatus(s);
   }
-  if (absl::Status s = CheckReason(request->reason()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  absl::StatusOr<v1::Job> job =
-      lifecycle_->Cancel(request->job_id(), request->reason());
+  if (absl::Status s = CheckReason(reason); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<v1::Job> job = (lifecycle_->*stop)(job_id, reason);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
+                                       const v1::CancelJobRequest* request,
+                                       v1::Job* response) {
+  return StopJob(*context, request->job_id(), request->reason(),
+                 &JobLifecycle::Cancel, response);
+}
+
 grpc::Status JobServiceImpl::SuspendJob(grpc::ServerContext* context,
                                         const v1::SuspendJobRequest* request,
                                         v1::Job* response) {
-  if (absl::Status s = CallerSeeing(*context, request->job_id()).status();
-      !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  if (absl::Status s = CheckReason(request->reason()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  absl::StatusOr<v1::Job> job =
-      lifecycle_->Suspend(request->job_id(), request->reason());
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  *response = std::move(*job);
-  return grpc::Status::OK;
+  return StopJob(*context, request->job_id(), request->reason(),
+                 &JobLifecycle::Suspend, response);
 }
 
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* context,

@@ -90,6 +90,13 @@ class JobServiceImpl final : public v1::JobService::Service {
       grpc::ServerWriter<v1::CheckpointChunk>* writer) override;
 
  private:
+  using StopFn = absl::StatusOr<v1::Job> (JobLifecycle::*)(
+      const std::string& job_id, const std::string& reason);
+  // CancelJob and SuspendJob: the caller's job, a reason of bounded
+  // length, then `stop` (JobLifecycle::Cancel or Suspend).
+  grpc::Status StopJob(const grpc::ServerContext& context,
+                       const std::string& job_id, const std::string& reason,
+                       StopFn stop, v1::Job* response);
   // The caller's job `job_id`: NOT_FOUND when it does not exist or belongs
   // to another tenant (the same message either way).
   absl::StatusOr<JobRecord> VisibleJob(const Caller& caller,

@@ -136,7 +136,7 @@ absl::Duration TimeHeld(const v1::Job& job, absl::Time now) {
   return held;
 }
 
-absl::Status CheckCancellable(const v1::Job& job) {
+absl::Status CheckNotEnded(const v1::Job& job) {
   if (!IsTerminal(job.state())) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "job ", job.id(), " is already ", JobStateName(job.state())));

@@ -58,8 +58,9 @@ absl::StatusOr<v1::StateChange> StartAttempt(v1::Job& job,
                                              std::string worker_id,
                                              absl::Time now);
 
-// FAILED_PRECONDITION "job j-.. is already SUCCEEDED" for a terminal job.
-absl::Status CheckCancellable(const v1::Job& job);
+// FAILED_PRECONDITION "job j-.. is already SUCCEEDED" for a terminal job
+// (what cancel and suspend refuse).
+absl::Status CheckNotEnded(const v1::Job& job);
 
 // How long the job's attempts have held workers (each from its assignment
 // to its end, the open one up to `now`): what spec.time_limit_s limits.

@@ -98,9 +98,9 @@ TEST(JobStateTest, RejectedTransitionLeavesJobUntouched) {
 
 TEST(JobStateTest, CancellingATerminalJobNamesItsState) {
   v1::Job job = NewJob();
-  EXPECT_TRUE(CheckCancellable(job).ok());
+  EXPECT_TRUE(CheckNotEnded(job).ok());
   job.set_state(v1::SUCCEEDED);
-  absl::Status s = CheckCancellable(job);
+  absl::Status s = CheckNotEnded(job);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), "job j-000001 is already SUCCEEDED");
 }

@@ -24,11 +24,7 @@ absl::StatusOr<v1::Job> JobLifecycle::Suspend(const std::string& job_id,
           [&](JobRecord& r,
               std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
             before = r.job.state();
-            if (IsTerminal(before)) {
-              return absl::FailedPreconditionError(
-                  absl::StrCat("job ", job_id, " has already ended (",
-                               JobStateName(before), ")"));
-            }
+            RETURN_IF_ERROR(CheckNotEnded(r.job));
             if (r.cancel_requested()) {
               return absl::FailedPreconditionError(
                   absl::StrCat("job ", job_id, " is being cancelled"));

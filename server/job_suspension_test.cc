@@ -205,7 +205,7 @@ TEST_F(JobSuspensionTest, RefusalsNameTheJobAndItsState) {
   ASSERT_TRUE(lifecycle_->Cancel(queued, "").ok());
   absl::StatusOr<v1::Job> s = lifecycle_->Suspend(queued, "");
   EXPECT_TRUE(absl::IsFailedPrecondition(s.status())) << s.status();
-  EXPECT_THAT(s.status().message(), HasSubstr("has already ended (CANCELLED)"));
+  EXPECT_THAT(s.status().message(), HasSubstr("is already CANCELLED"));
 
   FakeWorker& w = Connect("w1");
   const std::string running = RunJobOn(w);
