@@ -1,29 +1,23 @@
 #include "client/checkpoint_download.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/read_file.h"
 #include "common/status_macros.h"
 #include "engine/core/checkpoint.h"
-#include "engine/core/file_io.h"
 
 namespace trainyard::client {
 namespace {
 
 namespace v1 = ::trainyard::v1;
 
-// What a checkpoint may hold: a few files, meta.json small (as the engine
-// reads it), the tensors at most what the engine reads.
+// A checkpoint holds a few files, none larger than the engine reads.
 constexpr size_t kMaxFiles = 16;
-constexpr int64_t kMaxMetaBytes = int64_t{16} << 20;
-constexpr int64_t kMaxFileBytes = int64_t{64} << 30;
 
 bool PlainFileName(const std::string& name) {
   return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
@@ -31,24 +25,15 @@ bool PlainFileName(const std::string& name) {
          name.find('\0') == std::string::npos;
 }
 
-std::string Errno() { return std::strerror(errno); }
-
 }  // namespace
 
 CheckpointDownload::CheckpointDownload(std::string job_id, std::string dir)
     : job_id_(std::move(job_id)), dir_(std::move(dir)) {}
 
 CheckpointDownload::~CheckpointDownload() {
-  if (!finished_) Remove();
-}
-
-void CheckpointDownload::Remove() {
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
-  if (!made_dir_) return;
-  for (const std::string& f : files_) unlink((dir_ + "/" + f).c_str());
-  rmdir(dir_.c_str());
-  made_dir_ = false;
+  file_.reset();
+  // The directory was made by this download: all of it goes.
+  if (!finished_ && made_dir_) engine::RemoveTree(dir_).IgnoreError();
 }
 
 absl::Status CheckpointDownload::Start(const v1::CheckpointChunk& chunk) {
@@ -59,31 +44,32 @@ absl::Status CheckpointDownload::Start(const v1::CheckpointChunk& chunk) {
   }
   if (dir_.empty()) dir_ = absl::StrCat(job_id_, "-step-", step_);
   if (mkdir(dir_.c_str(), 0755) != 0) {
-    return absl::FailedPreconditionError(
-        errno == EEXIST ? absl::StrCat(dir_,
-                                       " already exists: name a new directory "
-                                       "with --dir")
-                        : absl::StrCat("cannot make ", dir_, ": ", Errno()));
+    if (errno == EEXIST) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir_, " already exists: name a new directory with --dir"));
+    }
+    const absl::Status s = ErrnoStatus("cannot make", dir_, errno);
+    return absl::FailedPreconditionError(s.message());
   }
   made_dir_ = true;
   return absl::OkStatus();
 }
 
 absl::Status CheckpointDownload::CloseFile() {
-  if (fd_ < 0) return absl::OkStatus();
-  const std::string name = files_.back();
-  if (written_ != size_) {
-    return absl::DataLossError(absl::StrCat(
-        name, ": the server sent ", written_, " of its ", size_, " bytes"));
+  if (!file_.has_value()) return absl::OkStatus();
+  const std::string& name = files_.back();
+  const int64_t written = file_->bytes_written();
+  if (written != size_) {
+    return absl::DataLossError(absl::StrCat(name, ": the server sent ", written,
+                                            " of its ", size_, " bytes"));
   }
-  const bool synced = fsync(fd_) == 0;
-  const bool closed = close(fd_) == 0;
-  fd_ = -1;
-  if (!synced || !closed) {
-    return absl::InternalError(
-        absl::StrCat("writing ", dir_, "/", name, ": ", Errno()));
+  if (name == engine::kCheckpointTensorsFile) {
+    tensors_bytes_ = written;
+    tensors_crc_ = file_->crc32();
   }
-  return absl::OkStatus();
+  const absl::Status closed = file_->Close();
+  file_.reset();
+  return closed;
 }
 
 absl::Status CheckpointDownload::Add(const v1::CheckpointChunk& chunk) {
@@ -93,8 +79,7 @@ absl::Status CheckpointDownload::Add(const v1::CheckpointChunk& chunk) {
                                             step_, " to ", chunk.step()));
   }
   const std::string& name = chunk.file();
-  const bool next_file = files_.empty() || name != files_.back();
-  if (next_file) {
+  if (files_.empty() || name != files_.back()) {
     RETURN_IF_ERROR(CloseFile());
     if (!PlainFileName(name)) {
       return absl::DataLossError(absl::StrCat("the server sent a file named \"",
@@ -105,55 +90,37 @@ absl::Status CheckpointDownload::Add(const v1::CheckpointChunk& chunk) {
       return absl::DataLossError(
           absl::StrCat("the server sent more than ", kMaxFiles, " files"));
     }
-    const int64_t limit =
-        name == engine::kCheckpointMetaFile ? kMaxMetaBytes : kMaxFileBytes;
+    const int64_t limit = name == engine::kCheckpointMetaFile
+                              ? engine::kMaxCheckpointMetaBytes
+                              : engine::kMaxCheckpointTensorsBytes;
     if (chunk.file_size() < 0 || chunk.file_size() > limit) {
       return absl::DataLossError(absl::StrCat(name, ": a size of ",
                                               chunk.file_size(),
                                               " bytes (at most ", limit, ")"));
     }
     for (const std::string& f : files_) {
-      if (f == name) {
+      if (f == name)
         return absl::DataLossError(absl::StrCat(name, ": sent twice"));
-      }
     }
-    const std::string path = absl::StrCat(dir_, "/", name);
-    fd_ = open(path.c_str(),
-               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot create ", path, ": ", Errno()));
-    }
+    ASSIGN_OR_RETURN(engine::DurableFileWriter writer,
+                     engine::DurableFileWriter::Create(
+                         absl::StrCat(dir_, "/", name), /*must_be_new=*/true));
+    file_.emplace(std::move(writer));
     files_.push_back(name);
     size_ = chunk.file_size();
-    written_ = 0;
   }
   const std::string& data = chunk.data();
   const int64_t n = static_cast<int64_t>(data.size());
-  if (chunk.file_size() != size_ || chunk.offset() != written_ ||
-      n > size_ - written_ || (n == 0 && size_ > 0)) {
+  const int64_t written = file_->bytes_written();
+  if (chunk.file_size() != size_ || chunk.offset() != written ||
+      n > size_ - written || (n == 0 && size_ > 0)) {
     return absl::DataLossError(absl::StrCat(
         name, ": a chunk of ", n, " bytes at offset ", chunk.offset(), " of ",
-        chunk.file_size(), " does not follow the ", written_,
+        chunk.file_size(), " does not follow the ", written,
         " bytes received of ", size_));
   }
-  for (int64_t done = 0; done < n;) {
-    const ssize_t w =
-        write(fd_, data.data() + done, static_cast<size_t>(n - done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      return absl::InternalError(
-          absl::StrCat("writing ", dir_, "/", name, ": ", Errno()));
-    }
-    done += w;
-  }
-  if (name == engine::kCheckpointMetaFile) {
-    meta_.append(data);
-  } else if (name == engine::kCheckpointTensorsFile) {
-    tensors_crc_ = engine::Crc32(tensors_crc_, data);
-    tensors_bytes_ = written_ + n;
-  }
-  written_ += n;
+  RETURN_IF_ERROR(file_->Append(data));
+  if (name == engine::kCheckpointMetaFile) meta_.append(data);
   total_ += n;
   return absl::OkStatus();
 }
@@ -180,12 +147,7 @@ absl::StatusOr<DownloadedCheckpoint> CheckpointDownload::Finish() {
         engine::kCheckpointTensorsFile, tensors_bytes_, tensors_crc_,
         record.bytes, record.crc32));
   }
-  const int dir_fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0 || fsync(dir_fd) != 0) {
-    if (dir_fd >= 0) close(dir_fd);
-    return absl::InternalError(absl::StrCat("syncing ", dir_, ": ", Errno()));
-  }
-  close(dir_fd);
+  RETURN_IF_ERROR(engine::SyncDirectory(dir_));
   finished_ = true;
   return DownloadedCheckpoint{dir_, step_, files_, total_};
 }

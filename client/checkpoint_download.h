@@ -8,11 +8,13 @@
 #define TRAINYARD_CLIENT_CHECKPOINT_DOWNLOAD_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/core/file_io.h"
 #include "trainyard/v1/jobs.pb.h"
 
 namespace trainyard::client {
@@ -37,7 +39,7 @@ class CheckpointDownload {
 
   // FAILED_PRECONDITION when the directory exists or cannot be made;
   // DATA_LOSS naming the problem for a chunk out of order or that does not
-  // fit; INTERNAL for a failed write.
+  // fit; a failed write as ErrnoStatus says (common/read_file.h).
   absl::Status Add(const trainyard::v1::CheckpointChunk& chunk);
   // After the last chunk: DATA_LOSS when a file is missing or incomplete, or
   // model.safetensors does not match meta.json. The files are synced.
@@ -46,7 +48,6 @@ class CheckpointDownload {
  private:
   absl::Status Start(const trainyard::v1::CheckpointChunk& chunk);
   absl::Status CloseFile();
-  void Remove();
 
   const std::string job_id_;
   std::string dir_;
@@ -54,13 +55,13 @@ class CheckpointDownload {
   bool finished_ = false;
   int64_t step_ = -1;
   std::vector<std::string> files_;
-  int fd_ = -1;  // the file being written
-  int64_t size_ = 0;
-  int64_t written_ = 0;
+  std::optional<engine::DurableFileWriter> file_;  // the one being written
+  int64_t size_ = 0;                               // its whole size
   int64_t total_ = 0;
   std::string meta_;  // meta.json, kept to check the tensors against
+  // model.safetensors once written whole: its size (-1: not yet) and CRC.
+  int64_t tensors_bytes_ = -1;
   uint32_t tensors_crc_ = 0;
-  int64_t tensors_bytes_ = -1;  // -1: not received
 };
 
 }  // namespace trainyard::client

@@ -243,17 +243,15 @@ int RunDownload(const CliArgs& args, JobClient& client, std::ostream& out,
   request.set_step(args.step);
   request.set_best(args.best);
   CheckpointDownload download(args.job_id, args.dir);
-  bool local = false;
+  absl::Status local;  // the first chunk this end could not take
   absl::Status s =
       client.DownloadCheckpoint(request, [&](const v1::CheckpointChunk& chunk) {
-        absl::Status added = download.Add(chunk);
-        local = !added.ok();
-        return added;
+        return local = download.Add(chunk);
       });
+  if (!s.ok() && local.ok()) return ReportError(AboutJob(s, args.job_id), err);
   absl::StatusOr<DownloadedCheckpoint> done =
       s.ok() ? download.Finish() : absl::StatusOr<DownloadedCheckpoint>(s);
   if (!done.ok()) {
-    if (!local && !s.ok()) return ReportError(AboutJob(s, args.job_id), err);
     ReportError(done.status(), err);
     return kExitJobNotSucceeded;
   }

@@ -25,11 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// meta.json holds the tensor list (tens of bytes per tensor) and at most a
-// char tokenizer's vocabulary (under 10 MB for all of Unicode).
-constexpr int64_t kMaxMetaBytes = int64_t{16} << 20;
-constexpr int64_t kMaxTensorFileBytes = int64_t{64} << 30;
-
 std::string JoinPath(const std::string& dir, absl::string_view name) {
   return (fs::path(dir) / std::string(name)).string();
 }
@@ -328,13 +323,13 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   const std::string tensors_path = JoinPath(path, kCheckpointTensorsFile);
   RETURN_IF_ERROR(RefuseSymlink(meta_path));
   absl::StatusOr<std::string> meta_text =
-      ReadWholeFile(meta_path, kMaxMetaBytes);
+      ReadWholeFile(meta_path, kMaxCheckpointMetaBytes);
   if (!meta_text.ok()) return InFile(meta_path, meta_text.status());
   // meta.json first: a bad one is reported without reading the big file.
   ASSIGN_OR_RETURN(ParsedMeta meta, ParseMetaFile(*meta_text, path, meta_path));
   RETURN_IF_ERROR(RefuseSymlink(tensors_path));
   absl::StatusOr<std::string> bytes =
-      ReadWholeFile(tensors_path, kMaxTensorFileBytes);
+      ReadWholeFile(tensors_path, kMaxCheckpointTensorsBytes);
   if (!bytes.ok()) return InFile(tensors_path, bytes.status());
   return VerifyTensors(meta, *bytes, tensors_path);
 }
@@ -343,10 +338,10 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(absl::string_view meta_json,
                                            absl::string_view tensors,
                                            const std::string& dir) {
   const std::string meta_path = JoinPath(dir, kCheckpointMetaFile);
-  if (static_cast<int64_t>(meta_json.size()) > kMaxMetaBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(meta_path, ": ", meta_json.size(),
-                     " bytes, more than the limit of ", kMaxMetaBytes));
+  if (static_cast<int64_t>(meta_json.size()) > kMaxCheckpointMetaBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        meta_path, ": ", meta_json.size(), " bytes, more than the limit of ",
+        kMaxCheckpointMetaBytes));
   }
   ASSIGN_OR_RETURN(ParsedMeta meta, ParseMetaFile(meta_json, dir, meta_path));
   return VerifyTensors(meta, tensors, JoinPath(dir, kCheckpointTensorsFile));

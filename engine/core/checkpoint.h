@@ -37,6 +37,11 @@ inline constexpr char kCheckpointMagic[] = "trainyard-checkpoint";
 inline constexpr int kCheckpointVersion = 1;
 inline constexpr char kCheckpointTensorsFile[] = "model.safetensors";
 inline constexpr char kCheckpointMetaFile[] = "meta.json";
+// The largest files a checkpoint is read with. meta.json holds the tensor
+// list (tens of bytes per tensor) and at most a char tokenizer's vocabulary
+// (under 10 MB for all of Unicode).
+inline constexpr int64_t kMaxCheckpointMetaBytes = int64_t{16} << 20;
+inline constexpr int64_t kMaxCheckpointTensorsBytes = int64_t{64} << 30;
 
 struct CheckpointMeta {
   int64_t step = 0;

@@ -31,8 +31,9 @@ uint32_t Crc32(uint32_t crc, absl::string_view data) {
 }
 
 absl::StatusOr<DurableFileWriter> DurableFileWriter::Create(
-    const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const std::string& path, bool must_be_new) {
+  const int mode = must_be_new ? O_EXCL | O_NOFOLLOW : O_TRUNC;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | mode | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("cannot create", path, errno);
   return DurableFileWriter(path, fd);
 }

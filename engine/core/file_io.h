@@ -15,12 +15,15 @@
 
 namespace trainyard::engine {
 
-// Writes a new file (replacing any) and keeps a running CRC-32 of what was
-// written. Close() fsyncs; a writer destroyed without Close() leaves a file
-// that must not be trusted (its directory is a temp dir in practice).
+// Writes a new file (replacing any, unless `must_be_new`: then a file or
+// symlink already at `path` is an error) and keeps a running CRC-32 of
+// what was written. Close() fsyncs; a writer destroyed without Close()
+// leaves a file that must not be trusted (its directory is a temp dir in
+// practice).
 class DurableFileWriter {
  public:
-  static absl::StatusOr<DurableFileWriter> Create(const std::string& path);
+  static absl::StatusOr<DurableFileWriter> Create(const std::string& path,
+                                                  bool must_be_new = false);
   DurableFileWriter(DurableFileWriter&& other) noexcept;
   DurableFileWriter& operator=(DurableFileWriter&&) = delete;
   ~DurableFileWriter();
