@@ -33,21 +33,15 @@ absl::Status JobNotFound(const std::string& job_id) {
 
 }  // namespace
 
-absl::StatusOr<JobRecord> JobServiceImpl::VisibleJob(
-    const Caller& caller, const std::string& job_id) const {
+absl::StatusOr<JobServiceImpl::CallersJob> JobServiceImpl::JobOfCaller(
+    const grpc::ServerContext& context, const std::string& job_id) const {
+  ASSIGN_OR_RETURN(Caller caller, auth_->ForClient(context));
   RETURN_IF_ERROR(RequireJobId(job_id));
   ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
   if (!caller.is_admin() && record.job.tenant() != caller.tenant) {
     return JobNotFound(job_id);
   }
-  return record;
-}
-
-absl::StatusOr<Caller> JobServiceImpl::CallerSeeing(
-    const grpc::ServerContext& context, const std::string& job_id) const {
-  ASSIGN_OR_RETURN(Caller caller, auth_->ForClient(context));
-  RETURN_IF_ERROR(VisibleJob(caller, job_id).status());
-  return caller;
+  return CallersJob{std::move(caller), std::move(record)};
 }
 
 void JobServiceImpl::FillOutputFields(v1::Job& job) const {
@@ -61,8 +55,8 @@ void JobServiceImpl::FillOutputFields(v1::Job& job) const {
 
 absl::StatusOr<TenantGate::StreamSlot> JobServiceImpl::OpenJobStream(
     const grpc::ServerContext& context, const std::string& job_id) {
-  ASSIGN_OR_RETURN(Caller caller, CallerSeeing(context, job_id));
-  return gate_->OpenStream(caller.tenant);
+  ASSIGN_OR_RETURN(CallersJob seen, JobOfCaller(context, job_id));
+  return gate_->OpenStream(seen.caller.tenant);
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
@@ -70,10 +64,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        v1::SubmitJobResponse* response) {
   absl::StatusOr<Caller> caller = auth_->ForClient(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<SubmitResult> result =
-      gate_->Submit(caller->tenant, *request, [&] {
-        return lifecycle_->Submit(*request, caller->tenant);
-      });
+  absl::StatusOr<SubmitResult> result = gate_->Submit(
+      caller->tenant, *request,
+      [&] { return lifecycle_->Submit(*request, caller->tenant); });
   if (!result.ok()) {
     // A dry run refused is not a submission refused.
     if (on_submit_rejected_ && !request->validate_only()) {
@@ -89,11 +82,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context,
                                     const v1::GetJobRequest* request,
                                     v1::Job* response) {
-  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
-  if (!record.ok()) return ToGrpcStatus(record.status());
-  *response = std::move(record->job);
+  absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
+  if (!seen.ok()) return ToGrpcStatus(seen.status());
+  *response = std::move(seen->record.job);
   FillOutputFields(*response);
   return grpc::Status::OK;
 }
@@ -109,9 +100,9 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
   query.tenant = request->tenant();
   if (!caller->is_admin()) {
     if (!query.tenant.empty() && query.tenant != caller->tenant) {
-      return ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat(
-          "tenant: a token of tenant ", caller->tenant,
-          " cannot list the jobs of another tenant")));
+      return ToGrpcStatus(absl::PermissionDeniedError(
+          absl::StrCat("tenant: a token of tenant ", caller->tenant,
+                       " cannot list the jobs of another tenant")));
     }
     query.tenant = caller->tenant;
   }
@@ -143,7 +134,7 @@ grpc::Status JobServiceImpl::StopJob(const grpc::ServerContext& context,
                                      const std::string& job_id,
                                      const std::string& reason, StopFn stop,
                                      v1::Job* response) {
-  if (absl::Status s = CallerSeeing(context, job_id).status(); !s.ok()) {
+  if (absl::Status s = JobOfCaller(context, job_id).status(); !s.ok()) {
     return ToGrpcStatus(s);
   }
   if (absl::Status s = CheckReason(reason); !s.ok()) return ToGrpcStatus(s);
@@ -170,12 +161,10 @@ grpc::Status JobServiceImpl::SuspendJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* context,
                                        const v1::ResumeJobRequest* request,
                                        v1::Job* response) {
-  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
-  if (!record.ok()) return ToGrpcStatus(record.status());
+  absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
+  if (!seen.ok()) return ToGrpcStatus(seen.status());
   // Back in the queue, it counts against its tenant's max_queued_jobs.
-  absl::StatusOr<v1::Job> job = gate_->Resume(record->job.tenant(), [&] {
+  absl::StatusOr<v1::Job> job = gate_->Resume(seen->record.job.tenant(), [&] {
     return lifecycle_->Resume(request->job_id());
   });
   if (!job.ok()) return ToGrpcStatus(job.status());
@@ -187,7 +176,7 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::DeleteJob(grpc::ServerContext* context,
                                        const v1::DeleteJobRequest* request,
                                        v1::DeleteJobResponse* response) {
-  if (absl::Status s = CallerSeeing(*context, request->job_id()).status();
+  if (absl::Status s = JobOfCaller(*context, request->job_id()).status();
       !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -201,9 +190,9 @@ grpc::Status JobServiceImpl::DeleteJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
-                                      const v1::WatchJobRequest* request,
-                                      grpc::ServerWriter<v1::JobEvent>* writer) {
+grpc::Status JobServiceImpl::WatchJob(
+    grpc::ServerContext* context, const v1::WatchJobRequest* request,
+    grpc::ServerWriter<v1::JobEvent>* writer) {
   absl::StatusOr<TenantGate::StreamSlot> slot =
       OpenJobStream(*context, request->job_id());
   if (!slot.ok()) return ToGrpcStatus(slot.status());
@@ -243,12 +232,10 @@ grpc::Status JobServiceImpl::GetJobLogs(
 grpc::Status JobServiceImpl::ListCheckpoints(
     grpc::ServerContext* context, const v1::ListCheckpointsRequest* request,
     v1::ListCheckpointsResponse* response) {
-  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
-  if (!record.ok()) return ToGrpcStatus(record.status());
+  absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
+  if (!seen.ok()) return ToGrpcStatus(seen.status());
   absl::StatusOr<std::vector<v1::CheckpointInfo>> all =
-      ListJobCheckpoints(record->job);
+      ListJobCheckpoints(seen->record.job);
   if (!all.ok()) return ToGrpcStatus(all.status());
   for (v1::CheckpointInfo& c : *all) {
     *response->add_checkpoints() = std::move(c);
@@ -259,17 +246,15 @@ grpc::Status JobServiceImpl::ListCheckpoints(
 grpc::Status JobServiceImpl::DownloadCheckpoint(
     grpc::ServerContext* context, const v1::DownloadCheckpointRequest* request,
     grpc::ServerWriter<v1::CheckpointChunk>* writer) {
-  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<JobRecord> record = VisibleJob(*caller, request->job_id());
-  if (!record.ok()) return ToGrpcStatus(record.status());
-  absl::StatusOr<int64_t> step = PickCheckpoint(record->job, *request);
+  absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
+  if (!seen.ok()) return ToGrpcStatus(seen.status());
+  absl::StatusOr<int64_t> step = PickCheckpoint(seen->record.job, *request);
   if (!step.ok()) return ToGrpcStatus(step.status());
   absl::StatusOr<TenantGate::StreamSlot> slot =
-      gate_->OpenStream(caller->tenant);
+      gate_->OpenStream(seen->caller.tenant);
   if (!slot.ok()) return ToGrpcStatus(slot.status());
   return ToGrpcStatus(StreamCheckpoint(
-      record->job, *step,
+      seen->record.job, *step,
       [writer](const v1::CheckpointChunk& c) { return writer->Write(c); },
       [context] { return context->IsCancelled(); }));
 }

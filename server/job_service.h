@@ -97,14 +97,15 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status StopJob(const grpc::ServerContext& context,
                        const std::string& job_id, const std::string& reason,
                        StopFn stop, v1::Job* response);
-  // The caller's job `job_id`: NOT_FOUND when it does not exist or belongs
-  // to another tenant (the same message either way).
-  absl::StatusOr<JobRecord> VisibleJob(const Caller& caller,
-                                       const std::string& job_id) const;
-  // Authenticates the caller and checks the job is visible to it; returns
-  // the caller.
-  absl::StatusOr<Caller> CallerSeeing(const grpc::ServerContext& context,
-                                      const std::string& job_id) const;
+  struct CallersJob {
+    Caller caller;
+    JobRecord record;
+  };
+  // Authenticates the caller and reads its job `job_id`: NOT_FOUND when it
+  // does not exist or belongs to another tenant (the same message either
+  // way).
+  absl::StatusOr<CallersJob> JobOfCaller(const grpc::ServerContext& context,
+                                         const std::string& job_id) const;
   // Fills the output-only fields GetJob and ListJobs add to a stored job:
   // its queue position and its delete time.
   void FillOutputFields(v1::Job& job) const;
