@@ -384,10 +384,14 @@ absl::Status Trainer::EvaluateAndReport() {
   return absl::OkStatus();
 }
 
+bool Trainer::EvaluatedThisStep() const {
+  return leader() && last_eval_step_ == step_ && last_eval_.examples > 0;
+}
+
 absl::Status Trainer::AfterEvaluation(bool* new_best) {
   if (!early_stopping_.enabled()) return absl::OkStatus();
   bool stop = false;
-  if (leader() && last_eval_step_ == step_ && last_eval_.examples > 0) {
+  if (EvaluatedThisStep()) {
     const EarlyStopping::Verdict verdict =
         early_stopping_.Observe(step_, last_eval_.loss);
     stop = verdict.stop;
@@ -461,8 +465,7 @@ absl::Status Trainer::Finish() {
     RETURN_IF_ERROR(EvaluateAndReport());
     // The final evaluation may be the best one (only keep_best cares: the
     // run ends here either way).
-    if (config_.checkpoint.keep_best && leader() && last_eval_step_ == step_ &&
-        last_eval_.examples > 0) {
+    if (config_.checkpoint.keep_best && EvaluatedThisStep()) {
       early_stopping_.Observe(step_, last_eval_.loss);
     }
   }

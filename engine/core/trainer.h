@@ -164,6 +164,9 @@ class Trainer {
   absl::Status Restore(const std::string& path, const Checkpoint& ckpt);
   void ReportProgress(double lr, double grad_norm);
   absl::Status EvaluateAndReport();
+  // This rank evaluated the current step on a non-empty set (rank 0 only):
+  // there is a loss for early stopping to observe.
+  bool EvaluatedThisStep() const;
   // After a periodic evaluation: whether early stopping ends the run here,
   // agreed by all ranks; sets *new_best when it was the best so far (rank
   // 0 only).
