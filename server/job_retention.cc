@@ -4,50 +4,22 @@
 #include <optional>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "common/time_text.h"
 
 namespace trainyard::server {
 
 absl::StatusOr<absl::Duration> ParseRetention(const std::string& value) {
   if (value == "0") return absl::ZeroDuration();
-  auto invalid = [&value](const char* why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "retention \"", value, "\": ", why,
-        " (expected a whole number with a unit d, h, m or s, e.g. 7d or 36h; "
-        "0 keeps jobs forever)"));
-  };
-  if (value.size() < 2) return invalid("no unit");
-  absl::Duration unit;
-  switch (value.back()) {
-    case 'd':
-      unit = absl::Hours(24);
-      break;
-    case 'h':
-      unit = absl::Hours(1);
-      break;
-    case 'm':
-      unit = absl::Minutes(1);
-      break;
-    case 's':
-      unit = absl::Seconds(1);
-      break;
-    default:
-      return invalid("unknown unit");
-  }
-  const std::string number = value.substr(0, value.size() - 1);
-  int64_t n = 0;
-  if (number.find_first_not_of("0123456789") != std::string::npos ||
-      !absl::SimpleAtoi(number, &n)) {
-    return invalid("not a whole number");
-  }
-  if (n > absl::ToInt64Seconds(kMaxJobRetention) ||
-      n * unit > kMaxJobRetention) {
-    return invalid("longer than 3650d");
-  }
-  return n * unit;
+  absl::StatusOr<absl::Duration> d =
+      ParseWholeDuration(value, kMaxJobRetention);
+  if (d.ok()) return d;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "retention \"", value, "\": ", d.status().message(),
+      " (expected a whole number with a unit d, h, m or s, e.g. 7d or 36h; "
+      "0 keeps jobs forever)"));
 }
 
 JobRetention::JobRetention(JobStore* store, JobLifecycle* lifecycle,
