@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "server/attempt_usage.h"
 #include "server/job_state.h"
 
 namespace trainyard::server {
@@ -276,6 +277,10 @@ absl::StatusOr<JobRecord> JobLifecycle::Assign(
           add_grants(p.shares, part->mutable_gpu_grants());
           attempt->add_more_workers(p.worker_id);
         }
+        const Holding held =
+            PlacementHolding(r.job, static_cast<int64_t>(r.gpu_indices.size()));
+        attempt->set_gpu_milli(held.gpu_milli);
+        attempt->set_cpu_slots(held.cpu_slots);
         return true;
       });
 }

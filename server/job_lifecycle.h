@@ -86,6 +86,9 @@ class JobLifecycle {
   JobLifecycle(JobStore* store, WorkerRegistry* workers, Clock* clock,
                JobLifecycleOptions options);
 
+  // The clock the job states are stamped with.
+  Clock* clock() const { return clock_; }
+
   // Called after any change that may let the scheduler place a job.
   void set_scheduler_wake(std::function<void()> wake) {
     wake_scheduler_ = std::move(wake);

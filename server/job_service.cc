@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "server/checkpoint_access.h"
 #include "server/job_state.h"
+#include "server/usage_report.h"
 #include "spec/limits.h"
 
 namespace trainyard::server {
@@ -42,6 +43,17 @@ absl::StatusOr<JobServiceImpl::CallersJob> JobServiceImpl::JobOfCaller(
     return JobNotFound(job_id);
   }
   return CallersJob{std::move(caller), std::move(record)};
+}
+
+absl::StatusOr<std::string> JobServiceImpl::TenantFilter(
+    const Caller& caller, const std::string& requested, const char* what) {
+  if (caller.is_admin()) return requested;
+  if (!requested.empty() && requested != caller.tenant) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("tenant: a token of tenant ", caller.tenant, " cannot ",
+                     what, " of another tenant"));
+  }
+  return caller.tenant;
 }
 
 void JobServiceImpl::FillOutputFields(v1::Job& job) const {
@@ -97,15 +109,10 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
   ListJobsQuery query;
   query.page_size = request->page_size();
   query.page_token = request->page_token();
-  query.tenant = request->tenant();
-  if (!caller->is_admin()) {
-    if (!query.tenant.empty() && query.tenant != caller->tenant) {
-      return ToGrpcStatus(absl::PermissionDeniedError(
-          absl::StrCat("tenant: a token of tenant ", caller->tenant,
-                       " cannot list the jobs of another tenant")));
-    }
-    query.tenant = caller->tenant;
-  }
+  absl::StatusOr<std::string> tenant =
+      TenantFilter(*caller, request->tenant(), "list the jobs");
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
+  query.tenant = *std::move(tenant);
   if (static_cast<int64_t>(request->name_contains().size()) >
       spec::kMaxNameLength) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -257,6 +264,24 @@ grpc::Status JobServiceImpl::DownloadCheckpoint(
       seen->record.job, *step,
       [writer](const v1::CheckpointChunk& c) { return writer->Write(c); },
       [context] { return context->IsCancelled(); }));
+}
+
+grpc::Status JobServiceImpl::GetUsage(grpc::ServerContext* context,
+                                      const v1::GetUsageRequest* request,
+                                      v1::UsageReport* response) {
+  absl::StatusOr<Caller> caller = auth_->ForClient(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  const absl::Time now = lifecycle_->clock()->Now();
+  absl::StatusOr<UsageQuery> query = UsageQueryOf(*request, now);
+  if (!query.ok()) return ToGrpcStatus(query.status());
+  absl::StatusOr<std::string> tenant =
+      TenantFilter(*caller, request->tenant(), "see the usage");
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
+  query->tenant = *std::move(tenant);
+  absl::StatusOr<v1::UsageReport> report = ReportUsage(*store_, *query, now);
+  if (!report.ok()) return ToGrpcStatus(report.status());
+  *response = *std::move(report);
+  return grpc::Status::OK;
 }
 
 }  // namespace trainyard::server

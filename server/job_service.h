@@ -5,8 +5,9 @@
 // Tenancy: a tenant token sees, watches, reads the logs of and cancels only
 // its own tenant's jobs. Another tenant's job answers NOT_FOUND with the
 // very message of a job that does not exist, so its existence, state and
-// spec do not leak; an admin token sees every job. ListJobs for another
-// tenant is PERMISSION_DENIED (tenant names are not secret, jobs are).
+// spec do not leak; an admin token sees every job. ListJobs and GetUsage
+// for another tenant are PERMISSION_DENIED (tenant names are not secret,
+// jobs are).
 // Thread-safe (gRPC calls it from many threads; every callee is
 // thread-safe).
 #ifndef TRAINYARD_SERVER_JOB_SERVICE_H_
@@ -88,6 +89,9 @@ class JobServiceImpl final : public v1::JobService::Service {
       grpc::ServerContext* context,
       const v1::DownloadCheckpointRequest* request,
       grpc::ServerWriter<v1::CheckpointChunk>* writer) override;
+  grpc::Status GetUsage(grpc::ServerContext* context,
+                        const v1::GetUsageRequest* request,
+                        v1::UsageReport* response) override;
 
  private:
   using StopFn = absl::StatusOr<v1::Job> (JobLifecycle::*)(
@@ -106,6 +110,12 @@ class JobServiceImpl final : public v1::JobService::Service {
   // way).
   absl::StatusOr<CallersJob> JobOfCaller(const grpc::ServerContext& context,
                                          const std::string& job_id) const;
+  // The tenant whose jobs a ListJobs or GetUsage asking for `requested`
+  // covers: an admin's as asked (empty: every tenant), a tenant token's
+  // always its own (PERMISSION_DENIED naming another).
+  static absl::StatusOr<std::string> TenantFilter(const Caller& caller,
+                                                  const std::string& requested,
+                                                  const char* what);
   // Fills the output-only fields GetJob and ListJobs add to a stored job:
   // its queue position and its delete time.
   void FillOutputFields(v1::Job& job) const;

@@ -83,6 +83,24 @@ CREATE INDEX jobs_by_end ON jobs (end_ms) WHERE end_ms > 0;
 constexpr char kNameColumn[] = R"sql(
 ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT '';
 )sql";
+// Version 5 keeps the usage of every ended attempt (server/attempt_usage.h)
+// in a table of its own, which outlives the job's deletion, for GetUsage.
+// Filled in from the records on upgrade.
+constexpr char kAttemptUsageTable[] = R"sql(
+CREATE TABLE attempt_usage (
+  job_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  tenant TEXT NOT NULL,
+  job_name TEXT NOT NULL,
+  start_ms INTEGER NOT NULL,
+  end_ms INTEGER NOT NULL,
+  gpu_milli INTEGER NOT NULL,
+  cpu_slots INTEGER NOT NULL,
+  outcome INTEGER NOT NULL,
+  PRIMARY KEY (job_id, attempt)
+) WITHOUT ROWID;
+CREATE INDEX attempt_usage_by_end ON attempt_usage (end_ms);
+)sql";
 constexpr int64_t kOldestUpgradable = 1;
 
 // The end_ms column of a job: when it ended (its end time, or its last
@@ -244,6 +262,7 @@ absl::Status JobStore::InitSchema() {
     if (fresh || version < 2) RETURN_IF_ERROR(db_->Exec(kDrainsTable));
     if (fresh || version < 3) RETURN_IF_ERROR(db_->Exec(kEndTimeColumn));
     if (fresh || version < 4) RETURN_IF_ERROR(db_->Exec(kNameColumn));
+    if (fresh || version < 5) RETURN_IF_ERROR(db_->Exec(kAttemptUsageTable));
     if (!fresh) RETURN_IF_ERROR(FillDerivedColumns());
     return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
   });
@@ -323,11 +342,13 @@ absl::Status JobStore::FillDerivedColumns() {
     std::string name;
   };
   std::vector<Derived> rows;
+  std::vector<v1::Job> jobs;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
     ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
     rows.push_back({r.create_seq, EndMillis(r.job), r.job.name()});
+    jobs.push_back(std::move(r.job));
   }
   for (const Derived& d : rows) {
     ASSIGN_OR_RETURN(SqliteStatement u,
@@ -336,7 +357,68 @@ absl::Status JobStore::FillDerivedColumns() {
     u.Bind(1, d.end_ms).BindText(2, d.name).Bind(3, d.create_seq);
     RETURN_IF_ERROR(u.Run());
   }
+  for (const v1::Job& job : jobs) {
+    RETURN_IF_ERROR(RecordEndedAttempts(v1::Job(), job));
+  }
   return absl::OkStatus();
+}
+
+absl::Status JobStore::RecordEndedAttempts(const v1::Job& before,
+                                           const v1::Job& after) {
+  for (int i = 0; i < after.attempts_size(); ++i) {
+    const v1::Attempt& a = after.attempts(i);
+    if (!a.has_end_time() ||
+        (i < before.attempts_size() && before.attempts(i).has_end_time())) {
+      continue;
+    }
+    const AttemptUsage u = UsageOf(after, a, absl::InfinitePast());
+    ASSIGN_OR_RETURN(
+        SqliteStatement insert,
+        db_->Prepare("INSERT OR REPLACE INTO attempt_usage (job_id, attempt, "
+                     "tenant, job_name, start_ms, end_ms, gpu_milli, "
+                     "cpu_slots, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    insert.BindText(1, u.job_id)
+        .Bind(2, u.attempt)
+        .BindText(3, u.tenant)
+        .BindText(4, u.job_name)
+        .Bind(5, absl::ToUnixMillis(u.start))
+        .Bind(6, absl::ToUnixMillis(u.end))
+        .Bind(7, u.held.gpu_milli)
+        .Bind(8, u.held.cpu_slots)
+        .Bind(9, u.outcome);
+    RETURN_IF_ERROR(insert.Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<AttemptUsage>> JobStore::EndedAttempts(
+    absl::Time start, absl::Time end, std::string_view tenant) const {
+  Reader reader(this);
+  ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      reader.db().Prepare(absl::StrCat(
+          "SELECT job_id, attempt, tenant, job_name, start_ms, end_ms, "
+          "gpu_milli, cpu_slots, outcome FROM attempt_usage "
+          "WHERE end_ms > ? AND start_ms < ?",
+          tenant.empty() ? "" : " AND tenant = ?")));
+  q.Bind(1, absl::ToUnixMillis(start)).Bind(2, absl::ToUnixMillis(end));
+  if (!tenant.empty()) q.BindText(3, tenant);
+  std::vector<AttemptUsage> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    AttemptUsage& u = out.emplace_back();
+    u.job_id = q.ColumnText(0);
+    u.attempt = static_cast<int32_t>(q.ColumnInt64(1));
+    u.tenant = q.ColumnText(2);
+    u.job_name = q.ColumnText(3);
+    u.start = absl::FromUnixMillis(q.ColumnInt64(4));
+    u.end = absl::FromUnixMillis(q.ColumnInt64(5));
+    u.held.gpu_milli = q.ColumnInt64(6);
+    u.held.cpu_slots = static_cast<int32_t>(q.ColumnInt64(7));
+    u.outcome = static_cast<v1::JobState>(q.ColumnInt64(8));
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::string>> JobStore::EndedBy(
@@ -562,7 +644,8 @@ absl::StatusOr<JobRecord> JobStore::UpdateJob(std::string_view id,
     }
     *record.job.mutable_update_time() = ToProtoTime(options_.clock->Now());
     RETURN_IF_ERROR(InsertEvents(record, events));
-    return WriteJobRow(record);
+    RETURN_IF_ERROR(WriteJobRow(record));
+    return RecordEndedAttempts(before.job, record.job);
   }));
   return record;
 }

@@ -32,7 +32,10 @@
 // so they see only committed data and never wait for a commit's fsync.
 //
 // Beside the jobs it keeps the administrators' drains of workers
-// (job_store_drains.cc), committed as transitions.
+// (job_store_drains.cc), committed as transitions, and the usage of every
+// attempt that ended (server/attempt_usage.h), written in the same
+// transaction as the change that ended it and kept after the job is
+// deleted.
 //
 // A JobStore is safe for concurrent use.
 #ifndef TRAINYARD_SERVER_JOB_STORE_H_
@@ -52,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "server/attempt_usage.h"
 #include "server/sqlite_db.h"
 #include "trainyard/v1/cluster.pb.h"
 #include "trainyard/v1/jobs.pb.h"
@@ -120,11 +124,11 @@ struct LogRead {
 
 class JobStore {
  public:
-  static constexpr int32_t kSchemaVersion = 4;
+  static constexpr int32_t kSchemaVersion = 5;
   static constexpr int32_t kDefaultPageSize = 50;
   static constexpr int32_t kMaxPageSize = 500;
 
-  // Opens or creates the store. A store of an older schema (1 to 3) is
+  // Opens or creates the store. A store of an older schema (1 to 4) is
   // brought up to date in one transaction. A file that is not a Trainyard
   // job store, or one with a schema version this build does not know, is
   // refused with FAILED_PRECONDITION and left untouched.
@@ -203,6 +207,12 @@ class JobStore {
   absl::StatusOr<LogRead> ReadLog(std::string_view id, int64_t offset,
                                   int64_t max_bytes) const;
 
+  // The usage of every ended attempt that overlaps [start, end), of
+  // `tenant` (empty: every tenant's), in no particular order. Attempts of
+  // deleted jobs are included.
+  absl::StatusOr<std::vector<AttemptUsage>> EndedAttempts(
+      absl::Time start, absl::Time end, std::string_view tenant) const;
+
   // Creates or replaces the drain of drain.worker_id.
   absl::Status PutWorkerDrain(const v1::WorkerDrain& drain);
   // Removes a worker's drain; NOT_FOUND when it has none.
@@ -261,8 +271,13 @@ class JobStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteJobRow(const JobRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Upgrade of an older store: the columns derived from each job's record
-  // (end_ms since schema 3, name since 4), for every job.
+  // Records the usage of the attempts of `after` that have ended but had
+  // not in `before`.
+  absl::Status RecordEndedAttempts(const v1::Job& before, const v1::Job& after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Upgrade of an older store: what is derived from each job's record
+  // (end_ms since schema 3, name since 4, its ended attempts' usage since
+  // 5), for every job.
   absl::Status FillDerivedColumns() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobStoreOptions options_;

@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -30,13 +32,15 @@ class JobStoreTest : public ::testing::Test {
     return store.ok() ? *std::move(store) : nullptr;
   }
 
-  // Turns the store file back into what a server of schema `version` (1 or
-  // 2) wrote: `extra` SQL first, then without the end time column.
+  // Turns the store file back into what a server of schema `version` (1 to
+  // 4) wrote: `extra` SQL first, then without the usage table and the
+  // columns added after `version`.
   void AsWrittenBy(int version, const std::string& extra) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
     const std::string sql = absl::StrCat(
-        extra, "ALTER TABLE jobs DROP COLUMN name; ",
+        extra, "DROP TABLE attempt_usage; ",
+        version < 4 ? "ALTER TABLE jobs DROP COLUMN name; " : "",
         version < 3
             ? "DROP INDEX jobs_by_end; ALTER TABLE jobs DROP COLUMN end_ms; "
             : "",
@@ -692,6 +696,97 @@ TEST_F(JobStoreTest, UpgradesAVersionThreeStoreFillingInNames) {
   ASSERT_TRUE(store->CreateJob(Named("sweep lr=3")).ok());
   EXPECT_THAT(IdsOf(*store->ListJobs(q)),
               ElementsAre("j-000001", "j-000003", "j-000004"));
+}
+
+// Ended attempts in a store that version 4 wrote (no usage table): after
+// the upgrade their usage is there, charged what their specs ask for, and
+// attempts that end later are added as they end.
+TEST_F(JobStoreTest, UpgradesAVersionFourStoreFillingInAttemptUsage) {
+  const absl::Time t0 = absl::FromUnixSeconds(1'800'000'000);
+  auto attempt = [&](v1::Job& job, int n, absl::Duration from,
+                     std::optional<absl::Duration> to, v1::JobState outcome) {
+    v1::Attempt* a = job.add_attempts();
+    a->set_number(n);
+    *a->mutable_start_time() = ToProtoTime(t0 + from);
+    if (to) *a->mutable_end_time() = ToProtoTime(t0 + *to);
+    a->set_outcome(outcome);
+  };
+  std::string gpu_job, cpu_job;
+  {
+    auto store = Open();
+    v1::Job gpu = Named("two gpus", "a");
+    gpu.mutable_spec()->mutable_resources()->set_gpus(2);
+    gpu_job = store->CreateJob(gpu)->record.job.id();
+    cpu_job = store->CreateJob(Named("cpu", "b"))->record.job.id();
+    auto set = [&](const std::string& id, auto fill) {
+      ASSERT_TRUE(store
+                      ->UpdateJob(id, Durability::kTransition,
+                                  [&](JobRecord& r, auto&) {
+                                    fill(r.job);
+                                    return true;
+                                  })
+                      .ok());
+    };
+    set(gpu_job, [&](v1::Job& j) {
+      attempt(j, 1, absl::ZeroDuration(), absl::Minutes(10), v1::QUEUED);
+      attempt(j, 2, absl::Minutes(20), absl::Minutes(30), v1::SUCCEEDED);
+      j.set_state(v1::SUCCEEDED);
+    });
+    set(cpu_job, [&](v1::Job& j) {
+      attempt(j, 1, absl::Minutes(5), std::nullopt, v1::JOB_STATE_UNSPECIFIED);
+      j.set_state(v1::RUNNING);
+    });
+  }
+  AsWrittenBy(4, "");
+  auto store = Open();
+  auto usage = store->EndedAttempts(t0, t0 + absl::Hours(1), "");
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  ASSERT_EQ(usage->size(), 2u);
+  std::sort(usage->begin(), usage->end(),
+            [](const AttemptUsage& x, const AttemptUsage& y) {
+              return x.attempt < y.attempt;
+            });
+  EXPECT_EQ((*usage)[0].job_id, gpu_job);
+  EXPECT_EQ((*usage)[0].tenant, "a");
+  EXPECT_EQ((*usage)[0].job_name, "two gpus");
+  EXPECT_EQ((*usage)[0].start, t0);
+  EXPECT_EQ((*usage)[0].end, t0 + absl::Minutes(10));
+  EXPECT_EQ((*usage)[0].held, (Holding{2000, 0}));
+  EXPECT_EQ((*usage)[0].outcome, v1::QUEUED);
+  EXPECT_EQ((*usage)[1].attempt, 2);
+  EXPECT_EQ((*usage)[1].outcome, v1::SUCCEEDED);
+
+  // The window and the tenant filter.
+  EXPECT_EQ(
+      store->EndedAttempts(t0 + absl::Minutes(10), t0 + absl::Minutes(20), "")
+          ->size(),
+      0u);
+  EXPECT_EQ(store->EndedAttempts(t0, t0 + absl::Hours(1), "b")->size(), 0u);
+
+  // The running attempt is recorded once it ends, and only then.
+  ASSERT_TRUE(store
+                  ->UpdateJob(cpu_job, Durability::kTransition,
+                              [&](JobRecord& r, auto&) {
+                                *r.job.mutable_attempts(0)->mutable_end_time() =
+                                    ToProtoTime(t0 + absl::Minutes(50));
+                                r.job.mutable_attempts(0)->set_outcome(
+                                    v1::FAILED);
+                                r.job.set_state(v1::FAILED);
+                                return true;
+                              })
+                  .ok());
+  auto b = store->EndedAttempts(t0, t0 + absl::Hours(1), "b");
+  ASSERT_EQ(b->size(), 1u);
+  EXPECT_EQ((*b)[0].held, (Holding{0, 1}));
+  EXPECT_EQ((*b)[0].end, t0 + absl::Minutes(50));
+  EXPECT_EQ((*b)[0].outcome, v1::FAILED);
+
+  // Deleting the job leaves its usage.
+  ASSERT_TRUE(store
+                  ->DeleteJob(cpu_job,
+                              [](const JobRecord&) { return absl::OkStatus(); })
+                  .ok());
+  EXPECT_EQ(store->EndedAttempts(t0, t0 + absl::Hours(1), "b")->size(), 1u);
 }
 
 TEST_F(JobStoreTest, EndedByListsEndedJobsLongestEndedFirst) {

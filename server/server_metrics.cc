@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/proto_time.h"
+#include "server/attempt_usage.h"
 #include "server/cluster_view.h"
 
 namespace trainyard::server {
@@ -310,6 +311,36 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
                             "CPU job slots on workers not lost (count).", cpu));
   out.push_back(SingleGauge("yard_cpu_slots_allocated",
                             "CPU job slots held by jobs (count).", cpu_used));
+  CollectTenantHoldings(*active, out);
+}
+
+void ServerMetrics::CollectTenantHoldings(
+    const std::vector<JobRecord>& active,
+    std::vector<pm::MetricFamily>& out) const {
+  // What each tenant's current attempts hold, as usage accounting charges
+  // it (server/attempt_usage.h); a tenant without any has no series.
+  std::map<std::string, Holding> by_tenant;
+  for (const JobRecord& r : active) {
+    if (r.job.attempts().empty()) continue;
+    const Holding h = AttemptHolding(r.job.spec(), *r.job.attempts().rbegin());
+    Holding& sum = by_tenant[r.job.tenant()];
+    sum.gpu_milli += h.gpu_milli;
+    sum.cpu_slots += h.cpu_slots;
+  }
+  pm::MetricFamily gpus = GaugeFamily(
+      "yard_tenant_gpus_allocated",
+      "GPUs held by the tenant's scheduled or running jobs, a shared GPU "
+      "counting its share (GPUs).");
+  pm::MetricFamily slots =
+      GaugeFamily("yard_tenant_cpu_slots_allocated",
+                  "CPU job slots held by the tenant's jobs (count).");
+  for (const auto& [tenant, h] : by_tenant) {
+    AddGauge(gpus, static_cast<double>(h.gpu_milli) / 1000.0,
+             {{"tenant", tenant}});
+    AddGauge(slots, h.cpu_slots, {{"tenant", tenant}});
+  }
+  out.push_back(std::move(gpus));
+  out.push_back(std::move(slots));
 }
 
 }  // namespace trainyard::server

@@ -64,6 +64,9 @@ class ServerMetrics : public prometheus::Collectable {
  private:
   void CollectJobs(std::vector<prometheus::MetricFamily>& out) const;
   void CollectCapacity(std::vector<prometheus::MetricFamily>& out) const;
+  // yard_tenant_*_allocated from the jobs holding resources.
+  void CollectTenantHoldings(const std::vector<JobRecord>& active,
+                             std::vector<prometheus::MetricFamily>& out) const;
 
   Clock* const clock_;
   const std::string version_;

@@ -6,6 +6,7 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -121,6 +122,30 @@ TEST_F(ServerMetricsTest, GpuAllocationFollowsPlacement) {
   ASSERT_TRUE(lifecycle_->Cancel(a, "").ok());
   EXPECT_EQ(Value("yard_gpus_allocated"), 0);
   EXPECT_EQ(Value("yard_jobs_finished_total", {{"state", "cancelled"}}), 1);
+}
+
+TEST_F(ServerMetricsTest, TenantHoldingsFollowTheirJobs) {
+  EXPECT_TRUE(std::isnan(Value("yard_tenant_gpus_allocated")))
+      << "no tenant holds anything: no series";
+  Connect("g1", /*slots=*/1, /*gpus=*/2);
+  v1::SubmitJobRequest gpu;
+  *gpu.mutable_spec() = Spec(0, /*gpus=*/2);
+  ASSERT_TRUE(lifecycle_->Submit(gpu, "team-a").ok());
+  v1::SubmitJobRequest cpu;
+  *cpu.mutable_spec() = Spec();
+  auto b = lifecycle_->Submit(cpu, "team-b");
+  ASSERT_TRUE(b.ok()) << b.status();
+  Pass();
+  EXPECT_EQ(Value("yard_tenant_gpus_allocated", {{"tenant", "team-a"}}), 2);
+  EXPECT_EQ(Value("yard_tenant_cpu_slots_allocated", {{"tenant", "team-a"}}),
+            0);
+  EXPECT_EQ(Value("yard_tenant_gpus_allocated", {{"tenant", "team-b"}}), 0);
+  EXPECT_EQ(Value("yard_tenant_cpu_slots_allocated", {{"tenant", "team-b"}}),
+            1);
+  ASSERT_TRUE(lifecycle_->Cancel(b->job.id(), "").ok());
+  EXPECT_TRUE(std::isnan(
+      Value("yard_tenant_cpu_slots_allocated", {{"tenant", "team-b"}})));
+  EXPECT_EQ(Value("yard_tenant_gpus_allocated", {{"tenant", "team-a"}}), 2);
 }
 
 TEST_F(ServerMetricsTest, PreemptionThroughTheLifecycleCountedOnce) {
