@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/time_text.h"
 
 namespace trainyard::client {
 namespace {
@@ -33,6 +34,7 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "checkpoints") return Command::kCheckpoints;
   if (name == "download") return Command::kDownload;
   if (name == "workers") return Command::kWorkers;
+  if (name == "usage") return Command::kUsage;
   if (name == "token" || name == "tokens") return Command::kToken;
   if (name == "tenant" || name == "tenants") return Command::kTenant;
   if (name == "drain") return Command::kDrain;
@@ -237,11 +239,37 @@ class ArgParser {
       out_.keep_checkpoints = true;
       return no_value();
     }
+    if (c == Command::kUsage) return UsageFlag(name, inline_v);
     if (c == Command::kDrain) return DrainFlag(name, inline_v);
     if (c == Command::kList) return ListFlag(name, inline_v);
     if (c == Command::kToken) return TokenFlag(name, inline_v);
     if (c == Command::kTenant) return TenantFlag(name, inline_v);
     return UnknownFlag(name);
+  }
+
+  absl::Status UsageFlag(const std::string& name,
+                         const std::optional<std::string>& inline_v) {
+    if (name == "--jobs") {
+      out_.by_job = true;
+      return inline_v.has_value() ? Usage("--jobs: takes no value")
+                                  : absl::OkStatus();
+    }
+    std::string* field = name == "--since"    ? &out_.since
+                         : name == "--until"  ? &out_.until
+                         : name == "--tenant" ? &out_.tenant
+                                              : nullptr;
+    if (field == nullptr) return UnknownFlag(name);
+    absl::StatusOr<std::string> v = Value(name, inline_v);
+    if (!v.ok()) return v.status();
+    if (v->empty()) return Usage(absl::StrCat(name, ": must not be empty"));
+    if (field != &out_.tenant) {
+      // The forms are checked now; the command reads the time against its
+      // own clock when it runs.
+      absl::StatusOr<absl::Time> t = ParseTimeOrAge(*v, absl::Now());
+      if (!t.ok()) return Usage(absl::StrCat(name, ": ", t.status().message()));
+    }
+    *field = *v;
+    return absl::OkStatus();
   }
 
   absl::Status DrainFlag(const std::string& name,
@@ -531,6 +559,11 @@ Commands:
                      from the server into DIR (default: ID-step-STEP), each
                      file checked; yard-train sample/export read it
   workers            list workers and cluster capacity
+  usage [--since WHEN] [--until WHEN] [--tenant NAME] [--jobs]
+                     GPU- and CPU-slot-hours jobs held, by tenant (default:
+                     the last 7 days; WHEN: an age such as 7d or 36h, a
+                     date 2026-11-01 (UTC), an RFC 3339 time, or now);
+                     --jobs: also by job, the most GPU time first
 
 Admin commands (admin token):
   token create TENANT [--role tenant|admin|worker] [--description TEXT]

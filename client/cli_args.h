@@ -31,6 +31,7 @@ enum class Command {
   kCheckpoints,  // checkpoints ID
   kDownload,     // download ID
   kWorkers,
+  kUsage,    // usage [--since WHEN] [--until WHEN] [--tenant NAME] [--jobs]
   kToken,    // token create|ls|revoke (admin)
   kTenant,   // tenant set|ls (admin)
   kDrain,    // drain WORKER (admin)
@@ -76,6 +77,13 @@ struct CliArgs {
   // drain, undrain
   std::string worker_id;
   bool keep_jobs = false;  // drain --keep-jobs
+  // usage: the window's ends as written (common/time_text.h
+  // ParseTimeOrAge; checked here, resolved when the command runs); empty:
+  // the server's default (the last 7 days, up to now)
+  std::string since;
+  std::string until;
+  std::string tenant;   // usage --tenant
+  bool by_job = false;  // usage --jobs
   // ls
   std::vector<trainyard::v1::JobState> states;
   std::string name_contains;          // ls --name

@@ -376,6 +376,37 @@ TEST(CliArgsTest, CheckpointsAndDownload) {
   EXPECT_EQ(Error({"checkpoints"}), "'checkpoints': missing job ID");
 }
 
+TEST(CliArgsTest, Usage) {
+  CliArgs u = Parse({"usage"});
+  EXPECT_EQ(u.command, Command::kUsage);
+  EXPECT_EQ(u.since, "");
+  EXPECT_EQ(u.until, "");
+  EXPECT_EQ(u.tenant, "");
+  EXPECT_FALSE(u.by_job);
+  u = Parse({"usage", "--since", "30d", "--until=2026-11-20", "--jobs",
+             "--tenant", "team-b"});
+  EXPECT_EQ(u.since, "30d");
+  EXPECT_EQ(u.until, "2026-11-20");
+  EXPECT_EQ(u.tenant, "team-b");
+  EXPECT_TRUE(u.by_job);
+  EXPECT_EQ(Parse({"usage", "--since", "2026-11-01T09:30:00Z"}).since,
+            "2026-11-01T09:30:00Z");
+
+  EXPECT_THAT(Error({"usage", "--since", "last week"}),
+              ::testing::StartsWith("--since: \"last week\" is not a time: "
+                                    "give an age such as 7d"));
+  EXPECT_THAT(Error({"usage", "--until", "5w"}),
+              ::testing::StartsWith("--until: \"5w\" is not a time (unknown "
+                                    "unit): "));
+  EXPECT_EQ(Error({"usage", "--since"}), "--since: missing value");
+  EXPECT_EQ(Error({"usage", "--tenant", ""}), "--tenant: must not be empty");
+  EXPECT_EQ(Error({"usage", "--jobs=1"}), "--jobs: takes no value");
+  EXPECT_EQ(Error({"usage", "j-1"}), "unexpected argument \"j-1\"");
+  EXPECT_EQ(Error({"usage", "--best"}), "unknown flag \"--best\" for 'usage'");
+  EXPECT_EQ(Error({"ls", "--since", "7d"}),
+            "unknown flag \"--since\" for 'ls'");
+}
+
 TEST(CliArgsTest, BadDeleteCommandsAreUsageErrors) {
   EXPECT_EQ(Error({"delete"}), "'delete': missing job ID");
   EXPECT_EQ(Error({"delete", ""}), "'delete': empty job ID");

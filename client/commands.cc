@@ -487,6 +487,8 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
       return RunDelete(args, client, out, err);
     case Command::kWorkers:
       return RunWorkers(args, client, out, err);
+    case Command::kUsage:
+      return RunUsageCommand(args, client, *Clock::Real(), out, err);
     case Command::kToken:
     case Command::kTenant:
       return RunAdminCommand(args, client, out, err);

@@ -60,6 +60,11 @@ int RunAdminCommand(const CliArgs& args, JobClient& client, std::ostream& out,
 int RunWorkerCommand(const CliArgs& args, JobClient& client, Clock& clock,
                      std::ostream& out, std::ostream& err);
 
+// `yard usage` (usage_command.cc): the window's ends are read against
+// `clock` (--since 7d is 7 days before its now).
+int RunUsageCommand(const CliArgs& args, JobClient& client, const Clock& clock,
+                    std::ostream& out, std::ostream& err);
+
 }  // namespace trainyard::client
 
 #endif  // TRAINYARD_CLIENT_COMMANDS_H_

@@ -316,6 +316,16 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> JobClient::ListCheckpoints(
                                          response.checkpoints().end());
 }
 
+absl::StatusOr<v1::UsageReport> JobClient::GetUsage(
+    const v1::GetUsageRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::UsageReport report;
+  grpc::Status s = jobs_->GetUsage(&context, request, &report);
+  if (!s.ok()) return Annotate(s);
+  return report;
+}
+
 absl::Status JobClient::DownloadCheckpoint(
     const v1::DownloadCheckpointRequest& request,
     const std::function<absl::Status(const v1::CheckpointChunk&)>& on_chunk) {

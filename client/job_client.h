@@ -113,6 +113,10 @@ class JobClient {
       const std::function<absl::Status(const trainyard::v1::CheckpointChunk&)>&
           on_chunk);
 
+  // GPU- and CPU-slot-seconds jobs held in the request's window.
+  absl::StatusOr<trainyard::v1::UsageReport> GetUsage(
+      const trainyard::v1::GetUsageRequest& request);
+
   absl::StatusOr<trainyard::v1::ListWorkersResponse> ListWorkers();
   absl::StatusOr<trainyard::v1::ClusterStatus> GetClusterStatus();
   // Admin only: stop placing jobs on a worker and (unless keep_jobs) preempt

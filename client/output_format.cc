@@ -348,6 +348,72 @@ std::string FormatDeleted(const v1::DeleteJobResponse& response,
                                 : " (no checkpoint directory removed)");
 }
 
+namespace {
+
+// Seconds as hours: two decimals, four below 0.01 h (a short CPU job).
+std::string Hours(double seconds) {
+  const double h = seconds / 3600;
+  if (h <= 0) return "0.00";
+  if (h < 0.0001) return "<0.0001";
+  return absl::StrFormat(h < 0.01 ? "%.4f" : "%.2f", h);
+}
+
+// The hour columns of a usage row.
+std::vector<std::string> HourCells(const v1::UsageRow& row) {
+  return {Hours(row.gpu_seconds()), Hours(row.failed_gpu_seconds()),
+          Hours(row.cpu_slot_seconds()), Hours(row.failed_cpu_slot_seconds())};
+}
+
+std::string UtcTime(const google::protobuf::Timestamp& t) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", FromProtoTime(t),
+                          absl::UTCTimeZone());
+}
+
+}  // namespace
+
+std::string FormatUsageReport(const v1::UsageReport& report) {
+  const std::string window = absl::StrCat("from ", UtcTime(report.start_time()),
+                                          " to ", UtcTime(report.end_time()));
+  if (report.tenants().empty()) return absl::StrCat("no usage ", window, "\n");
+  std::string out = absl::StrCat("usage ", window, "\n");
+  const std::vector<std::string> hours = {"GPU-H", "FAILED-GPU-H", "CPU-SLOT-H",
+                                          "FAILED-CPU-SLOT-H"};
+  std::vector<std::string> header = {"TENANT", "JOBS", "ATTEMPTS"};
+  header.insert(header.end(), hours.begin(), hours.end());
+  std::vector<std::vector<std::string>> rows;
+  auto add = [&rows](const std::string& name, const v1::UsageRow& row) {
+    std::vector<std::string> cells = {name, absl::StrCat(row.jobs()),
+                                      absl::StrCat(row.attempts())};
+    for (std::string& c : HourCells(row)) cells.push_back(std::move(c));
+    rows.push_back(std::move(cells));
+  };
+  for (const v1::UsageRow& row : report.tenants()) add(row.tenant(), row);
+  if (report.tenants_size() > 1) add("total", report.total());
+  absl::StrAppend(&out, FormatTable(header, rows));
+  if (report.jobs().empty()) return out;
+
+  header = {"JOB", "TENANT", "STATE", "ATTEMPTS"};
+  header.insert(header.end(), hours.begin(), hours.end());
+  header.push_back("NAME");
+  rows.clear();
+  for (const v1::UsageRow& row : report.jobs()) {
+    std::vector<std::string> cells = {row.job_id(), row.tenant(),
+                                      row.state() == v1::JOB_STATE_UNSPECIFIED
+                                          ? "deleted"
+                                          : StateName(row.state()),
+                                      absl::StrCat(row.attempts())};
+    for (std::string& c : HourCells(row)) cells.push_back(std::move(c));
+    cells.push_back(OneLine(row.job_name()));
+    rows.push_back(std::move(cells));
+  }
+  absl::StrAppend(&out, "\n", FormatTable(header, rows));
+  if (report.jobs_truncated()) {
+    absl::StrAppend(&out, "(only the ", report.jobs_size(),
+                    " jobs with the most GPU time; more jobs had usage)\n");
+  }
+  return out;
+}
+
 std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = pretty;

@@ -81,6 +81,14 @@ std::string FormatCheckpointsTable(
 std::string FormatDeleted(const trainyard::v1::DeleteJobResponse& response,
                           bool keep_checkpoints);
 
+// `yard usage`: a line naming the window, then TENANT JOBS ATTEMPTS GPU-H
+// FAILED-GPU-H CPU-SLOT-H FAILED-CPU-SLOT-H (hours, two decimals, four
+// below 0.01, "<0.0001" below that), a "total" row when there are
+// several tenants; with job rows, a second table JOB TENANT STATE ATTEMPTS
+// and the same hours, then NAME ("deleted" for the state of a job that is
+// gone). "no usage ..." when no job held anything in the window.
+std::string FormatUsageReport(const trainyard::v1::UsageReport& report);
+
 // Protobuf JSON with the proto field names (as in spec files).
 std::string ToJson(const google::protobuf::Message& message, bool pretty);
 

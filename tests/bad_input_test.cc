@@ -308,8 +308,25 @@ TEST_F(BadInputTest, BadRequestsOtherThanSpecs) {
                 s.error_code() == grpc::StatusCode::NOT_FOUND)
         << CodeName(s.error_code()) << " " << s.error_message();
   }
+  {
+    auto ctx = ContextWithTimeout();
+    v1::GetUsageRequest req;  // a window that ends before it starts
+    req.mutable_start_time()->set_seconds(2'000'000'000);
+    req.mutable_end_time()->set_seconds(1'000'000'000);
+    v1::UsageReport report;
+    EXPECT_TRUE(RpcFailedWith(jobs().GetUsage(ctx.get(), req, &report),
+                              grpc::StatusCode::INVALID_ARGUMENT,
+                              {"start_time: ", "(end_time)"}));
+    req.mutable_start_time()->set_seconds(-1);
+    EXPECT_TRUE(
+        RpcFailedWith(jobs().GetUsage(ContextWithTimeout().get(), req, &report),
+                      grpc::StatusCode::INVALID_ARGUMENT, {"before 1970"}));
+  }
   CommandResult usage = Yard({"frobnicate"});
   EXPECT_TRUE(CliFailedWith(usage, YardExit::kUsage, {"frobnicate"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"usage", "--since", "yesterday"}),
+                            YardExit::kUsage,
+                            {"--since: \"yesterday\" is not a time"}));
   ExpectServerIntact(1);
 }
 

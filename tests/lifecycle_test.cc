@@ -10,6 +10,7 @@
 #include "common/proto_time.h"
 #include "common/read_file.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/harness.h"
 
@@ -64,7 +65,27 @@ TEST_F(LifecycleTest, SubmitWaitRunsToSucceededWithAccuracyAndCheckpoint) {
   CommandResult logs = Yard({"logs", job.id()});
   EXPECT_EQ(logs.exit_code(), YardExit::kOk) << logs.DebugString();
 
+  // `yard usage` charges its one CPU slot from assignment to end.
+  const double held_s =
+      absl::ToDoubleSeconds(FromProtoTime(job.attempts(0).end_time()) -
+                            FromProtoTime(job.attempts(0).start_time()));
+  CommandResult usage = Yard({"-o", "json", "usage", "--jobs"});
+  ASSERT_EQ(usage.exit_code(), YardExit::kOk) << usage.DebugString();
+  v1::UsageReport report;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(usage.out, &report).ok())
+      << usage.out;
+  ASSERT_EQ(report.tenants_size(), 1) << usage.out;
+  EXPECT_EQ(report.tenants(0).jobs(), 1);
+  EXPECT_EQ(report.tenants(0).attempts(), 1);
+  EXPECT_NEAR(report.tenants(0).cpu_slot_seconds(), held_s, 0.002) << usage.out;
+  EXPECT_EQ(report.tenants(0).gpu_seconds(), 0);
+  ASSERT_EQ(report.jobs_size(), 1);
+  EXPECT_EQ(report.jobs(0).job_id(), job.id());
+  EXPECT_EQ(report.jobs(0).state(), v1::SUCCEEDED);
+
   // Deleted, it is gone with its checkpoints.
+  const std::string id = job.id(), tenant = job.tenant();
   const std::string dir = job.checkpoint_dir();
   ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
   CommandResult deleted = Yard({"delete", job.id()});
@@ -81,6 +102,14 @@ TEST_F(LifecycleTest, SubmitWaitRunsToSucceededWithAccuracyAndCheckpoint) {
                             {job.id()}));
   YARD_ASSIGN_OR_FAIL(all, ListAllJobs(jobs()));
   EXPECT_TRUE(all.empty());
+  // Its usage is kept.
+  CommandResult kept = Yard({"usage", "--jobs", "--since", "1d"});
+  ASSERT_EQ(kept.exit_code(), YardExit::kOk) << kept.DebugString();
+  EXPECT_THAT(kept.out,
+              ContainsRegex(absl::StrCat(id, " +", tenant, " +deleted +1 ")))
+      << kept.out;
+  EXPECT_TRUE(CliFailedWith(Yard({"usage", "--since", "1h", "--until", "2h"}),
+                            YardExit::kInvalidArgument, {"start_time: "}));
 }
 
 TEST_F(LifecycleTest, CancelWhileRunningStopsTheTrainer) {

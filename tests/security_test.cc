@@ -172,6 +172,10 @@ std::vector<std::pair<std::string, grpc::Status>> SecurityTest::CallEverything(
     }
     return reader->Finish();
   });
+  call("GetUsage", [&](auto* c) {
+    v1::UsageReport p;
+    return jobs().GetUsage(c, v1::GetUsageRequest(), &p);
+  });
   out.emplace_back("WatchJob", FinishWatch(jobs(), token, job));
   out.emplace_back("GetJobLogs", FinishLogs(jobs(), token, job));
   call("ListWorkers", [&](auto* c) {
@@ -345,6 +349,21 @@ TEST_F(SecurityTest, ATenantSeesAndTouchesOnlyItsOwnJobs) {
                             grpc::StatusCode::PERMISSION_DENIED, {"team-b"}));
   ASSERT_TRUE(list(CurrentCredentials().token, "", &seen).ok());
   EXPECT_EQ(seen.jobs_size(), 2);
+  // Usage likewise: a tenant's own, never another's.
+  v1::GetUsageRequest usage;
+  usage.set_tenant("team-a");
+  v1::UsageReport report;
+  EXPECT_TRUE(RpcFailedWith(
+      jobs().GetUsage(ContextWithToken(b).get(), usage, &report),
+      grpc::StatusCode::PERMISSION_DENIED,
+      {"a token of tenant team-b cannot see the usage of another tenant"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"--token", b, "usage", "--tenant", "team-a"}),
+                            8, {"cannot see the usage"}));
+  ASSERT_TRUE(jobs().GetUsage(ContextWithToken(a).get(), usage, &report).ok());
+  ASSERT_TRUE(jobs()
+                  .GetUsage(ContextWithToken(CurrentCredentials().token).get(),
+                            usage, &report)
+                  .ok());
 
   // The owner still has the job, untouched; the owner may cancel it.
   get.set_job_id(id);
