@@ -9,6 +9,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/cluster_view.h"
+#include "server/concurrency_groups.h"
 #include "server/job_dependencies.h"
 #include "server/scheduler_snapshot.h"
 #include "server/time_limits.h"
@@ -241,8 +242,12 @@ absl::Status SchedulerLoop::RunPass() {
       if (!weights.contains(t)) weights[t] = limits.Of(t).weight();
     }
   }
+  GroupCounts group_running = RunningByGroup(active);
+  const std::vector<scheduler::JobWait> group_full =
+      HeldBackWaits(GroupLimit(group_running), queued);
   std::set<std::string> left_out;
   for (const scheduler::JobWait& w : over_quota) left_out.insert(w.job_id);
+  for (const scheduler::JobWait& w : group_full) left_out.insert(w.job_id);
   std::vector<scheduler::PendingJob> pending;
   for (scheduler::PendingJob& p : pending_jobs_.Of(queued)) {
     if (!left_out.contains(p.id)) pending.push_back(std::move(p));
@@ -270,6 +275,8 @@ absl::Status SchedulerLoop::RunPass() {
     ApplyTenantQuotas(limits, std::move(held), by_id, plan);
     plan.waits.insert(plan.waits.end(), over_quota.begin(), over_quota.end());
   }
+  DropPlacementsPastLimit(GroupLimit(group_running), by_id, plan);
+  plan.waits.insert(plan.waits.end(), group_full.begin(), group_full.end());
   dispatcher_.Carry(plan, by_id);
   if (options_.queue_positions != nullptr) {
     options_.queue_positions->Replace(plan.waits);

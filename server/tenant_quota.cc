@@ -1,7 +1,6 @@
 #include "server/tenant_quota.h"
 
 #include <algorithm>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "server/cluster_view.h"
@@ -45,55 +44,43 @@ std::string QuotaWaitReason(const v1::Tenant& limits, const TenantHeld& held,
   return "";
 }
 
+namespace {
+
+// The quota limit of a pass, counting from `held`.
+StartLimit QuotaLimit(TenantLimitsCache& limits,
+                      std::map<std::string, TenantHeld>& held) {
+  return StartLimit{
+      .wait_reason =
+          [&limits, &held](const v1::Job& job) {
+            auto h = held.find(job.tenant());
+            return QuotaWaitReason(limits.Of(job.tenant()),
+                                   h == held.end() ? TenantHeld{} : h->second,
+                                   job.spec());
+          },
+      .count =
+          [&held](const v1::Job& job) {
+            const JobNeed need = NeedOf(job.spec());
+            TenantHeld& h = held[job.tenant()];
+            h.gpus += need.gpus;
+            h.cpu_slots += need.cpu_slots;
+          },
+  };
+}
+
+}  // namespace
+
 std::vector<scheduler::JobWait> OverQuotaWaits(
     TenantLimitsCache& limits, const std::map<std::string, TenantHeld>& held,
     const std::vector<JobRecord>& queued) {
-  std::vector<scheduler::JobWait> waits;
-  for (const JobRecord& r : queued) {
-    const std::string& tenant = r.job.tenant();
-    auto h = held.find(tenant);
-    std::string reason = QuotaWaitReason(
-        limits.Of(tenant), h == held.end() ? TenantHeld{} : h->second,
-        r.job.spec());
-    if (!reason.empty()) {
-      waits.push_back({r.job.id(), scheduler::WaitKind::kRetryLater,
-                       std::move(reason), 0});
-    }
-  }
-  return waits;
+  std::map<std::string, TenantHeld> counted = held;
+  return HeldBackWaits(QuotaLimit(limits, counted), queued);
 }
 
 void ApplyTenantQuotas(TenantLimitsCache& limits,
                        std::map<std::string, TenantHeld> held,
                        const std::map<std::string, JobRecord>& queued,
                        scheduler::Plan& plan) {
-  std::set<std::string> dropped;
-  std::vector<scheduler::Placement> kept;
-  for (scheduler::Placement& p : plan.placements) {
-    auto q = queued.find(p.job_id);
-    if (q == queued.end()) {
-      kept.push_back(std::move(p));
-      continue;
-    }
-    const v1::Job& job = q->second.job;
-    TenantHeld& h = held[job.tenant()];
-    std::string reason = QuotaWaitReason(limits.Of(job.tenant()), h, job.spec());
-    if (!reason.empty()) {
-      dropped.insert(p.job_id);
-      plan.waits.push_back({p.job_id, scheduler::WaitKind::kRetryLater,
-                            std::move(reason), 0});
-      continue;
-    }
-    const JobNeed need = NeedOf(job.spec());
-    h.gpus += need.gpus;
-    h.cpu_slots += need.cpu_slots;
-    kept.push_back(std::move(p));
-  }
-  plan.placements = std::move(kept);
-  if (dropped.empty()) return;
-  std::erase_if(plan.preemptions, [&](const scheduler::Preemption& p) {
-    return dropped.count(p.for_job_id) > 0;
-  });
+  DropPlacementsPastLimit(QuotaLimit(limits, held), queued, plan);
 }
 
 }  // namespace trainyard::server

@@ -1,12 +1,9 @@
 // Tenant quotas in the scheduling pass: a tenant's jobs may together hold
 // at most its max_gpus GPUs and max_cpu_slots CPU slots (admin.proto
-// Tenant; 0 = unlimited). Two steps, both pure functions:
-//   - before the policy runs, the queued jobs whose tenant is already at
-//     its quota are held back (so they neither take room in the plan from
-//     other tenants nor wait in vain at the head of the queue);
-//   - after it, placements that would take a tenant past its quota within
-//     this one pass are dropped in plan order (with preemptions made for
-//     them), and their jobs wait with the reason.
+// Tenant; 0 = unlimited). Applied in the two steps of a start limit
+// (server/start_limits.h): queued jobs of a tenant already at its quota
+// are held back before the policy runs, and placements that would take a
+// tenant past it within the pass are dropped after.
 #ifndef TRAINYARD_SERVER_TENANT_QUOTA_H_
 #define TRAINYARD_SERVER_TENANT_QUOTA_H_
 
@@ -17,6 +14,7 @@
 
 #include "scheduler/placement_policy.h"
 #include "server/job_store.h"
+#include "server/start_limits.h"
 #include "trainyard/v1/admin.pb.h"
 
 namespace trainyard::server {

@@ -79,22 +79,40 @@ class Problems {
   std::vector<std::string> list_;
 };
 
-void CheckName(const JobSpec& spec, const Limits& limits, Problems* p) {
-  if (static_cast<int64_t>(spec.name().size()) > limits.max_name_length) {
-    p->Add("name", absl::StrCat("at most ", limits.max_name_length,
-                                " characters, got ", spec.name().size()));
+// Free text shown in listings: at most `max_length` bytes of UTF-8 without
+// control characters.
+void CheckText(absl::string_view field, const std::string& text,
+               int64_t max_length, Problems* p) {
+  if (static_cast<int64_t>(text.size()) > max_length) {
+    p->Add(field, absl::StrCat("at most ", max_length, " characters, got ",
+                               text.size()));
     return;
   }
-  if (!IsValidUtf8(spec.name())) {
-    p->Add("name", "must be valid UTF-8");
+  if (!IsValidUtf8(text)) {
+    p->Add(field, "must be valid UTF-8");
     return;
   }
-  for (unsigned char c : spec.name()) {
+  for (unsigned char c : text) {
     if (c < 0x20 || c == 0x7f) {
-      p->Add("name", "must not contain control characters");
+      p->Add(field, "must not contain control characters");
       break;
     }
   }
+}
+
+void CheckName(const JobSpec& spec, const Limits& limits, Problems* p) {
+  CheckText("name", spec.name(), limits.max_name_length, p);
+}
+
+void CheckConcurrency(const JobSpec& spec, Problems* p) {
+  const auto& c = spec.concurrency();
+  if (c.group().empty() && c.max_running() == 0) return;
+  if (c.group().empty()) {
+    p->Add("concurrency.group", "required with concurrency.max_running");
+  } else {
+    CheckText("concurrency.group", c.group(), kMaxNameLength, p);
+  }
+  p->Range("concurrency.max_running", c.max_running(), 1, kMaxGroupRunning);
 }
 
 // The encoded message, so that one spec cannot fill the store however its
@@ -400,6 +418,7 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   p->Range("max_restarts", spec.max_restarts(), 0, kMaxRestarts);
   p->Range("time_limit_s", spec.time_limit_s(), 0, kMaxTimeLimitSeconds);
   CheckDependsOn(spec, p);
+  CheckConcurrency(spec, p);
 }
 
 void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {

@@ -212,6 +212,29 @@ TEST_F(ValidationTest, DependsOnListsWellFormedIdsOnce) {
   EXPECT_EQ(ErrorOf(spec), "depends_on: at most 16 jobs, got 17");
 }
 
+TEST_F(ValidationTest, ConcurrencyNeedsAGroupAndALimitTogether) {
+  JobSpec spec = Good();
+  spec.mutable_concurrency()->set_group("lr sweep");
+  spec.mutable_concurrency()->set_max_running(2);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  spec.mutable_concurrency()->set_max_running(0);
+  EXPECT_EQ(ErrorOf(spec),
+            "concurrency.max_running: must be in [1, 10000], got 0");
+  spec.mutable_concurrency()->set_max_running(10001);
+  EXPECT_EQ(ErrorOf(spec),
+            "concurrency.max_running: must be in [1, 10000], got 10001");
+  spec.mutable_concurrency()->set_max_running(3);
+  spec.mutable_concurrency()->set_group("");
+  EXPECT_EQ(ErrorOf(spec),
+            "concurrency.group: required with concurrency.max_running");
+  spec.mutable_concurrency()->set_group(std::string(129, 'g'));
+  EXPECT_EQ(ErrorOf(spec),
+            "concurrency.group: at most 128 characters, got 129");
+  spec.mutable_concurrency()->set_group("a\tb");
+  EXPECT_EQ(ErrorOf(spec),
+            "concurrency.group: must not contain control characters");
+}
+
 TEST_F(ValidationTest, ParameterLimit) {
   JobSpec spec = Good();
   auto* mlp = spec.mutable_model()->mutable_mlp();
