@@ -80,6 +80,11 @@ class ArgParser {
     out_.command = *command_;
     absl::Status s = Positionals();
     if (!s.ok()) return s;
+    if (out_.max_running > 0 && out_.sweeps.empty()) {
+      return Usage(
+          "--max-running: only with --sweep (one job alone: --set "
+          "concurrency.group=NAME --set concurrency.max_running=N)");
+    }
     if (out_.dry_run && out_.wait) {
       return Usage("--dry-run and --wait exclude each other");
     }
@@ -181,6 +186,16 @@ class ArgParser {
       absl::StatusOr<SweepAxis> axis = ParseSweepAxis(*v);
       if (!axis.ok()) return axis.status();
       out_.sweeps.push_back(*std::move(axis));
+      return absl::OkStatus();
+    }
+    if (c == Command::kSubmit && name == "--max-running") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      if (!absl::SimpleAtoi(*v, &out_.max_running) || out_.max_running < 1) {
+        return Usage(absl::StrCat(
+            "--max-running: must be a positive number of jobs, got \"", *v,
+            "\""));
+      }
       return absl::OkStatus();
     }
     if (c == Command::kSubmit && name == "--set") {
@@ -523,14 +538,15 @@ std::string UsageText() {
 
 Commands:
   submit SPEC [--set FIELD=VALUE]... [--sweep FIELD=V1,V2,...]...
-         [--wait] [--dry-run] [--request-id ID]
+         [--max-running N] [--wait] [--dry-run] [--request-id ID]
                      submit a job spec (YAML or JSON) and print its id;
                      --set overrides a field of the spec, in order (e.g.
                      --set optimizer.lr=0.003 --set model.mlp.hidden=512,256);
                      --sweep submits one job per combination of the values
                      (at most 100; a list value in brackets:
                      --sweep model.mlp.hidden=[256],[512,256]), each named
-                     after its values; --wait follows it to the end (exit 0
+                     after its values, at most N of them running at once
+                     with --max-running; --wait follows it to the end (exit 0
                      only if SUCCEEDED; a sweep: all of them, then a table
                      of results); --dry-run has the server check the job(s)
                      and submits nothing

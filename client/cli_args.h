@@ -58,6 +58,9 @@ struct CliArgs {
   std::vector<std::string> spec_overrides;
   // submit --sweep FIELD=V1,V2,..., in command-line order (client/sweep.h).
   std::vector<SweepAxis> sweeps;
+  // submit --sweep --max-running N: at most N of the sweep's jobs run at
+  // once (their concurrency group is the sweep's request id); 0: no limit.
+  int32_t max_running = 0;
   bool dry_run = false;  // submit --dry-run
   bool wait = false;  // submit --wait, drain --wait
   std::string request_id;

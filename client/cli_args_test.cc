@@ -376,6 +376,21 @@ TEST(CliArgsTest, CheckpointsAndDownload) {
   EXPECT_EQ(Error({"checkpoints"}), "'checkpoints': missing job ID");
 }
 
+TEST(CliArgsTest, MaxRunningGoesWithASweep) {
+  CliArgs a =
+      Parse({"submit", "x.yaml", "--sweep", "seed=1,2", "--max-running", "3"});
+  EXPECT_EQ(a.max_running, 3);
+  EXPECT_EQ(Parse({"submit", "x.yaml"}).max_running, 0);
+  EXPECT_EQ(Error({"submit", "x.yaml", "--max-running", "2"}),
+            "--max-running: only with --sweep (one job alone: --set "
+            "concurrency.group=NAME --set concurrency.max_running=N)");
+  EXPECT_EQ(
+      Error({"submit", "x.yaml", "--sweep", "seed=1,2", "--max-running", "0"}),
+      "--max-running: must be a positive number of jobs, got \"0\"");
+  EXPECT_EQ(Error({"ls", "--max-running", "2"}),
+            "unknown flag \"--max-running\" for 'ls'");
+}
+
 TEST(CliArgsTest, Usage) {
   CliArgs u = Parse({"usage"});
   EXPECT_EQ(u.command, Command::kUsage);

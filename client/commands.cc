@@ -350,8 +350,20 @@ std::string NewSweepRequestId() {
   return absl::StrFormat("sweep-%08x%08x", random(), random());
 }
 
-int RunSweep(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
+int RunSweep(const CliArgs& args, const SubmitPlan& sweep, JobClient& client,
              std::ostream& out, std::ostream& err) {
+  const std::string base =
+      args.request_id.empty() ? NewSweepRequestId() : args.request_id;
+  // --max-running: the sweep's jobs make one concurrency group, named
+  // after its request id (so a rerun with --request-id makes the same
+  // specs, and finds its jobs again).
+  SubmitPlan plan = sweep;
+  if (args.max_running > 0) {
+    for (v1::JobSpec& spec : plan.specs) {
+      spec.mutable_concurrency()->set_group(base);
+      spec.mutable_concurrency()->set_max_running(args.max_running);
+    }
+  }
   const size_t n = plan.specs.size();
   // An error about job i names it, and the spec file if the server
   // refused its spec.
@@ -380,8 +392,6 @@ int RunSweep(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
     }
     return kExitOk;
   }
-  const std::string base =
-      args.request_id.empty() ? NewSweepRequestId() : args.request_id;
   if (args.request_id.empty()) {
     err << "yard: the sweep's request id is " << base
         << " (the same command with --request-id " << base

@@ -171,6 +171,11 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
           absl::StrCat(absl::StrJoin(job.spec().depends_on(), ", "),
                        job.dependencies_met() ? " (all succeeded)" : ""));
   }
+  if (const v1::Concurrency& c = job.spec().concurrency(); !c.group().empty()) {
+    d.Add("Concurrency",
+          absl::StrCat("group ", OneLine(c.group()), ", at most ",
+                       c.max_running(), " running"));
+  }
   if (job.spec().time_limit_s() > 0) {
     d.Add("Time limit",
           absl::FormatDuration(absl::Seconds(job.spec().time_limit_s())));

@@ -329,6 +329,12 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Depends on:      j-7, j-9 (all succeeded)\n"));
   job.mutable_spec()->clear_depends_on();
+  EXPECT_THAT(text, Not(HasSubstr("Concurrency")));
+  job.mutable_spec()->mutable_concurrency()->set_group("sweep-1");
+  job.mutable_spec()->mutable_concurrency()->set_max_running(2);
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Concurrency:     group sweep-1, at most 2 running\n"));
+  job.mutable_spec()->clear_concurrency();
   *job.mutable_delete_time() = ToProtoTime(kNow + absl::Hours(49));
   EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Deleted at:      2023-11-16 23:13:20 UTC (in 2d, by "

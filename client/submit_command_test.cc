@@ -285,6 +285,28 @@ TEST_F(SubmitCommandTest, ASweepSubmitsOneJobPerCombination) {
             "id grid\n");
 }
 
+TEST_F(SubmitCommandTest, MaxRunningMakesTheSweepOneConcurrencyGroup) {
+  EXPECT_EQ(Submit({"--sweep", "seed=1,2,3", "--max-running", "2",
+                    "--request-id", "s9"}),
+            kExitOk)
+      << err_.str();
+  std::vector<v1::SubmitJobRequest> requests = Requests();
+  ASSERT_EQ(requests.size(), 6u);
+  for (const v1::SubmitJobRequest& r : requests) {
+    EXPECT_EQ(r.spec().concurrency().group(), "s9");  // checked and submitted
+    EXPECT_EQ(r.spec().concurrency().max_running(), 2);
+  }
+  // Without --request-id the group is the one the sweep made up and told.
+  err_.str("");
+  EXPECT_EQ(Submit({"--sweep", "seed=7,8", "--max-running=1"}), kExitOk);
+  requests = Requests();
+  const std::string group = requests.back().spec().concurrency().group();
+  EXPECT_THAT(group, ::testing::StartsWith("sweep-"));
+  EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("request id is ", group)));
+  EXPECT_EQ(requests[requests.size() - 3].spec().concurrency().group(), group)
+      << "the dry-run check saw the same spec";
+}
+
 TEST_F(SubmitCommandTest, ASweepValueTheServerRefusesSubmitsNothing) {
   {
     absl::MutexLock lock(&jobs_.mu);

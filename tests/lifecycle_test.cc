@@ -3,6 +3,7 @@
 // hand or by the server's retention.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
@@ -239,6 +240,37 @@ TEST_F(LifecycleTest, AJobThatDependsOnAnotherStartsAfterItSucceeds) {
   EXPECT_TRUE(CliFailedWith(
       Yard({"submit", path, "--set", "depends_on=j-424242"}),
       YardExit::kInvalidArgument, {"depends_on: job j-424242 not found"}));
+}
+
+// `--max-running 1`: the sweep's jobs run one after another although the
+// worker has room for two at once.
+TEST_F(LifecycleTest, ASweepWithMaxRunningRunsNoMoreAtOnce) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1", .cpu_slots = 2}).status());
+  const std::string path = WriteSpec(
+      "one-at-a-time.yaml",
+      MnistSpec{.name = "serial", .steps = 60, .holdout = 500}.ToYaml());
+  CommandResult sweep =
+      Yard({"submit", path, "--sweep", "seed=1,2,3", "--max-running", "1",
+            "--request-id", "m1", "--wait"},
+           JobTimeout());
+  ASSERT_EQ(sweep.exit_code(), YardExit::kOk) << sweep.DebugString();
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
+  ASSERT_EQ(all.size(), 3u);
+  std::vector<std::pair<absl::Time, absl::Time>> held;
+  for (const v1::Job& job : all) {
+    EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+    EXPECT_EQ(job.spec().concurrency().group(), "m1");
+    EXPECT_EQ(job.spec().concurrency().max_running(), 1);
+    ASSERT_EQ(job.attempts_size(), 1) << job.DebugString();
+    held.emplace_back(FromProtoTime(job.attempts(0).start_time()),
+                      FromProtoTime(job.attempts(0).end_time()));
+  }
+  std::sort(held.begin(), held.end());
+  for (size_t i = 1; i < held.size(); ++i) {
+    EXPECT_GE(held[i].first, held[i - 1].second)
+        << "job " << i << " started before the one before it ended";
+  }
 }
 
 // `yard submit --sweep ... --wait` against a real cluster: one job per value,
