@@ -64,18 +64,13 @@ v1::DeleteJobResponse Deleted(const std::string& dir, int64_t bytes) {
   return r;
 }
 
-class DeleteCommandTest : public ::testing::Test {
+class DeleteCommandTest : public InProcessServerTest {
  protected:
   void SetUp() override {
     ClientOptions options;
     options.token = "ytk_tenant";
-    server_ = std::make_unique<InProcessServer>(
-        std::initializer_list<grpc::Service*>{&jobs_}, options);
-    client_ = server_->client();
-    ASSERT_NE(client_, nullptr);
+    Serve({&jobs_}, options);
   }
-  void TearDown() override { server_->Shutdown(); }
-
   void Reply(v1::DeleteJobResponse r) {
     absl::MutexLock lock(&jobs_.mu);
     jobs_.reply = std::move(r);
@@ -101,8 +96,6 @@ class DeleteCommandTest : public ::testing::Test {
   }
 
   FakeJobs jobs_;
-  std::unique_ptr<InProcessServer> server_;
-  JobClient* client_ = nullptr;
   std::ostringstream out_, err_;
 };
 

@@ -52,6 +52,26 @@ class InProcessServer {
   std::unique_ptr<JobClient> client_;
 };
 
+// A fixture whose tests talk to fake services: Serve() them from SetUp;
+// they stop after each test.
+class InProcessServerTest : public ::testing::Test {
+ protected:
+  // Serves `services` and connects client_ with `options`; a failure fails
+  // the test (which then does not run) and leaves client_ null.
+  void Serve(std::initializer_list<grpc::Service*> services,
+             ClientOptions options = {}) {
+    server_ = std::make_unique<InProcessServer>(services, std::move(options));
+    client_ = server_->client();
+    ASSERT_NE(client_, nullptr);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  std::unique_ptr<InProcessServer> server_;
+  JobClient* client_ = nullptr;
+};
+
 }  // namespace trainyard::client
 
 #endif  // TRAINYARD_CLIENT_IN_PROCESS_SERVER_TEST_SUPPORT_H_

@@ -170,7 +170,7 @@ class FakeCluster final : public v1::ClusterService::Service {
   }
 };
 
-class JobClientTest : public ::testing::Test {
+class JobClientTest : public InProcessServerTest {
  protected:
   void SetUp() override {
     jobs_.events_ = {Progress(1, 10), Progress(2, 20), Progress(3, 30),
@@ -183,17 +183,10 @@ class JobClientTest : public ::testing::Test {
     jobs_.SetJob(job);
     ClientOptions options;
     options.reconnect_timeout = absl::Seconds(5);
-    server_ = std::make_unique<InProcessServer>(
-        std::initializer_list<grpc::Service*>{&jobs_, &cluster_}, options);
-    client_ = server_->client();
-    ASSERT_NE(client_, nullptr);
+    Serve({&jobs_, &cluster_}, options);
   }
-  void TearDown() override { server_->Shutdown(); }
-
   FakeJobs jobs_;
   FakeCluster cluster_;
-  std::unique_ptr<InProcessServer> server_;
-  JobClient* client_ = nullptr;
   std::ostringstream out_, err_;
 };
 

@@ -84,18 +84,13 @@ class FakeJobs final : public v1::JobService::Service {
   std::vector<v1::SubmitJobRequest> requests ABSL_GUARDED_BY(mu);
 };
 
-class SubmitCommandTest : public ::testing::Test {
+class SubmitCommandTest : public InProcessServerTest {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<InProcessServer>(
-        std::initializer_list<grpc::Service*>{&jobs_});
-    client_ = server_->client();
-    ASSERT_NE(client_, nullptr);
+    Serve({&jobs_});
     spec_path_ = ::testing::TempDir() + "/submit_command_test.yaml";
     std::ofstream(spec_path_) << kSpec;
   }
-  void TearDown() override { server_->Shutdown(); }
-
   // `yard submit SPEC <flags>`, as yard_main.cc runs it: no RPC unless the
   // spec was read and overridden.
   int Submit(const std::vector<std::string>& flags) {
@@ -121,8 +116,6 @@ class SubmitCommandTest : public ::testing::Test {
   }
 
   FakeJobs jobs_;
-  std::unique_ptr<InProcessServer> server_;
-  JobClient* client_ = nullptr;
   std::string spec_path_;
   std::ostringstream out_, err_;
 };

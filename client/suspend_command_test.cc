@@ -56,16 +56,9 @@ class FakeJobs final : public v1::JobService::Service {
   }
 };
 
-class SuspendCommandTest : public ::testing::Test {
+class SuspendCommandTest : public InProcessServerTest {
  protected:
-  void SetUp() override {
-    server_ = std::make_unique<InProcessServer>(
-        std::initializer_list<grpc::Service*>{&jobs_}, ClientOptions{});
-    client_ = server_->client();
-    ASSERT_NE(client_, nullptr);
-  }
-  void TearDown() override { server_->Shutdown(); }
-
+  void SetUp() override { Serve({&jobs_}); }
   void Answer(const std::string& id, v1::JobState state,
               int64_t queue_position = 0) {
     absl::MutexLock lock(&jobs_.mu);
@@ -88,8 +81,6 @@ class SuspendCommandTest : public ::testing::Test {
   }
 
   FakeJobs jobs_;
-  std::unique_ptr<InProcessServer> server_;
-  JobClient* client_ = nullptr;
   std::ostringstream out_, err_;
 };
 

@@ -64,16 +64,9 @@ v1::UsageReport TwoTenants() {
   return r;
 }
 
-class UsageCommandTest : public ::testing::Test {
+class UsageCommandTest : public InProcessServerTest {
  protected:
-  void SetUp() override {
-    server_ = std::make_unique<InProcessServer>(
-        std::initializer_list<grpc::Service*>{&jobs_}, ClientOptions{});
-    client_ = server_->client();
-    ASSERT_NE(client_, nullptr);
-  }
-  void TearDown() override { server_->Shutdown(); }
-
+  void SetUp() override { Serve({&jobs_}); }
   int Run(std::vector<std::string> argv) {
     argv.insert(argv.begin(), "usage");
     absl::StatusOr<CliArgs> args = ParseArgs(argv, nullptr);
@@ -89,8 +82,6 @@ class UsageCommandTest : public ::testing::Test {
 
   FakeJobs jobs_;
   FakeClock clock_{kNow};
-  std::unique_ptr<InProcessServer> server_;
-  JobClient* client_ = nullptr;
   std::ostringstream out_, err_;
 };
 

@@ -130,18 +130,13 @@ class SteppingClock : public Clock {
   absl::Time now_ = absl::UnixEpoch() + absl::Hours(24);
 };
 
-class WorkerCommandsTest : public ::testing::Test {
+class WorkerCommandsTest : public InProcessServerTest {
  protected:
   void SetUp() override {
     ClientOptions options;
     options.token = "ytk_admin";
-    server_ = std::make_unique<InProcessServer>(
-        std::initializer_list<grpc::Service*>{&cluster_}, options);
-    client_ = server_->client();
-    ASSERT_NE(client_, nullptr);
+    Serve({&cluster_}, options);
   }
-  void TearDown() override { server_->Shutdown(); }
-
   void Reply(v1::Worker w) {
     absl::MutexLock lock(&cluster_.mu);
     cluster_.reply = std::move(w);
@@ -174,8 +169,6 @@ class WorkerCommandsTest : public ::testing::Test {
   }
 
   FakeCluster cluster_;
-  std::unique_ptr<InProcessServer> server_;
-  JobClient* client_ = nullptr;
   SteppingClock clock_;
   std::ostringstream out_, err_;
 };
