@@ -4,6 +4,7 @@
 
 #include "common/proto_time.h"
 #include "scheduler/cluster_snapshot.h"
+#include "server/cluster_view.h"
 
 namespace trainyard::server {
 namespace {
@@ -19,13 +20,6 @@ int64_t GpuMilli(
   return gpus * each;
 }
 
-// A CPU job's slots: one per data-parallel rank.
-int32_t CpuSlotsOf(const v1::JobSpec& spec) {
-  return spec.resources().gpus() > 0
-             ? 0
-             : std::max(1, spec.resources().cpu_ranks());
-}
-
 }  // namespace
 
 Holding PlacementHolding(const v1::Job& job, int64_t own_gpus) {
@@ -34,7 +28,7 @@ Holding PlacementHolding(const v1::Job& job, int64_t own_gpus) {
   for (const v1::GangPart& part : job.gang_parts()) {
     h.gpu_milli += GpuMilli(part.gpu_indices_size(), part.gpu_grants());
   }
-  h.cpu_slots = CpuSlotsOf(job.spec());
+  h.cpu_slots = NeedOf(job.spec()).cpu_slots;
   return h;
 }
 
@@ -46,7 +40,7 @@ Holding AttemptHolding(const v1::JobSpec& spec, const v1::Attempt& attempt) {
   const int64_t each = spec.resources().has_gpu_compute_milli()
                            ? spec.resources().gpu_compute_milli()
                            : scheduler::kWholeGpuMilli;
-  return Holding{gpus * each, CpuSlotsOf(spec)};
+  return Holding{gpus * each, NeedOf(spec).cpu_slots};
 }
 
 AttemptUsage UsageOf(const v1::Job& job, const v1::Attempt& attempt,
