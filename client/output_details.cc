@@ -15,13 +15,9 @@ namespace {
 
 namespace v1 = ::trainyard::v1;
 
-std::string UtcTime(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone());
-}
-
 std::string When(const google::protobuf::Timestamp& ts, absl::Time now) {
   absl::Time t = FromProtoTime(ts);
-  return absl::StrCat(UtcTime(t), " (", FormatAge(t, now), " ago)");
+  return absl::StrCat(FormatUtcTime(t), " (", FormatAge(t, now), " ago)");
 }
 
 // "Key:  value" lines with the values aligned.
@@ -188,8 +184,9 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   if (IsSet(job.end_time())) d.Add("Ended", When(job.end_time(), now));
   if (IsSet(job.delete_time())) {
     const absl::Time t = FromProtoTime(job.delete_time());
-    d.Add("Deleted at", absl::StrCat(UtcTime(t), " (in ", FormatAge(now, t),
-                                     ", by the server's job retention)"));
+    d.Add("Deleted at",
+          absl::StrCat(FormatUtcTime(t), " (in ", FormatAge(now, t),
+                       ", by the server's job retention)"));
   }
   AddProgress(job, &d);
   d.Add("Checkpoint dir", job.checkpoint_dir());

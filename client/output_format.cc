@@ -364,16 +364,16 @@ std::vector<std::string> HourCells(const v1::UsageRow& row) {
           Hours(row.cpu_slot_seconds()), Hours(row.failed_cpu_slot_seconds())};
 }
 
-std::string UtcTime(const google::protobuf::Timestamp& t) {
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", FromProtoTime(t),
-                          absl::UTCTimeZone());
-}
-
 }  // namespace
 
+std::string FormatUtcTime(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", t, absl::UTCTimeZone());
+}
+
 std::string FormatUsageReport(const v1::UsageReport& report) {
-  const std::string window = absl::StrCat("from ", UtcTime(report.start_time()),
-                                          " to ", UtcTime(report.end_time()));
+  const std::string window =
+      absl::StrCat("from ", FormatUtcTime(FromProtoTime(report.start_time())),
+                   " to ", FormatUtcTime(FromProtoTime(report.end_time())));
   if (report.tenants().empty()) return absl::StrCat("no usage ", window, "\n");
   std::string out = absl::StrCat("usage ", window, "\n");
   const std::vector<std::string> hours = {"GPU-H", "FAILED-GPU-H", "CPU-SLOT-H",

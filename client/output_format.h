@@ -21,6 +21,9 @@ namespace trainyard::client {
 std::string FormatTable(const std::vector<std::string>& header,
                         const std::vector<std::vector<std::string>>& rows);
 
+// "2026-11-22 11:30:54 UTC".
+std::string FormatUtcTime(absl::Time t);
+
 // "42s", "5m", "3h", "2d"; "-" for a zero/unset time.
 std::string FormatAge(absl::Time then, absl::Time now);
 
