@@ -7,24 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/core/checkpoint.h"
+#include "engine/core/model_weights.h"
 
 namespace trainyard::engine {
 namespace {
-
-absl::StatusOr<std::pair<std::string, Checkpoint>> FindCheckpoint(
-    const std::string& dir) {
-  if (std::filesystem::exists(std::filesystem::path(dir) /
-                              kCheckpointMetaFile)) {
-    ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(dir));
-    return std::pair{dir, std::move(ckpt)};
-  }
-  ASSIGN_OR_RETURN(std::optional<LatestCheckpoint> latest,
-                   ReadLatestCheckpoint(dir));
-  if (!latest.has_value()) {
-    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir));
-  }
-  return std::pair{latest->path, std::move(latest->checkpoint)};
-}
 
 absl::StatusOr<GptConfig> CheckpointGptConfig(const std::string& path,
                                               const Checkpoint& ckpt) {
@@ -38,8 +24,8 @@ absl::StatusOr<GptConfig> CheckpointGptConfig(const std::string& path,
 
 }  // namespace
 
-absl::Status LoadHfWeights(const HfGpt2& hf, GptModel* model,
-                           Backend* backend) {
+absl::Status LoadHfWeights(const HfGpt2& hf, absl::string_view source,
+                           GptModel* model, Backend* backend) {
   const GptConfig& want = model->config();
   const GptConfig& got = hf.config;
   for (auto [name, a, b] :
@@ -49,27 +35,17 @@ absl::Status LoadHfWeights(const HfGpt2& hf, GptModel* model,
         std::tuple{"seq_len", want.seq_len, got.seq_len},
         std::tuple{"vocab_size", want.vocab_size, got.vocab_size}}) {
     if (a != b) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.gpt.", name, ": ", a,
-                       " differs from the init_from model's ", b));
+      return absl::InvalidArgumentError(absl::StrCat("model.gpt.", name, ": ",
+                                                     a, " differs from the ",
+                                                     source, " model's ", b));
     }
   }
-  std::map<std::string, const HostTensor*> by_name;
-  for (const HostTensor& t : hf.params) by_name[t.name] = &t;
-  for (const Parameter& p : model->parameters()) {
-    auto it = by_name.find(p.name);
-    if (it == by_name.end() || it->second->shape != p.shape) {
-      return absl::InternalError(
-          absl::StrCat("init_from: parameter ", p.name, " does not fit"));
-    }
-    backend->CopyToDevice(p.value, it->second->data.data(), p.size() * 4);
-  }
-  return backend->Synchronize();
+  return CopyWeightsInto(hf.params, source, model, backend);
 }
 
 absl::StatusOr<LoadedGpt> LoadGptCheckpoint(const std::string& dir,
                                             int threads) {
-  ASSIGN_OR_RETURN(auto found, FindCheckpoint(dir));
+  ASSIGN_OR_RETURN(auto found, ReadCheckpointOrNewest(dir));
   auto& [path, ckpt] = found;
   ASSIGN_OR_RETURN(GptConfig config, CheckpointGptConfig(path, ckpt));
   LoadedGpt out;
@@ -87,13 +63,14 @@ absl::StatusOr<LoadedGpt> LoadGptCheckpoint(const std::string& dir,
   ASSIGN_OR_RETURN(out.backend, CpuBackend::Create(options));
   ASSIGN_OR_RETURN(out.model, GptModel::Create(config, 1, out.backend.get()));
   HfGpt2 weights{config, std::move(ckpt.tensors), Json()};
-  RETURN_IF_ERROR(LoadHfWeights(weights, out.model.get(), out.backend.get()));
+  RETURN_IF_ERROR(
+      LoadHfWeights(weights, path, out.model.get(), out.backend.get()));
   return out;
 }
 
 absl::Status ExportGptCheckpoint(const std::string& checkpoint_dir,
                                  const std::string& out_dir) {
-  ASSIGN_OR_RETURN(auto found, FindCheckpoint(checkpoint_dir));
+  ASSIGN_OR_RETURN(auto found, ReadCheckpointOrNewest(checkpoint_dir));
   auto& [path, ckpt] = found;
   ASSIGN_OR_RETURN(GptConfig config, CheckpointGptConfig(path, ckpt));
   return WriteHfGpt2(out_dir, config, ckpt.tensors, ckpt.meta.tokenizer);

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/core/gpt.h"
 #include "engine/core/hf_gpt2.h"
 #include "engine/cpu/cpu_backend.h"
@@ -37,9 +38,11 @@ absl::StatusOr<LoadedGpt> LoadGptCheckpoint(const std::string& dir,
 absl::Status ExportGptCheckpoint(const std::string& checkpoint_dir,
                                  const std::string& out_dir);
 
-// Copies an imported folder's weights into `model`. INVALID_ARGUMENT
-// naming the field when the sizes differ from the model's.
-absl::Status LoadHfWeights(const HfGpt2& hf, GptModel* model, Backend* backend);
+// Copies the weights of `hf` (an imported folder, or a checkpoint's) into
+// `model`. INVALID_ARGUMENT naming the field and `source` ("init_from",
+// "warm_start") when the sizes differ from the model's.
+absl::Status LoadHfWeights(const HfGpt2& hf, absl::string_view source,
+                           GptModel* model, Backend* backend);
 
 }  // namespace trainyard::engine
 

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "engine/core/checkpoint.h"
 #include "engine/core/file_io.h"
 #include "engine/core/gpt_sampler.h"
 #include "engine/core/safetensors.h"
@@ -111,6 +112,57 @@ TEST_F(GptToolsTest, InitFromStartsTrainingFromTheExportedWeights) {
   job.gpt.n_layer = 3;
   EXPECT_EQ(std::string(TrainJob::Create(job, &sink_).status().message()),
             "model.gpt.n_layer: 3 differs from the init_from model's 2");
+}
+
+TEST_F(GptToolsTest, WarmStartTakesACheckpointsWeightsAndVocabulary) {
+  const auto weights = Train("run");
+  // Other text whose characters are among the first run's: the warm start
+  // keeps the checkpoint's vocabulary, so token ids mean what they meant.
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "be it or not, to be\n";
+  std::ofstream(dir_ + "/other.txt") << text;
+  EngineJob job = Job("next");
+  job.text->train = dir_ + "/other.txt";
+  job.warm_start = dir_ + "/run/step-00000003";
+  auto next = TrainJob::Create(job, &sink_);
+  ASSERT_TRUE(next.ok()) << next.status();
+  for (const Parameter& p : (*next)->model().parameters()) {
+    EXPECT_EQ(std::vector<float>(p.value, p.value + p.size()),
+              weights.at(p.name))
+        << p.name;
+  }
+  ASSERT_TRUE((*next)->tokenizer().has_value());
+  const auto first = *TrainJob::Create(Job("again"), &sink_);
+  EXPECT_EQ((*next)->tokenizer()->ToJson().Serialize(),
+            first->tokenizer()->ToJson().Serialize());
+  ASSERT_EQ(*(*next)->Run(nullptr), Trainer::Outcome::kFinished);
+
+  // Refusals name warm_start: other sizes, a character the checkpoint's
+  // vocabulary lacks, an MLP's checkpoint.
+  job.trainer.checkpoint.dir = dir_ + "/refused";
+  job.gpt.n_layer = 3;
+  EXPECT_EQ(std::string(TrainJob::Create(job, &sink_).status().message()),
+            "model.gpt.n_layer: 3 differs from the warm_start model's 2");
+  job.gpt.n_layer = 2;
+  std::ofstream(dir_ + "/other.txt") << text << "zebra\n";
+  absl::Status s = TrainJob::Create(job, &sink_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "data.text.train: ")) << s;
+  std::ofstream(dir_ + "/other.txt") << text;
+  job.text->char_tokenizer = false;
+  EXPECT_EQ(std::string(TrainJob::Create(job, &sink_).status().message()),
+            "data.text.tokenizer: differs from the warm_start model's "
+            "tokenizer");
+  job.text->char_tokenizer = true;
+  Checkpoint mlp;
+  mlp.meta.step = 5;
+  mlp.meta.rng_state = Rng(1).SerializeState();
+  mlp.tensors.push_back({"fc0.weight", {2, 2}, {1, 2, 3, 4}});
+  const std::string mlp_path = *WriteCheckpoint(dir_ + "/mlp", mlp);
+  job.warm_start = mlp_path;
+  EXPECT_EQ(
+      std::string(TrainJob::Create(job, &sink_).status().message()),
+      "warm_start: " + mlp_path + " holds no GPT, and this job trains a GPT");
 }
 
 TEST_F(GptToolsTest, SamplingIsReproducibleForASeed) {

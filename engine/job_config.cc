@@ -162,6 +162,7 @@ std::string SpecFingerprint(const JobSpec& spec) {
   shaping.set_steps(spec.steps());
   shaping.set_precision(spec.precision());
   shaping.set_seed(spec.seed());
+  if (spec.has_warm_start()) *shaping.mutable_warm_start() = spec.warm_start();
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream raw(&bytes);
@@ -217,6 +218,18 @@ absl::StatusOr<EngineJob> EngineJobFromSpec(const JobSpec& spec,
     ASSIGN_OR_RETURN(job.mnist,
                      ResolveMnist(spec.data().mnist(), options.data_root));
   }
+  if (spec.has_warm_start() && options.warm_start.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warm_start: a server picks job ", spec.warm_start().job(),
+                     "'s checkpoint; without one, give the checkpoint itself "
+                     "(yard-train run --warm-start DIR)"));
+  }
+  if (!options.warm_start.empty() && !job.gpt_init_from.empty()) {
+    return absl::InvalidArgumentError(
+        "warm_start: not with model.gpt.init_from: the weights come from one "
+        "or the other");
+  }
+  job.warm_start = options.warm_start;
   job.trainer.checkpoint.dir = options.checkpoint_dir.empty()
                                    ? DefaultCheckpointDir(spec)
                                    : options.checkpoint_dir;

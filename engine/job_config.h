@@ -26,6 +26,10 @@ struct JobConfigOptions {
   std::string checkpoint_dir;
   // 0: spec.resources.cpu_threads.
   int threads = 0;
+  // A checkpoint (or a checkpoint root: its newest) whose weights start the
+  // job instead of a fresh initialization (the server's pick for
+  // spec.warm_start, or yard-train --warm-start). Empty: none.
+  std::string warm_start;
 };
 
 // MNIST files, resolved inside the data root.
@@ -63,6 +67,9 @@ struct EngineJob {
   GptConfig gpt;
   // Hugging Face GPT-2 folder to start from; empty for a fresh init.
   std::string gpt_init_from;
+  // A checkpoint (or root) whose weights start the job; empty for none.
+  // Only the weights: step, optimizer state and data order start fresh.
+  std::string warm_start;
   std::optional<TextFiles> text;
   std::optional<TokenFiles> tokens;
   TrainerConfig trainer;

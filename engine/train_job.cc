@@ -16,9 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "engine/core/checkpoint.h"
 #include "engine/core/file_io.h"
 #include "engine/core/gpt.h"
 #include "engine/core/mlp.h"
+#include "engine/core/model_weights.h"
 #include "engine/data/mnist.h"
 #include "engine/data/token_data.h"
 #include "engine/gpt_tools.h"
@@ -83,16 +85,53 @@ absl::Status LoadShards(const TokenFiles& files, int64_t vocab_size,
   return absl::OkStatus();
 }
 
-// The init_from folder, its errors prefixed with the spec field.
-absl::StatusOr<std::optional<HfGpt2>> ReadInitFrom(const EngineJob& job) {
-  if (job.gpt_init_from.empty()) return std::nullopt;
-  absl::StatusOr<HfGpt2> hf = ReadHfGpt2(job.gpt_init_from);
-  if (!hf.ok()) {
-    return absl::Status(
-        hf.status().code(),
-        absl::StrCat("model.gpt.init_from: ", hf.status().message()));
+// Weights trained elsewhere that replace the fresh initialization: a
+// Hugging Face folder (model.gpt.init_from) or a checkpoint (warm_start).
+struct StartingWeights {
+  const char* source;  // "init_from" or "warm_start", for errors
+  // A GPT's sizes and its tokenizer (null for token shards); absent for an
+  // MLP checkpoint.
+  std::optional<HfGpt2> gpt;
+  std::vector<HostTensor> tensors;  // an MLP checkpoint's
+};
+
+absl::StatusOr<std::optional<StartingWeights>> ReadStartingWeights(
+    const EngineJob& job) {
+  if (!job.gpt_init_from.empty()) {
+    absl::StatusOr<HfGpt2> hf = ReadHfGpt2(job.gpt_init_from);
+    if (!hf.ok()) {
+      return absl::Status(
+          hf.status().code(),
+          absl::StrCat("model.gpt.init_from: ", hf.status().message()));
+    }
+    return StartingWeights{"init_from", *std::move(hf), {}};
   }
-  return std::optional<HfGpt2>(*std::move(hf));
+  if (job.warm_start.empty()) return std::nullopt;
+  absl::StatusOr<std::pair<std::string, Checkpoint>> found =
+      ReadCheckpointOrNewest(job.warm_start);
+  if (!found.ok()) {
+    // A checkpoint that is not there is a bad request, not a failure a
+    // restart could mend.
+    const absl::StatusCode code = absl::IsNotFound(found.status())
+                                      ? absl::StatusCode::kInvalidArgument
+                                      : found.status().code();
+    return absl::Status(code,
+                        absl::StrCat("warm_start: ", found.status().message()));
+  }
+  auto& [path, ckpt] = *found;
+  absl::StatusOr<GptConfig> gpt = GptConfigFromDescription(ckpt.meta.model);
+  const bool is_gpt = gpt.ok();
+  if (is_gpt != job.is_gpt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warm_start: ", path, " holds ", is_gpt ? "a GPT" : "no GPT",
+        ", and this job trains ", job.is_gpt ? "a GPT" : "an MLP"));
+  }
+  if (!is_gpt)
+    return StartingWeights{"warm_start", std::nullopt, std::move(ckpt.tensors)};
+  return StartingWeights{
+      "warm_start",
+      HfGpt2{*gpt, std::move(ckpt.tensors), std::move(ckpt.meta.tokenizer)},
+      {}};
 }
 
 }  // namespace
@@ -127,10 +166,11 @@ absl::Status TrainJob::LoadText(const TextFiles& files, const GptConfig& gpt,
                                 std::vector<int32_t>* eval) {
   ASSIGN_OR_RETURN(std::string text, ReadText(files.train));
   if (tokenizer_.has_value()) {
-    // From init_from: the model's own vocabulary.
+    // From init_from or warm_start: the model's own vocabulary.
     if (tokenizer_->is_char() != files.char_tokenizer) {
       return absl::InvalidArgumentError(
-          "data.text.tokenizer: differs from the init_from model's tokenizer");
+          absl::StrCat("data.text.tokenizer: differs from the ",
+                       tokenizer_source_, " model's tokenizer"));
     }
   } else if (files.char_tokenizer) {
     absl::StatusOr<Tokenizer> chars = Tokenizer::CharsFromText(text);
@@ -307,16 +347,17 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
     int cuda_device) {
   std::unique_ptr<TrainJob> t(new TrainJob());
   TrainerConfig trainer_config = job.trainer;
-  ASSIGN_OR_RETURN(std::optional<HfGpt2> init, ReadInitFrom(job));
-  if (init.has_value()) {
-    if (init->tokenizer.type() != Json::Type::kNull) {
-      absl::StatusOr<Tokenizer> tok = Tokenizer::FromJson(init->tokenizer);
-      if (!tok.ok()) {
-        return absl::DataLossError(
-            absl::StrCat("model.gpt.init_from: ", tok.status().message()));
-      }
-      t->tokenizer_ = *std::move(tok);
+  ASSIGN_OR_RETURN(std::optional<StartingWeights> init,
+                   ReadStartingWeights(job));
+  if (init.has_value() && init->gpt.has_value() &&
+      init->gpt->tokenizer.type() != Json::Type::kNull) {
+    absl::StatusOr<Tokenizer> tok = Tokenizer::FromJson(init->gpt->tokenizer);
+    if (!tok.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(init->source, ": ", tok.status().message()));
     }
+    t->tokenizer_ = *std::move(tok);
+    t->tokenizer_source_ = init->source;
   }
   if (job.is_gpt) {
     RETURN_IF_ERROR(t->LoadTokenData(job));
@@ -364,10 +405,15 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
       Trainer::Create(trainer_config, t->model_.get(), t->backend_.get(),
                       t->loader_.get(), t->eval_.get(), sink, Clock::Real(),
                       collective));
-  // Fine-tuning: the imported weights replace the fresh initialization (a
-  // checkpoint found when the run starts replaces both).
-  if (init.has_value()) {
-    RETURN_IF_ERROR(LoadHfWeights(*init, gpt, t->backend_.get()));
+  // Fine-tuning or a warm start: the weights replace the fresh
+  // initialization (a checkpoint of the job's own, found when the run
+  // starts, replaces both).
+  if (init.has_value() && init->gpt.has_value()) {
+    RETURN_IF_ERROR(
+        LoadHfWeights(*init->gpt, init->source, gpt, t->backend_.get()));
+  } else if (init.has_value()) {
+    RETURN_IF_ERROR(CopyWeightsInto(init->tensors, init->source,
+                                    t->model_.get(), t->backend_.get()));
   }
   return t;
 }

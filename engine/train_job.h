@@ -74,6 +74,9 @@ class TrainJob {
   std::unique_ptr<Collective> gpu_collective_;
   std::unique_ptr<ExampleSet> train_, eval_;
   std::optional<Tokenizer> tokenizer_;
+  // Where tokenizer_ came from when the starting weights brought it
+  // ("init_from", "warm_start"); empty when the data made it.
+  const char* tokenizer_source_ = "";
   std::unique_ptr<Model> model_;
   std::unique_ptr<ShuffledLoader> loader_;
   std::unique_ptr<Trainer> trainer_;

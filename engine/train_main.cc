@@ -42,6 +42,7 @@ constexpr int kExitInterrupted = 3;
 
 constexpr char kSynopsis[] =
     "usage: yard-train run SPEC_FILE [--data-root DIR] [--checkpoint-dir DIR]\n"
+    "                                [--warm-start CHECKPOINT_DIR]\n"
     "                                [--threads N] [--progress text|json]\n"
     "                                [--rank R --world-size N --rendezvous "
     "FILE\n"
@@ -59,6 +60,11 @@ constexpr char kHelp[] =
     "\n"
     "  --data-root DIR       spec data paths are relative to DIR (default .)\n"
     "  --checkpoint-dir DIR  default checkpoints/<spec name>\n"
+    "  --warm-start DIR      start from the weights of this checkpoint (or a\n"
+    "                        checkpoint root's newest) instead of a fresh\n"
+    "                        initialization; step, optimizer state and data\n"
+    "                        order start fresh. A checkpoint of the run's own\n"
+    "                        in the checkpoint dir wins\n"
     "  --threads N           default spec.resources.cpu_threads\n"
     "  --progress text|json  json: one trainyard.v1.TrainerEvent per line\n"
     "  --rank, --world-size  data parallel: this process is rank R of N; each\n"
@@ -96,6 +102,7 @@ struct Args {
   std::string spec_file;
   std::string data_root = ".";
   std::string checkpoint_dir;
+  std::string warm_start;
   int threads = 0;
   bool json = false;
   SocketCollectiveOptions ranks;
@@ -128,6 +135,9 @@ std::string ParseArgs(const std::vector<std::string>& argv, Args* args) {
       args->data_root = value;
     } else if (flag == "--checkpoint-dir") {
       args->checkpoint_dir = value;
+    } else if (flag == "--warm-start") {
+      if (value.empty()) return "--warm-start needs a checkpoint directory";
+      args->warm_start = value;
     } else if (flag == "--threads") {
       if (!absl::SimpleAtoi(value, &args->threads) || args->threads < 1 ||
           args->threads > 256) {
@@ -324,6 +334,7 @@ absl::StatusOr<EngineJob> LoadJob(const Args& args) {
   JobConfigOptions options;
   options.data_root = args.data_root;
   options.checkpoint_dir = args.checkpoint_dir;
+  options.warm_start = args.warm_start;
   options.threads = args.threads;
   return EngineJobFromSpec(full, options);
 }

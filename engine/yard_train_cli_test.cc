@@ -184,6 +184,61 @@ TEST_F(YardTrainCliTest, SigtermCheckpointsExitsThreeAndResumes) {
   EXPECT_GT(Parse(second.stdout_lines.back()).interrupted().step(), step);
 }
 
+TEST_F(YardTrainCliTest, WarmStartTakesTheWeightsAndStartsAtStepZero) {
+  Result base = RunYardTrain(Args(WriteSpec(60)), dir_);
+  ASSERT_EQ(base.exit_code, 0) << base.stderr_text;
+  std::vector<double> base_losses;
+  for (const std::string& line : base.stdout_lines) {
+    if (Parse(line).has_progress()) {
+      base_losses.push_back(Parse(line).progress().loss());
+    }
+  }
+  ASSERT_EQ(base_losses.size(), 12u);
+  const double base_first_loss = base_losses.front();
+  const double base_last_loss = base_losses.back();
+  // Another run from the newest checkpoint of the first (its root given):
+  // step 0 with a fresh optimizer, but the trained weights, so its first
+  // losses are the first run's last ones, not its first.
+  std::vector<std::string> args = Args(WriteSpec(10));
+  args.back() = dir_ + "/next";
+  args.insert(args.end(), {"--warm-start", dir_ + "/ck"});
+  Result next = RunYardTrain(args, dir_);
+  ASSERT_EQ(next.exit_code, 0) << next.stderr_text;
+  const auto started = Parse(next.stdout_lines.front()).started();
+  EXPECT_EQ(started.start_step(), 0);
+  EXPECT_EQ(started.resumed_from(), "");
+  const double next_first_loss = Parse(next.stdout_lines[1]).progress().loss();
+  EXPECT_LT(next_first_loss, (base_first_loss + base_last_loss) / 2)
+      << "first run " << base_first_loss << " -> " << base_last_loss;
+  // Run again, it resumes from its own checkpoint: that wins.
+  args.back() = dir_ + "/next";
+  Result again = RunYardTrain(args, dir_);
+  ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
+  EXPECT_EQ(Parse(again.stdout_lines.front()).started().resumed_from(),
+            dir_ + "/next/step-00000010");
+
+  // Weights that do not fit, or none: exit 2 naming warm_start.
+  args = Args(WriteSpec(10, ""));
+  std::ofstream(dir_ + "/wide.yaml")
+      << "model: {mlp: {hidden: [16]}}\n"
+      << "data: {mnist: {images: examples/data/mnist/t10k-images-idx3-ubyte.gz,"
+      << " labels: examples/data/mnist/t10k-labels-idx1-ubyte.gz}}\n"
+      << "batch: {micro_batch: 16}\nsteps: 2\n";
+  args[1] = dir_ + "/wide.yaml";
+  args.back() = dir_ + "/wide";
+  args.insert(args.end(), {"--warm-start", dir_ + "/ck"});
+  Result wide = RunYardTrain(args, dir_);
+  EXPECT_EQ(wide.exit_code, 2) << wide.stderr_text;
+  EXPECT_EQ(wide.last_stderr_line(),
+            "yard-train: warm_start: its fc0.weight has shape [8, 784], this "
+            "mlp's is [16, 784]");
+  args.back() = dir_ + "/empty-root";
+  Result none = RunYardTrain(args, dir_);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_EQ(none.last_stderr_line(),
+            "yard-train: warm_start: no checkpoint in " + dir_ + "/empty-root");
+}
+
 TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
   const std::string spec = WriteSpec(3);
   const std::vector<std::vector<std::string>> bad = {
@@ -200,6 +255,7 @@ TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
       {"run", spec, "--device", "gpu0"},
       {"run", spec, "--allreduce-bucket-mb", "-5"},
       {"run", spec, "--allreduce-bucket-mb", "big"},
+      {"run", spec, "--warm-start", ""},
   };
   for (const auto& args : bad) {
     Result r = RunYardTrain(args, dir_);

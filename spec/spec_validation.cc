@@ -367,8 +367,21 @@ void CheckOptimizer(const JobSpec& spec, int64_t max_steps, Problems* p) {
   p->Range("optimizer.warmup_steps", o.warmup_steps(), 0, max_steps);
 }
 
-// Job ids as the server hands them out are "j-" and digits; the check here
-// is only of form (the server looks each one up at submit).
+// Job ids as the server hands them out are "j-" and digits; the checks
+// here are only of form (the server looks each one up at submit).
+bool IsJobIdForm(const std::string& id) {
+  return !id.empty() && static_cast<int64_t>(id.size()) <= kMaxJobIdLength &&
+         std::all_of(id.begin(), id.end(), [](char c) {
+           return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                  c == '-' || c == '_' || c == '.';
+         });
+}
+
+std::string NotAJobId(const std::string& id) {
+  return absl::StrCat("\"", absl::CHexEscape(id.substr(0, 64)),
+                      "\" is not a job id");
+}
+
 void CheckDependsOn(const JobSpec& spec, Problems* p) {
   if (spec.depends_on_size() > kMaxDependencies) {
     p->Add("depends_on", absl::StrCat("at most ", kMaxDependencies,
@@ -377,19 +390,30 @@ void CheckDependsOn(const JobSpec& spec, Problems* p) {
   }
   std::set<std::string> seen;
   for (const std::string& id : spec.depends_on()) {
-    const bool well_formed =
-        !id.empty() && static_cast<int64_t>(id.size()) <= kMaxJobIdLength &&
-        std::all_of(id.begin(), id.end(), [](char c) {
-          return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
-                 c == '-' || c == '_' || c == '.';
-        });
-    if (!well_formed) {
-      p->Add("depends_on",
-             absl::StrCat("\"", absl::CHexEscape(id.substr(0, 64)),
-                          "\" is not a job id"));
+    if (!IsJobIdForm(id)) {
+      p->Add("depends_on", NotAJobId(id));
     } else if (!seen.insert(id).second) {
       p->Add("depends_on", absl::StrCat(id, " is listed twice"));
     }
+  }
+}
+
+void CheckWarmStart(const JobSpec& spec, Problems* p) {
+  if (!spec.has_warm_start()) return;
+  const auto& w = spec.warm_start();
+  if (w.job().empty()) {
+    p->Add("warm_start.job", "required");
+  } else if (!IsJobIdForm(w.job())) {
+    p->Add("warm_start.job", NotAJobId(w.job()));
+  }
+  p->Range("warm_start.step", w.step(), 0, kMaxSteps);
+  if (w.best() && w.step() != 0) {
+    p->Add("warm_start", "step and best: give one or the other");
+  }
+  if (spec.model().has_gpt() && !spec.model().gpt().init_from().empty()) {
+    p->Add("warm_start",
+           "not with model.gpt.init_from: the weights come from one or the "
+           "other");
   }
 }
 
@@ -418,6 +442,7 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   p->Range("max_restarts", spec.max_restarts(), 0, kMaxRestarts);
   p->Range("time_limit_s", spec.time_limit_s(), 0, kMaxTimeLimitSeconds);
   CheckDependsOn(spec, p);
+  CheckWarmStart(spec, p);
   CheckConcurrency(spec, p);
 }
 

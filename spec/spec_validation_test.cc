@@ -212,6 +212,24 @@ TEST_F(ValidationTest, DependsOnListsWellFormedIdsOnce) {
   EXPECT_EQ(ErrorOf(spec), "depends_on: at most 16 jobs, got 17");
 }
 
+TEST_F(ValidationTest, WarmStartNamesOneJobAndOneCheckpoint) {
+  JobSpec spec = Good();
+  spec.mutable_warm_start()->set_job("j-000001");
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  spec.mutable_warm_start()->set_step(200);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  spec.mutable_warm_start()->set_best(true);
+  EXPECT_EQ(ErrorOf(spec), "warm_start: step and best: give one or the other");
+  spec.mutable_warm_start()->set_step(-1);
+  spec.mutable_warm_start()->set_best(false);
+  EXPECT_EQ(ErrorOf(spec), "warm_start.step: must be in [0, 10000000], got -1");
+  spec.mutable_warm_start()->set_step(0);
+  spec.mutable_warm_start()->set_job("");
+  EXPECT_EQ(ErrorOf(spec), "warm_start.job: required");
+  spec.mutable_warm_start()->set_job("../j-1");
+  EXPECT_EQ(ErrorOf(spec), "warm_start.job: \"../j-1\" is not a job id");
+}
+
 TEST_F(ValidationTest, ConcurrencyNeedsAGroupAndALimitTogether) {
   JobSpec spec = Good();
   spec.mutable_concurrency()->set_group("lr sweep");
@@ -351,6 +369,10 @@ TEST_F(ValidationTest, GptOnTextOrTokens) {
       << ValidateJobSpec(spec, options_);
   spec.mutable_model()->mutable_gpt()->set_init_from("../hf");
   EXPECT_EQ(ErrorOf(spec), "model.gpt.init_from: path escapes the data root");
+  spec.mutable_warm_start()->set_job("j-000001");
+  EXPECT_THAT(ErrorOf(spec),
+              HasSubstr("warm_start: not with model.gpt.init_from"));
+  spec.clear_warm_start();
   spec.mutable_model()->mutable_gpt()->set_init_from("");
   spec.mutable_model()->mutable_gpt()->set_d_model(63);
   EXPECT_THAT(ErrorOf(spec),

@@ -409,4 +409,19 @@ absl::StatusOr<std::optional<LatestCheckpoint>> ReadLatestCheckpoint(
   return std::nullopt;
 }
 
+absl::StatusOr<std::pair<std::string, Checkpoint>> ReadCheckpointOrNewest(
+    const std::string& dir) {
+  if (std::filesystem::exists(std::filesystem::path(dir) /
+                              kCheckpointMetaFile)) {
+    ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(dir));
+    return std::pair{dir, std::move(ckpt)};
+  }
+  ASSIGN_OR_RETURN(std::optional<LatestCheckpoint> latest,
+                   ReadLatestCheckpoint(dir));
+  if (!latest.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir));
+  }
+  return std::pair{latest->path, std::move(latest->checkpoint)};
+}
+
 }  // namespace trainyard::engine

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -132,6 +133,12 @@ struct LatestCheckpoint {
 // starting over would silently throw the run's progress away.
 absl::StatusOr<std::optional<LatestCheckpoint>> ReadLatestCheckpoint(
     const std::string& root);
+
+// `dir` is one checkpoint (it holds meta.json) or a checkpoint root: that
+// checkpoint, or the root's newest readable one, with its path. NOT_FOUND
+// when a root holds none; ReadCheckpoint's errors otherwise.
+absl::StatusOr<std::pair<std::string, Checkpoint>> ReadCheckpointOrNewest(
+    const std::string& dir);
 
 }  // namespace trainyard::engine
 
