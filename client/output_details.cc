@@ -167,6 +167,18 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
           absl::StrCat(absl::StrJoin(job.spec().depends_on(), ", "),
                        job.dependencies_met() ? " (all succeeded)" : ""));
   }
+  if (job.spec().has_warm_start()) {
+    const v1::WarmStart& w = job.spec().warm_start();
+    const std::string which = w.best()       ? "its best checkpoint"
+                              : w.step() > 0 ? absl::StrCat("step ", w.step())
+                                             : "its newest checkpoint";
+    d.Add("Warm start",
+          job.warm_start_checkpoint().empty()
+              ? absl::StrCat(w.job(), ", ", which, " (picked when ", w.job(),
+                             " ends)")
+              : absl::StrCat(w.job(), " step ", job.warm_start_step(), " (",
+                             job.warm_start_checkpoint(), ")"));
+  }
   if (const v1::Concurrency& c = job.spec().concurrency(); !c.group().empty()) {
     d.Add("Concurrency",
           absl::StrCat("group ", OneLine(c.group()), ", at most ",

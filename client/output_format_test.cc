@@ -329,6 +329,24 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Depends on:      j-7, j-9 (all succeeded)\n"));
   job.mutable_spec()->clear_depends_on();
+  EXPECT_THAT(text, Not(HasSubstr("Warm start")));
+  job.mutable_spec()->mutable_warm_start()->set_job("j-3");
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Warm start:      j-3, its newest checkpoint (picked "
+                        "when j-3 ends)\n"));
+  job.mutable_spec()->mutable_warm_start()->set_best(true);
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Warm start:      j-3, its best checkpoint"));
+  job.mutable_spec()->mutable_warm_start()->set_best(false);
+  job.mutable_spec()->mutable_warm_start()->set_step(40);
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Warm start:      j-3, step 40 (picked"));
+  job.set_warm_start_checkpoint("/ck/j-3/step-00000040");
+  job.set_warm_start_step(40);
+  EXPECT_THAT(
+      FormatJobDetails(job, kNow),
+      HasSubstr("Warm start:      j-3 step 40 (/ck/j-3/step-00000040)\n"));
+  job.mutable_spec()->clear_warm_start();
   EXPECT_THAT(text, Not(HasSubstr("Concurrency")));
   job.mutable_spec()->mutable_concurrency()->set_group("sweep-1");
   job.mutable_spec()->mutable_concurrency()->set_max_running(2);

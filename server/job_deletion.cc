@@ -9,6 +9,7 @@
 // crash between the two leaves a ".deleting-<id>" directory, which
 // SweepDeletedCheckpoints removes at the next start.
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <vector>
 
@@ -49,6 +50,22 @@ int64_t BytesUnder(const fs::path& dir) {
   return bytes;
 }
 
+// A job that has not ended and starts from `job_id`'s checkpoint (its
+// warm start), if there is one: those checkpoints must stay until it ends.
+absl::StatusOr<std::optional<v1::Job>> WarmStartedFrom(
+    JobStore* store, const std::string& job_id) {
+  ASSIGN_OR_RETURN(std::vector<JobRecord> unended,
+                   store->JobsInStates({v1::QUEUED, v1::SCHEDULED, v1::RUNNING,
+                                        v1::PREEMPTING, v1::SUSPENDED}));
+  for (JobRecord& r : unended) {
+    if (r.job.spec().has_warm_start() &&
+        r.job.spec().warm_start().job() == job_id) {
+      return std::optional<v1::Job>(std::move(r.job));
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::StatusOr<DeletedJob> JobLifecycle::Delete(const std::string& job_id,
@@ -65,6 +82,16 @@ absl::StatusOr<DeletedJob> JobLifecycle::Delete(const std::string& job_id,
                           !options_.checkpoint_root.empty() &&
                           record.job.checkpoint_dir() == own.string() &&
                           fs::exists(fs::symlink_status(own, ec));
+  if (remove_dir) {
+    ASSIGN_OR_RETURN(std::optional<v1::Job> user,
+                     WarmStartedFrom(store_, job_id));
+    if (user.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, "'s checkpoints are the warm start of job ",
+          user->id(), " (", JobStateName(user->state()),
+          "): delete it with --keep-checkpoints, or once that job has ended"));
+    }
+  }
   if (remove_dir) {
     fs::remove_all(parked, ec);  // a leftover of an earlier try
     fs::rename(own, parked, ec);

@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "server/attempt_usage.h"
 #include "server/job_state.h"
+#include "server/warm_starts.h"
 
 namespace trainyard::server {
 namespace {
@@ -135,7 +136,7 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   job.set_name(spec.name());
   *job.mutable_spec() = spec;
   if (request.validate_only()) {
-    RETURN_IF_ERROR(CheckDependencies(spec, tenant));
+    RETURN_IF_ERROR(CheckSourceJobs(spec, tenant));
     return SubmitResult{std::move(job), false};
   }
   job.set_request_id(request.request_id());
@@ -143,7 +144,7 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   // made even if a dependency has failed since.
   ASSIGN_OR_RETURN(JobStore::Created created,
                    store_->CreateJob(std::move(job), [&] {
-                     return CheckDependencies(spec, tenant);
+                     return CheckSourceJobs(spec, tenant);
                    }));
   if (created.already_existed &&
       !google::protobuf::util::MessageDifferencer::Equals(
@@ -181,6 +182,29 @@ absl::Status JobLifecycle::CheckDependencies(const v1::JobSpec& spec,
     }
   }
   return absl::OkStatus();
+}
+
+// The source must exist and be the tenant's own; once it has ended, it
+// must hold the checkpoint asked for (before then it is picked later).
+absl::Status JobLifecycle::CheckWarmStart(const v1::JobSpec& spec,
+                                          const std::string& tenant) const {
+  if (!spec.has_warm_start()) return absl::OkStatus();
+  const std::string& id = spec.warm_start().job();
+  absl::StatusOr<JobRecord> source = store_->GetJob(id);
+  if (absl::IsNotFound(source.status()) ||
+      (source.ok() && source->job.tenant() != tenant)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warm_start.job: job ", id, " not found"));
+  }
+  RETURN_IF_ERROR(source.status());
+  if (!IsTerminal(source->job.state())) return absl::OkStatus();
+  return PickWarmStart(spec.warm_start(), source->job).status();
+}
+
+absl::Status JobLifecycle::CheckSourceJobs(const v1::JobSpec& spec,
+                                           const std::string& tenant) const {
+  RETURN_IF_ERROR(CheckDependencies(spec, tenant));
+  return CheckWarmStart(spec, tenant);
 }
 
 absl::StatusOr<v1::Job> JobLifecycle::Cancel(const std::string& job_id,
@@ -297,6 +321,7 @@ v1::ServerMessage JobLifecycle::AssignmentFor(
   a->set_attempt(record.job.attempt());
   *a->mutable_spec() = record.job.spec();
   a->set_checkpoint_dir(record.job.checkpoint_dir());
+  a->set_warm_start_checkpoint(record.job.warm_start_checkpoint());
   if (const v1::GangPart* part = PartOn(record, worker_id)) {
     *a->mutable_gpu_indices() = part->gpu_indices();
     *a->mutable_gpu_grants() = part->gpu_grants();
@@ -376,6 +401,23 @@ absl::Status JobLifecycle::MarkDependenciesMet(const std::string& job_id) {
                   [&](JobRecord& r, std::vector<v1::JobEvent>&) {
                     if (r.job.dependencies_met()) return false;
                     r.job.set_dependencies_met(true);
+                    return true;
+                  })
+      .status();
+}
+
+absl::Status JobLifecycle::SetWarmStart(const std::string& job_id,
+                                        const std::string& checkpoint,
+                                        int64_t step) {
+  return store_
+      ->UpdateJob(job_id, Durability::kTransition,
+                  [&](JobRecord& r, std::vector<v1::JobEvent>&) {
+                    if (r.job.state() != v1::QUEUED ||
+                        !r.job.warm_start_checkpoint().empty()) {
+                      return false;
+                    }
+                    r.job.set_warm_start_checkpoint(checkpoint);
+                    r.job.set_warm_start_step(step);
                     return true;
                   })
       .status();

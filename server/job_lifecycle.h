@@ -160,10 +160,14 @@ class JobLifecycle {
                                     const std::string& reason);
   // The Preempt message for a PREEMPTING job.
   v1::ServerMessage PreemptFor(const JobRecord& record) const;
-  // Records why a QUEUED job waits (written only when it changes).
   // Records that every job the job depends on has SUCCEEDED
   // (Job.dependencies_met).
   absl::Status MarkDependenciesMet(const std::string& job_id);
+  // Records the checkpoint a QUEUED job's warm start picked
+  // (Job.warm_start_checkpoint, set once).
+  absl::Status SetWarmStart(const std::string& job_id,
+                            const std::string& checkpoint, int64_t step);
+  // Records why a QUEUED job waits (written only when it changes).
   absl::Status SetWaitReason(const std::string& job_id,
                              const std::string& reason);
 
@@ -189,6 +193,14 @@ class JobLifecycle {
   // SUCCEEDED.
   absl::Status CheckDependencies(const v1::JobSpec& spec,
                                  const std::string& tenant) const;
+  // INVALID_ARGUMENT when spec.warm_start's job does not exist or is
+  // another tenant's; FAILED_PRECONDITION when it has ended without the
+  // checkpoint asked for.
+  absl::Status CheckWarmStart(const v1::JobSpec& spec,
+                              const std::string& tenant) const;
+  // Both of the above: what a submission's spec must pass in the store.
+  absl::Status CheckSourceJobs(const v1::JobSpec& spec,
+                               const std::string& tenant) const;
   absl::StatusOr<ReportOutcome> OnStarted(const std::string& worker_id,
                                           const v1::JobUpdate& update);
   absl::StatusOr<ReportOutcome> OnTrainerEvent(const std::string& worker_id,

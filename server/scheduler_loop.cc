@@ -13,6 +13,7 @@
 #include "server/job_dependencies.h"
 #include "server/scheduler_snapshot.h"
 #include "server/time_limits.h"
+#include "server/warm_starts.h"
 #include "server/worker_drains.h"
 
 namespace trainyard::server {
@@ -168,21 +169,8 @@ std::vector<JobRecord> SchedulerLoop::WithDependenciesMet(
         }
         return it->second;
       });
-  std::map<std::string, const std::string*> stored;  // reasons read now
-  for (const JobRecord& r : queued) stored[r.job.id()] = &r.job.state_reason();
-  std::set<std::string> left_out;
-  for (const DependencyWait& w : check.waits) {
-    left_out.insert(w.job_id);
-    dispatcher_.RecordWaitReason(w.job_id, stored[w.job_id], w.reason);
-  }
-  for (const DependencyFailure& f : check.failures) {
-    left_out.insert(f.job_id);
-    absl::StatusOr<v1::Job> cancelled = lifecycle_->Cancel(f.job_id, f.reason);
-    if (!cancelled.ok()) {
-      YARD_LOG(WARNING) << "job " << f.job_id << " (" << f.reason
-                        << "): " << cancelled.status();
-    }
-  }
+  std::set<std::string> left_out =
+      HoldBack(queued, check.waits, check.failures);
   for (const std::string& id : check.met) {
     // Unmarked, it is checked again next pass: start it now all the same.
     if (absl::Status s = lifecycle_->MarkDependenciesMet(id); !s.ok()) {
@@ -192,6 +180,64 @@ std::vector<JobRecord> SchedulerLoop::WithDependenciesMet(
   std::erase_if(queued, [&](const JobRecord& r) {
     return left_out.contains(r.job.id());
   });
+  return queued;
+}
+
+std::set<std::string> SchedulerLoop::HoldBack(
+    const std::vector<JobRecord>& queued,
+    const std::vector<DependencyWait>& waits,
+    const std::vector<DependencyFailure>& failures) {
+  std::map<std::string, const std::string*> stored;  // reasons read now
+  for (const JobRecord& r : queued) stored[r.job.id()] = &r.job.state_reason();
+  std::set<std::string> left_out;
+  for (const DependencyWait& w : waits) {
+    left_out.insert(w.job_id);
+    dispatcher_.RecordWaitReason(w.job_id, stored[w.job_id], w.reason);
+  }
+  for (const DependencyFailure& f : failures) {
+    left_out.insert(f.job_id);
+    absl::StatusOr<v1::Job> cancelled = lifecycle_->Cancel(f.job_id, f.reason);
+    if (!cancelled.ok()) {
+      YARD_LOG(WARNING) << "job " << f.job_id << " (" << f.reason
+                        << "): " << cancelled.status();
+    }
+  }
+  return left_out;
+}
+
+std::vector<JobRecord> SchedulerLoop::WithWarmStartsPicked(
+    std::vector<JobRecord> queued) {
+  WarmStartCheck check = CheckWarmStarts(
+      queued, [&](const std::string& id) -> absl::StatusOr<v1::Job> {
+        ASSIGN_OR_RETURN(JobRecord r, store_->GetJob(id));
+        return std::move(r.job);
+      });
+  if (check.waits.empty() && check.failures.empty() && check.picks.empty()) {
+    return queued;
+  }
+  std::set<std::string> left_out =
+      HoldBack(queued, check.waits, check.failures);
+  std::map<std::string, const WarmStartPick*> picked;
+  for (const WarmStartPick& pick : check.picks) {
+    if (absl::Status s =
+            lifecycle_->SetWarmStart(pick.job_id, pick.checkpoint, pick.step);
+        !s.ok()) {
+      // Not recorded, it would start from nothing: try again next pass.
+      YARD_LOG(WARNING) << "job " << pick.job_id << " warm start: " << s;
+      left_out.insert(pick.job_id);
+      continue;
+    }
+    picked[pick.job_id] = &pick;
+  }
+  std::erase_if(queued, [&](const JobRecord& r) {
+    return left_out.contains(r.job.id());
+  });
+  for (JobRecord& r : queued) {
+    if (auto it = picked.find(r.job.id()); it != picked.end()) {
+      r.job.set_warm_start_checkpoint(it->second->checkpoint);
+      r.job.set_warm_start_step(it->second->step);
+    }
+  }
   return queued;
 }
 
@@ -224,8 +270,8 @@ absl::Status SchedulerLoop::RunPass() {
   }
   ASSIGN_OR_RETURN(std::vector<JobRecord> queued,
                    store_->JobsInStates({v1::QUEUED}));
-  queued = WithDependenciesMet(
-      WithoutBackoffs(StopJobsPastTimeLimits(active, std::move(queued))));
+  queued = WithWarmStartsPicked(WithDependenciesMet(
+      WithoutBackoffs(StopJobsPastTimeLimits(active, std::move(queued)))));
   if (queued.empty()) {
     if (options_.queue_positions != nullptr) options_.queue_positions->Clear();
     return absl::OkStatus();

@@ -24,6 +24,8 @@
 #define TRAINYARD_SERVER_SCHEDULER_LOOP_H_
 
 #include <functional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -35,6 +37,7 @@
 #include "common/clock.h"
 #include "scheduler/placement_policy.h"
 #include "server/dispatcher.h"
+#include "server/job_dependencies.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
 #include "server/queue_positions.h"
@@ -84,6 +87,18 @@ class SchedulerLoop {
   // the others are left out with their wait reason recorded, or cancelled
   // when a dependency can no longer succeed (job_dependencies.h).
   std::vector<JobRecord> WithDependenciesMet(std::vector<JobRecord> queued)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  // The queued jobs whose warm start (spec.warm_start) has its checkpoint:
+  // picked now and recorded for those whose source job has ended; the
+  // others are left out waiting, or cancelled when there is no checkpoint
+  // to start from (warm_starts.h).
+  std::vector<JobRecord> WithWarmStartsPicked(std::vector<JobRecord> queued)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  // Records the waits' reasons and cancels the failures (with their
+  // reasons); returns the jobs of both, which this pass leaves out.
+  std::set<std::string> HoldBack(const std::vector<JobRecord>& queued,
+                                 const std::vector<DependencyWait>& waits,
+                                 const std::vector<DependencyFailure>& failures)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   std::vector<JobRecord> StopJobsPastTimeLimits(
       const std::vector<JobRecord>& active, std::vector<JobRecord> queued)

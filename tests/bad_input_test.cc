@@ -91,6 +91,16 @@ std::vector<BadSpec> BadSpecs() {
          s.mutable_data()->mutable_mnist()->set_labels("/etc/passwd");
        },
        {"data.mnist.labels"}},
+      {"warm start from a job that does not exist",
+       [](v1::JobSpec& s) { s.mutable_warm_start()->set_job("j-999999"); },
+       {"warm_start.job", "j-999999"}},
+      {"warm start from a step and the best at once",
+       [](v1::JobSpec& s) {
+         s.mutable_warm_start()->set_job("j-000001");
+         s.mutable_warm_start()->set_step(10);
+         s.mutable_warm_start()->set_best(true);
+       },
+       {"warm_start", "step and best"}},
   };
 }
 

@@ -242,6 +242,58 @@ TEST_F(LifecycleTest, AJobThatDependsOnAnotherStartsAfterItSucceeds) {
       YardExit::kInvalidArgument, {"depends_on: job j-424242 not found"}));
 }
 
+// A job warm-started from another (`--set warm_start.job=ID`) waits for it
+// to end, then starts from its final weights: step 0 and a fresh optimizer,
+// but the first losses of a trained model, far below the first job's first.
+TEST_F(LifecycleTest, AWarmStartedJobBeginsFromAnotherJobsWeights) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1", .cpu_slots = 2}).status());
+  const std::string path =
+      WriteSpec("base.yaml", MnistSpec{.name = "base", .steps = 100}.ToYaml());
+  CommandResult first = Yard({"submit", path});
+  ASSERT_EQ(first.exit_code(), YardExit::kOk) << first.DebugString();
+  const std::string first_id(absl::StripAsciiWhitespace(first.out));
+  CommandResult second =
+      Yard({"submit", path, "--set", "warm_start.job=" + first_id, "--set",
+            "steps=20", "--set", "name=tuned", "--wait"},
+           JobTimeout());
+  ASSERT_EQ(second.exit_code(), YardExit::kOk) << second.DebugString();
+
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
+  ASSERT_EQ(all.size(), 2u);
+  const v1::Job& a = all[0];
+  const v1::Job& b = all[1];
+  ASSERT_EQ(a.state(), v1::SUCCEEDED);
+  ASSERT_EQ(b.state(), v1::SUCCEEDED);
+  EXPECT_EQ(b.warm_start_step(), 100);
+  EXPECT_EQ(b.warm_start_checkpoint(), a.checkpoint_dir() + "/step-00000100");
+  ASSERT_EQ(b.attempts_size(), 1);
+  EXPECT_GE(FromProtoTime(b.attempts(0).start_time()),
+            FromProtoTime(a.end_time()))
+      << "it started before its source had ended, with a slot free";
+  auto first_progress = [&](const std::string& id) {
+    return WaitForEvent(jobs(), id, "a progress report", StartTimeout(),
+                        [](const v1::JobEvent& e) {
+                          return e.has_trainer() && e.trainer().has_progress();
+                        });
+  };
+  YARD_ASSIGN_OR_FAIL(v1::JobEvent a_first, first_progress(a.id()));
+  YARD_ASSIGN_OR_FAIL(v1::JobEvent b_first, first_progress(b.id()));
+  EXPECT_EQ(b_first.trainer().progress().step(), 10);
+  const double a_start = a_first.trainer().progress().loss();
+  const double a_end = a.progress().loss();
+  EXPECT_LT(b_first.trainer().progress().loss(), (a_start + a_end) / 2)
+      << "the first job went from loss " << a_start << " to " << a_end;
+
+  CommandResult get = Yard({"get", b.id()});
+  ASSERT_EQ(get.exit_code(), YardExit::kOk) << get.DebugString();
+  EXPECT_THAT(get.out, ContainsRegex("Warm start: +" + a.id() +
+                                     " step 100 \\(" + a.checkpoint_dir()));
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"submit", path, "--set", "warm_start.job=j-424242"}),
+      YardExit::kInvalidArgument, {"warm_start.job: job j-424242 not found"}));
+}
+
 // `--max-running 1`: the sweep's jobs run one after another although the
 // worker has room for two at once.
 TEST_F(LifecycleTest, ASweepWithMaxRunningRunsNoMoreAtOnce) {

@@ -319,6 +319,10 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
                   "json",
                   "--threads",
                   std::to_string(threads)};
+    if (!a.warm_start_checkpoint().empty()) {
+      spawn.argv.insert(spawn.argv.end(),
+                        {"--warm-start", a.warm_start_checkpoint()});
+    }
     if (world > 1) {
       spawn.argv.insert(
           spawn.argv.end(),

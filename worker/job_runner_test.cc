@@ -131,6 +131,16 @@ TEST_F(JobRunnerTest, PassesCpuThreadsFromTheSpec) {
               HasSubstr("--progress json --threads 3\n"));
 }
 
+TEST_F(JobRunnerTest, PassesTheWarmStartCheckpoint) {
+  v1::Assignment a = Job("j1", "succeed");
+  a.set_warm_start_checkpoint("/shared/ckpt/j-000007/step-00000200");
+  runner().Start(a);
+  ASSERT_TRUE(reports_.WaitExit("j1", 1).has_value());
+  EXPECT_THAT(reports_.Log("j1", 1),
+              HasSubstr("--threads 1 --warm-start "
+                        "/shared/ckpt/j-000007/step-00000200\n"));
+}
+
 TEST_F(JobRunnerTest, FailureCarriesTheStderrTail) {
   Start("j1", "fail");
   auto exit = reports_.WaitExit("j1", 1);
