@@ -162,19 +162,27 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   return SubmitResult{std::move(created.record.job), created.already_existed};
 }
 
+// The job `id` that `field` of a tenant's spec names: INVALID_ARGUMENT, as
+// if it did not exist, when it does not or is another tenant's.
+absl::StatusOr<v1::Job> JobLifecycle::OwnJob(const std::string& id,
+                                             const std::string& tenant,
+                                             absl::string_view field) const {
+  absl::StatusOr<JobRecord> r = store_->GetJob(id);
+  if (absl::IsNotFound(r.status()) || (r.ok() && r->job.tenant() != tenant)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": job ", id, " not found"));
+  }
+  RETURN_IF_ERROR(r.status());
+  return std::move(r->job);
+}
+
 // Each job of depends_on must exist, be the tenant's own and still be able
 // to succeed.
 absl::Status JobLifecycle::CheckDependencies(const v1::JobSpec& spec,
                                              const std::string& tenant) const {
   for (const std::string& id : spec.depends_on()) {
-    absl::StatusOr<JobRecord> dep = store_->GetJob(id);
-    if (absl::IsNotFound(dep.status()) ||
-        (dep.ok() && dep->job.tenant() != tenant)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("depends_on: job ", id, " not found"));
-    }
-    RETURN_IF_ERROR(dep.status());
-    const v1::JobState state = dep->job.state();
+    ASSIGN_OR_RETURN(v1::Job dep, OwnJob(id, tenant, "depends_on"));
+    const v1::JobState state = dep.state();
     if (IsTerminal(state) && state != v1::SUCCEEDED) {
       return absl::FailedPreconditionError(
           absl::StrCat("depends_on: job ", id, " ended ", JobStateName(state),
@@ -189,16 +197,10 @@ absl::Status JobLifecycle::CheckDependencies(const v1::JobSpec& spec,
 absl::Status JobLifecycle::CheckWarmStart(const v1::JobSpec& spec,
                                           const std::string& tenant) const {
   if (!spec.has_warm_start()) return absl::OkStatus();
-  const std::string& id = spec.warm_start().job();
-  absl::StatusOr<JobRecord> source = store_->GetJob(id);
-  if (absl::IsNotFound(source.status()) ||
-      (source.ok() && source->job.tenant() != tenant)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("warm_start.job: job ", id, " not found"));
-  }
-  RETURN_IF_ERROR(source.status());
-  if (!IsTerminal(source->job.state())) return absl::OkStatus();
-  return PickWarmStart(spec.warm_start(), source->job).status();
+  ASSIGN_OR_RETURN(v1::Job source,
+                   OwnJob(spec.warm_start().job(), tenant, "warm_start.job"));
+  if (!IsTerminal(source.state())) return absl::OkStatus();
+  return PickWarmStart(spec.warm_start(), source).status();
 }
 
 absl::Status JobLifecycle::CheckSourceJobs(const v1::JobSpec& spec,

@@ -188,6 +188,9 @@ class JobLifecycle {
   v1::ServerMessage CancelFor(const JobRecord& record) const;
 
  private:
+  absl::StatusOr<v1::Job> OwnJob(const std::string& id,
+                                 const std::string& tenant,
+                                 absl::string_view field) const;
   // INVALID_ARGUMENT for a job of spec.depends_on that does not exist or is
   // another tenant's; FAILED_PRECONDITION for one that ended other than
   // SUCCEEDED.

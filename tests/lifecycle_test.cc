@@ -22,7 +22,17 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class LifecycleTest : public ClusterTest {};
+class LifecycleTest : public ClusterTest {
+ protected:
+  // The id `yard submit SPEC` printed.
+  absl::StatusOr<std::string> SubmitWithYard(const std::string& spec) {
+    CommandResult r = Yard({"submit", spec});
+    if (r.exit_code() != YardExit::kOk) {
+      return absl::InternalError(r.DebugString());
+    }
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  }
+};
 
 TEST_F(LifecycleTest, SubmitWaitRunsToSucceededWithAccuracyAndCheckpoint) {
   YARD_ASSERT_OK(StartServer());
@@ -217,9 +227,7 @@ TEST_F(LifecycleTest, AJobThatDependsOnAnotherStartsAfterItSucceeds) {
   YARD_ASSERT_OK(StartReadyWorker({.name = "w1", .cpu_slots = 2}).status());
   const std::string path =
       WriteSpec("small.yaml", MnistSpec{.name = "small", .steps = 60}.ToYaml());
-  CommandResult first = Yard({"submit", path});
-  ASSERT_EQ(first.exit_code(), YardExit::kOk) << first.DebugString();
-  const std::string first_id(absl::StripAsciiWhitespace(first.out));
+  YARD_ASSIGN_OR_FAIL(std::string first_id, SubmitWithYard(path));
   CommandResult second =
       Yard({"submit", path, "--set", "depends_on=" + first_id, "--wait"},
            JobTimeout());
@@ -250,9 +258,7 @@ TEST_F(LifecycleTest, AWarmStartedJobBeginsFromAnotherJobsWeights) {
   YARD_ASSERT_OK(StartReadyWorker({.name = "w1", .cpu_slots = 2}).status());
   const std::string path =
       WriteSpec("base.yaml", MnistSpec{.name = "base", .steps = 100}.ToYaml());
-  CommandResult first = Yard({"submit", path});
-  ASSERT_EQ(first.exit_code(), YardExit::kOk) << first.DebugString();
-  const std::string first_id(absl::StripAsciiWhitespace(first.out));
+  YARD_ASSIGN_OR_FAIL(std::string first_id, SubmitWithYard(path));
   CommandResult second =
       Yard({"submit", path, "--set", "warm_start.job=" + first_id, "--set",
             "steps=20", "--set", "name=tuned", "--wait"},
