@@ -391,6 +391,26 @@ absl::Status JobStore::RecordEndedAttempts(const v1::Job& before,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::map<std::string, JobStore::UsageTotal>>
+JobStore::EndedUsageByTenant() const {
+  Reader reader(this);
+  // TOTAL sums in floating point: no overflow, however long the history.
+  ASSIGN_OR_RETURN(SqliteStatement q,
+                   reader.db().Prepare(
+                       "SELECT tenant, TOTAL((end_ms - start_ms) * gpu_milli), "
+                       "TOTAL((end_ms - start_ms) * cpu_slots) "
+                       "FROM attempt_usage GROUP BY tenant"));
+  std::map<std::string, UsageTotal> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    UsageTotal& t = out[q.ColumnText(0)];
+    t.gpu_seconds = q.ColumnDouble(1) / 1e6;  // ms x milli-GPUs
+    t.cpu_slot_seconds = q.ColumnDouble(2) / 1e3;
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<AttemptUsage>> JobStore::EndedAttempts(
     absl::Time start, absl::Time end, std::string_view tenant) const {
   Reader reader(this);

@@ -213,6 +213,14 @@ class JobStore {
   absl::StatusOr<std::vector<AttemptUsage>> EndedAttempts(
       absl::Time start, absl::Time end, std::string_view tenant) const;
 
+  // What every ended attempt held, summed by tenant over all time
+  // (deleted jobs' attempts included), summed by the database.
+  struct UsageTotal {
+    double gpu_seconds = 0;
+    double cpu_slot_seconds = 0;
+  };
+  absl::StatusOr<std::map<std::string, UsageTotal>> EndedUsageByTenant() const;
+
   // Creates or replaces the drain of drain.worker_id.
   absl::Status PutWorkerDrain(const v1::WorkerDrain& drain);
   // Removes a worker's drain; NOT_FOUND when it has none.

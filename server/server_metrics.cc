@@ -49,6 +49,20 @@ void AddGauge(pm::MetricFamily& f, double value,
   f.metric.push_back(std::move(m));
 }
 
+pm::MetricFamily CounterFamily(std::string name, std::string help) {
+  pm::MetricFamily f = GaugeFamily(std::move(name), std::move(help));
+  f.type = pm::MetricType::Counter;
+  return f;
+}
+
+void AddCounter(pm::MetricFamily& f, double value,
+                std::vector<pm::ClientMetric::Label> labels) {
+  pm::ClientMetric m;
+  m.label = std::move(labels);
+  m.counter.value = value;
+  f.metric.push_back(std::move(m));
+}
+
 pm::MetricFamily SingleGauge(std::string name, std::string help, double value) {
   pm::MetricFamily f = GaugeFamily(std::move(name), std::move(help));
   AddGauge(f, value);
@@ -259,9 +273,13 @@ void ServerMetrics::CollectJobs(std::vector<pm::MetricFamily>& out) const {
 }
 
 void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
+  // The ended attempts first: one that ends before `active` is read is then
+  // in neither, never in both (see reported_usage_).
+  absl::StatusOr<std::map<std::string, JobStore::UsageTotal>> ended =
+      store_->EndedUsageByTenant();
   absl::StatusOr<std::vector<JobRecord>> active =
       store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING});
-  if (!active.ok()) {
+  if (!ended.ok() || !active.ok()) {
     scrape_errors_->Increment();
     return;
   }
@@ -311,10 +329,11 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
                             "CPU job slots on workers not lost (count).", cpu));
   out.push_back(SingleGauge("yard_cpu_slots_allocated",
                             "CPU job slots held by jobs (count).", cpu_used));
-  CollectTenantHoldings(*active, out);
+  CollectTenantHoldings(*ended, *active, out);
 }
 
 void ServerMetrics::CollectTenantHoldings(
+    const std::map<std::string, JobStore::UsageTotal>& ended,
     const std::vector<JobRecord>& active,
     std::vector<pm::MetricFamily>& out) const {
   // What each tenant's current attempts hold, as usage accounting charges
@@ -341,6 +360,42 @@ void ServerMetrics::CollectTenantHoldings(
   }
   out.push_back(std::move(gpus));
   out.push_back(std::move(slots));
+
+  // Usage accounting's figures (yard usage) as counters: their increase
+  // over a range is the GPU- and CPU-slot-seconds held in it.
+  std::map<std::string, JobStore::UsageTotal> totals = ended;
+  const absl::Time now = clock_->Now();
+  for (const JobRecord& r : active) {
+    if (r.job.attempts().empty()) continue;
+    const v1::Attempt& a = *r.job.attempts().rbegin();
+    if (a.has_end_time()) continue;  // in `ended` once its row is written
+    const AttemptUsage u = UsageOf(r.job, a, now);
+    const double seconds = absl::ToDoubleSeconds(u.end - u.start);
+    JobStore::UsageTotal& t = totals[r.job.tenant()];
+    t.gpu_seconds += seconds * static_cast<double>(u.held.gpu_milli) / 1000.0;
+    t.cpu_slot_seconds += seconds * u.held.cpu_slots;
+  }
+  pm::MetricFamily gpu_seconds = CounterFamily(
+      "yard_tenant_gpu_seconds_total",
+      "GPU time the tenant's job attempts have held, a shared GPU counting "
+      "its share, as yard usage charges it; deleted jobs' included "
+      "(GPU-seconds).");
+  pm::MetricFamily slot_seconds =
+      CounterFamily("yard_tenant_cpu_slot_seconds_total",
+                    "CPU job slot time the tenant's job attempts have held "
+                    "(slot-seconds).");
+  absl::MutexLock lock(&usage_mu_);
+  for (auto& [tenant, t] : totals) {
+    JobStore::UsageTotal& last = reported_usage_[tenant];
+    last.gpu_seconds = std::max(last.gpu_seconds, t.gpu_seconds);
+    last.cpu_slot_seconds = std::max(last.cpu_slot_seconds, t.cpu_slot_seconds);
+  }
+  for (const auto& [tenant, t] : reported_usage_) {
+    AddCounter(gpu_seconds, t.gpu_seconds, {{"tenant", tenant}});
+    AddCounter(slot_seconds, t.cpu_slot_seconds, {{"tenant", tenant}});
+  }
+  out.push_back(std::move(gpu_seconds));
+  out.push_back(std::move(slot_seconds));
 }
 
 }  // namespace trainyard::server

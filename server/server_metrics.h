@@ -25,7 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/job_store.h"
@@ -64,9 +66,13 @@ class ServerMetrics : public prometheus::Collectable {
  private:
   void CollectJobs(std::vector<prometheus::MetricFamily>& out) const;
   void CollectCapacity(std::vector<prometheus::MetricFamily>& out) const;
-  // yard_tenant_*_allocated from the jobs holding resources.
-  void CollectTenantHoldings(const std::vector<JobRecord>& active,
-                             std::vector<prometheus::MetricFamily>& out) const;
+  // yard_tenant_*_allocated from the jobs holding resources, and the
+  // yard_tenant_*_seconds_total counters: `ended` (read before `active`)
+  // plus what the current attempts have held so far.
+  void CollectTenantHoldings(
+      const std::map<std::string, JobStore::UsageTotal>& ended,
+      const std::vector<JobRecord>& active,
+      std::vector<prometheus::MetricFamily>& out) const;
 
   Clock* const clock_;
   const std::string version_;
@@ -86,6 +92,14 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Family<prometheus::Counter>* deleted_;
   prometheus::Counter* deleted_bytes_;
   prometheus::Counter* time_limit_stops_;
+
+  // The usage counters' last values by tenant. An attempt that ends
+  // between the two reads of a scrape is in neither, and would make its
+  // tenant's counter dip for that scrape; the last value is reported
+  // instead, so a counter never goes down.
+  mutable absl::Mutex usage_mu_;
+  mutable std::map<std::string, JobStore::UsageTotal> reported_usage_
+      ABSL_GUARDED_BY(usage_mu_);
 };
 
 }  // namespace trainyard::server

@@ -148,6 +148,54 @@ TEST_F(ServerMetricsTest, TenantHoldingsFollowTheirJobs) {
   EXPECT_EQ(Value("yard_tenant_gpus_allocated", {{"tenant", "team-a"}}), 2);
 }
 
+TEST_F(ServerMetricsTest, TenantUsageCountersAddUpHeldTime) {
+  EXPECT_TRUE(std::isnan(Value("yard_tenant_gpu_seconds_total")))
+      << "no tenant has used anything: no series";
+  FakeWorker& w = Connect("g1", /*slots=*/1, /*gpus=*/2);
+  v1::SubmitJobRequest gpu;
+  *gpu.mutable_spec() = Spec(0, /*gpus=*/2);
+  auto a = lifecycle_->Submit(gpu, "team-a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  v1::SubmitJobRequest cpu;
+  *cpu.mutable_spec() = Spec();
+  auto b = lifecycle_->Submit(cpu, "team-b");
+  ASSERT_TRUE(b.ok()) << b.status();
+  Pass();
+  ASSERT_TRUE(w.Started(a->job.id(), 1).ok());
+  ASSERT_TRUE(w.Started(b->job.id(), 1).ok());
+  AdvanceWithHeartbeats(absl::Seconds(10));
+  // Running: charged up to now, two GPUs for 10 s, one slot for 10 s.
+  EXPECT_DOUBLE_EQ(
+      Value("yard_tenant_gpu_seconds_total", {{"tenant", "team-a"}}), 20);
+  EXPECT_DOUBLE_EQ(
+      Value("yard_tenant_cpu_slot_seconds_total", {{"tenant", "team-b"}}), 10);
+  EXPECT_DOUBLE_EQ(
+      Value("yard_tenant_cpu_slot_seconds_total", {{"tenant", "team-a"}}), 0);
+  AdvanceWithHeartbeats(absl::Seconds(5));
+  ASSERT_TRUE(w.Exited(a->job.id(), 1, 0).ok());
+  ASSERT_TRUE(w.Exited(b->job.id(), 1, 1, "crash").ok());
+  AdvanceWithHeartbeats(absl::Seconds(30));
+  // Ended: from the usage table, and no longer growing.
+  EXPECT_DOUBLE_EQ(
+      Value("yard_tenant_gpu_seconds_total", {{"tenant", "team-a"}}), 30);
+  EXPECT_DOUBLE_EQ(
+      Value("yard_tenant_cpu_slot_seconds_total", {{"tenant", "team-b"}}), 15);
+  // Deleting a job does not take back what it used, nor does a restart.
+  ASSERT_TRUE(lifecycle_->Delete(a->job.id(), false).ok());
+  ServerMetrics fresh(&clock_, "test");
+  fresh.Watch(store_.get(), registry_.get());
+  double after_restart = std::nan("");
+  for (const pm::MetricFamily& f : fresh.Collect()) {
+    if (f.name != "yard_tenant_gpu_seconds_total") continue;
+    for (const pm::ClientMetric& m : f.metric) {
+      if (m.label[0].value == "team-a") after_restart = m.counter.value;
+    }
+  }
+  EXPECT_DOUBLE_EQ(after_restart, 30);
+  EXPECT_DOUBLE_EQ(
+      Value("yard_tenant_gpu_seconds_total", {{"tenant", "team-a"}}), 30);
+}
+
 TEST_F(ServerMetricsTest, PreemptionThroughTheLifecycleCountedOnce) {
   const std::string a = Submit();
   FakeWorker& w = Connect("w1", /*slots=*/1);

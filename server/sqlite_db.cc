@@ -69,6 +69,10 @@ int64_t SqliteStatement::ColumnInt64(int index) const {
   return sqlite3_column_int64(stmt_, index);
 }
 
+double SqliteStatement::ColumnDouble(int index) const {
+  return sqlite3_column_double(stmt_, index);
+}
+
 std::string SqliteStatement::ColumnText(int index) const {
   const unsigned char* text = sqlite3_column_text(stmt_, index);
   if (text == nullptr) return "";

@@ -34,6 +34,7 @@ class SqliteStatement {
   absl::Status Run();
 
   int64_t ColumnInt64(int index) const;
+  double ColumnDouble(int index) const;
   std::string ColumnText(int index) const;
   std::string ColumnBlob(int index) const;
 
