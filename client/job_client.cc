@@ -329,21 +329,39 @@ absl::StatusOr<v1::UsageReport> JobClient::GetUsage(
 absl::Status JobClient::DownloadCheckpoint(
     const v1::DownloadCheckpointRequest& request,
     const std::function<absl::Status(const v1::CheckpointChunk&)>& on_chunk) {
-  grpc::ClientContext context;
-  Prepare(&context, /*stream=*/true);
-  auto reader = jobs_->DownloadCheckpoint(&context, request);
-  v1::CheckpointChunk chunk;
-  absl::Status stopped;
-  while (stopped.ok() && reader->Read(&chunk)) stopped = on_chunk(chunk);
-  if (!stopped.ok()) {
-    context.TryCancel();
-    while (reader->Read(&chunk)) {
+  RetryBudget budget(options_.reconnect_timeout);
+  v1::DownloadCheckpointRequest next = request;
+  while (true) {
+    grpc::ClientContext context;
+    Prepare(&context, /*stream=*/true);
+    auto reader = jobs_->DownloadCheckpoint(&context, next);
+    v1::CheckpointChunk chunk;
+    absl::Status stopped;
+    while (stopped.ok() && reader->Read(&chunk)) {
+      budget.Progress();
+      stopped = on_chunk(chunk);
+      if (stopped.ok()) {
+        // A retry asks for the same checkpoint, after this chunk.
+        next.set_step(chunk.step());
+        next.set_best(false);
+        next.set_resume_file(chunk.file());
+        next.set_resume_offset(chunk.offset() +
+                               static_cast<int64_t>(chunk.data().size()));
+      }
+    }
+    if (!stopped.ok()) {
+      context.TryCancel();
+      while (reader->Read(&chunk)) {
+      }
+    }
+    grpc::Status s = reader->Finish();
+    if (!stopped.ok()) return stopped;
+    if (s.ok()) return absl::OkStatus();
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !budget.Backoff() ||
+        !channel_->WaitForConnected(absl::ToChronoTime(budget.deadline()))) {
+      return Annotate(s);
     }
   }
-  grpc::Status s = reader->Finish();
-  if (!stopped.ok()) return stopped;
-  if (!s.ok()) return Annotate(s);
-  return absl::OkStatus();
 }
 
 absl::Status JobClient::Logs(

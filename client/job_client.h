@@ -106,8 +106,11 @@ class JobClient {
   // The job's checkpoints on the server, newest first.
   absl::StatusOr<std::vector<trainyard::v1::CheckpointInfo>> ListCheckpoints(
       const std::string& job_id);
-  // Streams the checkpoint `request` names to on_chunk, in order. A non-OK
-  // status from on_chunk ends the download and is returned as is.
+  // Streams the checkpoint `request` names to on_chunk, in order. A stream
+  // broken off (UNAVAILABLE, e.g. a server restart or a dropped
+  // connection) is resumed after the last chunk on_chunk took, within the
+  // reconnect budget, so every byte reaches it once. A non-OK status from
+  // on_chunk ends the download and is returned as is.
   absl::Status DownloadCheckpoint(
       const trainyard::v1::DownloadCheckpointRequest& request,
       const std::function<absl::Status(const trainyard::v1::CheckpointChunk&)>&

@@ -137,6 +137,43 @@ class FakeJobs final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  // Checkpoint step 7 of "j-1": two files sent 4 bytes a chunk; breaks the
+  // stream with UNAVAILABLE after `break_download_after_` chunks, once.
+  grpc::Status DownloadCheckpoint(
+      grpc::ServerContext*, const v1::DownloadCheckpointRequest* req,
+      grpc::ServerWriter<v1::CheckpointChunk>* writer) override {
+    int break_after;
+    {
+      absl::MutexLock lock(&mu_);
+      download_requests_.push_back(*req);
+      break_after = break_download_after_;
+      break_download_after_ = -1;
+    }
+    const std::vector<std::pair<std::string, std::string>> files = {
+        {"meta.json", "{\"step\": 7}"}, {"model.safetensors", "0123456789"}};
+    size_t i = 0;
+    while (!req->resume_file().empty() && files[i].first != req->resume_file())
+      ++i;
+    int sent = 0;
+    for (; i < files.size(); ++i) {
+      const auto& [name, data] = files[i];
+      int64_t off = name == req->resume_file() ? req->resume_offset() : 0;
+      for (; off < static_cast<int64_t>(data.size()); off += 4) {
+        if (sent++ == break_after) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting");
+        }
+        v1::CheckpointChunk c;
+        c.set_step(7);
+        c.set_file(name);
+        c.set_file_size(static_cast<int64_t>(data.size()));
+        c.set_offset(off);
+        c.set_data(data.substr(static_cast<size_t>(off), 4));
+        writer->Write(c);
+      }
+    }
+    return grpc::Status::OK;
+  }
+
   void SetJob(v1::Job job) {
     absl::MutexLock lock(&mu_);
     job_ = std::move(job);
@@ -152,6 +189,9 @@ class FakeJobs final : public v1::JobService::Service {
   std::vector<int32_t> log_tails_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> page_sizes_ ABSL_GUARDED_BY(mu_);
   std::string last_request_id_ ABSL_GUARDED_BY(mu_);
+  int break_download_after_ ABSL_GUARDED_BY(mu_) = -1;
+  std::vector<v1::DownloadCheckpointRequest> download_requests_
+      ABSL_GUARDED_BY(mu_);
 };
 
 class FakeCluster final : public v1::ClusterService::Service {
@@ -283,6 +323,46 @@ TEST_F(JobClientTest, LogsFromTheTailResumeFromTheLastByte) {
   // Asked for the tail, then (having seen where it began) by offset.
   EXPECT_THAT(jobs_.log_tails_, ElementsAre(1, 0));
   EXPECT_THAT(jobs_.log_offsets_, ElementsAre(0, 14));
+}
+
+TEST_F(JobClientTest, ADownloadBrokenOffResumesAfterTheLastChunk) {
+  for (int break_after : {2, 3, 5}) {
+    SCOPED_TRACE(break_after);
+    {
+      absl::MutexLock lock(&jobs_.mu_);
+      jobs_.break_download_after_ = break_after;
+      jobs_.download_requests_.clear();
+    }
+    std::map<std::string, std::string> files;
+    v1::DownloadCheckpointRequest request;
+    request.set_job_id("j-1");
+    request.set_best(true);
+    absl::Status s =
+        client_->DownloadCheckpoint(request, [&](const v1::CheckpointChunk& c) {
+          std::string& file = files[c.file()];
+          EXPECT_EQ(c.offset(), static_cast<int64_t>(file.size()))
+              << "every byte once, in order";
+          file += c.data();
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(files["meta.json"], "{\"step\": 7}");
+    EXPECT_EQ(files["model.safetensors"], "0123456789");
+    absl::MutexLock lock(&jobs_.mu_);
+    ASSERT_EQ(jobs_.download_requests_.size(), 2u);
+    const v1::DownloadCheckpointRequest& again = jobs_.download_requests_[1];
+    // The same checkpoint by its step (not "the best", which may change).
+    EXPECT_EQ(again.step(), 7);
+    EXPECT_FALSE(again.best());
+    // meta.json is 11 bytes, 3 chunks: broken after 2 chunks the client has
+    // 8 of its bytes, after 3 all 11, after 5 also 8 of the tensors'.
+    const std::map<int, std::pair<std::string, int64_t>> where = {
+        {2, {"meta.json", 8}},
+        {3, {"meta.json", 11}},
+        {5, {"model.safetensors", 8}}};
+    EXPECT_EQ(again.resume_file(), where.at(break_after).first);
+    EXPECT_EQ(again.resume_offset(), where.at(break_after).second);
+  }
 }
 
 SubmitPlan PlanOf(const v1::JobSpec& spec) {

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
@@ -147,7 +149,21 @@ absl::StatusOr<int64_t> PickCheckpoint(
 absl::Status StreamCheckpoint(
     const v1::Job& job, int64_t step,
     const std::function<bool(const v1::CheckpointChunk&)>& write,
-    const std::function<bool()>& cancelled) {
+    const std::function<bool()>& cancelled, const StreamFrom& from) {
+  size_t first = 0;  // the file `from` names
+  if (!from.file.empty()) {
+    while (first < std::size(kFiles) && from.file != kFiles[first]) ++first;
+    if (first == std::size(kFiles)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resume_file: \"", absl::CHexEscape(from.file.substr(0, 64)),
+          "\" is not a file of a checkpoint"));
+    }
+  }
+  if (from.offset < 0 || (from.file.empty() && from.offset != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resume_offset: ", from.offset,
+        from.file.empty() ? " without resume_file" : " is negative"));
+  }
   ASSIGN_OR_RETURN(Fd root, OpenJobDir(job));
   if (!root.ok()) return Missing(job, step);
   const std::string dir_name = engine::CheckpointDirName(step);
@@ -174,10 +190,18 @@ absl::Status StreamCheckpoint(
     }
     files.emplace_back(std::move(f), st.st_size);
   }
+  if (!from.file.empty() && from.offset > files[first].second) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resume_offset: ", from.offset, " is past the end of ", dir_name, "/",
+        from.file, " (", files[first].second, " bytes)"));
+  }
   std::string buffer;
-  for (size_t i = 0; i < files.size(); ++i) {
+  for (size_t i = first; i < files.size(); ++i) {
     const auto& [fd, size] = files[i];
-    int64_t offset = 0;
+    int64_t offset = i == first ? from.offset : 0;
+    // The rest of a file the client has whole: nothing (an empty file is
+    // still sent once, as one chunk without data).
+    if (offset == size && offset > 0) continue;
     do {
       if (cancelled()) return absl::CancelledError("the client went away");
       const int64_t n = std::min(kCheckpointChunkBytes, size - offset);

@@ -38,14 +38,22 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListJobCheckpoints(
 absl::StatusOr<int64_t> PickCheckpoint(
     const v1::Job& job, const v1::DownloadCheckpointRequest& request);
 
+// Where a resumed download goes on: the file and the offset in it (empty
+// file: from the beginning).
+struct StreamFrom {
+  std::string file;
+  int64_t offset = 0;
+};
+
 // Sends the checkpoint of `step` through `write` in CheckpointChunks
-// (meta.json first). `write` returning false (the client went away) or
-// `cancelled` returning true ends it with CANCELLED. ABORTED when the
-// checkpoint was removed before its files were open.
+// (meta.json first), from `from` on. `write` returning false (the client
+// went away) or `cancelled` returning true ends it with CANCELLED. ABORTED
+// when the checkpoint was removed before its files were open;
+// INVALID_ARGUMENT for a `from` that is not in the checkpoint.
 absl::Status StreamCheckpoint(
     const v1::Job& job, int64_t step,
     const std::function<bool(const v1::CheckpointChunk&)>& write,
-    const std::function<bool()>& cancelled);
+    const std::function<bool()>& cancelled, const StreamFrom& from = {});
 
 }  // namespace trainyard::server
 

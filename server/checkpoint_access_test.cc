@@ -219,6 +219,61 @@ TEST_F(CheckpointAccessTest, ASymlinkedFileIsRefusedNotFollowed) {
   EXPECT_TRUE(Steps().empty()) << "nor is it listed";
 }
 
+TEST_F(CheckpointAccessTest, AResumedStreamStartsWhereTheClientStopped) {
+  const std::string tensors(kCheckpointChunkBytes + 10, 't');
+  AddCheckpoint(4, tensors, "{\"step\": 4}");
+  auto stream_from = [&](StreamFrom from) {
+    std::vector<v1::CheckpointChunk> out;
+    absl::Status s = StreamCheckpoint(
+        job_, 4,
+        [&](const v1::CheckpointChunk& c) {
+          out.push_back(c);
+          return true;
+        },
+        [] { return false; }, from);
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  };
+  // Within meta.json: its rest, then the tensors whole.
+  std::vector<v1::CheckpointChunk> out = stream_from({"meta.json", 3});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].file(), "meta.json");
+  EXPECT_EQ(out[0].offset(), 3);
+  EXPECT_EQ(out[0].data(), "tep\": 4}");
+  EXPECT_EQ(out[1].file(), "model.safetensors");
+  EXPECT_EQ(out[1].offset(), 0);
+  // meta.json had arrived whole: only the tensors.
+  out = stream_from({"meta.json", 11});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].file(), "model.safetensors");
+  // Within the tensors: from that byte.
+  out = stream_from({"model.safetensors", kCheckpointChunkBytes + 4});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].offset(), kCheckpointChunkBytes + 4);
+  EXPECT_EQ(out[0].data(), "tttttt");
+  EXPECT_EQ(out[0].file_size(), kCheckpointChunkBytes + 10);
+  EXPECT_TRUE(
+      stream_from({"model.safetensors", kCheckpointChunkBytes + 10}).empty());
+
+  auto refused = [&](StreamFrom from) {
+    return StreamCheckpoint(
+        job_, 4, [](const v1::CheckpointChunk&) { return true; },
+        [] { return false; }, from);
+  };
+  absl::Status s = refused({"../etc/passwd", 0});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "resume_file: \"../etc/passwd\" is not a file of a checkpoint");
+  s = refused({"meta.json", 12});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "resume_offset: 12 is past the end of step-00000004/meta.json "
+            "(11 bytes)");
+  EXPECT_EQ(refused({"meta.json", -1}).message(),
+            "resume_offset: -1 is negative");
+  EXPECT_EQ(refused({"", 5}).message(), "resume_offset: 5 without resume_file");
+}
+
 TEST_F(CheckpointAccessTest, AClientThatGoesAwayEndsTheStream) {
   AddCheckpoint(2, std::string(3 * kCheckpointChunkBytes, 'x'));
   int writes = 0;

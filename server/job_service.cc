@@ -255,6 +255,10 @@ grpc::Status JobServiceImpl::DownloadCheckpoint(
     grpc::ServerWriter<v1::CheckpointChunk>* writer) {
   absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
   if (!seen.ok()) return ToGrpcStatus(seen.status());
+  if (!request->resume_file().empty() && request->step() <= 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "resume_file: needs step, the step of the checkpoint being resumed"));
+  }
   absl::StatusOr<int64_t> step = PickCheckpoint(seen->record.job, *request);
   if (!step.ok()) return ToGrpcStatus(step.status());
   absl::StatusOr<TenantGate::StreamSlot> slot =
@@ -263,7 +267,8 @@ grpc::Status JobServiceImpl::DownloadCheckpoint(
   return ToGrpcStatus(StreamCheckpoint(
       seen->record.job, *step,
       [writer](const v1::CheckpointChunk& c) { return writer->Write(c); },
-      [context] { return context->IsCancelled(); }));
+      [context] { return context->IsCancelled(); },
+      StreamFrom{request->resume_file(), request->resume_offset()}));
 }
 
 grpc::Status JobServiceImpl::GetUsage(grpc::ServerContext* context,

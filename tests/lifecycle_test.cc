@@ -447,6 +447,34 @@ TEST_F(LifecycleTest, CheckpointsAreListedAndDownloaded) {
                             {"no checkpoint of step 7", "120"}));
   EXPECT_TRUE(CliFailedWith(Yard({"download", "j-424242"}), YardExit::kNotFound,
                             {"j-424242 not found"}));
+  // Resuming over the wire: from within the tensors file, the rest of it
+  // alone; without the checkpoint's step, or past a file's end, refused.
+  auto resume = [&](int64_t step, const std::string& file, int64_t offset,
+                    std::string* data) {
+    auto ctx = ContextWithTimeout();
+    v1::DownloadCheckpointRequest r;
+    r.set_job_id(id);
+    r.set_step(step);
+    r.set_resume_file(file);
+    r.set_resume_offset(offset);
+    auto reader = jobs().DownloadCheckpoint(ctx.get(), r);
+    v1::CheckpointChunk chunk;
+    while (reader->Read(&chunk)) *data += chunk.data();
+    return reader->Finish();
+  };
+  std::string rest;
+  grpc::Status s = resume(120, "model.safetensors", 1000, &rest);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  YARD_ASSIGN_OR_FAIL(
+      std::string tensors,
+      ReadWholeFile(newest + "/model.safetensors", int64_t{1} << 30));
+  EXPECT_TRUE(rest == tensors.substr(1000));
+  EXPECT_TRUE(RpcFailedWith(resume(0, "model.safetensors", 1000, &rest),
+                            grpc::StatusCode::INVALID_ARGUMENT,
+                            {"resume_file: needs step"}));
+  EXPECT_TRUE(RpcFailedWith(resume(120, "meta.json", int64_t{1} << 40, &rest),
+                            grpc::StatusCode::INVALID_ARGUMENT,
+                            {"resume_offset", "past the end"}));
 }
 
 }  // namespace
