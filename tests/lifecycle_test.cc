@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 #include "common/read_file.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -24,13 +27,40 @@ using ::testing::Not;
 
 class LifecycleTest : public ClusterTest {
  protected:
-  // The id `yard submit SPEC` printed.
-  absl::StatusOr<std::string> SubmitWithYard(const std::string& spec) {
-    CommandResult r = Yard({"submit", spec});
-    if (r.exit_code() != YardExit::kOk) {
-      return absl::InternalError(r.DebugString());
+  // With `yard`: submits SPEC, then at once SPEC again with the flags
+  // `second_flags` gives for the first job's id, and --wait. Both must
+  // succeed, the second after the first has ended (with a slot free all
+  // along, nothing else would make it wait). Returns the two jobs.
+  absl::StatusOr<std::pair<v1::Job, v1::Job>> RunOneAfterTheOther(
+      const std::string& spec,
+      const std::function<std::vector<std::string>(const std::string&)>&
+          second_flags) {
+    CommandResult first = Yard({"submit", spec});
+    if (first.exit_code() != YardExit::kOk) {
+      return absl::InternalError(first.DebugString());
     }
-    return std::string(absl::StripAsciiWhitespace(r.out));
+    std::vector<std::string> args = {"submit", spec, "--wait"};
+    for (std::string& f :
+         second_flags(std::string(absl::StripAsciiWhitespace(first.out)))) {
+      args.push_back(std::move(f));
+    }
+    CommandResult second = Yard(args, JobTimeout());
+    if (second.exit_code() != YardExit::kOk) {
+      return absl::InternalError(second.DebugString());
+    }
+    ASSIGN_OR_RETURN(std::vector<v1::Job> all, ListAllJobs(jobs()));
+    if (all.size() != 2 || all[0].state() != v1::SUCCEEDED ||
+        all[1].state() != v1::SUCCEEDED || all[1].attempts_size() != 1) {
+      return absl::InternalError(absl::StrCat(
+          "jobs: ", all.size(), "\n", all.empty() ? "" : all[0].DebugString(),
+          all.size() < 2 ? "" : all[1].DebugString()));
+    }
+    if (FromProtoTime(all[1].attempts(0).start_time()) <
+        FromProtoTime(all[0].end_time())) {
+      return absl::InternalError(
+          "the second job started before the first had ended");
+    }
+    return std::pair{all[0], all[1]};
   }
 };
 
@@ -227,23 +257,11 @@ TEST_F(LifecycleTest, AJobThatDependsOnAnotherStartsAfterItSucceeds) {
   YARD_ASSERT_OK(StartReadyWorker({.name = "w1", .cpu_slots = 2}).status());
   const std::string path =
       WriteSpec("small.yaml", MnistSpec{.name = "small", .steps = 60}.ToYaml());
-  YARD_ASSIGN_OR_FAIL(std::string first_id, SubmitWithYard(path));
-  CommandResult second =
-      Yard({"submit", path, "--set", "depends_on=" + first_id, "--wait"},
-           JobTimeout());
-  ASSERT_EQ(second.exit_code(), YardExit::kOk) << second.DebugString();
-
-  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
-  ASSERT_EQ(all.size(), 2u);
-  const v1::Job& a = all[0];
-  const v1::Job& b = all[1];
-  EXPECT_EQ(a.state(), v1::SUCCEEDED);
-  EXPECT_EQ(b.state(), v1::SUCCEEDED);
-  EXPECT_TRUE(b.dependencies_met());
-  ASSERT_EQ(b.attempts_size(), 1);
-  EXPECT_GE(FromProtoTime(b.attempts(0).start_time()),
-            FromProtoTime(a.end_time()))
-      << "it started before what it depends on had ended, with a slot free";
+  YARD_ASSIGN_OR_FAIL(
+      auto both, RunOneAfterTheOther(path, [](const std::string& first) {
+        return std::vector<std::string>{"--set", "depends_on=" + first};
+      }));
+  EXPECT_TRUE(both.second.dependencies_met());
 
   EXPECT_TRUE(CliFailedWith(
       Yard({"submit", path, "--set", "depends_on=j-424242"}),
@@ -258,25 +276,16 @@ TEST_F(LifecycleTest, AWarmStartedJobBeginsFromAnotherJobsWeights) {
   YARD_ASSERT_OK(StartReadyWorker({.name = "w1", .cpu_slots = 2}).status());
   const std::string path =
       WriteSpec("base.yaml", MnistSpec{.name = "base", .steps = 100}.ToYaml());
-  YARD_ASSIGN_OR_FAIL(std::string first_id, SubmitWithYard(path));
-  CommandResult second =
-      Yard({"submit", path, "--set", "warm_start.job=" + first_id, "--set",
-            "steps=20", "--set", "name=tuned", "--wait"},
-           JobTimeout());
-  ASSERT_EQ(second.exit_code(), YardExit::kOk) << second.DebugString();
-
-  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
-  ASSERT_EQ(all.size(), 2u);
-  const v1::Job& a = all[0];
-  const v1::Job& b = all[1];
-  ASSERT_EQ(a.state(), v1::SUCCEEDED);
-  ASSERT_EQ(b.state(), v1::SUCCEEDED);
+  YARD_ASSIGN_OR_FAIL(
+      auto both, RunOneAfterTheOther(path, [](const std::string& first) {
+        return std::vector<std::string>{"--set", "warm_start.job=" + first,
+                                        "--set", "steps=20",
+                                        "--set", "name=tuned"};
+      }));
+  const v1::Job& a = both.first;
+  const v1::Job& b = both.second;
   EXPECT_EQ(b.warm_start_step(), 100);
   EXPECT_EQ(b.warm_start_checkpoint(), a.checkpoint_dir() + "/step-00000100");
-  ASSERT_EQ(b.attempts_size(), 1);
-  EXPECT_GE(FromProtoTime(b.attempts(0).start_time()),
-            FromProtoTime(a.end_time()))
-      << "it started before its source had ended, with a slot free";
   auto first_progress = [&](const std::string& id) {
     return WaitForEvent(jobs(), id, "a progress report", StartTimeout(),
                         [](const v1::JobEvent& e) {
