@@ -15,8 +15,16 @@ absl::StatusOr<WarmStartPick> PickWarmStart(const v1::WarmStart& warm_start,
   request.set_best(warm_start.best());
   absl::StatusOr<int64_t> step = PickCheckpoint(source, request);
   if (!step.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("warm_start: ", step.status().message()));
+    // No such checkpoint is for good; failing to read the directory may
+    // not be.
+    const absl::StatusCode code =
+        absl::IsNotFound(step.status()) ||
+                absl::IsFailedPrecondition(step.status()) ||
+                absl::IsInvalidArgument(step.status())
+            ? absl::StatusCode::kFailedPrecondition
+            : step.status().code();
+    return absl::Status(code,
+                        absl::StrCat("warm_start: ", step.status().message()));
   }
   WarmStartPick pick;
   pick.checkpoint = absl::StrCat(source.checkpoint_dir(), "/",
@@ -58,9 +66,16 @@ WarmStartCheck CheckWarmStarts(const std::vector<JobRecord>& queued,
     }
     absl::StatusOr<WarmStartPick> pick =
         PickWarmStart(job.spec().warm_start(), *source);
-    if (!pick.ok()) {
+    if (absl::IsFailedPrecondition(pick.status())) {
       check.failures.push_back(
           {job.id(), std::string(pick.status().message())});
+      continue;
+    }
+    if (!pick.ok()) {
+      check.waits.push_back(
+          {job.id(),
+           absl::StrCat("waiting to read the checkpoints of job ", source_id,
+                        ", its warm start: ", pick.status().message())});
       continue;
     }
     pick->job_id = job.id();

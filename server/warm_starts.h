@@ -5,7 +5,8 @@
 // and every attempt without a checkpoint of its own starts from it. A
 // checkpoint that cannot be picked (the source wrote none, not that step,
 // named no best, or was deleted first) cancels the job, its reason naming
-// the checkpoint. Pure functions; thread-safe.
+// the checkpoint; one whose source's checkpoints cannot be read (an I/O
+// error) waits. Pure functions; thread-safe.
 #ifndef TRAINYARD_SERVER_WARM_STARTS_H_
 #define TRAINYARD_SERVER_WARM_STARTS_H_
 
@@ -38,7 +39,8 @@ using JobLookup = std::function<absl::StatusOr<v1::Job>(const std::string& id)>;
 
 // The checkpoint of `source` that `warm_start` asks for (the newest, a
 // step, or the best). FAILED_PRECONDITION starting with "warm_start: " and
-// naming what is missing otherwise.
+// naming what is missing when there is no such checkpoint; another code
+// when the checkpoints could not be read (worth trying again).
 absl::StatusOr<WarmStartPick> PickWarmStart(const v1::WarmStart& warm_start,
                                             const v1::Job& source);
 

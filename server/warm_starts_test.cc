@@ -151,6 +151,29 @@ TEST_F(WarmStartsTest, SubmitRefusesASourceThatCannotServe) {
   EXPECT_EQ(page->jobs.size(), 1u) << "no refused job was stored";
 }
 
+TEST(CheckWarmStartsTest, UnreadableCheckpointsKeepTheJobWaiting) {
+  TestDir dir;
+  const std::string not_a_dir = dir.File("file");
+  std::ofstream(not_a_dir) << "x";
+  JobRecord r;
+  r.job.set_id("j-2");
+  r.job.set_state(v1::QUEUED);
+  r.job.mutable_spec()->mutable_warm_start()->set_job("j-1");
+  WarmStartCheck c = CheckWarmStarts({r}, [&](const std::string& id) {
+    v1::Job source;
+    source.set_id(id);
+    source.set_state(v1::SUCCEEDED);
+    source.set_checkpoint_dir(not_a_dir);
+    return absl::StatusOr<v1::Job>(source);
+  });
+  EXPECT_TRUE(c.failures.empty()) << c.failures[0].reason;
+  ASSERT_EQ(c.waits.size(), 1u);
+  EXPECT_THAT(c.waits[0].reason,
+              HasSubstr("waiting to read the checkpoints of job j-1, its warm "
+                        "start: warm_start: job j-1: cannot open its "
+                        "checkpoint directory"));
+}
+
 TEST(CheckWarmStartsTest, AStoreErrorKeepsTheJobWaiting) {
   JobRecord r;
   r.job.set_id("j-2");
