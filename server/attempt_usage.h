@@ -27,6 +27,15 @@ struct Holding {
   }
 };
 
+// What holding `held` for `seconds` is charged: GPU-seconds, a shared GPU
+// at its share, and CPU-slot-seconds.
+inline double GpuSeconds(const Holding& held, double seconds) {
+  return seconds * static_cast<double>(held.gpu_milli) / 1000.0;
+}
+inline double CpuSlotSeconds(const Holding& held, double seconds) {
+  return seconds * held.cpu_slots;
+}
+
 // What the current placement of `job` holds: on its own worker
 // `own_gpus` GPUs (whole, or the share of Job.gpu_grants), plus every
 // gang part's; a CPU job its slots (one per rank, all parts together).

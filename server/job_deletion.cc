@@ -91,8 +91,6 @@ absl::StatusOr<DeletedJob> JobLifecycle::Delete(const std::string& job_id,
           user->id(), " (", JobStateName(user->state()),
           "): delete it with --keep-checkpoints, or once that job has ended"));
     }
-  }
-  if (remove_dir) {
     fs::remove_all(parked, ec);  // a leftover of an earlier try
     fs::rename(own, parked, ec);
     if (ec) {

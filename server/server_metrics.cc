@@ -372,8 +372,8 @@ void ServerMetrics::CollectTenantHoldings(
     const AttemptUsage u = UsageOf(r.job, a, now);
     const double seconds = absl::ToDoubleSeconds(u.end - u.start);
     JobStore::UsageTotal& t = totals[r.job.tenant()];
-    t.gpu_seconds += seconds * static_cast<double>(u.held.gpu_milli) / 1000.0;
-    t.cpu_slot_seconds += seconds * u.held.cpu_slots;
+    t.gpu_seconds += GpuSeconds(u.held, seconds);
+    t.cpu_slot_seconds += CpuSlotSeconds(u.held, seconds);
   }
   pm::MetricFamily gpu_seconds = CounterFamily(
       "yard_tenant_gpu_seconds_total",

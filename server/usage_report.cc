@@ -13,8 +13,8 @@ namespace {
 
 // Adds `seconds` of `u` to `row`.
 void Add(const AttemptUsage& u, double seconds, v1::UsageRow& row) {
-  const double gpu = seconds * static_cast<double>(u.held.gpu_milli) / 1000.0;
-  const double cpu = seconds * u.held.cpu_slots;
+  const double gpu = GpuSeconds(u.held, seconds);
+  const double cpu = CpuSlotSeconds(u.held, seconds);
   row.set_attempts(row.attempts() + 1);
   row.set_gpu_seconds(row.gpu_seconds() + gpu);
   row.set_cpu_slot_seconds(row.cpu_slot_seconds() + cpu);
