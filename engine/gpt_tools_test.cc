@@ -49,15 +49,20 @@ class GptToolsTest : public ::testing::Test {
     return job;
   }
 
+  // The job's model's weights by name.
+  static std::map<std::string, std::vector<float>> WeightsOf(TrainJob& job) {
+    std::map<std::string, std::vector<float>> out;
+    for (const Parameter& p : job.model().parameters()) {
+      out[p.name] = std::vector<float>(p.value, p.value + p.size());
+    }
+    return out;
+  }
+
   // Trains `name` and returns its final weights by name.
   std::map<std::string, std::vector<float>> Train(const std::string& name) {
     auto job = *TrainJob::Create(Job(name), &sink_);
     EXPECT_EQ(*job->Run(nullptr), Trainer::Outcome::kFinished);
-    std::map<std::string, std::vector<float>> out;
-    for (const Parameter& p : job->model().parameters()) {
-      out[p.name] = std::vector<float>(p.value, p.value + p.size());
-    }
-    return out;
+    return WeightsOf(*job);
   }
 
   std::string dir_;
@@ -102,11 +107,7 @@ TEST_F(GptToolsTest, InitFromStartsTrainingFromTheExportedWeights) {
   job.gpt_init_from = dir_ + "/hf";
   auto finetune = TrainJob::Create(job, &sink_);
   ASSERT_TRUE(finetune.ok()) << finetune.status();
-  for (const Parameter& p : (*finetune)->model().parameters()) {
-    EXPECT_EQ(std::vector<float>(p.value, p.value + p.size()),
-              weights.at(p.name))
-        << p.name;
-  }
+  EXPECT_EQ(WeightsOf(**finetune), weights);
   ASSERT_EQ(*(*finetune)->Run(nullptr), Trainer::Outcome::kFinished);
 
   job.gpt.n_layer = 3;
@@ -126,11 +127,7 @@ TEST_F(GptToolsTest, WarmStartTakesACheckpointsWeightsAndVocabulary) {
   job.warm_start = dir_ + "/run/step-00000003";
   auto next = TrainJob::Create(job, &sink_);
   ASSERT_TRUE(next.ok()) << next.status();
-  for (const Parameter& p : (*next)->model().parameters()) {
-    EXPECT_EQ(std::vector<float>(p.value, p.value + p.size()),
-              weights.at(p.name))
-        << p.name;
-  }
+  EXPECT_EQ(WeightsOf(**next), weights);
   ASSERT_TRUE((*next)->tokenizer().has_value());
   const auto first = *TrainJob::Create(Job("again"), &sink_);
   EXPECT_EQ((*next)->tokenizer()->ToJson().Serialize(),
