@@ -27,12 +27,15 @@ constexpr int64_t kArenaAlignment = 256;
 // (64 KiB for the sums of squares on their way to the host, then 448 KiB
 // of partials for the column sums and the sums of squares, which never
 // overlap: one stream), then cuBLASLt's workspace (32 MiB, NVIDIA's advice
-// for Hopper). What is left of kCudaWorkspaceBytes covers the rounding of
-// Allocate's blocks.
+// for Hopper), then the embedding backward's sort keys (2^20 of 8 bytes: a
+// batch of up to 1M tokens sorts; a larger one takes the slow scan). What
+// is left of kCudaWorkspaceBytes covers the rounding of Allocate's blocks.
 constexpr int64_t kReductionBytes = int64_t{64} << 10;
 constexpr int64_t kScratchBytes = int64_t{512} << 10;
 constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
-constexpr int64_t kReservedBytes = kScratchBytes + kGemmWorkspaceBytes;
+constexpr int64_t kSortKeys = int64_t{1} << 20;
+constexpr int64_t kReservedBytes =
+    kScratchBytes + kGemmWorkspaceBytes + kSortKeys * 8;
 static_assert(kReservedBytes + (int64_t{512} << 10) <= kCudaWorkspaceBytes);
 // Sums of squares copied back at once, and their partials' room.
 constexpr int64_t kSumResults = kReductionBytes / 8;
@@ -130,6 +133,9 @@ absl::Status CudaBackend::Init() {
   column_scratch_floats_ = (kScratchBytes - kReductionBytes) / 4;
   ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(base_ + kScratchBytes,
                                                kGemmWorkspaceBytes, stream_));
+  sort_keys_ =
+      reinterpret_cast<uint64_t*>(base_ + kScratchBytes + kGemmWorkspaceBytes);
+  sort_key_capacity_ = kSortKeys;
   return absl::OkStatus();
 }
 

@@ -17,7 +17,8 @@
 // Allocate hands out 256-byte-aligned blocks of it and fails with
 // RESOURCE_EXHAUSTED, naming the bytes asked for and left, when the grant
 // runs out. The arena's first kCudaWorkspaceBytes (memory_estimate.h) are
-// the backend's own: cuBLASLt's workspace and the reductions' scratch, with
+// the backend's own: cuBLASLt's workspace, the reductions' scratch and the
+// embedding backward's sort keys, with
 // the rest of that share left as slack for the blocks' rounding. So a job
 // needs arena_bytes = EstimateGptMemory(...).allocated() + .workspace.
 //
@@ -204,6 +205,9 @@ class CudaBackend : public Backend {
   // stream order keeps one op's use from overlapping the next's.
   float* column_scratch_ = nullptr;
   int64_t column_scratch_floats_ = 0;
+  // The embedding backward's sort keys.
+  uint64_t* sort_keys_ = nullptr;
+  int64_t sort_key_capacity_ = 0;
   std::unique_ptr<cuda::LtGemm> gemm_;
   absl::Status first_error_;
   int64_t allocated_bytes_ = 0;

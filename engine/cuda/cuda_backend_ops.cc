@@ -306,7 +306,8 @@ void CudaBackend::EmbeddingBackward(float* dwte, float* dwpe, const void* dout,
                                     int64_t seq, int64_t channels) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchEmbeddingBackward(
-      dwte, dwpe, dout, tokens, batch, seq, channels, bf16(), stream_));
+      dwte, dwpe, dout, tokens, batch, seq, channels, bf16(), sort_keys_,
+      sort_key_capacity_, stream_));
 }
 
 void CudaBackend::LayerNormForward(void* out, float* mean, float* rstd,

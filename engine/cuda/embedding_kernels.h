@@ -19,13 +19,18 @@ cudaError_t LaunchEmbeddingForward(void* out, const int32_t* tokens,
 
 // dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :],
 // each entry adding its terms in ascending (b, t) order (bitwise the CPU
-// backend's sums). No atomics: the first position holding a token owns
-// that token's row of dwte (its block adds every position with the token,
-// in order), and one thread owns each (t, channel) of dwpe.
-// dout is an activation gradient (bf16 when `bf16`); dwte, dwpe fp32.
+// backend's sums). No atomics: one block owns each token's row of dwte and
+// adds every position with the token, in order; one thread owns each
+// (t, channel) of dwpe. The owners find their positions by sorting the
+// batch's tokens in sort_keys when its sort_key_capacity keys hold the
+// rows rounded up to a power of two, else by scanning the tokens (quadratic in
+// the rows: slow past a few thousand). dout is an activation gradient (bf16
+// when `bf16`); dwte, dwpe fp32.
 cudaError_t LaunchEmbeddingBackward(float* dwte, float* dwpe, const void* dout,
                                     const int32_t* tokens, int64_t batch,
                                     int64_t seq, int64_t channels, bool bf16,
+                                    uint64_t* sort_keys,
+                                    int64_t sort_key_capacity,
                                     cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda

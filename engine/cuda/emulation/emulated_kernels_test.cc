@@ -86,10 +86,13 @@ TEST_P(EmulatedKernelsTest, EmbeddingForwardAddsTheRowsBitwise) {
   }
 }
 
-TEST_P(EmulatedKernelsTest, EmbeddingBackwardAddsInPositionOrderBitwise) {
-  // 1560 positions, token 7 at 1092 of them (two rounds of its owner's
+// The token table's owners find their positions by sorting the keys
+// (sort_keys given) or by scanning the tokens (none): both must add in
+// ascending position order, bit for bit.
+void CheckEmbeddingBackward(bool bf16, int64_t batch, bool sorted) {
+  // seq 520, token 7 at 7 of every 10 positions (more than one owner's
   // 1024-position list), 1100 channels (two passes of a block's threads).
-  const int64_t batch = 3, seq = 520, channels = 1100, vocab = 64;
+  const int64_t seq = 520, channels = 1100, vocab = 64;
   const int64_t rows = batch * seq;
   std::vector<int32_t> tokens(rows);
   for (int64_t r = 0; r < rows; ++r) {
@@ -97,18 +100,23 @@ TEST_P(EmulatedKernelsTest, EmbeddingBackwardAddsInPositionOrderBitwise) {
         r % 10 < 7 ? 7 : static_cast<int32_t>((r * 2654435761u) % vocab);
   }
   ASSERT_GT(std::count(tokens.begin(), tokens.end(), 7), 1024);
-  const std::vector<float> dout = Inputs(rows * channels, 21, bf16());
+  const std::vector<float> dout = Inputs(rows * channels, 21, bf16);
   std::vector<float> wte = Random(vocab * channels, 22);
   std::vector<float> wpe = Random(seq * channels, 23);
   Guarded<float> dwte(wte), dwpe(wpe);
-  Activations d(dout, bf16());
+  Activations d(dout, bf16);
   Guarded<int32_t> tok(tokens);
-  ASSERT_EQ(
-      cuda::LaunchEmbeddingBackward(dwte.get(), dwpe.get(), d.get(), tok.get(),
-                                    batch, seq, channels, bf16(), nullptr),
-      cudaSuccess);
+  // Keys for the rows rounded up to a power of two, and not one more.
+  int64_t n = 1;
+  while (n < rows) n *= 2;
+  Guarded<uint64_t> keys(std::vector<uint64_t>(n, 0));
+  ASSERT_EQ(cuda::LaunchEmbeddingBackward(
+                dwte.get(), dwpe.get(), d.get(), tok.get(), batch, seq,
+                channels, bf16, sorted ? keys.get() : nullptr, n, nullptr),
+            cudaSuccess);
   EXPECT_TRUE(dwte.GuardsIntact());
   EXPECT_TRUE(dwpe.GuardsIntact());
+  EXPECT_TRUE(keys.GuardsIntact());
   for (int64_t r = 0; r < rows; ++r) {  // fp32 adds, ascending positions
     for (int64_t c = 0; c < channels; ++c) {
       wte[tokens[r] * channels + c] += dout[r * channels + c];
@@ -117,6 +125,17 @@ TEST_P(EmulatedKernelsTest, EmbeddingBackwardAddsInPositionOrderBitwise) {
   }
   EXPECT_TRUE(SameBits(dwte.values(), wte));
   EXPECT_TRUE(SameBits(dwpe.values(), wpe));
+}
+
+// 2600 rows: 4096 keys, so the sort runs a stage across shared-memory
+// tiles (a global pass) as well as within them.
+TEST_P(EmulatedKernelsTest, EmbeddingBackwardAddsInPositionOrderBitwise) {
+  CheckEmbeddingBackward(bf16(), /*batch=*/5, /*sorted=*/true);
+}
+
+TEST_P(EmulatedKernelsTest,
+       EmbeddingBackwardWithoutSortKeysScansAndAddsInOrder) {
+  CheckEmbeddingBackward(bf16(), /*batch=*/3, /*sorted=*/false);
 }
 
 // ----------------------------------------------------------- column sums
@@ -191,7 +210,7 @@ TEST_P(EmulatedKernelsTest, EmptyShapesLaunchNothing) {
                 nullptr, nullptr, nullptr, nullptr, 0, 10, bf16(), nullptr),
             cudaSuccess);
   EXPECT_EQ(cuda::LaunchEmbeddingBackward(nullptr, nullptr, nullptr, nullptr, 0,
-                                          4, 8, bf16(), nullptr),
+                                          4, 8, bf16(), nullptr, 0, nullptr),
             cudaSuccess);
   EXPECT_EQ(
       cuda::LaunchBiasGrad(nullptr, nullptr, 5, 0, nullptr, 0, bf16(), nullptr),
