@@ -1,18 +1,21 @@
 // The backward of the tensor-core causal attention (see
 // attention_tc_kernels.cu for the forward, the formulas, determinism and
-// precision; attention_tc_tiles.cuh for tiles and layouts):
-//   query side (one block per query tile, key tiles ascending):
-//     D_i = dout_i . out_i -> delta; S = Q K^T, dP = dout V^T (wmma);
-//     dS = e^(scale S - lse) (dP - D) as bf16 -> smem; dQ += dS K (wmma,
-//     fp32 register fragments, never rescaled); dq = scale dQ.
+// precision; attention_tc_tiles.cuh for tiles and layouts). Scores and
+// their gradients live in registers as mma fragments; with base-2 scores,
+// p = 2^(scale log2(e) s - log2(e) lse).
+//   query side (one block per query tile, key tiles ascending, the next
+//     key and value tiles copying in while the warps work):
+//     D_i = dout_i . out_i -> delta; S = Q K^T, dP = dout V^T;
+//     dS = p (dP - D) rounded to bf16 into A fragments; dQ += dS K (fp32
+//     registers, never rescaled); dq = scale dQ.
 //   key side (one block per key tile, query tiles ascending from the
-//     diagonal; reads delta, so it runs after the query side):
-//     S^T = K Q^T, dP^T = V dout^T (wmma); P^T and dS^T as bf16 -> smem;
-//     dV += P^T dout, dK += dS^T Q (wmma, register fragments); dk = scale dK.
-// Every output element is summed by one warp in a fixed order:
-// deterministic.
-#include <mma.h>
-
+//     diagonal, the next query, dout and statistics copying in; reads
+//     delta, so it runs after the query side):
+//     S^T = K Q^T, dP^T = V dout^T; P^T and dS^T rounded to bf16 into A
+//     fragments; dV += P^T dout, dK += dS^T Q; dk = scale dK.
+// The two sides recompute S and dP each, 7 products where a one-kernel
+// backward has 5, so that every output element is summed by one warp in a
+// fixed order, with no atomics: deterministic.
 #include <cstdint>
 
 #include "engine/cuda/act_type.cuh"
@@ -49,36 +52,6 @@ __device__ void ComputeDelta(float* delta, float* s_delta, const bf16* dout,
   }
 }
 
-// Warp-wide, for the warp's 16 x 64 block of a (row tile, column tile)
-// pair: from scores s and dP (fp32, stride kLdW) writes p = e^(scale s -
-// lse) and ds = p (dP - D) as bf16 (stride kLdP; p only when p_out is set).
-// Block row w0 + r stands for row0 + w0 + r, column c for col0 + c; rows
-// are queries and columns keys when `queries_are_rows`, else the reverse.
-// s_lse and s_delta hold the query tile's statistics, indexed within the
-// tile. Masked pairs (key after query, or query past seq, which covers key
-// past seq) get exactly 0.
-template <int kD>
-__device__ void ProbabilityGradients(bf16* p_out, bf16* ds_out, const float* s,
-                                     const float* dp, const float* s_lse,
-                                     const float* s_delta, int64_t row0, int w0,
-                                     int64_t col0, bool queries_are_rows,
-                                     const TcGeometry& g) {
-  constexpr int kLd = Strides<kD>::kLdW;
-  for (int e = threadIdx.x % 32; e < kWarpRows * kTile; e += 32) {
-    const int r = e / kTile, c = e % kTile;
-    const int q = queries_are_rows ? w0 + r : c;  // the query, in its tile
-    const int64_t i = queries_are_rows ? row0 + w0 + r : col0 + c;
-    const int64_t j = queries_are_rows ? col0 + c : row0 + w0 + r;
-    float p = 0.f, ds = 0.f;
-    if (j <= i && i < g.seq) {
-      p = expf(s[r * kLd + c] * g.scale - s_lse[q]);
-      ds = p * (dp[r * kLd + c] - s_delta[q]);
-    }
-    if (p_out != nullptr) p_out[r * kLdP + c] = __float2bfloat16_rn(p);
-    ds_out[r * kLdP + c] = __float2bfloat16_rn(ds);
-  }
-}
-
 // dq for one query tile; also writes delta for the key-side kernel.
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
@@ -88,41 +61,76 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
   using L = BackwardSmem<kD>;
-  bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1),
-       *sk = At<bf16>(smem, L::kOther0), *sv = At<bf16>(smem, L::kOther1),
-       *sds = At<bf16>(smem, L::kPa);
-  float *ss = At<float>(smem, L::kWa), *sdp = At<float>(smem, L::kWb),
-        *s_lse = At<float>(smem, L::kLse),
+  bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1);
+  float *s_lse = At<float>(smem, L::kLse),
         *s_delta = At<float>(smem, L::kDelta);
   const HeadOffsets h = HeadOf(g, kD);
   const int qt = g.tiles - 1 - static_cast<int>(blockIdx.y);  // long rows 1st
   const int64_t q0 = static_cast<int64_t>(qt) * kTile;
+  const int lane = threadIdx.x % 32, quad = lane % 4;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  LoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  LoadRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
+  const int64_t rows[2] = {q0 + w0 + lane / 4, q0 + w0 + lane / 4 + 8};
+  const bf16* keys = qkv + h.qkv + g.channels;
+  const bf16* values = keys + g.channels;
+  AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  AsyncLoadRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
+  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0), keys, h.qkv_row, 0, g.seq);
+  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1), values, h.qkv_row, 0, g.seq);
+  CpAsyncCommit();
   LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
   ComputeDelta<kD>(delta, s_delta, dout, out, h, q0, g.seq);
-  __syncthreads();
-  // The warp's 16 query and dout rows, for every key tile.
-  FragA q[kD / 16], dy[kD / 16];
-  LoadFragmentsA<kD>(q, sq + w0 * L::kLdX, L::kLdX);
-  LoadFragmentsA<kD>(dy, sdo + w0 * L::kLdX, L::kLdX);
-  FragC dq[kD / 16];
-  ZeroFragments<kD>(dq);
+  const float scale2 = g.scale * kLog2e;
+  float lse2[2], d_row[2];  // the lane's rows' statistics
+  float dq[kD / 8][4] = {};
   for (int kt = 0; kt <= qt; ++kt) {
+    if (kt < qt) {
+      const size_t next = (kt + 1) % 2 * L::kT;
+      const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0 + next), keys, h.qkv_row, k1,
+                        g.seq);
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1 + next), values, h.qkv_row,
+                        k1, g.seq);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();  // this tile (on the first: Q, dout, statistics) whole
+    if (kt == 0) {
+      for (int r = 0; r < 2; ++r) {
+        lse2[r] = s_lse[w0 + lane / 4 + 8 * r] * kLog2e;
+        d_row[r] = s_delta[w0 + lane / 4 + 8 * r];
+      }
+    }
+    const size_t stage = kt % 2 * L::kT;
+    const bf16* sk = At<bf16>(smem, L::kOther0 + stage);
+    float s[kTile / 8][4], dp[kTile / 8][4];
+    {
+      uint32_t a[kD / 16][4];
+      LoadA<kD>(a, sq, w0);
+      ProductABt<kD>(s, a, sk);
+      LoadA<kD>(a, sdo, w0);
+      ProductABt<kD>(dp, a, At<bf16>(smem, L::kOther1 + stage));
+    }
     const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-    LoadKeyValueTile<kD>(sk, sv, qkv, h, g, k0);
-    WarpMatmulABt<kTile, kD>(ss + w0 * L::kLdW, L::kLdW, q, sk, L::kLdX);
-    WarpMatmulABt<kTile, kD>(sdp + w0 * L::kLdW, L::kLdW, dy, sv, L::kLdX);
-    __syncwarp();
-    ProbabilityGradients<kD>(nullptr, sds + w0 * kLdP, ss + w0 * L::kLdW,
-                             sdp + w0 * L::kLdW, s_lse, s_delta, q0, w0, k0,
-                             /*queries_are_rows=*/true, g);
-    __syncwarp();
-    WarpMmaAB<kD, kTile>(dq, sds + w0 * kLdP, kLdP, sk, L::kLdX);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[e / 2], j = k0 + n * 8 + 2 * quad + e % 2;
+        const float p =
+            j <= i && i < g.seq ? exp2f(s[n][e] * scale2 - lse2[e / 2]) : 0.f;
+        s[n][e] = p * (dp[n][e] - d_row[e / 2]);  // dS
+      }
+    }
+    uint32_t ds[kTile / 16][4];
+    ToA(ds, s);
+    MmaAB<kD>(dq, ds, sk);
+    __syncthreads();  // every warp is done with this stage: it is refilled
   }
-  StoreGradientRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + w0, g.seq, dq, g.scale,
-                        ss + w0 * L::kLdW);
+  const float scale[2] = {g.scale, g.scale};
+  StoreRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + w0, g.seq, dq, scale,
+                sq + w0 * Tile<kD>::kLd);
 }
 
 // dk and dv for one key tile. REQUIRES: the query-side kernel has written
@@ -135,47 +143,83 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
   using L = BackwardSmem<kD>;
-  bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1),
-       *sq = At<bf16>(smem, L::kOther0), *sdo = At<bf16>(smem, L::kOther1),
-       *spt = At<bf16>(smem, L::kPa), *sdst = At<bf16>(smem, L::kPb);
-  float *sst = At<float>(smem, L::kWa), *sdpt = At<float>(smem, L::kWb),
-        *s_lse = At<float>(smem, L::kLse),
-        *s_delta = At<float>(smem, L::kDelta);
+  bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
+  const int lane = threadIdx.x % 32, quad = lane % 4;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  LoadRows<kD>(sk, qkv + h.qkv + g.channels, h.qkv_row, k0, g.seq);
-  LoadRows<kD>(sv, qkv + h.qkv + 2 * g.channels, h.qkv_row, k0, g.seq);
-  FragC dk[kD / 16], dv[kD / 16];
-  ZeroFragments<kD>(dk);
-  ZeroFragments<kD>(dv);
+  const int64_t rows[2] = {k0 + w0 + lane / 4, k0 + w0 + lane / 4 + 8};
+  const bf16* queries = qkv + h.qkv;
+  const bf16* grads = dout + h.out;
+  AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
+  AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
+  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0), queries, h.qkv_row, k0, g.seq);
+  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1), grads, h.out_row, k0, g.seq);
+  CpAsyncCommit();
+  LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq);
+  LoadRowStats(At<float>(smem, L::kDelta), delta + h.stats, k0, g.seq);
+  const float scale2 = g.scale * kLog2e;
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
+    const int it = qt - kt;
+    if (qt + 1 < g.tiles) {
+      const size_t next = (it + 1) % 2 * L::kT;
+      const int64_t q1 = static_cast<int64_t>(qt + 1) * kTile;
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0 + next), queries, h.qkv_row,
+                        q1, g.seq);
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1 + next), grads, h.out_row, q1,
+                        g.seq);
+      CpAsyncCommit();
+      const size_t stats = (it + 1) % 2 * kTile;
+      LoadRowStats(At<float>(smem, L::kLse) + stats, lse + h.stats, q1, g.seq);
+      LoadRowStats(At<float>(smem, L::kDelta) + stats, delta + h.stats, q1,
+                   g.seq);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();  // this tile (on the first: K, V) and its stats whole
+    const size_t stage = it % 2 * L::kT;
+    const bf16* sq = At<bf16>(smem, L::kOther0 + stage);
+    const bf16* sdo = At<bf16>(smem, L::kOther1 + stage);
+    const float* s_lse = At<float>(smem, L::kLse) + it % 2 * kTile;
+    const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
+    float st[kTile / 8][4], dpt[kTile / 8][4];
+    {
+      uint32_t a[kD / 16][4];
+      LoadA<kD>(a, sk, w0);
+      ProductABt<kD>(st, a, sq);
+      LoadA<kD>(a, sv, w0);
+      ProductABt<kD>(dpt, a, sdo);
+    }
     const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-    __syncthreads();  // every warp is done with the previous q and dout
-    LoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-    LoadRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
-    LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
-    LoadRowStats(s_delta, delta + h.stats, q0, g.seq);
-    __syncthreads();
-    WarpMatmulABt<kTile, kD>(sst + w0 * L::kLdW, L::kLdW, sk + w0 * L::kLdX,
-                             L::kLdX, sq, L::kLdX);
-    WarpMatmulABt<kTile, kD>(sdpt + w0 * L::kLdW, L::kLdW, sv + w0 * L::kLdX,
-                             L::kLdX, sdo, L::kLdX);
-    __syncwarp();
-    ProbabilityGradients<kD>(spt + w0 * kLdP, sdst + w0 * kLdP,
-                             sst + w0 * L::kLdW, sdpt + w0 * L::kLdW, s_lse,
-                             s_delta, k0, w0, q0,
-                             /*queries_are_rows=*/false, g);
-    __syncwarp();
-    WarpMmaAB<kD, kTile>(dv, spt + w0 * kLdP, kLdP, sdo, L::kLdX);
-    WarpMmaAB<kD, kTile>(dk, sdst + w0 * kLdP, kLdP, sq, L::kLdX);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
+        const int64_t j = rows[e / 2], i = q0 + c;
+        const float p = j <= i && i < g.seq
+                            ? exp2f(st[n][e] * scale2 - s_lse[c] * kLog2e)
+                            : 0.f;
+        st[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
+      }
+    }
+    uint32_t a[kTile / 16][4];
+    ToA(a, st);
+    MmaAB<kD>(dv, a, sdo);
+    ToA(a, dpt);
+    MmaAB<kD>(dk, a, sq);
+    __syncthreads();  // every warp is done with this stage: it is refilled
   }
+  const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
   bf16* dk_base = dqkv + h.qkv + g.channels;
-  StoreGradientRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk, g.scale,
-                        sst + w0 * L::kLdW);
-  StoreGradientRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv,
-                        1.f, sdpt + w0 * L::kLdW);
+  StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk, scale,
+                sk + w0 * Tile<kD>::kLd);
+  StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv, one,
+                sv + w0 * Tile<kD>::kLd);
 }
 
 template <int kD>

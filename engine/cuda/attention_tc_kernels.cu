@@ -1,37 +1,36 @@
 // Causal multi-head attention on tensor cores, flash-attention style, for
-// bf16 activations: every product of two matrices is an nvcuda::wmma
-// 16x16x16 multiply of bf16 operands into fp32 accumulators; the softmax,
-// its statistics and all scaling are fp32 on CUDA cores. No T x T matrix is
-// stored: the forward saves one log-sum-exp per query row, the backward
-// recomputes each probability from it. Same formulas as
-// attention_kernels.cu (its header comment derives them). This file holds
-// the forward, attention_tc_backward_kernels.cu the backward and
-// attention_tc_tiles.cuh the tiles, layouts and loads both use.
+// bf16 activations: every product of two matrices is an mma.sync m16n8k16
+// of bf16 operands into fp32 accumulators (warp_mma.h); the softmax, its
+// statistics and all scaling are fp32 on CUDA cores. No T x T matrix is
+// stored, in global or in shared memory: scores live in registers, and the
+// forward saves one log-sum-exp per query row, from which the backward
+// recomputes each probability. Same formulas as attention_kernels.cu (its
+// header comment derives them). This file holds the forward,
+// attention_tc_backward_kernels.cu the backward and attention_tc_tiles.cuh
+// the tiles, layouts, loads and products both use.
 //
-//   forward (one block per query tile, over key tiles kt = 0..qt):
-//     S = Q K^T (wmma) -> smem; per row, online softmax in fp32: lanes 2r
-//     and 2r+1 of a warp own row r, alternate columns each (PairColumn:
-//     no shared-memory bank conflicts), and keep the row's reference max
-//     m and sum l in registers; P = e^(scale S - m) as bf16 -> smem;
-//     O += P V (wmma) into fp32 accumulator fragments that stay in
-//     registers. m moves only when the row's max passes it by more than
-//     kMaxLag, and only then is O staged in smem and rescaled row by row
-//     (wmma fragment layouts are opaque). Finally out = O / l (bf16),
-//     lse = m + log l.
+//   forward (one block per query tile, over key tiles kt = 0..qt, the
+//   next tile's keys and values copying in while the warps work):
+//     S = Q K^T (registers); per row, online softmax in fp32 against the
+//     row's running max m (base 2: scores carry the factor log2 e, so
+//     e^x is one exp2): each row's 64 scores of a tile are spread over the
+//     4 lanes of a quad, which combine their max and sum with two xor
+//     shuffles; P = 2^(s - m), l = l 2^(m_old - m) + sum P, O = O
+//     2^(m_old - m) + P V, with P rounded to bf16 straight from the score
+//     registers into the product's A fragments. Finally out = O / l
+//     (bf16), lse = m ln 2 + ln l (natural log, as the backward reads it).
 //   backward: see attention_tc_backward_kernels.cu.
 //
 // Deterministic: no atomics. Every output element is summed by one warp in
-// a fixed order (tiles ascending, 16-wide k-steps ascending, each mma_sync
-// in the hardware's fixed order; each lane's share of a row's sum in its
-// fixed column order), so a rerun repeats bit for bit.
+// a fixed order (tiles ascending, 16-wide k-steps ascending, each mma in
+// the hardware's fixed order; a row's sums combined over its quad in a
+// fixed shuffle order), so a rerun repeats bit for bit.
 //
 // Precision: Q K^T and dout V^T multiply the bf16 inputs themselves with
 // fp32 accumulation, and the row sums l add the unrounded fp32 p; only P
 // (forward, dV) and dS (dQ, dK) are rounded to bf16 before their product,
 // a relative error <= 2^-8 per term (cuda_attention_test.cc derives its
 // tolerances from this).
-#include <mma.h>
-
 #include <cmath>
 #include <cstdint>
 
@@ -44,80 +43,10 @@ namespace trainyard::engine::cuda {
 namespace attention_tc {
 namespace {
 
-// How far a row's running max may pass the reference its probabilities are
-// taken against before the reference moves up to it (nats): p = e^(s - m)
-// then stays below e^8 (about 3000; fp32 and bf16 hold it with room), and
-// the output accumulator, kept in registers, needs rescaling only when a
-// reference moves, rarely after a row's first tile.
-constexpr float kMaxLag = 8.f;
-
-// The online-softmax step for one row and one key tile, run by the two
-// lanes owning the row (warp row r; `half` picks the lane's alternate
-// columns, PairColumn). Scales and masks the row's scores in place, moves
-// the row's reference m up to its running max when that passed m by more
-// than kMaxLag (or on the first tile), writes p = e^(s - m) as bf16,
-// updates l (the sum of p against m) and returns the factor e^(m_old -
-// m_new) the row's output must be rescaled by: exactly 1 while m holds,
-// 0 on the first tile. out = O / l and lse = m + log l come out the same
-// whatever the reference, as O and l carry the same factor.
 // Every row has an unmasked key in every tile it visits (key k0 <= i in
-// tiles before the diagonal, and key i itself on it), so the running max
-// is finite: no inf - inf. Masked scores are -inf, and e^-inf is exactly 0.
-// The two lanes combine their halves with fmaxf and +, which commute, so
-// both hold the same bits of m and l.
-__device__ float SoftmaxRowHalf(float* s_row, bf16* p_row, int64_t i,
-                                int64_t k0, int r, int half,
-                                const TcGeometry& g, float* m, float* l) {
-  float tile_max = -INFINITY;
-  for (int k = 0; k < kTile / 2; ++k) {
-    const int c = PairColumn(k, r, half, kTile);
-    const int64_t j = k0 + c;
-    const float s = j > i || j >= g.seq ? -INFINITY : s_row[c] * g.scale;
-    s_row[c] = s;
-    tile_max = fmaxf(tile_max, s);
-  }
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-  const float running = fmaxf(*m, tile_max);
-  const float m_new = running > *m + kMaxLag ? running : *m;  // -inf first
-  const float correction = expf(*m - m_new);
-  float sum = 0.f;
-  for (int k = 0; k < kTile / 2; ++k) {
-    const int c = PairColumn(k, r, half, kTile);
-    const float p = expf(s_row[c] - m_new);
-    p_row[c] = __float2bfloat16_rn(p);
-    sum += p;  // the unrounded p: l carries no bf16 error
-  }
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  *l = *l * correction + sum;
-  *m = m_new;
-  return correction;
-}
-
-// Warp-wide: multiplies row r of the warp's output accumulator by the
-// row's correction, through `stage` (the warp's 16 rows of fp32, stride
-// kLdO): wmma fragment layouts are opaque, so rows are reached in shared
-// memory. Each lane pair scales its own row.
-template <int kD>
-__device__ void RescaleOutput(FragC (&o)[kD / 16], float* stage, int wr,
-                              int half, float correction) {
-  constexpr int kLdO = Strides<kD>::kLdO;
-#pragma unroll
-  for (int n = 0; n < kD / 16; ++n) {
-    wmma::store_matrix_sync(stage + n * 16, o[n], kLdO, wmma::mem_row_major);
-  }
-  __syncwarp();
-  if (correction != 1.f) {
-    float* row = stage + wr * kLdO;
-    for (int k = 0; k < kD / 2; ++k)
-      row[PairColumn(k, wr, half, kD)] *= correction;
-  }
-  __syncwarp();
-#pragma unroll
-  for (int n = 0; n < kD / 16; ++n) {
-    wmma::load_matrix_sync(o[n], stage + n * 16, kLdO, wmma::mem_row_major);
-  }
-}
-
+// tiles before the diagonal, and key i itself on it; a padding row past
+// the end has key k0 < T), so the running max is finite from the first
+// tile on: no inf - inf. Masked scores are -inf, and 2^-inf is exactly 0.
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
     AttentionForwardTcKernel(bf16* out, float* lse, const bf16* qkv,
@@ -125,58 +54,101 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
   using L = ForwardSmem<kD>;
-  bf16 *sq = At<bf16>(smem, L::kQ), *sk = At<bf16>(smem, L::kK),
-       *sv = At<bf16>(smem, L::kV), *sp = At<bf16>(smem, L::kP);
-  float *ss = At<float>(smem, L::kS), *so = At<float>(smem, L::kO);
+  bf16* sq = At<bf16>(smem, L::kQ);
   const HeadOffsets h = HeadOf(g, kD);
   const int qt = g.tiles - 1 - static_cast<int>(blockIdx.y);  // long rows 1st
   const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int w0 = warp * kWarpRows;  // the warp's first row
-  const int wr = lane / 2, half = lane % 2;
-  const int r = w0 + wr;  // the lane's row
-  const int64_t i = q0 + r;
-  float* o_stage = so + w0 * L::kLdO;  // the warp's rows of O, when staged
-  FragC o[kD / 16];                    // the warp's 16 rows of O, in registers
-  ZeroFragments<kD>(o);
-  LoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  __syncthreads();
-  FragA q[kD / 16];  // the warp's 16 query rows, for every key tile
-  LoadFragmentsA<kD>(q, sq + w0 * L::kLdX, L::kLdX);
-  float m = -INFINITY, l = 0.f;
+  const int lane = threadIdx.x % 32, quad = lane % 4;
+  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
+  // The lane's two rows (C fragment rows g and g + 8), as sequence rows.
+  const int64_t rows[2] = {q0 + w0 + lane / 4, q0 + w0 + lane / 4 + 8};
+  const bf16* keys = qkv + h.qkv + g.channels;
+  const bf16* values = keys + g.channels;
+  AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  AsyncLoadRows<kD>(At<bf16>(smem, L::kK), keys, h.qkv_row, 0, g.seq);
+  AsyncLoadRows<kD>(At<bf16>(smem, L::kV), values, h.qkv_row, 0, g.seq);
+  CpAsyncCommit();
+  const float scale2 = g.scale * kLog2e;
+  uint32_t q[kD / 16][4];  // the warp's 16 query rows, for every key tile
+  float o[kD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int kt = 0; kt <= qt; ++kt) {
-    const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-    LoadKeyValueTile<kD>(sk, sv, qkv, h, g, k0);
-    WarpMatmulABt<kTile, kD>(ss + w0 * L::kLdS, L::kLdS, q, sk, L::kLdX);
-    __syncwarp();
-    const float correction = SoftmaxRowHalf(ss + r * L::kLdS, sp + r * kLdP, i,
-                                            k0, wr, half, g, &m, &l);
-    // O is still 0 on the first tile; later, a row's reference rarely
-    // moves, and only then does the warp stage O.
-    if (kt > 0 && __any_sync(0xffffffffu, correction != 1.f)) {
-      RescaleOutput<kD>(o, o_stage, wr, half, correction);
+    if (kt < qt) {  // the next tile into the other stage
+      const size_t next = (kt + 1) % 2 * L::kT;
+      const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kK + next), keys, h.qkv_row, k1,
+                        g.seq);
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kV + next), values, h.qkv_row, k1,
+                        g.seq);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
     }
-    __syncwarp();  // every lane's p is in sp
-    WarpMmaAB<kD, kTile>(o, sp + w0 * kLdP, kLdP, sv, L::kLdX);
-  }
+    __syncthreads();  // this tile (and on the first, Q) is whole
+    if (kt == 0) LoadA<kD>(q, sq, w0);
+    const size_t stage = kt % 2 * L::kT;
+    float s[kTile / 8][4];
+    ProductABt<kD>(s, q, At<bf16>(smem, L::kK + stage));
+    const int64_t k0 = static_cast<int64_t>(kt) * kTile;
+    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int n = 0; n < kD / 16; ++n) {
-    wmma::store_matrix_sync(o_stage + n * 16, o[n], L::kLdO,
-                            wmma::mem_row_major);
-  }
-  __syncwarp();
-  if (i >= g.seq) return;  // a padding row: no out, no lse
-  // Each lane writes its half of the row in 16-byte packs.
-  const float* o_row = so + r * L::kLdO;
-  bf16* out_row = out + h.out + i * h.out_row;
-  const float inv = 1.f / l;
-  for (int d = half * kD / 2; d < (half + 1) * kD / 2; d += kPack<bf16>) {
-    float pack[kPack<bf16>];
+    for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
-    for (int k = 0; k < kPack<bf16>; ++k) pack[k] = o_row[d + k] * inv;
-    StPack(out_row + d, pack);
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = k0 + n * 8 + 2 * quad + e % 2;
+        const float v =
+            j > rows[e / 2] || j >= g.seq ? -INFINITY : s[n][e] * scale2;
+        s[n][e] = v;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] =
+          fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] =
+          fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      correction[r] = exp2f(m[r] - m_new);  // 0 on the first tile
+      m[r] = m_new;
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[n][e] - m[e / 2]);
+        s[n][e] = p;
+        sum[e / 2] += p;  // the unrounded p: l carries no bf16 error
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+      l[r] = l[r] * correction[r] + sum[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] *= correction[e / 2];
+    }
+    uint32_t p[kTile / 16][4];
+    ToA(p, s);
+    MmaAB<kD>(o, p, At<bf16>(smem, L::kV + stage));
+    __syncthreads();  // every warp is done with this stage: it is refilled
   }
-  if (half == 0) lse[h.stats + i] = m + logf(l);
+  const float inv[2] = {1.f / l[0], 1.f / l[1]};
+  // The warp's own rows of sq are free (Q is in registers): the stage.
+  StoreRows<kD>(out + h.out, h.out_row, q0 + w0, g.seq, o, inv,
+                sq + w0 * Tile<kD>::kLd);
+  if (quad == 0) {
+    for (int r = 0; r < 2; ++r) {
+      if (rows[r] < g.seq) lse[h.stats + rows[r]] = m[r] * kLn2 + logf(l[r]);
+    }
+  }
 }
 
 template <int kD>

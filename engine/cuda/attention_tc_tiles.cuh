@@ -1,45 +1,42 @@
 // The tile machinery shared by the tensor-core attention kernels
 // (attention_tc_kernels.cu: forward; attention_tc_backward_kernels.cu:
-// backward): tile shape, shared-memory layouts, tile loads and stores,
-// warp-wide wmma products and the launch geometry. The kernels' header
-// comments say what they compute.
+// backward): tile shape, shared-memory layouts, asynchronous tile loads,
+// the warp-wide products on register fragments (warp_mma.h), stores and
+// the launch geometry. The kernels' header comments say what they compute.
 //
 // Tiles. A block is 4 warps (128 threads) and owns one (sequence, head) pair
 // (blockIdx.x) and one tile of kTile = 64 rows (blockIdx.y): query rows in
 // the forward and the query-gradient kernel, key rows in the key/value-
-// gradient kernel. Warp w owns rows 16w..16w+15 of the tile: it alone
-// computes, reads and writes those rows of every per-row buffer, so those
-// steps need only __syncwarp; the block-wide __syncthreads guard only the
-// tiles of the other side (keys and values, or queries and dout) that all
-// four warps read. Tiles past the sequence end are padded: their rows are
-// stored as zeros (never read from global memory) and their scores masked
-// (probability exactly 0), and no row at or past T is ever written.
+// gradient kernel. Warp w owns rows 16w..16w+15 of the tile and keeps
+// their running results (output, gradients) and their scores in registers
+// as mma fragments; shared memory holds only bf16 tiles: the block's own
+// rows and, two stages deep, the tiles of the other side (keys and values,
+// or queries and dout) that all four warps read. The next tile's copy
+// (cp.async) is in flight while the warps work on the current one. Rows
+// past the sequence end are zero-filled by the copy, never read from
+// global memory, and their scores masked (probability exactly 0); no row
+// at or past T is ever written.
 //
-// Global memory is read and written in 16-byte packs (vec16.cuh): eight
-// bf16 of one row per access. REQUIRES of every launch: qkv, out, dout and
-// dqkv 16-byte aligned (the launchers check; the channel count is a
-// multiple of 8 because the head size is), so every row and head starts
-// aligned.
+// Global memory is read and written in 16-byte packs: eight bf16 of one
+// row per access. REQUIRES of every launch: qkv, out, dout and dqkv
+// 16-byte aligned (the launchers check; the channel count is a multiple of
+// 8 because the head size is), so every row and head starts aligned.
 //
-// Shared memory (dynamic, bytes; per block; each region 128-byte aligned):
-// bf16 tiles have rows of hs + 8 elements, the bf16 64x64 probability tile
-// rows of 72, fp32 tiles rows of (64 or hs) + 4. The padding keeps every
-// wmma leading dimension a multiple of 8 (bf16) or 4 (fp32) elements and
-// shifts successive rows across banks; every 16x16 wmma tile starts at a
-// multiple of 16 rows and 16 columns from a region start, so at a multiple
-// of 32 bytes, as load/store_matrix_sync require.
+// Shared memory (dynamic; per block; each region 128-byte aligned): bf16
+// tiles of 64 rows of hs + 8 elements. The 16 padding bytes make the row
+// stride an odd number of 16-byte units, so the 8 rows one ldmatrix reads
+// (16 bytes each) fall in 8 different groups of 4 banks: no conflicts.
 //                       hs = 32     hs = 64     hs = 128
-//   forward              51,200      71,680     112,640
-//   backward (each)      74,240      90,624     156,160
-// (the query-side kernel leaves one bf16 64x64 tile of the shared backward
-// layout unused.) H100: up to 227 KB per block and 228 KB per SM, so at
-// hs = 64 three forward or two backward blocks fit on an SM.
+//   forward (5 tiles)    25,600      46,080      87,040
+//   backward (6 tiles)   31,744      56,320     105,472
+// (the backward's figure counts two stages of the rows' statistics, 1,024
+// bytes; the query-side kernel uses one.) H100: up to
+// 227 KB per block and 228 KB per SM, so at hs = 64 four forward or four
+// backward blocks fit on an SM.
 //
 // Pure device code and constexpr layouts; thread-safe.
 #ifndef TRAINYARD_ENGINE_CUDA_ATTENTION_TC_TILES_CUH_
 #define TRAINYARD_ENGINE_CUDA_ATTENTION_TC_TILES_CUH_
-
-#include <mma.h>
 
 #include <cmath>
 #include <cstddef>
@@ -49,93 +46,72 @@
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_tc_kernels.h"
 #include "engine/cuda/vec16.cuh"
+#include "engine/cuda/warp_mma.h"
 
 namespace trainyard::engine::cuda::attention_tc {
 
-namespace wmma = nvcuda::wmma;
+using warp_mma::CpAsync16;
+using warp_mma::CpAsyncCommit;
+using warp_mma::CpAsyncWait;
+using warp_mma::LdMatrixX4;
+using warp_mma::LdMatrixX4Trans;
+using warp_mma::Mma16816;
+using warp_mma::PackBf16;
 
 inline constexpr int kTile = 64;      // rows of a query or key tile
-inline constexpr int kWarpRows = 16;  // rows each warp owns (a wmma tile)
+inline constexpr int kWarpRows = 16;  // rows each warp owns (an mma's M)
 inline constexpr int kWarps = kTile / kWarpRows;
 inline constexpr int kThreads = 32 * kWarps;
-inline constexpr int kLdP = kTile + 8;  // bf16 64-column tiles (P, dS)
-static_assert(kTile % 16 == 0 && kLdP % 8 == 0, "wmma tile shape");
-
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-// The transpose of a row-major matrix read as B: B^T in column-major.
-using FragBt =
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr size_t AlignUp(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
-template <typename T>
-constexpr size_t TileBytes(int rows, int ld) {
-  return AlignUp(static_cast<size_t>(rows) * ld * sizeof(T));
-}
-
-// Row strides (elements) for head size kD. kLdW also holds a 16 x kD
-// gradient row block staged for the final store, so it is >= kD.
+// A bf16 tile of kTile rows of kD + 8 elements.
 template <int kD>
-struct Strides {
-  static constexpr int kLdX = kD + 8;     // bf16 q, k, v, dout tiles
-  static constexpr int kLdS = kTile + 4;  // fp32 scores (forward)
-  static constexpr int kLdO = kD + 4;     // fp32 output, when staged
-  static constexpr int kLdW = (kTile > kD ? kTile : kD) + 4;  // fp32 scratch
-  static_assert(kD % 16 == 0, "head size: whole wmma tiles");
-  static_assert(kLdX % 8 == 0, "bf16 wmma ldm: a multiple of 8");
-  static_assert(kLdS % 4 == 0 && kLdO % 4 == 0 && kLdW % 4 == 0,
-                "fp32 wmma ldm: a multiple of 4");
-  // PairColumn's bank argument: each fp32 row starts 4 banks after the
-  // previous one.
-  static_assert(kLdS % 32 == 4 && kLdO % 32 == 4, "fp32 row bank shift");
+struct Tile {
+  static constexpr int kLd = kD + 8;
+  static constexpr size_t kBytes = AlignUp(size_t{kTile} * kLd * 2);
+  static_assert(kD % 16 == 0, "head size: whole 16-wide k-steps");
+  static_assert(kLd * 2 % 16 == 0 && kLd * 2 / 16 % 2 == 1,
+                "rows 16-byte aligned, an odd number of 16-byte units apart");
 };
 
 // Byte offsets into dynamic shared memory, one struct per kernel; the host
 // sizes the launch with kBytes and the kernel carves the same offsets.
+// "Own" tiles are the block's rows, "other" tiles (two stages each) the
+// side it loops over.
 template <int kD>
-struct ForwardSmem : Strides<kD> {
-  using S = Strides<kD>;
+struct ForwardSmem {
+  static constexpr size_t kT = Tile<kD>::kBytes;
   static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + TileBytes<bf16>(kTile, S::kLdX);
-  static constexpr size_t kV = kK + TileBytes<bf16>(kTile, S::kLdX);
-  static constexpr size_t kS = kV + TileBytes<bf16>(kTile, S::kLdX);
-  static constexpr size_t kP = kS + TileBytes<float>(kTile, S::kLdS);
-  static constexpr size_t kO = kP + TileBytes<bf16>(kTile, kLdP);
-  static constexpr size_t kBytes = kO + TileBytes<float>(kTile, S::kLdO);
+  static constexpr size_t kK = kQ + kT;      // stages at kK, kK + kT
+  static constexpr size_t kV = kK + 2 * kT;  // stages at kV, kV + kT
+  static constexpr size_t kBytes = kV + 2 * kT;
 };
 
-// The backward kernels share one layout: "own" tiles are the block's rows
-// (queries, or keys), "other" tiles the side it loops over, "a"/"b" the
-// two fp32 score tiles and the two bf16 64-column tiles.
 template <int kD>
-struct BackwardSmem : Strides<kD> {
-  using S = Strides<kD>;
+struct BackwardSmem {
+  static constexpr size_t kT = Tile<kD>::kBytes;
   static constexpr size_t kOwn0 = 0;
-  static constexpr size_t kOwn1 = kOwn0 + TileBytes<bf16>(kTile, S::kLdX);
-  static constexpr size_t kOther0 = kOwn1 + TileBytes<bf16>(kTile, S::kLdX);
-  static constexpr size_t kOther1 = kOther0 + TileBytes<bf16>(kTile, S::kLdX);
-  static constexpr size_t kWa = kOther1 + TileBytes<bf16>(kTile, S::kLdX);
-  static constexpr size_t kWb = kWa + TileBytes<float>(kTile, S::kLdW);
-  static constexpr size_t kPa = kWb + TileBytes<float>(kTile, S::kLdW);
-  static constexpr size_t kPb = kPa + TileBytes<bf16>(kTile, kLdP);
-  static constexpr size_t kLse = kPb + TileBytes<bf16>(kTile, kLdP);
-  static constexpr size_t kDelta = kLse + TileBytes<float>(1, kTile);
-  static constexpr size_t kBytes = kDelta + TileBytes<float>(1, kTile);
+  static constexpr size_t kOwn1 = kOwn0 + kT;
+  static constexpr size_t kOther0 = kOwn1 + kT;        // two stages
+  static constexpr size_t kOther1 = kOther0 + 2 * kT;  // two stages
+  static constexpr size_t kLse = kOther1 + 2 * kT;     // two stages
+  static constexpr size_t kDelta = kLse + 2 * kTile * sizeof(float);
+  static constexpr size_t kBytes = kDelta + 2 * kTile * sizeof(float);
 };
 
 // The budget in the header comment.
-static_assert(ForwardSmem<32>::kBytes == 51200 &&
-                  ForwardSmem<64>::kBytes == 71680 &&
-                  ForwardSmem<128>::kBytes == 112640,
+static_assert(ForwardSmem<32>::kBytes == 25600 &&
+                  ForwardSmem<64>::kBytes == 46080 &&
+                  ForwardSmem<128>::kBytes == 87040,
               "forward smem budget");
-static_assert(BackwardSmem<32>::kBytes == 74240 &&
-                  BackwardSmem<64>::kBytes == 90624 &&
-                  BackwardSmem<128>::kBytes == 156160,
+static_assert(BackwardSmem<32>::kBytes == 31744 &&
+                  BackwardSmem<64>::kBytes == 56320 &&
+                  BackwardSmem<128>::kBytes == 105472,
               "backward smem budget");
-static_assert(ForwardSmem<128>::kBytes <= 227 * 1024 &&
-                  BackwardSmem<128>::kBytes <= 227 * 1024,
+static_assert(BackwardSmem<128>::kBytes <= 227 * 1024,
               "shared memory per block on sm_90");
 
 template <typename T>
@@ -169,51 +145,6 @@ __device__ __forceinline__ HeadOffsets HeadOf(const TcGeometry& g, int hs) {
           b * g.seq * g.channels + h * hs, g.channels, bh * g.seq};
 }
 
-// The k-th of the n/2 columns (or channels) of a row that the lane `half`
-// of the pair of lanes owning warp row r (0..15) handles: the pair takes
-// alternate columns, so the two lanes touch adjacent words, and rows 8..15
-// start one step later than rows 0..7, so for any k the 32 lanes of a warp
-// touch 32 different banks of an fp32 tile whose rows start 4 banks apart
-// (Strides: kLdS, kLdO). A lane still visits each of its columns once.
-__device__ __forceinline__ int PairColumn(int k, int r, int half, int n) {
-  const int m = n / 2;
-  return 2 * ((k + r / 8) % m) + half;
-}
-
-// Block-wide: dst[r][c] = src[(row0 + r) * stride + c] for the tile's
-// kTile rows and kD columns, zeros for rows at or past `seq`. Each thread
-// moves 16-byte packs; consecutive threads take consecutive packs of a row
-// (coalesced). REQUIRES: src and stride * 2 bytes 16-byte aligned.
-template <int kD>
-__device__ void LoadRows(bf16* dst, const bf16* src, int64_t stride,
-                         int64_t row0, int64_t seq) {
-  constexpr int kLd = Strides<kD>::kLdX;
-  constexpr int kRowPacks = kD / kPack<bf16>;
-  constexpr float kZeros[kPack<bf16>] = {};
-  for (int e = threadIdx.x; e < kTile * kRowPacks; e += kThreads) {
-    const int r = e / kRowPacks, c = e % kRowPacks * kPack<bf16>;
-    const int64_t row = row0 + r;
-    if (row < seq) {
-      Copy16(dst + r * kLd + c, src + row * stride + c);
-    } else {
-      StPack(dst + r * kLd + c, kZeros);
-    }
-  }
-}
-
-// Block-wide: the key and value rows of the key tile starting at row k0
-// into sk and sv, between two barriers: the first waits until every warp is
-// done with the previous tile, the second until the new one is whole.
-template <int kD>
-__device__ void LoadKeyValueTile(bf16* sk, bf16* sv, const bf16* qkv,
-                                 const HeadOffsets& h, const TcGeometry& g,
-                                 int64_t k0) {
-  __syncthreads();
-  LoadRows<kD>(sk, qkv + h.qkv + g.channels, h.qkv_row, k0, g.seq);
-  LoadRows<kD>(sv, qkv + h.qkv + 2 * g.channels, h.qkv_row, k0, g.seq);
-  __syncthreads();
-}
-
 // Block-wide: dst[r] = src[row0 + r] for the tile's rows, 0 past `seq`.
 __device__ __forceinline__ void LoadRowStats(float* dst, const float* src,
                                              int64_t row0, int64_t seq) {
@@ -222,100 +153,133 @@ __device__ __forceinline__ void LoadRowStats(float* dst, const float* src,
   }
 }
 
-// Warp-wide: c[16 x kN] (fp32, row-major) = a[16 x kK] b[kN x kK]^T, with
-// a given as its kK/16 fragments (16 x 16 blocks, k ascending) and b
-// row-major bf16. The B operand's 16x16 block (k, n) is b[n*16 + nn][k +
-// kk] at b + (n*16 + nn) * ldb + k + kk: column-major with leading
-// dimension ldb from b + n*16*ldb + k.
-template <int kN, int kK>
-__device__ void WarpMatmulABt(float* c, int ldc, const FragA (&a)[kK / 16],
-                              const bf16* b, int ldb) {
-  FragC acc[kN / 16];
-#pragma unroll
-  for (int n = 0; n < kN / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
-#pragma unroll
-  for (int k = 0; k < kK; k += 16) {
-#pragma unroll
-    for (int n = 0; n < kN / 16; ++n) {
-      FragBt fb;
-      wmma::load_matrix_sync(fb, b + n * 16 * ldb + k, ldb);
-      wmma::mma_sync(acc[n], a[k / 16], fb, acc[n]);
-    }
-  }
-#pragma unroll
-  for (int n = 0; n < kN / 16; ++n) {
-    wmma::store_matrix_sync(c + n * 16, acc[n], ldc, wmma::mem_row_major);
-  }
-}
-
-// Warp-wide: the kK/16 fragments of a[16 x kK] (row-major bf16).
-template <int kK>
-__device__ void LoadFragmentsA(FragA (&frags)[kK / 16], const bf16* a,
-                               int lda) {
-#pragma unroll
-  for (int k = 0; k < kK; k += 16) {
-    wmma::load_matrix_sync(frags[k / 16], a + k, lda);
-  }
-}
-
-// The same product with a in shared memory (row-major bf16).
-template <int kN, int kK>
-__device__ void WarpMatmulABt(float* c, int ldc, const bf16* a, int lda,
-                              const bf16* b, int ldb) {
-  FragA fa[kK / 16];
-  LoadFragmentsA<kK>(fa, a, lda);
-  WarpMatmulABt<kN, kK>(c, ldc, fa, b, ldb);
-}
-
-// Warp-wide: acc (16 x kN as kN/16 fragments, column block n in acc[n]) +=
-// a[16 x kK] b[kK x kN], both row-major bf16; b's block (k, n) starts at
-// b + k*ldb + n*16.
-template <int kN, int kK>
-__device__ void WarpMmaAB(FragC (&acc)[kN / 16], const bf16* a, int lda,
-                          const bf16* b, int ldb) {
-#pragma unroll
-  for (int k = 0; k < kK; k += 16) {
-    FragA fa;
-    wmma::load_matrix_sync(fa, a + k, lda);
-#pragma unroll
-    for (int n = 0; n < kN / 16; ++n) {
-      FragB fb;
-      wmma::load_matrix_sync(fb, b + k * ldb + n * 16, ldb);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
-    }
-  }
-}
-
-template <int kN>
-__device__ void ZeroFragments(FragC (&acc)[kN / 16]) {
-#pragma unroll
-  for (int n = 0; n < kN / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
-}
-
-// Warp-wide: writes the warp's 16 x kD gradient rows, times `scale`, as
-// bf16 to dst + (row0 + r) * stride for rows before `seq`, staging them in
-// `stage` (16 rows of stride kLdW, owned by this warp); 16-byte packs, so
-// dst and stride * 2 bytes must be 16-byte aligned.
+// Block-wide: starts copying rows row0..row0+63 of src (kD bf16 each, row
+// r at src + r * stride) into the tile dst, zeros for rows at or past
+// `seq`; the caller commits the group. Consecutive threads take
+// consecutive 16-byte packs of a row (coalesced). REQUIRES: src and
+// stride * 2 bytes 16-byte aligned.
 template <int kD>
-__device__ void StoreGradientRows(bf16* dst, int64_t stride, int64_t row0,
-                                  int64_t seq, FragC (&acc)[kD / 16],
-                                  float scale, float* stage) {
-  constexpr int kLd = Strides<kD>::kLdW;
-  constexpr int kRowPacks = kD / kPack<bf16>;
+__device__ void AsyncLoadRows(bf16* dst, const bf16* src, int64_t stride,
+                              int64_t row0, int64_t seq) {
+  constexpr int kLd = Tile<kD>::kLd;
+  constexpr int kRowPacks = kD / 8;
+  for (int e = threadIdx.x; e < kTile * kRowPacks; e += kThreads) {
+    const int r = e / kRowPacks, c = e % kRowPacks * 8;
+    const int64_t row = row0 + r;
+    const bool inside = row < seq;
+    CpAsync16(dst + r * kLd + c, src + (inside ? row : 0) * stride + c, inside);
+  }
+}
+
+// Warp-wide: the A fragments of the tile's rows r0..r0+15 (all kD
+// columns), one per 16-wide k-step.
+template <int kD>
+__device__ __forceinline__ void LoadA(uint32_t (&a)[kD / 16][4],
+                                      const bf16* tile, int r0) {
+  constexpr int kLd = Tile<kD>::kLd;
+  const int lane = threadIdx.x % 32, i = lane / 8;
+  // Matrix i: rows r0 + (i % 2) * 8.., columns (i / 2) * 8.. of the k-step.
+  const bf16* row = tile + (r0 + i % 2 * 8 + lane % 8) * kLd + i / 2 * 8;
 #pragma unroll
-  for (int n = 0; n < kD / 16; ++n) {
-    wmma::store_matrix_sync(stage + n * 16, acc[n], kLd, wmma::mem_row_major);
+  for (int k = 0; k < kD / 16; ++k) LdMatrixX4(a[k], row + k * 16);
+}
+
+// Warp-wide: s (16 x kTile, as kTile/8 C fragments) = a b^T, with a the
+// warp's 16 rows (kD/16 A fragments) and b the other side's tile (kTile
+// rows of kD): s[n] holds columns 8n..8n+7, the other side's rows.
+template <int kD>
+__device__ __forceinline__ void ProductABt(float (&s)[kTile / 8][4],
+                                           const uint32_t (&a)[kD / 16][4],
+                                           const bf16* b) {
+  constexpr int kLd = Tile<kD>::kLd;
+  const int lane = threadIdx.x % 32, i = lane / 8;
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+  }
+  // Matrix i: b's rows (n + i / 2) * 8.., columns k + (i % 2) * 8..; so
+  // r[0], r[1] are the B fragment of column block n, r[2], r[3] of n + 1.
+  const bf16* row = b + (i / 2 * 8 + lane % 8) * kLd + i % 2 * 8;
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) {
+#pragma unroll
+    for (int n = 0; n < kTile / 8; n += 2) {
+      uint32_t r[4];
+      LdMatrixX4(r, row + n * 8 * kLd + k * 16);
+      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      Mma16816(s[n], a[k], b0);
+      Mma16816(s[n + 1], a[k], b1);
+    }
+  }
+}
+
+// The C fragments of a 16 x kTile product, rounded to bf16, as the A
+// fragments of its kTile/16 k-steps (warp_mma.h: layouts).
+__device__ __forceinline__ void ToA(uint32_t (&a)[kTile / 16][4],
+                                    const float (&c)[kTile / 8][4]) {
+#pragma unroll
+  for (int k = 0; k < kTile / 16; ++k) {
+    a[k][0] = PackBf16(c[2 * k][0], c[2 * k][1]);
+    a[k][1] = PackBf16(c[2 * k][2], c[2 * k][3]);
+    a[k][2] = PackBf16(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[k][3] = PackBf16(c[2 * k + 1][2], c[2 * k + 1][3]);
+  }
+}
+
+// Warp-wide: acc (16 x kD, kD/8 C fragments) += a b, with a (16 x kTile)
+// as A fragments and b the other side's tile read as kTile x kD (its rows
+// are the product's k).
+template <int kD>
+__device__ __forceinline__ void MmaAB(float (&acc)[kD / 8][4],
+                                      const uint32_t (&a)[kTile / 16][4],
+                                      const bf16* b) {
+  constexpr int kLd = Tile<kD>::kLd;
+  const int lane = threadIdx.x % 32, i = lane / 8;
+  // Matrix i (transposed): b's rows k + (i % 2) * 8.., columns
+  // (n + i / 2) * 8..; r[0], r[1] are the B fragment of column block n,
+  // r[2], r[3] of n + 1.
+  const bf16* row = b + (i % 2 * 8 + lane % 8) * kLd + i / 2 * 8;
+#pragma unroll
+  for (int k = 0; k < kTile / 16; ++k) {
+#pragma unroll
+    for (int n = 0; n < kD / 8; n += 2) {
+      uint32_t r[4];
+      LdMatrixX4Trans(r, row + k * 16 * kLd + n * 8);
+      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      Mma16816(acc[n], a[k], b0);
+      Mma16816(acc[n + 1], a[k], b1);
+    }
+  }
+}
+
+// Warp-wide: writes the warp's 16 x kD result rows, row g of the lane's
+// two (g = lane / 4 and g + 8) times scale[0] or scale[1], as bf16 to dst
+// + (row0 + r) * stride for rows before `seq`, staging them in `stage`
+// (16 rows of a tile, the warp's own); 16-byte packs, so dst and stride *
+// 2 bytes must be 16-byte aligned.
+template <int kD>
+__device__ void StoreRows(bf16* dst, int64_t stride, int64_t row0, int64_t seq,
+                          const float (&acc)[kD / 8][4],
+                          const float (&scale)[2], bf16* stage) {
+  constexpr int kLd = Tile<kD>::kLd;
+  constexpr int kRowPacks = kD / 8;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  __syncwarp();  // every lane is done reading the stage's old rows
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t pair =
+          PackBf16(acc[n][2 * h] * scale[h], acc[n][2 * h + 1] * scale[h]);
+      memcpy(stage + (g + 8 * h) * kLd + n * 8 + 2 * t, &pair, 4);
+    }
   }
   __syncwarp();
-  for (int e = threadIdx.x % 32; e < kWarpRows * kRowPacks; e += 32) {
-    const int r = e / kRowPacks, c = e % kRowPacks * kPack<bf16>;
-    if (row0 + r >= seq) continue;
-    float pack[kPack<bf16>];
-#pragma unroll
-    for (int k = 0; k < kPack<bf16>; ++k) {
-      pack[k] = scale * stage[r * kLd + c + k];
-    }
-    StPack(dst + (row0 + r) * stride + c, pack);
+  for (int e = lane; e < kWarpRows * kRowPacks; e += 32) {
+    const int r = e / kRowPacks, c = e % kRowPacks * 8;
+    if (row0 + r < seq)
+      Copy16(dst + (row0 + r) * stride + c, stage + r * kLd + c);
   }
 }
 

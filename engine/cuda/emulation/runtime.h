@@ -16,8 +16,9 @@
 // source fails to compile.
 //
 // TRAINYARD_CUDA_EMULATION is defined for kernel sources that need to
-// tell the emulation from the GPU (engine/cuda/vec16.cuh alone, where the
-// emulation checks the alignment of 16-byte accesses).
+// tell the emulation from the GPU: engine/cuda/vec16.cuh, where the
+// emulation checks the alignment of 16-byte accesses, and
+// engine/cuda/warp_mma.h, which emulates the tensor-core instructions.
 //
 // Thread-safety: as launch.h.
 #ifndef TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
