@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <system_error>
 
 #include "absl/strings/match.h"
@@ -285,36 +287,64 @@ std::string CheckpointDirName(int64_t step) {
   return absl::StrFormat("step-%08d", step);
 }
 
+namespace {
+
+// ".<16 hex digits>": names this write's own folders apart from any other
+// writer's, on this host or another sharing the root.
+std::string WriteSuffix() {
+  static thread_local std::mt19937_64 bits{std::random_device{}()};
+  return absl::StrFormat(".%016x", bits());
+}
+
+// Moves the checkpoint at final_path (if any) aside to `old` and tmp into
+// its place. Another writer may put the same step in place between the
+// two renames; then the move aside is tried again.
+absl::Status PutInPlace(const std::string& tmp, const std::string& final_path,
+                        const std::string& old) {
+  std::error_code ec;
+  for (int attempt = 0;; ++attempt) {
+    if (fs::exists(final_path, ec)) {
+      fs::rename(final_path, old, ec);
+      if (ec && fs::exists(final_path)) {
+        return absl::InternalError(
+            absl::StrCat(final_path, ": cannot move aside: ", ec.message()));
+      }
+      RETURN_IF_ERROR(RemoveTree(old));
+    }
+    fs::rename(tmp, final_path, ec);
+    if (!ec) return absl::OkStatus();
+    if (attempt == 2 || !fs::exists(final_path)) {
+      return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ",
+                                              final_path, ": ", ec.message()));
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& root,
                                             const Checkpoint& checkpoint) {
   RETURN_IF_ERROR(MakeDirectories(root));
   const std::string name = CheckpointDirName(checkpoint.meta.step);
-  const std::string tmp = JoinPath(root, ".tmp-" + name);
+  const std::string suffix = WriteSuffix();
+  const std::string tmp = JoinPath(root, ".tmp-" + name + suffix);
   const std::string final_path = JoinPath(root, name);
-  const std::string old = JoinPath(root, ".old-" + name);
-  RETURN_IF_ERROR(RemoveTree(tmp));
-  RETURN_IF_ERROR(MakeDirectories(tmp));
-  ASSIGN_OR_RETURN(SafetensorsWriteResult file,
-                   WriteSafetensors(JoinPath(tmp, kCheckpointTensorsFile),
-                                    checkpoint.tensors));
-  RETURN_IF_ERROR(WriteFileDurably(JoinPath(tmp, kCheckpointMetaFile),
-                                   MetaJson(checkpoint, file)));
-  RETURN_IF_ERROR(SyncDirectory(tmp));
-  std::error_code ec;
-  if (fs::exists(final_path, ec)) {
-    RETURN_IF_ERROR(RemoveTree(old));
-    fs::rename(final_path, old, ec);
-    if (ec)
-      return absl::InternalError(
-          absl::StrCat(final_path, ": cannot move aside: ", ec.message()));
+  const std::string old = JoinPath(root, ".old-" + name + suffix);
+  absl::Status written = [&]() -> absl::Status {
+    RETURN_IF_ERROR(MakeDirectories(tmp));
+    ASSIGN_OR_RETURN(SafetensorsWriteResult file,
+                     WriteSafetensors(JoinPath(tmp, kCheckpointTensorsFile),
+                                      checkpoint.tensors));
+    RETURN_IF_ERROR(WriteFileDurably(JoinPath(tmp, kCheckpointMetaFile),
+                                     MetaJson(checkpoint, file)));
+    RETURN_IF_ERROR(SyncDirectory(tmp));
+    RETURN_IF_ERROR(PutInPlace(tmp, final_path, old));
+    return SyncDirectory(root);
+  }();
+  if (!written.ok()) {
+    RemoveTree(tmp).IgnoreError();  // best effort: the error says more
+    return written;
   }
-  fs::rename(tmp, final_path, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ",
-                                            final_path, ": ", ec.message()));
-  }
-  RETURN_IF_ERROR(SyncDirectory(root));
-  RETURN_IF_ERROR(RemoveTree(old));
   return final_path;
 }
 
@@ -371,21 +401,40 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
   return out;
 }
 
+namespace {
+
+// Another writer pruning the same root may remove it first: no error.
+absl::Status RemoveUnlessGone(const std::string& path) {
+  absl::Status removed = RemoveTree(path);
+  return removed.code() == absl::StatusCode::kNotFound ? absl::OkStatus()
+                                                       : removed;
+}
+
+}  // namespace
+
 absl::Status PruneCheckpoints(const std::string& root, int keep_last,
                               int64_t also_keep_step) {
   ASSIGN_OR_RETURN(std::vector<CheckpointEntry> all, ListCheckpoints(root));
   for (size_t i = static_cast<size_t>(std::max(keep_last, 1)); i < all.size();
        ++i) {
     if (all[i].step == also_keep_step) continue;
-    RETURN_IF_ERROR(RemoveTree(all[i].path));
+    RETURN_IF_ERROR(RemoveUnlessGone(all[i].path));
   }
   std::error_code ec;
+  const fs::file_time_type stale_before =
+      fs::file_time_type::clock::now() -
+      std::chrono::seconds(kStaleWriteSeconds);
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (absl::StartsWith(name, ".tmp-step-") ||
-        absl::StartsWith(name, ".old-step-")) {
-      RETURN_IF_ERROR(RemoveTree(e.path().string()));
+    if (!absl::StartsWith(name, ".tmp-step-") &&
+        !absl::StartsWith(name, ".old-step-")) {
+      continue;
     }
+    std::error_code time_ec;
+    const fs::file_time_type written = fs::last_write_time(e.path(), time_ec);
+    // Gone meanwhile (its writer finished), or still someone's: keep.
+    if (time_ec || written > stale_before) continue;
+    RETURN_IF_ERROR(RemoveUnlessGone(e.path().string()));
   }
   return absl::OkStatus();
 }

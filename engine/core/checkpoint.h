@@ -72,7 +72,11 @@ std::string CheckpointDirName(int64_t step);
 int64_t StepFromDirName(absl::string_view name);
 
 // Writes root/step-NNNNNNNN atomically (creating root if needed) and returns
-// its path. An existing checkpoint of the same step is replaced.
+// its path. An existing checkpoint of the same step is replaced. The files
+// are written in a folder of the write's own (.tmp-step-NNNNNNNN.<random>)
+// and renamed into place, so writers sharing a root -- two attempts of a
+// job, one of them stale, on workers sharing the checkpoint root -- never
+// touch each other's files; a write that fails removes its own.
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& root,
                                             const Checkpoint& checkpoint);
 
@@ -117,7 +121,10 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
 
 // Deletes all but the newest `keep_last` checkpoints (keep_last >= 1) and
 // the one of step `also_keep_step` (checkpoint.keep_best's best; -1: none),
-// and leftovers of interrupted writes.
+// and leftovers of writes that died (.tmp-step-* and .old-step-* folders
+// untouched for kStaleWriteSeconds: younger ones may be another writer's,
+// still at work).
+inline constexpr int64_t kStaleWriteSeconds = 3600;
 absl::Status PruneCheckpoints(const std::string& root, int keep_last,
                               int64_t also_keep_step = -1);
 

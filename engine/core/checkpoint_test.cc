@@ -1,9 +1,11 @@
 #include "engine/core/checkpoint.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -197,14 +199,21 @@ TEST_F(CheckpointTest, RejectsBadMeta) {
 TEST_F(CheckpointTest, LatestSkipsCorruptOnesAndPruneKeepsTheNewest) {
   for (int64_t step : {10, 20, 30, 40})
     ASSERT_TRUE(WriteCheckpoint(root_, Sample(step)).ok());
-  fs::create_directories(root_ + "/.tmp-step-00000050");  // a crashed write
+  // A write that died two hours ago, and one another writer is busy with.
+  const std::string crashed = root_ + "/.tmp-step-00000050.00000000000000aa";
+  const std::string busy = root_ + "/.tmp-step-00000060.00000000000000bb";
+  fs::create_directories(crashed);
+  fs::create_directories(busy);
+  fs::last_write_time(crashed,
+                      fs::file_time_type::clock::now() - std::chrono::hours(2));
   ASSERT_TRUE(PruneCheckpoints(root_, 3).ok());
+  EXPECT_TRUE(fs::exists(busy));
   absl::StatusOr<std::vector<CheckpointEntry>> list = ListCheckpoints(root_);
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 3u);
   EXPECT_EQ((*list)[0].step, 40);
   EXPECT_EQ((*list)[2].step, 20);
-  EXPECT_FALSE(fs::exists(root_ + "/.tmp-step-00000050"));
+  EXPECT_FALSE(fs::exists(crashed));
 
   Overwrite(root_ + "/step-00000040/model.safetensors", "garbage");
   absl::StatusOr<std::optional<LatestCheckpoint>> latest =
@@ -214,6 +223,39 @@ TEST_F(CheckpointTest, LatestSkipsCorruptOnesAndPruneKeepsTheNewest) {
   EXPECT_EQ((*latest)->checkpoint.meta.step, 30);
   ASSERT_EQ((*latest)->skipped.size(), 1u);
   EXPECT_TRUE(absl::StrContains((*latest)->skipped[0], "step-00000040"));
+}
+
+// Two attempts of one job -- one of them stale, on a worker that lost its
+// lease -- write and prune the same checkpoints under one root at once:
+// every write lands whole, and neither removes the other's work in
+// progress.
+TEST_F(CheckpointTest, TwoWritersOfTheSameStepsDoNotCollide) {
+  auto writer = [&](absl::Status* result) {
+    for (int64_t step = 1; step <= 30 && result->ok(); ++step) {
+      absl::StatusOr<std::string> path = WriteCheckpoint(root_, Sample(step));
+      if (!path.ok()) {
+        *result = path.status();
+      } else {
+        *result = PruneCheckpoints(root_, 2);
+      }
+    }
+  };
+  absl::Status a, b;
+  std::thread first(writer, &a), second(writer, &b);
+  first.join();
+  second.join();
+  EXPECT_TRUE(a.ok()) << a;
+  EXPECT_TRUE(b.ok()) << b;
+  absl::StatusOr<std::optional<LatestCheckpoint>> latest =
+      ReadLatestCheckpoint(root_);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->checkpoint.meta.step, 30);
+  EXPECT_TRUE((*latest)->skipped.empty());
+  for (const fs::directory_entry& e : fs::directory_iterator(root_)) {
+    EXPECT_FALSE(absl::StartsWith(e.path().filename().string(), "."))
+        << "left behind: " << e.path();
+  }
 }
 
 TEST_F(CheckpointTest, PruneKeepsTheBestStepToo) {
