@@ -27,6 +27,14 @@ namespace trainyard::engine::cuda {
 namespace attention_tc {
 namespace {
 
+// Blocks an SM holds at once, which caps the registers (65536 / (3 * 128)
+// = 170 a thread): left alone, the compiler takes up to 242 at hs = 64 and
+// an SM fits 8 warps instead of 12. At hs = 128 shared memory (105 KB a
+// block) allows only 2, and 170 registers would spill.
+constexpr int BackwardBlocksPerSm(int head_size) {
+  return head_size == 128 ? 2 : 3;
+}
+
 // Threads 0..63: D_i = dout_i . out_i (fp32, ascending channels, the
 // reference kernels' order) into delta and the block's copy; rows read in
 // 16-byte packs.
@@ -54,7 +62,7 @@ __device__ void ComputeDelta(float* delta, float* s_delta, const bf16* dout,
 
 // dq for one query tile; also writes delta for the key-side kernel.
 template <int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     AttentionQueryGradTcKernel(bf16* dqkv, float* delta, const bf16* dout,
                                const bf16* out, const bf16* qkv,
                                const float* lse, TcGeometry g) {
@@ -67,9 +75,8 @@ __global__ void __launch_bounds__(kThreads)
   const HeadOffsets h = HeadOf(g, kD);
   const int qt = g.tiles - 1 - static_cast<int>(blockIdx.y);  // long rows 1st
   const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-  const int lane = threadIdx.x % 32, quad = lane % 4;
+  const int lane = threadIdx.x % 32;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  const int64_t rows[2] = {q0 + w0 + lane / 4, q0 + w0 + lane / 4 + 8};
   const bf16* keys = qkv + h.qkv + g.channels;
   const bf16* values = keys + g.channels;
   AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
@@ -112,14 +119,12 @@ __global__ void __launch_bounds__(kThreads)
       LoadA<kD>(a, sdo, w0);
       ProductABt<kD>(dp, a, At<bf16>(smem, L::kOther1 + stage));
     }
-    const int64_t k0 = static_cast<int64_t>(kt) * kTile;
+    if (kt == qt) MaskDiagonalTile(s, w0, /*rows_are_queries=*/true);
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t i = rows[e / 2], j = k0 + n * 8 + 2 * quad + e % 2;
-        const float p =
-            j <= i && i < g.seq ? exp2f(s[n][e] * scale2 - lse2[e / 2]) : 0.f;
+        const float p = exp2f(s[n][e] * scale2 - lse2[e / 2]);
         s[n][e] = p * (dp[n][e] - d_row[e / 2]);  // dS
       }
     }
@@ -136,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
 // dk and dv for one key tile. REQUIRES: the query-side kernel has written
 // delta (it runs first on the same stream).
 template <int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     AttentionKeyValueGradTcKernel(bf16* dqkv, const float* delta,
                                   const bf16* dout, const bf16* qkv,
                                   const float* lse, TcGeometry g) {
@@ -147,9 +152,8 @@ __global__ void __launch_bounds__(kThreads)
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-  const int lane = threadIdx.x % 32, quad = lane % 4;
+  const int quad = threadIdx.x % 4;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  const int64_t rows[2] = {k0 + w0 + lane / 4, k0 + w0 + lane / 4 + 8};
   const bf16* queries = qkv + h.qkv;
   const bf16* grads = dout + h.out;
   AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
@@ -193,16 +197,13 @@ __global__ void __launch_bounds__(kThreads)
       LoadA<kD>(a, sv, w0);
       ProductABt<kD>(dpt, a, sdo);
     }
-    const int64_t q0 = static_cast<int64_t>(qt) * kTile;
+    if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
-        const int64_t j = rows[e / 2], i = q0 + c;
-        const float p = j <= i && i < g.seq
-                            ? exp2f(st[n][e] * scale2 - s_lse[c] * kLog2e)
-                            : 0.f;
+        const float p = exp2f(st[n][e] * scale2 - s_lse[c] * kLog2e);
         st[n][e] = p;
         dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
       }

@@ -43,10 +43,10 @@ namespace trainyard::engine::cuda {
 namespace attention_tc {
 namespace {
 
-// Every row has an unmasked key in every tile it visits (key k0 <= i in
-// tiles before the diagonal, and key i itself on it; a padding row past
-// the end has key k0 < T), so the running max is finite from the first
-// tile on: no inf - inf. Masked scores are -inf, and 2^-inf is exactly 0.
+// Every row has an unmasked key in every tile it visits (every key in
+// tiles before the diagonal, and key i itself on it), so the running max
+// is finite from the first tile on: no inf - inf. Masked scores are -inf,
+// and 2^-inf is exactly 0.
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
     AttentionForwardTcKernel(bf16* out, float* lse, const bf16* qkv,
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads)
   const HeadOffsets h = HeadOf(g, kD);
   const int qt = g.tiles - 1 - static_cast<int>(blockIdx.y);  // long rows 1st
   const int64_t q0 = static_cast<int64_t>(qt) * kTile;
-  const int lane = threadIdx.x % 32, quad = lane % 4;
+  const int lane = threadIdx.x % 32;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
   // The lane's two rows (C fragment rows g and g + 8), as sequence rows.
   const int64_t rows[2] = {q0 + w0 + lane / 4, q0 + w0 + lane / 4 + 8};
@@ -90,17 +90,14 @@ __global__ void __launch_bounds__(kThreads)
     const size_t stage = kt % 2 * L::kT;
     float s[kTile / 8][4];
     ProductABt<kD>(s, q, At<bf16>(smem, L::kK + stage));
-    const int64_t k0 = static_cast<int64_t>(kt) * kTile;
+    if (kt == qt) MaskDiagonalTile(s, w0, /*rows_are_queries=*/true);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t j = k0 + n * 8 + 2 * quad + e % 2;
-        const float v =
-            j > rows[e / 2] || j >= g.seq ? -INFINITY : s[n][e] * scale2;
-        s[n][e] = v;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+        s[n][e] *= scale2;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
       }
     }
     float correction[2];
@@ -144,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
   // The warp's own rows of sq are free (Q is in registers): the stage.
   StoreRows<kD>(out + h.out, h.out_row, q0 + w0, g.seq, o, inv,
                 sq + w0 * Tile<kD>::kLd);
-  if (quad == 0) {
+  if (lane % 4 == 0) {
     for (int r = 0; r < 2; ++r) {
       if (rows[r] < g.seq) lse[h.stats + rows[r]] = m[r] * kLn2 + logf(l[r]);
     }

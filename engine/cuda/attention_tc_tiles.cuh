@@ -253,6 +253,29 @@ __device__ __forceinline__ void MmaAB(float (&acc)[kD / 8][4],
   }
 }
 
+// On a diagonal tile pair (the own and the other side's tile start at the
+// same row), sets the causal mask's scores to -inf: those whose key comes
+// after their query, keys being the columns when `rows_are_queries`, else
+// the rows. Other tile pairs need no mask: every key of an earlier tile
+// precedes every query of a later one. Nor do rows past the sequence end:
+// they are zero-filled, so their scores, probabilities' products and
+// gradient terms come out finite and add nothing to any row that is
+// stored, and they are never stored themselves.
+__device__ __forceinline__ void MaskDiagonalTile(float (&s)[kTile / 8][4],
+                                                 int w0,
+                                                 bool rows_are_queries) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = w0 + lane / 4 + e / 2 * 8;
+      const int col = n * 8 + 2 * (lane % 4) + e % 2;
+      if (rows_are_queries ? col > row : row > col) s[n][e] = -INFINITY;
+    }
+  }
+}
+
 // Warp-wide: writes the warp's 16 x kD result rows, row g of the lane's
 // two (g = lane / 4 and g + 8) times scale[0] or scale[1], as bf16 to dst
 // + (row0 + r) * stride for rows before `seq`, staging them in `stage`
