@@ -184,6 +184,17 @@ __device__ __forceinline__ void LoadA(uint32_t (&a)[kD / 16][4],
   for (int k = 0; k < kD / 16; ++k) LdMatrixX4(a[k], row + k * 16);
 }
 
+// c0 += a b0 and c1 += a b1, with r the x4 ldmatrix that holds the B
+// fragments of two adjacent column blocks: r[0], r[1] and r[2], r[3].
+__device__ __forceinline__ void MmaTwoColumnBlocks(float (&c0)[4],
+                                                   float (&c1)[4],
+                                                   const uint32_t (&a)[4],
+                                                   const uint32_t (&r)[4]) {
+  const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+  Mma16816(c0, a, b0);
+  Mma16816(c1, a, b1);
+}
+
 // Warp-wide: s (16 x kTile, as kTile/8 C fragments) = a b^T, with a the
 // warp's 16 rows (kD/16 A fragments) and b the other side's tile (kTile
 // rows of kD): s[n] holds columns 8n..8n+7, the other side's rows.
@@ -207,9 +218,7 @@ __device__ __forceinline__ void ProductABt(float (&s)[kTile / 8][4],
     for (int n = 0; n < kTile / 8; n += 2) {
       uint32_t r[4];
       LdMatrixX4(r, row + n * 8 * kLd + k * 16);
-      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-      Mma16816(s[n], a[k], b0);
-      Mma16816(s[n + 1], a[k], b1);
+      MmaTwoColumnBlocks(s[n], s[n + 1], a[k], r);
     }
   }
 }
@@ -246,9 +255,7 @@ __device__ __forceinline__ void MmaAB(float (&acc)[kD / 8][4],
     for (int n = 0; n < kD / 8; n += 2) {
       uint32_t r[4];
       LdMatrixX4Trans(r, row + k * 16 * kLd + n * 8);
-      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-      Mma16816(acc[n], a[k], b0);
-      Mma16816(acc[n + 1], a[k], b1);
+      MmaTwoColumnBlocks(acc[n], acc[n + 1], a[k], r);
     }
   }
 }
