@@ -25,7 +25,7 @@ grep -q '^YARD_CUDA:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null ||
 # The gpu tests as ctest knows them: "  Test #38: device_query_test".
 mapfile -t tests < <(cd "$build" && ctest -L gpu -N | sed -n 's/^ *Test *#[0-9]*: *//p')
 ((${#tests[@]} > 0)) || die "ctest -L gpu lists no tests in $build"
-programs=(yard-train yard-server yard-worker yard gpt_train_bench)
+programs=(yard-train yard-server yard-worker yard gpt_train_bench attention_bench)
 if [[ "${1:-}" != "--no-build" ]]; then
   cmake --build "$build" -j2 --target "${programs[@]}" "${tests[@]}"
 fi

@@ -2,7 +2,8 @@
 # The command a lent GPU machine runs, over the working tree and the kit
 # made here by scripts/gpu/make-kit.sh (carried as .gpu-kit):
 #
-#   bash scripts/gpu/run-on-device.sh [tests|engine|packing|all] [SECONDS]
+#   bash scripts/gpu/run-on-device.sh [tests|engine|packing|kernels|quick|all]
+#                                     [SECONDS]
 #
 #   tests    the gpu-labelled tests, then the kernel tests under
 #            compute-sanitizer memcheck if there is one (device.log)
@@ -12,7 +13,14 @@
 #   packing  bench/packing: four shakespeare jobs packed vs one after
 #            another, without and with MPS (packing.log, packing/*.csv,
 #            packing/summary.txt)
-#   all      the three in that order, sharing one time budget
+#   kernels  attention_bench and its PyTorch peer (scaled_dot_product_attention)
+#            at a GPT-2 124M layer's shape (micro-batch 16, hs 64) and at
+#            hs 128 (kernels.log, kernels.csv): seconds, for a kernel change
+#   quick    kernels, then gpt_train_bench 124M bf16 alone with its op
+#            profile (engine.log, engine.csv): a change's effect on the
+#            step without the minutes of the PyTorch peer; figures to
+#            record come from `engine`, which measures the peer too
+#   all      tests, engine and packing in that order, sharing one budget
 #
 # Every command runs under a timeout cut from SECONDS (default 540, so one
 # device call stays inside its 10 minutes); what no longer fits is skipped
@@ -143,6 +151,29 @@ run_engine() {
   grep '^PROFILE' "$elog" | tee -a "$log"
 }
 
+run_kernels() {
+  local klog="$out/kernels.log" csv="$out/kernels.csv"
+  export PYTHONUNBUFFERED=1
+  local shape
+  for shape in "--heads 12 --head-size 64" "--heads 6 --head-size 128"; do
+    # shellcheck disable=SC2086
+    bounded 30 "$klog" "$kit/bin/attention_bench" --batch 16 --seq 1024 $shape --csv "$csv"
+    # shellcheck disable=SC2086
+    bounded 60 "$klog" python3 "$root/bench/engine/attention_torch_bench.py" --batch 16 --seq 1024 $shape --csv "$csv"
+  done
+  note "kernels: results in kernels.csv"
+  grep -E '^(attention|torch sdpa)' "$klog" | tee -a "$log"
+}
+
+run_quick() {
+  run_kernels
+  local elog="$out/engine.log" csv="$out/engine.csv"
+  bounded 110 "$elog" "$kit/bin/gpt_train_bench" --data-root "$root" --csv "$csv" \
+    --config 124m --precision bf16 --micro-batch max --profile-steps 2
+  column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
+  grep '^PROFILE' "$elog" | tee -a "$log"
+}
+
 run_packing() {
   local plog="$out/packing.log"
   local left=$((deadline - SECONDS - 20))
@@ -170,7 +201,9 @@ case "$what" in
   tests) run_tests ;;
   engine) run_engine ;;
   packing) run_packing ;;
+  kernels) run_kernels ;;
+  quick) run_quick ;;
   all) run_tests; run_engine; run_packing ;;
-  *) echo "usage: run-on-device.sh [tests|engine|packing|all] [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|quick|all] [SECONDS]" >&2; exit 2 ;;
 esac
 note "done in ${SECONDS}s; files in $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"

@@ -33,6 +33,35 @@ TEST(EmulatedEventsTest, CompleteOnceRecordedOnASynchronousStream) {
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
+// The time between two records; CUDA's errors for an event that keeps no
+// time or was never recorded.
+TEST(EmulatedEventsTest, ElapsedTimeIsBetweenTheRecords) {
+  cudaEvent_t start = nullptr, end = nullptr, untimed = nullptr;
+  ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming),
+            cudaSuccess);
+  float ms = -1.f;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, end),
+            cudaErrorInvalidResourceHandle);  // neither recorded
+  ASSERT_EQ(cudaEventRecord(start), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(end), cudaSuccess);
+  ASSERT_EQ(cudaEventElapsedTime(&ms, start, end), cudaSuccess);
+  EXPECT_GE(ms, 0.f);
+  float back = 1.f;
+  ASSERT_EQ(cudaEventElapsedTime(&back, end, start), cudaSuccess);
+  EXPECT_EQ(back, -ms);
+  ASSERT_EQ(cudaEventRecord(untimed), cudaSuccess);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, untimed),
+            cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaEventElapsedTime(nullptr, start, end), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaEventDestroy(end), cudaSuccess);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, end),
+            cudaErrorInvalidResourceHandle);
+  ASSERT_EQ(cudaEventDestroy(start), cudaSuccess);
+  ASSERT_EQ(cudaEventDestroy(untimed), cudaSuccess);
+}
+
 TEST(EmulatedEventsTest, RefuseBadFlagsAndHandles) {
   cudaEvent_t event = nullptr;
   EXPECT_EQ(cudaEventCreateWithFlags(&event, 0x80), cudaErrorInvalidValue);

@@ -1,11 +1,13 @@
 // The emulated CUDA host API (runtime.h): device memory is host memory
 // aligned as cudaMalloc's (256 bytes), one pool for every emulated device,
 // every call synchronous.
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -15,6 +17,9 @@ struct CUstream_st {};
 
 struct CUevent_st {
   unsigned flags;
+  // When cudaEventRecord last ran (every stream is synchronous, so that
+  // is when the work before it finished); unset until the first record.
+  std::optional<std::chrono::steady_clock::time_point> recorded;
 };
 
 namespace {
@@ -340,7 +345,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
        (flags & cudaEventDisableTiming) == 0)) {
     return cudaErrorInvalidValue;
   }
-  *event = new CUevent_st{flags};
+  *event = new CUevent_st{flags, std::nullopt};
   LiveEvents& live = Events();
   std::lock_guard<std::mutex> lock(live.mu);
   live.events.insert(*event);
@@ -356,7 +361,29 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  return IsLive(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  LiveEvents& live = Events();
+  std::lock_guard<std::mutex> lock(live.mu);
+  if (live.events.count(event) == 0) return cudaErrorInvalidResourceHandle;
+  event->recorded = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start,
+                                 cudaEvent_t end) {
+  if (ms == nullptr) return cudaErrorInvalidValue;
+  LiveEvents& live = Events();
+  std::lock_guard<std::mutex> lock(live.mu);
+  // CUDA: an unknown event, one without timing, or one never recorded.
+  for (cudaEvent_t e : {start, end}) {
+    if (live.events.count(e) == 0 || (e->flags & cudaEventDisableTiming) ||
+        !e->recorded) {
+      return cudaErrorInvalidResourceHandle;
+    }
+  }
+  *ms = std::chrono::duration<float, std::milli>(*end->recorded -
+                                                 *start->recorded)
+            .count();
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {

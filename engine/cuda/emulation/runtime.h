@@ -232,7 +232,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream);
 // and cudaStreamWaitEvent return at once. What is checked: the flags, and
 // that the event is one cudaEventCreate* made and cudaEventDestroy has not
 // freed (else cudaErrorInvalidResourceHandle, as CUDA says for a null
-// one). No timing (cudaEventElapsedTime is not emulated).
+// one). cudaEventElapsedTime gives the host time between the two records
+// (the emulated work's own time: not a GPU figure), with CUDA's errors for
+// an event without timing or never recorded.
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 // cuda_runtime.h's C++ overload.
@@ -242,6 +244,7 @@ inline cudaError_t cudaEventCreate(cudaEvent_t* event, unsigned flags) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                 unsigned flags = 0);
