@@ -30,7 +30,10 @@
 //
 // The emulated mma sums each element's 16 products in ascending k in fp32
 // after the accumulator; the tensor cores' own order and rounding are not
-// reproduced (tests allow for fp32 rounding). Pure device functions;
+// reproduced (tests allow for fp32 rounding). The emulation also checks
+// that every lane of a whole warp runs each mma and ldmatrix (they are
+// .aligned instructions), and the 16-byte alignment of ldmatrix rows and
+// cp.async addresses, naming the caller's line. Pure device functions;
 // warp-wide ones need all 32 lanes converged. Thread-safe.
 #ifndef TRAINYARD_ENGINE_CUDA_WARP_MMA_H_
 #define TRAINYARD_ENGINE_CUDA_WARP_MMA_H_
@@ -53,6 +56,12 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
 }
 
 #if defined(TRAINYARD_CUDA_EMULATION)
+
+}  // namespace trainyard::engine::cuda::warp_mma
+
+#include <source_location>
+
+namespace trainyard::engine::cuda::warp_mma {
 
 // The bf16 in the low (half 0) or high (half 1) 16 bits, widened exactly.
 inline float HalfOf(uint32_t word, int half) {
@@ -84,8 +93,15 @@ inline int WarpIndex() {
       32);
 }
 
+// Each op is noted with its caller's line (a default argument: callers
+// write nothing), so lanes of a warp that run different ones fail the
+// launch naming it (block_runner.h).
+using Site = std::source_location;
+
 inline void Mma16816(float (&c)[4], const uint32_t (&a)[4],
-                     const uint32_t (&b)[2]) {
+                     const uint32_t (&b)[2],
+                     const Site& site = Site::current()) {
+  ::trainyard::cuda_emulation::WarpTensorOp("mma.sync", site);
   const int lane = static_cast<int>(threadIdx.x % 32), w = WarpIndex();
   const int g = lane / 4, t = lane % 4;
   WarpExchange& x = Exchange();
@@ -118,17 +134,20 @@ inline uint16_t Bf16BitsAt(const __nv_bfloat16* p) {
 }
 
 // Posts the lane's row address; returns the exchange's rows of the warp.
-inline const __nv_bfloat16* const* PostRows(const __nv_bfloat16* row) {
-  ::trainyard::cuda_emulation::CheckVectorAccess(
-      "ldmatrix row at", row, 16, std::source_location::current());
+inline const __nv_bfloat16* const* PostRows(const __nv_bfloat16* row,
+                                            const Site& site) {
+  ::trainyard::cuda_emulation::WarpTensorOp("ldmatrix", site);
+  ::trainyard::cuda_emulation::CheckVectorAccess("ldmatrix row at", row, 16,
+                                                 site);
   const int w = WarpIndex();
   Exchange().row[w][threadIdx.x % 32] = row;
   __syncwarp();
   return Exchange().row[w];
 }
 
-inline void LdMatrixX4(uint32_t (&r)[4], const __nv_bfloat16* row) {
-  const __nv_bfloat16* const* rows = PostRows(row);
+inline void LdMatrixX4(uint32_t (&r)[4], const __nv_bfloat16* row,
+                       const Site& site = Site::current()) {
+  const __nv_bfloat16* const* rows = PostRows(row, site);
   const int lane = static_cast<int>(threadIdx.x % 32);
   for (int i = 0; i < 4; ++i) {
     const __nv_bfloat16* src = rows[8 * i + lane / 4];
@@ -139,8 +158,9 @@ inline void LdMatrixX4(uint32_t (&r)[4], const __nv_bfloat16* row) {
   __syncwarp();
 }
 
-inline void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
-  const __nv_bfloat16* const* rows = PostRows(row);
+inline void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* row,
+                            const Site& site = Site::current()) {
+  const __nv_bfloat16* const* rows = PostRows(row, site);
   const int lane = static_cast<int>(threadIdx.x % 32);
   for (int i = 0; i < 4; ++i) {
     const int k = 2 * (lane % 4);
@@ -152,12 +172,12 @@ inline void LdMatrixX4Trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
 }
 
 // 16 bytes from global src to shared dst, or 16 zero bytes when !fill.
-inline void CpAsync16(void* dst, const void* src, bool fill) {
-  ::trainyard::cuda_emulation::CheckVectorAccess(
-      "cp.async to", dst, 16, std::source_location::current());
+inline void CpAsync16(void* dst, const void* src, bool fill,
+                      const Site& site = Site::current()) {
+  ::trainyard::cuda_emulation::CheckVectorAccess("cp.async to", dst, 16, site);
   if (fill) {
-    ::trainyard::cuda_emulation::CheckVectorAccess(
-        "cp.async from", src, 16, std::source_location::current());
+    ::trainyard::cuda_emulation::CheckVectorAccess("cp.async from", src, 16,
+                                                   site);
     memcpy(dst, src, 16);
   } else {
     memset(dst, 0, 16);

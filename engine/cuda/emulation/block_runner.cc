@@ -18,8 +18,8 @@
 
 namespace trainyard::cuda_emulation {
 
-// Room for a kernel's locals: the tensor-core kernels keep 16 wmma
-// fragments of 1 KB each per thread in emulation.
+// Room for a kernel's locals (the tensor-core kernels keep their fragments
+// in registers: a few KB a thread), with margin.
 constexpr size_t kFiberStackBytes = 256 * 1024;
 constexpr unsigned char kPoisonByte = 0xFF;
 constexpr uint32_t kAllLanes = 0xffffffffu;
@@ -31,7 +31,7 @@ struct BlockRunner::Thread {
   uint64_t wait_generation = 0;
   const char* waiting_in = "";
   std::source_location site;
-  uint64_t matrix_hash = 0;  // of the wmma calls made so far
+  uint64_t matrix_hash = 0;  // of the tensor-core calls made so far
   int64_t matrix_calls = 0;
   std::source_location matrix_site;  // the last one
 };
@@ -398,14 +398,14 @@ void BlockRunner::CheckMatrixOpsAgree(const Warp& w, uint32_t lanes) {
     if (a.matrix_hash == b.matrix_hash) continue;
     std::string what = "lanes " + std::to_string(first) + " and " +
                        std::to_string(l) + " of warp " + std::to_string(warp) +
-                       " made different wmma calls (" +
+                       " made different tensor-core calls (" +
                        std::to_string(a.matrix_calls) + " and " +
                        std::to_string(b.matrix_calls) + " calls";
     if (a.matrix_calls > 0)
       what += ", the first's last at " + At(a.matrix_site);
     if (b.matrix_calls > 0)
       what += ", the other's last at " + At(b.matrix_site);
-    Record(what + "); wmma operations are warp-wide");
+    Record(what + "); tensor-core operations are warp-wide");
     return;
   }
 }
@@ -455,34 +455,21 @@ void* BlockRunner::DynamicShared(size_t align) {
   return dynamic_base_;
 }
 
-bool BlockRunner::WarpMatrixOp(const char* name, const void* ptr, unsigned ldm,
-                               size_t element_bytes, uint64_t detail,
+void BlockRunner::WarpTensorOp(const char* name,
                                const std::source_location& site) {
   Thread& t = *current_;
   const Warp& w = warps_[t.linear / 32];
-  const std::string call = std::string("wmma::") + name + " at " + At(site);
   if (w.exists != kAllLanes) {
-    Fail(call + ": a wmma operation needs a whole warp, and this warp has " +
+    Fail(std::string(name) + " at " + At(site) +
+         ": a tensor-core operation needs a whole warp, and this warp has " +
          std::to_string(__builtin_popcount(w.exists)) + " threads");
   }
-  if (ptr != nullptr) {
-    if (reinterpret_cast<uintptr_t>(ptr) % 32 != 0) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%p", ptr);
-      Fail(call + ": pointer " + buf + " is not 32-byte aligned");
-    }
-    if (ldm * element_bytes % 16 != 0) {
-      Fail(call + ": leading dimension " + std::to_string(ldm) +
-           " is not a multiple of 16 bytes");
-    }
-  }
   t.matrix_hash = Mix(t.matrix_hash, reinterpret_cast<uintptr_t>(name));
-  t.matrix_hash = Mix(t.matrix_hash, reinterpret_cast<uintptr_t>(ptr));
-  t.matrix_hash = Mix(t.matrix_hash, ldm);
-  t.matrix_hash = Mix(t.matrix_hash, detail);
+  t.matrix_hash = Mix(t.matrix_hash, site.line());
+  t.matrix_hash =
+      Mix(t.matrix_hash, reinterpret_cast<uintptr_t>(site.file_name()));
   ++t.matrix_calls;
   t.matrix_site = site;
-  return t.linear % 32 == 0;
 }
 
 std::string BlockRunner::DeadlockReport() const {
@@ -519,10 +506,8 @@ void* StaticShared(const void* key, size_t bytes, size_t align) {
 
 void* DynamicShared(size_t align) { return active->DynamicShared(align); }
 
-bool WarpMatrixOp(const char* name, const void* ptr, unsigned ldm,
-                  size_t element_bytes, uint64_t detail,
-                  const std::source_location& site) {
-  return active->WarpMatrixOp(name, ptr, ldm, element_bytes, detail, site);
+void WarpTensorOp(const char* name, const std::source_location& site) {
+  active->WarpTensorOp(name, site);
 }
 
 void FailKernel(const std::string& what) { active->Fail(what); }

@@ -15,9 +15,10 @@
 // lanes of a warp meet at different collectives or with different masks;
 // a mask leaves out the calling lane, names lanes that do not exist or have
 // exited; a lane exits while others wait for it; every unfinished thread
-// waits and none can go on (deadlock); a wmma operation gets a pointer that
-// is not 32-byte aligned, a leading dimension that is not a multiple of 16
-// bytes, or lanes of a warp make different wmma calls; shared memory goes
+// waits and none can go on (deadlock); a tensor-core operation (warp_mma.h)
+// runs in a warp that is not whole, or lanes of a warp make different
+// tensor-core calls (those instructions are .aligned: every lane runs
+// each one); shared memory goes
 // over the block's limit. Shared memory starts poisoned (every byte 0xFF:
 // NaN in fp32 and bf16, -1 in integers) in every block.
 //
@@ -77,9 +78,7 @@ class BlockRunner {
                           const std::source_location& site);
   void* StaticShared(const void* key, size_t bytes, size_t align);
   void* DynamicShared(size_t align);
-  bool WarpMatrixOp(const char* name, const void* ptr, unsigned ldm,
-                    size_t element_bytes, uint64_t detail,
-                    const std::source_location& site);
+  void WarpTensorOp(const char* name, const std::source_location& site);
   [[noreturn]] void Fail(const std::string& what);
 
  private:
@@ -154,11 +153,9 @@ void* StaticShared(const void* key, size_t bytes, size_t align);
 // The block's dynamic shared memory, aligned to `align` and no more, so a
 // kernel that assumes more alignment than it declares is caught.
 void* DynamicShared(size_t align);
-// Notes one wmma operation by the calling lane (ptr == nullptr when it
-// touches no memory); returns true in the lane that carries it out.
-bool WarpMatrixOp(const char* name, const void* ptr, unsigned ldm,
-                  size_t element_bytes, uint64_t detail,
-                  const std::source_location& site);
+// Notes one tensor-core operation (mma.sync, ldmatrix) by the calling
+// lane, called from `site`; lanes of a warp must make the same ones.
+void WarpTensorOp(const char* name, const std::source_location& site);
 // Ends the block with a failure naming the calling thread.
 [[noreturn]] void FailKernel(const std::string& what);
 // Whether the calling OS thread is running an emulated block.

@@ -131,36 +131,34 @@ std::vector<__nv_bfloat16> SmallIntegers(int n, int mod) {
   return v;
 }
 
-TEST_F(EmulatorTest, MatrixProductMatchesAHostLoop) {
-  // 32-byte aligned buffers with room for an offset operand.
-  alignas(64) __nv_bfloat16 a[16 * 24], b[16 * 32];
-  const std::vector<__nv_bfloat16> av = SmallIntegers(16 * 24, 9),
-                                   bv = SmallIntegers(16 * 32, 5);
-  std::copy(av.begin(), av.end(), a);
-  std::copy(bv.begin(), bv.end(), b);
-  alignas(64) float c[256];
-  ASSERT_EQ(testing::LaunchMatrixProduct(c, a, 0, 24, b, false), cudaSuccess);
+// warp_mma.h's emulated mma.sync against a host loop, through the
+// fragment layouts the header documents.
+TEST_F(EmulatorTest, MmaMatchesAHostLoop) {
+  const std::vector<__nv_bfloat16> a = SmallIntegers(16 * 16, 9),
+                                   b = SmallIntegers(16 * 8, 5);
+  float c[16 * 8];
+  ASSERT_EQ(testing::LaunchMma(c, a.data(), b.data(), 32, false), cudaSuccess);
   for (int r = 0; r < 16; ++r) {
-    for (int n = 0; n < 16; ++n) {
+    for (int n = 0; n < 8; ++n) {
       float want = 0;  // small integers: exact in any order
       for (int k = 0; k < 16; ++k) {
-        want += __bfloat162float(a[r * 24 + k]) *
-                __bfloat162float(b[n * 16 + k]);  // b column-major
+        want +=
+            __bfloat162float(a[r * 16 + k]) * __bfloat162float(b[k * 8 + n]);
       }
-      EXPECT_EQ(c[r * 16 + n], want) << r << "," << n;
+      EXPECT_EQ(c[r * 8 + n], want) << r << "," << n;
     }
   }
 }
 
-TEST_F(EmulatorTest, MatrixOperationsCheckAlignmentAndAgreement) {
-  alignas(64) __nv_bfloat16 a[16 * 32] = {}, b[16 * 32] = {};
-  alignas(64) float c[256];
-  ExpectFailure(testing::LaunchMatrixProduct(c, a, 8, 24, b, false),
-                "not 32-byte aligned");
-  ExpectFailure(testing::LaunchMatrixProduct(c, a, 0, 4, b, false),
-                "leading dimension 4");
-  ExpectFailure(testing::LaunchMatrixProduct(c, a, 0, 24, b, true),
-                "different wmma calls");
+// mma.sync and ldmatrix are .aligned: every lane of a whole warp runs each.
+TEST_F(EmulatorTest, TensorCoreOpsNeedTheWholeWarpInStep) {
+  const std::vector<__nv_bfloat16> a = SmallIntegers(16 * 16, 9),
+                                   b = SmallIntegers(16 * 8, 5);
+  float c[16 * 8];
+  ExpectFailure(testing::LaunchMma(c, a.data(), b.data(), 32, true),
+                "different tensor-core calls");
+  ExpectFailure(testing::LaunchMma(c, a.data(), b.data(), 16, false),
+                "needs a whole warp");
 }
 
 // engine/cuda/vec16.cuh's packs: aligned, they move the values exactly;

@@ -1,17 +1,15 @@
 // See emulator_test_kernels.h. Written as CUDA, launched with every form
 // of launch the rewrite takes: two, three and four configuration
 // arguments, templates deduced and explicit, launches over several lines.
-#include <mma.h>
-
 #include <cstdint>
+#include <cstring>
 
 #include "engine/cuda/emulation/emulator_test_kernels.h"
 #include "engine/cuda/vec16.cuh"
+#include "engine/cuda/warp_mma.h"
 
 namespace trainyard::cuda_emulation::testing {
 namespace {
-
-namespace wmma = nvcuda::wmma;
 
 __global__ void IndicesKernel(unsigned* out) {
   const unsigned threads = blockDim.x * blockDim.y;
@@ -67,18 +65,29 @@ __global__ void ExitedLaneKernel(float* out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
 }
 
-__global__ void MatrixProductKernel(float* c, const __nv_bfloat16* a,
-                                    unsigned lda, const __nv_bfloat16* b,
-                                    bool lane_dependent) {
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  wmma::fill_fragment(acc, 0.f);
-  wmma::load_matrix_sync(fa, a, lda);
-  wmma::load_matrix_sync(fb, b + (lane_dependent && threadIdx.x == 3 ? 16 : 0),
-                         16);
-  wmma::mma_sync(acc, fa, fb, acc);
-  wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+// The bf16 pair at p[0], p[stride] as one register (p[0] low).
+__device__ uint32_t Pair(const __nv_bfloat16* p, int stride) {
+  uint16_t lo, hi;
+  memcpy(&lo, p, 2);
+  memcpy(&hi, p + stride, 2);
+  return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+}
+
+__global__ void MmaKernel(float* c, const __nv_bfloat16* a,
+                          const __nv_bfloat16* b, bool lane_dependent) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // warp_mma.h's fragment layouts, from row-major a (16x16), b (16x8).
+  const uint32_t fa[4] = {
+      Pair(a + g * 16 + 2 * t, 1), Pair(a + (g + 8) * 16 + 2 * t, 1),
+      Pair(a + g * 16 + 2 * t + 8, 1), Pair(a + (g + 8) * 16 + 2 * t + 8, 1)};
+  const uint32_t fb[2] = {Pair(b + 2 * t * 8 + g, 8),
+                          Pair(b + (2 * t + 8) * 8 + g, 8)};
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  engine::cuda::warp_mma::Mma16816(acc, fa, fb);
+  if (lane_dependent && lane == 3)
+    engine::cuda::warp_mma::Mma16816(acc, fa, fb);
+  __syncwarp();
+  for (int e = 0; e < 4; ++e) c[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = acc[e];
 }
 
 __global__ void PacksKernel(__nv_bfloat16* narrow, float* wide,
@@ -160,11 +169,9 @@ cudaError_t LaunchExitedLane(float* out) {
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMatrixProduct(float* c, const __nv_bfloat16* a, int a_offset,
-                                unsigned lda, const __nv_bfloat16* b,
-                                bool lane_dependent) {
-  MatrixProductKernel<<<dim3(1), dim3(32), 0, nullptr>>>(c, a + a_offset, lda,
-                                                         b, lane_dependent);
+cudaError_t LaunchMma(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                      int threads, bool lane_dependent) {
+  MmaKernel<<<dim3(1), dim3(threads), 0, nullptr>>>(c, a, b, lane_dependent);
   return cudaGetLastError();
 }
 

@@ -35,12 +35,12 @@ cudaError_t LaunchDivergentBarrier();
 cudaError_t LaunchDeadlock();
 cudaError_t LaunchExitedLane(float* out);
 
-// One warp: c (16x16, row-major, ldm 16) = a b, a row-major from
-// a + a_offset with leading dimension lda, b column-major (ldm 16).
-// lane_dependent: lane 3 loads b from elsewhere.
-cudaError_t LaunchMatrixProduct(float* c, const __nv_bfloat16* a, int a_offset,
-                                unsigned lda, const __nv_bfloat16* b,
-                                bool lane_dependent);
+// `threads` threads (32: one warp): c (16x8, row-major) = a b through
+// engine/cuda/warp_mma.h's Mma16816, a (16x16) and b (16x8) row-major,
+// each lane building its fragments from them. lane_dependent: lane 3 runs
+// one more mma than the others.
+cudaError_t LaunchMma(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                      int threads, bool lane_dependent);
 
 // 32 threads, each moving one pack through engine/cuda/vec16.cuh: thread t
 // loads the 8 bf16 at in + in_offset + 8 t (LdPack), stores them as bf16 at

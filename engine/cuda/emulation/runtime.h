@@ -9,7 +9,7 @@
 // The emulation is a test tool: it checks the LOGIC of kernels (indexing,
 // masking, synchronization, determinism, alignment), compiled as C++ for
 // the host. It does not reproduce the GPU's rounding (no fused
-// multiply-adds, the host's expf and logf, a fixed wmma summation order)
+// multiply-adds, the host's expf and logf, a fixed mma summation order)
 // nor its timing. "Device" memory is host memory; every copy and launch is
 // synchronous. __shared__ variables are rewritten by rewrite_kernels.py
 // into BlockShared / DynamicSharedArray below; a __shared__ left in a
