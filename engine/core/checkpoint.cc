@@ -403,9 +403,24 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
 
 namespace {
 
-// Another writer pruning the same root may remove it first: no error.
-absl::Status RemoveUnlessGone(const std::string& path) {
-  absl::Status removed = RemoveTree(path);
+// Removes `path` (a folder in `root`) without racing the other writers and
+// pruners of the root: it is first renamed to a name of this call's own,
+// which no one else writes into, then deleted. Removing the folder in
+// place could meet a writer putting the same step back into it ("not
+// empty"). Gone before or during (another pruner took it): no error. The
+// name keeps the .old-step- prefix, so a pruner that dies half-way leaves
+// a leftover the next prune clears.
+absl::Status RemoveUnlessGone(const std::string& root,
+                              const std::string& path) {
+  const std::string aside = JoinPath(root, ".old-step-pruned" + WriteSuffix());
+  std::error_code ec;
+  fs::rename(path, aside, ec);
+  if (ec == std::errc::no_such_file_or_directory) return absl::OkStatus();
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot move aside to remove: ", ec.message()));
+  }
+  absl::Status removed = RemoveTree(aside);
   return removed.code() == absl::StatusCode::kNotFound ? absl::OkStatus()
                                                        : removed;
 }
@@ -418,7 +433,7 @@ absl::Status PruneCheckpoints(const std::string& root, int keep_last,
   for (size_t i = static_cast<size_t>(std::max(keep_last, 1)); i < all.size();
        ++i) {
     if (all[i].step == also_keep_step) continue;
-    RETURN_IF_ERROR(RemoveUnlessGone(all[i].path));
+    RETURN_IF_ERROR(RemoveUnlessGone(root, all[i].path));
   }
   std::error_code ec;
   const fs::file_time_type stale_before =
@@ -434,7 +449,7 @@ absl::Status PruneCheckpoints(const std::string& root, int keep_last,
     const fs::file_time_type written = fs::last_write_time(e.path(), time_ec);
     // Gone meanwhile (its writer finished), or still someone's: keep.
     if (time_ec || written > stale_before) continue;
-    RETURN_IF_ERROR(RemoveUnlessGone(e.path().string()));
+    RETURN_IF_ERROR(RemoveUnlessGone(root, e.path().string()));
   }
   return absl::OkStatus();
 }
