@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <system_error>
 
@@ -296,26 +297,61 @@ std::string WriteSuffix() {
   return absl::StrFormat(".%016x", bits());
 }
 
-// Moves the checkpoint at final_path (if any) aside to `old` and tmp into
-// its place. Another writer may put the same step in place between the
-// two renames; then the move aside is tried again.
-absl::Status PutInPlace(const std::string& tmp, const std::string& final_path,
-                        const std::string& old) {
+// Renames the folder `path` in `root` to a name of this call's own
+// (.old-step-aside.<random>), which no other writer or pruner touches, and
+// returns that name; nullopt when `path` is not there (never was, or
+// another writer or pruner moved it first). Renaming is atomic, so a
+// folder another writer is putting back at `path` meanwhile is never
+// half-deleted. The name keeps the .old-step- prefix: if the caller dies
+// before deleting it, a later prune clears it.
+absl::StatusOr<std::optional<std::string>> MoveAside(const std::string& root,
+                                                     const std::string& path) {
+  const std::string aside = JoinPath(root, ".old-step-aside" + WriteSuffix());
   std::error_code ec;
+  fs::rename(path, aside, ec);
+  if (ec == std::errc::no_such_file_or_directory) return std::nullopt;
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot move aside: ", ec.message()));
+  }
+  return aside;
+}
+
+// Deletes a folder MoveAside returned. Another pruner may find it stale
+// and take it first: no error then.
+absl::Status RemoveAside(const std::optional<std::string>& aside) {
+  if (!aside.has_value()) return absl::OkStatus();
+  absl::Status removed = RemoveTree(*aside);
+  return removed.code() == absl::StatusCode::kNotFound ? absl::OkStatus()
+                                                       : removed;
+}
+
+// Puts tmp in place as `final_path`. The checkpoint already there (if any)
+// is moved aside first and deleted only once tmp is in place; when the
+// rename fails for another reason than a race, it goes back. Another
+// writer may put the same step in place between the two renames; then
+// the move aside is tried again.
+absl::Status PutInPlace(const std::string& root, const std::string& tmp,
+                        const std::string& final_path) {
+  const auto CannotRename = [&](const std::error_code& ec) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ",
+                                            final_path, ": ", ec.message()));
+  };
   for (int attempt = 0;; ++attempt) {
-    if (fs::exists(final_path, ec)) {
-      fs::rename(final_path, old, ec);
-      if (ec && fs::exists(final_path)) {
-        return absl::InternalError(
-            absl::StrCat(final_path, ": cannot move aside: ", ec.message()));
-      }
-      RETURN_IF_ERROR(RemoveTree(old));
-    }
+    ASSIGN_OR_RETURN(std::optional<std::string> aside,
+                     MoveAside(root, final_path));
+    std::error_code ec;
     fs::rename(tmp, final_path, ec);
-    if (!ec) return absl::OkStatus();
-    if (attempt == 2 || !fs::exists(final_path)) {
-      return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ",
-                                              final_path, ": ", ec.message()));
+    if (!ec) return RemoveAside(aside);
+    if (!fs::exists(final_path)) {  // not a race: restore, then fail
+      std::error_code ignored;
+      if (aside.has_value()) fs::rename(*aside, final_path, ignored);
+      return CannotRename(ec);
+    }
+    // Another writer's copy of the step is in place.
+    RETURN_IF_ERROR(RemoveAside(aside));
+    if (attempt == 2) {
+      return CannotRename(ec);
     }
   }
 }
@@ -326,10 +362,8 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& root,
                                             const Checkpoint& checkpoint) {
   RETURN_IF_ERROR(MakeDirectories(root));
   const std::string name = CheckpointDirName(checkpoint.meta.step);
-  const std::string suffix = WriteSuffix();
-  const std::string tmp = JoinPath(root, ".tmp-" + name + suffix);
+  const std::string tmp = JoinPath(root, ".tmp-" + name + WriteSuffix());
   const std::string final_path = JoinPath(root, name);
-  const std::string old = JoinPath(root, ".old-" + name + suffix);
   absl::Status written = [&]() -> absl::Status {
     RETURN_IF_ERROR(MakeDirectories(tmp));
     ASSIGN_OR_RETURN(SafetensorsWriteResult file,
@@ -338,7 +372,7 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& root,
     RETURN_IF_ERROR(WriteFileDurably(JoinPath(tmp, kCheckpointMetaFile),
                                      MetaJson(checkpoint, file)));
     RETURN_IF_ERROR(SyncDirectory(tmp));
-    RETURN_IF_ERROR(PutInPlace(tmp, final_path, old));
+    RETURN_IF_ERROR(PutInPlace(root, tmp, final_path));
     return SyncDirectory(root);
   }();
   if (!written.ok()) {
@@ -404,25 +438,12 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(
 namespace {
 
 // Removes `path` (a folder in `root`) without racing the other writers and
-// pruners of the root: it is first renamed to a name of this call's own,
-// which no one else writes into, then deleted. Removing the folder in
-// place could meet a writer putting the same step back into it ("not
-// empty"). Gone before or during (another pruner took it): no error. The
-// name keeps the .old-step- prefix, so a pruner that dies half-way leaves
-// a leftover the next prune clears.
+// pruners of the root: moved aside first, then deleted. Removing it in
+// place could meet a writer putting the same step back ("not empty").
 absl::Status RemoveUnlessGone(const std::string& root,
                               const std::string& path) {
-  const std::string aside = JoinPath(root, ".old-step-pruned" + WriteSuffix());
-  std::error_code ec;
-  fs::rename(path, aside, ec);
-  if (ec == std::errc::no_such_file_or_directory) return absl::OkStatus();
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat(path, ": cannot move aside to remove: ", ec.message()));
-  }
-  absl::Status removed = RemoveTree(aside);
-  return removed.code() == absl::StatusCode::kNotFound ? absl::OkStatus()
-                                                       : removed;
+  ASSIGN_OR_RETURN(std::optional<std::string> aside, MoveAside(root, path));
+  return RemoveAside(aside);
 }
 
 }  // namespace
