@@ -43,6 +43,9 @@
 
 #include <cstdint>
 #include <cstring>
+#if defined(TRAINYARD_CUDA_EMULATION)
+#include <source_location>
+#endif
 
 namespace trainyard::engine::cuda::warp_mma {
 
@@ -56,12 +59,6 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
 }
 
 #if defined(TRAINYARD_CUDA_EMULATION)
-
-}  // namespace trainyard::engine::cuda::warp_mma
-
-#include <source_location>
-
-namespace trainyard::engine::cuda::warp_mma {
 
 // The bf16 in the low (half 0) or high (half 1) 16 bits, widened exactly.
 inline float HalfOf(uint32_t word, int half) {
