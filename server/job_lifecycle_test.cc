@@ -322,6 +322,7 @@ TEST_F(JobLifecycleTest, UsageErrorsAndRefusalsAreNeverRestarted) {
     Pass();
     ASSERT_EQ(w.Assignments().size(), 1u) << "attempt " << attempt;
     ASSERT_TRUE(w.Exited(other, attempt, -1, "cannot create the job dir").ok());
+    AdvanceWithHeartbeats(absl::Seconds(2));  // the wait after a refusal
   }
   EXPECT_EQ(Job(other).job.state(), v1::FAILED);
   EXPECT_THAT(Job(other).job.state_reason(), HasSubstr("refusals in a row"));

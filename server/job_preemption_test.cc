@@ -182,6 +182,11 @@ TEST_F(JobPreemptionTest, RefusedAssignmentGoesBackToTheQueue) {
   EXPECT_THAT(r.job.attempts(0).reason(),
               HasSubstr("refused by worker w1: no free CPU slot"));
   EXPECT_FALSE(r.job.has_start_time()) << "it never ran";
+  EXPECT_THAT(r.job.state_reason(), HasSubstr("offered again in 1s"));
+  // It waits a second before it is offered again, to the same worker.
+  Pass();
+  EXPECT_TRUE(w.Assignments().empty()) << "offered again at once";
+  AdvanceWithHeartbeats(absl::Seconds(1));
   Pass();
   ASSERT_EQ(w.Assignments().size(), 1u);
   ASSERT_TRUE(w.Started(id, 2).ok());
@@ -191,10 +196,20 @@ TEST_F(JobPreemptionTest, RefusedAssignmentGoesBackToTheQueue) {
 TEST_F(JobPreemptionTest, RefusedThreeTimesInARowFails) {
   FakeWorker& w = Connect("w1", 1);
   const std::string id = Submit(0);
+  // Each refusal doubles the wait before the next offer: 1 s, then 2 s.
   for (int attempt = 1; attempt <= 3; ++attempt) {
     Pass();
     ASSERT_EQ(w.Assignments().size(), 1u) << "attempt " << attempt;
     ASSERT_TRUE(w.Exited(id, attempt, -1, "cannot create the job dir").ok());
+    if (attempt == 3) break;
+    const absl::Duration wait = absl::Seconds(attempt);
+    EXPECT_THAT(Job(id).job.state_reason(),
+                HasSubstr(absl::StrCat("offered again in ",
+                                       absl::FormatDuration(wait))));
+    AdvanceWithHeartbeats(wait - absl::Milliseconds(1));
+    Pass();
+    EXPECT_TRUE(w.Assignments().empty()) << "attempt " << attempt;
+    AdvanceWithHeartbeats(absl::Milliseconds(1));
   }
   JobRecord r = Job(id);
   EXPECT_EQ(r.job.state(), v1::FAILED);

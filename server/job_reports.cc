@@ -26,6 +26,12 @@ constexpr int32_t kExitUsage = 2;
 constexpr int32_t kExitRefused = -1;
 // A job refused this many times in a row fails instead of going round.
 constexpr int kMaxRefusals = 3;
+// A refused job waits this long in the queue before it is offered again,
+// doubling with each refusal in a row: a worker refuses for a state that
+// passes (a slot still held by a rank it is reaping, a GPU that is not
+// free yet), and without a wait the next passes would use up every
+// refusal within milliseconds.
+constexpr absl::Duration kRefusalWait = absl::Seconds(1);
 constexpr char kRefusedBy[] = "refused by worker ";
 
 // How many attempts before the current one were refused, counting back.
@@ -56,6 +62,11 @@ std::pair<v1::JobState, std::string> RefusalOutcome(
             absl::StrCat(why, " (", kMaxRefusals, " refusals in a row)")};
   }
   return {v1::QUEUED, why};
+}
+
+// How long a job refused just now waits before it is offered again.
+absl::Duration RefusalWait(const v1::Job& job) {
+  return kRefusalWait * (1 << RefusalsInARow(job));
 }
 
 // The record of `update`'s attempt in `job`, or null.
@@ -379,6 +390,13 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
             ended = true;
             // A refused attempt never started: it does not pass RUNNING.
             const bool refused = update.exited().exit_code() == kExitRefused;
+            if (refused && to == v1::QUEUED) {
+              const absl::Duration wait = RefusalWait(r.job);
+              *r.job.mutable_restart_after() =
+                  ToProtoTime(clock_->Now() + wait);
+              absl::StrAppend(&why, "; offered again in ",
+                              absl::FormatDuration(wait));
+            }
             if (to != v1::QUEUED && !refused) {
               RETURN_IF_ERROR(EnsureRunning(
                   r, absl::StrCat("started on worker ", worker_id),
