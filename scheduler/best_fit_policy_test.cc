@@ -33,6 +33,23 @@ TEST(BestFitPolicyTest, SharesOneGpuBetweenSmallJobs) {
   EXPECT_TRUE(CheckPlan(s, plan).ok());
 }
 
+TEST(BestFitPolicyTest, AGpuThatIsNotShareableGoesWholeToOneJob) {
+  WorkerCapacity n = Node("n", {1000, 1000});
+  n.devices[0].shareable = false;  // e.g. no MPS: its jobs would time-slice
+  ClusterSnapshot s =
+      MakeSnapshot({n}, {Share("a", 1, 1, 400), Share("b", 2, 1, 400),
+                         Share("c", 3, 1, 400), Share("d", 4, 1, 400)});
+  Plan plan = BestFitPolicy().Place(s);
+  ASSERT_EQ(plan.placements.size(), 3u);
+  // The two shares fill GPU 1 first (the tighter), then one job takes 0.
+  EXPECT_THAT(plan.placements[0].gpu_indices, ElementsAre(1));
+  EXPECT_THAT(plan.placements[1].gpu_indices, ElementsAre(1));
+  EXPECT_THAT(plan.placements[2].gpu_indices, ElementsAre(0));
+  EXPECT_TRUE(plan.placements[2].shares.empty()) << "held whole";
+  EXPECT_FALSE(plan.placements[0].shares.empty());
+  EXPECT_TRUE(CheckPlan(s, plan).ok()) << CheckPlan(s, plan);
+}
+
 TEST(BestFitPolicyTest, WholeGpuJobSkipsPartlyUsedGpus) {
   ClusterSnapshot s =
       MakeSnapshot({Node("n", {900, 1000})}, {Share("whole", 1, 1, 1000)});

@@ -14,7 +14,8 @@
 // (gpu_memory_estimated) lets each GPU decide (node_fit.h, OnGpu): a GPU the
 // estimate needs more than half of, or whose memory is unknown, is taken
 // whole; a larger one gives the estimate and the declared compute share, or
-// a share in proportion to the memory when none is declared. A worker
+// a share in proportion to the memory when none is declared; a GPU that is
+// not `shareable` is always taken whole. A worker
 // described only by `gpus`/`free_gpus` (no `devices`) gets one device per
 // index with unknown memory (0), wholly free or wholly taken.
 #ifndef TRAINYARD_SCHEDULER_CLUSTER_SNAPSHOT_H_
@@ -37,6 +38,10 @@ struct GpuCapacity {
   int64_t memory_bytes = 0;  // total; 0 = unknown
   int64_t free_memory_bytes = 0;
   int32_t free_compute_milli = kWholeGpuMilli;
+  // Jobs may share it. The server clears it for a GPU whose jobs would be
+  // time-sliced rather than run side by side (no NVIDIA MPS) unless told
+  // to share such GPUs too: each job asking part of one then takes it whole.
+  bool shareable = true;
 
   bool wholly_free() const {
     return free_compute_milli == kWholeGpuMilli &&

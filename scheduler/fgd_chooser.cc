@@ -68,6 +68,7 @@ std::string FgdChooser::Signature(const WorkerCapacity& w,
     Append(out, g.free_compute_milli);
     Append(out, g.free_memory_bytes);
     Append(out, g.memory_bytes);
+    Append(out, g.shareable ? 1 : 0);
   }
   return out;
 }
@@ -241,7 +242,7 @@ std::optional<FgdChooser::Placed> FgdChooser::BestIn(const Group& g,
       seen = GpuFits(o, demand) &&
              o.free_compute_milli == d.free_compute_milli &&
              o.free_memory_bytes == d.free_memory_bytes &&
-             o.memory_bytes == d.memory_bytes;
+             o.memory_bytes == d.memory_bytes && o.shareable == d.shareable;
     }
     if (seen) continue;
     scratch_devices_.assign(1, i);

@@ -144,7 +144,8 @@ std::string DescribeNeed(const PendingJob& job, const GpuDemand& demand) {
                                : absl::StrCat(job.cpu_slots, " CPU slots");
     }
   } else if (demand.estimated) {
-    // "1 GPU with 12 GiB free (whole if it has under 24 GiB)"
+    // "1 GPU with 12 GiB free (whole if it has under 24 GiB or is not
+    // shared)"
     out = absl::StrCat(job.gpus, job.gpus == 1 ? " GPU with " : " GPUs with ",
                        Bytes(demand.memory_bytes));
     if (demand.compute_milli > 0) {
@@ -153,9 +154,10 @@ std::string DescribeNeed(const PendingJob& job, const GpuDemand& demand) {
     const int64_t twice =
         std::min(demand.memory_bytes, std::numeric_limits<int64_t>::max() / 2) *
         2;
-    absl::StrAppend(&out, " free", each, " (whole if ",
-                    job.gpus == 1 ? "it has" : "they have", " under ",
-                    Bytes(twice), ")");
+    absl::StrAppend(
+        &out, " free", each, " (whole if ",
+        job.gpus == 1 ? "it has" : "they have", " under ", Bytes(twice),
+        job.gpus == 1 ? " or is not shared)" : " or are not shared)");
   } else if (demand.whole) {
     out = absl::StrCat(job.gpus, job.gpus == 1 ? " whole GPU" : " whole GPUs");
     if (demand.memory_bytes > 0) {

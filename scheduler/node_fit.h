@@ -54,12 +54,17 @@ inline int32_t ProportionalShare(int64_t memory, int64_t gpu_memory) {
   return static_cast<int32_t>(std::clamp<uint64_t>(tenths, 1, 10) * 100);
 }
 
-// What an estimated demand takes from `gpu` (other demands are returned as
-// they are). A GPU of unknown memory (0), or one the estimate needs more
-// than half of, is taken whole; any other gives the estimate and the
-// declared compute share, or when none is declared (compute_milli 0) the
-// ProportionalShare.
+// What a demand takes from `gpu`. A GPU that is not shareable is taken
+// whole by every demand. Otherwise a fixed demand (whole, or a share) is
+// what it takes; for an estimated one a GPU of unknown memory (0), or one
+// the estimate needs more than half of, is taken whole, and any other
+// gives the estimate and the declared compute share, or when none is
+// declared (compute_milli 0) the ProportionalShare.
 inline GpuDemand OnGpu(const GpuCapacity& gpu, const GpuDemand& demand) {
+  if (demand.whole) return demand;
+  if (!gpu.shareable) {
+    return {demand.memory_bytes, kWholeGpuMilli, true, false};
+  }
   if (!demand.estimated) return demand;
   if (gpu.memory_bytes == 0 || demand.memory_bytes > gpu.memory_bytes / 2) {
     return {demand.memory_bytes, kWholeGpuMilli, true, false};

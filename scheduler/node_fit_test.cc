@@ -56,6 +56,21 @@ TEST(OnGpuTest, OverHalfTheGpuOrUnknownMemoryTakesItWhole) {
   EXPECT_TRUE(OnGpu(GpuCapacity{0, 0, 0, kWholeGpuMilli}, half).whole);
 }
 
+TEST(OnGpuTest, AGpuThatIsNotShareableIsTakenWhole) {
+  GpuCapacity alone = Gpu(80);
+  alone.shareable = false;
+  const GpuDemand small = DemandOf(Estimated(1, 8 * kGiB, 100), false);
+  const GpuDemand on = OnGpu(alone, small);
+  EXPECT_TRUE(on.whole);
+  EXPECT_EQ(on.compute_milli, kWholeGpuMilli);
+  EXPECT_EQ(on.memory_bytes, 8 * kGiB) << "it must still hold the job";
+  EXPECT_TRUE(GpuFits(alone, small));
+  alone.free_compute_milli = 900;
+  alone.free_memory_bytes = 72 * kGiB;
+  EXPECT_FALSE(GpuFits(alone, small)) << "another job holds part of it";
+  EXPECT_TRUE(GpuFits(Gpu(80, 900), small)) << "a shareable one fits it";
+}
+
 TEST(OnGpuTest, FixedDemandsAreLeftAsTheyAre) {
   const GpuDemand share = DemandOf(Share("s", 0, 1, 250), false);
   const GpuDemand on = OnGpu(Gpu(16), share);
@@ -114,12 +129,14 @@ TEST(TakeTest, EachGpuGivesWhatItDecided) {
 TEST(DescribeNeedTest, SaysWhatAnEstimatedJobNeeds) {
   EXPECT_EQ(DescribeNeed(Estimated(1, 12 * kGiB),
                          DemandOf(Estimated(1, 12 * kGiB), false)),
-            "1 GPU with 12 GiB free (whole if it has under 24 GiB), 1 CPUs "
+            "1 GPU with 12 GiB free (whole if it has under 24 GiB or is not "
+            "shared), 1 CPUs "
             "and 1 GiB host memory");
   const PendingJob gang = Estimated(2, 6 * kGiB, 300);
   EXPECT_THAT(DescribeNeed(gang, DemandOf(gang, false)),
               HasSubstr("2 GPUs with 6 GiB and 300 milli-GPU free each "
-                        "(whole if they have under 12 GiB)"));
+                        "(whole if they have under 12 GiB or are not "
+                        "shared)"));
   EXPECT_THAT(DescribeNeed(gang, DemandOf(gang, true)),
               HasSubstr("2 whole GPUs with 6 GiB each"));
   PendingJob huge = Estimated(1, std::numeric_limits<int64_t>::max());

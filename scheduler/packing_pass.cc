@@ -270,8 +270,9 @@ FreeCapacity InitialFree(const ClusterSnapshot& snapshot) {
 }
 
 // Returns the GPU compute the job was given, as fair share counts it: the
-// share of each GPU it declares (even where an exclusive policy gives the
-// GPU whole), or for an estimated job what each GPU gave it.
+// share of each GPU it declares where an exclusive policy gives the GPU
+// whole, else what each GPU gave it (a share, or all of a GPU that is not
+// shareable or that an estimated job takes whole).
 int64_t TakePart(const PendingJob& job, const GpuDemand& demand,
                  const Choice& choice, FreeCapacity& free,
                  std::vector<int32_t>& gpu_indices,
@@ -280,7 +281,7 @@ int64_t TakePart(const PendingJob& job, const GpuDemand& demand,
   const bool whole = job.whole_gpus() || job.gpu_memory_estimated;
   int64_t given =
       int64_t{job.gpus} * (whole ? kWholeGpuMilli : job.gpu_compute_milli);
-  if (demand.estimated) {
+  if (!demand.whole) {
     given = 0;
     for (size_t pos : choice.devices) {
       given += OnGpu(w.devices[pos], demand).compute_milli;
@@ -469,8 +470,10 @@ bool MayFit(const NodeSummary& s, const PendingJob& job,
     return s.gpus >= job.gpus && (s.wholly_free_gpus > 0 ||
                                   s.max_free_gpu_memory >= demand.memory_bytes);
   }
-  return s.gpus >= job.gpus && s.max_free_compute >= demand.compute_milli &&
-         s.max_free_gpu_memory >= demand.memory_bytes;
+  // A fixed share, or the whole of a GPU that is not shareable.
+  return s.gpus >= job.gpus && (s.wholly_free_gpus > 0 ||
+                                (s.max_free_compute >= demand.compute_milli &&
+                                 s.max_free_gpu_memory >= demand.memory_bytes));
 }
 
 std::vector<size_t> TightestDevices(const WorkerCapacity& w,
@@ -479,8 +482,13 @@ std::vector<size_t> TightestDevices(const WorkerCapacity& w,
   for (size_t i = 0; i < w.devices.size(); ++i) {
     if (GpuFits(w.devices[i], demand)) fit.push_back(i);
   }
+  // Shareable GPUs first on a tie, unless the demand takes GPUs whole.
+  const bool share = !demand.whole;
   std::stable_sort(fit.begin(), fit.end(), [&](size_t a, size_t b) {
-    return w.devices[a].free_compute_milli < w.devices[b].free_compute_milli;
+    const GpuCapacity& x = w.devices[a];
+    const GpuCapacity& y = w.devices[b];
+    return std::make_pair(x.free_compute_milli, share && !x.shareable) <
+           std::make_pair(y.free_compute_milli, share && !y.shareable);
   });
   if (static_cast<int32_t>(fit.size()) > count) fit.resize(count);
   return fit;

@@ -147,8 +147,10 @@ struct SpreadPart {
 std::vector<SpreadPart> SpreadOver(const PendingJob& job,
                                    const std::vector<int32_t>& room);
 
-// The `count` fitting devices of `w` with the least free compute (ties: lower
-// index); fewer when not enough fit.
+// The `count` fitting devices of `w` with the least free compute; fewer when
+// not enough fit. Ties: for a demand that could share, a GPU that is not
+// shareable (it would be given whole) after one that is, then the lower
+// index.
 std::vector<size_t> TightestDevices(const WorkerCapacity& w,
                                     const GpuDemand& demand, int32_t count);
 // The first `count` fitting devices by index.

@@ -199,6 +199,10 @@ inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
       // GPUs of unknown memory, as a worker that reports none.
       for (GpuCapacity& g : w.devices) g.memory_bytes = g.free_memory_bytes = 0;
     }
+    // GPUs that are not shareable (no MPS), each job taking one whole.
+    if (pick(5) == 0) {
+      for (GpuCapacity& g : w.devices) g.shareable = false;
+    }
     w.cpu_slots = w.free_cpu_slots = pick(4);
     for (int r = pick(5); r > 0; --r) {
       StartRunning(w, random_job(absl::StrCat("r", i, "-", r)), pick(100),

@@ -26,10 +26,11 @@ v1::Device WithFigures(const v1::Device& capacity, const WorkerStatus& w) {
 }
 
 // What of `device` no job holds.
-scheduler::GpuCapacity FreeOf(const v1::Device& device,
-                              const WorkerUsage& used) {
+scheduler::GpuCapacity FreeOf(const v1::Device& device, const WorkerUsage& used,
+                              bool share_without_mps) {
   scheduler::GpuCapacity g;
   g.index = device.index();
+  g.shareable = device.mps() || share_without_mps;
   g.memory_bytes = std::max<int64_t>(0, device.memory_bytes());
   g.free_memory_bytes = g.memory_bytes;
   g.free_compute_milli = scheduler::kWholeGpuMilli;
@@ -146,7 +147,7 @@ std::map<std::string, WorkerUsage> UsageByWorker(
 
 std::vector<scheduler::WorkerCapacity> SchedulableCapacity(
     const std::vector<WorkerStatus>& workers,
-    const std::map<std::string, WorkerUsage>& usage) {
+    const std::map<std::string, WorkerUsage>& usage, bool share_without_mps) {
   static const WorkerUsage kIdle;
   std::vector<scheduler::WorkerCapacity> out;
   for (const WorkerStatus& w : workers) {
@@ -158,7 +159,7 @@ std::vector<scheduler::WorkerCapacity> SchedulableCapacity(
     c.cpu_slots = w.hello.cpu_slots();
     c.free_cpu_slots = std::max(0, c.cpu_slots - used.cpu_slots);
     for (const v1::Device& d : w.hello.devices()) {
-      c.devices.push_back(FreeOf(d, used));
+      c.devices.push_back(FreeOf(d, used, share_without_mps));
     }
     std::sort(
         c.devices.begin(), c.devices.end(),

@@ -69,10 +69,13 @@ std::map<std::string, WorkerUsage> UsageByWorker(
 // memory its worker reported in its hello (0, unknown, for a worker that
 // reported none: the GPU is then only ever given whole), less what jobs
 // hold of it; a GPU held whole, or held at all when its memory is
-// unknown, has nothing free.
+// unknown, has nothing free. A GPU is shareable when its worker reported
+// NVIDIA MPS on it, or with `share_without_mps`: without MPS the jobs
+// sharing it would be time-sliced, which made four packed jobs slower
+// together than one after another (docs/BENCHMARKS.md).
 std::vector<scheduler::WorkerCapacity> SchedulableCapacity(
     const std::vector<WorkerStatus>& workers,
-    const std::map<std::string, WorkerUsage>& usage);
+    const std::map<std::string, WorkerUsage>& usage, bool share_without_mps);
 
 class ClusterView {
  public:

@@ -17,8 +17,10 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-v1::Device Gpu(int32_t index, int64_t memory_bytes) {
+// A GPU as a worker reports it: under NVIDIA MPS unless `mps` is false.
+v1::Device Gpu(int32_t index, int64_t memory_bytes, bool mps = true) {
   v1::Device d;
+  d.set_mps(mps);
   d.set_index(index);
   d.set_name("NVIDIA H100 80GB HBM3");
   d.set_uuid("GPU-" + std::to_string(index));
@@ -62,7 +64,8 @@ scheduler::PendingJob SmallGpuJob(const std::string& id) {
 
 TEST(SchedulableCapacityTest, ReportedMemoryIsEachGpusCapacity) {
   const std::vector<scheduler::WorkerCapacity> c = SchedulableCapacity(
-      {Ready("w", {Gpu(1, 80 * kGiB), Gpu(0, 40 * kGiB)})}, {});
+      {Ready("w", {Gpu(1, 80 * kGiB), Gpu(0, 40 * kGiB, /*mps=*/false)})}, {},
+      /*share_without_mps=*/false);
   ASSERT_EQ(c.size(), 1u);
   ASSERT_EQ(c[0].devices.size(), 2u);
   EXPECT_EQ(c[0].devices[0].index, 0);  // by index
@@ -72,6 +75,8 @@ TEST(SchedulableCapacityTest, ReportedMemoryIsEachGpusCapacity) {
   EXPECT_EQ(c[0].devices[1].free_compute_milli, scheduler::kWholeGpuMilli);
   EXPECT_THAT(c[0].gpus, ElementsAre(0, 1));
   EXPECT_THAT(c[0].free_gpus, ElementsAre(0, 1));
+  EXPECT_FALSE(c[0].devices[0].shareable) << "no MPS: its jobs time-slice";
+  EXPECT_TRUE(c[0].devices[1].shareable);
 }
 
 TEST(SchedulableCapacityTest, WhatJobsHoldIsTakenOut) {
@@ -85,7 +90,7 @@ TEST(SchedulableCapacityTest, WhatJobsHoldIsTakenOut) {
   const std::vector<scheduler::WorkerCapacity> c =
       SchedulableCapacity({Ready("w", {Gpu(0, 80 * kGiB), Gpu(1, 80 * kGiB),
                                        Gpu(2, 0), Gpu(3, 80 * kGiB)})},
-                          UsageByWorker(active, hold_of));
+                          UsageByWorker(active, hold_of), false);
   ASSERT_EQ(c.size(), 1u);
   const auto& d = c[0].devices;
   ASSERT_EQ(d.size(), 4u);
@@ -99,7 +104,7 @@ TEST(SchedulableCapacityTest, WhatJobsHoldIsTakenOut) {
   // Without a GpuHoldOf every job holds its GPUs whole.
   const std::vector<scheduler::WorkerCapacity> whole =
       SchedulableCapacity({Ready("w", {Gpu(0, 80 * kGiB), Gpu(1, 80 * kGiB)})},
-                          UsageByWorker(active));
+                          UsageByWorker(active), false);
   EXPECT_EQ(whole[0].devices[1].free_memory_bytes, 0);
   EXPECT_EQ(whole[0].devices[1].free_compute_milli, 0);
 }
@@ -107,15 +112,22 @@ TEST(SchedulableCapacityTest, WhatJobsHoldIsTakenOut) {
 TEST(SchedulableCapacityTest, PackingSharesAGpuByReportedMemory) {
   auto policy = scheduler::MakePlacementPolicy("best-fit");
   ASSERT_TRUE(policy.ok()) << policy.status();
-  auto placed_on = [&](int64_t gpu_memory) {
+  auto placed_on = [&](int64_t gpu_memory, bool mps = true,
+                       bool share_without_mps = false) {
     auto snapshot = scheduler::ClusterSnapshot::Create(
-        SchedulableCapacity({Ready("w", {Gpu(0, gpu_memory)})}, {}),
+        SchedulableCapacity({Ready("w", {Gpu(0, gpu_memory, mps)})}, {},
+                            share_without_mps),
         {SmallGpuJob("a"), SmallGpuJob("b"), SmallGpuJob("c")});
     EXPECT_TRUE(snapshot.ok()) << snapshot.status();
     return (*policy)->Place(*snapshot).placements.size();
   };
   EXPECT_EQ(placed_on(80 * kGiB), 3u);  // three 10 GiB jobs share the GPU
   EXPECT_EQ(placed_on(0), 1u);          // size unknown: one job, whole GPU
+  // Without MPS the driver would time-slice them: one job takes it whole,
+  // unless the server shares such GPUs too (--share-gpus always).
+  EXPECT_EQ(placed_on(80 * kGiB, /*mps=*/false), 1u);
+  EXPECT_EQ(placed_on(80 * kGiB, /*mps=*/false, /*share_without_mps=*/true),
+            3u);
 }
 
 using ClusterViewTest = ServerLogicTest;

@@ -301,8 +301,8 @@ absl::Status SchedulerLoop::RunPass() {
   scheduler::AvoidedWorkers avoided = AvoidedWorkersOf(queued);
   std::map<std::string, JobRecord> by_id;
   for (JobRecord& r : queued) by_id.emplace(r.job.id(), std::move(r));
-  std::vector<scheduler::WorkerCapacity> capacity =
-      SchedulableCapacity(workers, UsageByWorker(active));
+  std::vector<scheduler::WorkerCapacity> capacity = SchedulableCapacity(
+      workers, UsageByWorker(active), options_.share_gpus_without_mps);
   std::vector<scheduler::RunningJob> running =
       RunningJobsOf(active, capacity, clock_->Now());
   ASSIGN_OR_RETURN(

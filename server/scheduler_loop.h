@@ -61,6 +61,8 @@ struct SchedulerLoopOptions {
   // that `yard tenant set` takes effect at once; its weight overrides
   // tenant_weights. Null: no quotas.
   TenantLimits tenant_limits;
+  // Share GPUs without MPS too (YardServerOptions::share_gpus_without_mps).
+  bool share_gpus_without_mps = false;
 };
 
 class SchedulerLoop {

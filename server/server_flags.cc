@@ -87,6 +87,15 @@ const std::map<std::string, Setter>& Flags() {
       {"--data-root", String(&YardServerOptions::data_root)},
       {"--checkpoint-root", String(&YardServerOptions::checkpoint_root)},
       {"--policy", String(&YardServerOptions::policy)},
+      {"--share-gpus",
+       [](const std::string& flag, const std::string& v, YardServerOptions& o) {
+         if (v != "mps" && v != "always") {
+           return absl::InvalidArgumentError(
+               absl::StrCat(flag, ": expected mps or always, got \"", v, "\""));
+         }
+         o.share_gpus_without_mps = v == "always";
+         return absl::OkStatus();
+       }},
       {"--heartbeat-interval-ms",
        Millis(&YardServerOptions::heartbeat_interval)},
       {"--worker-lease-ms", Millis(&YardServerOptions::worker_lease)},
@@ -134,6 +143,7 @@ std::string ServerUsage() {
          "[--worker-lease-ms 10000]\n"
          "                   [--policy first-fit (or best-fit, fgd; each "
          "may add +drf, +backfill, +preempt)]\n"
+         "                   [--share-gpus mps (or always)]\n"
          "                   [--metrics-listen 127.0.0.1:9470 (empty: off)]\n"
          "                   [--health-listen HOST:PORT (default: none)]\n"
          "                   [--tls-cert FILE --tls-key FILE "
@@ -148,6 +158,9 @@ std::string ServerUsage() {
          "                   [--job-retention-keeps-checkpoints]\n"
          "--listen HOST:0 picks a free port; the address is written to "
          "STATE_DIR/yard-server.addr.\n"
+         "--share-gpus: the packing policies (best-fit, fgd) share a GPU "
+         "between jobs only where\nNVIDIA MPS runs them side by side; "
+         "always: also GPUs whose jobs are time-sliced.\n"
          "--metrics-listen serves Prometheus /metrics (loopback only); port "
          "0 picks a free port,\nwritten to STATE_DIR/yard-server.metrics-addr."
          "\n"

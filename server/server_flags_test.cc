@@ -9,10 +9,11 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ServerFlagsTest, ParsesEveryFlagInBothSpellings) {
-  auto cl = ParseServerFlags(
-      {"--listen=127.0.0.1:0", "--state-dir", "/tmp/s", "--data_root=/d",
-       "--checkpoint-root", "/c", "--heartbeat-interval-ms=250",
-       "--worker-lease-ms", "3000", "--policy", "first-fit"});
+  auto cl = ParseServerFlags({"--listen=127.0.0.1:0", "--state-dir", "/tmp/s",
+                              "--data_root=/d", "--checkpoint-root", "/c",
+                              "--heartbeat-interval-ms=250",
+                              "--worker-lease-ms", "3000", "--policy",
+                              "first-fit", "--share_gpus", "always"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   const YardServerOptions& o = cl->options;
   EXPECT_EQ(o.listen, "127.0.0.1:0");
@@ -22,6 +23,7 @@ TEST(ServerFlagsTest, ParsesEveryFlagInBothSpellings) {
   EXPECT_EQ(o.heartbeat_interval, absl::Milliseconds(250));
   EXPECT_EQ(o.worker_lease, absl::Seconds(3));
   EXPECT_EQ(o.policy, "first-fit");
+  EXPECT_TRUE(o.share_gpus_without_mps);
   EXPECT_FALSE(cl->help);
 }
 
@@ -59,6 +61,9 @@ TEST(ServerFlagsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(cl->options.restart_backoff, absl::Seconds(10));
   EXPECT_EQ(cl->options.job_retention, absl::ZeroDuration()) << "forever";
   EXPECT_FALSE(cl->options.job_retention_keeps_checkpoints);
+  EXPECT_FALSE(cl->options.share_gpus_without_mps) << "--share-gpus mps";
+  EXPECT_FALSE(ParseServerFlags({"--state-dir=/s", "--share-gpus=mps"})
+                   ->options.share_gpus_without_mps);
   EXPECT_TRUE(ParseServerFlags({"--help"})->help);
 }
 
@@ -96,6 +101,8 @@ TEST(ServerFlagsTest, BadFlagsAreNamed) {
       {{"--state-dir=/s", "--tls-cert="}, "--tls-cert"},
       {{"--state-dir=/s", "--listen=127.0.0.1"}, "HOST:PORT"},
       {{"--state-dir=/s", "--job-retention=7"}, "--job-retention"},
+      {{"--state-dir=/s", "--share-gpus=sometimes"},
+       "--share-gpus: expected mps or always, got \"sometimes\""},
       {{"--state-dir=/s", "--job-retention=1w"}, "unknown unit"},
       {{"--state-dir=/s", "--job-retention-keeps-checkpoints"},
        "without --job-retention"},

@@ -295,6 +295,7 @@ void YardServer::Parts::BuildLogic() {
                                              o.clock, lo);
   SchedulerLoopOptions sched;
   sched.tick = o.scheduler_tick;
+  sched.share_gpus_without_mps = o.share_gpus_without_mps;
   sched.queue_positions = &queue_positions;
   sched.tenant_limits = [auth = auth_store.get()](const std::string& t) {
     return auth->GetTenant(t);

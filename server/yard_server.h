@@ -44,6 +44,10 @@ struct YardServerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration worker_lease = absl::Seconds(10);
   std::string policy = "first-fit";
+  // The packing policies share a GPU between jobs only where an NVIDIA MPS
+  // server runs them side by side (Device.mps); with this set, also GPUs
+  // whose jobs the driver would time-slice (--share-gpus always).
+  bool share_gpus_without_mps = false;
   absl::Duration scheduler_tick = absl::Seconds(1);
   int32_t cancel_grace_ms = 10'000;   // SIGTERM, then SIGKILL after this
   int32_t preempt_grace_ms = 10'000;  // the same for a preempted job

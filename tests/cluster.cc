@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -215,6 +216,13 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
     p.argv.insert(p.argv.end(), {"--gpus", "none"});
   }
   p.env = options.env;
+  const std::string mps_dir = dir.Subdir("mps-" + options.name);
+  if (options.mps && mkfifo((mps_dir + "/control").c_str(), 0600) != 0 &&
+      errno != EEXIST) {
+    return absl::InternalError(
+        absl::StrCat("mkfifo in ", mps_dir, ": errno ", errno));
+  }
+  p.env.emplace_back("CUDA_MPS_PIPE_DIRECTORY", mps_dir);
   p.cwd = work_dir;
   p.stdout_path = prefix + ".stdout";
   p.stderr_path = prefix + ".stderr";

@@ -117,6 +117,11 @@ struct WorkerOptions {
   // worker is started with --gpus none, so tests on a GPU host see the
   // same CPU-only workers as everywhere else.
   std::vector<std::pair<std::string, std::string>> env = {};
+  // The worker sees an NVIDIA MPS control daemon (a control FIFO in its own
+  // CUDA_MPS_PIPE_DIRECTORY), so its GPUs report mps and may be shared.
+  // Without it the directory has no FIFO: what the test host runs does
+  // not matter.
+  bool mps = false;
 };
 
 class WorkerProcess {

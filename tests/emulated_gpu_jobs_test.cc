@@ -40,7 +40,8 @@ class EmulatedGpuJobsTest : public ClusterTest {
         {.worker_lease_ms = 6000, .extra_args = std::move(extra_args)});
   }
 
-  // A worker offering `gpus` fake GPUs, its jobs on the emulated engine.
+  // A worker offering `gpus` fake GPUs under MPS (shareable), its jobs on
+  // the emulated engine.
   absl::StatusOr<WorkerProcess*> StartGpuWorker(const std::string& name,
                                                 int gpus = 1) {
     const std::string driver = dir().Subdir("driver-" + name);
@@ -51,7 +52,8 @@ class EmulatedGpuJobsTest : public ClusterTest {
          .train_bin = EMULATED_TRAIN_BIN,
          .extra_args = {"--gpus", "auto"},
          .env = {{"LD_LIBRARY_PATH", driver},
-                 {"FAKE_NVML_DEVICE_COUNT", absl::StrCat(gpus)}}});
+                 {"FAKE_NVML_DEVICE_COUNT", absl::StrCat(gpus)}},
+         .mps = true});
   }
 };
 

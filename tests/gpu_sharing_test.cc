@@ -1,8 +1,10 @@
 // GPU sharing, end to end on a machine without a GPU: a yard-worker finds
-// one "H100" through a test double of the driver's NVML library, the
-// packing policy puts four quarter-GPU jobs on it at once, the worker runs
-// them side by side and hands each its memory grant, and a fifth job waits
-// until compute frees up. The jobs' trainer is a script (it only has to
+// one "H100" through a test double of the driver's NVML library and an
+// NVIDIA MPS control pipe, the packing policy puts four quarter-GPU jobs on
+// it at once, the worker runs them side by side and hands each its memory
+// grant, and a fifth job waits until compute frees up. Without MPS the
+// jobs would be time-sliced, so each takes the GPU whole unless the server
+// is told to share such GPUs too. The jobs' trainer is a script (it only has to
 // show what it was given); emulated_gpu_jobs_test runs the real engine on
 // such a grant (over the CUDA host emulation), the `gpu` tests on a GPU.
 #include <filesystem>
@@ -19,7 +21,30 @@ namespace v1 = trainyard::v1;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class GpuSharingTest : public ClusterTest {};
+class GpuSharingTest : public ClusterTest {
+ protected:
+  // A worker with one fake H100, under MPS or not, its jobs `script`.
+  absl::Status StartGpuWorker(const std::string& script, bool mps) {
+    const std::string driver = dir().Subdir("driver");
+    std::filesystem::create_symlink(FAKE_NVML_PATH,
+                                    driver + "/libnvidia-ml.so.1");
+    return StartReadyWorker({.name = "gpu-node",
+                             .train_bin = script,
+                             .extra_args = {"--gpus", "auto"},
+                             .env = {{"LD_LIBRARY_PATH", driver},
+                                     {"FAKE_NVML_DEVICE_COUNT", "1"}},
+                             .mps = mps})
+        .status();
+  }
+
+  // Submits `n` quarter-GPU jobs; their ids.
+  absl::StatusOr<std::vector<std::string>> SubmitQuarterJobs(int n);
+
+  // Polls until `running` of `ids` run and every other one waits with a
+  // reason (written at the end of the pass that placed the others, or in
+  // a later one, which may be after they started).
+  absl::Status AwaitRunning(const std::vector<std::string>& ids, int running);
+};
 
 // Runs until the test creates `release` (at most 60 s), so the jobs are
 // still running whenever the test looks, however loaded the machine.
@@ -44,42 +69,48 @@ v1::JobSpec QuarterGpuJob(int i) {
   return spec;
 }
 
+absl::StatusOr<std::vector<std::string>> GpuSharingTest::SubmitQuarterJobs(
+    int n) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<v1::SubmitJobResponse> r = Submit(QuarterGpuJob(i));
+    if (!r.ok()) return r.status();
+    ids.push_back(r->job().id());
+  }
+  return ids;
+}
+
+absl::Status GpuSharingTest::AwaitRunning(const std::vector<std::string>& ids,
+                                          int running) {
+  return PollUntil(absl::StrCat(running, " of ", ids.size(),
+                                " jobs running, the others told why they wait"),
+                   JobTimeout(), [&] {
+                     int now = 0;
+                     bool told = true;
+                     for (const std::string& id : ids) {
+                       absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
+                       if (!j.ok()) return false;
+                       now += j->state() == v1::RUNNING;
+                       told = told && (j->state() == v1::RUNNING ||
+                                       (j->state() == v1::QUEUED &&
+                                        !j->state_reason().empty()));
+                     }
+                     return now == running && told;
+                   });
+}
+
 TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
   YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
-  const std::string driver = dir().Subdir("driver");
-  std::filesystem::create_symlink(FAKE_NVML_PATH,
-                                  driver + "/libnvidia-ml.so.1");
   const std::string release = dir().path() + "/release";
   const std::string script =
       dir().WriteFile("script-train.sh", Trainer(release), /*executable=*/true);
-  YARD_ASSERT_OK(StartReadyWorker({.name = "gpu-node",
-                                   .train_bin = script,
-                                   .extra_args = {"--gpus", "auto"},
-                                   .env = {{"LD_LIBRARY_PATH", driver},
-                                           {"FAKE_NVML_DEVICE_COUNT", "1"}}})
-                     .status());
-  std::vector<std::string> ids;
-  for (int i = 0; i < 5; ++i) {
-    YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r, Submit(QuarterGpuJob(i)));
-    ids.push_back(r.job().id());
-  }
-  // Four run at once on GPU 0; the fifth waits for compute. Its wait
-  // reason is written after the four are placed (at the end of that
-  // scheduling pass, or in a later one), which may be after they started.
-  YARD_ASSERT_OK(PollUntil(
-      "four jobs running side by side, the fifth told why it waits",
-      JobTimeout(), [&] {
-        int running = 0;
-        bool told = false;
-        for (const std::string& id : ids) {
-          absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
-          if (!j.ok()) return false;
-          running += j->state() == v1::RUNNING;
-          told = told ||
-                 (j->state() == v1::QUEUED && !j->state_reason().empty());
-        }
-        return running == 4 && told;
-      }));
+  YARD_ASSERT_OK(StartGpuWorker(script, /*mps=*/true));
+  YARD_ASSIGN_OR_FAIL(const std::vector<std::string> ids, SubmitQuarterJobs(5));
+  // Four run at once on GPU 0; the fifth waits for compute.
+  YARD_ASSERT_OK(AwaitRunning(ids, 4));
+  CommandResult workers = Yard({"-o", "json", "workers"});
+  ASSERT_EQ(workers.exit_code(), 0) << workers.DebugString();
+  EXPECT_THAT(workers.out, HasSubstr("\"mps\": true"));
   int waiting = 0;
   for (const std::string& id : ids) {
     YARD_ASSIGN_OR_FAIL(v1::Job j, GetJob(jobs(), id));
@@ -111,6 +142,59 @@ TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
                                     "000000000000] memory=["))
         << logs.out;
     EXPECT_THAT(logs.out, Not(HasSubstr("memory=[]"))) << logs.out;
+  }
+}
+
+// Without MPS the jobs sharing a GPU would be time-sliced (slower together
+// than one after another): each job takes the GPU whole, in turn.
+TEST_F(GpuSharingTest, WithoutMpsEachJobTakesTheGpuWhole) {
+  YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
+  const std::string release = dir().path() + "/release";
+  const std::string script =
+      dir().WriteFile("script-train.sh", Trainer(release), /*executable=*/true);
+  YARD_ASSERT_OK(StartGpuWorker(script, /*mps=*/false));
+  YARD_ASSIGN_OR_FAIL(const std::vector<std::string> ids, SubmitQuarterJobs(2));
+  YARD_ASSERT_OK(AwaitRunning(ids, 1));
+  for (const std::string& id : ids) {
+    YARD_ASSIGN_OR_FAIL(v1::Job j, GetJob(jobs(), id));
+    if (j.state() == v1::RUNNING) {
+      EXPECT_EQ(j.gpu_grants_size(), 0) << "held whole: " << j.DebugString();
+    } else {
+      EXPECT_THAT(j.state_reason(), HasSubstr("or is not shared"))
+          << j.DebugString();
+    }
+  }
+  CommandResult workers = Yard({"-o", "json", "workers"});
+  ASSERT_EQ(workers.exit_code(), 0) << workers.DebugString();
+  EXPECT_THAT(workers.out, Not(HasSubstr("\"mps\"")));
+  dir().WriteFile("release", "");
+  for (const std::string& id : ids) {
+    YARD_ASSIGN_OR_FAIL(v1::Job done,
+                        WaitForTerminal(jobs(), id, JobTimeout()));
+    EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  }
+}
+
+// --share-gpus always: the operator takes time-slicing for the wait saved.
+TEST_F(GpuSharingTest, ShareGpusAlwaysSharesAGpuWithoutMps) {
+  YARD_ASSERT_OK(StartServer(
+      {.extra_args = {"--policy", "best-fit", "--share-gpus", "always"}}));
+  const std::string release = dir().path() + "/release";
+  const std::string script =
+      dir().WriteFile("script-train.sh", Trainer(release), /*executable=*/true);
+  YARD_ASSERT_OK(StartGpuWorker(script, /*mps=*/false));
+  YARD_ASSIGN_OR_FAIL(const std::vector<std::string> ids, SubmitQuarterJobs(2));
+  YARD_ASSERT_OK(AwaitRunning(ids, 2));
+  for (const std::string& id : ids) {
+    YARD_ASSIGN_OR_FAIL(v1::Job j, GetJob(jobs(), id));
+    ASSERT_EQ(j.gpu_grants_size(), 1) << j.DebugString();
+    EXPECT_TRUE(j.gpu_grants(0).shared());
+  }
+  dir().WriteFile("release", "");
+  for (const std::string& id : ids) {
+    YARD_ASSIGN_OR_FAIL(v1::Job done,
+                        WaitForTerminal(jobs(), id, JobTimeout()));
+    EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
   }
 }
 

@@ -191,11 +191,15 @@ void UseDevices(const OfferedDevices& offered, WorkerConfig& config) {
   }
   if (!offered.devices.empty()) {
     config.runner.mps = MpsRunning();
+    for (trainyard::v1::Device& d : config.devices) {
+      d.set_mps(config.runner.mps);
+    }
     YARD_LOG(INFO) << (config.runner.mps
                            ? "MPS is running: jobs sharing a GPU are capped "
                              "at their compute share"
-                           : "no MPS control daemon: jobs sharing a GPU are "
-                             "time-sliced");
+                           : "no MPS control daemon: the server shares these "
+                             "GPUs only with --share-gpus always, and jobs "
+                             "sharing one are time-sliced");
   }
   if (offered.telemetry == nullptr) return;
   config.device_figures = [telemetry = offered.telemetry] {

@@ -54,7 +54,9 @@ class Cluster:
         self.server = self._start("yard-server", [
             "--listen", "127.0.0.1:0", "--metrics-listen", "",
             "--state-dir", f"{state}/server", "--data-root", a.data_root,
-            "--policy", "best-fit"])
+            # Packed without MPS too, to measure time-slicing (by default
+            # the server gives such a GPU whole to one job at a time).
+            "--policy", "best-fit", "--share-gpus", "always"])
         addr_file = f"{state}/server/yard-server.addr"
         self.addr = wait_for(lambda: read_first_line(addr_file), 30,
                              "yard-server's address file")
