@@ -189,19 +189,23 @@ class Backend {
   // The fused classifier. Each row's cross-entropy -log p[target] of the
   // softmax p of logits [batch, classes] into losses [batch], in
   // log-sum-exp form (exact even where p[target] underflows). The softmax
-  // itself is never stored: the backward recomputes it from the logits.
-  // In the same read, hits[row] (unless hits is null) = 1 when the row's
-  // largest logit (the first, on ties) is at the target, else 0 (accuracy
-  // without another pass over the logits; unspecified for NaN rows).
+  // itself is never stored. In the same read, hits[row] (unless hits is
+  // null) = 1 when the row's largest logit (the first, on ties) is at the
+  // target, else 0 (accuracy without another pass over the logits;
+  // unspecified for NaN rows), and lse[row] (unless lse is null) = the
+  // row's log-sum-exp, log sum_c exp(logit[c]), for the backward.
   // REQUIRES: every target in [0, classes).
   virtual void SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
-                                          const void* logits,
+                                          float* lse, const void* logits,
                                           const int32_t* targets, int64_t batch,
                                           int64_t classes) = 0;
-  // dlogits = (softmax(logits) - onehot(target)) * scale (overwritten);
-  // may run in place (dlogits == logits), so the gradient takes the
-  // logits' memory and no [batch, classes] buffer beyond the logits exists.
+  // dlogits = (softmax(logits) - onehot(target)) * scale (overwritten), the
+  // softmax exp(logit - lse[row]) from the forward's lse, or recomputed
+  // from the logits when lse is null (another pass over them). May run in
+  // place (dlogits == logits), so the gradient takes the logits' memory
+  // and no [batch, classes] buffer beyond the logits exists.
   virtual void SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
+                                           const float* lse,
                                            const int32_t* targets, float scale,
                                            int64_t batch, int64_t classes) = 0;
 

@@ -41,10 +41,11 @@ GptActivationSizes GptActivationFloats(const GptConfig& c, int64_t seq,
   // fch (4), fch_gelu (4), fcproj, res3; the final LayerNorm; the logits.
   s.per_sequence = tc + c.n_layer * 18 * tc + tc + seq * c.vocab_size;
   // LayerNorm means and rstds (two per block and the final one), attention
-  // state, losses and argmax hits (int32): 4 bytes whatever the activations
-  // are. The classifier is fused: no probabilities are kept, and the
-  // logits' gradient is written over the logits.
-  s.f32_per_sequence = c.n_layer * (4 * seq + att.state) + 2 * seq + 2 * seq;
+  // state, losses, argmax hits (int32) and the rows' log-sum-exp: 4 bytes
+  // whatever the activations are. The classifier is fused: no
+  // probabilities are kept, and the logits' gradient is written over the
+  // logits.
+  s.f32_per_sequence = c.n_layer * (4 * seq + att.state) + 2 * seq + 3 * seq;
   // dres, dln, dqkv (3), datty, dfch (4).
   s.grad_per_sequence = 10 * tc;
   s.f32_grad_per_sequence = att.scratch;
@@ -237,6 +238,7 @@ absl::Status GptModel::AllocateActivations() {
   logits_ = take(bt * V);
   losses_ = take_f32(bt);
   hits_ = reinterpret_cast<int32_t*>(take_f32(bt));  // 4 bytes each
+  lse_ = take_f32(bt);
   p = static_cast<char*>(grad_act_buf_->data());
   dres_ = take(btc);
   dln_ = take(btc);
@@ -351,7 +353,7 @@ absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
                       first.bias, BT, C);
   for (int64_t l = 0; l < config_.n_layer; ++l) ForwardBlock(l);
   be.LinearForward(logits_, lnf_, params_[0].working, nullptr, BT, C, V);
-  be.SoftmaxCrossEntropyForward(losses_, hits_, logits_, targets_, BT, V);
+  be.SoftmaxCrossEntropyForward(losses_, hits_, lse_, logits_, targets_, BT, V);
   std::vector<float> losses(BT);
   std::vector<int32_t> hits(BT);
   be.CopyToHost(losses.data(), losses_, BT * 4);
@@ -397,9 +399,11 @@ void GptModel::Backward(float loss_scale) {
   Backend& be = *backend_;
   const size_t nf = params_.size();
   // The logits' gradient takes the logits' place (they are not needed
-  // again): no second [B*T, V] buffer.
+  // again): no second [B*T, V] buffer. The forward's log-sum-exp spares
+  // the backward a pass over the logits.
   void* dlogits = logits_;
-  be.SoftmaxCrossEntropyBackward(dlogits, logits_, targets_, loss_scale, BT, V);
+  be.SoftmaxCrossEntropyBackward(dlogits, logits_, lse_, targets_, loss_scale,
+                                 BT, V);
   // The tied output projection adds its share to the token embedding's grad.
   be.LinearBackward(dln_, params_[0].grad, nullptr, dlogits, lnf_,
                     params_[0].working, BT, C, V);

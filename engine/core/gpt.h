@@ -148,7 +148,7 @@ class GptModel : public Model {
   void* encoded_ = nullptr;
   std::vector<BlockActs> blocks_;
   void *lnf_, *logits_;
-  float *lnf_mean_, *lnf_rstd_, *losses_;
+  float *lnf_mean_, *lnf_rstd_, *losses_, *lse_;
   int32_t* hits_;
   // Backward scratch.
   void *dres_, *dln_, *dqkv_, *datty_, *dfch_;

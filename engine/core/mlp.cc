@@ -159,8 +159,8 @@ absl::StatusOr<ForwardStats> MlpModel::Forward(const Batch& batch) {
   }
   const int64_t classes = config_.num_classes;
   backend_->SoftmaxCrossEntropyForward(loss_buf_->f32(), hit_buf_->i32(),
-                                       acts_.back()->data(), target_buf_->i32(),
-                                       b, classes);
+                                       /*lse=*/nullptr, acts_.back()->data(),
+                                       target_buf_->i32(), b, classes);
   std::vector<float> losses(b);
   std::vector<int32_t> hits(b);
   backend_->CopyToHost(losses.data(), loss_buf_->data(), b * 4);
@@ -180,8 +180,8 @@ void MlpModel::Backward(float loss_scale) {
   const int64_t b = last_batch_;
   void* dout = dacts_.back()->data();
   backend_->SoftmaxCrossEntropyBackward(dout, acts_.back()->data(),
-                                        target_buf_->i32(), loss_scale, b,
-                                        config_.num_classes);
+                                        /*lse=*/nullptr, target_buf_->i32(),
+                                        loss_scale, b, config_.num_classes);
   for (int l = num_layers() - 1; l >= 0; --l) {
     void* dinp = l > 0 ? dacts_[l - 1]->data() : nullptr;
     backend_->LinearBackward(

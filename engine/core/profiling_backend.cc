@@ -137,25 +137,21 @@ void ProfilingBackend::ReluBackward(void* dx, const void* dout, const void* out,
   Timed("ReluBackward", [&] { inner_->ReluBackward(dx, dout, out, n); });
 }
 
-void ProfilingBackend::SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
-                                                  const void* logits,
-                                                  const int32_t* targets,
-                                                  int64_t batch,
-                                                  int64_t classes) {
+void ProfilingBackend::SoftmaxCrossEntropyForward(
+    float* losses, int32_t* hits, float* lse, const void* logits,
+    const int32_t* targets, int64_t batch, int64_t classes) {
   Timed("SoftmaxCrossEntropyForward", [&] {
-    inner_->SoftmaxCrossEntropyForward(losses, hits, logits, targets, batch,
-                                       classes);
+    inner_->SoftmaxCrossEntropyForward(losses, hits, lse, logits, targets,
+                                       batch, classes);
   });
 }
 
-void ProfilingBackend::SoftmaxCrossEntropyBackward(void* dlogits,
-                                                   const void* logits,
-                                                   const int32_t* targets,
-                                                   float scale, int64_t batch,
-                                                   int64_t classes) {
+void ProfilingBackend::SoftmaxCrossEntropyBackward(
+    void* dlogits, const void* logits, const float* lse, const int32_t* targets,
+    float scale, int64_t batch, int64_t classes) {
   Timed("SoftmaxCrossEntropyBackward", [&] {
-    inner_->SoftmaxCrossEntropyBackward(dlogits, logits, targets, scale, batch,
-                                        classes);
+    inner_->SoftmaxCrossEntropyBackward(dlogits, logits, lse, targets, scale,
+                                        batch, classes);
   });
 }
 

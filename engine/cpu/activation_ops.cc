@@ -108,29 +108,30 @@ void CpuBackend::ReluBackward(void* dx, const void* dout, const void* out,
 }
 
 void CpuBackend::SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
-                                            const void* logits,
+                                            float* lse, const void* logits,
                                             const int32_t* targets,
                                             int64_t batch, int64_t classes) {
   if (!bf16()) {
-    return SoftmaxCrossEntropyForward(losses, hits, F(logits), targets, batch,
-                                      classes);
+    return SoftmaxCrossEntropyForward(losses, hits, lse, F(logits), targets,
+                                      batch, classes);
   }
   std::vector<float> x = Widen(logits, batch * classes);
-  SoftmaxCrossEntropyForward(losses, hits, D(x), targets, batch, classes);
+  SoftmaxCrossEntropyForward(losses, hits, lse, D(x), targets, batch, classes);
 }
 
 void CpuBackend::SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
+                                             const float* lse,
                                              const int32_t* targets,
                                              float scale, int64_t batch,
                                              int64_t classes) {
   if (!bf16()) {
-    return SoftmaxCrossEntropyBackward(F(dlogits), F(logits), targets, scale,
-                                       batch, classes);
+    return SoftmaxCrossEntropyBackward(F(dlogits), F(logits), lse, targets,
+                                       scale, batch, classes);
   }
   // The widened copy is read whole before dlogits is written: in place is
   // fine.
   std::vector<float> x = Widen(logits, batch * classes);
-  SoftmaxCrossEntropyBackward(D(x), D(x), targets, scale, batch, classes);
+  SoftmaxCrossEntropyBackward(D(x), D(x), lse, targets, scale, batch, classes);
   Narrow(dlogits, x);
 }
 

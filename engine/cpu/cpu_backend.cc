@@ -246,7 +246,7 @@ RowSoftmax SoftmaxOf(const float* x, int64_t classes) {
 }  // namespace
 
 void CpuBackend::SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
-                                            const float* logits,
+                                            float* lse, const float* logits,
                                             const int32_t* targets,
                                             int64_t batch, int64_t classes) {
   const int64_t grain = std::max<int64_t>(1, 8192 / classes);
@@ -257,24 +257,30 @@ void CpuBackend::SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
       // log-sum-exp form: exact even when p[target] underflows to 0.
       losses[b] = std::log(r.sum) - (x[targets[b]] - r.max);
       if (hits != nullptr) hits[b] = r.argmax == targets[b] ? 1 : 0;
+      if (lse != nullptr) lse[b] = r.max + std::log(r.sum);
     }
   });
 }
 
-void CpuBackend::SoftmaxCrossEntropyBackward(float* dlogits,
-                                             const float* logits,
-                                             const int32_t* targets,
-                                             float scale, int64_t batch,
-                                             int64_t classes) {
+void CpuBackend::SoftmaxCrossEntropyBackward(
+    float* dlogits, const float* logits, const float* lse,
+    const int32_t* targets, float scale, int64_t batch, int64_t classes) {
   const int64_t grain = std::max<int64_t>(1, 8192 / classes);
   ForRange(batch, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* x = logits + b * classes;
       float* d = dlogits + b * classes;  // may be x: each entry is read first
-      const RowSoftmax r = SoftmaxOf(x, classes);
-      const float inv = 1.f / r.sum;
+      // p = exp(x - shift) * inv, from the forward's lse when given.
+      float shift = 0.f, inv = 1.f;
+      if (lse != nullptr) {
+        shift = lse[b];
+      } else {
+        const RowSoftmax r = SoftmaxOf(x, classes);
+        shift = r.max;
+        inv = 1.f / r.sum;
+      }
       for (int64_t c = 0; c < classes; ++c) {
-        const float p = std::exp(x[c] - r.max) * inv;
+        const float p = std::exp(x[c] - shift) * inv;
         d[c] = (p - (c == targets[b] ? 1.f : 0.f)) * scale;
       }
     }

@@ -60,12 +60,12 @@ class CpuBackend : public Backend {
                       int64_t batch, int64_t in, int64_t out_features);
   void ReluForward(float* out, const float* x, int64_t n);
   void ReluBackward(float* dx, const float* dout, const float* out, int64_t n);
-  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits, float* lse,
                                   const float* logits, const int32_t* targets,
                                   int64_t batch, int64_t classes);
   void SoftmaxCrossEntropyBackward(float* dlogits, const float* logits,
-                                   const int32_t* targets, float scale,
-                                   int64_t batch, int64_t classes);
+                                   const float* lse, const int32_t* targets,
+                                   float scale, int64_t batch, int64_t classes);
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
              const AdamWUpdate& update);
 
@@ -112,12 +112,13 @@ class CpuBackend : public Backend {
   void ReluForward(void* out, const void* x, int64_t n) override;
   void ReluBackward(void* dx, const void* dout, const void* out,
                     int64_t n) override;
-  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits, float* lse,
                                   const void* logits, const int32_t* targets,
                                   int64_t batch, int64_t classes) override;
   void SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
-                                   const int32_t* targets, float scale,
-                                   int64_t batch, int64_t classes) override;
+                                   const float* lse, const int32_t* targets,
+                                   float scale, int64_t batch,
+                                   int64_t classes) override;
   void AdamW(float* param, const float* grad, float* m, float* v, void* working,
              int64_t n, const AdamWUpdate& update) override;
   void Add(void* out, const void* a, const void* b, int64_t n) override;

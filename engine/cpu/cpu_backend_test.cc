@@ -159,8 +159,9 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyMatchesReference) {
   const auto logits = Random(kBatch * kClasses, 7, -4, 4);
   const std::vector<int32_t> targets = {0, 6, 3, 3, 1, 5};
   std::vector<float> losses(kBatch);
-  backend_->SoftmaxCrossEntropyForward(losses.data(), nullptr, logits.data(),
-                                       targets.data(), kBatch, kClasses);
+  backend_->SoftmaxCrossEntropyForward(losses.data(), nullptr, nullptr,
+                                       logits.data(), targets.data(), kBatch,
+                                       kClasses);
   const auto ld = ToDouble(logits);
   std::vector<double> want_losses(kBatch);
   for (int64_t b = 0; b < kBatch; ++b)
@@ -168,8 +169,9 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyMatchesReference) {
   ExpectNear(losses, want_losses, kTol, "losses");
   const float scale = 0.25f;
   std::vector<float> dlogits(kBatch * kClasses);
-  backend_->SoftmaxCrossEntropyBackward(
-      dlogits.data(), logits.data(), targets.data(), scale, kBatch, kClasses);
+  backend_->SoftmaxCrossEntropyBackward(dlogits.data(), logits.data(), nullptr,
+                                        targets.data(), scale, kBatch,
+                                        kClasses);
   // Each gradient row sums to zero (softmax sums to one, minus the one-hot).
   for (int64_t b = 0; b < kBatch; ++b) {
     double row_sum = 0;
@@ -180,7 +182,7 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyMatchesReference) {
   // bitwise the same.
   std::vector<float> in_place = logits;
   backend_->SoftmaxCrossEntropyBackward(in_place.data(), in_place.data(),
-                                        targets.data(), scale, kBatch,
+                                        nullptr, targets.data(), scale, kBatch,
                                         kClasses);
   EXPECT_EQ(in_place, dlogits);
   ExpectNear(dlogits,
@@ -194,17 +196,46 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyMatchesReference) {
              kTol, "dlogits");
 }
 
+// The forward's log-sum-exp, and the backward taking the softmax from it
+// instead of a pass over the logits: the same gradient within rounding.
+TEST_P(CpuOpsTest, SoftmaxCrossEntropyBackwardFromTheForwardsLse) {
+  const auto logits = Random(kBatch * kClasses, 9, -4, 4);
+  const std::vector<int32_t> targets = {1, 6, 0, 3, 2, 5};
+  std::vector<float> losses(kBatch), lse(kBatch, -7.f);
+  backend_->SoftmaxCrossEntropyForward(losses.data(), nullptr, lse.data(),
+                                       logits.data(), targets.data(), kBatch,
+                                       kClasses);
+  const auto ld = ToDouble(logits);
+  std::vector<double> want_lse(kBatch);
+  for (int64_t b = 0; b < kBatch; ++b) {
+    double sum = 0;
+    for (int64_t c = 0; c < kClasses; ++c)
+      sum += std::exp(ld[b * kClasses + c]);
+    want_lse[b] = std::log(sum);
+  }
+  ExpectNear(lse, want_lse, kTol, "lse");
+  const float scale = 0.5f;
+  std::vector<float> recomputed(kBatch * kClasses), from_lse = logits;
+  backend_->SoftmaxCrossEntropyBackward(recomputed.data(), logits.data(),
+                                        nullptr, targets.data(), scale, kBatch,
+                                        kClasses);
+  backend_->SoftmaxCrossEntropyBackward(from_lse.data(), from_lse.data(),
+                                        lse.data(), targets.data(), scale,
+                                        kBatch, kClasses);
+  ExpectNear(from_lse, ToDouble(recomputed), kTol, "dlogits from lse");
+}
+
 TEST_P(CpuOpsTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
   const std::vector<float> logits = {1000.f, -1000.f, 0.f};
   const std::vector<int32_t> target = {1};
   std::vector<float> loss(1);
-  backend_->SoftmaxCrossEntropyForward(loss.data(), nullptr, logits.data(),
-                                       target.data(), 1, 3);
+  backend_->SoftmaxCrossEntropyForward(loss.data(), nullptr, nullptr,
+                                       logits.data(), target.data(), 1, 3);
   EXPECT_TRUE(std::isfinite(loss[0]));
   EXPECT_FLOAT_EQ(loss[0], 2000.f);
   std::vector<float> d(3);
-  backend_->SoftmaxCrossEntropyBackward(d.data(), logits.data(), target.data(),
-                                        1.f, 1, 3);
+  backend_->SoftmaxCrossEntropyBackward(d.data(), logits.data(), nullptr,
+                                        target.data(), 1.f, 1, 3);
   EXPECT_EQ(d, (std::vector<float>{1.f, -1.f, 0.f}));
 }
 
@@ -213,8 +244,8 @@ TEST_P(CpuOpsTest, SoftmaxCrossEntropyOfNanLogitsIsNan) {
   const std::vector<float> logits = {0.f, std::nanf(""), 1.f};
   const std::vector<int32_t> target = {0};
   std::vector<float> loss(1);
-  backend_->SoftmaxCrossEntropyForward(loss.data(), nullptr, logits.data(),
-                                       target.data(), 1, 3);
+  backend_->SoftmaxCrossEntropyForward(loss.data(), nullptr, nullptr,
+                                       logits.data(), target.data(), 1, 3);
   EXPECT_TRUE(std::isnan(loss[0]));
 }
 

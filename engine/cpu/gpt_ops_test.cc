@@ -181,11 +181,11 @@ TEST_P(GptOpsTest, ClassifierHitsTakeTheFirstOfTies) {
   std::vector<float> losses(3);
   std::vector<int32_t> hits(3);
   backend_->SoftmaxCrossEntropyForward(
-      losses.data(), hits.data(), logits.data(),
+      losses.data(), hits.data(), nullptr, logits.data(),
       std::vector<int32_t>{1, 0, 0}.data(), 3, 3);
   EXPECT_EQ(hits, (std::vector<int32_t>{1, 1, 1}));
   backend_->SoftmaxCrossEntropyForward(
-      losses.data(), hits.data(), logits.data(),
+      losses.data(), hits.data(), nullptr, logits.data(),
       std::vector<int32_t>{2, 1, 0}.data(), 3, 3);
   EXPECT_EQ(hits, (std::vector<int32_t>{0, 0, 1}));
 }

@@ -11,11 +11,15 @@
 //   forward:  loss = log(sum) - (x[target] - max)   (log-sum-exp form: exact
 //             even when p[target] underflows; NaN logits give a NaN loss),
 //             hit = argmax == target (the first index on ties, as the CPU)
+//             and, when asked, lse = max + log(sum) for the backward
 //   backward: d[c] = (exp(x[c] - max) / sum - [c == target]) * scale, written
 //             over the logits when the caller passes the same buffer (each
-//             thread reads an entry before it writes that same entry).
-// So the logits are read once in the forward and twice in the backward,
-// and nothing of [rows, classes] exists beside them.
+//             thread reads an entry before it writes that same entry); with
+//             the forward's lse, d[c] = (exp(x[c] - lse) - [c == target]) *
+//             scale without taking the statistics again
+// So the logits are read once in the forward and once in the backward
+// given the lse (twice without), and nothing of [rows, classes] exists
+// beside them.
 //
 // Access: the row is read (and the gradient written) in 16-byte packs
 // (vec16.cuh: 8 bf16 or 4 fp32), thread t taking packs t, t + 512, ...; a
@@ -124,7 +128,7 @@ __device__ SoftmaxStats RowStats(const T* x, int64_t classes) {
 
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
-    SoftmaxCrossEntropyForwardKernel(float* losses, int32_t* hits,
+    SoftmaxCrossEntropyForwardKernel(float* losses, int32_t* hits, float* lse,
                                      const T* logits, const int32_t* targets,
                                      int64_t classes) {
   const int64_t row = blockIdx.x;
@@ -137,6 +141,7 @@ __global__ void __launch_bounds__(kRowThreads)
     // A row of -inf (or NaN) has no max seen; the CPU calls index 0 its max.
     const int arg = s.argmax == INT_MAX ? 0 : s.argmax;
     if (hits != nullptr) hits[row] = arg == t ? 1 : 0;
+    if (lse != nullptr) lse[row] = s.max + logf(s.sum);
   }
 }
 
@@ -144,16 +149,24 @@ __global__ void __launch_bounds__(kRowThreads)
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     SoftmaxCrossEntropyBackwardKernel(T* dlogits, const T* logits,
-                                      const int32_t* targets, float scale,
-                                      int64_t classes) {
+                                      const float* lse, const int32_t* targets,
+                                      float scale, int64_t classes) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * classes;
   T* d = dlogits + row * classes;
-  const SoftmaxStats s = RowStats(x, classes);
-  const float inv = 1.f / s.sum;
+  // p = exp(x - shift) * inv: shift = lse and inv = 1 given the forward's
+  // lse (the same for the whole block), else the statistics taken now.
+  float shift = 0.f, inv = 1.f;
+  if (lse != nullptr) {
+    shift = lse[row];
+  } else {
+    const SoftmaxStats s = RowStats(x, classes);
+    shift = s.max;
+    inv = 1.f / s.sum;
+  }
   const int64_t t = targets[row];
   const auto grad = [&](float v, int64_t c) {
-    return (expf(v - s.max) * inv - (c == t ? 1.f : 0.f)) * scale;
+    return (expf(v - shift) * inv - (c == t ? 1.f : 0.f)) * scale;
   };
   // Split for x and d together: in place they are one array; apart, packs
   // only where both are aligned at the same entries.
@@ -172,7 +185,7 @@ __global__ void __launch_bounds__(kRowThreads)
 }  // namespace
 
 cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, int32_t* hits,
-                                             const void* logits,
+                                             float* lse, const void* logits,
                                              const int32_t* targets,
                                              int64_t rows, int64_t classes,
                                              bool bf16, cudaStream_t stream) {
@@ -182,13 +195,14 @@ cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, int32_t* hits,
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
     SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
-                                       0, stream>>>(losses, hits, As<T>(logits),
-                                                    targets, classes);
+                                       0, stream>>>(
+        losses, hits, lse, As<T>(logits), targets, classes);
     return cudaGetLastError();
   });
 }
 
 cudaError_t LaunchSoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
+                                              const float* lse,
                                               const int32_t* targets,
                                               float scale, int64_t rows,
                                               int64_t classes, bool bf16,
@@ -199,7 +213,7 @@ cudaError_t LaunchSoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
     using T = decltype(t);
     SoftmaxCrossEntropyBackwardKernel<<<static_cast<unsigned>(rows),
                                         kRowThreads, 0, stream>>>(
-        As<T>(dlogits), As<T>(logits), targets, scale, classes);
+        As<T>(dlogits), As<T>(logits), lse, targets, scale, classes);
     return cudaGetLastError();
   });
 }

@@ -12,23 +12,23 @@ namespace trainyard::engine::cuda {
 
 // losses[row] = log(sum) - (logit[target] - max) for each row of logits
 // [rows, classes], NaN for a target outside [0, classes); hits[row] (unless
-// hits is null) = 1 when the first largest logit is at the target, else 0.
-// The softmax is not stored. logits are activations (bf16 when `bf16`);
-// losses fp32.
+// hits is null) = 1 when the first largest logit is at the target, else 0;
+// lse[row] (unless lse is null) = max + log(sum), the row's log-sum-exp, for
+// the backward. The softmax is not stored. logits are activations (bf16
+// when `bf16`); losses and lse fp32.
 cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, int32_t* hits,
-                                             const void* logits,
+                                             float* lse, const void* logits,
                                              const int32_t* targets,
                                              int64_t rows, int64_t classes,
                                              bool bf16, cudaStream_t stream);
 
 // dlogits = (softmax(logits) - onehot(target)) * scale, overwritten; the
-// softmax is recomputed from the logits. dlogits may be logits (in place).
-// Both are activations (bf16 when `bf16`).
-cudaError_t LaunchSoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
-                                              const int32_t* targets,
-                                              float scale, int64_t rows,
-                                              int64_t classes, bool bf16,
-                                              cudaStream_t stream);
+// softmax is exp(logit - lse[row]) with the forward's lse, or recomputed
+// from the logits (another read of them) when lse is null. dlogits may be
+// logits (in place). Both are activations (bf16 when `bf16`).
+cudaError_t LaunchSoftmaxCrossEntropyBackward(
+    void* dlogits, const void* logits, const float* lse, const int32_t* targets,
+    float scale, int64_t rows, int64_t classes, bool bf16, cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

@@ -111,12 +111,13 @@ class CudaBackend : public Backend {
   void ReluForward(void* out, const void* x, int64_t n) override;
   void ReluBackward(void* dx, const void* dout, const void* out,
                     int64_t n) override;
-  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
+  void SoftmaxCrossEntropyForward(float* losses, int32_t* hits, float* lse,
                                   const void* logits, const int32_t* targets,
                                   int64_t batch, int64_t classes) override;
   void SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
-                                   const int32_t* targets, float scale,
-                                   int64_t batch, int64_t classes) override;
+                                   const float* lse, const int32_t* targets,
+                                   float scale, int64_t batch,
+                                   int64_t classes) override;
   void AdamW(float* param, const float* grad, float* m, float* v, void* working,
              int64_t n, const AdamWUpdate& update) override;
   void AdamWEach(std::span<const AdamWTensor> tensors,

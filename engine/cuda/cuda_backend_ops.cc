@@ -238,21 +238,22 @@ void CudaBackend::WeightGrads(float* dweight, float* dbias, const void* dout,
 }
 
 void CudaBackend::SoftmaxCrossEntropyForward(float* losses, int32_t* hits,
-                                             const void* logits,
+                                             float* lse, const void* logits,
                                              const int32_t* targets,
                                              int64_t batch, int64_t classes) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchSoftmaxCrossEntropyForward(
-      losses, hits, logits, targets, batch, classes, bf16(), stream_));
+      losses, hits, lse, logits, targets, batch, classes, bf16(), stream_));
 }
 
 void CudaBackend::SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
+                                              const float* lse,
                                               const int32_t* targets,
                                               float scale, int64_t batch,
                                               int64_t classes) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchSoftmaxCrossEntropyBackward(
-      dlogits, logits, targets, scale, batch, classes, bf16(), stream_));
+      dlogits, logits, lse, targets, scale, batch, classes, bf16(), stream_));
 }
 
 void CudaBackend::AdamW(float* param, const float* grad, float* m, float* v,

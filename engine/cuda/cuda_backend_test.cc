@@ -110,8 +110,9 @@ TEST_F(CudaBackendTest, LaunchErrorsCarryTheirSiteUntilSynchronize) {
   ASSERT_NE(backend, nullptr);
   auto buf = *backend->Allocate(64);
   // More rows than a grid holds: refused at launch, nothing runs.
-  backend->SoftmaxCrossEntropyForward(buf->f32(), buf->i32(), buf->data(),
-                                      buf->i32(), int64_t{1} << 40, 2);
+  backend->SoftmaxCrossEntropyForward(buf->f32(), buf->i32(), nullptr,
+                                      buf->data(), buf->i32(), int64_t{1} << 40,
+                                      2);
   backend->Fill(buf->f32(), 16, 1.f);  // later ops do not mask the first error
   const absl::Status s = backend->Synchronize();
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);

@@ -301,18 +301,18 @@ TEST_F(CudaBf16Test, AttentionAndClassifier) {
   auto ghits = Zeros<int32_t>(*gpu_, rows);
   std::vector<float> losses(rows);
   std::vector<int32_t> hits(rows);
-  gpu_->SoftmaxCrossEntropyForward(glosses.get(), ghits.get(), logits.dev.get(),
-                                   gt.get(), rows, V);
-  cpu_->SoftmaxCrossEntropyForward(losses.data(), hits.data(),
+  gpu_->SoftmaxCrossEntropyForward(glosses.get(), ghits.get(), nullptr,
+                                   logits.dev.get(), gt.get(), rows, V);
+  cpu_->SoftmaxCrossEntropyForward(losses.data(), hits.data(), nullptr,
                                    logits.host.data(), targets.data(), rows, V);
   ExpectNear(Download(*gpu_, glosses), losses, 1e-5, 1e-5, "ce loss");
   EXPECT_EQ(Download(*gpu_, ghits), hits);
   // In place, as the models run it: the gradient over the logits.
   Act& dlogits = logits;
   gpu_->SoftmaxCrossEntropyBackward(dlogits.dev.get(), dlogits.dev.get(),
-                                    gt.get(), 0.5f, rows, V);
+                                    nullptr, gt.get(), 0.5f, rows, V);
   cpu_->SoftmaxCrossEntropyBackward(dlogits.host.data(), dlogits.host.data(),
-                                    targets.data(), 0.5f, rows, V);
+                                    nullptr, targets.data(), 0.5f, rows, V);
   const std::vector<float> want_dl = FromBf16(dlogits.host);
   ExpectWithin(Got(dlogits), want_dl, Bf16Tol(want_dl, 1, 1e-5, 1e-7),
                "ce dlogits");

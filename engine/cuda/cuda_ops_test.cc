@@ -196,13 +196,14 @@ TEST_F(CudaOpsTest, ClassifierHitsTakeTheFirstOfTies) {
   for (const auto* targets : {&hit_first, &hit_later}) {
     std::vector<float> losses(rows);
     std::vector<int32_t> hits(rows);
-    cpu_->SoftmaxCrossEntropyForward(losses.data(), hits.data(), logits.data(),
-                                     targets->data(), rows, classes);
+    cpu_->SoftmaxCrossEntropyForward(losses.data(), hits.data(), nullptr,
+                                     logits.data(), targets->data(), rows,
+                                     classes);
     auto gt = Up(*targets);
     auto gloss = Zeros<float>(*gpu_, rows);
     auto ghits = Zeros<int32_t>(*gpu_, rows);
-    gpu_->SoftmaxCrossEntropyForward(gloss.get(), ghits.get(), gl.get(),
-                                     gt.get(), rows, classes);
+    gpu_->SoftmaxCrossEntropyForward(gloss.get(), ghits.get(), nullptr,
+                                     gl.get(), gt.get(), rows, classes);
     EXPECT_EQ(Down(ghits), hits);
   }
 }
@@ -221,32 +222,45 @@ TEST_F(CudaOpsTest, FusedClassifierMatchesCpu) {
   std::vector<int32_t> targets(rows);
   for (int64_t r = 0; r < rows; ++r) targets[r] = (r * 277) % classes;
   std::vector<float> losses(rows), d(rows * classes);
-  cpu_->SoftmaxCrossEntropyForward(losses.data(), nullptr, logits.data(),
-                                   targets.data(), rows, classes);
-  cpu_->SoftmaxCrossEntropyBackward(d.data(), logits.data(), targets.data(),
-                                    scale, rows, classes);
+  cpu_->SoftmaxCrossEntropyForward(losses.data(), nullptr, nullptr,
+                                   logits.data(), targets.data(), rows,
+                                   classes);
+  cpu_->SoftmaxCrossEntropyBackward(d.data(), logits.data(), nullptr,
+                                    targets.data(), scale, rows, classes);
   auto gl = Up(logits);
   auto gt = Up(targets);
   auto gloss = Zeros<float>(*gpu_, rows);
-  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, gl.get(), gt.get(),
-                                   rows, classes);
+  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, nullptr, gl.get(),
+                                   gt.get(), rows, classes);
   const double rel = 2 * Gamma(classes) + 64 * kU;
   ExpectNear(Down(gloss), losses, 2 * kU, rel, "losses");
   const std::vector<float> first = Down(gloss);
-  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, gl.get(), gt.get(),
-                                   rows, classes);
+  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, nullptr, gl.get(),
+                                   gt.get(), rows, classes);
   EXPECT_EQ(Down(gloss), first) << "the same logits, another loss";
 
   auto gd = Zeros<float>(*gpu_, rows * classes);
-  gpu_->SoftmaxCrossEntropyBackward(gd.get(), gl.get(), gt.get(), scale, rows,
-                                    classes);
+  gpu_->SoftmaxCrossEntropyBackward(gd.get(), gl.get(), nullptr, gt.get(),
+                                    scale, rows, classes);
   const std::vector<float> out_of_place = Down(gd);
   ExpectNear(out_of_place, d, 2 * kU, scale * rel, "dlogits");
   // In place, as the models run it: the gradient over the logits, bitwise
   // the same as into a buffer of its own.
-  gpu_->SoftmaxCrossEntropyBackward(gl.get(), gl.get(), gt.get(), scale, rows,
-                                    classes);
+  gpu_->SoftmaxCrossEntropyBackward(gl.get(), gl.get(), nullptr, gt.get(),
+                                    scale, rows, classes);
   EXPECT_EQ(Down(gl), out_of_place);
+  // From the forward's log-sum-exp (the GPT's step): no second pass over
+  // the logits, p = exp(x - lse) within the same bound and the lse's
+  // rounding (|x - lse| <= 16 + log(classes)).
+  auto fresh = Up(logits);
+  auto glse = Zeros<float>(*gpu_, rows);
+  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, glse.get(),
+                                   fresh.get(), gt.get(), rows, classes);
+  EXPECT_EQ(Down(gloss), first) << "asking for the lse changed the loss";
+  gpu_->SoftmaxCrossEntropyBackward(fresh.get(), fresh.get(), glse.get(),
+                                    gt.get(), scale, rows, classes);
+  ExpectNear(Down(fresh), d, 2 * kU, scale * (rel + 2 * 32 * kU),
+             "dlogits from lse");
 }
 
 // Rows whose logits are NaN must give NaN losses (a diverged run is seen),
@@ -258,15 +272,15 @@ TEST_F(CudaOpsTest, FusedClassifierEdgeRows) {
   auto gl = Up(logits);
   auto gt = Up(targets);
   auto gloss = Zeros<float>(*gpu_, 2);
-  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, gl.get(), gt.get(), 2,
-                                   classes);
+  gpu_->SoftmaxCrossEntropyForward(gloss.get(), nullptr, nullptr, gl.get(),
+                                   gt.get(), 2, classes);
   const std::vector<float> loss = Down(gloss);
   EXPECT_TRUE(std::isnan(loss[0]));
   EXPECT_NEAR(loss[1], std::log(3.0), 1e-6);
   auto one = Up(std::vector<float>{7.f});
   auto zero = Up(std::vector<int32_t>{0});
-  gpu_->SoftmaxCrossEntropyBackward(one.get(), one.get(), zero.get(), 1.f, 1,
-                                    1);
+  gpu_->SoftmaxCrossEntropyBackward(one.get(), one.get(), nullptr, zero.get(),
+                                    1.f, 1, 1);
   EXPECT_EQ(Down(one), std::vector<float>{0.f});
 }
 

@@ -142,9 +142,9 @@ TEST_P(EmulatedClassifierTest, ForwardLossesAndFirstIndexHits) {
   Guarded<int32_t> targets(tgt);
   Guarded<float> losses(std::vector<float>(kRows, -7.f));
   Guarded<int32_t> hits(std::vector<int32_t>(kRows, -7));
-  ASSERT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(losses.get(), hits.get(),
-                                                   logits.get(), targets.get(),
-                                                   kRows, C, bf16(), nullptr),
+  ASSERT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(
+                losses.get(), hits.get(), nullptr, logits.get(), targets.get(),
+                kRows, C, bf16(), nullptr),
             cudaSuccess);
   EXPECT_TRUE(losses.GuardsIntact() && hits.GuardsIntact());
   const std::vector<float> got = losses.values();
@@ -174,8 +174,8 @@ TEST_P(EmulatedClassifierTest, ForwardLossesAndFirstIndexHits) {
   // Again, in another thread order: the same bits.
   Guarded<float> again(std::vector<float>(kRows, -7.f));
   ASSERT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(
-                again.get(), /*hits=*/nullptr, logits.get(), targets.get(),
-                kRows, C, bf16(), nullptr),
+                again.get(), /*hits=*/nullptr, nullptr, logits.get(),
+                targets.get(), kRows, C, bf16(), nullptr),
             cudaSuccess);
   EXPECT_TRUE(SameBits(got, again.values()));
 }
@@ -214,8 +214,9 @@ TEST_P(EmulatedClassifierTest, BackwardApartInPlaceAndMisalignedAlike) {
   Activations logits(x, bf16(), offset());
   Guarded<int32_t> targets(t);
   const auto backward = [&](void* dlogits, void* from) {
-    return cuda::LaunchSoftmaxCrossEntropyBackward(
-        dlogits, from, targets.get(), scale, kRows, C, bf16(), nullptr);
+    return cuda::LaunchSoftmaxCrossEntropyBackward(dlogits, from, nullptr,
+                                                   targets.get(), scale, kRows,
+                                                   C, bf16(), nullptr);
   };
   Activations dlogits(std::vector<float>(x.size(), 5.f), bf16(), offset());
   ASSERT_EQ(backward(dlogits.get(), logits.get()), cudaSuccess);
@@ -235,6 +236,57 @@ TEST_P(EmulatedClassifierTest, BackwardApartInPlaceAndMisalignedAlike) {
   ASSERT_EQ(backward(shifted.get(), logits.get()), cudaSuccess);
   EXPECT_TRUE(shifted.GuardsIntact());
   EXPECT_TRUE(SameBits(shifted.values(), got));
+}
+
+// The forward's lse = max + log(sum) and the backward from it (one read
+// of the logits): the lse within the sum's error, absolutely, and its own
+// two roundings; p = exp(x - lse) off by that, the subtraction's and the
+// expf's rounding, relatively; NaN rows NaN throughout; the same bits in
+// place and again.
+TEST_P(EmulatedClassifierTest, BackwardFromTheForwardsLogSumExp) {
+  const int64_t C = classes();
+  const std::vector<int32_t> t = Targets();
+  const std::vector<float> x = Logits(t);
+  const float scale = 1.f / kRows;
+  Activations logits(x, bf16(), offset());
+  Guarded<int32_t> targets(t);
+  Guarded<float> losses(std::vector<float>(kRows, -7.f));
+  Guarded<float> lse(std::vector<float>(kRows, -7.f));
+  ASSERT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(
+                losses.get(), nullptr, lse.get(), logits.get(), targets.get(),
+                kRows, C, bf16(), nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(lse.GuardsIntact());
+  const std::vector<float> got_lse = lse.values();
+  double worst = 0;  // the largest |lse| and |x - lse| of a finite row
+  for (int64_t r = 0; r < kRows; ++r) {
+    const SoftmaxRow s = HostSoftmax(&x[r * C], C);
+    if (s.nan) {
+      EXPECT_TRUE(std::isnan(got_lse[r])) << "row " << r;
+      continue;
+    }
+    const double want = s.max + std::log(s.sum);
+    EXPECT_NEAR(
+        got_lse[r], want,
+        1.01 * SumRelError() + 4 * kU * (std::abs(s.max) + std::abs(want)))
+        << "row " << r;
+    worst = std::max({worst, std::abs(want), std::abs(want) + 4 + kTie});
+  }
+  const auto backward = [&](void* dlogits, void* from) {
+    return cuda::LaunchSoftmaxCrossEntropyBackward(dlogits, from, lse.get(),
+                                                   targets.get(), scale, kRows,
+                                                   C, bf16(), nullptr);
+  };
+  Activations dlogits(std::vector<float>(x.size(), 5.f), bf16(), offset());
+  ASSERT_EQ(backward(dlogits.get(), logits.get()), cudaSuccess);
+  EXPECT_TRUE(dlogits.GuardsIntact());
+  const std::vector<float> got = dlogits.values();
+  // The lse's error (absolute, so relative in p), then x - lse and expf.
+  const double rel_lse = 1.01 * SumRelError() + 4 * kU * worst + 2 * kU;
+  ExpectGradient(got, x, t, C, scale, rel_lse, bf16());
+  Activations in_place(x, bf16(), offset());
+  ASSERT_EQ(backward(in_place.get(), in_place.get()), cudaSuccess);
+  EXPECT_TRUE(SameBits(in_place.values(), got));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -206,9 +206,10 @@ TEST_P(EmulatedKernelsTest, BiasGradSumsRowsInChunksAndRepeatsBitwise) {
 
 // No rows or no columns: nothing launched, nothing written.
 TEST_P(EmulatedKernelsTest, EmptyShapesLaunchNothing) {
-  EXPECT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(
-                nullptr, nullptr, nullptr, nullptr, 0, 10, bf16(), nullptr),
-            cudaSuccess);
+  EXPECT_EQ(
+      cuda::LaunchSoftmaxCrossEntropyForward(nullptr, nullptr, nullptr, nullptr,
+                                             nullptr, 0, 10, bf16(), nullptr),
+      cudaSuccess);
   EXPECT_EQ(cuda::LaunchEmbeddingBackward(nullptr, nullptr, nullptr, nullptr, 0,
                                           4, 8, bf16(), nullptr, 0, nullptr),
             cudaSuccess);
