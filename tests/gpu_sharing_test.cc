@@ -21,31 +21,6 @@ namespace v1 = trainyard::v1;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class GpuSharingTest : public ClusterTest {
- protected:
-  // A worker with one fake H100, under MPS or not, its jobs `script`.
-  absl::Status StartGpuWorker(const std::string& script, bool mps) {
-    const std::string driver = dir().Subdir("driver");
-    std::filesystem::create_symlink(FAKE_NVML_PATH,
-                                    driver + "/libnvidia-ml.so.1");
-    return StartReadyWorker({.name = "gpu-node",
-                             .train_bin = script,
-                             .extra_args = {"--gpus", "auto"},
-                             .env = {{"LD_LIBRARY_PATH", driver},
-                                     {"FAKE_NVML_DEVICE_COUNT", "1"}},
-                             .mps = mps})
-        .status();
-  }
-
-  // Submits `n` quarter-GPU jobs; their ids.
-  absl::StatusOr<std::vector<std::string>> SubmitQuarterJobs(int n);
-
-  // Polls until `running` of `ids` run and every other one waits with a
-  // reason (written at the end of the pass that placed the others, or in
-  // a later one, which may be after they started).
-  absl::Status AwaitRunning(const std::vector<std::string>& ids, int running);
-};
-
 // Runs until the test creates `release` (at most 60 s), so the jobs are
 // still running whenever the test looks, however loaded the machine.
 std::string Trainer(const std::string& release) {
@@ -68,6 +43,54 @@ v1::JobSpec QuarterGpuJob(int i) {
   spec.mutable_resources()->set_gpu_compute_milli(250);
   return spec;
 }
+
+class GpuSharingTest : public ClusterTest {
+ protected:
+  // A best-fit server (with `server_args`) and a worker with one fake
+  // H100, under MPS or not, whose jobs run Trainer() until ReleaseAndWait().
+  absl::Status StartGpuCluster(std::vector<std::string> server_args, bool mps) {
+    server_args.insert(server_args.begin(), {"--policy", "best-fit"});
+    if (absl::Status s = StartServer({.extra_args = server_args}); !s.ok()) {
+      return s;
+    }
+    const std::string script =
+        dir().WriteFile("script-train.sh", Trainer(dir().path() + "/release"),
+                        /*executable=*/true);
+    const std::string driver = dir().Subdir("driver");
+    std::filesystem::create_symlink(FAKE_NVML_PATH,
+                                    driver + "/libnvidia-ml.so.1");
+    return StartReadyWorker({.name = "gpu-node",
+                             .train_bin = script,
+                             .extra_args = {"--gpus", "auto"},
+                             .env = {{"LD_LIBRARY_PATH", driver},
+                                     {"FAKE_NVML_DEVICE_COUNT", "1"}},
+                             .mps = mps})
+        .status();
+  }
+
+  // Lets the running jobs finish and waits for each of `ids` to end,
+  // expecting SUCCEEDED; the ended jobs.
+  absl::StatusOr<std::vector<v1::Job>> ReleaseAndWait(
+      const std::vector<std::string>& ids) {
+    dir().WriteFile("release", "");
+    std::vector<v1::Job> done;
+    for (const std::string& id : ids) {
+      absl::StatusOr<v1::Job> j = WaitForTerminal(jobs(), id, JobTimeout());
+      if (!j.ok()) return j.status();
+      EXPECT_EQ(j->state(), v1::SUCCEEDED) << j->DebugString();
+      done.push_back(*std::move(j));
+    }
+    return done;
+  }
+
+  // Submits `n` quarter-GPU jobs; their ids.
+  absl::StatusOr<std::vector<std::string>> SubmitQuarterJobs(int n);
+
+  // Polls until `running` of `ids` run and every other one waits with a
+  // reason (written at the end of the pass that placed the others, or in
+  // a later one, which may be after they started).
+  absl::Status AwaitRunning(const std::vector<std::string>& ids, int running);
+};
 
 absl::StatusOr<std::vector<std::string>> GpuSharingTest::SubmitQuarterJobs(
     int n) {
@@ -100,11 +123,7 @@ absl::Status GpuSharingTest::AwaitRunning(const std::vector<std::string>& ids,
 }
 
 TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
-  YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
-  const std::string release = dir().path() + "/release";
-  const std::string script =
-      dir().WriteFile("script-train.sh", Trainer(release), /*executable=*/true);
-  YARD_ASSERT_OK(StartGpuWorker(script, /*mps=*/true));
+  YARD_ASSERT_OK(StartGpuCluster({}, /*mps=*/true));
   YARD_ASSIGN_OR_FAIL(const std::vector<std::string> ids, SubmitQuarterJobs(5));
   // Four run at once on GPU 0; the fifth waits for compute.
   YARD_ASSERT_OK(AwaitRunning(ids, 4));
@@ -128,14 +147,10 @@ TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
   }
   EXPECT_EQ(waiting, 1);
   // The four finish; the fifth then runs (and finishes at once).
-  dir().WriteFile("release", "");
-
-  for (const std::string& id : ids) {
-    YARD_ASSIGN_OR_FAIL(v1::Job done,
-                        WaitForTerminal(jobs(), id, JobTimeout()));
-    EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  YARD_ASSIGN_OR_FAIL(const std::vector<v1::Job> ended, ReleaseAndWait(ids));
+  for (const v1::Job& done : ended) {
     EXPECT_EQ(done.attempts_size(), 1) << done.DebugString();
-    CommandResult logs = Yard({"logs", id});
+    CommandResult logs = Yard({"logs", done.id()});
     ASSERT_EQ(logs.exit_code(), 0) << logs.DebugString();
     // GPU 0 by its UUID: an MPS server would renumber an index.
     EXPECT_THAT(logs.out, HasSubstr("grant: gpus=[GPU-a0a0a0a0-0000-4000-8000-"
@@ -148,11 +163,7 @@ TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
 // Without MPS the jobs sharing a GPU would be time-sliced (slower together
 // than one after another): each job takes the GPU whole, in turn.
 TEST_F(GpuSharingTest, WithoutMpsEachJobTakesTheGpuWhole) {
-  YARD_ASSERT_OK(StartServer({.extra_args = {"--policy", "best-fit"}}));
-  const std::string release = dir().path() + "/release";
-  const std::string script =
-      dir().WriteFile("script-train.sh", Trainer(release), /*executable=*/true);
-  YARD_ASSERT_OK(StartGpuWorker(script, /*mps=*/false));
+  YARD_ASSERT_OK(StartGpuCluster({}, /*mps=*/false));
   YARD_ASSIGN_OR_FAIL(const std::vector<std::string> ids, SubmitQuarterJobs(2));
   YARD_ASSERT_OK(AwaitRunning(ids, 1));
   for (const std::string& id : ids) {
@@ -167,22 +178,12 @@ TEST_F(GpuSharingTest, WithoutMpsEachJobTakesTheGpuWhole) {
   CommandResult workers = Yard({"-o", "json", "workers"});
   ASSERT_EQ(workers.exit_code(), 0) << workers.DebugString();
   EXPECT_THAT(workers.out, Not(HasSubstr("\"mps\"")));
-  dir().WriteFile("release", "");
-  for (const std::string& id : ids) {
-    YARD_ASSIGN_OR_FAIL(v1::Job done,
-                        WaitForTerminal(jobs(), id, JobTimeout()));
-    EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
-  }
+  YARD_ASSERT_OK(ReleaseAndWait(ids).status());
 }
 
 // --share-gpus always: the operator takes time-slicing for the wait saved.
 TEST_F(GpuSharingTest, ShareGpusAlwaysSharesAGpuWithoutMps) {
-  YARD_ASSERT_OK(StartServer(
-      {.extra_args = {"--policy", "best-fit", "--share-gpus", "always"}}));
-  const std::string release = dir().path() + "/release";
-  const std::string script =
-      dir().WriteFile("script-train.sh", Trainer(release), /*executable=*/true);
-  YARD_ASSERT_OK(StartGpuWorker(script, /*mps=*/false));
+  YARD_ASSERT_OK(StartGpuCluster({"--share-gpus", "always"}, /*mps=*/false));
   YARD_ASSIGN_OR_FAIL(const std::vector<std::string> ids, SubmitQuarterJobs(2));
   YARD_ASSERT_OK(AwaitRunning(ids, 2));
   for (const std::string& id : ids) {
@@ -190,12 +191,7 @@ TEST_F(GpuSharingTest, ShareGpusAlwaysSharesAGpuWithoutMps) {
     ASSERT_EQ(j.gpu_grants_size(), 1) << j.DebugString();
     EXPECT_TRUE(j.gpu_grants(0).shared());
   }
-  dir().WriteFile("release", "");
-  for (const std::string& id : ids) {
-    YARD_ASSIGN_OR_FAIL(v1::Job done,
-                        WaitForTerminal(jobs(), id, JobTimeout()));
-    EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
-  }
+  YARD_ASSERT_OK(ReleaseAndWait(ids).status());
 }
 
 }  // namespace

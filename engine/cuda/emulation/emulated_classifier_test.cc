@@ -47,6 +47,7 @@ using emulation_test::kU;
 using emulation_test::SameBits;
 
 constexpr int64_t kRows = 37, kThreads = 512;
+constexpr float kScale = 1.f / kRows;
 constexpr float kTie = 7.f;  // above every input: exact in bf16
 
 struct RowShape {
@@ -97,6 +98,14 @@ class EmulatedClassifierTest
     at(16, b) = kTie;
     if (b + sweep < C) at(16, b + sweep) = kTie;
     return x;
+  }
+
+  // The backward of every row, dlogits from `from`, at scale 1 / kRows:
+  // the softmax from `lse` (the forward's), or recomputed when it is null.
+  cudaError_t Backward(void* dlogits, const void* from, const float* lse,
+                       const int32_t* targets) const {
+    return cuda::LaunchSoftmaxCrossEntropyBackward(
+        dlogits, from, lse, targets, kScale, kRows, classes(), bf16(), nullptr);
   }
 
   std::vector<int32_t> Targets() const {
@@ -210,19 +219,16 @@ TEST_P(EmulatedClassifierTest, BackwardApartInPlaceAndMisalignedAlike) {
   const int64_t C = classes();
   const std::vector<int32_t> t = Targets();
   const std::vector<float> x = Logits(t);
-  const float scale = 1.f / kRows;
   Activations logits(x, bf16(), offset());
   Guarded<int32_t> targets(t);
   const auto backward = [&](void* dlogits, void* from) {
-    return cuda::LaunchSoftmaxCrossEntropyBackward(dlogits, from, nullptr,
-                                                   targets.get(), scale, kRows,
-                                                   C, bf16(), nullptr);
+    return Backward(dlogits, from, /*lse=*/nullptr, targets.get());
   };
   Activations dlogits(std::vector<float>(x.size(), 5.f), bf16(), offset());
   ASSERT_EQ(backward(dlogits.get(), logits.get()), cudaSuccess);
   EXPECT_TRUE(dlogits.GuardsIntact());
   const std::vector<float> got = dlogits.values();
-  ExpectGradient(got, x, t, C, scale, SumRelError(), bf16());
+  ExpectGradient(got, x, t, C, kScale, SumRelError(), bf16());
   EXPECT_TRUE(SameBits(logits.values(), Activations(x, bf16()).values()))
       << "the logits changed";
   // In place: the logits' buffer receives the same bits.
@@ -247,7 +253,6 @@ TEST_P(EmulatedClassifierTest, BackwardFromTheForwardsLogSumExp) {
   const int64_t C = classes();
   const std::vector<int32_t> t = Targets();
   const std::vector<float> x = Logits(t);
-  const float scale = 1.f / kRows;
   Activations logits(x, bf16(), offset());
   Guarded<int32_t> targets(t);
   Guarded<float> losses(std::vector<float>(kRows, -7.f));
@@ -273,9 +278,7 @@ TEST_P(EmulatedClassifierTest, BackwardFromTheForwardsLogSumExp) {
     worst = std::max({worst, std::abs(want), std::abs(want) + 4 + kTie});
   }
   const auto backward = [&](void* dlogits, void* from) {
-    return cuda::LaunchSoftmaxCrossEntropyBackward(dlogits, from, lse.get(),
-                                                   targets.get(), scale, kRows,
-                                                   C, bf16(), nullptr);
+    return Backward(dlogits, from, lse.get(), targets.get());
   };
   Activations dlogits(std::vector<float>(x.size(), 5.f), bf16(), offset());
   ASSERT_EQ(backward(dlogits.get(), logits.get()), cudaSuccess);
@@ -283,7 +286,7 @@ TEST_P(EmulatedClassifierTest, BackwardFromTheForwardsLogSumExp) {
   const std::vector<float> got = dlogits.values();
   // The lse's error (absolute, so relative in p), then x - lse and expf.
   const double rel_lse = 1.01 * SumRelError() + 4 * kU * worst + 2 * kU;
-  ExpectGradient(got, x, t, C, scale, rel_lse, bf16());
+  ExpectGradient(got, x, t, C, kScale, rel_lse, bf16());
   Activations in_place(x, bf16(), offset());
   ASSERT_EQ(backward(in_place.get(), in_place.get()), cudaSuccess);
   EXPECT_TRUE(SameBits(in_place.values(), got));
