@@ -217,6 +217,27 @@ std::string WorkerStateName(v1::WorkerState state) {
   return std::string(absl::StripPrefix(name, "WORKER_"));
 }
 
+namespace {
+
+// The FREE-GPUS cell: "1/2", and whether the worker's GPUs run under NVIDIA
+// MPS (the server shares only those): "1/2 MPS", or "1/2 (1 MPS)" for
+// some of them.
+std::string FreeGpus(const v1::Worker& w) {
+  const int n = w.devices_size();
+  const int mps = static_cast<int>(
+      std::count_if(w.devices().begin(), w.devices().end(),
+                    [](const v1::Device& d) { return d.mps(); }));
+  std::string out = absl::StrCat(w.free_gpus(), "/", n);
+  if (mps == n && n > 0) {
+    absl::StrAppend(&out, " MPS");
+  } else if (mps > 0) {
+    absl::StrAppend(&out, " (", mps, " MPS)");
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
                                const v1::ClusterStatus* status,
                                absl::Time now) {
@@ -235,8 +256,7 @@ std::string FormatWorkersTable(const std::vector<v1::Worker>& workers,
     for (const auto& ref : w.jobs()) jobs.push_back(ref.job_id());
     rows.push_back(
         {w.id(), w.hostname().empty() ? "-" : w.hostname(), state,
-         absl::StrCat(w.free_cpu_slots(), "/", w.cpu_slots()),
-         absl::StrCat(w.free_gpus(), "/", w.devices_size()),
+         absl::StrCat(w.free_cpu_slots(), "/", w.cpu_slots()), FreeGpus(w),
          jobs.empty() ? "-" : absl::StrJoin(jobs, ","),
          IsSet(w.last_heartbeat())
              ? FormatAge(FromProtoTime(w.last_heartbeat()), now) + " ago"

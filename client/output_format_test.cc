@@ -421,6 +421,35 @@ TEST(FormatWorkersTableTest, WorkersAndSummary) {
             "queued, 1 running, 0 succeeded, 0 failed, 0 cancelled\n");
 }
 
+// GPUs under NVIDIA MPS (the only ones the server shares by default) are
+// marked, all of a worker's or how many.
+TEST(FormatWorkersTableTest, GpusUnderMpsAreMarked) {
+  auto all = FromText<v1::Worker>(R"pb(
+    id: "a"
+    state: WORKER_READY
+    free_gpus: 1
+    devices { index: 0 mps: true }
+    devices { index: 1 mps: true }
+  )pb");
+  auto some = FromText<v1::Worker>(R"pb(
+    id: "s"
+    state: WORKER_READY
+    free_gpus: 2
+    devices { index: 0 mps: true }
+    devices { index: 1 }
+  )pb");
+  auto none = FromText<v1::Worker>(R"pb(
+    id: "n"
+    state: WORKER_READY
+    devices { index: 0 }
+  )pb");
+  EXPECT_EQ(FormatWorkersTable({all, some, none}, nullptr, kNow),
+            "ID  HOST  STATE  FREE-SLOTS  FREE-GPUS    JOBS  HEARTBEAT\n"
+            "a   -     READY  0/0         1/2 MPS      -     -\n"
+            "s   -     READY  0/0         2/2 (1 MPS)  -     -\n"
+            "n   -     READY  0/0         0/1          -     -\n");
+}
+
 TEST(FormatWorkersTableTest, ADrainedWorkerShowsWhoDrainsItAndWhy) {
   auto drained = FromText<v1::Worker>(R"pb(
     id: "w1"

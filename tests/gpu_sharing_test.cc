@@ -130,6 +130,9 @@ TEST_F(GpuSharingTest, FourQuarterJobsShareOneGpuAndAFifthWaits) {
   CommandResult workers = Yard({"-o", "json", "workers"});
   ASSERT_EQ(workers.exit_code(), 0) << workers.DebugString();
   EXPECT_THAT(workers.out, HasSubstr("\"mps\": true"));
+  CommandResult table = Yard({"workers"});
+  ASSERT_EQ(table.exit_code(), 0) << table.DebugString();
+  EXPECT_THAT(table.out, HasSubstr(" 0/1 MPS ")) << table.out;
   int waiting = 0;
   for (const std::string& id : ids) {
     YARD_ASSIGN_OR_FAIL(v1::Job j, GetJob(jobs(), id));
