@@ -278,11 +278,12 @@ int64_t TakePart(const PendingJob& job, const GpuDemand& demand,
                  std::vector<int32_t>& gpu_indices,
                  std::vector<GpuShare>& shares) {
   WorkerCapacity& w = free.workers[choice.worker];
-  const bool whole = job.whole_gpus() || job.gpu_memory_estimated;
-  int64_t given =
-      int64_t{job.gpus} * (whole ? kWholeGpuMilli : job.gpu_compute_milli);
-  if (!demand.whole) {
-    given = 0;
+  int64_t given = 0;
+  if (demand.whole) {
+    const bool whole = job.whole_gpus() || job.gpu_memory_estimated;
+    given =
+        int64_t{job.gpus} * (whole ? kWholeGpuMilli : job.gpu_compute_milli);
+  } else {
     for (size_t pos : choice.devices) {
       given += OnGpu(w.devices[pos], demand).compute_milli;
     }
