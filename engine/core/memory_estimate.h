@@ -44,7 +44,7 @@ inline constexpr int64_t kCudaOverheadBytes = int64_t{512} << 20;
 // (32 MiB), the embedding backward's sort keys (8 MiB), reduction scratch,
 // and slack for rounding each allocation up to the arena's alignment. The
 // arena a job needs is allocated() + workspace.
-inline constexpr int64_t kCudaWorkspaceBytes = int64_t{41} << 20;
+inline constexpr int64_t kCudaWorkspaceBytes = int64_t{43} << 20;
 
 // Any sizes are accepted: every part saturates at 2^60 bytes, and a GPT
 // config outside ValidateGptConfig's limits reads as saturated throughout,

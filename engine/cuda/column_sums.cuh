@@ -12,8 +12,15 @@
 //     adds the 32 lane sums in lane order into partials[o][split][c];
 //   stage 2, one thread per column: adds the splits' partials in split
 //     order, then that total onto out_o[c].
-// Every sum's order is fixed by rows, cols and the scratch size alone, so a
-// call gives bitwise the same result every time; no atomics.
+// Every sum's order is fixed by rows, cols, the scratch size and the width
+// W alone, so a call gives bitwise the same result every time; no atomics.
+//
+// Width: a thread takes W adjacent columns (x above numbering groups of
+// W), W = 1 or the caller's 16-byte pack (vec16.cuh: 8 bf16 or 4 fp32)
+// when every row of the summed arrays starts 16-byte aligned and cols is a
+// multiple of W. A warp then reads 32 packs of one row, 512 bytes of bf16
+// where W = 1 reads 64, with one 16-byte load a thread for every 2-byte
+// one. Each column's sum runs through the same stages either way.
 #ifndef TRAINYARD_ENGINE_CUDA_COLUMN_SUMS_CUH_
 #define TRAINYARD_ENGINE_CUDA_COLUMN_SUMS_CUH_
 
@@ -45,41 +52,62 @@ inline int64_t RowSplits(int64_t rows, int64_t cols, int outputs,
   return splits < 1 ? 1 : splits;
 }
 
-// Term is a functor: term(r, c, v) sets v[0..kOut) for row r, column c.
-// This block's columns: col0 + blockIdx.x * 32 + x, below col1; partials
-// are indexed from col0 ([o][split][c - col0], width col1 - col0).
-template <int kOut, typename Term>
+// Term is a functor: term(r, c, v) sets v[o][w] to term_o(r, c + w) for
+// o < kOut, w < W (c a multiple of W). This block's columns: col0 +
+// (blockIdx.x * 32 + x) * W + w, below col1; partials are indexed from col0
+// ([o][split][c - col0], width col1 - col0, a multiple of W).
+template <int kOut, int W, typename Term>
 __global__ void __launch_bounds__(kColumnTile* kColumnTile)
     ColumnPartialsKernel(float* partials, int64_t rows, int64_t col0,
                          int64_t col1, int64_t rows_per_split, Term term) {
   const int64_t c =
-      col0 + static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+      col0 + (static_cast<int64_t>(blockIdx.x) * kColumnTile + threadIdx.x) * W;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_split;
   const int64_t r1 = r0 + rows_per_split < rows ? r0 + rows_per_split : rows;
-  float acc[kOut];
+  float acc[kOut][W];
 #pragma unroll
-  for (int o = 0; o < kOut; ++o) acc[o] = 0.f;
+  for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+    for (int w = 0; w < W; ++w) acc[o][w] = 0.f;
+  }
   if (c < col1) {
+#pragma unroll 2
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kColumnTile) {
-      float v[kOut];
+      float v[kOut][W];
       term(r, c, v);
 #pragma unroll
-      for (int o = 0; o < kOut; ++o) acc[o] += v[o];
+      for (int o = 0; o < kOut; ++o) {
+#pragma unroll
+        for (int w = 0; w < W; ++w) acc[o][w] += v[o][w];
+      }
     }
   }
-  __shared__ float lanes[kOut][kColumnTile][kColumnTile + 1];
+  // One output at a time: 32 x (32 W + 1) floats, 32 KiB at W = 8.
+  __shared__ float lanes[kColumnTile][kColumnTile * W + 1];
+  const int64_t width = col1 - col0;
 #pragma unroll
-  for (int o = 0; o < kOut; ++o) lanes[o][threadIdx.y][threadIdx.x] = acc[o];
-  __syncthreads();
-  if (threadIdx.y == 0 && c < col1) {
-    const int64_t width = col1 - col0;
+  for (int o = 0; o < kOut; ++o) {
 #pragma unroll
-    for (int o = 0; o < kOut; ++o) {
-      float total = 0.f;
-      for (int y = 0; y < kColumnTile; ++y) total += lanes[o][y][threadIdx.x];
-      partials[(static_cast<int64_t>(o) * gridDim.y + blockIdx.y) * width +
-               (c - col0)] = total;
+    for (int w = 0; w < W; ++w) {
+      lanes[threadIdx.y][threadIdx.x * W + w] = acc[o][w];
     }
+    __syncthreads();
+    if (threadIdx.y == 0 && c < col1) {
+      float total[W];
+#pragma unroll
+      for (int w = 0; w < W; ++w) total[w] = 0.f;
+#pragma unroll 1
+      for (int y = 0; y < kColumnTile; ++y) {
+#pragma unroll
+        for (int w = 0; w < W; ++w) total[w] += lanes[y][threadIdx.x * W + w];
+      }
+      float* to = partials +
+                  (static_cast<int64_t>(o) * gridDim.y + blockIdx.y) * width +
+                  (c - col0);
+#pragma unroll
+      for (int w = 0; w < W; ++w) to[w] = total[w];
+    }
+    __syncthreads();
   }
 }
 
@@ -103,23 +131,25 @@ __global__ void AddColumnPartialsKernel(ColumnOutputs<kOut> outs,
 // Queues both stages, over chunks of columns when the scratch cannot hold
 // every column's partials (stream order makes reusing it safe). `scratch`
 // holds scratch_floats floats, at least kOut * kColumnTile (else
-// cudaErrorInvalidValue, nothing queued). rows, cols > 0.
-template <int kOut, typename Term>
+// cudaErrorInvalidValue, nothing queued). rows, cols > 0; cols a multiple
+// of W (W <= kColumnTile).
+template <int kOut, int W = 1, typename Term>
 cudaError_t LaunchColumnSums(ColumnOutputs<kOut> outs, float* scratch,
                              int64_t scratch_floats, int64_t rows, int64_t cols,
                              Term term, cudaStream_t stream) {
+  static_assert(W >= 1 && W <= kColumnTile);
   if (scratch_floats < kOut * kColumnTile) return cudaErrorInvalidValue;
-  const int64_t chunk = scratch_floats / kOut;
+  const int64_t chunk = scratch_floats / kOut / W * W;
   for (int64_t col0 = 0; col0 < cols; col0 += chunk) {
     const int64_t col1 = col0 + chunk < cols ? col0 + chunk : cols;
     const int64_t width = col1 - col0;
     const int64_t splits = RowSplits(rows, width, kOut, scratch_floats);
     const int64_t rows_per_split = (rows + splits - 1) / splits;
-    const dim3 grid(
-        static_cast<unsigned>((width + kColumnTile - 1) / kColumnTile),
-        static_cast<unsigned>(splits));
+    const int64_t tile = int64_t{kColumnTile} * W;
+    const dim3 grid(static_cast<unsigned>((width + tile - 1) / tile),
+                    static_cast<unsigned>(splits));
     const dim3 block(kColumnTile, kColumnTile);
-    ColumnPartialsKernel<kOut><<<grid, block, 0, stream>>>(
+    ColumnPartialsKernel<kOut, W><<<grid, block, 0, stream>>>(
         scratch, rows, col0, col1, rows_per_split, term);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;

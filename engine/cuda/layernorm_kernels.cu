@@ -1,8 +1,12 @@
 // LayerNorm forward and backward (as llm.c's layernorm_forward/backward).
 // Rows are independent: one warp per row computes the mean, then the
 // variance around it (two passes, as the CPU backend), with butterfly warp
-// sums whose order is fixed. The weight and bias gradients sum over rows
-// with the deterministic column sums of column_sums.cuh.
+// sums whose order is fixed. The backward sums the weight and bias
+// gradients over rows as it goes, in registers, when a row is at most 32
+// packs a lane (d_model up to 1,024) and the scratch holds its blocks'
+// partials (LayerNormBackwardKernel); otherwise a second pass takes them
+// with the deterministic column sums of column_sums.cuh. Either way the
+// order of every sum is fixed by the shape and the scratch size.
 //
 // Access: a row's arrays (input, output, weight, bias; the residual's
 // operands; the gradients) are read and written in 16-byte packs
@@ -16,6 +20,7 @@
 // The grouping of the sums thus depends on the launch shape and on the
 // arrays' alignment mod 16 bytes; the fused residual add stays bitwise the
 // Add and LayerNorm pair when its arrays are aligned alike.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/cuda/act_type.cuh"
@@ -181,23 +186,158 @@ __global__ void LayerNormInputGradKernel(T* dinp, const T* dout, const T* inp,
       });
 }
 
-// dweight's term norm * dout and dbias's term dout, per (row, channel).
-template <typename T>
+// The backward with the weight and bias gradients fused in, for rows of
+// whole packs (channels a multiple of the pack, every array 16-byte
+// aligned) of at most 32 * J packs. Warp g of the grid's W takes rows g,
+// g + W, ... and computes each row's dinp as LayerNormInputGradKernel does
+// (the same lane sums in the same order: the same bits), while its lanes
+// keep running sums of norm * dout and dout for the channels they own
+// (lane l: packs l, l + 32, ...) in registers. The block then adds its
+// warps' sums in warp order into partials[o][block][c] (o = 0: dweight,
+// 1: dbias), which AddColumnPartialsKernel adds in block order onto the
+// gradients. This saves the column sums' second read of inp and dout.
+template <typename T, int J>
+__global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
+    LayerNormBackwardKernel(T* dinp, float* partials, const T* dout,
+                            const T* inp, const T* weight, const float* mean,
+                            const float* rstd, int64_t rows, int64_t channels) {
+  constexpr int P = kPack<T>;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t packs = channels / P;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  const float inv_c = 1.f / static_cast<float>(channels);
+  float acc[2][J][P];  // [0]: norm * dout, [1]: dout
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+#pragma unroll
+    for (int k = 0; k < P; ++k) acc[0][j][k] = acc[1][j][k] = 0.f;
+  }
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+       row < rows; row += warps) {
+    const T* x = inp + row * channels;
+    const T* d = dout + row * channels;
+    T* di = dinp + row * channels;
+    const float m = mean[row], s = rstd[row];
+    float dnorm_sum = 0.f, dnorm_norm_sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int64_t c = (lane + 32 * j) * static_cast<int64_t>(P);
+      if (c >= packs * P) break;
+      float xv[P], dv[P], wv[P];
+      LdPack(x + c, xv);
+      LdPack(d + c, dv);
+      LdPack(weight + c, wv);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float dnorm = wv[k] * dv[k];
+        dnorm_sum += dnorm;
+        dnorm_norm_sum += dnorm * ((xv[k] - m) * s);
+      }
+    }
+    const float dnorm_mean = WarpReduce(dnorm_sum, SumOp()) * inv_c;
+    const float dnorm_norm_mean = WarpReduce(dnorm_norm_sum, SumOp()) * inv_c;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int64_t c = (lane + 32 * j) * static_cast<int64_t>(P);
+      if (c >= packs * P) break;
+      float xv[P], dv[P], wv[P], g[P];
+      LdPack(x + c, xv);
+      LdPack(d + c, dv);
+      LdPack(weight + c, wv);
+      LdPack(di + c, g);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float norm = (xv[k] - m) * s;
+        g[k] = g[k] + (wv[k] * dv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
+        acc[0][j][k] += norm * dv[k];
+        acc[1][j][k] += dv[k];
+      }
+      StPack(di + c, g);
+    }
+  }
+  __shared__ float lanes[kRowsPerBlock][32 * J * P];
+#pragma unroll
+  for (int o = 0; o < 2; ++o) {
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int64_t c = (lane + 32 * j) * static_cast<int64_t>(P);
+      if (c >= packs * P) break;
+#pragma unroll
+      for (int k = 0; k < P; ++k) lanes[warp][c + k] = acc[o][j][k];
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
+      float total = 0.f;
+      for (int w = 0; w < kRowsPerBlock; ++w) total += lanes[w][c];
+      partials[(o * static_cast<int64_t>(gridDim.x) + blockIdx.x) * channels +
+               c] = total;
+    }
+    __syncthreads();
+  }
+}
+
+// dweight's term norm * dout and dbias's term dout at row r, channels c ..
+// c + W - 1 (a pack when W is one), for the two-pass backward.
+template <typename T, int W>
 struct LayerNormParamTerm {
   const T* dout;
   const T* inp;
   const float* mean;
   const float* rstd;
   int64_t channels;
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[2]) const {
-    const float d = Ld(dout + r * channels + c);
-    v[0] = (Ld(inp + r * channels + c) - mean[r]) * rstd[r] * d;
-    v[1] = d;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[2][W]) const {
+    float d[W], x[W];
+    if constexpr (W == kPack<T>) {
+      LdPack(dout + r * channels + c, d);
+      LdPack(inp + r * channels + c, x);
+    } else {
+      static_assert(W == 1);
+      d[0] = Ld(dout + r * channels + c);
+      x[0] = Ld(inp + r * channels + c);
+    }
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      v[0][w] = (x[w] - mean[r]) * rstd[r] * d[w];
+      v[1][w] = d[w];
+    }
   }
 };
 
 unsigned RowBlocks(int64_t rows) {
   return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+// The fused backward's block count: two blocks on each of an H100's or
+// H200's 132 SMs, fewer for few rows or when the partials (2 * channels a
+// block) would not fit the scratch; 0 when they never fit. Fixed by rows,
+// channels and the scratch size alone, so the sums' order is too.
+constexpr int64_t kMaxGradBlocks = 264;
+
+int64_t GradBlocks(int64_t rows, int64_t channels, int64_t scratch_floats) {
+  return std::min({static_cast<int64_t>(RowBlocks(rows)), kMaxGradBlocks,
+                   scratch_floats / (2 * channels)});
+}
+
+// The fused backward for J packs a lane (J * P <= 32: the 2 * J * P
+// running sums stay in registers), or nothing queued and false when the
+// row needs more.
+template <typename T, int J = 1>
+bool LaunchFusedBackward(int64_t lane_packs, unsigned blocks, T* dinp,
+                         float* partials, const T* dout, const T* inp,
+                         const T* weight, const float* mean, const float* rstd,
+                         int64_t rows, int64_t channels, cudaStream_t stream) {
+  if constexpr (J * kPack < T >> 32) {
+    return false;
+  } else {
+    if (lane_packs > J) {
+      return LaunchFusedBackward<T, J + 1>(lane_packs, blocks, dinp, partials,
+                                           dout, inp, weight, mean, rstd, rows,
+                                           channels, stream);
+    }
+    LayerNormBackwardKernel<T, J><<<blocks, kRowsPerBlock * 32, 0, stream>>>(
+        dinp, partials, dout, inp, weight, mean, rstd, rows, channels);
+    return true;
+  }
 }
 
 }  // namespace
@@ -245,15 +385,40 @@ cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
+    constexpr int P = kPack<T>;
+    // Either path's least scratch, so that a size is valid or not alike.
+    if (scratch_floats < 2 * kColumnTile) return cudaErrorInvalidValue;
+    const int64_t blocks = GradBlocks(rows, channels, scratch_floats);
+    if (channels % P == 0 && blocks > 0 && Aligned16(dinp) && Aligned16(dout) &&
+        Aligned16(inp) && Aligned16(weight) &&
+        LaunchFusedBackward<T>((channels / P + 31) / 32,
+                               static_cast<unsigned>(blocks), As<T>(dinp),
+                               scratch, As<T>(dout), As<T>(inp), As<T>(weight),
+                               mean, rstd, rows, channels, stream)) {
+      cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess) return e;
+      const ColumnOutputs<2> outs{{dweight, dbias}};
+      AddColumnPartialsKernel<2>
+          <<<ElementwiseBlocks(channels), kElementwiseThreads, 0, stream>>>(
+              outs, scratch, blocks, 0, channels);
+      return cudaGetLastError();
+    }
     LayerNormInputGradKernel<<<RowBlocks(rows), kRowsPerBlock * 32, 0,
                                stream>>>(As<T>(dinp), As<T>(dout), As<T>(inp),
                                          As<T>(weight), mean, rstd, rows,
                                          channels);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
+    if (channels % P == 0 && Aligned16(dout) && Aligned16(inp)) {
+      return LaunchColumnSums<2, P>(
+          {{dweight, dbias}}, scratch, scratch_floats, rows, channels,
+          LayerNormParamTerm<T, P>{As<T>(dout), As<T>(inp), mean, rstd,
+                                   channels},
+          stream);
+    }
     return LaunchColumnSums<2>(
         {{dweight, dbias}}, scratch, scratch_floats, rows, channels,
-        LayerNormParamTerm<T>{As<T>(dout), As<T>(inp), mean, rstd, channels},
+        LayerNormParamTerm<T, 1>{As<T>(dout), As<T>(inp), mean, rstd, channels},
         stream);
   });
 }

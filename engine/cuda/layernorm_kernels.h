@@ -30,7 +30,10 @@ cudaError_t LaunchAddLayerNormForward(void* res, void* out, float* mean,
 
 // dinp += input gradient; dweight += sum over rows of norm * dout; dbias +=
 // sum over rows of dout (all accumulated; the sums go through `scratch`,
-// scratch_floats floats, at least 64: column_sums.cuh).
+// scratch_floats floats, at least 64). In one pass over the rows when they
+// are whole 16-byte packs of at most 1,024 channels and the scratch holds
+// 2 * channels floats (more makes it use more of the GPU, up to 264
+// blocks' worth), else in two (column_sums.cuh).
 // dinp, dout, inp and weight are activations (bf16 when `bf16`: dinp's
 // sum is taken in fp32 and rounded once); dweight and dbias fp32.
 cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,

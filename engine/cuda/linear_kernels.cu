@@ -1,7 +1,7 @@
 // The linear layer's own kernels: broadcasting a bias into every row (16
 // bytes a copy when the rows are whole 16-byte packs, vec16.cuh, else an
 // element a copy), and the bias gradient as deterministic column sums
-// (column_sums.cuh).
+// (column_sums.cuh; a pack a thread when the rows are whole packs).
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/block_reduce.cuh"
 #include "engine/cuda/column_sums.cuh"
@@ -29,12 +29,18 @@ __global__ void BroadcastRowsKernel(T* out, const T* bias, int64_t rows,
   }
 }
 
-template <typename T>
+// dout's columns c .. c + W - 1 of row r: a pack when W is one.
+template <typename T, int W>
 struct BiasGradTerm {
   const T* dout;
   int64_t cols;
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const {
-    v[0] = Ld(dout + r * cols + c);
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][W]) const {
+    if constexpr (W == kPack<T>) {
+      LdPack(dout + r * cols + c, v[0]);
+    } else {
+      static_assert(W == 1);
+      v[0][0] = Ld(dout + r * cols + c);
+    }
   }
 };
 
@@ -61,8 +67,13 @@ cudaError_t LaunchBiasGrad(float* dbias, const void* dout, int64_t rows,
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
+    if (cols % kPack<T> == 0 && Aligned16(dout)) {
+      return LaunchColumnSums<1, kPack<T>>(
+          {{dbias}}, scratch, scratch_floats, rows, cols,
+          BiasGradTerm<T, kPack<T>>{As<T>(dout), cols}, stream);
+    }
     return LaunchColumnSums<1>({{dbias}}, scratch, scratch_floats, rows, cols,
-                               BiasGradTerm<T>{As<T>(dout), cols}, stream);
+                               BiasGradTerm<T, 1>{As<T>(dout), cols}, stream);
   });
 }
 

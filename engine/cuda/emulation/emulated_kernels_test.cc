@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -157,51 +158,57 @@ TEST_P(EmulatedKernelsTest, BroadcastRowsCopiesTheBiasBitwise) {
   }
 }
 
-constexpr int64_t kSumRows = 2500, kSumCols = 200;
+constexpr int64_t kSumRows = 2500;
 
-// Scratch sizes (floats per output): every column at once in 10 row
-// ranges, and 96 columns at a time (chunks of 96, 96 and 8 columns).
-const int64_t kScratchPerOutput[] = {32 * kSumCols, 96};
-
+// Row shapes: whole 16-byte packs (200 columns, aligned: a pack a thread),
+// and an element a thread for rows that are not (203 columns; dout 3
+// elements off a 16-byte boundary). Scratch sizes (floats per output):
+// every column at once in 10 row ranges, and 96 columns at a time (chunks
+// of 96, 96 and 8 or 11 columns).
 TEST_P(EmulatedKernelsTest, BiasGradSumsRowsInChunksAndRepeatsBitwise) {
-  const std::vector<float> dout = Inputs(kSumRows * kSumCols, 31, bf16());
-  const std::vector<float> init = Random(kSumCols, 32);
-  std::vector<double> want(kSumCols), tol(kSumCols);
-  for (int64_t c = 0; c < kSumCols; ++c) {
-    double sum = init[c], mag = std::abs(init[c]);
-    for (int64_t r = 0; r < kSumRows; ++r) {
-      sum += dout[r * kSumCols + c];
-      mag += std::abs(dout[r * kSumCols + c]);
+  for (const auto& [cols, offset] :
+       {std::pair<int64_t, int64_t>{200, 0}, {203, 0}, {200, 3}}) {
+    SCOPED_TRACE(std::to_string(cols) + " columns at " +
+                 std::to_string(offset));
+    const std::vector<float> dout = Inputs(kSumRows * cols, 31, bf16());
+    const std::vector<float> init = Random(cols, 32);
+    std::vector<double> want(cols), tol(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      double sum = init[c], mag = std::abs(init[c]);
+      for (int64_t r = 0; r < kSumRows; ++r) {
+        sum += dout[r * cols + c];
+        mag += std::abs(dout[r * cols + c]);
+      }
+      want[c] = sum;
+      tol[c] = Gamma(ColumnSumDepth(kSumRows)) * mag;
     }
-    want[c] = sum;
-    tol[c] = Gamma(ColumnSumDepth(kSumRows)) * mag;
-  }
-  Activations d(dout, bf16());
-  for (const int64_t scratch_floats : kScratchPerOutput) {
-    std::vector<float> first;
-    for (int run = 0; run < 2; ++run) {
-      Guarded<float> dbias(init);
-      Guarded<float> scratch(std::vector<float>(scratch_floats, 0.f));
-      ASSERT_EQ(
-          cuda::LaunchBiasGrad(dbias.get(), d.get(), kSumRows, kSumCols,
-                               scratch.get(), scratch_floats, bf16(), nullptr),
-          cudaSuccess);
-      EXPECT_TRUE(dbias.GuardsIntact());
-      EXPECT_TRUE(scratch.GuardsIntact());
-      if (run == 0) {
-        first = dbias.values();
-        ExpectWithin(first, want, tol, "dbias");
-      } else {
-        EXPECT_TRUE(SameBits(dbias.values(), first))
-            << "scratch " << scratch_floats;
+    Activations d(dout, bf16(), offset);
+    for (const int64_t scratch_floats : {32 * cols, int64_t{96}}) {
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        Guarded<float> dbias(init);
+        Guarded<float> scratch(std::vector<float>(scratch_floats, 0.f));
+        ASSERT_EQ(cuda::LaunchBiasGrad(dbias.get(), d.get(), kSumRows, cols,
+                                       scratch.get(), scratch_floats, bf16(),
+                                       nullptr),
+                  cudaSuccess);
+        EXPECT_TRUE(dbias.GuardsIntact());
+        EXPECT_TRUE(scratch.GuardsIntact());
+        if (run == 0) {
+          first = dbias.values();
+          ExpectWithin(first, want, tol, "dbias");
+        } else {
+          EXPECT_TRUE(SameBits(dbias.values(), first))
+              << "scratch " << scratch_floats;
+        }
       }
     }
+    Guarded<float> dbias(init), scratch(std::vector<float>(31, 0.f));
+    EXPECT_EQ(cuda::LaunchBiasGrad(dbias.get(), d.get(), kSumRows, cols,
+                                   scratch.get(), 31, bf16(), nullptr),
+              cudaErrorInvalidValue);
+    EXPECT_TRUE(SameBits(dbias.values(), init)) << "wrote despite the error";
   }
-  Guarded<float> dbias(init), scratch(std::vector<float>(31, 0.f));
-  EXPECT_EQ(cuda::LaunchBiasGrad(dbias.get(), d.get(), kSumRows, kSumCols,
-                                 scratch.get(), 31, bf16(), nullptr),
-            cudaErrorInvalidValue);
-  EXPECT_TRUE(SameBits(dbias.values(), init)) << "wrote despite the error";
 }
 
 // No rows or no columns: nothing launched, nothing written.

@@ -3,16 +3,24 @@
 // bf16, over row shapes that exercise their packed access (vec16.cuh):
 // whole packs (200 channels, aligned), rows whose arrays align unlike each
 // other (203 channels: element by element), and every array 3 elements off
-// a 16-byte boundary (a scalar head and tail around the packs). Also:
-// thousands of rows and a scratch too small for all columns at once for
-// the parameter gradients, bitwise repeatability while the emulation
-// changes its thread order, guard zones and a bad scratch size.
+// a 16-byte boundary (a scalar head and tail around the packs), and the
+// widths around the one-pass backward's limit (768 and 1,024 channels: 3
+// and 4 bf16 packs a lane, 6 and 8 fp32; 1,032: one pack a lane too many).
+// Also: thousands of rows and few, scratch sizes that pick the one-pass
+// backward at several block counts or the two-pass one (too small for one
+// block's partials, or for all columns at once), bitwise repeatability
+// while the emulation changes its thread order, guard zones and a bad
+// scratch size.
 //
 // Bounds (gamma_n as guarded_buffers.h): a row's sums are warp sums whose
 // terms pass through the adds of their lane and the 5 of the butterfly.
 // Packed, a lane adds the entries of ceil(packs / 32) packs of P channels
 // in order plus at most one head and one tail channel; element by element,
-// ceil(C / 32) channels (LaneTerms).
+// ceil(C / 32) channels (LaneTerms). The parameter gradients are column
+// sums over rows: in two passes (column_sums.cuh) of depth ColumnSumDepth;
+// in one, a lane's ceil(rows / 8G) rows, the block's 8 warps, the G
+// blocks' partials and the add onto the gradient, for the launcher's block
+// count G, at most 264 (ParamSumDepth bounds both for any G).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -56,6 +64,20 @@ int64_t LaneTerms(int64_t C, bool bf16) {
   return std::max((C + 31) / 32, (C + 32 * P - 1) / (32 * P) * P + 2);
 }
 
+// The most adds on the way from a term of a parameter gradient's column
+// sum to the gradient, on the path the launcher takes for this shape and
+// scratch (its header's conditions; G as layernorm_kernels.cu picks it).
+int64_t ParamSumDepth(int64_t rows, int64_t C, int64_t offset, bool bf16,
+                      int64_t scratch_floats) {
+  const int64_t P = bf16 ? 8 : 4;
+  const bool one_pass =
+      offset == 0 && C % P == 0 && C <= 1024 && scratch_floats >= 2 * C;
+  if (!one_pass) return ColumnSumDepth(rows);
+  const int64_t g =
+      std::min({(rows + 7) / 8, int64_t{264}, scratch_floats / (2 * C)});
+  return (rows + 8 * g - 1) / (8 * g) + 8 + g + 1;
+}
+
 class EmulatedLayerNormTest
     : public ::testing::TestWithParam<std::tuple<bool, LnShape>> {
  protected:
@@ -77,19 +99,20 @@ struct LayerNormCase {
 // Runs the forward and checks it: mean and rstd against double, out within
 // the errors of a warp sum (LaneTerms + 5 adds) and the few roundings
 // after it.
-LayerNormCase CheckedForward(bool bf16, int64_t C, int64_t offset) {
+LayerNormCase CheckedForward(bool bf16, int64_t C, int64_t offset,
+                             int64_t rows) {
   LayerNormCase k;
-  k.inp = Inputs(kLnRows * C, 41, bf16, -2, 3);
+  k.inp = Inputs(rows * C, 41, bf16, -2, 3);
   k.weight = Inputs(C, 42, bf16, 0.5, 1.5);
   k.bias = Inputs(C, 43, bf16);
   Activations inp(k.inp, bf16, offset), weight(k.weight, bf16, offset),
       bias(k.bias, bf16, offset);
   Activations out(std::vector<float>(k.inp.size(), 0.f), bf16, offset);
-  Guarded<float> mean(std::vector<float>(kLnRows, 0.f));
-  Guarded<float> rstd(std::vector<float>(kLnRows, 0.f));
+  Guarded<float> mean(std::vector<float>(rows, 0.f));
+  Guarded<float> rstd(std::vector<float>(rows, 0.f));
   EXPECT_EQ(cuda::LaunchLayerNormForward(out.get(), mean.get(), rstd.get(),
                                          inp.get(), weight.get(), bias.get(),
-                                         kLnRows, C, bf16, nullptr),
+                                         rows, C, bf16, nullptr),
             cudaSuccess);
   EXPECT_TRUE(out.GuardsIntact() && mean.GuardsIntact() && rstd.GuardsIntact());
   k.mean = mean.values();
@@ -97,7 +120,7 @@ LayerNormCase CheckedForward(bool bf16, int64_t C, int64_t offset) {
   const std::vector<float> got = out.values();
   const int64_t depth = LaneTerms(C, bf16) + 5;
   std::vector<double> want(got.size()), tol(got.size());
-  for (int64_t r = 0; r < kLnRows; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {
     const float* x = &k.inp[r * C];
     double m = 0, mag = 0, var = 0;
     for (int64_t c = 0; c < C; ++c) {
@@ -126,7 +149,7 @@ LayerNormCase CheckedForward(bool bf16, int64_t C, int64_t offset) {
 
 // The backward's host result in double from the forward's fp32 mean and
 // rstd, with bounds: dinp as derived in the comment inside; dweight and
-// dbias as column sums of terms of 3 and 0 roundings.
+// dbias as column sums of param_depth adds of terms of 3 and 0 roundings.
 struct LayerNormGrads {
   std::vector<double> dinp, dinp_tol, dweight, dweight_tol, dbias, dbias_tol;
 };
@@ -135,8 +158,10 @@ LayerNormGrads HostBackward(const LayerNormCase& k,
                             const std::vector<float>& dout,
                             const std::vector<float>& dinp0,
                             const std::vector<float>& dw0,
-                            const std::vector<float>& db0, bool bf16) {
+                            const std::vector<float>& db0, bool bf16,
+                            int64_t param_depth) {
   const int64_t C = static_cast<int64_t>(k.weight.size());
+  const int64_t rows = static_cast<int64_t>(k.mean.size());
   const int64_t depth = LaneTerms(C, bf16) + 5;
   LayerNormGrads g{
       {}, {}, {dw0.begin(), dw0.end()}, {}, {db0.begin(), db0.end()}, {}};
@@ -147,7 +172,7 @@ LayerNormGrads HostBackward(const LayerNormCase& k,
     dw_mag[c] = std::abs(dw0[c]);
     db_mag[c] = std::abs(db0[c]);
   }
-  for (int64_t r = 0; r < kLnRows; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {
     const double m = k.mean[r], s = k.rstd[r];
     double a = 0, b = 0, a_mag = 0, b_mag = 0;
     for (int64_t c = 0; c < C; ++c) {
@@ -181,8 +206,8 @@ LayerNormGrads HostBackward(const LayerNormCase& k,
   g.dweight_tol.resize(C);
   g.dbias_tol.resize(C);
   for (int64_t c = 0; c < C; ++c) {
-    g.dweight_tol[c] = Gamma(ColumnSumDepth(kLnRows) + 3) * dw_mag[c];
-    g.dbias_tol[c] = Gamma(ColumnSumDepth(kLnRows)) * db_mag[c];
+    g.dweight_tol[c] = Gamma(param_depth + 3) * dw_mag[c];
+    g.dbias_tol[c] = Gamma(param_depth) * db_mag[c];
   }
   return g;
 }
@@ -221,60 +246,75 @@ TEST_P(EmulatedLayerNormTest, AddLayerNormIsTheTwoOpsBitwise) {
   EXPECT_TRUE(SameBits(rstd.values(), rstd2.values()));
 }
 
-// Scratch sizes (floats per output): every column at once in 10 row
-// ranges, and 96 columns at a time.
+// Scratch sizes, in floats: room for 264 blocks' partials, for 32 blocks'
+// (or every column at once in 10 row ranges for the two-pass backward),
+// for one block's, and too little for one (96 columns at a time). Each is
+// within its path's bound and repeats bitwise; dinp is the same bits
+// whichever path and block count, as the one-pass kernel's comment says.
+// With 5 rows, most of the one block's warps have no row.
 TEST_P(EmulatedLayerNormTest, BackwardInChunksAndRepeatsBitwise) {
-  const int64_t C = channels(), n = kLnRows * C;
-  const LayerNormCase k = CheckedForward(bf16(), C, offset());
-  const std::vector<float> dout = Inputs(n, 51, bf16());
-  const std::vector<float> dinp0 = Inputs(n, 52, bf16());
-  const std::vector<float> dw0 = Random(C, 53);
-  const std::vector<float> db0 = Random(C, 54);
-  const LayerNormGrads want = HostBackward(k, dout, dinp0, dw0, db0, bf16());
-  Activations d = Act(dout), inp = Act(k.inp), weight = Act(k.weight);
-  Guarded<float> mean(k.mean), rstd(k.rstd);
-  for (const int64_t per_output : {32 * C, int64_t{96}}) {
-    std::vector<float> first[3];
-    for (int run = 0; run < 2; ++run) {
-      Activations dinp = Act(dinp0);
-      Guarded<float> dw(dw0), db(db0);
-      Guarded<float> scratch(std::vector<float>(2 * per_output, 0.f));
-      ASSERT_EQ(cuda::LaunchLayerNormBackward(
-                    dinp.get(), dw.get(), db.get(), d.get(), inp.get(),
-                    weight.get(), mean.get(), rstd.get(), kLnRows, C,
-                    scratch.get(), 2 * per_output, bf16(), nullptr),
-                cudaSuccess);
-      EXPECT_TRUE(dinp.GuardsIntact() && dw.GuardsIntact() &&
-                  db.GuardsIntact() && scratch.GuardsIntact());
-      const std::vector<float> got[3] = {dinp.values(), dw.values(),
-                                         db.values()};
-      if (run == 0) {
-        ExpectWithin(got[0], want.dinp, want.dinp_tol, "dinp");
-        ExpectWithin(got[1], want.dweight, want.dweight_tol, "dweight");
-        ExpectWithin(got[2], want.dbias, want.dbias_tol, "dbias");
-        for (int j = 0; j < 3; ++j) first[j] = got[j];
-      } else {
-        for (int j = 0; j < 3; ++j) {
-          EXPECT_TRUE(SameBits(got[j], first[j]))
-              << "output " << j << ", scratch " << 2 * per_output;
+  const int64_t C = channels();
+  for (const int64_t rows : {kLnRows, int64_t{5}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const int64_t n = rows * C;
+    const LayerNormCase k = CheckedForward(bf16(), C, offset(), rows);
+    const std::vector<float> dout = Inputs(n, 51, bf16());
+    const std::vector<float> dinp0 = Inputs(n, 52, bf16());
+    const std::vector<float> dw0 = Random(C, 53);
+    const std::vector<float> db0 = Random(C, 54);
+    Activations d = Act(dout), inp = Act(k.inp), weight = Act(k.weight);
+    Guarded<float> mean(k.mean), rstd(k.rstd);
+    std::vector<float> first_dinp;
+    for (const int64_t scratch_floats :
+         {2 * 264 * C, 64 * C, 2 * C, int64_t{192}}) {
+      SCOPED_TRACE("scratch " + std::to_string(scratch_floats));
+      const LayerNormGrads want = HostBackward(
+          k, dout, dinp0, dw0, db0, bf16(),
+          ParamSumDepth(rows, C, offset(), bf16(), scratch_floats));
+      std::vector<float> first[3];
+      for (int run = 0; run < 2; ++run) {
+        Activations dinp = Act(dinp0);
+        Guarded<float> dw(dw0), db(db0);
+        Guarded<float> scratch(std::vector<float>(scratch_floats, 0.f));
+        ASSERT_EQ(cuda::LaunchLayerNormBackward(
+                      dinp.get(), dw.get(), db.get(), d.get(), inp.get(),
+                      weight.get(), mean.get(), rstd.get(), rows, C,
+                      scratch.get(), scratch_floats, bf16(), nullptr),
+                  cudaSuccess);
+        EXPECT_TRUE(dinp.GuardsIntact() && dw.GuardsIntact() &&
+                    db.GuardsIntact() && scratch.GuardsIntact());
+        const std::vector<float> got[3] = {dinp.values(), dw.values(),
+                                           db.values()};
+        if (run == 0) {
+          ExpectWithin(got[0], want.dinp, want.dinp_tol, "dinp");
+          ExpectWithin(got[1], want.dweight, want.dweight_tol, "dweight");
+          ExpectWithin(got[2], want.dbias, want.dbias_tol, "dbias");
+          for (int j = 0; j < 3; ++j) first[j] = got[j];
+          if (first_dinp.empty()) first_dinp = got[0];
+          EXPECT_TRUE(SameBits(got[0], first_dinp));
+        } else {
+          for (int j = 0; j < 3; ++j) {
+            EXPECT_TRUE(SameBits(got[j], first[j])) << "output " << j;
+          }
         }
       }
     }
+    Activations dinp = Act(dinp0);
+    Guarded<float> dw(dw0), db(db0), scratch(std::vector<float>(63, 0.f));
+    EXPECT_EQ(cuda::LaunchLayerNormBackward(dinp.get(), dw.get(), db.get(),
+                                            d.get(), inp.get(), weight.get(),
+                                            mean.get(), rstd.get(), rows, C,
+                                            scratch.get(), 63, bf16(), nullptr),
+              cudaErrorInvalidValue);
   }
-  Activations dinp = Act(dinp0);
-  Guarded<float> dw(dw0), db(db0), scratch(std::vector<float>(63, 0.f));
-  EXPECT_EQ(cuda::LaunchLayerNormBackward(dinp.get(), dw.get(), db.get(),
-                                          d.get(), inp.get(), weight.get(),
-                                          mean.get(), rstd.get(), kLnRows, C,
-                                          scratch.get(), 63, bf16(), nullptr),
-            cudaErrorInvalidValue);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, EmulatedLayerNormTest,
     ::testing::Combine(::testing::Bool(),
                        ::testing::Values(LnShape{200, 0}, LnShape{203, 0},
-                                         LnShape{200, 3})),
+                                         LnShape{200, 3}, LnShape{768, 0},
+                                         LnShape{1024, 0}, LnShape{1032, 0})),
     [](const auto& info) {
       const LnShape s = std::get<1>(info.param);
       return std::string(std::get<0>(info.param) ? "Bf16" : "Fp32") + "_" +
