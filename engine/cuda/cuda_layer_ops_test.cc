@@ -273,12 +273,18 @@ TEST_P(CudaLayerNormTest, FusedResidualAddIsTheTwoOpsBitwise) {
 
 // 3000 and 9000 rows: the parameter gradients sum over 12 and 32 row
 // ranges (column_sums.cuh).
+// The backward's paths (layernorm_kernels.cu): 33 channels are not whole
+// fp32 packs (two passes, an element a thread); 96, 800 and 1,024 go in
+// one pass (1, 7 and 8 packs a lane); 1,032 is a pack a lane too many (two
+// passes, a pack a thread).
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNormTest,
                          ::testing::Values(LayerNormShape{67, 33},
                                            LayerNormShape{67, 96},
                                            LayerNormShape{67, 800},
                                            LayerNormShape{3000, 96},
-                                           LayerNormShape{9000, 800}));
+                                           LayerNormShape{9000, 800},
+                                           LayerNormShape{2000, 1024},
+                                           LayerNormShape{67, 1032}));
 
 struct AttentionShape {
   int64_t batch, seq, channels, heads;
