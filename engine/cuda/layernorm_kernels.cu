@@ -130,6 +130,33 @@ __global__ void LayerNormForwardKernel(T* out, float* mean, float* rstd, T* res,
   }
 }
 
+// One row's input gradient, the same arithmetic in both backward kernels
+// (so the same bits): Add each channel's terms of the row's two sums in
+// the lane's order, Reduce them over the warp into means, then Grad each
+// channel: prev + (w d - mean(w d) - norm mean(w d norm)) rstd.
+struct RowGrad {
+  float m, s;
+  float dnorm_sum = 0.f, dnorm_norm_sum = 0.f;
+  float dnorm_mean = 0.f, dnorm_norm_mean = 0.f;
+  __device__ __forceinline__ RowGrad(float mean, float rstd)
+      : m(mean), s(rstd) {}
+  __device__ __forceinline__ float Norm(float xv) const { return (xv - m) * s; }
+  __device__ __forceinline__ void Add(float xv, float dv, float wv) {
+    const float dnorm = wv * dv;
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * Norm(xv);
+  }
+  __device__ __forceinline__ void Reduce(int64_t channels) {
+    const float inv_c = 1.f / static_cast<float>(channels);
+    dnorm_mean = WarpReduce(dnorm_sum, SumOp()) * inv_c;
+    dnorm_norm_mean = WarpReduce(dnorm_norm_sum, SumOp()) * inv_c;
+  }
+  __device__ __forceinline__ float Grad(float xv, float dv, float wv,
+                                        float prev) const {
+    return prev + (wv * dv - dnorm_mean - Norm(xv) * dnorm_norm_mean) * s;
+  }
+};
+
 template <typename T>
 __global__ void LayerNormInputGradKernel(T* dinp, const T* dout, const T* inp,
                                          const T* weight, const float* mean,
@@ -144,35 +171,23 @@ __global__ void LayerNormInputGradKernel(T* dinp, const T* dout, const T* inp,
   const T* d = dout + row * channels;
   T* di = dinp + row * channels;
   const auto split = SplitAligned(channels, x, d, di, weight);
-  const float m = mean[row], s = rstd[row];
-  float dnorm_sum = 0.f, dnorm_norm_sum = 0.f;
-  const auto sums = [&](float xv, float dv, float wv) {
-    const float dnorm = wv * dv;
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * ((xv - m) * s);
-  };
+  RowGrad rg(mean[row], rstd[row]);
   ForOwned(
       split, lane, 32,
-      [&](int64_t c) { sums(Ld(x + c), Ld(d + c), Ld(weight + c)); },
+      [&](int64_t c) { rg.Add(Ld(x + c), Ld(d + c), Ld(weight + c)); },
       [&](int64_t c) {
         float xv[P], dv[P], wv[P];
         LdPack(x + c, xv);
         LdPack(d + c, dv);
         LdPack(weight + c, wv);
 #pragma unroll
-        for (int k = 0; k < P; ++k) sums(xv[k], dv[k], wv[k]);
+        for (int k = 0; k < P; ++k) rg.Add(xv[k], dv[k], wv[k]);
       });
-  const float inv_c = 1.f / static_cast<float>(channels);
-  const float dnorm_mean = WarpReduce(dnorm_sum, SumOp()) * inv_c;
-  const float dnorm_norm_mean = WarpReduce(dnorm_norm_sum, SumOp()) * inv_c;
-  const auto grad = [&](float xv, float dv, float wv, float prev) {
-    const float norm = (xv - m) * s;
-    return prev + (wv * dv - dnorm_mean - norm * dnorm_norm_mean) * s;
-  };
+  rg.Reduce(channels);
   ForOwned(
       split, lane, 32,
       [&](int64_t c) {
-        St(di + c, grad(Ld(x + c), Ld(d + c), Ld(weight + c), Ld(di + c)));
+        St(di + c, rg.Grad(Ld(x + c), Ld(d + c), Ld(weight + c), Ld(di + c)));
       },
       [&](int64_t c) {
         float xv[P], dv[P], wv[P], g[P];
@@ -181,7 +196,7 @@ __global__ void LayerNormInputGradKernel(T* dinp, const T* dout, const T* inp,
         LdPack(weight + c, wv);
         LdPack(di + c, g);
 #pragma unroll
-        for (int k = 0; k < P; ++k) g[k] = grad(xv[k], dv[k], wv[k], g[k]);
+        for (int k = 0; k < P; ++k) g[k] = rg.Grad(xv[k], dv[k], wv[k], g[k]);
         StPack(di + c, g);
       });
 }
@@ -205,7 +220,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t packs = channels / P;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  const float inv_c = 1.f / static_cast<float>(channels);
   float acc[2][J][P];  // [0]: norm * dout, [1]: dout
 #pragma unroll
   for (int j = 0; j < J; ++j) {
@@ -217,43 +231,38 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     const T* x = inp + row * channels;
     const T* d = dout + row * channels;
     T* di = dinp + row * channels;
-    const float m = mean[row], s = rstd[row];
-    float dnorm_sum = 0.f, dnorm_norm_sum = 0.f;
+    RowGrad rg(mean[row], rstd[row]);
+    // The lane's packs in order, as ForOwned gives them on whole-pack rows.
+    const auto each_pack = [&](auto&& visit) {
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int64_t c = (lane + 32 * j) * static_cast<int64_t>(P);
-      if (c >= packs * P) break;
-      float xv[P], dv[P], wv[P];
-      LdPack(x + c, xv);
-      LdPack(d + c, dv);
-      LdPack(weight + c, wv);
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        const float dnorm = wv[k] * dv[k];
-        dnorm_sum += dnorm;
-        dnorm_norm_sum += dnorm * ((xv[k] - m) * s);
+      for (int j = 0; j < J; ++j) {
+        const int64_t c = (lane + 32 * j) * static_cast<int64_t>(P);
+        if (c >= packs * P) break;
+        float xv[P], dv[P], wv[P];
+        LdPack(x + c, xv);
+        LdPack(d + c, dv);
+        LdPack(weight + c, wv);
+        visit(j, c, xv, dv, wv);
       }
-    }
-    const float dnorm_mean = WarpReduce(dnorm_sum, SumOp()) * inv_c;
-    const float dnorm_norm_mean = WarpReduce(dnorm_norm_sum, SumOp()) * inv_c;
+    };
+    each_pack(
+        [&](int, int64_t, const float* xv, const float* dv, const float* wv) {
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int64_t c = (lane + 32 * j) * static_cast<int64_t>(P);
-      if (c >= packs * P) break;
-      float xv[P], dv[P], wv[P], g[P];
-      LdPack(x + c, xv);
-      LdPack(d + c, dv);
-      LdPack(weight + c, wv);
+          for (int k = 0; k < P; ++k) rg.Add(xv[k], dv[k], wv[k]);
+        });
+    rg.Reduce(channels);
+    each_pack([&](int j, int64_t c, const float* xv, const float* dv,
+                  const float* wv) {
+      float g[P];
       LdPack(di + c, g);
 #pragma unroll
       for (int k = 0; k < P; ++k) {
-        const float norm = (xv[k] - m) * s;
-        g[k] = g[k] + (wv[k] * dv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
-        acc[0][j][k] += norm * dv[k];
+        g[k] = rg.Grad(xv[k], dv[k], wv[k], g[k]);
+        acc[0][j][k] += rg.Norm(xv[k]) * dv[k];
         acc[1][j][k] += dv[k];
       }
       StPack(di + c, g);
-    }
+    });
   }
   __shared__ float lanes[kRowsPerBlock][32 * J * P];
 #pragma unroll
