@@ -303,8 +303,7 @@ cudaError_t LaunchEmbeddingForward(void* out, const int32_t* tokens,
   if (n <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    const bool packed = channels % kPack<T> == 0 && Aligned16(out) &&
-                        Aligned16(wte) && Aligned16(wpe);
+    const bool packed = RowsArePacks<T>(channels, out, wte, wpe);
     EmbeddingForwardKernel<<<ElementwiseBlocks(packed ? n / kPack<T> : n),
                              kElementwiseThreads, 0, stream>>>(
         As<T>(out), tokens, As<T>(wte), As<T>(wpe), seq, channels, n, packed);

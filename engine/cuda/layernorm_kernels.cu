@@ -398,8 +398,7 @@ cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
     // Either path's least scratch, so that a size is valid or not alike.
     if (scratch_floats < 2 * kColumnTile) return cudaErrorInvalidValue;
     const int64_t blocks = GradBlocks(rows, channels, scratch_floats);
-    if (channels % P == 0 && blocks > 0 && Aligned16(dinp) && Aligned16(dout) &&
-        Aligned16(inp) && Aligned16(weight) &&
+    if (blocks > 0 && RowsArePacks<T>(channels, dinp, dout, inp, weight) &&
         LaunchFusedBackward<T>((channels / P + 31) / 32,
                                static_cast<unsigned>(blocks), As<T>(dinp),
                                scratch, As<T>(dout), As<T>(inp), As<T>(weight),
@@ -418,7 +417,7 @@ cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
                                          channels);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    if (channels % P == 0 && Aligned16(dout) && Aligned16(inp)) {
+    if (RowsArePacks<T>(channels, dout, inp)) {
       return LaunchColumnSums<2, P>(
           {{dweight, dbias}}, scratch, scratch_floats, rows, channels,
           LayerNormParamTerm<T, P>{As<T>(dout), As<T>(inp), mean, rstd,

@@ -52,8 +52,7 @@ cudaError_t LaunchBroadcastRows(void* out, const void* bias, int64_t rows,
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
     const int64_t n = rows * cols;
-    const bool packed =
-        cols % kPack<T> == 0 && Aligned16(out) && Aligned16(bias);
+    const bool packed = RowsArePacks<T>(cols, out, bias);
     BroadcastRowsKernel<<<ElementwiseBlocks(packed ? n / kPack<T> : n),
                           kElementwiseThreads, 0, stream>>>(
         As<T>(out), As<T>(bias), rows, cols, packed);
@@ -67,7 +66,7 @@ cudaError_t LaunchBiasGrad(float* dbias, const void* dout, int64_t rows,
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    if (cols % kPack<T> == 0 && Aligned16(dout)) {
+    if (RowsArePacks<T>(cols, dout)) {
       return LaunchColumnSums<1, kPack<T>>(
           {{dbias}}, scratch, scratch_floats, rows, cols,
           BiasGradTerm<T, kPack<T>>{As<T>(dout), cols}, stream);

@@ -88,6 +88,14 @@ __host__ __device__ __forceinline__ bool Aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
+// Whether rows of n elements of T, in arrays starting at `arrays`, are all
+// whole 16-byte packs: n a multiple of the pack and every array aligned.
+template <typename T, typename... Arrays>
+__host__ __device__ __forceinline__ bool RowsArePacks(int64_t n,
+                                                      const Arrays*... arrays) {
+  return n % kPack<T> == 0 && (Aligned16(arrays) && ...);
+}
+
 // out[k] = Ld(p + k), k < kPack<T>. REQUIRES: Aligned16(p).
 template <typename T>
 __device__ __forceinline__ void LdPack(
