@@ -14,8 +14,11 @@
 // causal half of each T x T product (T(T+1)/2 pairs): the forward's two
 // products, and the backward as 2.5x the forward (its usual accounting:
 // dV, dP, dS K and dS^T Q) -- our backward computes 7 products, so the
-// "executed" figure is also printed. Exits 1 with one line on stderr on a
-// bad flag or a CUDA error.
+// "executed" figure is also printed. Then the tensor-core forward alone in
+// each block tiling it has for the head size (attention_tc_kernels.h:
+// AttentionTcTiling; all give the same bits), the first being the one the
+// backend runs: the figures that choose it. Exits 1 with one line on
+// stderr on a bad flag or a CUDA error.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/bf16.h"
 #include "engine/cuda/attention_kernels.h"
+#include "engine/cuda/attention_tc_kernels.h"
 
 namespace {
 
@@ -157,6 +161,32 @@ int Run(const Options& o, std::string* error) {
       backward_ms.push_back(b);
     }
   }
+  // The forward in each tiling: the same reps, launches timed alone.
+  struct TilingTime {
+    cuda::AttentionTcTiling tiling;
+    double ms;
+  };
+  std::vector<TilingTime> tilings;
+  for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+    if (!cuda::AttentionTcTakesTiling(t, o.head_size)) continue;
+    std::vector<float> ms;
+    for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
+      float f = 0.f;
+      if (!Check(cudaEventRecord(start), "cudaEventRecord", error) ||
+          !Check(
+              cuda::LaunchAttentionForwardTc(t, out, lse, qkv, o.batch, o.seq,
+                                             channels, o.heads, nullptr),
+              "attention forward (tiling)", error) ||
+          !Check(cudaEventRecord(stop), "cudaEventRecord", error) ||
+          !Check(cudaEventSynchronize(stop), "attention forward (tiling run)",
+                 error) ||
+          !Check(cudaEventElapsedTime(&f, start, stop), "elapsed", error)) {
+        return 1;
+      }
+      if (rep >= o.warmup) ms.push_back(f);
+    }
+    tilings.push_back({t, Median(ms)});
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   // One causal product: 2 FLOPs for each of T(T+1)/2 pairs and hs channels.
@@ -175,6 +205,13 @@ int Run(const Options& o, std::string* error) {
       static_cast<long long>(o.heads), static_cast<long long>(o.head_size),
       static_cast<long long>(o.reps), f_ms, f_tflops, b_ms, b_tflops,
       b_executed);
+  for (const TilingTime& t : tilings) {
+    std::printf(
+        "attention forward tiling %dx%d%s: %.3f ms (%.1f TFLOP/s), %.2fx the "
+        "first tiling's time\n",
+        t.tiling.warp_rows, t.tiling.warps, &t == &tilings[0] ? " (first)" : "",
+        t.ms, 2 * product / (t.ms * 1e-3) / 1e12, t.ms / tilings[0].ms);
+  }
   if (!o.csv.empty()) {
     std::ifstream existing(o.csv);
     const bool header = !existing.good() || existing.peek() == EOF;
@@ -186,6 +223,12 @@ int Run(const Options& o, std::string* error) {
     csv << "trainyard-cuda," << o.batch << "," << o.seq << "," << o.heads << ","
         << o.head_size << "," << o.reps << "," << f_ms << "," << f_tflops << ","
         << b_ms << "," << b_tflops << "\n";
+    for (const TilingTime& t : tilings) {  // the forward alone: no backward
+      csv << "trainyard-cuda-forward-" << t.tiling.warp_rows << "x"
+          << t.tiling.warps << "," << o.batch << "," << o.seq << "," << o.heads
+          << "," << o.head_size << "," << o.reps << "," << t.ms << ","
+          << 2 * product / (t.ms * 1e-3) / 1e12 << ",,\n";
+    }
     if (!csv) {
       *error = absl::StrCat(o.csv, ": cannot write");
       return 1;

@@ -229,12 +229,12 @@ cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
                        const TcGeometry& g, dim3 grid, cudaStream_t stream) {
   constexpr size_t kBytes = BackwardSmem<kD>::kBytes;
   const cudaError_t e =
-      LaunchWithSmem(AttentionQueryGradTcKernel<kD>, kBytes, grid, stream, dqkv,
-                     delta, dout, out, qkv, lse, g);
+      LaunchWithSmem(AttentionQueryGradTcKernel<kD>, kBytes, grid, kThreads,
+                     stream, dqkv, delta, dout, out, qkv, lse, g);
   if (e != cudaSuccess) return e;
-  return LaunchWithSmem(AttentionKeyValueGradTcKernel<kD>, kBytes, grid, stream,
-                        dqkv, static_cast<const float*>(delta), dout, qkv, lse,
-                        g);
+  return LaunchWithSmem(AttentionKeyValueGradTcKernel<kD>, kBytes, grid,
+                        kThreads, stream, dqkv,
+                        static_cast<const float*>(delta), dout, qkv, lse, g);
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 // attention_tc_backward_kernels.cu the backward and attention_tc_tiles.cuh
 // the tiles, layouts, loads and products both use.
 //
-//   forward (one block per query tile, over key tiles kt = 0..qt, the
-//   next tile's keys and values copying in while the warps work):
+//   forward (one block per query tile, over the key tiles up to the one
+//   holding its last row, the next tile's keys and values copying in
+//   while the warps work; its tilings, attention_tc_kernels.h, differ only
+//   in how the rows are spread over warps and blocks):
 //     S = Q K^T (registers); per row, online softmax in fp32 against the
 //     row's running max m (base 2: scores carry the factor log2 e, so
 //     e^x is one exp2): each row's 64 scores of a tile are spread over the
@@ -43,116 +45,191 @@ namespace trainyard::engine::cuda {
 namespace attention_tc {
 namespace {
 
-// Every row has an unmasked key in every tile it visits (every key in
-// tiles before the diagonal, and key i itself on it), so the running max
-// is finite from the first tile on: no inf - inf. Masked scores are -inf,
-// and 2^-inf is exactly 0.
+// One key tile's step of the online softmax for one row tile of 16: s
+// (its scores, masked) becomes P = 2^(scale2 s - m) and the running max
+// m, sum l and output o of the lane's two rows move on (o += P v is the
+// caller's). Every row has an unmasked key in every tile it visits (every
+// key in tiles before the diagonal, and key i itself on it), so the
+// running max is finite from the first tile on: no inf - inf. Masked
+// scores are -inf, and 2^-inf is exactly 0.
 template <int kD>
-__global__ void __launch_bounds__(kThreads)
+__device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
+                                            float (&m)[2], float (&l)[2],
+                                            float (&o)[kD / 8][4],
+                                            float scale2) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] *= scale2;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+    }
+  }
+  float correction[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] =
+        fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] =
+        fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float m_new = fmaxf(m[r], tile_max[r]);
+    correction[r] = exp2f(m[r] - m_new);  // 0 on the first tile
+    m[r] = m_new;
+  }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = exp2f(s[n][e] - m[e / 2]);
+      s[n][e] = p;
+      sum[e / 2] += p;  // the unrounded p: l carries no bf16 error
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    l[r] = l[r] * correction[r] + sum[r];
+  }
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] *= correction[e / 2];
+  }
+}
+
+// One block per query tile of kWarpsN x 16 kM rows, warp w holding rows
+// 16 kM w.. as kM row tiles of 16, over key tiles of 64 from the first to
+// the one holding the tile's last row. A warp skips the key tiles after
+// its own last row (wholly masked: skipping them leaves m, l and o exactly
+// as visiting would), so each row visits the key tiles 0..(its row) / 64
+// whatever the tiling: the same bits from every tiling.
+template <int kD, int kM, int kWarpsN>
+__global__ void __launch_bounds__(32 * kWarpsN)
     AttentionForwardTcKernel(bf16* out, float* lse, const bf16* qkv,
                              TcGeometry g) {
+  constexpr int kWarpQ = kM * kWarpRows;    // a warp's query rows
+  constexpr int kQRows = kWarpsN * kWarpQ;  // the block's
+  constexpr int kBlock = 32 * kWarpsN;
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
-  using L = ForwardSmem<kD>;
+  using L = ForwardSmem<kD, kQRows>;
   bf16* sq = At<bf16>(smem, L::kQ);
   const HeadOffsets h = HeadOf(g, kD);
-  const int qt = g.tiles - 1 - static_cast<int>(blockIdx.y);  // long rows 1st
-  const int64_t q0 = static_cast<int64_t>(qt) * kTile;
+  // Rows and tiles as int: MakeTcGeometry caps the tiles at 65535.
+  const int q0 =
+      static_cast<int>(gridDim.y - 1 - blockIdx.y) * kQRows;  // long rows first
   const int lane = threadIdx.x % 32;
-  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  // The lane's two rows (C fragment rows g and g + 8), as sequence rows.
-  const int64_t rows[2] = {q0 + w0 + lane / 4, q0 + w0 + lane / 4 + 8};
+  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpQ;
+  const int r0 = q0 + w0;  // the warp's first row, in the sequence
+  // The last key tile of the block and of the warp (tiles past the
+  // sequence's last only ever meet rows past it, which are not stored).
+  const int block_end = (q0 + kQRows - 1) / kTile;
+  const int warp_end = (r0 + kWarpQ - 1) / kTile;
+  const int last = block_end < g.tiles ? block_end : g.tiles - 1;
+  const int warp_last = warp_end < g.tiles ? warp_end : g.tiles - 1;
   const bf16* keys = qkv + h.qkv + g.channels;
   const bf16* values = keys + g.channels;
-  AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  AsyncLoadRows<kD>(At<bf16>(smem, L::kK), keys, h.qkv_row, 0, g.seq);
-  AsyncLoadRows<kD>(At<bf16>(smem, L::kV), values, h.qkv_row, 0, g.seq);
+  AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kK), keys, h.qkv_row, 0,
+                                   g.seq);
+  AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kV), values, h.qkv_row, 0,
+                                   g.seq);
   CpAsyncCommit();
   const float scale2 = g.scale * kLog2e;
-  uint32_t q[kD / 16][4];  // the warp's 16 query rows, for every key tile
-  float o[kD / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for (int kt = 0; kt <= qt; ++kt) {
-    if (kt < qt) {  // the next tile into the other stage
+  uint32_t q[kM][kD / 16][4];  // the warp's query rows, for every key tile
+  float o[kM][kD / 8][4] = {};
+  float m[kM][2], l[kM][2];
+#pragma unroll
+  for (int t = 0; t < kM; ++t) {
+    m[t][0] = m[t][1] = -INFINITY;
+    l[t][0] = l[t][1] = 0.f;
+  }
+  for (int kt = 0; kt <= last; ++kt) {
+    if (kt < last) {  // the next tile into the other stage
       const size_t next = (kt + 1) % 2 * L::kT;
       const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kK + next), keys, h.qkv_row, k1,
-                        g.seq);
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kV + next), values, h.qkv_row, k1,
-                        g.seq);
+      AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kK + next), keys,
+                                       h.qkv_row, k1, g.seq);
+      AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kV + next), values,
+                                       h.qkv_row, k1, g.seq);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
     __syncthreads();  // this tile (and on the first, Q) is whole
-    if (kt == 0) LoadA<kD>(q, sq, w0);
-    const size_t stage = kt % 2 * L::kT;
-    float s[kTile / 8][4];
-    ProductABt<kD>(s, q, At<bf16>(smem, L::kK + stage));
-    if (kt == qt) MaskDiagonalTile(s, w0, /*rows_are_queries=*/true);
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    if (kt == 0) {
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
+      for (int t = 0; t < kM; ++t) LoadA<kD>(q[t], sq, w0 + t * kWarpRows);
+    }
+    // (With a query tile of one key tile's rows, every warp's last is the
+    // block's.)
+    if (kQRows == kTile || kt <= warp_last) {
+      const size_t stage = kt % 2 * L::kT;
+      float s[kM][kTile / 8][4];
+      ProductABt<kD, kM>(s, q, At<bf16>(smem, L::kK + stage));
+      uint32_t p[kM][kTile / 16][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] *= scale2;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+      for (int t = 0; t < kM; ++t) {
+        const int row0 = r0 + t * kWarpRows;  // the row tile's first
+        if (kt == row0 / kTile) {             // its diagonal key tile
+          MaskDiagonalTile(s[t], row0 % kTile, /*rows_are_queries=*/true);
+        }
+        SoftmaxStep<kD>(s[t], m[t], l[t], o[t], scale2);
+        ToA(p[t], s[t]);
       }
+      MmaAB<kD, kM>(o, p, At<bf16>(smem, L::kV + stage));
     }
-    float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] =
-          fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] =
-          fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      correction[r] = exp2f(m[r] - m_new);  // 0 on the first tile
-      m[r] = m_new;
-    }
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[n][e] - m[e / 2]);
-        s[n][e] = p;
-        sum[e / 2] += p;  // the unrounded p: l carries no bf16 error
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-      l[r] = l[r] * correction[r] + sum[r];
-    }
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[n][e] *= correction[e / 2];
-    }
-    uint32_t p[kTile / 16][4];
-    ToA(p, s);
-    MmaAB<kD>(o, p, At<bf16>(smem, L::kV + stage));
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
-  const float inv[2] = {1.f / l[0], 1.f / l[1]};
-  // The warp's own rows of sq are free (Q is in registers): the stage.
-  StoreRows<kD>(out + h.out, h.out_row, q0 + w0, g.seq, o, inv,
-                sq + w0 * Tile<kD>::kLd);
-  if (lane % 4 == 0) {
-    for (int r = 0; r < 2; ++r) {
-      if (rows[r] < g.seq) lse[h.stats + rows[r]] = m[r] * kLn2 + logf(l[r]);
+#pragma unroll
+  for (int t = 0; t < kM; ++t) {
+    const int wt = w0 + t * kWarpRows;  // the row tile's first, in the block
+    const float inv[2] = {1.f / l[t][0], 1.f / l[t][1]};
+    // The warp's own rows of sq are free (Q is in registers): the stage.
+    StoreRows<kD>(out + h.out, h.out_row, q0 + wt, g.seq, o[t], inv,
+                  sq + wt * Tile<kD>::kLd);
+    if (lane % 4 == 0) {
+      for (int r = 0; r < 2; ++r) {
+        const int64_t row = q0 + wt + lane / 4 + 8 * r;
+        if (row < g.seq) {
+          lse[h.stats + row] = m[t][r] * kLn2 + logf(l[t][r]);
+        }
+      }
     }
   }
 }
 
-template <int kD>
+template <int kD, int kM, int kWarpsN>
 cudaError_t ForwardTc(bf16* out, float* lse, const bf16* qkv,
                       const TcGeometry& g, dim3 grid, cudaStream_t stream) {
-  return LaunchWithSmem(AttentionForwardTcKernel<kD>, ForwardSmem<kD>::kBytes,
-                        grid, stream, out, lse, qkv, g);
+  constexpr int kQRows = kWarpsN * kM * kWarpRows;
+  grid.y = static_cast<unsigned>((g.seq + kQRows - 1) / kQRows);
+  return LaunchWithSmem(AttentionForwardTcKernel<kD, kM, kWarpsN>,
+                        ForwardSmem<kD, kQRows>::kBytes, grid, 32 * kWarpsN,
+                        stream, out, lse, qkv, g);
+}
+
+// The head sizes' kernels for one tiling (32-row warps: up to 64 channels).
+template <int kM, int kWarpsN>
+cudaError_t ForwardTcTiling(int64_t head_size, bf16* out, float* lse,
+                            const bf16* qkv, const TcGeometry& g, dim3 grid,
+                            cudaStream_t stream) {
+  switch (head_size) {
+    case 32:
+      return ForwardTc<32, kM, kWarpsN>(out, lse, qkv, g, grid, stream);
+    case 64:
+      return ForwardTc<64, kM, kWarpsN>(out, lse, qkv, g, grid, stream);
+    default:
+      if constexpr (kM == 1) {
+        return ForwardTc<128, kM, kWarpsN>(out, lse, qkv, g, grid, stream);
+      } else {
+        return cudaErrorInvalidValue;
+      }
+  }
 }
 
 }  // namespace
@@ -162,27 +239,46 @@ bool AttentionTcSupportsHeadSize(int64_t head_size) {
   return head_size == 32 || head_size == 64 || head_size == 128;
 }
 
+bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size) {
+  if (!AttentionTcSupportsHeadSize(head_size)) return false;
+  for (const AttentionTcTiling& t : kAttentionTcTilings) {
+    if (t.warp_rows == tiling.warp_rows && t.warps == tiling.warps) {
+      return t.warp_rows == 16 || head_size <= 64;
+    }
+  }
+  return false;
+}
+
 cudaError_t LaunchAttentionForwardTc(void* out, float* lse, const void* qkv,
                                      int64_t batch, int64_t seq,
                                      int64_t channels, int64_t heads,
                                      cudaStream_t stream) {
-  if (batch <= 0 || seq <= 0) return cudaSuccess;
+  return LaunchAttentionForwardTc(kAttentionTcTilings[0], out, lse, qkv, batch,
+                                  seq, channels, heads, stream);
+}
+
+cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
+                                     float* lse, const void* qkv, int64_t batch,
+                                     int64_t seq, int64_t channels,
+                                     int64_t heads, cudaStream_t stream) {
   attention_tc::TcGeometry g;
   dim3 grid;
+  if (batch <= 0 || seq <= 0) return cudaSuccess;
   if (!attention_tc::MakeTcGeometry(batch, seq, channels, heads, &g, &grid) ||
-      !Aligned16(out) || !Aligned16(qkv)) {
+      !AttentionTcTakesTiling(tiling, channels / heads) || !Aligned16(out) ||
+      !Aligned16(qkv)) {
     return cudaErrorInvalidValue;
   }
   bf16* o = As<bf16>(out);
   const bf16* x = As<bf16>(qkv);
-  switch (channels / heads) {
-    case 32:
-      return attention_tc::ForwardTc<32>(o, lse, x, g, grid, stream);
-    case 64:
-      return attention_tc::ForwardTc<64>(o, lse, x, g, grid, stream);
-    default:
-      return attention_tc::ForwardTc<128>(o, lse, x, g, grid, stream);
+  const int64_t hs = channels / heads;
+  if (tiling.warp_rows == 16) {
+    return attention_tc::ForwardTcTiling<1, 4>(hs, o, lse, x, g, grid, stream);
   }
+  if (tiling.warps == 2) {
+    return attention_tc::ForwardTcTiling<2, 2>(hs, o, lse, x, g, grid, stream);
+  }
+  return attention_tc::ForwardTcTiling<2, 4>(hs, o, lse, x, g, grid, stream);
 }
 
 }  // namespace trainyard::engine::cuda

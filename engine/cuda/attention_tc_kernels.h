@@ -20,12 +20,41 @@ namespace trainyard::engine::cuda {
 // Whether the tensor-core kernels take heads of `head_size` channels.
 bool AttentionTcSupportsHeadSize(int64_t head_size);
 
+// How the forward spreads a block's query rows over its warps: each warp
+// holds `warp_rows` rows (16, one mma row tile, or 32, two, which share
+// every key and value fragment read from shared memory: half the reads per
+// product), a block has `warps` warps, so its query tile is warps x
+// warp_rows rows. Every tiling computes each row with the same operations
+// in the same order: they give the same bits and differ only in speed
+// (bench/engine/attention_bench.cc times each).
+struct AttentionTcTiling {
+  int warp_rows = 16;
+  int warps = 4;
+};
+
+// The tilings the forward has, the one LaunchAttentionForwardTc uses
+// first.
+inline constexpr AttentionTcTiling kAttentionTcTilings[] = {
+    {16, 4}, {32, 2}, {32, 4}};
+
+// Whether the forward has `tiling` for heads of `head_size` channels
+// (32-row warps only up to 64 channels: at 128 their accumulators and
+// scores would not fit in registers).
+bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size);
+
 // out [B, T, C] (bf16) and lse [B, NH, T] (fp32) from qkv [B, T, 3C] (bf16):
 // the contract of LaunchAttentionForward with bf16 = true.
 cudaError_t LaunchAttentionForwardTc(void* out, float* lse, const void* qkv,
                                      int64_t batch, int64_t seq,
                                      int64_t channels, int64_t heads,
                                      cudaStream_t stream);
+
+// The same with a given tiling (cudaErrorInvalidValue for one it does not
+// take at this head size).
+cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
+                                     float* lse, const void* qkv, int64_t batch,
+                                     int64_t seq, int64_t channels,
+                                     int64_t heads, cudaStream_t stream);
 
 // dqkv [B, T, 3C] (bf16, overwritten) from dout [B, T, C] (bf16), given the
 // forward's qkv, out and lse; `delta` [B, NH, T] is scratch. The contract

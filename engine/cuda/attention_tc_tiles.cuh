@@ -9,13 +9,15 @@
 // the forward and the query-gradient kernel, key rows in the key/value-
 // gradient kernel. Warp w owns rows 16w..16w+15 of the tile and keeps
 // their running results (output, gradients) and their scores in registers
-// as mma fragments; shared memory holds only bf16 tiles: the block's own
-// rows and, two stages deep, the tiles of the other side (keys and values,
-// or queries and dout) that all four warps read. The next tile's copy
-// (cp.async) is in flight while the warps work on the current one. Rows
-// past the sequence end are zero-filled by the copy, never read from
-// global memory, and their scores masked (probability exactly 0); no row
-// at or past T is ever written.
+// as mma fragments. (The forward also has tilings of 32 rows a warp, as
+// two row tiles of 16, in blocks of 2 or 4 warps: query tiles of 64 or
+// 128 rows; the other side's tiles are 64 rows in every kernel.) shared memory
+// holds only bf16 tiles: the block's own rows and, two stages deep, the tiles
+// of the other side (keys and values, or queries and dout) that all four warps
+// read. The next tile's copy (cp.async) is in flight while the warps work on
+// the current one. Rows past the sequence end are zero-filled by the copy,
+// never read from global memory, and their scores masked (probability exactly
+// 0); no row at or past T is ever written.
 //
 // Global memory is read and written in 16-byte packs: eight bf16 of one
 // row per access. REQUIRES of every launch: qkv, out, dout and dqkv
@@ -28,6 +30,7 @@
 // (16 bytes each) fall in 8 different groups of 4 banks: no conflicts.
 //                       hs = 32     hs = 64     hs = 128
 //   forward (5 tiles)    25,600      46,080      87,040
+//   forward, 128 queries 30,720      55,296           -
 //   backward (6 tiles)   31,744      56,320     105,472
 // (the backward's figure counts two stages of the rows' statistics, 1,024
 // bytes; the query-side kernel uses one.) H100: up to
@@ -67,11 +70,11 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr size_t AlignUp(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
-// A bf16 tile of kTile rows of kD + 8 elements.
-template <int kD>
+// A bf16 tile of kRows rows of kD + 8 elements.
+template <int kD, int kRows = kTile>
 struct Tile {
   static constexpr int kLd = kD + 8;
-  static constexpr size_t kBytes = AlignUp(size_t{kTile} * kLd * 2);
+  static constexpr size_t kBytes = AlignUp(size_t{kRows} * kLd * 2);
   static_assert(kD % 16 == 0, "head size: whole 16-wide k-steps");
   static_assert(kLd * 2 % 16 == 0 && kLd * 2 / 16 % 2 == 1,
                 "rows 16-byte aligned, an odd number of 16-byte units apart");
@@ -81,11 +84,11 @@ struct Tile {
 // sizes the launch with kBytes and the kernel carves the same offsets.
 // "Own" tiles are the block's rows, "other" tiles (two stages each) the
 // side it loops over.
-template <int kD>
+template <int kD, int kQueryRows = kTile>
 struct ForwardSmem {
   static constexpr size_t kT = Tile<kD>::kBytes;
   static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + kT;      // stages at kK, kK + kT
+  static constexpr size_t kK = kQ + Tile<kD, kQueryRows>::kBytes;  // 2 stages
   static constexpr size_t kV = kK + 2 * kT;  // stages at kV, kV + kT
   static constexpr size_t kBytes = kV + 2 * kT;
 };
@@ -105,7 +108,9 @@ struct BackwardSmem {
 // The budget in the header comment.
 static_assert(ForwardSmem<32>::kBytes == 25600 &&
                   ForwardSmem<64>::kBytes == 46080 &&
-                  ForwardSmem<128>::kBytes == 87040,
+                  ForwardSmem<128>::kBytes == 87040 &&
+                  ForwardSmem<32, 128>::kBytes == 30720 &&
+                  ForwardSmem<64, 128>::kBytes == 55296,
               "forward smem budget");
 static_assert(BackwardSmem<32>::kBytes == 31744 &&
                   BackwardSmem<64>::kBytes == 56320 &&
@@ -153,17 +158,17 @@ __device__ __forceinline__ void LoadRowStats(float* dst, const float* src,
   }
 }
 
-// Block-wide: starts copying rows row0..row0+63 of src (kD bf16 each, row
-// r at src + r * stride) into the tile dst, zeros for rows at or past
-// `seq`; the caller commits the group. Consecutive threads take
-// consecutive 16-byte packs of a row (coalesced). REQUIRES: src and
-// stride * 2 bytes 16-byte aligned.
-template <int kD>
+// Block-wide (a block of kBlockThreads threads): starts copying rows
+// row0..row0+kRows-1 of src (kD bf16 each, row r at src + r * stride)
+// into the tile dst, zeros for rows at or past `seq`; the caller commits
+// the group. Consecutive threads take consecutive 16-byte packs of a row
+// (coalesced). REQUIRES: src and stride * 2 bytes 16-byte aligned.
+template <int kD, int kRows = kTile, int kBlockThreads = kThreads>
 __device__ void AsyncLoadRows(bf16* dst, const bf16* src, int64_t stride,
                               int64_t row0, int64_t seq) {
   constexpr int kLd = Tile<kD>::kLd;
   constexpr int kRowPacks = kD / 8;
-  for (int e = threadIdx.x; e < kTile * kRowPacks; e += kThreads) {
+  for (int e = threadIdx.x; e < kRows * kRowPacks; e += kBlockThreads) {
     const int r = e / kRowPacks, c = e % kRowPacks * 8;
     const int64_t row = row0 + r;
     const bool inside = row < seq;
@@ -195,19 +200,25 @@ __device__ __forceinline__ void MmaTwoColumnBlocks(float (&c0)[4],
   Mma16816(c1, a, b1);
 }
 
-// Warp-wide: s (16 x kTile, as kTile/8 C fragments) = a b^T, with a the
-// warp's 16 rows (kD/16 A fragments) and b the other side's tile (kTile
-// rows of kD): s[n] holds columns 8n..8n+7, the other side's rows.
-template <int kD>
-__device__ __forceinline__ void ProductABt(float (&s)[kTile / 8][4],
-                                           const uint32_t (&a)[kD / 16][4],
+// Warp-wide: s[m] (16 x kTile, as kTile/8 C fragments) = a[m] b^T for
+// the warp's kM row tiles of 16 (a[m]: kD/16 A fragments) and b the other
+// side's tile (kTile rows of kD): s[m][n] holds columns 8n..8n+7, the
+// other side's rows. Each B fragment is read from shared memory once for
+// all kM row tiles; each s[m] sees the same products in the same order
+// whatever kM is.
+template <int kD, int kM>
+__device__ __forceinline__ void ProductABt(float (&s)[kM][kTile / 8][4],
+                                           const uint32_t (&a)[kM][kD / 16][4],
                                            const bf16* b) {
   constexpr int kLd = Tile<kD>::kLd;
   const int lane = threadIdx.x % 32, i = lane / 8;
 #pragma unroll
-  for (int n = 0; n < kTile / 8; ++n) {
+  for (int m = 0; m < kM; ++m) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][n][e] = 0.f;
+    }
   }
   // Matrix i: b's rows (n + i / 2) * 8.., columns k + (i % 2) * 8..; so
   // r[0], r[1] are the B fragment of column block n, r[2], r[3] of n + 1.
@@ -218,9 +229,21 @@ __device__ __forceinline__ void ProductABt(float (&s)[kTile / 8][4],
     for (int n = 0; n < kTile / 8; n += 2) {
       uint32_t r[4];
       LdMatrixX4(r, row + n * 8 * kLd + k * 16);
-      MmaTwoColumnBlocks(s[n], s[n + 1], a[k], r);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        MmaTwoColumnBlocks(s[m][n], s[m][n + 1], a[m][k], r);
+      }
     }
   }
+}
+
+// The same for one row tile: s = a b^T.
+template <int kD>
+__device__ __forceinline__ void ProductABt(float (&s)[kTile / 8][4],
+                                           const uint32_t (&a)[kD / 16][4],
+                                           const bf16* b) {
+  ProductABt<kD, 1>(reinterpret_cast<float(&)[1][kTile / 8][4]>(s),
+                    reinterpret_cast<const uint32_t(&)[1][kD / 16][4]>(a), b);
 }
 
 // The C fragments of a 16 x kTile product, rounded to bf16, as the A
@@ -236,12 +259,14 @@ __device__ __forceinline__ void ToA(uint32_t (&a)[kTile / 16][4],
   }
 }
 
-// Warp-wide: acc (16 x kD, kD/8 C fragments) += a b, with a (16 x kTile)
-// as A fragments and b the other side's tile read as kTile x kD (its rows
-// are the product's k).
-template <int kD>
-__device__ __forceinline__ void MmaAB(float (&acc)[kD / 8][4],
-                                      const uint32_t (&a)[kTile / 16][4],
+// Warp-wide: acc[m] (16 x kD, kD/8 C fragments) += a[m] b for the warp's
+// kM row tiles of 16, with a[m] (16 x kTile) as A fragments and b the
+// other side's tile read as kTile x kD (its rows are the product's k).
+// Each B fragment is read once for all kM row tiles; each acc[m] sees the
+// same products in the same order whatever kM is.
+template <int kD, int kM>
+__device__ __forceinline__ void MmaAB(float (&acc)[kM][kD / 8][4],
+                                      const uint32_t (&a)[kM][kTile / 16][4],
                                       const bf16* b) {
   constexpr int kLd = Tile<kD>::kLd;
   const int lane = threadIdx.x % 32, i = lane / 8;
@@ -255,9 +280,21 @@ __device__ __forceinline__ void MmaAB(float (&acc)[kD / 8][4],
     for (int n = 0; n < kD / 8; n += 2) {
       uint32_t r[4];
       LdMatrixX4Trans(r, row + k * 16 * kLd + n * 8);
-      MmaTwoColumnBlocks(acc[n], acc[n + 1], a[k], r);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        MmaTwoColumnBlocks(acc[m][n], acc[m][n + 1], a[m][k], r);
+      }
     }
   }
+}
+
+// The same for one row tile: acc += a b.
+template <int kD>
+__device__ __forceinline__ void MmaAB(float (&acc)[kD / 8][4],
+                                      const uint32_t (&a)[kTile / 16][4],
+                                      const bf16* b) {
+  MmaAB<kD, 1>(reinterpret_cast<float(&)[1][kD / 8][4]>(acc),
+               reinterpret_cast<const uint32_t(&)[1][kTile / 16][4]>(a), b);
 }
 
 // On a diagonal tile pair (the own and the other side's tile start at the
@@ -331,13 +368,13 @@ inline bool MakeTcGeometry(int64_t batch, int64_t seq, int64_t channels,
 // Kernels above 48 KB of dynamic shared memory must opt in, per device;
 // the call is cheap, so every launch makes it for the current device.
 template <typename Kernel, typename... Args>
-cudaError_t LaunchWithSmem(Kernel kernel, size_t bytes, dim3 grid,
+cudaError_t LaunchWithSmem(Kernel kernel, size_t bytes, dim3 grid, int threads,
                            cudaStream_t stream, Args... args) {
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
-  kernel<<<grid, kThreads, bytes, stream>>>(args...);
+  kernel<<<grid, threads, bytes, stream>>>(args...);
   return cudaGetLastError();
 }
 

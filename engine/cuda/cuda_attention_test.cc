@@ -325,6 +325,38 @@ TEST(AttentionTcLaunchTest, RejectsShapesItDoesNotTake) {
   }
 }
 
+TEST(AttentionTcLaunchTest, ForwardTakesItsTilingsAndNoOthers) {
+  // The first tiling is the default one and takes every head size; 32-row
+  // warps take up to 64 channels.
+  EXPECT_EQ(cuda::kAttentionTcTilings[0].warp_rows, 16);
+  EXPECT_EQ(cuda::kAttentionTcTilings[0].warps, 4);
+  for (int64_t hs : {32, 64, 128}) {
+    for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+      EXPECT_EQ(cuda::AttentionTcTakesTiling(t, hs),
+                t.warp_rows == 16 || hs <= 64)
+          << t.warp_rows << "x" << t.warps << " hs=" << hs;
+    }
+  }
+  EXPECT_FALSE(cuda::AttentionTcTakesTiling({32, 4}, 48));
+  // Not tilings the forward has, at any head size; the launcher refuses
+  // them and a 32-row warp at 128 channels before touching any buffer.
+  const cuda::AttentionTcTiling bad[] = {{16, 2}, {8, 4}, {32, 8},
+                                         {64, 1}, {0, 0}, {-16, 4}};
+  for (const cuda::AttentionTcTiling& t : bad) {
+    for (int64_t hs : {32, 64, 128}) {
+      EXPECT_FALSE(cuda::AttentionTcTakesTiling(t, hs))
+          << t.warp_rows << "x" << t.warps << " hs=" << hs;
+    }
+    EXPECT_EQ(cuda::LaunchAttentionForwardTc(t, nullptr, nullptr, nullptr, 2,
+                                             16, 128, 2, nullptr),
+              cudaErrorInvalidValue)
+        << t.warp_rows << "x" << t.warps;
+  }
+  EXPECT_EQ(cuda::LaunchAttentionForwardTc({32, 4}, nullptr, nullptr, nullptr,
+                                           2, 16, 256, 2, nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(AttentionTcLaunchTest, EmptyBatchOrSequenceLaunchesNothing) {
   EXPECT_EQ(cuda::LaunchAttentionForwardTc(nullptr, nullptr, nullptr, 0, 16,
                                            128, 2, nullptr),
@@ -360,7 +392,9 @@ struct ForwardResult {
 
 enum class Kernels { kReference, kTensorCore, kDispatch };
 
-ForwardResult RunForward(Problem& pb, Kernels which) {
+// `tiling` is the tensor-core forward's (kTensorCore only).
+ForwardResult RunForward(Problem& pb, Kernels which,
+                         cuda::AttentionTcTiling tiling = {}) {
   const Shape& s = pb.shape;
   Bf16Array out(s.act_size());
   FloatArray lse(s.stat_size());
@@ -373,8 +407,9 @@ ForwardResult RunForward(Problem& pb, Kernels which) {
                                               pb.qkv.get(), s.batch, s.seq, C,
                                               s.heads, true, nullptr);
   } else if (which == Kernels::kTensorCore) {
-    e = cuda::LaunchAttentionForwardTc(out.get(), lse.get(), pb.qkv.get(),
-                                       s.batch, s.seq, C, s.heads, nullptr);
+    e = cuda::LaunchAttentionForwardTc(tiling, out.get(), lse.get(),
+                                       pb.qkv.get(), s.batch, s.seq, C, s.heads,
+                                       nullptr);
   } else {
     e = cuda::LaunchAttentionForward(out.get(), lse.get(), pb.qkv.get(),
                                      s.batch, s.seq, C, s.heads, true, nullptr);
@@ -461,9 +496,12 @@ TEST_P(CudaAttentionTcTest, MatchesReferenceKernels) {
 // one key tile to the next: every row moves its reference max on every
 // tile, so the output accumulator is staged and rescaled each time (random
 // inputs never get there).
-TEST_P(CudaAttentionTcTest, MatchesReferenceWhenTheMaxClimbsEveryTile) {
-  const Shape s = GetParam();
-  Problem pb(s);
+// Keys whose scores climb by more than the forward's kMaxLag (8 nats) from
+// one key tile to the next: every row moves its reference max on every
+// tile, so the output accumulator is staged and rescaled each time (random
+// inputs never get there).
+void MakeTheMaxClimbEveryTile(Problem& pb) {
+  const Shape& s = pb.shape;
   const int64_t C = s.channels();
   std::vector<uint16_t> qkv = pb.qkv_host;
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -480,7 +518,40 @@ TEST_P(CudaAttentionTcTest, MatchesReferenceWhenTheMaxClimbsEveryTile) {
   }
   pb.qkv_host = qkv;
   pb.qkv.Upload(qkv);
+}
+
+TEST_P(CudaAttentionTcTest, MatchesReferenceWhenTheMaxClimbsEveryTile) {
+  Problem pb(GetParam());
+  MakeTheMaxClimbEveryTile(pb);
   ExpectTcMatchesReference(pb);
+}
+
+// Every forward tiling the head size takes gives the default tiling's bits
+// (which the tests above hold to the reference), on random inputs and on
+// the climbing max; the others are refused.
+TEST_P(CudaAttentionTcTest, EveryForwardTilingGivesTheSameBits) {
+  const Shape s = GetParam();
+  for (const bool climbing : {false, true}) {
+    Problem pb(s);
+    if (climbing) MakeTheMaxClimbEveryTile(pb);
+    const ForwardResult want = RunForward(pb, Kernels::kTensorCore);
+    for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+      SCOPED_TRACE(::testing::Message() << t.warp_rows << "x" << t.warps
+                                        << (climbing ? " climbing" : ""));
+      if (!cuda::AttentionTcTakesTiling(t, s.head_size)) {
+        Bf16Array out(s.act_size());
+        FloatArray lse(s.stat_size());
+        EXPECT_EQ(cuda::LaunchAttentionForwardTc(
+                      t, out.get(), lse.get(), pb.qkv.get(), s.batch, s.seq,
+                      s.channels(), s.heads, nullptr),
+                  cudaErrorInvalidValue);
+        continue;
+      }
+      const ForwardResult got = RunForward(pb, Kernels::kTensorCore, t);
+      EXPECT_EQ(FirstDifference(got.out, want.out), -1) << "out";
+      EXPECT_EQ(FirstDifference(got.lse, want.lse), -1) << "lse";
+    }
+  }
 }
 
 TEST_P(CudaAttentionTcTest, RepeatsBitForBitAndIsWhatDispatchRuns) {
@@ -500,10 +571,11 @@ TEST_P(CudaAttentionTcTest, RepeatsBitForBitAndIsWhatDispatchRuns) {
 }
 
 // hs = 64 (GPT-2) with 2 and 3 heads, the other two sizes with 2; T = 1,
-// less than one tile, exactly one, and ragged multi-tile lengths.
+// less than one tile, exactly one, ragged multi-tile lengths, and 192 (one
+// and a half 128-row query tiles).
 std::vector<Shape> Shapes() {
   std::vector<Shape> shapes;
-  for (int64_t seq : {1, 15, 64, 100, 257}) {
+  for (int64_t seq : {1, 15, 64, 100, 192, 257}) {
     shapes.push_back({2, seq, 2, 64});
     shapes.push_back({2, seq, 3, 64});
     shapes.push_back({2, seq, 2, 32});
