@@ -355,10 +355,14 @@ cudaError_t LaunchAttentionBackwardReference(void* dqkv, float* delta,
 cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
                                    int64_t batch, int64_t seq, int64_t channels,
                                    int64_t heads, bool bf16,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream,
+                                   AttentionTcTiling tiling) {
   if (UseTensorCores(channels, heads, bf16, {out, qkv})) {
-    return LaunchAttentionForwardTc(out, lse, qkv, batch, seq, channels, heads,
-                                    stream);
+    if (!AttentionTcTakesTiling(tiling, channels / heads)) {
+      tiling = kAttentionTcTilings[0];
+    }
+    return LaunchAttentionForwardTc(tiling, out, lse, qkv, batch, seq, channels,
+                                    heads, stream);
   }
   return LaunchAttentionForwardReference(out, lse, qkv, batch, seq, channels,
                                          heads, bf16, stream);

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "engine/cuda/attention_tc_kernels.h"
+
 namespace trainyard::engine::cuda {
 
 inline constexpr int64_t kAttentionMaxHeadSize = 128;
@@ -23,10 +25,13 @@ inline constexpr int64_t kAttentionMaxHeadSize = 128;
 // side, each NH heads of C / NH channels): causal softmax(q k^T / sqrt(hs))
 // v per head, and each row's log-sum-exp of its scaled scores.
 // out and qkv are activations: bf16 when `bf16`, else fp32; lse fp32.
+// `tiling` is the tensor-core forward's where it runs and the head size
+// takes it, else the default (every tiling gives the same bits).
 cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
                                    int64_t batch, int64_t seq, int64_t channels,
                                    int64_t heads, bool bf16,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream,
+                                   AttentionTcTiling tiling = {});
 
 // dqkv [B, T, 3C] (overwritten) from dout [B, T, C], given the forward's
 // qkv, out and lse. `delta` [B, NH, T] is scratch (each row's dout . out).

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "engine/core/memory_estimate.h"
 #include "engine/cuda/cuda_status.h"
@@ -77,8 +79,47 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, cudaStream_t stream,
       blocks_(base + kReservedBytes),
       arena_(options.arena_bytes - kReservedBytes, kArenaAlignment) {}
 
+namespace {
+
+std::string TilingName(const cuda::AttentionTcTiling& t) {
+  return absl::StrCat(t.warp_rows, "x", t.warps);
+}
+
+std::string TilingChoices() {
+  std::vector<std::string> names;
+  for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+    names.push_back(TilingName(t));
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+bool IsATiling(const cuda::AttentionTcTiling& t) {
+  for (const cuda::AttentionTcTiling& known : cuda::kAttentionTcTilings) {
+    if (known.warp_rows == t.warp_rows && known.warps == t.warps) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
+    absl::string_view text) {
+  for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+    if (text == TilingName(t)) return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention tiling '", text, "' is not one of ",
+                   TilingChoices(), " (rows a warp x warps a block)"));
+}
+
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     const CudaBackendOptions& options) {
+  if (!IsATiling(options.attention_forward_tiling)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda backend: attention forward tiling ",
+                     TilingName(options.attention_forward_tiling),
+                     " is not one of ", TilingChoices()));
+  }
   if (options.arena_bytes < kCudaWorkspaceBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda backend: an arena of ", options.arena_bytes,

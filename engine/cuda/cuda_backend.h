@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/core/backend.h"
+#include "engine/cuda/attention_tc_kernels.h"
 #include "engine/cuda/device_arena.h"
 #include "engine/cuda/lt_gemm.h"
 
@@ -61,7 +62,17 @@ struct CudaBackendOptions {
   bool sync_after_each_op = false;
   // fp32, or bf16 activations and working weights (see backend.h).
   DType activation_dtype = DType::kF32;
+  // The bf16 attention forward's block tiling (attention_tc_kernels.h),
+  // one of kAttentionTcTilings; where the head size does not take it, the
+  // default. All give the same bits: a speed setting only.
+  cuda::AttentionTcTiling attention_forward_tiling;
 };
+
+// "RxW" (rows a warp x warps a block, e.g. "32x4") as one of the attention
+// forward's tilings; INVALID_ARGUMENT naming the text and the choices
+// otherwise.
+absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
+    absl::string_view text);
 
 // INVALID_ARGUMENT for a bad device ordinal or an arena smaller than the
 // backend's own workspace; UNAVAILABLE without a usable device or driver;

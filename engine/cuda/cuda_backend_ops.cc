@@ -377,7 +377,8 @@ void CudaBackend::AttentionForward(void* out, float* state, const void* qkv,
     return;
   }
   YARD_CUDA_LAUNCH(cuda::LaunchAttentionForward(
-      out, state, qkv, batch, seq, channels, heads, bf16(), stream_));
+      out, state, qkv, batch, seq, channels, heads, bf16(), stream_,
+      options_.attention_forward_tiling));
 }
 
 void CudaBackend::AttentionBackward(void* dqkv, float* scratch,

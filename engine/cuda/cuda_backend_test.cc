@@ -1,4 +1,5 @@
-// CudaBackend's own contract: creation errors, the arena (zeroed blocks,
+// CudaBackend's own contract: creation errors (and the attention tiling's
+// name), the arena (zeroed blocks,
 // the peak, exhaustion that names the bytes, no allocation during a step),
 // errors kept with their file:line until Synchronize reports them, and a
 // GPT with its optimizer fitting exactly the arena the memory estimate
@@ -6,9 +7,11 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/core/adamw.h"
 #include "engine/core/gpt.h"
 #include "engine/core/memory_estimate.h"
@@ -29,6 +32,40 @@ TEST(CudaBackendCreateTest, RefusesAnArenaSmallerThanItsWorkspace) {
   const auto backend = CreateCudaBackend(options);
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(backend.status().message(), "1000 bytes"))
+      << backend.status();
+}
+
+// The attention forward's tilings by name, and nothing else.
+TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
+  for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+    const std::string name = absl::StrCat(t.warp_rows, "x", t.warps);
+    const auto parsed = ParseAttentionTiling(name);
+    ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
+    EXPECT_EQ(parsed->warp_rows, t.warp_rows) << name;
+    EXPECT_EQ(parsed->warps, t.warps) << name;
+  }
+  for (const char* bad : {"", "16x2", "32x8", "32", "x4", "32x4 ", "32X4",
+                          "+32x4", "032x4", "wide"}) {
+    const auto parsed = ParseAttentionTiling(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
+        << "'" << bad << "'";
+    EXPECT_TRUE(absl::StrContains(
+        parsed.status().message(),
+        absl::StrCat("'", bad, "' is not one of 16x4, 32x2, 32x4")))
+        << parsed.status();
+  }
+}
+
+// Checked before any device is touched, so it holds with or without one.
+TEST(CudaBackendCreateTest, RefusesATilingTheForwardDoesNotHave) {
+  CudaBackendOptions options;
+  options.arena_bytes = int64_t{64} << 20;
+  options.attention_forward_tiling = {16, 2};
+  const auto backend = CreateCudaBackend(options);
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(
+      backend.status().message(),
+      "attention forward tiling 16x2 is not one of 16x4, 32x2, 32x4"))
       << backend.status();
 }
 

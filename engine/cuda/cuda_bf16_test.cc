@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/core/adamw.h"
@@ -316,6 +317,58 @@ TEST_F(CudaBf16Test, AttentionAndClassifier) {
   const std::vector<float> want_dl = FromBf16(dlogits.host);
   ExpectWithin(Got(dlogits), want_dl, Bf16Tol(want_dl, 1, 1e-5, 1e-7),
                "ce dlogits");
+}
+
+// A backend created with each attention forward tiling gives the default
+// one's bits (GPT-2's head size 64; 130 rows: two 128-row query tiles,
+// the second ragged); the tiling is a speed setting only. On the
+// emulation the test also sees the launch: the blocks of the tiling asked
+// for (its warps, and one block per query tile of its rows).
+TEST_F(CudaBf16Test, AttentionForwardTilingsGiveTheSameBits) {
+  const int64_t B = 2, T = 130, C = 128, NH = 2;
+  Act qkv = MakeAct(B * T * 3 * C, 15);
+  const AttentionFloats fs =
+      AttentionBufferFloats(gpu_->attention_state(), B, T, NH);
+  const auto run = [&](CudaBackend& backend, const DeviceArray<uint16_t>& x) {
+    auto out = Zeros<uint16_t>(backend, B * T * C);
+    auto state = Zeros<float>(backend, fs.state);
+    backend.AttentionForward(out.get(), state.get(), x.get(), B, T, C, NH);
+    return std::make_pair(Download(backend, out), Download(backend, state));
+  };
+  const auto want = run(*gpu_, qkv.dev);
+  for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+    SCOPED_TRACE(::testing::Message() << t.warp_rows << "x" << t.warps);
+    CudaBackendOptions options;
+    options.arena_bytes = int64_t{256} << 20;
+    options.sync_after_each_op = true;
+    options.activation_dtype = DType::kBF16;
+    options.attention_forward_tiling = t;
+    auto backend = CudaBackend::Create(options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    const DeviceArray<uint16_t> x = Upload(**backend, qkv.host);
+#if defined(TRAINYARD_CUDA_EMULATION)
+    std::vector<dim3> blocks, grids;
+    cuda_emulation::SetLaunchObserver(
+        [&](const cuda_emulation::LaunchSite&,
+            const cuda_emulation::LaunchConfig& c) {
+          blocks.push_back(c.block);
+          grids.push_back(c.grid);
+        });
+#endif
+    const auto got = run(**backend, x);
+#if defined(TRAINYARD_CUDA_EMULATION)
+    cuda_emulation::SetLaunchObserver(nullptr);
+    ASSERT_EQ(blocks.size(), 1u);  // the forward, one kernel
+    const unsigned rows = static_cast<unsigned>(t.warp_rows * t.warps);
+    EXPECT_EQ(blocks[0].x, static_cast<unsigned>(32 * t.warps));
+    EXPECT_EQ(grids[0].x, static_cast<unsigned>(B * NH));
+    EXPECT_EQ(grids[0].y, (T + rows - 1) / rows);
+#endif
+    EXPECT_TRUE(got.first == want.first) << "out";
+    EXPECT_TRUE(got.second == want.second) << "state (lse)";
+    const absl::Status s = (*backend)->Synchronize();
+    EXPECT_TRUE(s.ok()) << s;
+  }
 }
 
 // The fused update writes the master and its bf16 rounding in one pass.

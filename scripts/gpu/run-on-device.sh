@@ -2,8 +2,8 @@
 # The command a lent GPU machine runs, over the working tree and the kit
 # made here by scripts/gpu/make-kit.sh (carried as .gpu-kit):
 #
-#   bash scripts/gpu/run-on-device.sh [tests|engine|packing|kernels|quick|all]
-#                                     [SECONDS]
+#   bash scripts/gpu/run-on-device.sh [tests|engine|packing|kernels|quick|
+#                                      tilings|all] [SECONDS]
 #
 #   tests    the gpu-labelled tests, then the kernel tests under
 #            compute-sanitizer memcheck if there is one (device.log)
@@ -20,6 +20,10 @@
 #            profile (engine.log, engine.csv): a change's effect on the
 #            step without the minutes of the PyTorch peer; figures to
 #            record come from `engine`, which measures the peer too
+#   tilings  kernels, then gpt_train_bench 124M bf16 once with each attention
+#            forward tiling (YARD_ATTENTION_FORWARD_TILING: 16x4, 32x2,
+#            32x4; engine.log, engine.csv in that order): which tiling the
+#            backend should run by default
 #   all      tests, engine and packing in that order, sharing one budget
 #
 # Every command runs under a timeout cut from SECONDS (default 540, so one
@@ -174,6 +178,19 @@ run_quick() {
   grep '^PROFILE' "$elog" | tee -a "$log"
 }
 
+run_tilings() {
+  run_kernels
+  local elog="$out/engine.log" csv="$out/engine.csv" t
+  for t in 16x4 32x2 32x4; do
+    note "tiling $t: gpt_train_bench 124m bf16"
+    YARD_ATTENTION_FORWARD_TILING=$t bounded 110 "$elog" "$kit/bin/gpt_train_bench" \
+      --data-root "$root" --csv "$csv" --config 124m --precision bf16 \
+      --micro-batch max --profile-steps 2
+    grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 3 | sed "s/^/$t /" | tee -a "$log"
+  done
+  column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
+}
+
 run_packing() {
   local plog="$out/packing.log"
   local left=$((deadline - SECONDS - 20))
@@ -203,7 +220,8 @@ case "$what" in
   packing) run_packing ;;
   kernels) run_kernels ;;
   quick) run_quick ;;
+  tilings) run_tilings ;;
   all) run_tests; run_engine; run_packing ;;
-  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|quick|all] [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|quick|tilings|all] [SECONDS]" >&2; exit 2 ;;
 esac
 note "done in ${SECONDS}s; files in $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"

@@ -108,6 +108,8 @@ struct Device {
   std::map<const void*, int> max_dynamic_smem;         // guarded by mu
   OrderPolicy order = OrderFromEnvironment();          // guarded by mu
   std::function<void(const std::string&)> on_failure;  // guarded by mu
+  std::function<void(const LaunchSite&, const LaunchConfig&)>
+      on_launch;                                       // guarded by mu
   uint64_t launches = 0;                               // guarded by mu
   std::atomic<int64_t> failures{0};
 };
@@ -202,6 +204,7 @@ void RunKernel(const LaunchSite& site, const LaunchConfig& config,
     limit = kSharedOptInLimit;
   }
   if (config.dynamic_smem > limit) return SetError(cudaErrorInvalidValue);
+  if (d.on_launch) d.on_launch(site, config);
   if (d.pool == nullptr) {
     d.pool = std::make_unique<WorkerPool>(WorkersFromEnvironment());
   }
@@ -257,5 +260,12 @@ void SetFailureHandler(std::function<void(const std::string&)> handler) {
 }
 
 int64_t FailureCount() { return TheDevice().failures.load(); }
+
+void SetLaunchObserver(
+    std::function<void(const LaunchSite&, const LaunchConfig&)> observer) {
+  Device& d = TheDevice();
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.on_launch = std::move(observer);
+}
 
 }  // namespace trainyard::cuda_emulation

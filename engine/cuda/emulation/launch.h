@@ -112,6 +112,13 @@ void SetFailureHandler(std::function<void(const std::string&)> handler);
 // Kernel failures since the process started.
 int64_t FailureCount();
 
+// Called with each launch that passes its checks, before it runs, on the
+// launching thread while the device is held (so it must not launch or
+// set the emulation); for tests that check which kernel shape a launcher
+// picked. An empty observer removes it.
+void SetLaunchObserver(
+    std::function<void(const LaunchSite&, const LaunchConfig&)> observer);
+
 }  // namespace trainyard::cuda_emulation
 
 // The KernelRef for a kernel expression (it may hold commas, as in

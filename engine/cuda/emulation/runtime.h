@@ -18,7 +18,8 @@
 // TRAINYARD_CUDA_EMULATION is defined for kernel sources that need to
 // tell the emulation from the GPU: engine/cuda/vec16.cuh, where the
 // emulation checks the alignment of 16-byte accesses, and
-// engine/cuda/warp_mma.h, which emulates the tensor-core instructions.
+// engine/cuda/warp_mma.h, which emulates the tensor-core instructions;
+// and for tests that look at launches (launch.h: SetLaunchObserver).
 //
 // Thread-safety: as launch.h.
 #ifndef TRAINYARD_ENGINE_CUDA_EMULATION_RUNTIME_H_
