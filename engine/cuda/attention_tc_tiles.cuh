@@ -200,12 +200,34 @@ __device__ __forceinline__ void MmaTwoColumnBlocks(float (&c0)[4],
   Mma16816(c1, a, b1);
 }
 
+// Warp-wide: acc[m][n] += sum over k of a[m][k] b[k][n], for the warp's kM
+// row tiles of 16 (a[m][k]: A fragments, kSteps 16-wide k-steps) and
+// kBlocks column blocks of 8; load(r, k, n) gives the B fragments of
+// k-step k for column blocks n (r[0], r[1]) and n + 1 (r[2], r[3]), read
+// from shared memory once for all kM row tiles. Each acc[m] sees the same
+// products in the same order whatever kM is.
+template <int kSteps, int kBlocks, int kM, typename Load>
+__device__ __forceinline__ void MmaRowTiles(float (&acc)[kM][kBlocks][4],
+                                            const uint32_t (&a)[kM][kSteps][4],
+                                            const Load& load) {
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k) {
+#pragma unroll
+    for (int n = 0; n < kBlocks; n += 2) {
+      uint32_t r[4];
+      load(r, k, n);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        MmaTwoColumnBlocks(acc[m][n], acc[m][n + 1], a[m][k], r);
+      }
+    }
+  }
+}
+
 // Warp-wide: s[m] (16 x kTile, as kTile/8 C fragments) = a[m] b^T for
 // the warp's kM row tiles of 16 (a[m]: kD/16 A fragments) and b the other
 // side's tile (kTile rows of kD): s[m][n] holds columns 8n..8n+7, the
-// other side's rows. Each B fragment is read from shared memory once for
-// all kM row tiles; each s[m] sees the same products in the same order
-// whatever kM is.
+// other side's rows.
 template <int kD, int kM>
 __device__ __forceinline__ void ProductABt(float (&s)[kM][kTile / 8][4],
                                            const uint32_t (&a)[kM][kD / 16][4],
@@ -220,21 +242,11 @@ __device__ __forceinline__ void ProductABt(float (&s)[kM][kTile / 8][4],
       for (int e = 0; e < 4; ++e) s[m][n][e] = 0.f;
     }
   }
-  // Matrix i: b's rows (n + i / 2) * 8.., columns k + (i % 2) * 8..; so
-  // r[0], r[1] are the B fragment of column block n, r[2], r[3] of n + 1.
+  // Matrix i: b's rows (n + i / 2) * 8.., columns k + (i % 2) * 8..
   const bf16* row = b + (i / 2 * 8 + lane % 8) * kLd + i % 2 * 8;
-#pragma unroll
-  for (int k = 0; k < kD / 16; ++k) {
-#pragma unroll
-    for (int n = 0; n < kTile / 8; n += 2) {
-      uint32_t r[4];
-      LdMatrixX4(r, row + n * 8 * kLd + k * 16);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        MmaTwoColumnBlocks(s[m][n], s[m][n + 1], a[m][k], r);
-      }
-    }
-  }
+  MmaRowTiles(s, a, [row](uint32_t(&r)[4], int k, int n) {
+    LdMatrixX4(r, row + n * 8 * kLd + k * 16);
+  });
 }
 
 // The same for one row tile: s = a b^T.
@@ -262,8 +274,6 @@ __device__ __forceinline__ void ToA(uint32_t (&a)[kTile / 16][4],
 // Warp-wide: acc[m] (16 x kD, kD/8 C fragments) += a[m] b for the warp's
 // kM row tiles of 16, with a[m] (16 x kTile) as A fragments and b the
 // other side's tile read as kTile x kD (its rows are the product's k).
-// Each B fragment is read once for all kM row tiles; each acc[m] sees the
-// same products in the same order whatever kM is.
 template <int kD, int kM>
 __device__ __forceinline__ void MmaAB(float (&acc)[kM][kD / 8][4],
                                       const uint32_t (&a)[kM][kTile / 16][4],
@@ -271,21 +281,11 @@ __device__ __forceinline__ void MmaAB(float (&acc)[kM][kD / 8][4],
   constexpr int kLd = Tile<kD>::kLd;
   const int lane = threadIdx.x % 32, i = lane / 8;
   // Matrix i (transposed): b's rows k + (i % 2) * 8.., columns
-  // (n + i / 2) * 8..; r[0], r[1] are the B fragment of column block n,
-  // r[2], r[3] of n + 1.
+  // (n + i / 2) * 8..
   const bf16* row = b + (i % 2 * 8 + lane % 8) * kLd + i / 2 * 8;
-#pragma unroll
-  for (int k = 0; k < kTile / 16; ++k) {
-#pragma unroll
-    for (int n = 0; n < kD / 8; n += 2) {
-      uint32_t r[4];
-      LdMatrixX4Trans(r, row + k * 16 * kLd + n * 8);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        MmaTwoColumnBlocks(acc[m][n], acc[m][n + 1], a[m][k], r);
-      }
-    }
-  }
+  MmaRowTiles(acc, a, [row](uint32_t(&r)[4], int k, int n) {
+    LdMatrixX4Trans(r, row + k * 16 * kLd + n * 8);
+  });
 }
 
 // The same for one row tile: acc += a b.
