@@ -259,9 +259,9 @@ namespace {
 // its whole memory taken at once: the job's grant on a shared GPU
 // (YARD_GPU_MEMORY_BYTES, set by the worker), else what the memory estimate
 // says the job needs. A job that needs more than its grant fails here,
-// never mid-run. A GPU job runs one rank per GPU. YARD_ATTENTION_FORWARD_TILING
-// ("32x4", say) picks the bf16 attention forward's block tiling, a speed
-// setting (every tiling gives the same bits).
+// never mid-run. A GPU job runs one rank per GPU. YARD_ATTENTION_TILING
+// ("32x4", say) picks the bf16 attention's query-side block tiling, a
+// speed setting (every tiling gives the same bits).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const EngineJob& job, const Collective* collective, int cuda_device) {
   if (job.gpus == 0) {
@@ -313,14 +313,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     }
     options.arena_bytes = granted;
   }
-  if (const char* tiling = std::getenv("YARD_ATTENTION_FORWARD_TILING");
+  if (const char* tiling = std::getenv("YARD_ATTENTION_TILING");
       tiling != nullptr && *tiling != '\0') {
     absl::StatusOr<cuda::AttentionTcTiling> t = ParseAttentionTiling(tiling);
     if (!t.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "YARD_ATTENTION_FORWARD_TILING: ", t.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("YARD_ATTENTION_TILING: ", t.status().message()));
     }
-    options.attention_forward_tiling = *t;
+    options.attention_tiling = *t;
   }
   options.device = cuda_device;
   return CreateCudaBackend(options);

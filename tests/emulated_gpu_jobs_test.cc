@@ -340,19 +340,19 @@ TEST_F(EmulatedGpuJobsTest, AGrantTooSmallFailsAtStartWithBothFigures) {
       << bad.err;
 }
 
-// The attention forward's tiling (a speed setting) comes from the
+// The attention kernels' tiling (a speed setting) comes from the
 // environment; one the engine does not have is a usage error (exit 2)
 // naming the variable and the choices, before any step.
 TEST_F(EmulatedGpuJobsTest, AnUnknownAttentionTilingIsAUsageError) {
   const MnistSpec spec{.name = "tiled", .steps = 20, .gpus = 1};
   const std::string spec_path = WriteSpec("tiled.yaml", spec.ToYaml());
   CommandResult bad =
-      RunCommand({"/usr/bin/env", "YARD_ATTENTION_FORWARD_TILING=64x1",
+      RunCommand({"/usr/bin/env", "YARD_ATTENTION_TILING=64x1",
                   EMULATED_TRAIN_BIN, "run", spec_path, "--data-root",
                   SourceDir(), "--checkpoint-dir", dir().Subdir("tiled")},
                  dir().LogPrefix("tiled"), JobTimeout());
   EXPECT_EQ(bad.exit_code(), 2) << bad.DebugString();
-  EXPECT_THAT(bad.err, HasSubstr("YARD_ATTENTION_FORWARD_TILING: attention "
+  EXPECT_THAT(bad.err, HasSubstr("YARD_ATTENTION_TILING: attention "
                                  "tiling '64x1' is not one of 16x4, 32x2, "
                                  "32x4"))
       << bad.err;

@@ -14,10 +14,11 @@
 // causal half of each T x T product (T(T+1)/2 pairs): the forward's two
 // products, and the backward as 2.5x the forward (its usual accounting:
 // dV, dP, dS K and dS^T Q) -- our backward computes 7 products, so the
-// "executed" figure is also printed. Then the tensor-core forward alone in
-// each block tiling it has for the head size (attention_tc_kernels.h:
-// AttentionTcTiling; all give the same bits), the first being the one the
-// backend runs: the figures that choose it. Exits 1 with one line on
+// "executed" figure is also printed. Then the tensor-core forward and
+// backward in each block tiling they have for the head size
+// (attention_tc_kernels.h: AttentionTcTiling, the query side's; all give
+// the same bits), the first being the backend's default: the figures that
+// choose it. Exits 1 with one line on
 // stderr on a bad flag or a CUDA error.
 #include <cuda_runtime_api.h>
 
@@ -161,17 +162,17 @@ int Run(const Options& o, std::string* error) {
       backward_ms.push_back(b);
     }
   }
-  // The forward in each tiling: the same reps, launches timed alone.
+  // Each tiling: the same reps, each launch timed alone.
   struct TilingTime {
     cuda::AttentionTcTiling tiling;
-    double ms;
+    double forward_ms, backward_ms;
   };
   std::vector<TilingTime> tilings;
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
     if (!cuda::AttentionTcTakesTiling(t, o.head_size)) continue;
-    std::vector<float> ms;
+    std::vector<float> fwd, bwd;
     for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
-      float f = 0.f;
+      float f = 0.f, b = 0.f;
       if (!Check(cudaEventRecord(start), "cudaEventRecord", error) ||
           !Check(
               cuda::LaunchAttentionForwardTc(t, out, lse, qkv, o.batch, o.seq,
@@ -180,12 +181,24 @@ int Run(const Options& o, std::string* error) {
           !Check(cudaEventRecord(stop), "cudaEventRecord", error) ||
           !Check(cudaEventSynchronize(stop), "attention forward (tiling run)",
                  error) ||
-          !Check(cudaEventElapsedTime(&f, start, stop), "elapsed", error)) {
+          !Check(cudaEventElapsedTime(&f, start, stop), "elapsed", error) ||
+          !Check(cudaEventRecord(start), "cudaEventRecord", error) ||
+          !Check(cuda::LaunchAttentionBackwardTc(t, dqkv, delta, dout, out, qkv,
+                                                 lse, o.batch, o.seq, channels,
+                                                 o.heads, nullptr),
+                 "attention backward (tiling)", error) ||
+          !Check(cudaEventRecord(stop), "cudaEventRecord", error) ||
+          !Check(cudaEventSynchronize(stop), "attention backward (tiling run)",
+                 error) ||
+          !Check(cudaEventElapsedTime(&b, start, stop), "elapsed", error)) {
         return 1;
       }
-      if (rep >= o.warmup) ms.push_back(f);
+      if (rep >= o.warmup) {
+        fwd.push_back(f);
+        bwd.push_back(b);
+      }
     }
-    tilings.push_back({t, Median(ms)});
+    tilings.push_back({t, Median(fwd), Median(bwd)});
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -207,10 +220,13 @@ int Run(const Options& o, std::string* error) {
       b_executed);
   for (const TilingTime& t : tilings) {
     std::printf(
-        "attention forward tiling %dx%d%s: %.3f ms (%.1f TFLOP/s), %.2fx the "
-        "first tiling's time\n",
+        "attention tiling %dx%d%s: forward %.3f ms (%.1f TFLOP/s, %.2fx the "
+        "first's time), backward %.3f ms (%.1f TFLOP/s, %.2fx)\n",
         t.tiling.warp_rows, t.tiling.warps, &t == &tilings[0] ? " (first)" : "",
-        t.ms, 2 * product / (t.ms * 1e-3) / 1e12, t.ms / tilings[0].ms);
+        t.forward_ms, 2 * product / (t.forward_ms * 1e-3) / 1e12,
+        t.forward_ms / tilings[0].forward_ms, t.backward_ms,
+        5 * product / (t.backward_ms * 1e-3) / 1e12,
+        t.backward_ms / tilings[0].backward_ms);
   }
   if (!o.csv.empty()) {
     std::ifstream existing(o.csv);
@@ -223,11 +239,12 @@ int Run(const Options& o, std::string* error) {
     csv << "trainyard-cuda," << o.batch << "," << o.seq << "," << o.heads << ","
         << o.head_size << "," << o.reps << "," << f_ms << "," << f_tflops << ","
         << b_ms << "," << b_tflops << "\n";
-    for (const TilingTime& t : tilings) {  // the forward alone: no backward
-      csv << "trainyard-cuda-forward-" << t.tiling.warp_rows << "x"
+    for (const TilingTime& t : tilings) {
+      csv << "trainyard-cuda-tiling-" << t.tiling.warp_rows << "x"
           << t.tiling.warps << "," << o.batch << "," << o.seq << "," << o.heads
-          << "," << o.head_size << "," << o.reps << "," << t.ms << ","
-          << 2 * product / (t.ms * 1e-3) / 1e12 << ",,\n";
+          << "," << o.head_size << "," << o.reps << "," << t.forward_ms << ","
+          << 2 * product / (t.forward_ms * 1e-3) / 1e12 << "," << t.backward_ms
+          << "," << 5 * product / (t.backward_ms * 1e-3) / 1e12 << "\n";
     }
     if (!csv) {
       *error = absl::StrCat(o.csv, ": cannot write");

@@ -373,10 +373,14 @@ cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
                                     const float* lse, int64_t batch,
                                     int64_t seq, int64_t channels,
                                     int64_t heads, bool bf16,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream,
+                                    AttentionTcTiling tiling) {
   if (UseTensorCores(channels, heads, bf16, {dqkv, dout, out, qkv})) {
-    return LaunchAttentionBackwardTc(dqkv, delta, dout, out, qkv, lse, batch,
-                                     seq, channels, heads, stream);
+    if (!AttentionTcTakesTiling(tiling, channels / heads)) {
+      tiling = kAttentionTcTilings[0];
+    }
+    return LaunchAttentionBackwardTc(tiling, dqkv, delta, dout, out, qkv, lse,
+                                     batch, seq, channels, heads, stream);
   }
   return LaunchAttentionBackwardReference(dqkv, delta, dout, out, qkv, lse,
                                           batch, seq, channels, heads, bf16,

@@ -25,8 +25,9 @@ inline constexpr int64_t kAttentionMaxHeadSize = 128;
 // side, each NH heads of C / NH channels): causal softmax(q k^T / sqrt(hs))
 // v per head, and each row's log-sum-exp of its scaled scores.
 // out and qkv are activations: bf16 when `bf16`, else fp32; lse fp32.
-// `tiling` is the tensor-core forward's where it runs and the head size
-// takes it, else the default (every tiling gives the same bits).
+// `tiling` is the tensor-core kernels' (attention_tc_kernels.h) where they
+// run and the head size takes it, else the default (every tiling gives the
+// same bits); the same for the backward.
 cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
                                    int64_t batch, int64_t seq, int64_t channels,
                                    int64_t heads, bool bf16,
@@ -40,7 +41,8 @@ cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
                                     const float* lse, int64_t batch,
                                     int64_t seq, int64_t channels,
                                     int64_t heads, bool bf16,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream,
+                                    AttentionTcTiling tiling = {});
 
 // The same contracts on the fp32-math kernels, whatever the head size.
 cudaError_t LaunchAttentionForwardReference(void* out, float* lse,

@@ -4,7 +4,9 @@
 // their gradients live in registers as mma fragments; with base-2 scores,
 // p = 2^(scale log2(e) s - log2(e) lse).
 //   query side (one block per query tile, key tiles ascending, the next
-//     key and value tiles copying in while the warps work):
+//     key and value tiles copying in while the warps work; in any of the
+//     tilings of attention_tc_kernels.h, which differ only in how the
+//     rows are spread over warps and blocks):
 //     D_i = dout_i . out_i -> delta; S = Q K^T, dP = dout V^T;
 //     dS = p (dP - D) rounded to bf16 into A fragments; dQ += dS K (fp32
 //     registers, never rescaled); dq = scale dQ.
@@ -35,14 +37,14 @@ constexpr int BackwardBlocksPerSm(int head_size) {
   return head_size == 128 ? 2 : 3;
 }
 
-// Threads 0..63: D_i = dout_i . out_i (fp32, ascending channels, the
-// reference kernels' order) into delta and the block's copy; rows read in
-// 16-byte packs.
-template <int kD>
+// Threads 0..kRows-1 (a block of kBlockThreads): D_i = dout_i . out_i
+// (fp32, ascending channels, the reference kernels' order) into delta and
+// the block's copy; rows read in 16-byte packs.
+template <int kD, int kRows, int kBlockThreads>
 __device__ void ComputeDelta(float* delta, float* s_delta, const bf16* dout,
                              const bf16* out, const HeadOffsets& h, int64_t q0,
                              int64_t seq) {
-  for (int r = threadIdx.x; r < kTile; r += kThreads) {
+  for (int r = threadIdx.x; r < kRows; r += kBlockThreads) {
     const int64_t i = q0 + r;
     float d_i = 0.f;
     if (i < seq) {
@@ -60,43 +62,55 @@ __device__ void ComputeDelta(float* delta, float* s_delta, const bf16* dout,
   }
 }
 
-// dq for one query tile; also writes delta for the key-side kernel.
-template <int kD>
-__global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
+// dq for one query tile of kWarpsN x 16 kM rows (warp w: rows 16 kM w..,
+// as kM row tiles of 16; a warp skips the key tiles after its last row,
+// wholly masked); also writes delta for the key-side kernel.
+template <int kD, int kM, int kWarpsN>
+__global__ void __launch_bounds__(32 * kWarpsN,
+                                  kM == 1 ? BackwardBlocksPerSm(kD) : 1)
     AttentionQueryGradTcKernel(bf16* dqkv, float* delta, const bf16* dout,
                                const bf16* out, const bf16* qkv,
                                const float* lse, TcGeometry g) {
+  constexpr int kWarpQ = kM * kWarpRows;
+  constexpr int kQRows = kWarpsN * kWarpQ;
+  constexpr int kBlock = 32 * kWarpsN;
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
-  using L = BackwardSmem<kD>;
+  using L = BackwardSmem<kD, kQRows>;
   bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1);
   float *s_lse = At<float>(smem, L::kLse),
         *s_delta = At<float>(smem, L::kDelta);
   const HeadOffsets h = HeadOf(g, kD);
-  const int qt = g.tiles - 1 - static_cast<int>(blockIdx.y);  // long rows 1st
-  const int64_t q0 = static_cast<int64_t>(qt) * kTile;
+  const int q0 = static_cast<int>(gridDim.y - 1 - blockIdx.y) * kQRows;
   const int lane = threadIdx.x % 32;
-  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
+  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpQ;
+  const int r0 = q0 + w0;
+  const int block_end = (q0 + kQRows - 1) / kTile;
+  const int warp_end = (r0 + kWarpQ - 1) / kTile;
+  const int last = block_end < g.tiles ? block_end : g.tiles - 1;
+  const int warp_last = warp_end < g.tiles ? warp_end : g.tiles - 1;
   const bf16* keys = qkv + h.qkv + g.channels;
   const bf16* values = keys + g.channels;
-  AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  AsyncLoadRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
-  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0), keys, h.qkv_row, 0, g.seq);
-  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1), values, h.qkv_row, 0, g.seq);
+  AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  AsyncLoadRows<kD, kQRows, kBlock>(sdo, dout + h.out, h.out_row, q0, g.seq);
+  AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther0), keys, h.qkv_row,
+                                   0, g.seq);
+  AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther1), values,
+                                   h.qkv_row, 0, g.seq);
   CpAsyncCommit();
-  LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
-  ComputeDelta<kD>(delta, s_delta, dout, out, h, q0, g.seq);
+  LoadRowStats<kQRows, kBlock>(s_lse, lse + h.stats, q0, g.seq);
+  ComputeDelta<kD, kQRows, kBlock>(delta, s_delta, dout, out, h, q0, g.seq);
   const float scale2 = g.scale * kLog2e;
-  float lse2[2], d_row[2];  // the lane's rows' statistics
-  float dq[kD / 8][4] = {};
-  for (int kt = 0; kt <= qt; ++kt) {
-    if (kt < qt) {
+  float lse2[kM][2], d_row[kM][2];  // the lane's rows' statistics
+  float dq[kM][kD / 8][4] = {};
+  for (int kt = 0; kt <= last; ++kt) {
+    if (kt < last) {
       const size_t next = (kt + 1) % 2 * L::kT;
       const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0 + next), keys, h.qkv_row, k1,
-                        g.seq);
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1 + next), values, h.qkv_row,
-                        k1, g.seq);
+      AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther0 + next), keys,
+                                       h.qkv_row, k1, g.seq);
+      AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther1 + next),
+                                       values, h.qkv_row, k1, g.seq);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
@@ -104,38 +118,56 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     }
     __syncthreads();  // this tile (on the first: Q, dout, statistics) whole
     if (kt == 0) {
-      for (int r = 0; r < 2; ++r) {
-        lse2[r] = s_lse[w0 + lane / 4 + 8 * r] * kLog2e;
-        d_row[r] = s_delta[w0 + lane / 4 + 8 * r];
+#pragma unroll
+      for (int t = 0; t < kM; ++t) {
+        for (int r = 0; r < 2; ++r) {
+          const int row = w0 + t * kWarpRows + lane / 4 + 8 * r;
+          lse2[t][r] = s_lse[row] * kLog2e;
+          d_row[t][r] = s_delta[row];
+        }
       }
     }
-    const size_t stage = kt % 2 * L::kT;
-    const bf16* sk = At<bf16>(smem, L::kOther0 + stage);
-    float s[kTile / 8][4], dp[kTile / 8][4];
-    {
-      uint32_t a[kD / 16][4];
-      LoadA<kD>(a, sq, w0);
-      ProductABt<kD>(s, a, sk);
-      LoadA<kD>(a, sdo, w0);
-      ProductABt<kD>(dp, a, At<bf16>(smem, L::kOther1 + stage));
-    }
-    if (kt == qt) MaskDiagonalTile(s, w0, /*rows_are_queries=*/true);
+    if (kQRows == kTile || kt <= warp_last) {
+      const size_t stage = kt % 2 * L::kT;
+      const bf16* sk = At<bf16>(smem, L::kOther0 + stage);
+      float s[kM][kTile / 8][4], dp[kM][kTile / 8][4];
+      {
+        uint32_t a[kM][kD / 16][4];
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
+        for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sq, w0 + t * kWarpRows);
+        ProductABt<kD, kM>(s, a, sk);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[n][e] * scale2 - lse2[e / 2]);
-        s[n][e] = p * (dp[n][e] - d_row[e / 2]);  // dS
+        for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sdo, w0 + t * kWarpRows);
+        ProductABt<kD, kM>(dp, a, At<bf16>(smem, L::kOther1 + stage));
       }
+      uint32_t ds[kM][kTile / 16][4];
+#pragma unroll
+      for (int t = 0; t < kM; ++t) {
+        const int row0 = r0 + t * kWarpRows;
+        if (kt == row0 / kTile) {
+          MaskDiagonalTile(s[t], row0 % kTile, /*rows_are_queries=*/true);
+        }
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float p = exp2f(s[t][n][e] * scale2 - lse2[t][e / 2]);
+            s[t][n][e] = p * (dp[t][n][e] - d_row[t][e / 2]);  // dS
+          }
+        }
+        ToA(ds[t], s[t]);
+      }
+      MmaAB<kD, kM>(dq, ds, sk);
     }
-    uint32_t ds[kTile / 16][4];
-    ToA(ds, s);
-    MmaAB<kD>(dq, ds, sk);
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const float scale[2] = {g.scale, g.scale};
-  StoreRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + w0, g.seq, dq, scale,
-                sq + w0 * Tile<kD>::kLd);
+#pragma unroll
+  for (int t = 0; t < kM; ++t) {
+    const int wt = w0 + t * kWarpRows;
+    StoreRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + wt, g.seq, dq[t], scale,
+                  sq + wt * Tile<kD>::kLd);
+  }
 }
 
 // dk and dv for one key tile. REQUIRES: the query-side kernel has written
@@ -223,18 +255,45 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
                 sv + w0 * Tile<kD>::kLd);
 }
 
-template <int kD>
+// The query side in one tiling, then the key side.
+template <int kD, int kM, int kWarpsN>
 cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
                        const bf16* out, const bf16* qkv, const float* lse,
                        const TcGeometry& g, dim3 grid, cudaStream_t stream) {
-  constexpr size_t kBytes = BackwardSmem<kD>::kBytes;
+  constexpr int kQRows = kWarpsN * kM * kWarpRows;
+  dim3 query_grid = grid;
+  query_grid.y = static_cast<unsigned>((g.seq + kQRows - 1) / kQRows);
   const cudaError_t e =
-      LaunchWithSmem(AttentionQueryGradTcKernel<kD>, kBytes, grid, kThreads,
+      LaunchWithSmem(AttentionQueryGradTcKernel<kD, kM, kWarpsN>,
+                     BackwardSmem<kD, kQRows>::kBytes, query_grid, 32 * kWarpsN,
                      stream, dqkv, delta, dout, out, qkv, lse, g);
   if (e != cudaSuccess) return e;
-  return LaunchWithSmem(AttentionKeyValueGradTcKernel<kD>, kBytes, grid,
-                        kThreads, stream, dqkv,
+  return LaunchWithSmem(AttentionKeyValueGradTcKernel<kD>,
+                        BackwardSmem<kD>::kBytes, grid, kThreads, stream, dqkv,
                         static_cast<const float*>(delta), dout, qkv, lse, g);
+}
+
+// The head sizes' kernels for one tiling (32-row warps: up to 64 channels).
+template <int kM, int kWarpsN>
+cudaError_t BackwardTcTiling(int64_t head_size, bf16* dqkv, float* delta,
+                             const bf16* dout, const bf16* out, const bf16* qkv,
+                             const float* lse, const TcGeometry& g, dim3 grid,
+                             cudaStream_t stream) {
+  switch (head_size) {
+    case 32:
+      return BackwardTc<32, kM, kWarpsN>(dqkv, delta, dout, out, qkv, lse, g,
+                                         grid, stream);
+    case 64:
+      return BackwardTc<64, kM, kWarpsN>(dqkv, delta, dout, out, qkv, lse, g,
+                                         grid, stream);
+    default:
+      if constexpr (kM == 1) {
+        return BackwardTc<128, kM, kWarpsN>(dqkv, delta, dout, out, qkv, lse, g,
+                                            grid, stream);
+      } else {
+        return cudaErrorInvalidValue;
+      }
+  }
 }
 
 }  // namespace
@@ -246,27 +305,38 @@ cudaError_t LaunchAttentionBackwardTc(void* dqkv, float* delta,
                                       int64_t batch, int64_t seq,
                                       int64_t channels, int64_t heads,
                                       cudaStream_t stream) {
+  return LaunchAttentionBackwardTc(kAttentionTcTilings[0], dqkv, delta, dout,
+                                   out, qkv, lse, batch, seq, channels, heads,
+                                   stream);
+}
+
+cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
+                                      float* delta, const void* dout,
+                                      const void* out, const void* qkv,
+                                      const float* lse, int64_t batch,
+                                      int64_t seq, int64_t channels,
+                                      int64_t heads, cudaStream_t stream) {
   if (batch <= 0 || seq <= 0) return cudaSuccess;
   attention_tc::TcGeometry g;
   dim3 grid;
   if (!attention_tc::MakeTcGeometry(batch, seq, channels, heads, &g, &grid) ||
-      !Aligned16(dqkv) || !Aligned16(dout) || !Aligned16(out) ||
-      !Aligned16(qkv)) {
+      !AttentionTcTakesTiling(tiling, channels / heads) || !Aligned16(dqkv) ||
+      !Aligned16(dout) || !Aligned16(out) || !Aligned16(qkv)) {
     return cudaErrorInvalidValue;
   }
   bf16* dx = As<bf16>(dqkv);
   const bf16 *dy = As<bf16>(dout), *y = As<bf16>(out), *x = As<bf16>(qkv);
-  switch (channels / heads) {
-    case 32:
-      return attention_tc::BackwardTc<32>(dx, delta, dy, y, x, lse, g, grid,
-                                          stream);
-    case 64:
-      return attention_tc::BackwardTc<64>(dx, delta, dy, y, x, lse, g, grid,
-                                          stream);
-    default:
-      return attention_tc::BackwardTc<128>(dx, delta, dy, y, x, lse, g, grid,
-                                           stream);
+  const int64_t hs = channels / heads;
+  if (tiling.warp_rows == 16) {
+    return attention_tc::BackwardTcTiling<1, 4>(hs, dx, delta, dy, y, x, lse, g,
+                                                grid, stream);
   }
+  if (tiling.warps == 2) {
+    return attention_tc::BackwardTcTiling<2, 2>(hs, dx, delta, dy, y, x, lse, g,
+                                                grid, stream);
+  }
+  return attention_tc::BackwardTcTiling<2, 4>(hs, dx, delta, dy, y, x, lse, g,
+                                              grid, stream);
 }
 
 }  // namespace trainyard::engine::cuda

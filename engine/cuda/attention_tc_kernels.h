@@ -20,26 +20,28 @@ namespace trainyard::engine::cuda {
 // Whether the tensor-core kernels take heads of `head_size` channels.
 bool AttentionTcSupportsHeadSize(int64_t head_size);
 
-// How the forward spreads a block's query rows over its warps: each warp
+// How the query-side kernels (the forward, and the backward's query
+// gradient) spread a block's query rows over its warps: each warp
 // holds `warp_rows` rows (16, one mma row tile, or 32, two, which share
 // every key and value fragment read from shared memory: half the reads per
 // product), a block has `warps` warps, so its query tile is warps x
 // warp_rows rows. Every tiling computes each row with the same operations
 // in the same order: they give the same bits and differ only in speed
-// (bench/engine/attention_bench.cc times each).
+// (bench/engine/attention_bench.cc times each). The backward's key side
+// has one tiling (16 x 4).
 struct AttentionTcTiling {
   int warp_rows = 16;
   int warps = 4;
 };
 
-// The tilings the forward has, the one LaunchAttentionForwardTc uses
-// first.
+// The tilings the query-side kernels have, the one the launchers without
+// a tiling use first.
 inline constexpr AttentionTcTiling kAttentionTcTilings[] = {
     {16, 4}, {32, 2}, {32, 4}};
 
-// Whether the forward has `tiling` for heads of `head_size` channels
-// (32-row warps only up to 64 channels: at 128 their accumulators and
-// scores would not fit in registers).
+// Whether the query-side kernels have `tiling` for heads of `head_size`
+// channels (32-row warps only up to 64 channels: at 128 their
+// accumulators and scores would not fit in registers).
 bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size);
 
 // out [B, T, C] (bf16) and lse [B, NH, T] (fp32) from qkv [B, T, 3C] (bf16):
@@ -65,6 +67,15 @@ cudaError_t LaunchAttentionBackwardTc(void* dqkv, float* delta,
                                       int64_t batch, int64_t seq,
                                       int64_t channels, int64_t heads,
                                       cudaStream_t stream);
+
+// The same with a given tiling of the query side (cudaErrorInvalidValue
+// for one it does not take at this head size).
+cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
+                                      float* delta, const void* dout,
+                                      const void* out, const void* qkv,
+                                      const float* lse, int64_t batch,
+                                      int64_t seq, int64_t channels,
+                                      int64_t heads, cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

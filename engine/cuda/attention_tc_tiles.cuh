@@ -9,9 +9,10 @@
 // the forward and the query-gradient kernel, key rows in the key/value-
 // gradient kernel. Warp w owns rows 16w..16w+15 of the tile and keeps
 // their running results (output, gradients) and their scores in registers
-// as mma fragments. (The forward also has tilings of 32 rows a warp, as
-// two row tiles of 16, in blocks of 2 or 4 warps: query tiles of 64 or
-// 128 rows; the other side's tiles are 64 rows in every kernel.) shared memory
+// as mma fragments. (The query-side kernels, the forward and the query
+// gradient, also have tilings of 32 rows a warp, as two row tiles of 16,
+// in blocks of 2 or 4 warps: query tiles of 64 or 128 rows; the other
+// side's tiles are 64 rows in every kernel.) shared memory
 // holds only bf16 tiles: the block's own rows and, two stages deep, the tiles
 // of the other side (keys and values, or queries and dout) that all four warps
 // read. The next tile's copy (cp.async) is in flight while the warps work on
@@ -32,6 +33,7 @@
 //   forward (5 tiles)    25,600      46,080      87,040
 //   forward, 128 queries 30,720      55,296           -
 //   backward (6 tiles)   31,744      56,320     105,472
+//   query side, 128 rows 41,984      74,752           -
 // (the backward's figure counts two stages of the rows' statistics, 1,024
 // bytes; the query-side kernel uses one.) H100: up to
 // 227 KB per block and 228 KB per SM, so at hs = 64 four forward or four
@@ -93,16 +95,18 @@ struct ForwardSmem {
   static constexpr size_t kBytes = kV + 2 * kT;
 };
 
-template <int kD>
+template <int kD, int kOwnRows = kTile>
 struct BackwardSmem {
   static constexpr size_t kT = Tile<kD>::kBytes;
   static constexpr size_t kOwn0 = 0;
-  static constexpr size_t kOwn1 = kOwn0 + kT;
-  static constexpr size_t kOther0 = kOwn1 + kT;        // two stages
+  static constexpr size_t kOwn1 = kOwn0 + Tile<kD, kOwnRows>::kBytes;
+  static constexpr size_t kOther0 =
+      kOwn1 + Tile<kD, kOwnRows>::kBytes;              // two stages
   static constexpr size_t kOther1 = kOther0 + 2 * kT;  // two stages
   static constexpr size_t kLse = kOther1 + 2 * kT;     // two stages
   static constexpr size_t kDelta = kLse + 2 * kTile * sizeof(float);
   static constexpr size_t kBytes = kDelta + 2 * kTile * sizeof(float);
+  static_assert(kOwnRows <= 2 * kTile, "statistics of the own rows fit");
 };
 
 // The budget in the header comment.
@@ -114,7 +118,9 @@ static_assert(ForwardSmem<32>::kBytes == 25600 &&
               "forward smem budget");
 static_assert(BackwardSmem<32>::kBytes == 31744 &&
                   BackwardSmem<64>::kBytes == 56320 &&
-                  BackwardSmem<128>::kBytes == 105472,
+                  BackwardSmem<128>::kBytes == 105472 &&
+                  BackwardSmem<32, 128>::kBytes == 41984 &&
+                  BackwardSmem<64, 128>::kBytes == 74752,
               "backward smem budget");
 static_assert(BackwardSmem<128>::kBytes <= 227 * 1024,
               "shared memory per block on sm_90");
@@ -150,10 +156,12 @@ __device__ __forceinline__ HeadOffsets HeadOf(const TcGeometry& g, int hs) {
           b * g.seq * g.channels + h * hs, g.channels, bh * g.seq};
 }
 
-// Block-wide: dst[r] = src[row0 + r] for the tile's rows, 0 past `seq`.
+// Block-wide (a block of kBlockThreads): dst[r] = src[row0 + r] for the
+// tile's kRows rows, 0 past `seq`.
+template <int kRows = kTile, int kBlockThreads = kThreads>
 __device__ __forceinline__ void LoadRowStats(float* dst, const float* src,
                                              int64_t row0, int64_t seq) {
-  for (int r = threadIdx.x; r < kTile; r += kThreads) {
+  for (int r = threadIdx.x; r < kRows; r += kBlockThreads) {
     dst[r] = row0 + r < seq ? src[row0 + r] : 0.f;
   }
 }

@@ -325,7 +325,7 @@ TEST(AttentionTcLaunchTest, RejectsShapesItDoesNotTake) {
   }
 }
 
-TEST(AttentionTcLaunchTest, ForwardTakesItsTilingsAndNoOthers) {
+TEST(AttentionTcLaunchTest, TakesItsTilingsAndNoOthers) {
   // The first tiling is the default one and takes every head size; 32-row
   // warps take up to 64 channels.
   EXPECT_EQ(cuda::kAttentionTcTilings[0].warp_rows, 16);
@@ -338,7 +338,7 @@ TEST(AttentionTcLaunchTest, ForwardTakesItsTilingsAndNoOthers) {
     }
   }
   EXPECT_FALSE(cuda::AttentionTcTakesTiling({32, 4}, 48));
-  // Not tilings the forward has, at any head size; the launcher refuses
+  // Not tilings the kernels have, at any head size; the launchers refuse
   // them and a 32-row warp at 128 channels before touching any buffer.
   const cuda::AttentionTcTiling bad[] = {{16, 2}, {8, 4}, {32, 8},
                                          {64, 1}, {0, 0}, {-16, 4}};
@@ -351,9 +351,18 @@ TEST(AttentionTcLaunchTest, ForwardTakesItsTilingsAndNoOthers) {
                                              16, 128, 2, nullptr),
               cudaErrorInvalidValue)
         << t.warp_rows << "x" << t.warps;
+    EXPECT_EQ(cuda::LaunchAttentionBackwardTc(t, nullptr, nullptr, nullptr,
+                                              nullptr, nullptr, nullptr, 2, 16,
+                                              128, 2, nullptr),
+              cudaErrorInvalidValue)
+        << t.warp_rows << "x" << t.warps;
   }
   EXPECT_EQ(cuda::LaunchAttentionForwardTc({32, 4}, nullptr, nullptr, nullptr,
                                            2, 16, 256, 2, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchAttentionBackwardTc({32, 4}, nullptr, nullptr, nullptr,
+                                            nullptr, nullptr, nullptr, 2, 16,
+                                            256, 2, nullptr),
             cudaErrorInvalidValue);
 }
 
@@ -421,9 +430,11 @@ ForwardResult RunForward(Problem& pb, Kernels which,
   return {out.Download(), lse.Download()};
 }
 
-// dqkv from one backward launcher, given the forward's out and lse.
+// dqkv from one backward launcher, given the forward's out and lse;
+// `tiling` is the tensor-core backward's (kTensorCore only).
 std::vector<uint16_t> RunBackward(Problem& pb, const ForwardResult& fwd,
-                                  Kernels which) {
+                                  Kernels which,
+                                  cuda::AttentionTcTiling tiling = {}) {
   const Shape& s = pb.shape;
   Bf16Array out(s.act_size()), dqkv(s.qkv_size());
   FloatArray lse(s.stat_size()), delta(s.stat_size());
@@ -438,9 +449,9 @@ std::vector<uint16_t> RunBackward(Problem& pb, const ForwardResult& fwd,
         dqkv.get(), delta.get(), pb.dout.get(), out.get(), pb.qkv.get(),
         lse.get(), s.batch, s.seq, C, s.heads, true, nullptr);
   } else if (which == Kernels::kTensorCore) {
-    e = cuda::LaunchAttentionBackwardTc(dqkv.get(), delta.get(), pb.dout.get(),
-                                        out.get(), pb.qkv.get(), lse.get(),
-                                        s.batch, s.seq, C, s.heads, nullptr);
+    e = cuda::LaunchAttentionBackwardTc(
+        tiling, dqkv.get(), delta.get(), pb.dout.get(), out.get(), pb.qkv.get(),
+        lse.get(), s.batch, s.seq, C, s.heads, nullptr);
   } else {
     e = cuda::LaunchAttentionBackward(
         dqkv.get(), delta.get(), pb.dout.get(), out.get(), pb.qkv.get(),
@@ -526,15 +537,17 @@ TEST_P(CudaAttentionTcTest, MatchesReferenceWhenTheMaxClimbsEveryTile) {
   ExpectTcMatchesReference(pb);
 }
 
-// Every forward tiling the head size takes gives the default tiling's bits
-// (which the tests above hold to the reference), on random inputs and on
-// the climbing max; the others are refused.
-TEST_P(CudaAttentionTcTest, EveryForwardTilingGivesTheSameBits) {
+// Every tiling the head size takes gives the default tiling's bits (which
+// the tests above hold to the reference), forward and backward, on random
+// inputs and on the climbing max; the others are refused.
+TEST_P(CudaAttentionTcTest, EveryTilingGivesTheSameBits) {
   const Shape s = GetParam();
   for (const bool climbing : {false, true}) {
     Problem pb(s);
     if (climbing) MakeTheMaxClimbEveryTile(pb);
     const ForwardResult want = RunForward(pb, Kernels::kTensorCore);
+    const std::vector<uint16_t> want_d =
+        RunBackward(pb, want, Kernels::kTensorCore);
     for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
       SCOPED_TRACE(::testing::Message() << t.warp_rows << "x" << t.warps
                                         << (climbing ? " climbing" : ""));
@@ -545,11 +558,22 @@ TEST_P(CudaAttentionTcTest, EveryForwardTilingGivesTheSameBits) {
                       t, out.get(), lse.get(), pb.qkv.get(), s.batch, s.seq,
                       s.channels(), s.heads, nullptr),
                   cudaErrorInvalidValue);
+        Bf16Array dqkv(s.qkv_size());
+        FloatArray delta(s.stat_size());
+        EXPECT_EQ(cuda::LaunchAttentionBackwardTc(
+                      t, dqkv.get(), delta.get(), pb.dout.get(), out.get(),
+                      pb.qkv.get(), lse.get(), s.batch, s.seq, s.channels(),
+                      s.heads, nullptr),
+                  cudaErrorInvalidValue);
         continue;
       }
       const ForwardResult got = RunForward(pb, Kernels::kTensorCore, t);
       EXPECT_EQ(FirstDifference(got.out, want.out), -1) << "out";
       EXPECT_EQ(FirstDifference(got.lse, want.lse), -1) << "lse";
+      EXPECT_EQ(FirstDifference(RunBackward(pb, want, Kernels::kTensorCore, t),
+                                want_d),
+                -1)
+          << "dqkv";
     }
   }
 }

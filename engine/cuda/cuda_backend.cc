@@ -114,11 +114,10 @@ absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     const CudaBackendOptions& options) {
-  if (!IsATiling(options.attention_forward_tiling)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cuda backend: attention forward tiling ",
-                     TilingName(options.attention_forward_tiling),
-                     " is not one of ", TilingChoices()));
+  if (!IsATiling(options.attention_tiling)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: attention tiling ", TilingName(options.attention_tiling),
+        " is not one of ", TilingChoices()));
   }
   if (options.arena_bytes < kCudaWorkspaceBytes) {
     return absl::InvalidArgumentError(

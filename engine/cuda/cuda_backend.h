@@ -62,14 +62,15 @@ struct CudaBackendOptions {
   bool sync_after_each_op = false;
   // fp32, or bf16 activations and working weights (see backend.h).
   DType activation_dtype = DType::kF32;
-  // The bf16 attention forward's block tiling (attention_tc_kernels.h),
-  // one of kAttentionTcTilings; where the head size does not take it, the
-  // default. All give the same bits: a speed setting only.
-  cuda::AttentionTcTiling attention_forward_tiling;
+  // The bf16 attention's query-side block tiling (attention_tc_kernels.h:
+  // the forward and the query gradient), one of kAttentionTcTilings; where
+  // the head size does not take it, the default. All give the same bits:
+  // a speed setting only.
+  cuda::AttentionTcTiling attention_tiling;
 };
 
 // "RxW" (rows a warp x warps a block, e.g. "32x4") as one of the attention
-// forward's tilings; INVALID_ARGUMENT naming the text and the choices
+// kernels' tilings; INVALID_ARGUMENT naming the text and the choices
 // otherwise.
 absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
     absl::string_view text);

@@ -376,9 +376,9 @@ void CudaBackend::AttentionForward(void* out, float* state, const void* qkv,
     Record(std::move(s));
     return;
   }
-  YARD_CUDA_LAUNCH(cuda::LaunchAttentionForward(
-      out, state, qkv, batch, seq, channels, heads, bf16(), stream_,
-      options_.attention_forward_tiling));
+  YARD_CUDA_LAUNCH(
+      cuda::LaunchAttentionForward(out, state, qkv, batch, seq, channels, heads,
+                                   bf16(), stream_, options_.attention_tiling));
 }
 
 void CudaBackend::AttentionBackward(void* dqkv, float* scratch,
@@ -391,9 +391,9 @@ void CudaBackend::AttentionBackward(void* dqkv, float* scratch,
     Record(std::move(s));
     return;
   }
-  YARD_CUDA_LAUNCH(cuda::LaunchAttentionBackward(dqkv, scratch, dout, out, qkv,
-                                                 state, batch, seq, channels,
-                                                 heads, bf16(), stream_));
+  YARD_CUDA_LAUNCH(cuda::LaunchAttentionBackward(
+      dqkv, scratch, dout, out, qkv, state, batch, seq, channels, heads, bf16(),
+      stream_, options_.attention_tiling));
 }
 
 }  // namespace trainyard::engine

@@ -35,7 +35,7 @@ TEST(CudaBackendCreateTest, RefusesAnArenaSmallerThanItsWorkspace) {
       << backend.status();
 }
 
-// The attention forward's tilings by name, and nothing else.
+// The attention kernels' tilings by name, and nothing else.
 TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
     const std::string name = absl::StrCat(t.warp_rows, "x", t.warps);
@@ -60,12 +60,12 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
 TEST(CudaBackendCreateTest, RefusesATilingTheForwardDoesNotHave) {
   CudaBackendOptions options;
   options.arena_bytes = int64_t{64} << 20;
-  options.attention_forward_tiling = {16, 2};
+  options.attention_tiling = {16, 2};
   const auto backend = CreateCudaBackend(options);
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(
-      backend.status().message(),
-      "attention forward tiling 16x2 is not one of 16x4, 32x2, 32x4"))
+  EXPECT_TRUE(
+      absl::StrContains(backend.status().message(),
+                        "attention tiling 16x2 is not one of 16x4, 32x2, 32x4"))
       << backend.status();
 }
 

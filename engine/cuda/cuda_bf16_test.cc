@@ -319,53 +319,78 @@ TEST_F(CudaBf16Test, AttentionAndClassifier) {
                "ce dlogits");
 }
 
-// A backend created with each attention forward tiling gives the default
-// one's bits (GPT-2's head size 64; 130 rows: two 128-row query tiles,
-// the second ragged); the tiling is a speed setting only. On the
-// emulation the test also sees the launch: the blocks of the tiling asked
-// for (its warps, and one block per query tile of its rows).
-TEST_F(CudaBf16Test, AttentionForwardTilingsGiveTheSameBits) {
+// A backend created with each attention tiling gives the default one's
+// bits, forward and backward (GPT-2's head size 64; 130 rows: two 128-row
+// query tiles, the second ragged); the tiling is a speed setting only. On
+// the emulation the test also sees the launches: the query-side kernels'
+// blocks are the tiling's (its warps, one block per query tile of its
+// rows), the key side's 4 warps over 64-row tiles whatever the tiling.
+TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
   const int64_t B = 2, T = 130, C = 128, NH = 2;
-  Act qkv = MakeAct(B * T * 3 * C, 15);
+  Act qkv = MakeAct(B * T * 3 * C, 15), dout = MakeAct(B * T * C, 16);
   const AttentionFloats fs =
       AttentionBufferFloats(gpu_->attention_state(), B, T, NH);
-  const auto run = [&](CudaBackend& backend, const DeviceArray<uint16_t>& x) {
-    auto out = Zeros<uint16_t>(backend, B * T * C);
-    auto state = Zeros<float>(backend, fs.state);
-    backend.AttentionForward(out.get(), state.get(), x.get(), B, T, C, NH);
-    return std::make_pair(Download(backend, out), Download(backend, state));
+  struct Result {
+    std::vector<uint16_t> out;
+    std::vector<float> state;
+    std::vector<uint16_t> dqkv;
   };
-  const auto want = run(*gpu_, qkv.dev);
+  const auto run = [&](CudaBackend& backend, const std::vector<uint16_t>& x,
+                       const std::vector<uint16_t>& dy,
+                       [[maybe_unused]] std::vector<dim3>* blocks,
+                       [[maybe_unused]] std::vector<dim3>* grids) {
+    const DeviceArray<uint16_t> dx = Upload(backend, x),
+                                ddy = Upload(backend, dy);
+    auto out = Zeros<uint16_t>(backend, B * T * C);
+    auto dqkv = Zeros<uint16_t>(backend, B * T * 3 * C);
+    auto state = Zeros<float>(backend, fs.state);
+    auto scratch = Zeros<float>(backend, fs.scratch);
+#if defined(TRAINYARD_CUDA_EMULATION)
+    cuda_emulation::SetLaunchObserver(
+        [&](const cuda_emulation::LaunchSite&,
+            const cuda_emulation::LaunchConfig& c) {
+          blocks->push_back(c.block);
+          grids->push_back(c.grid);
+        });
+#endif
+    backend.AttentionForward(out.get(), state.get(), dx.get(), B, T, C, NH);
+    backend.AttentionBackward(dqkv.get(), scratch.get(), ddy.get(), out.get(),
+                              dx.get(), state.get(), B, T, C, NH);
+#if defined(TRAINYARD_CUDA_EMULATION)
+    cuda_emulation::SetLaunchObserver(nullptr);
+#endif
+    return Result{Download(backend, out), Download(backend, state),
+                  Download(backend, dqkv)};
+  };
+  std::vector<dim3> blocks, grids;
+  const Result want = run(*gpu_, qkv.host, dout.host, &blocks, &grids);
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
     SCOPED_TRACE(::testing::Message() << t.warp_rows << "x" << t.warps);
     CudaBackendOptions options;
     options.arena_bytes = int64_t{256} << 20;
     options.sync_after_each_op = true;
     options.activation_dtype = DType::kBF16;
-    options.attention_forward_tiling = t;
+    options.attention_tiling = t;
     auto backend = CudaBackend::Create(options);
     ASSERT_TRUE(backend.ok()) << backend.status();
-    const DeviceArray<uint16_t> x = Upload(**backend, qkv.host);
+    blocks.clear();
+    grids.clear();
+    const Result got = run(**backend, qkv.host, dout.host, &blocks, &grids);
 #if defined(TRAINYARD_CUDA_EMULATION)
-    std::vector<dim3> blocks, grids;
-    cuda_emulation::SetLaunchObserver(
-        [&](const cuda_emulation::LaunchSite&,
-            const cuda_emulation::LaunchConfig& c) {
-          blocks.push_back(c.block);
-          grids.push_back(c.grid);
-        });
-#endif
-    const auto got = run(**backend, x);
-#if defined(TRAINYARD_CUDA_EMULATION)
-    cuda_emulation::SetLaunchObserver(nullptr);
-    ASSERT_EQ(blocks.size(), 1u);  // the forward, one kernel
+    // The forward, the backward's query side, its key side.
+    ASSERT_EQ(blocks.size(), 3u);
     const unsigned rows = static_cast<unsigned>(t.warp_rows * t.warps);
-    EXPECT_EQ(blocks[0].x, static_cast<unsigned>(32 * t.warps));
-    EXPECT_EQ(grids[0].x, static_cast<unsigned>(B * NH));
-    EXPECT_EQ(grids[0].y, (T + rows - 1) / rows);
+    for (int k : {0, 1}) {
+      EXPECT_EQ(blocks[k].x, static_cast<unsigned>(32 * t.warps)) << k;
+      EXPECT_EQ(grids[k].x, static_cast<unsigned>(B * NH)) << k;
+      EXPECT_EQ(grids[k].y, (T + rows - 1) / rows) << k;
+    }
+    EXPECT_EQ(blocks[2].x, 128u);
+    EXPECT_EQ(grids[2].y, (T + 63u) / 64u);
 #endif
-    EXPECT_TRUE(got.first == want.first) << "out";
-    EXPECT_TRUE(got.second == want.second) << "state (lse)";
+    EXPECT_TRUE(got.out == want.out) << "out";
+    EXPECT_TRUE(got.state == want.state) << "state (lse)";
+    EXPECT_TRUE(got.dqkv == want.dqkv) << "dqkv";
     const absl::Status s = (*backend)->Synchronize();
     EXPECT_TRUE(s.ok()) << s;
   }

@@ -21,9 +21,9 @@
 #            step without the minutes of the PyTorch peer; figures to
 #            record come from `engine`, which measures the peer too
 #   tilings  kernels, then gpt_train_bench 124M bf16 once with each attention
-#            forward tiling (YARD_ATTENTION_FORWARD_TILING: 16x4, 32x2,
-#            32x4; engine.log, engine.csv in that order): which tiling the
-#            backend should run by default
+#            tiling (YARD_ATTENTION_TILING: 16x4, 32x2, 32x4; engine.log,
+#            engine.csv in that order): which tiling the backend should run
+#            by default
 #   all      tests, engine and packing in that order, sharing one budget
 #
 # Every command runs under a timeout cut from SECONDS (default 540, so one
@@ -183,7 +183,7 @@ run_tilings() {
   local elog="$out/engine.log" csv="$out/engine.csv" t
   for t in 16x4 32x2 32x4; do
     note "tiling $t: gpt_train_bench 124m bf16"
-    YARD_ATTENTION_FORWARD_TILING=$t bounded 110 "$elog" "$kit/bin/gpt_train_bench" \
+    YARD_ATTENTION_TILING=$t bounded 110 "$elog" "$kit/bin/gpt_train_bench" \
       --data-root "$root" --csv "$csv" --config 124m --precision bf16 \
       --micro-batch max --profile-steps 2
     grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 3 | sed "s/^/$t /" | tee -a "$log"
