@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq);
   LoadRowStats(At<float>(smem, L::kDelta), delta + h.stats, k0, g.seq);
   const float scale2 = g.scale * kLog2e;
-  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  // One row tile a warp: the products' kM = 1.
+  float dk[1][kD / 8][4] = {}, dv[1][kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
     const int it = qt - kt;
     if (qt + 1 < g.tiles) {
@@ -221,14 +222,16 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     const bf16* sdo = At<bf16>(smem, L::kOther1 + stage);
     const float* s_lse = At<float>(smem, L::kLse) + it % 2 * kTile;
     const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
-    float st[kTile / 8][4], dpt[kTile / 8][4];
+    float st_tiles[1][kTile / 8][4], dpt_tiles[1][kTile / 8][4];
     {
-      uint32_t a[kD / 16][4];
-      LoadA<kD>(a, sk, w0);
-      ProductABt<kD>(st, a, sq);
-      LoadA<kD>(a, sv, w0);
-      ProductABt<kD>(dpt, a, sdo);
+      uint32_t a[1][kD / 16][4];
+      LoadA<kD>(a[0], sk, w0);
+      ProductABt<kD, 1>(st_tiles, a, sq);
+      LoadA<kD>(a[0], sv, w0);
+      ProductABt<kD, 1>(dpt_tiles, a, sdo);
     }
+    float(&st)[kTile / 8][4] = st_tiles[0];
+    float(&dpt)[kTile / 8][4] = dpt_tiles[0];
     if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
@@ -240,18 +243,18 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
         dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
       }
     }
-    uint32_t a[kTile / 16][4];
-    ToA(a, st);
-    MmaAB<kD>(dv, a, sdo);
-    ToA(a, dpt);
-    MmaAB<kD>(dk, a, sq);
+    uint32_t a[1][kTile / 16][4];
+    ToA(a[0], st);
+    MmaAB<kD, 1>(dv, a, sdo);
+    ToA(a[0], dpt);
+    MmaAB<kD, 1>(dk, a, sq);
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
   bf16* dk_base = dqkv + h.qkv + g.channels;
-  StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk, scale,
+  StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk[0], scale,
                 sk + w0 * Tile<kD>::kLd);
-  StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv, one,
+  StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv[0], one,
                 sv + w0 * Tile<kD>::kLd);
 }
 

@@ -257,15 +257,6 @@ __device__ __forceinline__ void ProductABt(float (&s)[kM][kTile / 8][4],
   });
 }
 
-// The same for one row tile: s = a b^T.
-template <int kD>
-__device__ __forceinline__ void ProductABt(float (&s)[kTile / 8][4],
-                                           const uint32_t (&a)[kD / 16][4],
-                                           const bf16* b) {
-  ProductABt<kD, 1>(reinterpret_cast<float(&)[1][kTile / 8][4]>(s),
-                    reinterpret_cast<const uint32_t(&)[1][kD / 16][4]>(a), b);
-}
-
 // The C fragments of a 16 x kTile product, rounded to bf16, as the A
 // fragments of its kTile/16 k-steps (warp_mma.h: layouts).
 __device__ __forceinline__ void ToA(uint32_t (&a)[kTile / 16][4],
@@ -294,15 +285,6 @@ __device__ __forceinline__ void MmaAB(float (&acc)[kM][kD / 8][4],
   MmaRowTiles(acc, a, [row](uint32_t(&r)[4], int k, int n) {
     LdMatrixX4Trans(r, row + k * 16 * kLd + n * 8);
   });
-}
-
-// The same for one row tile: acc += a b.
-template <int kD>
-__device__ __forceinline__ void MmaAB(float (&acc)[kD / 8][4],
-                                      const uint32_t (&a)[kTile / 16][4],
-                                      const bf16* b) {
-  MmaAB<kD, 1>(reinterpret_cast<float(&)[1][kD / 8][4]>(acc),
-               reinterpret_cast<const uint32_t(&)[1][kTile / 16][4]>(a), b);
 }
 
 // On a diagonal tile pair (the own and the other side's tile start at the
