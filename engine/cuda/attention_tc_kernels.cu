@@ -239,14 +239,17 @@ bool AttentionTcSupportsHeadSize(int64_t head_size) {
   return head_size == 32 || head_size == 64 || head_size == 128;
 }
 
-bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size) {
-  if (!AttentionTcSupportsHeadSize(head_size)) return false;
+bool IsAttentionTcTiling(AttentionTcTiling tiling) {
   for (const AttentionTcTiling& t : kAttentionTcTilings) {
-    if (t.warp_rows == tiling.warp_rows && t.warps == tiling.warps) {
-      return t.warp_rows == 16 || head_size <= 64;
-    }
+    if (t.warp_rows == tiling.warp_rows && t.warps == tiling.warps) return true;
   }
   return false;
+}
+
+bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size) {
+  return IsAttentionTcTiling(tiling) &&
+         AttentionTcSupportsHeadSize(head_size) &&
+         (tiling.warp_rows == 16 || head_size <= 64);
 }
 
 cudaError_t LaunchAttentionForwardTc(void* out, float* lse, const void* qkv,

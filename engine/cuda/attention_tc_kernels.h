@@ -39,6 +39,9 @@ struct AttentionTcTiling {
 inline constexpr AttentionTcTiling kAttentionTcTilings[] = {
     {16, 4}, {32, 2}, {32, 4}};
 
+// Whether `tiling` is one of kAttentionTcTilings.
+bool IsAttentionTcTiling(AttentionTcTiling tiling);
+
 // Whether the query-side kernels have `tiling` for heads of `head_size`
 // channels (32-row warps only up to 64 channels: at 128 their
 // accumulators and scores would not fit in registers).

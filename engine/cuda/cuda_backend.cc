@@ -93,13 +93,6 @@ std::string TilingChoices() {
   return absl::StrJoin(names, ", ");
 }
 
-bool IsATiling(const cuda::AttentionTcTiling& t) {
-  for (const cuda::AttentionTcTiling& known : cuda::kAttentionTcTilings) {
-    if (known.warp_rows == t.warp_rows && known.warps == t.warps) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
@@ -114,7 +107,7 @@ absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     const CudaBackendOptions& options) {
-  if (!IsATiling(options.attention_tiling)) {
+  if (!cuda::IsAttentionTcTiling(options.attention_tiling)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cuda backend: attention tiling ", TilingName(options.attention_tiling),
         " is not one of ", TilingChoices()));
