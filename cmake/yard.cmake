@@ -21,6 +21,17 @@ function(yard_cc_binary NAME)
   target_link_libraries(${NAME} PRIVATE ${ARG_DEPS})
 endfunction()
 
+# The emulated CUDA kernels spread their blocks over up to 4 threads, one
+# a core (engine/cuda/emulation/launch.h): ctest counts an emulation test
+# as that many processors, so under `ctest -j <cores>` it never shares the
+# cores with a test whose cluster keeps time (leases, heartbeats).
+cmake_host_system_information(RESULT _yard_cores QUERY NUMBER_OF_LOGICAL_CORES)
+if(_yard_cores GREATER 4)
+  set(YARD_EMULATION_PROCESSORS 4)
+else()
+  set(YARD_EMULATION_PROCESSORS ${_yard_cores})
+endif()
+
 # yard_cc_test(NAME SRCS ... DEPS ... LABELS ... TIMEOUT n)
 function(yard_cc_test NAME)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
@@ -38,6 +49,10 @@ function(yard_cc_test NAME)
   set_tests_properties(${NAME} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
   if(ARG_LABELS)
     set_tests_properties(${NAME} PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
+  if("emulation" IN_LIST ARG_LABELS)
+    set_tests_properties(${NAME} PROPERTIES PROCESSORS
+                         ${YARD_EMULATION_PROCESSORS})
   endif()
   # A GPU test with no device calls GTEST_SKIP; let ctest count it as
   # skipped rather than passed.
