@@ -71,9 +71,8 @@ __global__ void __launch_bounds__(32 * kWarpsN,
     AttentionQueryGradTcKernel(bf16* dqkv, float* delta, const bf16* dout,
                                const bf16* out, const bf16* qkv,
                                const float* lse, TcGeometry g) {
-  constexpr int kWarpQ = kM * kWarpRows;
-  constexpr int kQRows = kWarpsN * kWarpQ;
-  constexpr int kBlock = 32 * kWarpsN;
+  using Q = QueryRows<kM, kWarpsN>;
+  constexpr int kQRows = Q::kRows, kBlock = Q::kBlockThreads;
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
   using L = BackwardSmem<kD, kQRows>;
@@ -81,14 +80,9 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   float *s_lse = At<float>(smem, L::kLse),
         *s_delta = At<float>(smem, L::kDelta);
   const HeadOffsets h = HeadOf(g, kD);
-  const int q0 = static_cast<int>(gridDim.y - 1 - blockIdx.y) * kQRows;
+  const Q rows(g.tiles);
+  const int q0 = rows.q0;
   const int lane = threadIdx.x % 32;
-  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpQ;
-  const int r0 = q0 + w0;
-  const int block_end = (q0 + kQRows - 1) / kTile;
-  const int warp_end = (r0 + kWarpQ - 1) / kTile;
-  const int last = block_end < g.tiles ? block_end : g.tiles - 1;
-  const int warp_last = warp_end < g.tiles ? warp_end : g.tiles - 1;
   const bf16* keys = qkv + h.qkv + g.channels;
   const bf16* values = keys + g.channels;
   AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
@@ -103,8 +97,8 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   const float scale2 = g.scale * kLog2e;
   float lse2[kM][2], d_row[kM][2];  // the lane's rows' statistics
   float dq[kM][kD / 8][4] = {};
-  for (int kt = 0; kt <= last; ++kt) {
-    if (kt < last) {
+  for (int kt = 0; kt <= rows.last; ++kt) {
+    if (kt < rows.last) {
       const size_t next = (kt + 1) % 2 * L::kT;
       const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
       AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther0 + next), keys,
@@ -121,32 +115,29 @@ __global__ void __launch_bounds__(32 * kWarpsN,
 #pragma unroll
       for (int t = 0; t < kM; ++t) {
         for (int r = 0; r < 2; ++r) {
-          const int row = w0 + t * kWarpRows + lane / 4 + 8 * r;
+          const int row = rows.RowTile(t) + lane / 4 + 8 * r;
           lse2[t][r] = s_lse[row] * kLog2e;
           d_row[t][r] = s_delta[row];
         }
       }
     }
-    if (kQRows == kTile || kt <= warp_last) {
+    if (rows.Visits(kt)) {
       const size_t stage = kt % 2 * L::kT;
       const bf16* sk = At<bf16>(smem, L::kOther0 + stage);
       float s[kM][kTile / 8][4], dp[kM][kTile / 8][4];
       {
         uint32_t a[kM][kD / 16][4];
 #pragma unroll
-        for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sq, w0 + t * kWarpRows);
+        for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sq, rows.RowTile(t));
         ProductABt<kD, kM>(s, a, sk);
 #pragma unroll
-        for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sdo, w0 + t * kWarpRows);
+        for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sdo, rows.RowTile(t));
         ProductABt<kD, kM>(dp, a, At<bf16>(smem, L::kOther1 + stage));
       }
       uint32_t ds[kM][kTile / 16][4];
 #pragma unroll
       for (int t = 0; t < kM; ++t) {
-        const int row0 = r0 + t * kWarpRows;
-        if (kt == row0 / kTile) {
-          MaskDiagonalTile(s[t], row0 % kTile, /*rows_are_queries=*/true);
-        }
+        rows.MaskIfDiagonal(s[t], t, kt);
 #pragma unroll
         for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
@@ -164,7 +155,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   const float scale[2] = {g.scale, g.scale};
 #pragma unroll
   for (int t = 0; t < kM; ++t) {
-    const int wt = w0 + t * kWarpRows;
+    const int wt = rows.RowTile(t);
     StoreRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + wt, g.seq, dq[t], scale,
                   sq + wt * Tile<kD>::kLd);
   }

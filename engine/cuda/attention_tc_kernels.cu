@@ -101,35 +101,24 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
 }
 
 // One block per query tile of kWarpsN x 16 kM rows, warp w holding rows
-// 16 kM w.. as kM row tiles of 16, over key tiles of 64 from the first to
-// the one holding the tile's last row. A warp skips the key tiles after
-// its own last row (wholly masked: skipping them leaves m, l and o exactly
-// as visiting would), so each row visits the key tiles 0..(its row) / 64
-// whatever the tiling: the same bits from every tiling.
+// 16 kM w.. as kM row tiles of 16 (QueryRows), over key tiles of 64 from
+// the first to the one holding the tile's last row. A warp skips the key
+// tiles after its own last row, so each row visits the key tiles
+// 0..(its row) / 64 whatever the tiling: the same bits from every tiling.
 template <int kD, int kM, int kWarpsN>
 __global__ void __launch_bounds__(32 * kWarpsN)
     AttentionForwardTcKernel(bf16* out, float* lse, const bf16* qkv,
                              TcGeometry g) {
-  constexpr int kWarpQ = kM * kWarpRows;    // a warp's query rows
-  constexpr int kQRows = kWarpsN * kWarpQ;  // the block's
-  constexpr int kBlock = 32 * kWarpsN;
+  using Q = QueryRows<kM, kWarpsN>;
+  constexpr int kQRows = Q::kRows, kBlock = Q::kBlockThreads;
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
   using L = ForwardSmem<kD, kQRows>;
   bf16* sq = At<bf16>(smem, L::kQ);
   const HeadOffsets h = HeadOf(g, kD);
-  // Rows and tiles as int: MakeTcGeometry caps the tiles at 65535.
-  const int q0 =
-      static_cast<int>(gridDim.y - 1 - blockIdx.y) * kQRows;  // long rows first
+  const Q rows(g.tiles);
+  const int q0 = rows.q0;
   const int lane = threadIdx.x % 32;
-  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpQ;
-  const int r0 = q0 + w0;  // the warp's first row, in the sequence
-  // The last key tile of the block and of the warp (tiles past the
-  // sequence's last only ever meet rows past it, which are not stored).
-  const int block_end = (q0 + kQRows - 1) / kTile;
-  const int warp_end = (r0 + kWarpQ - 1) / kTile;
-  const int last = block_end < g.tiles ? block_end : g.tiles - 1;
-  const int warp_last = warp_end < g.tiles ? warp_end : g.tiles - 1;
   const bf16* keys = qkv + h.qkv + g.channels;
   const bf16* values = keys + g.channels;
   AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
@@ -147,8 +136,8 @@ __global__ void __launch_bounds__(32 * kWarpsN)
     m[t][0] = m[t][1] = -INFINITY;
     l[t][0] = l[t][1] = 0.f;
   }
-  for (int kt = 0; kt <= last; ++kt) {
-    if (kt < last) {  // the next tile into the other stage
+  for (int kt = 0; kt <= rows.last; ++kt) {
+    if (kt < rows.last) {  // the next tile into the other stage
       const size_t next = (kt + 1) % 2 * L::kT;
       const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
       AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kK + next), keys,
@@ -163,21 +152,16 @@ __global__ void __launch_bounds__(32 * kWarpsN)
     __syncthreads();  // this tile (and on the first, Q) is whole
     if (kt == 0) {
 #pragma unroll
-      for (int t = 0; t < kM; ++t) LoadA<kD>(q[t], sq, w0 + t * kWarpRows);
+      for (int t = 0; t < kM; ++t) LoadA<kD>(q[t], sq, rows.RowTile(t));
     }
-    // (With a query tile of one key tile's rows, every warp's last is the
-    // block's.)
-    if (kQRows == kTile || kt <= warp_last) {
+    if (rows.Visits(kt)) {
       const size_t stage = kt % 2 * L::kT;
       float s[kM][kTile / 8][4];
       ProductABt<kD, kM>(s, q, At<bf16>(smem, L::kK + stage));
       uint32_t p[kM][kTile / 16][4];
 #pragma unroll
       for (int t = 0; t < kM; ++t) {
-        const int row0 = r0 + t * kWarpRows;  // the row tile's first
-        if (kt == row0 / kTile) {             // its diagonal key tile
-          MaskDiagonalTile(s[t], row0 % kTile, /*rows_are_queries=*/true);
-        }
+        rows.MaskIfDiagonal(s[t], t, kt);
         SoftmaxStep<kD>(s[t], m[t], l[t], o[t], scale2);
         ToA(p[t], s[t]);
       }
@@ -187,7 +171,7 @@ __global__ void __launch_bounds__(32 * kWarpsN)
   }
 #pragma unroll
   for (int t = 0; t < kM; ++t) {
-    const int wt = w0 + t * kWarpRows;  // the row tile's first, in the block
+    const int wt = rows.RowTile(t);
     const float inv[2] = {1.f / l[t][0], 1.f / l[t][1]};
     // The warp's own rows of sq are free (Q is in registers): the stage.
     StoreRows<kD>(out + h.out, h.out_row, q0 + wt, g.seq, o[t], inv,

@@ -310,6 +310,57 @@ __device__ __forceinline__ void MaskDiagonalTile(float (&s)[kTile / 8][4],
   }
 }
 
+// The query-side kernels' rows in a tiling of kWarpsN warps of kM row
+// tiles of 16 (attention_tc_kernels.h): the block's query tile (the long
+// rows first), the warp's rows, and the key tiles each visits. Rows and
+// tiles are ints: MakeTcGeometry caps the tiles at 65535.
+template <int kM, int kWarpsN>
+struct QueryRows {
+  static constexpr int kWarpQ = kM * kWarpRows;   // a warp's rows
+  static constexpr int kRows = kWarpsN * kWarpQ;  // the block's
+  static constexpr int kBlockThreads = 32 * kWarpsN;
+
+  __device__ explicit QueryRows(int key_tiles)
+      : q0(static_cast<int>(gridDim.y - 1 - blockIdx.y) * kRows),
+        w0(static_cast<int>(threadIdx.x / 32) * kWarpQ),
+        last(LastTile(q0 + kRows - 1, key_tiles)),
+        warp_last(LastTile(q0 + w0 + kWarpQ - 1, key_tiles)) {}
+
+  // Whether the warp works on key tile kt: a tile after its last row is
+  // wholly masked, and skipping it leaves every sum exactly as visiting
+  // would. (With a query tile of one key tile's rows, every warp's last
+  // is the block's.)
+  __device__ bool Visits(int kt) const {
+    return kRows == kTile || kt <= warp_last;
+  }
+
+  // The first row of the warp's row tile t, in the block's tile.
+  __device__ int RowTile(int t) const { return w0 + t * kWarpRows; }
+
+  // Masks s, the scores of row tile t against key tile kt, if kt is the
+  // row tile's diagonal tile.
+  __device__ void MaskIfDiagonal(float (&s)[kTile / 8][4], int t,
+                                 int kt) const {
+    const int row0 = q0 + RowTile(t);
+    if (kt == row0 / kTile) {
+      MaskDiagonalTile(s, row0 % kTile, /*rows_are_queries=*/true);
+    }
+  }
+
+  int q0;         // the block's first row, in the sequence
+  int w0;         // the warp's first row, in the block's tile
+  int last;       // the block's last key tile
+  int warp_last;  // the warp's
+
+ private:
+  // The key tile holding `row`; tiles past the sequence's last only ever
+  // meet rows past it, which are not stored.
+  __device__ static int LastTile(int row, int key_tiles) {
+    const int t = row / kTile;
+    return t < key_tiles ? t : key_tiles - 1;
+  }
+};
+
 // Warp-wide: writes the warp's 16 x kD result rows, row g of the lane's
 // two (g = lane / 4 and g + 8) times scale[0] or scale[1], as bf16 to dst
 // + (row0 + r) * stride for rows before `seq`, staging them in `stage`
