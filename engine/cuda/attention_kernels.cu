@@ -306,6 +306,12 @@ cudaError_t BackwardAnyHead(T* dqkv, float* delta, const T* dout, const T* out,
   return Backward<128>(dqkv, delta, dout, out, qkv, lse, g, batch, stream);
 }
 
+// `tiling` where the head size takes it, else the default.
+AttentionTcTiling TilingOrDefault(AttentionTcTiling tiling, int64_t head_size) {
+  return AttentionTcTakesTiling(tiling, head_size) ? tiling
+                                                   : kAttentionTcTilings[0];
+}
+
 // bf16 with a head size the tensor-core kernels take, and every buffer
 // 16-byte aligned as they require (arena buffers always are).
 bool UseTensorCores(int64_t channels, int64_t heads, bool bf16,
@@ -358,11 +364,9 @@ cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
                                    cudaStream_t stream,
                                    AttentionTcTiling tiling) {
   if (UseTensorCores(channels, heads, bf16, {out, qkv})) {
-    if (!AttentionTcTakesTiling(tiling, channels / heads)) {
-      tiling = kAttentionTcTilings[0];
-    }
-    return LaunchAttentionForwardTc(tiling, out, lse, qkv, batch, seq, channels,
-                                    heads, stream);
+    return LaunchAttentionForwardTc(TilingOrDefault(tiling, channels / heads),
+                                    out, lse, qkv, batch, seq, channels, heads,
+                                    stream);
   }
   return LaunchAttentionForwardReference(out, lse, qkv, batch, seq, channels,
                                          heads, bf16, stream);
@@ -376,11 +380,9 @@ cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
                                     cudaStream_t stream,
                                     AttentionTcTiling tiling) {
   if (UseTensorCores(channels, heads, bf16, {dqkv, dout, out, qkv})) {
-    if (!AttentionTcTakesTiling(tiling, channels / heads)) {
-      tiling = kAttentionTcTilings[0];
-    }
-    return LaunchAttentionBackwardTc(tiling, dqkv, delta, dout, out, qkv, lse,
-                                     batch, seq, channels, heads, stream);
+    return LaunchAttentionBackwardTc(TilingOrDefault(tiling, channels / heads),
+                                     dqkv, delta, dout, out, qkv, lse, batch,
+                                     seq, channels, heads, stream);
   }
   return LaunchAttentionBackwardReference(dqkv, delta, dout, out, qkv, lse,
                                           batch, seq, channels, heads, bf16,

@@ -267,29 +267,6 @@ cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
                         static_cast<const float*>(delta), dout, qkv, lse, g);
 }
 
-// The head sizes' kernels for one tiling (32-row warps: up to 64 channels).
-template <int kM, int kWarpsN>
-cudaError_t BackwardTcTiling(int64_t head_size, bf16* dqkv, float* delta,
-                             const bf16* dout, const bf16* out, const bf16* qkv,
-                             const float* lse, const TcGeometry& g, dim3 grid,
-                             cudaStream_t stream) {
-  switch (head_size) {
-    case 32:
-      return BackwardTc<32, kM, kWarpsN>(dqkv, delta, dout, out, qkv, lse, g,
-                                         grid, stream);
-    case 64:
-      return BackwardTc<64, kM, kWarpsN>(dqkv, delta, dout, out, qkv, lse, g,
-                                         grid, stream);
-    default:
-      if constexpr (kM == 1) {
-        return BackwardTc<128, kM, kWarpsN>(dqkv, delta, dout, out, qkv, lse, g,
-                                            grid, stream);
-      } else {
-        return cudaErrorInvalidValue;
-      }
-  }
-}
-
 }  // namespace
 }  // namespace attention_tc
 
@@ -320,17 +297,12 @@ cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
   }
   bf16* dx = As<bf16>(dqkv);
   const bf16 *dy = As<bf16>(dout), *y = As<bf16>(out), *x = As<bf16>(qkv);
-  const int64_t hs = channels / heads;
-  if (tiling.warp_rows == 16) {
-    return attention_tc::BackwardTcTiling<1, 4>(hs, dx, delta, dy, y, x, lse, g,
-                                                grid, stream);
-  }
-  if (tiling.warps == 2) {
-    return attention_tc::BackwardTcTiling<2, 2>(hs, dx, delta, dy, y, x, lse, g,
-                                                grid, stream);
-  }
-  return attention_tc::BackwardTcTiling<2, 4>(hs, dx, delta, dy, y, x, lse, g,
-                                              grid, stream);
+  return attention_tc::WithTiling(
+      tiling, channels / heads, [&](auto d, auto m, auto w) {
+        return attention_tc::BackwardTc<decltype(d)::value, decltype(m)::value,
+                                        decltype(w)::value>(
+            dx, delta, dy, y, x, lse, g, grid, stream);
+      });
 }
 
 }  // namespace trainyard::engine::cuda

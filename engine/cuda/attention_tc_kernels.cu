@@ -197,25 +197,6 @@ cudaError_t ForwardTc(bf16* out, float* lse, const bf16* qkv,
                         stream, out, lse, qkv, g);
 }
 
-// The head sizes' kernels for one tiling (32-row warps: up to 64 channels).
-template <int kM, int kWarpsN>
-cudaError_t ForwardTcTiling(int64_t head_size, bf16* out, float* lse,
-                            const bf16* qkv, const TcGeometry& g, dim3 grid,
-                            cudaStream_t stream) {
-  switch (head_size) {
-    case 32:
-      return ForwardTc<32, kM, kWarpsN>(out, lse, qkv, g, grid, stream);
-    case 64:
-      return ForwardTc<64, kM, kWarpsN>(out, lse, qkv, g, grid, stream);
-    default:
-      if constexpr (kM == 1) {
-        return ForwardTc<128, kM, kWarpsN>(out, lse, qkv, g, grid, stream);
-      } else {
-        return cudaErrorInvalidValue;
-      }
-  }
-}
-
 }  // namespace
 }  // namespace attention_tc
 
@@ -258,14 +239,12 @@ cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
   }
   bf16* o = As<bf16>(out);
   const bf16* x = As<bf16>(qkv);
-  const int64_t hs = channels / heads;
-  if (tiling.warp_rows == 16) {
-    return attention_tc::ForwardTcTiling<1, 4>(hs, o, lse, x, g, grid, stream);
-  }
-  if (tiling.warps == 2) {
-    return attention_tc::ForwardTcTiling<2, 2>(hs, o, lse, x, g, grid, stream);
-  }
-  return attention_tc::ForwardTcTiling<2, 4>(hs, o, lse, x, g, grid, stream);
+  return attention_tc::WithTiling(
+      tiling, channels / heads, [&](auto d, auto m, auto w) {
+        return attention_tc::ForwardTc<decltype(d)::value, decltype(m)::value,
+                                       decltype(w)::value>(o, lse, x, g, grid,
+                                                           stream);
+      });
 }
 
 }  // namespace trainyard::engine::cuda

@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_tc_kernels.h"
@@ -404,6 +405,34 @@ inline bool MakeTcGeometry(int64_t batch, int64_t seq, int64_t channels,
   *grid =
       dim3(static_cast<unsigned>(batch * heads), static_cast<unsigned>(tiles));
   return true;
+}
+
+// The one place that maps a tiling and a head size the kernels take
+// (AttentionTcTakesTiling) to their template arguments: returns
+// f(Int<kD>, Int<kM>, Int<kWarpsN>), kM the warp's row tiles of 16.
+template <int kN>
+using Int = std::integral_constant<int, kN>;
+
+template <typename F>
+cudaError_t WithTiling(AttentionTcTiling tiling, int64_t head_size,
+                       const F& f) {
+  const auto with_rows = [&](auto m, auto w) -> cudaError_t {
+    switch (head_size) {
+      case 32:
+        return f(Int<32>{}, m, w);
+      case 64:
+        return f(Int<64>{}, m, w);
+      default:
+        if constexpr (decltype(m)::value == 1) {
+          return f(Int<128>{}, m, w);
+        } else {
+          return cudaErrorInvalidValue;  // 32-row warps: up to 64 channels
+        }
+    }
+  };
+  if (tiling.warp_rows == 16) return with_rows(Int<1>{}, Int<4>{});
+  if (tiling.warps == 2) return with_rows(Int<2>{}, Int<2>{});
+  return with_rows(Int<2>{}, Int<4>{});
 }
 
 // Kernels above 48 KB of dynamic shared memory must opt in, per device;
