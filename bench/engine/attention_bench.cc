@@ -18,8 +18,8 @@
 // backward in each block tiling they have for the head size
 // (attention_tc_kernels.h: AttentionTcTiling, the query side's; all give
 // the same bits), the first being the backend's default: the figures that
-// choose it. Exits 1 with one line on
-// stderr on a bad flag or a CUDA error.
+// choose it. Exits 1 with one line on stderr on a bad flag or a CUDA
+// error.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -137,32 +137,54 @@ int Run(const Options& o, std::string* error) {
       !Check(cudaEventCreate(&stop), "cudaEventCreate", error)) {
     return 1;
   }
-  std::vector<float> forward_ms, backward_ms;
-  for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
-    float f = 0.f, b = 0.f;
-    if (!Check(cudaEventRecord(start), "cudaEventRecord", error) ||
-        !Check(cuda::LaunchAttentionForward(out, lse, qkv, o.batch, o.seq,
-                                            channels, o.heads, true, nullptr),
-               "attention forward", error) ||
-        !Check(cudaEventRecord(stop), "cudaEventRecord", error) ||
-        !Check(cudaEventSynchronize(stop), "attention forward (run)", error) ||
-        !Check(cudaEventElapsedTime(&f, start, stop), "elapsed", error) ||
-        !Check(cudaEventRecord(start), "cudaEventRecord", error) ||
-        !Check(cuda::LaunchAttentionBackward(dqkv, delta, dout, out, qkv, lse,
-                                             o.batch, o.seq, channels, o.heads,
-                                             true, nullptr),
-               "attention backward", error) ||
-        !Check(cudaEventRecord(stop), "cudaEventRecord", error) ||
-        !Check(cudaEventSynchronize(stop), "attention backward (run)", error) ||
-        !Check(cudaEventElapsedTime(&b, start, stop), "elapsed", error)) {
-      return 1;
+  // The medians of o.reps timed runs (after o.warmup) of the forward and
+  // the backward, each launch timed alone with CUDA events; `what` names
+  // them in errors.
+  const auto time_pair = [&](const std::string& what, const auto& forward,
+                             const auto& backward, double* forward_ms,
+                             double* backward_ms) {
+    std::vector<float> fwd, bwd;
+    const auto timed = [&](const auto& launch, const std::string& name,
+                           float* ms) {
+      return Check(cudaEventRecord(start), "cudaEventRecord", error) &&
+             Check(launch(), name.c_str(), error) &&
+             Check(cudaEventRecord(stop), "cudaEventRecord", error) &&
+             Check(cudaEventSynchronize(stop), (name + " (run)").c_str(),
+                   error) &&
+             Check(cudaEventElapsedTime(ms, start, stop), "elapsed", error);
+    };
+    for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
+      float f = 0.f, b = 0.f;
+      if (!timed(forward, "attention forward" + what, &f) ||
+          !timed(backward, "attention backward" + what, &b)) {
+        return false;
+      }
+      if (rep >= o.warmup) {
+        fwd.push_back(f);
+        bwd.push_back(b);
+      }
     }
-    if (rep >= o.warmup) {
-      forward_ms.push_back(f);
-      backward_ms.push_back(b);
-    }
+    *forward_ms = Median(fwd);
+    *backward_ms = Median(bwd);
+    return true;
+  };
+  double f_ms = 0, b_ms = 0;
+  if (!time_pair(
+          "",
+          [&] {
+            return cuda::LaunchAttentionForward(out, lse, qkv, o.batch, o.seq,
+                                                channels, o.heads, true,
+                                                nullptr);
+          },
+          [&] {
+            return cuda::LaunchAttentionBackward(dqkv, delta, dout, out, qkv,
+                                                 lse, o.batch, o.seq, channels,
+                                                 o.heads, true, nullptr);
+          },
+          &f_ms, &b_ms)) {
+    return 1;
   }
-  // Each tiling: the same reps, each launch timed alone.
+  // Each tiling the head size takes, the tensor-core kernels called alone.
   struct TilingTime {
     cuda::AttentionTcTiling tiling;
     double forward_ms, backward_ms;
@@ -170,35 +192,22 @@ int Run(const Options& o, std::string* error) {
   std::vector<TilingTime> tilings;
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
     if (!cuda::AttentionTcTakesTiling(t, o.head_size)) continue;
-    std::vector<float> fwd, bwd;
-    for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
-      float f = 0.f, b = 0.f;
-      if (!Check(cudaEventRecord(start), "cudaEventRecord", error) ||
-          !Check(
-              cuda::LaunchAttentionForwardTc(t, out, lse, qkv, o.batch, o.seq,
-                                             channels, o.heads, nullptr),
-              "attention forward (tiling)", error) ||
-          !Check(cudaEventRecord(stop), "cudaEventRecord", error) ||
-          !Check(cudaEventSynchronize(stop), "attention forward (tiling run)",
-                 error) ||
-          !Check(cudaEventElapsedTime(&f, start, stop), "elapsed", error) ||
-          !Check(cudaEventRecord(start), "cudaEventRecord", error) ||
-          !Check(cuda::LaunchAttentionBackwardTc(t, dqkv, delta, dout, out, qkv,
-                                                 lse, o.batch, o.seq, channels,
-                                                 o.heads, nullptr),
-                 "attention backward (tiling)", error) ||
-          !Check(cudaEventRecord(stop), "cudaEventRecord", error) ||
-          !Check(cudaEventSynchronize(stop), "attention backward (tiling run)",
-                 error) ||
-          !Check(cudaEventElapsedTime(&b, start, stop), "elapsed", error)) {
-        return 1;
-      }
-      if (rep >= o.warmup) {
-        fwd.push_back(f);
-        bwd.push_back(b);
-      }
+    TilingTime time{t, 0, 0};
+    if (!time_pair(
+            absl::StrCat(" (tiling ", t.warp_rows, "x", t.warps, ")"),
+            [&] {
+              return cuda::LaunchAttentionForwardTc(
+                  t, out, lse, qkv, o.batch, o.seq, channels, o.heads, nullptr);
+            },
+            [&] {
+              return cuda::LaunchAttentionBackwardTc(
+                  t, dqkv, delta, dout, out, qkv, lse, o.batch, o.seq, channels,
+                  o.heads, nullptr);
+            },
+            &time.forward_ms, &time.backward_ms)) {
+      return 1;
     }
-    tilings.push_back({t, Median(fwd), Median(bwd)});
+    tilings.push_back(time);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -206,7 +215,6 @@ int Run(const Options& o, std::string* error) {
   const double product = 2.0 * static_cast<double>(o.batch * o.heads) *
                          static_cast<double>(o.seq) * (o.seq + 1) / 2.0 *
                          static_cast<double>(o.head_size);
-  const double f_ms = Median(forward_ms), b_ms = Median(backward_ms);
   const double f_tflops = 2 * product / (f_ms * 1e-3) / 1e12;
   const double b_tflops = 5 * product / (b_ms * 1e-3) / 1e12;
   const double b_executed = 7 * product / (b_ms * 1e-3) / 1e12;
