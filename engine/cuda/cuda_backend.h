@@ -193,18 +193,10 @@ class CudaBackend : public Backend {
   absl::Status CheckAttentionShape(int64_t channels, int64_t heads) const;
   bool bf16() const { return options_.activation_dtype == DType::kBF16; }
   cudaDataType_t act_type() const { return bf16() ? CUDA_R_16BF : CUDA_R_32F; }
-  // LinearBackward's input-gradient product: dinp = dout . weight.
-  cuda::LtGemmArgs InputGradProduct(void* dinp, const void* dout,
-                                    const void* weight, int64_t batch,
-                                    int64_t in, int64_t out_features) const;
   // LinearBackward's weight and bias gradients (accumulated).
   void WeightGrads(float* dweight, float* dbias, const void* dout,
                    const void* inp, int64_t batch, int64_t in,
                    int64_t out_features);
-  // LinearForward's product, without bias: out = inp . weight^T.
-  cuda::LtGemmArgs ForwardProduct(void* out, const void* inp,
-                                  const void* weight, int64_t batch, int64_t in,
-                                  int64_t out_features) const;
 
   const CudaBackendOptions options_;
   cudaStream_t stream_;

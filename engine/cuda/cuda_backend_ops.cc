@@ -70,35 +70,12 @@ void CudaBackend::ReluBackward(void* dx, const void* dout, const void* out,
   YARD_CUDA_LAUNCH(cuda::LaunchReluBackward(dx, dout, out, n, bf16(), stream_));
 }
 
-// Row-major out [batch, O] = inp [batch, I] . weight [O, I]^T is, read
-// column-major, out^T [O, batch] = weight^T . inp^T: A = weight stored
-// I x O (transposed), B = inp stored I x batch. In bf16 all four are bf16:
-// the product and bias add run in fp32 and the output is rounded once.
-cuda::LtGemmArgs CudaBackend::ForwardProduct(void* out, const void* inp,
-                                             const void* weight, int64_t batch,
-                                             int64_t in,
-                                             int64_t out_features) const {
-  cuda::LtGemmArgs g;
-  g.ab_type = g.c_type = act_type();
-  g.trans_a = true;
-  g.m = out_features;
-  g.n = batch;
-  g.k = in;
-  g.a = weight;
-  g.lda = in;
-  g.b = inp;
-  g.ldb = in;
-  g.c = out;
-  g.ldc = out_features;
-  return g;
-}
-
 void CudaBackend::LinearForward(void* out, const void* inp, const void* weight,
                                 const void* bias, int64_t batch, int64_t in,
                                 int64_t out_features) {
   UseDevice();
-  cuda::LtGemmArgs g =
-      ForwardProduct(out, inp, weight, batch, in, out_features);
+  cuda::LtGemmArgs g = cuda::LinearForwardArgs(out, inp, weight, batch, in,
+                                               out_features, act_type());
   if (bias != nullptr && EpilogueCanTake(bias)) {
     g.bias = bias;
     absl::Status fused = gemm_->Run(g);
@@ -131,8 +108,8 @@ void CudaBackend::LinearGeluForward(void* out, void* pre, const void* inp,
                        reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                        (bias == nullptr || EpilogueCanTake(bias));
   if (fusable) {
-    cuda::LtGemmArgs g =
-        ForwardProduct(out, inp, weight, batch, in, out_features);
+    cuda::LtGemmArgs g = cuda::LinearForwardArgs(out, inp, weight, batch, in,
+                                                 out_features, act_type());
     g.bias = bias;
     g.gelu = cuda::LtGemmArgs::Gelu::kApply;
     g.gelu_aux = pre;
@@ -146,21 +123,18 @@ void CudaBackend::LinearGeluForward(void* out, void* pre, const void* inp,
                              out_features);
 }
 
-// Column-major: dinp^T [I, batch] = weight^T [I, O] . dout^T [O, batch]
-// (weight stored I x O, as is), and dweight^T [I, O] += inp^T [I, batch] .
-// dout [batch, O] (dout^T stored O x batch, transposed). In bf16 dinp is a
-// bf16 activation gradient, but dweight stays fp32 (C = D = fp32 with bf16
-// A and B): it sums over every token of every micro-batch, where bf16's
-// 8-bit mantissa would drop small contributions.
+// The products are lt_gemm.h's LinearInputGradArgs and LinearWeightGradArgs:
+// in bf16 dinp is a bf16 activation gradient, dweight stays fp32.
 void CudaBackend::LinearBackward(void* dinp, float* dweight, float* dbias,
                                  const void* dout, const void* inp,
                                  const void* weight, int64_t batch, int64_t in,
                                  int64_t out_features) {
   UseDevice();
   if (dinp != nullptr) {
-    Launched(InOp("LinearBackward (input)",
-                  gemm_->Run(InputGradProduct(dinp, dout, weight, batch, in,
-                                              out_features))));
+    Launched(
+        InOp("LinearBackward (input)",
+             gemm_->Run(cuda::LinearInputGradArgs(dinp, dout, weight, batch, in,
+                                                  out_features, act_type()))));
   }
   WeightGrads(dweight, dbias, dout, inp, batch, in, out_features);
 }
@@ -179,8 +153,8 @@ void CudaBackend::LinearBackwardThroughGelu(void* dpre, float* dweight,
                        reinterpret_cast<uintptr_t>(pre) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(dpre) % 16 == 0;
   if (fusable) {
-    cuda::LtGemmArgs g =
-        InputGradProduct(dpre, dout, weight, batch, in, out_features);
+    cuda::LtGemmArgs g = cuda::LinearInputGradArgs(
+        dpre, dout, weight, batch, in, out_features, act_type());
     g.gelu = cuda::LtGemmArgs::Gelu::kGradient;
     g.gelu_aux = pre;
     absl::Status fused = gemm_->Run(g);
@@ -194,42 +168,12 @@ void CudaBackend::LinearBackwardThroughGelu(void* dpre, float* dweight,
                                      pre, batch, in, out_features);
 }
 
-cuda::LtGemmArgs CudaBackend::InputGradProduct(void* dinp, const void* dout,
-                                               const void* weight,
-                                               int64_t batch, int64_t in,
-                                               int64_t out_features) const {
-  cuda::LtGemmArgs g;
-  g.ab_type = g.c_type = act_type();
-  g.m = in;
-  g.n = batch;
-  g.k = out_features;
-  g.a = weight;
-  g.lda = in;
-  g.b = dout;
-  g.ldb = out_features;
-  g.c = dinp;
-  g.ldc = in;
-  return g;
-}
-
 void CudaBackend::WeightGrads(float* dweight, float* dbias, const void* dout,
                               const void* inp, int64_t batch, int64_t in,
                               int64_t out_features) {
-  cuda::LtGemmArgs g;
-  g.ab_type = act_type();
-  g.c_type = CUDA_R_32F;
-  g.trans_b = true;
-  g.m = in;
-  g.n = out_features;
-  g.k = batch;
-  g.a = inp;
-  g.lda = in;
-  g.b = dout;
-  g.ldb = out_features;
-  g.c = dweight;
-  g.ldc = in;
-  g.beta = 1.f;
-  Launched(InOp("LinearBackward (weight)", gemm_->Run(g)));
+  Launched(InOp("LinearBackward (weight)",
+                gemm_->Run(cuda::LinearWeightGradArgs(
+                    dweight, dout, inp, batch, in, out_features, act_type()))));
   if (dbias != nullptr) {
     YARD_CUDA_LAUNCH(
         cuda::LaunchBiasGrad(dbias, dout, batch, out_features, column_scratch_,

@@ -2,6 +2,8 @@
 #include "engine/cuda/lt_gemm.h"
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -61,7 +63,8 @@ LtGemm::PlanKey LtGemm::PlanKeyOf(const LtGemmArgs& g) {
 struct LtGemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo = {};
+  cublasLtMatmulAlgo_t algo = {};                // what Run takes
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, in order
   ~Plan() {
     if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
     if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
@@ -198,10 +201,33 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
   YARD_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatrixLayoutCreate(&plan->c, g.c_type, g.m, g.n, g.ldc));
 
+  ASSIGN_OR_RETURN(std::vector<cublasLtMatmulAlgo_t> algos,
+                   Heuristic(*plan, g, 1));
+  if (algos.empty()) {
+    plans_.emplace(key, nullptr);
+    return absl::UnimplementedError(absl::StrCat(
+        "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k,
+        " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda,
+        " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b,
+        "/", align_c, " bias=", g.bias != nullptr, " gelu=",
+        static_cast<int>(g.gelu), " bf16 inputs=", g.ab_type == CUDA_R_16BF,
+        " bf16 output=", g.c_type == CUDA_R_16BF));
+  }
+  plan->algo = algos[0];
+  plan->candidates = std::move(algos);
+  Plan* out = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return out;
+}
+
+absl::StatusOr<std::vector<cublasLtMatmulAlgo_t>> LtGemm::Heuristic(
+    const Plan& plan, const LtGemmArgs& g, int most) {
+  const uint32_t align_a = AlignmentOf(g.a), align_b = AlignmentOf(g.b),
+                 align_c = AlignmentOf(g.c);
   cublasLtMatmulPreference_t pref = nullptr;
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = static_cast<uint64_t>(workspace_bytes_);
-  cublasLtMatmulHeuristicResult_t result = {};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(most);
   int found = 0;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
@@ -217,32 +243,56 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
     }
   }
   if (status == CUBLAS_STATUS_SUCCESS) {
-    status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a,
-                                            plan->b, plan->c, plan->c, pref, 1,
-                                            &result, &found);
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b,
+                                            plan.c, plan.c, pref, most,
+                                            results.data(), &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   // NOT_SUPPORTED: "no heuristic function available for current
-  // configuration" (cublasLt.h), as good as no algorithm: remember it too.
+  // configuration" (cublasLt.h), as good as no algorithm.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
     found = 0;
   } else {
     YARD_CUBLAS_RETURN_IF_ERROR(status);
   }
-  if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
-    plans_.emplace(key, nullptr);
-    return absl::UnimplementedError(absl::StrCat(
-        "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k,
-        " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda,
-        " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b,
-        "/", align_c, " bias=", g.bias != nullptr, " gelu=",
-        static_cast<int>(g.gelu), " bf16 inputs=", g.ab_type == CUDA_R_16BF,
-        " bf16 output=", g.c_type == CUDA_R_16BF));
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found && i < most; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) {
+      algos.push_back(results[i].algo);
+    }
   }
-  plan->algo = result.algo;
-  Plan* out = plan.get();
-  plans_.emplace(key, std::move(plan));
-  return out;
+  return algos;
+}
+
+absl::StatusOr<int> LtGemm::Candidates(const LtGemmArgs& g, int most) {
+  if (most < 1 || most > kMostCandidates) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "candidates: asked for ", most, "; from 1 to ", kMostCandidates));
+  }
+  RETURN_IF_ERROR(CheckArgs(g));
+  ASSIGN_OR_RETURN(Plan * plan, PlanFor(g));
+  ASSIGN_OR_RETURN(std::vector<cublasLtMatmulAlgo_t> algos,
+                   Heuristic(*plan, g, most));
+  if (algos.empty()) {
+    return absl::InternalError(
+        "cuBLASLt's heuristic offered no candidates for a product it had "
+        "planned");
+  }
+  plan->candidates = std::move(algos);
+  return static_cast<int>(plan->candidates.size());
+}
+
+absl::Status LtGemm::Choose(const LtGemmArgs& g, int index) {
+  RETURN_IF_ERROR(CheckArgs(g));
+  ASSIGN_OR_RETURN(Plan * plan, PlanFor(g));
+  const int count = static_cast<int>(plan->candidates.size());
+  if (index < 0 || index >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("candidate ", index,
+                                                   " of a product with ", count,
+                                                   " (0 to ", count - 1, ")"));
+  }
+  plan->algo = plan->candidates[index];
+  return absl::OkStatus();
 }
 
 absl::Status LtGemm::Run(const LtGemmArgs& g) {
@@ -273,6 +323,65 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
       plan->c, g.c, plan->c, &plan->algo, workspace_,
       static_cast<size_t>(workspace_bytes_), stream_));
   return absl::OkStatus();
+}
+
+LtGemmArgs LinearForwardArgs(void* out, const void* inp, const void* weight,
+                             int64_t batch, int64_t in, int64_t out_features,
+                             cudaDataType_t act) {
+  LtGemmArgs g;
+  g.ab_type = g.c_type = act;
+  g.trans_a = true;
+  g.m = out_features;
+  g.n = batch;
+  g.k = in;
+  g.a = weight;
+  g.lda = in;
+  g.b = inp;
+  g.ldb = in;
+  g.c = out;
+  g.ldc = out_features;
+  return g;
+}
+
+// Column-major: dinp^T [I, batch] = weight^T [I, O] . dout^T [O, batch],
+// weight stored I x O as is.
+LtGemmArgs LinearInputGradArgs(void* dinp, const void* dout, const void* weight,
+                               int64_t batch, int64_t in, int64_t out_features,
+                               cudaDataType_t act) {
+  LtGemmArgs g;
+  g.ab_type = g.c_type = act;
+  g.m = in;
+  g.n = batch;
+  g.k = out_features;
+  g.a = weight;
+  g.lda = in;
+  g.b = dout;
+  g.ldb = out_features;
+  g.c = dinp;
+  g.ldc = in;
+  return g;
+}
+
+// Column-major: dweight^T [I, O] += inp^T [I, batch] . dout [batch, O],
+// dout^T stored O x batch, transposed.
+LtGemmArgs LinearWeightGradArgs(float* dweight, const void* dout,
+                                const void* inp, int64_t batch, int64_t in,
+                                int64_t out_features, cudaDataType_t act) {
+  LtGemmArgs g;
+  g.ab_type = act;
+  g.c_type = CUDA_R_32F;
+  g.trans_b = true;
+  g.m = in;
+  g.n = out_features;
+  g.k = batch;
+  g.a = inp;
+  g.lda = in;
+  g.b = dout;
+  g.ldb = out_features;
+  g.c = dweight;
+  g.ldc = in;
+  g.beta = 1.f;
+  return g;
 }
 
 }  // namespace trainyard::engine::cuda

@@ -5,7 +5,9 @@
 // the CPU reference, and a bf16 output is rounded once. Each distinct problem
 // (shape, transposes, leading dimensions, pointer alignments, epilogue) is
 // planned once with cuBLASLt's heuristic and the plan reused, so a given
-// problem always runs the same algorithm and gives bitwise the same result. A
+// problem always runs the same algorithm (the heuristic's first, unless
+// Choose picks another of its candidates: bench/engine/gemm_bench.cc times
+// them) and gives bitwise the same result. A
 // product without a bias that cuBLASLt has no algorithm for (unusual
 // pointer alignments, say) runs through classic cuBLAS SGEMM in pedantic
 // fp32 instead, equally deterministic.
@@ -22,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -58,6 +61,26 @@ struct LtGemmArgs {
   cudaDataType_t c_type = CUDA_R_32F;   // CUDA_R_32F or CUDA_R_16BF
 };
 
+// The products of a linear layer out [batch, O] = inp [batch, I] . weight
+// [O, I]^T (row-major; weight as the layer stores it) as the CUDA backend
+// runs them, for activations of type `act` (CUDA_R_32F or CUDA_R_16BF;
+// inputs, outputs and weights of that type), without bias or epilogue:
+//   forward:        out = inp . weight^T (column-major: out^T [O, batch] =
+//                   weight^T . inp^T, A = weight stored I x O, transposed);
+//   input gradient: dinp [batch, I] = dout [batch, O] . weight;
+//   weight gradient: dweight [O, I] += dout^T . inp, summed into fp32
+//                   (beta 1) whatever `act` is: it sums over every token of
+//                   every micro-batch, where bf16 would drop small terms.
+LtGemmArgs LinearForwardArgs(void* out, const void* inp, const void* weight,
+                             int64_t batch, int64_t in, int64_t out_features,
+                             cudaDataType_t act);
+LtGemmArgs LinearInputGradArgs(void* dinp, const void* dout, const void* weight,
+                               int64_t batch, int64_t in, int64_t out_features,
+                               cudaDataType_t act);
+LtGemmArgs LinearWeightGradArgs(float* dweight, const void* dout,
+                                const void* inp, int64_t batch, int64_t in,
+                                int64_t out_features, cudaDataType_t act);
+
 class LtGemm {
  public:
   // `workspace` (device memory, `workspace_bytes`) and `stream` must
@@ -74,6 +97,20 @@ class LtGemm {
   // so asking again is cheap). INVALID_ARGUMENT when CheckArgs fails. Other
   // cuBLAS failures as CublasStatus.
   absl::Status Run(const LtGemmArgs& args);
+
+  // The algorithms cuBLASLt's heuristic offers for the product, its best
+  // guess first, at most `most` (1 to kMostCandidates; INVALID_ARGUMENT
+  // otherwise): how many it gave, at least 1. Run's errors for a product
+  // cuBLASLt has no algorithm for. Queues nothing.
+  static constexpr int kMostCandidates = 32;
+  absl::StatusOr<int> Candidates(const LtGemmArgs& args, int most);
+
+  // Makes Run take candidate `index` of the last Candidates call for this
+  // product (0: the heuristic's first, what Run takes unless told) from
+  // now on: INVALID_ARGUMENT naming the index and the count when there is
+  // no such candidate. A different algorithm may sum in a different order:
+  // results stay deterministic per candidate, not across candidates.
+  absl::Status Choose(const LtGemmArgs& args, int index);
 
   // What cuBLASLt documents for the GELU epilogues (cublasLt.h,
   // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: the aux ld "must be divisible by
@@ -103,6 +140,10 @@ class LtGemm {
   LtGemm(cublasLtHandle_t handle, cublasHandle_t classic, void* workspace,
          int64_t workspace_bytes, cudaStream_t stream);
   absl::StatusOr<Plan*> PlanFor(const LtGemmArgs& args);
+  // The heuristic's algorithms for a plan's descriptors, at most `most`,
+  // those it marks usable; empty when it has none.
+  absl::StatusOr<std::vector<cublasLtMatmulAlgo_t>> Heuristic(
+      const Plan& plan, const LtGemmArgs& args, int most);
   absl::Status RunClassic(const LtGemmArgs& args);
 
   cublasLtHandle_t handle_;

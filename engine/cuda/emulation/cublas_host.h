@@ -162,6 +162,17 @@ const char* DescAttributeName(int attr);
 // the emulation does not reproduce what that value asks for.
 bool HasUnemulatedDescValue(const DescRecord& desc, int* attr);
 
+// ------------------------------------------------------------ algorithms
+
+// How many algorithms the emulated heuristic offers at most (it gives
+// min(this, requestedAlgoCount)); they differ only in their index and all
+// compute the same product, so code that picks among them can be tested.
+inline constexpr int kEmulatedAlgoCandidates = 3;
+
+// The index, in the heuristic's answer, of the algorithm the last
+// successful cublasLtMatmul ran; -1 before any.
+int LastLtMatmulCandidate();
+
 }  // namespace trainyard::cuda_emulation
 
 #endif  // TRAINYARD_ENGINE_CUDA_EMULATION_CUBLAS_HOST_H_

@@ -1,8 +1,10 @@
 // The emulated cuBLASLt heuristic and matmul: the checks cublas_host.cc's
 // header comment lists, then the product on the host. An algorithm is the
 // record of what the heuristic promised (workspace, pointer alignments),
-// so the matmul can hold the caller to it.
+// so the matmul can hold the caller to it; the heuristic offers up to
+// kEmulatedAlgoCandidates of them, alike but for their index.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +20,7 @@ struct EmulatedAlgo {
   uint64_t magic;
   uint64_t workspace_bytes;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
+  int32_t candidate;  // its index in the heuristic's answer
 };
 static_assert(sizeof(EmulatedAlgo) <= sizeof(cublasLtMatmulAlgo_t));
 // Marks an algo the heuristic wrote; a zeroed or foreign one lacks it.
@@ -406,8 +409,8 @@ cublasStatus_t AlgoFor(const char* where, const cublasLtMatmulAlgo_t* algo,
                        const Problem& p, EmulatedAlgo* out) {
   if (algo == nullptr) {
     *out = EmulatedAlgo{
-        kAlgoMagic,        0, 256, 256, 256, 256, AlignmentOf(p.bias),
-        AlignmentOf(p.aux)};
+        kAlgoMagic,         0, 256, 256, 256, 256, AlignmentOf(p.bias),
+        AlignmentOf(p.aux), 0};
     return CUBLAS_STATUS_SUCCESS;
   }
   std::memcpy(out, algo, sizeof *out);
@@ -438,7 +441,12 @@ void Compute(const Problem& p, const Operands& o) {
   });
 }
 
+std::atomic<int> last_candidate{-1};
+
 }  // namespace
+
+int LastLtMatmulCandidate() { return last_candidate.load(); }
+
 }  // namespace trainyard::cuda_emulation
 
 using ::trainyard::cuda_emulation::Reject;
@@ -476,26 +484,30 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     return Reject(CUBLAS_STATUS_NOT_SUPPORTED, kWhere,
                   "search modes other than BEST_FIT are not emulated");
   }
-  const emu::EmulatedAlgo algo{
-      emu::kAlgoMagic,
-      v[CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES],
-      emu::AlignmentFromPreference(
-          v[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES]),
-      emu::AlignmentFromPreference(
-          v[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES]),
-      emu::AlignmentFromPreference(
-          v[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES]),
-      emu::AlignmentFromPreference(
-          v[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES]),
-      emu::AlignmentOf(p.bias),
-      emu::AlignmentOf(p.aux)};
-  cublasLtMatmulHeuristicResult_t& result = heuristicResultsArray[0];
-  result = {};
-  std::memcpy(&result.algo, &algo, sizeof algo);
-  result.workspaceSize = algo.workspace_bytes;
-  result.state = CUBLAS_STATUS_SUCCESS;
-  result.wavesCount = 1.f;
-  *returnAlgoCount = 1;
+  const int count = std::min(requestedAlgoCount, emu::kEmulatedAlgoCandidates);
+  for (int i = 0; i < count; ++i) {
+    const emu::EmulatedAlgo algo{
+        emu::kAlgoMagic,
+        v[CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES],
+        emu::AlignmentFromPreference(
+            v[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES]),
+        emu::AlignmentFromPreference(
+            v[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES]),
+        emu::AlignmentFromPreference(
+            v[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES]),
+        emu::AlignmentFromPreference(
+            v[CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES]),
+        emu::AlignmentOf(p.bias),
+        emu::AlignmentOf(p.aux),
+        i};
+    cublasLtMatmulHeuristicResult_t& result = heuristicResultsArray[i];
+    result = {};
+    std::memcpy(&result.algo, &algo, sizeof algo);
+    result.workspaceSize = algo.workspace_bytes;
+    result.state = CUBLAS_STATUS_SUCCESS;
+    result.wavesCount = 1.f;
+  }
+  *returnAlgoCount = count;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -549,5 +561,6 @@ cublasStatus_t cublasLtMatmul(
     return s;
   }
   if (p.m > 0 && p.n > 0) emu::Compute(p, o);
+  emu::last_candidate.store(chosen.candidate);
   return CUBLAS_STATUS_SUCCESS;
 }

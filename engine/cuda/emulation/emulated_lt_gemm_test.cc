@@ -6,11 +6,14 @@
 // inputs summed into fp32 with beta 1), checked against the double
 // reference with emulated_cublas_test.cc's tolerances; a plan reused across
 // pointers of the same alignments and a new one for a less aligned bias;
-// and the classic fallback for what cuBLASLt has no algorithm for.
+// the heuristic's candidates and Choose; and the classic fallback for
+// what cuBLASLt has no algorithm for.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
+#include "engine/cuda/emulation/cublas_host.h"
 #include "engine/cuda/emulation/emulated_cublas_test_support.h"
 #include "engine/cuda/lt_gemm.h"
 #include "gtest/gtest.h"
@@ -44,32 +47,16 @@ class LtGemmOnEmulationTest : public ::testing::Test {
   std::unique_ptr<LtGemm> gemm_;
 };
 
-// C = op(A) . op(B) over the matrices as they are stored (A k x m when
-// trans_a, else m x k; likewise B); the types are A's and C's.
-LtGemmArgs Args(DeviceMatrix& c, const DeviceMatrix& a, bool trans_a,
-                const DeviceMatrix& b, bool trans_b) {
-  LtGemmArgs g;
-  g.ab_type = a.type();
-  g.c_type = c.type();
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  g.m = c.rows();
-  g.n = c.cols();
-  g.k = trans_a ? a.rows() : a.cols();
-  g.a = a.get();
-  g.lda = a.ld();
-  g.b = b.get();
-  g.ldb = b.ld();
-  g.c = c.get();
-  g.ldc = c.ld();
-  return g;
-}
-
-// Row-major out [batch, O] = inp [batch, I] . weight [O, I]^T, read
-// column-major: A = weight stored I x O, transposed; B = inp, I x batch.
+// Row-major out [batch, O] = inp [batch, I] . weight [O, I]^T as the
+// backend asks for it (LinearForwardArgs), on column-major matrices: out
+// O x batch, inp I x batch, weight I x O; the input type is inp's.
 LtGemmArgs Forward(DeviceMatrix& out, const DeviceMatrix& inp,
                    const DeviceMatrix& weight) {
-  return Args(out, weight, /*trans_a=*/true, inp, /*trans_b=*/false);
+  LtGemmArgs g = engine::cuda::LinearForwardArgs(
+      out.get(), inp.get(), weight.get(), out.cols(), inp.rows(), out.rows(),
+      out.type());
+  g.ab_type = inp.type();
+  return g;
 }
 
 TEST_F(LtGemmOnEmulationTest, ForwardWithBias) {
@@ -113,7 +100,8 @@ TEST_F(LtGemmOnEmulationTest, InputGradientThroughGelu) {
   DeviceMatrix weight(t, kIn, kOut, kIn, 1), dout(t, kOut, kBatch, kOut, 2);
   DeviceMatrix dinp(t, kIn, kBatch, kIn, 3);
   DeviceMatrix pre(t, kIn, kBatch, kIn, 4, /*offset=*/0, /*scale=*/3);
-  LtGemmArgs g = Args(dinp, weight, false, dout, false);
+  LtGemmArgs g = engine::cuda::LinearInputGradArgs(
+      dinp.get(), dout.get(), weight.get(), kBatch, kIn, kOut, t);
   g.gelu = LtGemmArgs::Gelu::kGradient;
   g.gelu_aux = pre.get();
   ASSERT_TRUE(gemm_->Run(g).ok());
@@ -132,9 +120,11 @@ TEST_F(LtGemmOnEmulationTest, WeightGradientAccumulatesInFp32) {
   DeviceMatrix dout(CUDA_R_16BF, kOut, kBatch, kOut, 2);
   DeviceMatrix dweight(CUDA_R_32F, kIn, kOut, kIn, 3);
   const DeviceMatrix before = dweight.Copy();
-  LtGemmArgs g = Args(dweight, inp, false, dout, true);
-  g.beta = 1;
-  ASSERT_TRUE(gemm_->Run(g).ok());
+  ASSERT_TRUE(gemm_
+                  ->Run(engine::cuda::LinearWeightGradArgs(
+                      static_cast<float*>(dweight.get()), dout.get(), inp.get(),
+                      kBatch, kIn, kOut, CUDA_R_16BF))
+                  .ok());
   ExpectMatches(
       dweight,
       Product(inp, false, dout, true, kIn, kOut, kBatch, 1, &before, nullptr),
@@ -158,6 +148,50 @@ TEST_F(LtGemmOnEmulationTest, LessAlignedBiasGetsItsOwnPlan) {
         Product(weight, true, inp, false, kOut, kBatch, kIn, 0, nullptr, &bias),
         "out");
   }
+}
+
+// Candidates: the heuristic's algorithms (the stand-in offers
+// kEmulatedAlgoCandidates); Run takes the first until Choose picks
+// another, and every candidate computes the product.
+TEST_F(LtGemmOnEmulationTest, ChooseMakesRunTakeThatCandidate) {
+  const cudaDataType t = CUDA_R_16BF;
+  constexpr int64_t kOut = 16, kBatch = 4, kIn = 8;
+  DeviceMatrix weight(t, kIn, kOut, kIn, 1), inp(t, kIn, kBatch, kIn, 2);
+  DeviceMatrix out(t, kOut, kBatch, kOut, 3), bias(t, kOut, 1, kOut, 4);
+  LtGemmArgs g = Forward(out, inp, weight);
+  g.bias = bias.get();
+  const auto want =
+      Product(weight, true, inp, false, kOut, kBatch, kIn, 0, nullptr, &bias)
+          .RoundedTo(t);
+  ASSERT_TRUE(gemm_->Run(g).ok());
+  EXPECT_EQ(LastLtMatmulCandidate(), 0);
+  absl::StatusOr<int> count = gemm_->Candidates(g, LtGemm::kMostCandidates);
+  ASSERT_TRUE(count.ok()) << count.status();
+  ASSERT_EQ(*count, kEmulatedAlgoCandidates);
+  for (int i : {2, 1, 0}) {
+    ASSERT_TRUE(gemm_->Choose(g, i).ok());
+    ASSERT_TRUE(gemm_->Run(g).ok());
+    EXPECT_EQ(LastLtMatmulCandidate(), i);
+    ExpectMatches(out, want, "out");
+  }
+  // Asking for one leaves one to choose from.
+  ASSERT_EQ(gemm_->Candidates(g, 1).value_or(0), 1);
+  const absl::Status beyond = gemm_->Choose(g, 1);
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(beyond.message().find("candidate 1 of a product with 1"),
+            std::string::npos)
+      << beyond;
+  EXPECT_EQ(gemm_->Choose(g, -1).code(), absl::StatusCode::kInvalidArgument);
+  for (int most : {0, LtGemm::kMostCandidates + 1}) {
+    const absl::Status bad = gemm_->Candidates(g, most).status();
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << most;
+    EXPECT_NE(bad.message().find("asked for"), std::string::npos) << bad;
+  }
+  // A product with no algorithm has no candidates either.
+  DeviceMatrix w32(CUDA_R_32F, 4, 8, 4, 1), in32(CUDA_R_32F, 4, 2, 4, 2);
+  DeviceMatrix out16(CUDA_R_16BF, 8, 2, 8, 3);
+  EXPECT_EQ(gemm_->Candidates(Forward(out16, in32, w32), 4).status().code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 // Neither library has fp32 inputs with a bf16 output (the cuBLAS guide's
