@@ -22,20 +22,19 @@
 // error.
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "engine/core/bf16.h"
+#include "bench/engine/cuda_bench_util.h"
 #include "engine/cuda/attention_kernels.h"
 #include "engine/cuda/attention_tc_kernels.h"
 
 namespace {
+
+using trainyard::bench::CudaOk;
 
 struct Options {
   int64_t batch = 16, seq = 1024, heads = 12, head_size = 64;
@@ -44,56 +43,14 @@ struct Options {
 };
 
 bool ParseFlags(int argc, char** argv, Options* o, std::string* error) {
-  if (argc % 2 != 1) {
-    *error = "every flag takes one value";
-    return false;
-  }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    int64_t n = 0;
-    const bool positive = absl::SimpleAtoi(value, &n) && n > 0;
-    int64_t* field = flag == "--batch"       ? &o->batch
-                     : flag == "--seq"       ? &o->seq
-                     : flag == "--heads"     ? &o->heads
-                     : flag == "--head-size" ? &o->head_size
-                     : flag == "--reps"      ? &o->reps
-                     : flag == "--warmup"    ? &o->warmup
-                                             : nullptr;
-    if (flag == "--csv" && !value.empty()) {
-      o->csv = value;
-    } else if (field != nullptr &&
-               (positive || (flag == "--warmup" && value == "0"))) {
-      *field = positive ? n : 0;
-    } else {
-      *error = absl::StrCat("bad flag or value: ", flag, " ", value);
-      return false;
-    }
-  }
-  return true;
-}
-
-bool Check(cudaError_t e, const char* what, std::string* error) {
-  if (e == cudaSuccess) return true;
-  *error = absl::StrCat(what, ": ", cudaGetErrorString(e));
-  return false;
-}
-
-// Random bf16 in [-1, 1) from a fixed-seed LCG: the same inputs every run.
-std::vector<uint16_t> RandomBf16(int64_t n, uint64_t seed) {
-  std::vector<uint16_t> v(static_cast<size_t>(n));
-  uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
-  for (auto& e : v) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    const float u = static_cast<float>(x >> 40) / static_cast<float>(1 << 24);
-    e = trainyard::engine::FloatToBf16(2.f * u - 1.f);
-  }
-  return v;
-}
-
-double Median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2]
-                           : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2.0;
+  return trainyard::bench::ParseFlags(argc, argv,
+                                      {{"--batch", &o->batch},
+                                       {"--seq", &o->seq},
+                                       {"--heads", &o->heads},
+                                       {"--head-size", &o->head_size},
+                                       {"--reps", &o->reps},
+                                       {"--warmup", &o->warmup, true}},
+                                      &o->csv, error);
 }
 
 int Run(const Options& o, std::string* error) {
@@ -103,38 +60,29 @@ int Run(const Options& o, std::string* error) {
   void *qkv = nullptr, *out = nullptr, *dout = nullptr, *dqkv = nullptr;
   float *lse = nullptr, *delta = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
-  // Freed at every exit below.
-  struct Buffers {
-    std::vector<void*> p;
-    ~Buffers() {
-      for (void* q : p) cudaFree(q);
-    }
-  } owned;
-  const auto alloc = [&](void** p, int64_t bytes) {
-    if (!Check(cudaMalloc(p, static_cast<size_t>(bytes)), "cudaMalloc",
-               error)) {
-      return false;
-    }
-    owned.p.push_back(*p);
-    return true;
+  trainyard::bench::DeviceBuffers owned;
+  const auto alloc = [&](auto** p, int64_t bytes) {
+    return owned.Allocate(p, bytes, error);
   };
   if (!alloc(&qkv, rows * 3 * channels * 2) ||
       !alloc(&out, rows * channels * 2) || !alloc(&dout, rows * channels * 2) ||
       !alloc(&dqkv, rows * 3 * channels * 2) ||
-      !alloc(reinterpret_cast<void**>(&lse), o.batch * o.heads * o.seq * 4) ||
-      !alloc(reinterpret_cast<void**>(&delta), o.batch * o.heads * o.seq * 4)) {
+      !alloc(&lse, o.batch * o.heads * o.seq * 4) ||
+      !alloc(&delta, o.batch * o.heads * o.seq * 4)) {
     return 1;
   }
-  const std::vector<uint16_t> host_qkv = RandomBf16(rows * 3 * channels, 1);
-  const std::vector<uint16_t> host_dout = RandomBf16(rows * channels, 2);
-  if (!Check(cudaMemcpy(qkv, host_qkv.data(), host_qkv.size() * 2,
-                        cudaMemcpyHostToDevice),
-             "copy qkv", error) ||
-      !Check(cudaMemcpy(dout, host_dout.data(), host_dout.size() * 2,
-                        cudaMemcpyHostToDevice),
-             "copy dout", error) ||
-      !Check(cudaEventCreate(&start), "cudaEventCreate", error) ||
-      !Check(cudaEventCreate(&stop), "cudaEventCreate", error)) {
+  const std::vector<uint16_t> host_qkv =
+      trainyard::bench::RandomBf16(rows * 3 * channels, 1);
+  const std::vector<uint16_t> host_dout =
+      trainyard::bench::RandomBf16(rows * channels, 2);
+  if (!CudaOk(cudaMemcpy(qkv, host_qkv.data(), host_qkv.size() * 2,
+                         cudaMemcpyHostToDevice),
+              "copy qkv", error) ||
+      !CudaOk(cudaMemcpy(dout, host_dout.data(), host_dout.size() * 2,
+                         cudaMemcpyHostToDevice),
+              "copy dout", error) ||
+      !CudaOk(cudaEventCreate(&start), "cudaEventCreate", error) ||
+      !CudaOk(cudaEventCreate(&stop), "cudaEventCreate", error)) {
     return 1;
   }
   // The medians of o.reps timed runs (after o.warmup) of the forward and
@@ -146,12 +94,12 @@ int Run(const Options& o, std::string* error) {
     std::vector<float> fwd, bwd;
     const auto timed = [&](const auto& launch, const std::string& name,
                            float* ms) {
-      return Check(cudaEventRecord(start), "cudaEventRecord", error) &&
-             Check(launch(), name.c_str(), error) &&
-             Check(cudaEventRecord(stop), "cudaEventRecord", error) &&
-             Check(cudaEventSynchronize(stop), (name + " (run)").c_str(),
-                   error) &&
-             Check(cudaEventElapsedTime(ms, start, stop), "elapsed", error);
+      return CudaOk(cudaEventRecord(start), "cudaEventRecord", error) &&
+             CudaOk(launch(), name.c_str(), error) &&
+             CudaOk(cudaEventRecord(stop), "cudaEventRecord", error) &&
+             CudaOk(cudaEventSynchronize(stop), (name + " (run)").c_str(),
+                    error) &&
+             CudaOk(cudaEventElapsedTime(ms, start, stop), "elapsed", error);
     };
     for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
       float f = 0.f, b = 0.f;
@@ -164,8 +112,8 @@ int Run(const Options& o, std::string* error) {
         bwd.push_back(b);
       }
     }
-    *forward_ms = Median(fwd);
-    *backward_ms = Median(bwd);
+    *forward_ms = trainyard::bench::Median(fwd);
+    *backward_ms = trainyard::bench::Median(bwd);
     return true;
   };
   double f_ms = 0, b_ms = 0;
@@ -237,25 +185,22 @@ int Run(const Options& o, std::string* error) {
         t.backward_ms / tilings[0].backward_ms);
   }
   if (!o.csv.empty()) {
-    std::ifstream existing(o.csv);
-    const bool header = !existing.good() || existing.peek() == EOF;
-    std::ofstream csv(o.csv, std::ios::app);
-    if (header) {
-      csv << "impl,batch,seq,heads,head_size,reps,forward_ms,forward_tflops,"
-             "backward_ms,backward_tflops\n";
-    }
-    csv << "trainyard-cuda," << o.batch << "," << o.seq << "," << o.heads << ","
-        << o.head_size << "," << o.reps << "," << f_ms << "," << f_tflops << ","
-        << b_ms << "," << b_tflops << "\n";
+    std::vector<std::string> rows_out = {absl::StrCat(
+        "trainyard-cuda,", o.batch, ",", o.seq, ",", o.heads, ",", o.head_size,
+        ",", o.reps, ",", f_ms, ",", f_tflops, ",", b_ms, ",", b_tflops)};
     for (const TilingTime& t : tilings) {
-      csv << "trainyard-cuda-tiling-" << t.tiling.warp_rows << "x"
-          << t.tiling.warps << "," << o.batch << "," << o.seq << "," << o.heads
-          << "," << o.head_size << "," << o.reps << "," << t.forward_ms << ","
-          << 2 * product / (t.forward_ms * 1e-3) / 1e12 << "," << t.backward_ms
-          << "," << 5 * product / (t.backward_ms * 1e-3) / 1e12 << "\n";
+      rows_out.push_back(absl::StrCat(
+          "trainyard-cuda-tiling-", t.tiling.warp_rows, "x", t.tiling.warps,
+          ",", o.batch, ",", o.seq, ",", o.heads, ",", o.head_size, ",", o.reps,
+          ",", t.forward_ms, ",", 2 * product / (t.forward_ms * 1e-3) / 1e12,
+          ",", t.backward_ms, ",",
+          5 * product / (t.backward_ms * 1e-3) / 1e12));
     }
-    if (!csv) {
-      *error = absl::StrCat(o.csv, ": cannot write");
+    if (!trainyard::bench::AppendCsv(
+            o.csv,
+            "impl,batch,seq,heads,head_size,reps,forward_ms,forward_tflops,"
+            "backward_ms,backward_tflops",
+            rows_out, error)) {
       return 1;
     }
   }

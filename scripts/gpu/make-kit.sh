@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Packs what a lent GPU machine needs into .gpu-kit/ (ignored by git; the
 # device tool carries it, packed as kit.tar.gz that run-on-device.sh
-# unpacks): the gpu-labelled test binaries, yard-train,
-# yard-server, yard-worker, yard and gpt_train_bench, each with the Debian
-# libraries it links (gRPC, protobuf, Abseil, ...) beside it. CUDA, cuBLAS
-# and NCCL are left out: the device has them (shared/tools/bundle-libs.sh).
+# unpacks): the gpu-labelled test binaries, yard-train, yard-server,
+# yard-worker, yard, gpt_train_bench, attention_bench and gemm_bench, each
+# with the Debian libraries it links (gRPC, protobuf, Abseil, ...) beside
+# it. CUDA, cuBLAS and NCCL are left out: the device has them
+# (shared/tools/bundle-libs.sh).
 # The scripts, the PyTorch peer and the shakespeare data are tracked files
 # and travel with the working tree.
 #
@@ -25,7 +26,8 @@ grep -q '^YARD_CUDA:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null ||
 # The gpu tests as ctest knows them: "  Test #38: device_query_test".
 mapfile -t tests < <(cd "$build" && ctest -L gpu -N | sed -n 's/^ *Test *#[0-9]*: *//p')
 ((${#tests[@]} > 0)) || die "ctest -L gpu lists no tests in $build"
-programs=(yard-train yard-server yard-worker yard gpt_train_bench attention_bench)
+programs=(yard-train yard-server yard-worker yard gpt_train_bench attention_bench
+  gemm_bench)
 if [[ "${1:-}" != "--no-build" ]]; then
   cmake --build "$build" -j2 --target "${programs[@]}" "${tests[@]}"
 fi

@@ -2,8 +2,8 @@
 # The command a lent GPU machine runs, over the working tree and the kit
 # made here by scripts/gpu/make-kit.sh (carried as .gpu-kit):
 #
-#   bash scripts/gpu/run-on-device.sh [tests|engine|packing|kernels|quick|
-#                                      tilings|all] [SECONDS]
+#   bash scripts/gpu/run-on-device.sh [tests|engine|packing|kernels|gemms|
+#                                      quick|tilings|all] [SECONDS]
 #
 #   tests    the gpu-labelled tests, then the kernel tests under
 #            compute-sanitizer memcheck if there is one (device.log)
@@ -20,6 +20,10 @@
 #            profile (engine.log, engine.csv): a change's effect on the
 #            step without the minutes of the PyTorch peer; figures to
 #            record come from `engine`, which measures the peer too
+#   gemms    gemm_bench (the linear layers' products of a GPT-2 124M step
+#            at micro-batch 176, each cuBLASLt candidate timed) and its
+#            PyTorch peer (gemms.log, gemms.csv): whether choosing among
+#            the candidates would pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 once with each attention
 #            tiling (YARD_ATTENTION_TILING: 16x4, 32x2, 32x4; engine.log,
 #            engine.csv in that order): which tiling the backend should run
@@ -169,6 +173,15 @@ run_kernels() {
   grep -E '^(attention|torch sdpa)' "$klog" | tee -a "$log"
 }
 
+run_gemms() {
+  local glog="$out/gemms.log" csv="$out/gemms.csv"
+  export PYTHONUNBUFFERED=1
+  bounded 240 "$glog" "$kit/bin/gemm_bench" --csv "$csv"
+  bounded 120 "$glog" python3 "$root/bench/engine/gemm_torch_bench.py" --csv "$csv"
+  note "gemms: results in gemms.csv"
+  grep -vE '^== ' "$glog" | tee -a "$log"
+}
+
 run_quick() {
   run_kernels
   local elog="$out/engine.log" csv="$out/engine.csv"
@@ -219,9 +232,10 @@ case "$what" in
   engine) run_engine ;;
   packing) run_packing ;;
   kernels) run_kernels ;;
+  gemms) run_gemms ;;
   quick) run_quick ;;
   tilings) run_tilings ;;
   all) run_tests; run_engine; run_packing ;;
-  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|quick|tilings|all] [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|gemms|quick|tilings|all] [SECONDS]" >&2; exit 2 ;;
 esac
 note "done in ${SECONDS}s; files in $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"

@@ -1,0 +1,327 @@
+// The matrix products of a GPT training step's linear layers, one by one,
+// as the CUDA backend runs them in bf16 (lt_gemm.h: LinearForwardArgs,
+// LinearInputGradArgs, LinearWeightGradArgs, with the bias and GELU
+// epilogues the backend fuses), on random inputs: milliseconds and TFLOP/s
+// of the algorithm the backend runs (cuBLASLt's heuristic's first) and of
+// each other candidate the heuristic offers (LtGemm::Candidates, Choose).
+// Whether timing the candidates when a product is planned would pay, and
+// how far the products are from the GPU's peak: the step's total is each
+// product's time times how often a step runs it. Its PyTorch peer is
+// gemm_torch_bench.py (the same products through torch.nn.functional).
+//
+//   gemm_bench [--tokens 180224] [--d-model 768] [--vocab 50304]
+//       [--layers 12] [--candidates 16] [--reps 10] [--warmup 2] [--csv FILE]
+//
+// Defaults: GPT-2 124M at micro-batch 176 of 1,024 tokens, the largest
+// that fits in an H100's 80 GB (docs/BENCHMARKS.md). Each run is timed
+// alone with CUDA events, and the median of --reps is kept. The products
+// are allocated one at a time (the classifier's logits at the defaults:
+// 18 GB). Exits 1 with one line on stderr on a bad flag or a CUDA or
+// cuBLAS error.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "bench/engine/cuda_bench_util.h"
+#include "engine/cuda/lt_gemm.h"
+
+namespace {
+
+namespace cuda = trainyard::engine::cuda;
+using trainyard::bench::CudaOk;
+
+struct Options {
+  int64_t tokens = 176 * 1024, d_model = 768, vocab = 50304, layers = 12;
+  int64_t candidates = 16, reps = 10, warmup = 2;
+  std::string csv;
+};
+
+// One product of the step: a linear layer of `in` -> `out` features, the
+// pass that runs it, and how often a step does.
+struct Product {
+  enum class Pass { kForward, kInputGrad, kWeightGrad };
+  std::string name;
+  int64_t in, out;
+  Pass pass;
+  bool bias = false;                                      // forward only
+  cuda::LtGemmArgs::Gelu gelu = cuda::LtGemmArgs::Gelu::kNone;
+  int64_t per_step = 1;
+};
+
+// GPT-2's: per layer the attention's qkv and projection, the MLP's fc
+// (GELU fused into the forward) and its projection (gelu' fused into its
+// input gradient), each forward, input and weight gradient; then the
+// classifier tied to the token embedding (no bias).
+std::vector<Product> StepProducts(const Options& o) {
+  using G = cuda::LtGemmArgs::Gelu;
+  using P = Product::Pass;
+  const int64_t c = o.d_model, l = o.layers;
+  return {
+      {"qkv forward", c, 3 * c, P::kForward, true, G::kNone, l},
+      {"attn proj forward", c, c, P::kForward, true, G::kNone, l},
+      {"fc forward + GELU", c, 4 * c, P::kForward, true, G::kApply, l},
+      {"fc proj forward", 4 * c, c, P::kForward, true, G::kNone, l},
+      {"classifier forward", c, o.vocab, P::kForward, false, G::kNone, 1},
+      {"classifier input grad", c, o.vocab, P::kInputGrad, false, G::kNone, 1},
+      {"classifier weight grad", c, o.vocab, P::kWeightGrad, false, G::kNone,
+       1},
+      {"fc proj input grad + gelu'", 4 * c, c, P::kInputGrad, false,
+       G::kGradient, l},
+      {"fc proj weight grad", 4 * c, c, P::kWeightGrad, false, G::kNone, l},
+      {"fc input grad", c, 4 * c, P::kInputGrad, false, G::kNone, l},
+      {"fc weight grad", c, 4 * c, P::kWeightGrad, false, G::kNone, l},
+      {"attn proj input grad", c, c, P::kInputGrad, false, G::kNone, l},
+      {"attn proj weight grad", c, c, P::kWeightGrad, false, G::kNone, l},
+      {"qkv input grad", c, 3 * c, P::kInputGrad, false, G::kNone, l},
+      {"qkv weight grad", c, 3 * c, P::kWeightGrad, false, G::kNone, l},
+  };
+}
+
+// Fills n elements at `p` (bf16, or fp32 when `fp32`) with fixed-seed
+// random values in [-1, 1): one host chunk copied in, then doubled on the
+// device until the buffer is full.
+bool Fill(void* p, int64_t n, bool fp32, uint64_t seed, std::string* error) {
+  const int64_t size = fp32 ? 4 : 2;
+  const int64_t chunk = std::min<int64_t>(n, int64_t{1} << 22);
+  std::vector<uint16_t> half;
+  std::vector<float> full;
+  const void* host = nullptr;
+  if (fp32) {
+    trainyard::bench::Lcg random(seed);
+    full.resize(static_cast<size_t>(chunk));
+    for (float& v : full) v = random.Next();
+    host = full.data();
+  } else {
+    half = trainyard::bench::RandomBf16(chunk, seed);
+    host = half.data();
+  }
+  char* dst = static_cast<char*>(p);
+  if (!CudaOk(cudaMemcpy(dst, host, static_cast<size_t>(chunk * size),
+                         cudaMemcpyHostToDevice),
+              "fill", error)) {
+    return false;
+  }
+  for (int64_t done = chunk; done < n;) {
+    const int64_t count = std::min(done, n - done);
+    if (!CudaOk(cudaMemcpy(dst + done * size, dst,
+                           static_cast<size_t>(count * size),
+                           cudaMemcpyDeviceToDevice),
+                "fill", error)) {
+      return false;
+    }
+    done += count;
+  }
+  return true;
+}
+
+// A product's timing: the median of each candidate that ran (-1: it failed).
+struct Timing {
+  std::vector<double> ms;
+  int best = 0;
+};
+
+// The product's arguments on freshly allocated, random operands (freed
+// with `buffers`).
+bool MakeArgs(const Options& o, const Product& p,
+              trainyard::bench::DeviceBuffers* buffers, cuda::LtGemmArgs* g,
+              std::string* error) {
+  const int64_t t = o.tokens;
+  void *x = nullptr, *w = nullptr, *y = nullptr, *bias = nullptr,
+       *aux = nullptr;
+  float* dw = nullptr;
+  // Forward: y [t, out] = x [t, in] . w [out, in]^T. Input gradient: y is
+  // dout [t, out], x is dinp [t, in]. Weight gradient: dw [out, in] fp32.
+  if (!buffers->Allocate(&x, t * p.in * 2, error) ||
+      !buffers->Allocate(&y, t * p.out * 2, error) ||
+      !Fill(x, t * p.in, false, 1, error) ||
+      !Fill(y, t * p.out, false, 2, error)) {
+    return false;
+  }
+  if (p.pass == Product::Pass::kWeightGrad) {
+    if (!buffers->Allocate(&dw, p.out * p.in * 4, error) ||
+        !Fill(dw, p.out * p.in, true, 3, error)) {
+      return false;
+    }
+    *g = cuda::LinearWeightGradArgs(dw, y, x, t, p.in, p.out, CUDA_R_16BF);
+    return true;
+  }
+  if (!buffers->Allocate(&w, p.out * p.in * 2, error) ||
+      !Fill(w, p.out * p.in, false, 4, error)) {
+    return false;
+  }
+  if (p.gelu != cuda::LtGemmArgs::Gelu::kNone) {
+    // Like the product's output: y's shape forward, x's backward.
+    const int64_t n = t * (p.pass == Product::Pass::kForward ? p.out : p.in);
+    if (!buffers->Allocate(&aux, n * 2, error) ||
+        !Fill(aux, n, false, 5, error)) {
+      return false;
+    }
+  }
+  if (p.pass == Product::Pass::kForward) {
+    *g = cuda::LinearForwardArgs(y, x, w, t, p.in, p.out, CUDA_R_16BF);
+    if (p.bias) {
+      if (!buffers->Allocate(&bias, p.out * 2, error) ||
+          !Fill(bias, p.out, false, 6, error)) {
+        return false;
+      }
+      g->bias = bias;
+    }
+  } else {
+    *g = cuda::LinearInputGradArgs(x, y, w, t, p.in, p.out, CUDA_R_16BF);
+  }
+  g->gelu = p.gelu;
+  g->gelu_aux = aux;
+  return true;
+}
+
+// Times each candidate the heuristic offers for `p` (at most
+// o.candidates), the first being what the backend runs.
+bool TimeProduct(const Options& o, const Product& p, cuda::LtGemm* gemm,
+                 cudaEvent_t start, cudaEvent_t stop, Timing* timing,
+                 std::string* error) {
+  trainyard::bench::DeviceBuffers buffers;
+  cuda::LtGemmArgs g;
+  if (!MakeArgs(o, p, &buffers, &g, error)) return false;
+  const absl::StatusOr<int> count =
+      gemm->Candidates(g, static_cast<int>(o.candidates));
+  if (!count.ok()) {
+    *error = absl::StrCat(p.name, ": ", count.status().ToString());
+    return false;
+  }
+  for (int i = 0; i < *count; ++i) {
+    std::vector<float> times;
+    absl::Status status = gemm->Choose(g, i);
+    for (int64_t rep = 0; status.ok() && rep < o.warmup + o.reps; ++rep) {
+      float ms = 0.f;
+      if (!CudaOk(cudaEventRecord(start), "cudaEventRecord", error)) {
+        return false;
+      }
+      status = gemm->Run(g);
+      if (!status.ok()) break;
+      if (!CudaOk(cudaEventRecord(stop), "cudaEventRecord", error) ||
+          !CudaOk(cudaEventSynchronize(stop), p.name.c_str(), error) ||
+          !CudaOk(cudaEventElapsedTime(&ms, start, stop), "elapsed", error)) {
+        return false;
+      }
+      if (rep >= o.warmup) times.push_back(ms);
+    }
+    if (!status.ok()) {
+      // A candidate the heuristic offered but cannot run here: reported,
+      // not fatal, unless it is the backend's own.
+      std::printf("  %s: candidate %d failed: %s\n", p.name.c_str(), i,
+                  status.ToString().c_str());
+      if (i == 0) {
+        *error = absl::StrCat(p.name, ": ", status.ToString());
+        return false;
+      }
+      timing->ms.push_back(-1);
+      continue;
+    }
+    timing->ms.push_back(trainyard::bench::Median(times));
+    if (timing->ms[i] < timing->ms[timing->best]) timing->best = i;
+  }
+  return CudaOk(cudaGetLastError(), p.name.c_str(), error);
+}
+
+int Run(const Options& o, std::string* error) {
+  if (o.candidates > cuda::LtGemm::kMostCandidates) {
+    *error = absl::StrCat("--candidates: at most ",
+                          cuda::LtGemm::kMostCandidates);
+    return 1;
+  }
+  trainyard::bench::DeviceBuffers owned;
+  void* workspace = nullptr;
+  constexpr int64_t kWorkspace = int64_t{32} << 20;  // the backend's
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (!owned.Allocate(&workspace, kWorkspace, error) ||
+      !CudaOk(cudaEventCreate(&start), "cudaEventCreate", error) ||
+      !CudaOk(cudaEventCreate(&stop), "cudaEventCreate", error)) {
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<cuda::LtGemm>> gemm =
+      cuda::LtGemm::Create(workspace, kWorkspace, nullptr);
+  if (!gemm.ok()) {
+    *error = gemm.status().ToString();
+    return 1;
+  }
+  std::printf(
+      "GEMMs of a GPT step, bf16: %lld tokens, d_model %lld, vocab %lld, %lld "
+      "layers; up to %lld candidates each, median of %lld reps\n",
+      static_cast<long long>(o.tokens), static_cast<long long>(o.d_model),
+      static_cast<long long>(o.vocab), static_cast<long long>(o.layers),
+      static_cast<long long>(o.candidates), static_cast<long long>(o.reps));
+  double step_first = 0, step_best = 0, step_flops = 0;
+  std::vector<std::string> csv_rows;
+  for (const Product& p : StepProducts(o)) {
+    Timing timing;
+    if (!TimeProduct(o, p, gemm->get(), start, stop, &timing, error)) {
+      return 1;
+    }
+    const double flops = 2.0 * static_cast<double>(o.tokens) *
+                         static_cast<double>(p.in) * static_cast<double>(p.out);
+    const auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+    const double first = timing.ms[0], best = timing.ms[timing.best];
+    std::printf(
+        "%-28s x%-3lld heuristic %8.3f ms %6.1f TFLOP/s; best of %zu: #%d "
+        "%8.3f ms %6.1f TFLOP/s (%.2fx)\n",
+        p.name.c_str(), static_cast<long long>(p.per_step), first,
+        tflops(first), timing.ms.size(), timing.best, best, tflops(best),
+        best / first);
+    step_first += first * static_cast<double>(p.per_step);
+    step_best += best * static_cast<double>(p.per_step);
+    step_flops += flops * static_cast<double>(p.per_step);
+    for (size_t i = 0; i < timing.ms.size(); ++i) {
+      csv_rows.push_back(absl::StrCat(
+          "trainyard-cuda,\"", p.name, "\",", p.per_step, ",", o.tokens, ",",
+          p.in, ",", p.out, ",", i, ",", timing.ms[i], ",",
+          timing.ms[i] > 0 ? tflops(timing.ms[i]) : 0.0));
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::printf(
+      "step total: heuristic %.2f ms (%.1f TFLOP/s), best candidates %.2f ms "
+      "(%.1f TFLOP/s, %.2fx)\n",
+      step_first, step_flops / (step_first * 1e-3) / 1e12, step_best,
+      step_flops / (step_best * 1e-3) / 1e12, step_best / step_first);
+  if (!o.csv.empty() &&
+      !trainyard::bench::AppendCsv(
+          o.csv, "impl,product,per_step,tokens,in,out,candidate,ms,tflops",
+          csv_rows, error)) {
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string error;
+  if (!trainyard::bench::ParseFlags(argc, argv,
+                                    {{"--tokens", &o.tokens},
+                                     {"--d-model", &o.d_model},
+                                     {"--vocab", &o.vocab},
+                                     {"--layers", &o.layers},
+                                     {"--candidates", &o.candidates},
+                                     {"--reps", &o.reps},
+                                     {"--warmup", &o.warmup, true}},
+                                    &o.csv, &error)) {
+    std::fprintf(stderr,
+                 "gemm_bench: %s\nusage: gemm_bench [--tokens N] [--d-model N] "
+                 "[--vocab N] [--layers N] [--candidates N] [--reps N] "
+                 "[--warmup N] [--csv FILE]\n",
+                 error.c_str());
+    return 1;
+  }
+  const int rc = Run(o, &error);
+  if (rc != 0) std::fprintf(stderr, "gemm_bench: %s\n", error.c_str());
+  return rc;
+}
