@@ -212,15 +212,10 @@ int Run(const Options& o, std::string* error) {
 int main(int argc, char** argv) {
   Options o;
   std::string error;
-  if (!ParseFlags(argc, argv, &o, &error)) {
-    std::fprintf(stderr,
-                 "attention_bench: %s\nusage: attention_bench [--batch N] "
-                 "[--seq N] [--heads N] [--head-size 32|64|128] [--reps N] "
-                 "[--warmup N] [--csv FILE]\n",
-                 error.c_str());
-    return 1;
-  }
-  const int rc = Run(o, &error);
-  if (rc != 0) std::fprintf(stderr, "attention_bench: %s\n", error.c_str());
-  return rc;
+  const bool parsed = ParseFlags(argc, argv, &o, &error);
+  return trainyard::bench::Main(
+      "attention_bench",
+      "[--batch N] [--seq N] [--heads N] [--head-size 32|64|128] [--reps N] "
+      "[--warmup N] [--csv FILE]",
+      parsed, &error, [&](std::string* e) { return Run(o, e); });
 }

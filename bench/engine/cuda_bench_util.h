@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -132,6 +133,22 @@ inline bool AppendCsv(const std::string& path, const std::string& header,
     return false;
   }
   return true;
+}
+
+// A benchmark's main: with the flags parsed (`parsed`, else *error says
+// what is wrong), returns run(error), 0 or 1; prints "name: error" to
+// stderr on failure, and `usage` too when it was the flags.
+template <typename Run>
+int Main(const char* name, const char* usage, bool parsed, std::string* error,
+         const Run& run) {
+  if (!parsed) {
+    std::fprintf(stderr, "%s: %s\nusage: %s %s\n", name, error->c_str(), name,
+                 usage);
+    return 1;
+  }
+  const int rc = run(error);
+  if (rc != 0) std::fprintf(stderr, "%s: %s\n", name, error->c_str());
+  return rc;
 }
 
 }  // namespace trainyard::bench

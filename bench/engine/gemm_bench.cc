@@ -305,23 +305,19 @@ int Run(const Options& o, std::string* error) {
 int main(int argc, char** argv) {
   Options o;
   std::string error;
-  if (!trainyard::bench::ParseFlags(argc, argv,
-                                    {{"--tokens", &o.tokens},
-                                     {"--d-model", &o.d_model},
-                                     {"--vocab", &o.vocab},
-                                     {"--layers", &o.layers},
-                                     {"--candidates", &o.candidates},
-                                     {"--reps", &o.reps},
-                                     {"--warmup", &o.warmup, true}},
-                                    &o.csv, &error)) {
-    std::fprintf(stderr,
-                 "gemm_bench: %s\nusage: gemm_bench [--tokens N] [--d-model N] "
-                 "[--vocab N] [--layers N] [--candidates N] [--reps N] "
-                 "[--warmup N] [--csv FILE]\n",
-                 error.c_str());
-    return 1;
-  }
-  const int rc = Run(o, &error);
-  if (rc != 0) std::fprintf(stderr, "gemm_bench: %s\n", error.c_str());
-  return rc;
+  const bool parsed =
+      trainyard::bench::ParseFlags(argc, argv,
+                                   {{"--tokens", &o.tokens},
+                                    {"--d-model", &o.d_model},
+                                    {"--vocab", &o.vocab},
+                                    {"--layers", &o.layers},
+                                    {"--candidates", &o.candidates},
+                                    {"--reps", &o.reps},
+                                    {"--warmup", &o.warmup, true}},
+                                   &o.csv, &error);
+  return trainyard::bench::Main(
+      "gemm_bench",
+      "[--tokens N] [--d-model N] [--vocab N] [--layers N] [--candidates N] "
+      "[--reps N] [--warmup N] [--csv FILE]",
+      parsed, &error, [&](std::string* e) { return Run(o, e); });
 }

@@ -328,19 +328,18 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
 LtGemmArgs LinearForwardArgs(void* out, const void* inp, const void* weight,
                              int64_t batch, int64_t in, int64_t out_features,
                              cudaDataType_t act) {
-  LtGemmArgs g;
-  g.ab_type = g.c_type = act;
-  g.trans_a = true;
-  g.m = out_features;
-  g.n = batch;
-  g.k = in;
-  g.a = weight;
-  g.lda = in;
-  g.b = inp;
-  g.ldb = in;
-  g.c = out;
-  g.ldc = out_features;
-  return g;
+  return {.trans_a = true,
+          .m = out_features,
+          .n = batch,
+          .k = in,
+          .a = weight,
+          .lda = in,
+          .b = inp,
+          .ldb = in,
+          .c = out,
+          .ldc = out_features,
+          .ab_type = act,
+          .c_type = act};
 }
 
 // Column-major: dinp^T [I, batch] = weight^T [I, O] . dout^T [O, batch],
@@ -348,18 +347,17 @@ LtGemmArgs LinearForwardArgs(void* out, const void* inp, const void* weight,
 LtGemmArgs LinearInputGradArgs(void* dinp, const void* dout, const void* weight,
                                int64_t batch, int64_t in, int64_t out_features,
                                cudaDataType_t act) {
-  LtGemmArgs g;
-  g.ab_type = g.c_type = act;
-  g.m = in;
-  g.n = batch;
-  g.k = out_features;
-  g.a = weight;
-  g.lda = in;
-  g.b = dout;
-  g.ldb = out_features;
-  g.c = dinp;
-  g.ldc = in;
-  return g;
+  return {.m = in,
+          .n = batch,
+          .k = out_features,
+          .a = weight,
+          .lda = in,
+          .b = dout,
+          .ldb = out_features,
+          .c = dinp,
+          .ldc = in,
+          .ab_type = act,
+          .c_type = act};
 }
 
 // Column-major: dweight^T [I, O] += inp^T [I, batch] . dout [batch, O],
@@ -367,21 +365,19 @@ LtGemmArgs LinearInputGradArgs(void* dinp, const void* dout, const void* weight,
 LtGemmArgs LinearWeightGradArgs(float* dweight, const void* dout,
                                 const void* inp, int64_t batch, int64_t in,
                                 int64_t out_features, cudaDataType_t act) {
-  LtGemmArgs g;
-  g.ab_type = act;
-  g.c_type = CUDA_R_32F;
-  g.trans_b = true;
-  g.m = in;
-  g.n = out_features;
-  g.k = batch;
-  g.a = inp;
-  g.lda = in;
-  g.b = dout;
-  g.ldb = out_features;
-  g.c = dweight;
-  g.ldc = in;
-  g.beta = 1.f;
-  return g;
+  return {.trans_b = true,
+          .m = in,
+          .n = out_features,
+          .k = batch,
+          .a = inp,
+          .lda = in,
+          .b = dout,
+          .ldb = out_features,
+          .c = dweight,
+          .ldc = in,
+          .beta = 1.f,
+          .ab_type = act,
+          .c_type = CUDA_R_32F};
 }
 
 }  // namespace trainyard::engine::cuda
