@@ -1,7 +1,10 @@
 // Assembling and running a training job. See train_job.h.
 #include "engine/train_job.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "engine/core/memory_estimate.h"
@@ -15,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/read_file.h"
 #include "common/status_macros.h"
 #include "engine/core/checkpoint.h"
 #include "engine/core/file_io.h"
@@ -261,7 +265,9 @@ namespace {
 // says the job needs. A job that needs more than its grant fails here,
 // never mid-run. A GPU job runs one rank per GPU. YARD_ATTENTION_TILING
 // ("32x4", say) picks the bf16 attention's query-side block tiling, a
-// speed setting (every tiling gives the same bits).
+// speed setting (every tiling gives the same bits); YARD_GEMM_CHOICES
+// names a file of cuBLASLt algorithm choices (LtGemm::SetChoices; made by
+// gemm_bench --choices on the GPU model they are for).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const EngineJob& job, const Collective* collective, int cuda_device) {
   if (job.gpus == 0) {
@@ -321,6 +327,20 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
           absl::StrCat("YARD_ATTENTION_TILING: ", t.status().message()));
     }
     options.attention_tiling = *t;
+  }
+  if (const char* path = std::getenv("YARD_GEMM_CHOICES");
+      path != nullptr && *path != '\0') {
+    // A line a product: a few KB for a whole model.
+    absl::StatusOr<std::string> text = ReadWholeFile(path, int64_t{1} << 20);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("YARD_GEMM_CHOICES: ", text.status().message()));
+    }
+    if (absl::Status s = cuda::LtGemm::CheckChoices(*text); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("YARD_GEMM_CHOICES: ", path, ": ", s.message()));
+    }
+    options.gemm_choices = *std::move(text);
   }
   options.device = cuda_device;
   return CreateCudaBackend(options);

@@ -359,5 +359,34 @@ TEST_F(EmulatedGpuJobsTest, AnUnknownAttentionTilingIsAUsageError) {
   EXPECT_THAT(bad.out, Not(HasSubstr("step "))) << bad.out;
 }
 
+// YARD_GEMM_CHOICES names a file of cuBLASLt algorithm choices; a file
+// that cannot be read, or a line that is not a choice, is a usage error
+// (exit 2) naming the variable, the file and the line, before any step.
+TEST_F(EmulatedGpuJobsTest, BadGemmChoicesAreAUsageError) {
+  const MnistSpec spec{.name = "chosen", .steps = 20, .gpus = 1};
+  const std::string spec_path = WriteSpec("chosen.yaml", spec.ToYaml());
+  const std::string bad_file = dir().WriteFile(
+      "choices-bad.txt", "# made by hand\nm=16 n=4 k=8 speed=9\n");
+  const auto run = [&](const std::string& path, const std::string& tag) {
+    return RunCommand(
+        {"/usr/bin/env", "YARD_GEMM_CHOICES=" + path, EMULATED_TRAIN_BIN, "run",
+         spec_path, "--data-root", SourceDir(), "--checkpoint-dir",
+         dir().Subdir("chosen-" + tag)},
+        dir().LogPrefix("chosen-" + tag), JobTimeout());
+  };
+  CommandResult missing = run(dir().path() + "/none.txt", "none");
+  EXPECT_EQ(missing.exit_code(), 2) << missing.DebugString();
+  EXPECT_THAT(missing.err, HasSubstr("YARD_GEMM_CHOICES: "));
+  EXPECT_THAT(missing.err, HasSubstr("none.txt")) << missing.err;
+  EXPECT_THAT(missing.out, Not(HasSubstr("step "))) << missing.out;
+
+  CommandResult bad = run(bad_file, "bad");
+  EXPECT_EQ(bad.exit_code(), 2) << bad.DebugString();
+  EXPECT_THAT(bad.err, HasSubstr("YARD_GEMM_CHOICES: " + bad_file +
+                                 ": gemm choices, line 2: no ta="))
+      << bad.err;
+  EXPECT_THAT(bad.out, Not(HasSubstr("step "))) << bad.out;
+}
+
 }  // namespace
 }  // namespace trainyard::itest

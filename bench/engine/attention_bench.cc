@@ -50,7 +50,7 @@ bool ParseFlags(int argc, char** argv, Options* o, std::string* error) {
                                        {"--head-size", &o->head_size},
                                        {"--reps", &o->reps},
                                        {"--warmup", &o->warmup, true}},
-                                      &o->csv, error);
+                                      {{"--csv", &o->csv}}, error);
 }
 
 int Run(const Options& o, std::string* error) {

@@ -1,6 +1,6 @@
 // What the CUDA kernel benchmarks (attention_bench.cc, gemm_bench.cc)
-// share: their flags (--name value pairs of positive integers, and --csv
-// FILE), CUDA errors as one line, device buffers freed on every exit,
+// share: their flags (--name value pairs of positive integers or file
+// names), CUDA errors as one line, device buffers freed on every exit,
 // fixed-seed random inputs, medians and CSV appends. Header-only; not
 // thread-safe.
 #ifndef TRAINYARD_BENCH_ENGINE_CUDA_BENCH_UTIL_H_
@@ -28,18 +28,28 @@ struct IntFlag {
   bool zero_ok = false;
 };
 
-// Parses --name value pairs into `ints` and --csv into *csv: false with
-// *error naming the flag or value it cannot take.
+// A flag taking a non-empty string (a file name).
+struct StringFlag {
+  const char* name;
+  std::string* value;
+};
+
+// Parses --name value pairs into `ints` and `strings`: false with *error
+// naming the flag or value it cannot take.
 inline bool ParseFlags(int argc, char** argv, const std::vector<IntFlag>& ints,
-                       std::string* csv, std::string* error) {
+                       const std::vector<StringFlag>& strings,
+                       std::string* error) {
   if (argc % 2 != 1) {
     *error = "every flag takes one value";
     return false;
   }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--csv" && !value.empty()) {
-      *csv = value;
+    const auto text =
+        std::find_if(strings.begin(), strings.end(),
+                     [&](const StringFlag& f) { return flag == f.name; });
+    if (text != strings.end() && !value.empty()) {
+      *text->value = value;
       continue;
     }
     const auto it =

@@ -11,7 +11,12 @@
 //
 //   gemm_bench [--tokens 180224] [--d-model 768] [--vocab 50304]
 //       [--layers 12] [--candidates 16] [--reps 10] [--warmup 2] [--csv FILE]
+//       [--choices FILE]
 //
+// --choices writes each product's fastest candidate as a choice line
+// (LtGemm::ChoiceLine) for YARD_GEMM_CHOICES: a training job on the same
+// GPU model then runs those algorithms (the step's figure with and without
+// them is the test of whether they pay).
 // Defaults: GPT-2 124M at micro-batch 176 of 1,024 tokens, the largest
 // that fits in an H100's 80 GB (docs/BENCHMARKS.md). Each run is timed
 // alone with CUDA events, and the median of --reps is kept. The products
@@ -23,7 +28,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,7 +47,7 @@ using trainyard::bench::CudaOk;
 struct Options {
   int64_t tokens = 176 * 1024, d_model = 768, vocab = 50304, layers = 12;
   int64_t candidates = 16, reps = 10, warmup = 2;
-  std::string csv;
+  std::string csv, choices;
 };
 
 // One product of the step: a linear layer of `in` -> `out` features, the
@@ -121,10 +128,13 @@ bool Fill(void* p, int64_t n, bool fp32, uint64_t seed, std::string* error) {
   return true;
 }
 
-// A product's timing: the median of each candidate that ran (-1: it failed).
+// A product's timing: the median of each candidate that ran (-1: it
+// failed), and its choice line with the fastest.
 struct Timing {
   std::vector<double> ms;
   int best = 0;
+  std::string choice;
+  cuda::LtGemm::ChoiceKey key;
 };
 
 // The product's arguments on freshly allocated, random operands (freed
@@ -227,6 +237,8 @@ bool TimeProduct(const Options& o, const Product& p, cuda::LtGemm* gemm,
     timing->ms.push_back(trainyard::bench::Median(times));
     if (timing->ms[i] < timing->ms[timing->best]) timing->best = i;
   }
+  timing->choice = cuda::LtGemm::ChoiceLine(g, timing->best, *count);
+  timing->key = cuda::LtGemm::ChoiceKeyOf(g);
   return CudaOk(cudaGetLastError(), p.name.c_str(), error);
 }
 
@@ -259,6 +271,12 @@ int Run(const Options& o, std::string* error) {
       static_cast<long long>(o.candidates), static_cast<long long>(o.reps));
   double step_first = 0, step_best = 0, step_flops = 0;
   std::vector<std::string> csv_rows;
+  std::set<cuda::LtGemm::ChoiceKey> chosen;
+  std::string choices = absl::StrCat(
+      "# cuBLASLt algorithm choices (gemm_bench --choices): the fastest\n"
+      "# candidate of each product, ",
+      o.tokens, " tokens, d_model ", o.d_model, ", vocab ", o.vocab,
+      ". For YARD_GEMM_CHOICES on the GPU model they were timed on.\n");
   for (const Product& p : StepProducts(o)) {
     Timing timing;
     if (!TimeProduct(o, p, gemm->get(), start, stop, &timing, error)) {
@@ -274,6 +292,11 @@ int Run(const Options& o, std::string* error) {
         p.name.c_str(), static_cast<long long>(p.per_step), first,
         tflops(first), timing.ms.size(), timing.best, best, tflops(best),
         best / first);
+    // A product of the same key as an earlier one (possible at some
+    // shapes) runs with the earlier's choice: one line a key.
+    if (chosen.insert(timing.key).second) {
+      absl::StrAppend(&choices, "# ", p.name, "\n", timing.choice, "\n");
+    }
     step_first += first * static_cast<double>(p.per_step);
     step_best += best * static_cast<double>(p.per_step);
     step_flops += flops * static_cast<double>(p.per_step);
@@ -291,6 +314,18 @@ int Run(const Options& o, std::string* error) {
       "(%.1f TFLOP/s, %.2fx)\n",
       step_first, step_flops / (step_first * 1e-3) / 1e12, step_best,
       step_flops / (step_best * 1e-3) / 1e12, step_best / step_first);
+  if (!o.choices.empty()) {
+    if (absl::Status s = cuda::LtGemm::CheckChoices(choices); !s.ok()) {
+      *error = absl::StrCat("the choices do not read back: ", s.ToString());
+      return 1;
+    }
+    std::ofstream out(o.choices);
+    out << choices;
+    if (!out.good()) {
+      *error = absl::StrCat(o.choices, ": cannot write");
+      return 1;
+    }
+  }
   if (!o.csv.empty() &&
       !trainyard::bench::AppendCsv(
           o.csv, "impl,product,per_step,tokens,in,out,candidate,ms,tflops",
@@ -305,19 +340,19 @@ int Run(const Options& o, std::string* error) {
 int main(int argc, char** argv) {
   Options o;
   std::string error;
-  const bool parsed =
-      trainyard::bench::ParseFlags(argc, argv,
-                                   {{"--tokens", &o.tokens},
-                                    {"--d-model", &o.d_model},
-                                    {"--vocab", &o.vocab},
-                                    {"--layers", &o.layers},
-                                    {"--candidates", &o.candidates},
-                                    {"--reps", &o.reps},
-                                    {"--warmup", &o.warmup, true}},
-                                   &o.csv, &error);
+  const bool parsed = trainyard::bench::ParseFlags(
+      argc, argv,
+      {{"--tokens", &o.tokens},
+       {"--d-model", &o.d_model},
+       {"--vocab", &o.vocab},
+       {"--layers", &o.layers},
+       {"--candidates", &o.candidates},
+       {"--reps", &o.reps},
+       {"--warmup", &o.warmup, true}},
+      {{"--csv", &o.csv}, {"--choices", &o.choices}}, &error);
   return trainyard::bench::Main(
       "gemm_bench",
       "[--tokens N] [--d-model N] [--vocab N] [--layers N] [--candidates N] "
-      "[--reps N] [--warmup N] [--csv FILE]",
+      "[--reps N] [--warmup N] [--csv FILE] [--choices FILE]",
       parsed, &error, [&](std::string* e) { return Run(o, e); });
 }

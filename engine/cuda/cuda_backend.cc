@@ -112,6 +112,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         "cuda backend: attention tiling ", TilingName(options.attention_tiling),
         " is not one of ", TilingChoices()));
   }
+  if (absl::Status s = cuda::LtGemm::CheckChoices(options.gemm_choices);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda backend: ", s.message()));
+  }
   if (options.arena_bytes < kCudaWorkspaceBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda backend: an arena of ", options.arena_bytes,
@@ -167,6 +172,7 @@ absl::Status CudaBackend::Init() {
   column_scratch_floats_ = (kScratchBytes - kReductionBytes) / 4;
   ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(base_ + kScratchBytes,
                                                kGemmWorkspaceBytes, stream_));
+  RETURN_IF_ERROR(gemm_->SetChoices(options_.gemm_choices));  // Create checked
   sort_keys_ =
       reinterpret_cast<uint64_t*>(base_ + kScratchBytes + kGemmWorkspaceBytes);
   sort_key_capacity_ = kSortKeys;

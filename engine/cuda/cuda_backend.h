@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,6 +68,12 @@ struct CudaBackendOptions {
   // the head size does not take it, the default. All give the same bits:
   // a speed setting only.
   cuda::AttentionTcTiling attention_tiling;
+  // cuBLASLt algorithm choices made ahead of time for some products, as
+  // LtGemm::SetChoices reads them (bench/engine/gemm_bench.cc --choices
+  // writes them); empty: the heuristic's first everywhere. A speed setting
+  // that may change the bits (each choice sums in its own order), the same
+  // in every run with the same choices.
+  std::string gemm_choices;
 };
 
 // "RxW" (rows a warp x warps a block, e.g. "32x4") as one of the attention
@@ -94,6 +101,9 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(
       int64_t bytes) override;
   int64_t peak_allocated_bytes() const override { return peak_bytes_; }
+  // How many of the products planned so far took a choice from
+  // CudaBackendOptions::gemm_choices.
+  int gemm_choices_taken() const { return gemm_->choices_taken(); }
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;
   absl::Status Synchronize() override;

@@ -69,6 +69,18 @@ TEST(CudaBackendCreateTest, RefusesATilingTheForwardDoesNotHave) {
       << backend.status();
 }
 
+// Checked before any device is touched too.
+TEST(CudaBackendCreateTest, RefusesBadGemmChoices) {
+  CudaBackendOptions options;
+  options.arena_bytes = int64_t{64} << 20;
+  options.gemm_choices = "# from a file\nm=16 n=4\n";
+  const auto backend = CreateCudaBackend(options);
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(backend.status().message(),
+                                "cuda backend: gemm choices, line 2: no k="))
+      << backend.status();
+}
+
 TEST(CudaBackendCreateTest, RefusesMissingDevices) {
   CudaBackendOptions options;
   options.arena_bytes = int64_t{64} << 20;
@@ -159,6 +171,32 @@ TEST_F(CudaBackendTest, LaunchErrorsCarryTheirSiteUntilSynchronize) {
       << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "cudaErrorInvalidValue")) << s;
   EXPECT_TRUE(backend->Synchronize().ok());  // reported once
+}
+
+// A choice line for a linear layer's forward product reaches its plan;
+// the other products keep the heuristic's first.
+TEST_F(CudaBackendTest, GemmChoicesReachTheLinearProducts) {
+  constexpr int64_t kBatch = 4, kIn = 8, kOut = 16;
+  CudaBackendOptions options;
+  options.arena_bytes = kCudaWorkspaceBytes + (int64_t{4} << 20);
+  options.activation_dtype = DType::kBF16;
+  // A choice line names no pointers.
+  options.gemm_choices = cuda::LtGemm::ChoiceLine(
+      cuda::LinearForwardArgs(nullptr, nullptr, nullptr, kBatch, kIn, kOut,
+                              CUDA_R_16BF),
+      0, 2);
+  auto backend = CudaBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  CudaBackend& be = **backend;
+  auto x = *be.Allocate(kBatch * kIn * 2), w = *be.Allocate(kOut * kIn * 2);
+  auto y = *be.Allocate(kBatch * kOut * 2), dx = *be.Allocate(kBatch * kIn * 2);
+  auto dw = *be.Allocate(kOut * kIn * 4);
+  be.LinearForward(y->data(), x->data(), w->data(), nullptr, kBatch, kIn, kOut);
+  EXPECT_EQ(be.gemm_choices_taken(), 1);
+  be.LinearBackward(dx->data(), dw->f32(), nullptr, y->data(), x->data(),
+                    w->data(), kBatch, kIn, kOut);
+  EXPECT_EQ(be.gemm_choices_taken(), 1);
+  EXPECT_TRUE(be.Synchronize().ok());
 }
 
 TEST_F(CudaBackendTest, GptFitsTheArenaItsEstimateAsksForAndStepsInPlace) {

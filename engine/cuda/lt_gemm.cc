@@ -2,10 +2,19 @@
 #include "engine/cuda/lt_gemm.h"
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "engine/cuda/cuda_status.h"
 
@@ -38,26 +47,159 @@ absl::Status LtGemm::CheckArgs(const LtGemmArgs& g) {
   return absl::OkStatus();
 }
 
+LtGemm::ChoiceKey LtGemm::ChoiceKeyOf(const LtGemmArgs& g) {
+  return ChoiceKey{g.trans_a,
+                   g.trans_b,
+                   g.m,
+                   g.n,
+                   g.k,
+                   g.lda,
+                   g.ldb,
+                   g.ldc,
+                   g.beta != 0,
+                   g.bias != nullptr,
+                   static_cast<int>(g.gelu),
+                   static_cast<int>(g.ab_type),
+                   static_cast<int>(g.c_type)};
+}
+
 LtGemm::PlanKey LtGemm::PlanKeyOf(const LtGemmArgs& g) {
   const bool gelu = g.gelu != LtGemmArgs::Gelu::kNone;
-  return PlanKey{g.trans_a,
-                 g.trans_b,
-                 g.m,
-                 g.n,
-                 g.k,
-                 g.lda,
-                 g.ldb,
-                 g.ldc,
-                 g.beta != 0,
-                 g.bias != nullptr,
-                 static_cast<int>(g.gelu),
-                 static_cast<int>(AlignmentOf(g.a)),
+  return std::tuple_cat(
+      ChoiceKeyOf(g),
+      std::tuple{static_cast<int>(AlignmentOf(g.a)),
                  static_cast<int>(AlignmentOf(g.b)),
                  static_cast<int>(AlignmentOf(g.c)),
                  g.bias != nullptr ? static_cast<int>(AlignmentOf(g.bias)) : 0,
-                 gelu ? static_cast<int>(AlignmentOf(g.gelu_aux)) : 0,
-                 static_cast<int>(g.ab_type),
-                 static_cast<int>(g.c_type)};
+                 gelu ? static_cast<int>(AlignmentOf(g.gelu_aux)) : 0});
+}
+
+namespace {
+
+constexpr const char* kGeluNames[] = {"none", "apply", "gradient"};
+
+const char* TypeName(cudaDataType_t t) {
+  return t == CUDA_R_16BF ? "bf16" : "fp32";
+}
+
+}  // namespace
+
+std::string LtGemm::ChoiceLine(const LtGemmArgs& g, int index, int of) {
+  return absl::StrCat(
+      "m=", g.m, " n=", g.n, " k=", g.k, " ta=", g.trans_a ? 1 : 0,
+      " tb=", g.trans_b ? 1 : 0, " lda=", g.lda, " ldb=", g.ldb, " ldc=", g.ldc,
+      " acc=", g.beta != 0 ? 1 : 0, " bias=", g.bias != nullptr ? 1 : 0,
+      " gelu=", kGeluNames[static_cast<int>(g.gelu)],
+      " ab=", TypeName(g.ab_type), " c=", TypeName(g.c_type),
+      " candidate=", index, " of=", of);
+}
+
+absl::Status LtGemm::SetChoices(absl::string_view text) {
+  std::map<ChoiceKey, Choice> choices;
+  RETURN_IF_ERROR(ParseChoices(text, &choices));
+  choices_ = std::move(choices);
+  return absl::OkStatus();
+}
+
+absl::Status LtGemm::CheckChoices(absl::string_view text) {
+  std::map<ChoiceKey, Choice> choices;
+  return ParseChoices(text, &choices);
+}
+
+absl::Status LtGemm::ParseChoices(absl::string_view text,
+                                  std::map<ChoiceKey, Choice>* choices) {
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    const auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gemm choices, line ", line_number, ": ", what));
+    };
+    // Every field once, by name.
+    std::map<std::string, std::string, std::less<>> fields;
+    for (absl::string_view token :
+         absl::StrSplit(line, ' ', absl::SkipWhitespace())) {
+      const size_t eq = token.find('=');
+      if (eq == absl::string_view::npos ||
+          !fields.emplace(token.substr(0, eq), token.substr(eq + 1)).second) {
+        return bad(
+            absl::StrCat("'", token, "' is not a name=value field named once"));
+      }
+    }
+    const auto number = [&](const char* name, int64_t low, int64_t* out) {
+      auto it = fields.find(name);
+      if (it == fields.end()) return bad(absl::StrCat("no ", name, "="));
+      if (!absl::SimpleAtoi(it->second, out) || *out < low) {
+        return bad(absl::StrCat(name, "=", it->second,
+                                ": not a whole number >= ", low));
+      }
+      fields.erase(it);
+      return absl::OkStatus();
+    };
+    const auto word = [&](const char* name,
+                          std::initializer_list<const char*> words, int* out) {
+      auto it = fields.find(name);
+      if (it == fields.end()) return bad(absl::StrCat("no ", name, "="));
+      int i = 0;
+      for (const char* w : words) {
+        if (it->second == w) {
+          *out = i;
+          fields.erase(it);
+          return absl::OkStatus();
+        }
+        ++i;
+      }
+      return bad(absl::StrCat(name, "=", it->second, ": not one of ",
+                              absl::StrJoin(words, ", ")));
+    };
+    int64_t m, n, k, ta, tb, lda, ldb, ldc, acc, bias, index, of;
+    int gelu, ab, c;
+    for (auto [name, low, out] :
+         {std::tuple{"m", 1, &m}, std::tuple{"n", 1, &n},
+          std::tuple{"k", 1, &k}, std::tuple{"ta", 0, &ta},
+          std::tuple{"tb", 0, &tb}, std::tuple{"lda", 1, &lda},
+          std::tuple{"ldb", 1, &ldb}, std::tuple{"ldc", 1, &ldc},
+          std::tuple{"acc", 0, &acc}, std::tuple{"bias", 0, &bias},
+          std::tuple{"candidate", 0, &index}, std::tuple{"of", 1, &of}}) {
+      RETURN_IF_ERROR(number(name, low, out));
+    }
+    RETURN_IF_ERROR(word("gelu", {"none", "apply", "gradient"}, &gelu));
+    RETURN_IF_ERROR(word("ab", {"fp32", "bf16"}, &ab));
+    RETURN_IF_ERROR(word("c", {"fp32", "bf16"}, &c));
+    if (!fields.empty()) {
+      return bad(absl::StrCat("unknown field '", fields.begin()->first, "'"));
+    }
+    if (ta > 1 || tb > 1 || acc > 1 || bias > 1) {
+      return bad("ta, tb, acc and bias are 0 or 1");
+    }
+    if (of > kMostCandidates || index >= of) {
+      return bad(absl::StrCat("candidate=", index, " of=", of,
+                              ": need candidate < of <= ", kMostCandidates));
+    }
+    const cudaDataType_t types[] = {CUDA_R_32F, CUDA_R_16BF};
+    const ChoiceKey key{ta == 1,
+                        tb == 1,
+                        m,
+                        n,
+                        k,
+                        lda,
+                        ldb,
+                        ldc,
+                        acc == 1,
+                        bias == 1,
+                        gelu,
+                        static_cast<int>(types[ab]),
+                        static_cast<int>(types[c])};
+    if (!choices
+             ->emplace(key,
+                       Choice{static_cast<int>(index), static_cast<int>(of)})
+             .second) {
+      return bad("the same product as an earlier line");
+    }
+  }
+  return absl::OkStatus();
 }
 
 struct LtGemm::Plan {
@@ -215,6 +357,15 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
   }
   plan->algo = algos[0];
   plan->candidates = std::move(algos);
+  if (auto choice = choices_.find(ChoiceKeyOf(g)); choice != choices_.end()) {
+    ASSIGN_OR_RETURN(std::vector<cublasLtMatmulAlgo_t> offered,
+                     Heuristic(*plan, g, choice->second.of));
+    if (choice->second.index < static_cast<int>(offered.size())) {
+      plan->algo = offered[choice->second.index];
+      plan->candidates = std::move(offered);
+      ++choices_taken_;
+    }
+  }
   Plan* out = plan.get();
   plans_.emplace(key, std::move(plan));
   return out;

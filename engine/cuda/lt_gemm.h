@@ -23,11 +23,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace trainyard::engine::cuda {
 
@@ -112,20 +114,49 @@ class LtGemm {
   // results stay deterministic per candidate, not across candidates.
   absl::Status Choose(const LtGemmArgs& args, int index);
 
+  // Algorithm choices made ahead of time, as text: one line a product,
+  // what ChoiceLine writes (bench/engine/gemm_bench.cc --choices writes a
+  // file of them after timing every candidate on the GPU they are for),
+  // '#' comments and blank lines ignored. A product planned from now on
+  // whose line is here takes candidate i of the heuristic's n, as Choose
+  // would; where the heuristic offers fewer (another GPU or cuBLAS), the
+  // first, as without a choice. Each candidate is deterministic, so a run
+  // with the same choices gives the same bits every time. INVALID_ARGUMENT
+  // naming the line and what is wrong with it, and the choices set before
+  // stay.
+  absl::Status SetChoices(absl::string_view text);
+
+  // What SetChoices says of `text`, without an LtGemm (or a device).
+  static absl::Status CheckChoices(absl::string_view text);
+
+  // The line SetChoices reads for `args` taking candidate `index` of `of`:
+  //   m=.. n=.. k=.. ta=0|1 tb=0|1 lda=.. ldb=.. ldc=.. acc=0|1 bias=0|1
+  //   gelu=none|apply|gradient ab=fp32|bf16 c=fp32|bf16 candidate=.. of=..
+  // (acc: beta is not 0). Pointer alignments are not part of it.
+  static std::string ChoiceLine(const LtGemmArgs& args, int index, int of);
+
+  // How many plans so far took a choice from SetChoices.
+  int choices_taken() const { return choices_taken_; }
+
   // What cuBLASLt documents for the GELU epilogues (cublasLt.h,
   // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: the aux ld "must be divisible by
   // 8"; DGELU takes no bias): INVALID_ARGUMENT naming what is wrong.
   static absl::Status CheckArgs(const LtGemmArgs& args);
 
-  // Everything a plan depends on: shapes, transposes, leading dimensions,
-  // types, epilogue, and the alignment of every pointer the heuristic looks
-  // at (A, B, C, and the bias and GELU aux pointers: cublasLt.h says the
-  // heuristic reads their alignment from their values), so a plan is never
-  // reused for a less aligned pointer than it was chosen for. Alignments
-  // of absent pointers are 0.
-  using PlanKey =
-      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                 int64_t, bool, bool, int, int, int, int, int, int, int, int>;
+  // What a choice line names (SetChoices): shapes, transposes, leading
+  // dimensions, whether beta is 0, bias, epilogue and types.
+  using ChoiceKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
+                               int64_t, int64_t, bool, bool, int, int, int>;
+  static ChoiceKey ChoiceKeyOf(const LtGemmArgs& args);
+
+  // Everything a plan depends on: the choice key's fields and the
+  // alignment of every pointer the heuristic looks at (A, B, C, and the
+  // bias and GELU aux pointers: cublasLt.h says the heuristic reads their
+  // alignment from their values), so a plan is never reused for a less
+  // aligned pointer than it was chosen for. Alignments of absent pointers
+  // are 0.
+  using PlanKey = decltype(std::tuple_cat(
+      ChoiceKey{}, std::tuple<int, int, int, int, int>{}));
   static PlanKey PlanKeyOf(const LtGemmArgs& args);
 
   // The largest power of two from 2 to 256 (a bf16 element to the most
@@ -152,6 +183,13 @@ class LtGemm {
   int64_t workspace_bytes_;
   cudaStream_t stream_;
   std::map<Key, std::unique_ptr<Plan>> plans_;  // null: no algorithm
+  struct Choice {
+    int index, of;
+  };
+  static absl::Status ParseChoices(absl::string_view text,
+                                   std::map<ChoiceKey, Choice>* choices);
+  std::map<ChoiceKey, Choice> choices_;
+  int choices_taken_ = 0;
 };
 
 }  // namespace trainyard::engine::cuda

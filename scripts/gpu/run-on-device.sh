@@ -21,9 +21,11 @@
 #            step without the minutes of the PyTorch peer; figures to
 #            record come from `engine`, which measures the peer too
 #   gemms    gemm_bench (the linear layers' products of a GPT-2 124M step
-#            at micro-batch 176, each cuBLASLt candidate timed) and its
-#            PyTorch peer (gemms.log, gemms.csv): whether choosing among
-#            the candidates would pay
+#            at micro-batch 176, each cuBLASLt candidate timed; the fastest
+#            written to gemm-choices.txt) and its PyTorch peer (gemms.log,
+#            gemms.csv), then gpt_train_bench 124M bf16 without and with
+#            YARD_GEMM_CHOICES=gemm-choices.txt (engine.log, engine.csv):
+#            whether choosing among the candidates pays
 #   tilings  kernels, then gpt_train_bench 124M bf16 once with each attention
 #            tiling (YARD_ATTENTION_TILING: 16x4, 32x2, 32x4; engine.log,
 #            engine.csv in that order): which tiling the backend should run
@@ -174,12 +176,22 @@ run_kernels() {
 }
 
 run_gemms() {
-  local glog="$out/gemms.log" csv="$out/gemms.csv"
+  local glog="$out/gemms.log" csv="$out/gemms.csv" choices="$out/gemm-choices.txt"
+  local elog="$out/engine.log" ecsv="$out/engine.csv" with
   export PYTHONUNBUFFERED=1
-  bounded 240 "$glog" "$kit/bin/gemm_bench" --csv "$csv"
-  bounded 120 "$glog" python3 "$root/bench/engine/gemm_torch_bench.py" --csv "$csv"
+  bounded 200 "$glog" "$kit/bin/gemm_bench" --csv "$csv" --choices "$choices"
+  bounded 90 "$glog" python3 "$root/bench/engine/gemm_torch_bench.py" --csv "$csv"
   note "gemms: results in gemms.csv"
   grep -vE '^== ' "$glog" | tee -a "$log"
+  # The step without, then with, the fastest candidates.
+  for with in "" "$choices"; do
+    [[ -z "$with" || -s "$with" ]] || continue
+    note "gpt_train_bench 124m bf16${with:+ with YARD_GEMM_CHOICES}"
+    YARD_GEMM_CHOICES="$with" bounded 110 "$elog" "$kit/bin/gpt_train_bench" \
+      --data-root "$root" --csv "$ecsv" --config 124m --precision bf16 \
+      --micro-batch max --profile-steps 2
+    grep -E '^step |^PROFILE +Linear' "$elog" | tail -n 5 | tee -a "$log"
+  done
 }
 
 run_quick() {

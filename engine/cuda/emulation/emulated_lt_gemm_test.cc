@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "engine/cuda/emulation/cublas_host.h"
 #include "engine/cuda/emulation/emulated_cublas_test_support.h"
 #include "engine/cuda/lt_gemm.h"
@@ -192,6 +193,77 @@ TEST_F(LtGemmOnEmulationTest, ChooseMakesRunTakeThatCandidate) {
   DeviceMatrix out16(CUDA_R_16BF, 8, 2, 8, 3);
   EXPECT_EQ(gemm_->Candidates(Forward(out16, in32, w32), 4).status().code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// A choice line (what gemm_bench --choices writes) makes the plan of its
+// product take that candidate; other products, and a choice of more
+// candidates than the heuristic offers here, take the heuristic's first.
+TEST_F(LtGemmOnEmulationTest, ChoicesMakePlansTakeTheirCandidates) {
+  const cudaDataType t = CUDA_R_16BF;
+  constexpr int64_t kOut = 16, kBatch = 4, kIn = 8;
+  DeviceMatrix weight(t, kIn, kOut, kIn, 1), inp(t, kIn, kBatch, kIn, 2);
+  DeviceMatrix out(t, kOut, kBatch, kOut, 3), bias(t, kOut, 1, kOut, 4);
+  LtGemmArgs chosen = Forward(out, inp, weight);
+  chosen.bias = bias.get();
+  const LtGemmArgs plain = Forward(out, inp, weight);  // no bias: no line
+  DeviceMatrix dinp(t, kIn, kBatch, kIn, 5);
+  const LtGemmArgs beyond = engine::cuda::LinearInputGradArgs(
+      dinp.get(), out.get(), weight.get(), kBatch, kIn, kOut, t);
+  const std::string text =
+      absl::StrCat("# made by a test\n\n", LtGemm::ChoiceLine(chosen, 2, 3),
+                   "\n  ", LtGemm::ChoiceLine(beyond, 5, 8), "\n");
+  ASSERT_TRUE(gemm_->SetChoices(text).ok()) << gemm_->SetChoices(text);
+  ASSERT_TRUE(gemm_->Run(chosen).ok());
+  EXPECT_EQ(LastLtMatmulCandidate(), 2);
+  ExpectMatches(
+      out,
+      Product(weight, true, inp, false, kOut, kBatch, kIn, 0, nullptr, &bias)
+          .RoundedTo(t),
+      "out");
+  ASSERT_TRUE(gemm_->Run(plain).ok());
+  EXPECT_EQ(LastLtMatmulCandidate(), 0);
+  ASSERT_TRUE(gemm_->Run(beyond).ok());
+  EXPECT_EQ(LastLtMatmulCandidate(), 0);
+  EXPECT_EQ(gemm_->choices_taken(), 1);
+}
+
+TEST_F(LtGemmOnEmulationTest, BadChoicesAreRejectedNamingTheLine) {
+  DeviceMatrix weight(CUDA_R_16BF, 8, 16, 8, 1), inp(CUDA_R_16BF, 8, 4, 8, 2);
+  DeviceMatrix out(CUDA_R_16BF, 16, 4, 16, 3);
+  const LtGemmArgs g = Forward(out, inp, weight);
+  const std::string good = LtGemm::ChoiceLine(g, 1, 3);
+  ASSERT_TRUE(gemm_->SetChoices(good).ok());
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string line = good;
+    line.replace(line.find(from), from.size(), to);
+    return "# first\n" + line;
+  };
+  const struct {
+    std::string text, message;
+  } cases[] = {
+      {with("m=16 ", ""), "line 2: no m="},
+      {with("m=16", "m=0"), "line 2: m=0: not a whole number >= 1"},
+      {with("k=8", "k=eight"), "k=eight: not a whole number"},
+      {with("gelu=none", "gelu=relu"), "gelu=relu: not one of none, apply"},
+      {with("ab=bf16", "ab=fp16"), "ab=fp16: not one of fp32, bf16"},
+      {with("candidate=1", "candidate=3"), "candidate=3 of=3: need candidate"},
+      {with("of=3", "of=33"), "need candidate < of <= 32"},
+      {with("ta=1", "ta=2"), "ta, tb, acc and bias are 0 or 1"},
+      {with("m=16", "m=16 m=16"),
+       "'m=16' is not a name=value field named once"},
+      {with("m=16", "m=16 speed"), "'speed' is not a name=value field"},
+      {with("m=16", "m=16 speed=9"), "unknown field 'speed'"},
+      {good + "\n" + good, "line 2: the same product as an earlier line"},
+  };
+  for (const auto& c : cases) {
+    const absl::Status s = gemm_->SetChoices(c.text);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_NE(s.message().find(c.message), std::string::npos)
+        << s << "\nwanted: " << c.message;
+  }
+  // The good choices set first still hold.
+  ASSERT_TRUE(gemm_->Run(g).ok());
+  EXPECT_EQ(LastLtMatmulCandidate(), 1);
 }
 
 // Neither library has fp32 inputs with a bf16 output (the cuBLAS guide's
