@@ -151,19 +151,35 @@ TEST_F(LtGemmOnEmulationTest, LessAlignedBiasGetsItsOwnPlan) {
   }
 }
 
+// A bf16 forward product with a bias, on matrices of its own: what the
+// candidate and choice tests run.
+struct BiasedForward {
+  static constexpr cudaDataType kType = CUDA_R_16BF;
+  static constexpr int64_t kOut = 16, kBatch = 4, kIn = 8;
+  DeviceMatrix weight{kType, kIn, kOut, kIn, 1},
+      inp{kType, kIn, kBatch, kIn, 2};
+  DeviceMatrix out{kType, kOut, kBatch, kOut, 3}, bias{kType, kOut, 1, kOut, 4};
+
+  LtGemmArgs Args() {
+    LtGemmArgs g = Forward(out, inp, weight);
+    g.bias = bias.get();
+    return g;
+  }
+  void ExpectOutRight() const {
+    ExpectMatches(
+        out,
+        Product(weight, true, inp, false, kOut, kBatch, kIn, 0, nullptr, &bias)
+            .RoundedTo(kType),
+        "out");
+  }
+};
+
 // Candidates: the heuristic's algorithms (the stand-in offers
 // kEmulatedAlgoCandidates); Run takes the first until Choose picks
 // another, and every candidate computes the product.
 TEST_F(LtGemmOnEmulationTest, ChooseMakesRunTakeThatCandidate) {
-  const cudaDataType t = CUDA_R_16BF;
-  constexpr int64_t kOut = 16, kBatch = 4, kIn = 8;
-  DeviceMatrix weight(t, kIn, kOut, kIn, 1), inp(t, kIn, kBatch, kIn, 2);
-  DeviceMatrix out(t, kOut, kBatch, kOut, 3), bias(t, kOut, 1, kOut, 4);
-  LtGemmArgs g = Forward(out, inp, weight);
-  g.bias = bias.get();
-  const auto want =
-      Product(weight, true, inp, false, kOut, kBatch, kIn, 0, nullptr, &bias)
-          .RoundedTo(t);
+  BiasedForward p;
+  const LtGemmArgs g = p.Args();
   ASSERT_TRUE(gemm_->Run(g).ok());
   EXPECT_EQ(LastLtMatmulCandidate(), 0);
   absl::StatusOr<int> count = gemm_->Candidates(g, LtGemm::kMostCandidates);
@@ -173,7 +189,7 @@ TEST_F(LtGemmOnEmulationTest, ChooseMakesRunTakeThatCandidate) {
     ASSERT_TRUE(gemm_->Choose(g, i).ok());
     ASSERT_TRUE(gemm_->Run(g).ok());
     EXPECT_EQ(LastLtMatmulCandidate(), i);
-    ExpectMatches(out, want, "out");
+    p.ExpectOutRight();
   }
   // Asking for one leaves one to choose from.
   ASSERT_EQ(gemm_->Candidates(g, 1).value_or(0), 1);
@@ -199,27 +215,20 @@ TEST_F(LtGemmOnEmulationTest, ChooseMakesRunTakeThatCandidate) {
 // product take that candidate; other products, and a choice of more
 // candidates than the heuristic offers here, take the heuristic's first.
 TEST_F(LtGemmOnEmulationTest, ChoicesMakePlansTakeTheirCandidates) {
-  const cudaDataType t = CUDA_R_16BF;
-  constexpr int64_t kOut = 16, kBatch = 4, kIn = 8;
-  DeviceMatrix weight(t, kIn, kOut, kIn, 1), inp(t, kIn, kBatch, kIn, 2);
-  DeviceMatrix out(t, kOut, kBatch, kOut, 3), bias(t, kOut, 1, kOut, 4);
-  LtGemmArgs chosen = Forward(out, inp, weight);
-  chosen.bias = bias.get();
-  const LtGemmArgs plain = Forward(out, inp, weight);  // no bias: no line
-  DeviceMatrix dinp(t, kIn, kBatch, kIn, 5);
-  const LtGemmArgs beyond = engine::cuda::LinearInputGradArgs(
-      dinp.get(), out.get(), weight.get(), kBatch, kIn, kOut, t);
+  BiasedForward p;
+  const LtGemmArgs chosen = p.Args();
+  const LtGemmArgs plain = Forward(p.out, p.inp, p.weight);  // no line
+  DeviceMatrix dinp(p.kType, p.kIn, p.kBatch, p.kIn, 5);
+  const LtGemmArgs beyond =
+      engine::cuda::LinearInputGradArgs(dinp.get(), p.out.get(), p.weight.get(),
+                                        p.kBatch, p.kIn, p.kOut, p.kType);
   const std::string text =
       absl::StrCat("# made by a test\n\n", LtGemm::ChoiceLine(chosen, 2, 3),
                    "\n  ", LtGemm::ChoiceLine(beyond, 5, 8), "\n");
   ASSERT_TRUE(gemm_->SetChoices(text).ok()) << gemm_->SetChoices(text);
   ASSERT_TRUE(gemm_->Run(chosen).ok());
   EXPECT_EQ(LastLtMatmulCandidate(), 2);
-  ExpectMatches(
-      out,
-      Product(weight, true, inp, false, kOut, kBatch, kIn, 0, nullptr, &bias)
-          .RoundedTo(t),
-      "out");
+  p.ExpectOutRight();
   ASSERT_TRUE(gemm_->Run(plain).ok());
   EXPECT_EQ(LastLtMatmulCandidate(), 0);
   ASSERT_TRUE(gemm_->Run(beyond).ok());
@@ -228,9 +237,8 @@ TEST_F(LtGemmOnEmulationTest, ChoicesMakePlansTakeTheirCandidates) {
 }
 
 TEST_F(LtGemmOnEmulationTest, BadChoicesAreRejectedNamingTheLine) {
-  DeviceMatrix weight(CUDA_R_16BF, 8, 16, 8, 1), inp(CUDA_R_16BF, 8, 4, 8, 2);
-  DeviceMatrix out(CUDA_R_16BF, 16, 4, 16, 3);
-  const LtGemmArgs g = Forward(out, inp, weight);
+  BiasedForward p;
+  const LtGemmArgs g = p.Args();
   const std::string good = LtGemm::ChoiceLine(g, 1, 3);
   ASSERT_TRUE(gemm_->SetChoices(good).ok());
   const auto with = [&](const std::string& from, const std::string& to) {
