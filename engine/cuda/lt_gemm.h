@@ -5,12 +5,13 @@
 // the CPU reference, and a bf16 output is rounded once. Each distinct problem
 // (shape, transposes, leading dimensions, pointer alignments, epilogue) is
 // planned once with cuBLASLt's heuristic and the plan reused, so a given
-// problem always runs the same algorithm (the heuristic's first, unless
-// Choose picks another of its candidates: bench/engine/gemm_bench.cc times
-// them) and gives bitwise the same result. A
-// product without a bias that cuBLASLt has no algorithm for (unusual
-// pointer alignments, say) runs through classic cuBLAS SGEMM in pedantic
-// fp32 instead, equally deterministic.
+// problem always runs the same algorithm and gives bitwise the same
+// result: the heuristic's first, unless a choice made ahead of time
+// (SetChoices) or Choose picks another of its candidates
+// (bench/engine/gemm_bench.cc times them). A product without a bias that
+// cuBLASLt has no algorithm for (unusual pointer alignments, say) runs
+// through classic cuBLAS SGEMM in pedantic fp32 instead, equally
+// deterministic.
 //
 // Thread-safety: not thread-safe; the owning backend serializes calls.
 #ifndef TRAINYARD_ENGINE_CUDA_LT_GEMM_H_
