@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "engine/core/memory_estimate.h"
 #include "engine/cuda/cuda_status.h"
@@ -221,6 +222,12 @@ void CudaBackend::Launched(absl::Status launch) {
 absl::Status CudaBackend::Synchronize() {
   UseDevice();
   YARD_CUDA_RECORD(cudaStreamSynchronize(stream_));
+  // Whether the choices apply to this job's shapes shows in its log.
+  if (const int taken = gemm_->choices_taken(); taken != choices_logged_) {
+    YARD_LOG(INFO) << "cuda backend: " << taken << " products run a chosen "
+                   << "algorithm (of " << gemm_->choices() << " gemm choices)";
+    choices_logged_ = taken;
+  }
   absl::Status first = std::move(first_error_);
   first_error_ = absl::OkStatus();
   return first;

@@ -213,6 +213,7 @@ class CudaBackend : public Backend {
   char* base_;               // the arena (one cudaMalloc)
   char* blocks_;             // where Allocate's blocks start, after our share
   cuda::DeviceArena arena_;  // offsets from blocks_
+  int choices_logged_ = 0;   // gemm_choices_taken() last logged
   double* sum_results_ = nullptr;   // kSumResults doubles
   double* sum_partials_ = nullptr;  // kSumPartials doubles, over
                                     // column_scratch_

@@ -136,7 +136,8 @@ class LtGemm {
   // (acc: beta is not 0). Pointer alignments are not part of it.
   static std::string ChoiceLine(const LtGemmArgs& args, int index, int of);
 
-  // How many plans so far took a choice from SetChoices.
+  // How many choices SetChoices holds, and how many plans so far took one.
+  int choices() const { return static_cast<int>(choices_.size()); }
   int choices_taken() const { return choices_taken_; }
 
   // What cuBLASLt documents for the GELU epilogues (cublasLt.h,
