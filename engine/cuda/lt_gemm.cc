@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <map>
 #include <string>
 #include <tuple>
@@ -76,10 +75,14 @@ LtGemm::PlanKey LtGemm::PlanKeyOf(const LtGemmArgs& g) {
 
 namespace {
 
+// A choice line's words: the GELU epilogue by LtGemmArgs::Gelu's value,
+// the types by index into kTypes.
 constexpr const char* kGeluNames[] = {"none", "apply", "gradient"};
+constexpr const char* kTypeNames[] = {"fp32", "bf16"};
+constexpr cudaDataType_t kTypes[] = {CUDA_R_32F, CUDA_R_16BF};
 
 const char* TypeName(cudaDataType_t t) {
-  return t == CUDA_R_16BF ? "bf16" : "fp32";
+  return kTypeNames[t == CUDA_R_16BF ? 1 : 0];
 }
 
 }  // namespace
@@ -138,8 +141,7 @@ absl::Status LtGemm::ParseChoices(absl::string_view text,
       fields.erase(it);
       return absl::OkStatus();
     };
-    const auto word = [&](const char* name,
-                          std::initializer_list<const char*> words, int* out) {
+    const auto word = [&](const char* name, const auto& words, int* out) {
       auto it = fields.find(name);
       if (it == fields.end()) return bad(absl::StrCat("no ", name, "="));
       int i = 0;
@@ -154,8 +156,9 @@ absl::Status LtGemm::ParseChoices(absl::string_view text,
       return bad(absl::StrCat(name, "=", it->second, ": not one of ",
                               absl::StrJoin(words, ", ")));
     };
-    int64_t m, n, k, ta, tb, lda, ldb, ldc, acc, bias, index, of;
-    int gelu, ab, c;
+    int64_t m = 0, n = 0, k = 0, ta = 0, tb = 0, lda = 0, ldb = 0, ldc = 0,
+            acc = 0, bias = 0, index = 0, of = 0;
+    int gelu = 0, ab = 0, c = 0;
     for (auto [name, low, out] :
          {std::tuple{"m", 1, &m}, std::tuple{"n", 1, &n},
           std::tuple{"k", 1, &k}, std::tuple{"ta", 0, &ta},
@@ -165,9 +168,9 @@ absl::Status LtGemm::ParseChoices(absl::string_view text,
           std::tuple{"candidate", 0, &index}, std::tuple{"of", 1, &of}}) {
       RETURN_IF_ERROR(number(name, low, out));
     }
-    RETURN_IF_ERROR(word("gelu", {"none", "apply", "gradient"}, &gelu));
-    RETURN_IF_ERROR(word("ab", {"fp32", "bf16"}, &ab));
-    RETURN_IF_ERROR(word("c", {"fp32", "bf16"}, &c));
+    RETURN_IF_ERROR(word("gelu", kGeluNames, &gelu));
+    RETURN_IF_ERROR(word("ab", kTypeNames, &ab));
+    RETURN_IF_ERROR(word("c", kTypeNames, &c));
     if (!fields.empty()) {
       return bad(absl::StrCat("unknown field '", fields.begin()->first, "'"));
     }
@@ -178,7 +181,6 @@ absl::Status LtGemm::ParseChoices(absl::string_view text,
       return bad(absl::StrCat("candidate=", index, " of=", of,
                               ": need candidate < of <= ", kMostCandidates));
     }
-    const cudaDataType_t types[] = {CUDA_R_32F, CUDA_R_16BF};
     const ChoiceKey key{ta == 1,
                         tb == 1,
                         m,
@@ -190,8 +192,8 @@ absl::Status LtGemm::ParseChoices(absl::string_view text,
                         acc == 1,
                         bias == 1,
                         gelu,
-                        static_cast<int>(types[ab]),
-                        static_cast<int>(types[c])};
+                        static_cast<int>(kTypes[ab]),
+                        static_cast<int>(kTypes[c])};
     if (!choices
              ->emplace(key,
                        Choice{static_cast<int>(index), static_cast<int>(of)})
