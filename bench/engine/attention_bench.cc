@@ -59,7 +59,7 @@ int Run(const Options& o, std::string* error) {
   const int64_t rows = o.batch * o.seq;
   void *qkv = nullptr, *out = nullptr, *dout = nullptr, *dqkv = nullptr;
   float *lse = nullptr, *delta = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
+  trainyard::bench::EventTimer timer;
   trainyard::bench::DeviceBuffers owned;
   const auto alloc = [&](auto** p, int64_t bytes) {
     return owned.Allocate(p, bytes, error);
@@ -81,8 +81,7 @@ int Run(const Options& o, std::string* error) {
       !CudaOk(cudaMemcpy(dout, host_dout.data(), host_dout.size() * 2,
                          cudaMemcpyHostToDevice),
               "copy dout", error) ||
-      !CudaOk(cudaEventCreate(&start), "cudaEventCreate", error) ||
-      !CudaOk(cudaEventCreate(&stop), "cudaEventCreate", error)) {
+      !timer.Create(error)) {
     return 1;
   }
   // The medians of o.reps timed runs (after o.warmup) of the forward and
@@ -94,12 +93,8 @@ int Run(const Options& o, std::string* error) {
     std::vector<float> fwd, bwd;
     const auto timed = [&](const auto& launch, const std::string& name,
                            float* ms) {
-      return CudaOk(cudaEventRecord(start), "cudaEventRecord", error) &&
-             CudaOk(launch(), name.c_str(), error) &&
-             CudaOk(cudaEventRecord(stop), "cudaEventRecord", error) &&
-             CudaOk(cudaEventSynchronize(stop), (name + " (run)").c_str(),
-                    error) &&
-             CudaOk(cudaEventElapsedTime(ms, start, stop), "elapsed", error);
+      return timer.Time([&] { return CudaOk(launch(), name.c_str(), error); },
+                        name + " (run)", ms, error);
     };
     for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
       float f = 0.f, b = 0.f;
@@ -157,8 +152,6 @@ int Run(const Options& o, std::string* error) {
     }
     tilings.push_back(time);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   // One causal product: 2 FLOPs for each of T(T+1)/2 pairs and hs channels.
   const double product = 2.0 * static_cast<double>(o.batch * o.heads) *
                          static_cast<double>(o.seq) * (o.seq + 1) / 2.0 *

@@ -1,6 +1,7 @@
 // What the CUDA kernel benchmarks (attention_bench.cc, gemm_bench.cc)
 // share: their flags (--name value pairs of positive integers or file
 // names), CUDA errors as one line, device buffers freed on every exit,
+// launches timed with CUDA events,
 // fixed-seed random inputs, medians and CSV appends. Header-only; not
 // thread-safe.
 #ifndef TRAINYARD_BENCH_ENGINE_CUDA_BENCH_UTIL_H_
@@ -97,6 +98,39 @@ class DeviceBuffers {
 
  private:
   std::vector<void*> owned_;
+};
+
+// Times one launch at a time on the default stream with a pair of CUDA
+// events, destroyed with it.
+class EventTimer {
+ public:
+  EventTimer() = default;
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  ~EventTimer() {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+  }
+  // The events, or false with *error.
+  bool Create(std::string* error) {
+    return CudaOk(cudaEventCreate(&start_), "cudaEventCreate", error) &&
+           CudaOk(cudaEventCreate(&stop_), "cudaEventCreate", error);
+  }
+  // *ms = the time launch() takes on the stream; launch returns false
+  // (having said why, if it matters) when it could not launch. `what`
+  // names the run in a CUDA error while it runs.
+  template <typename Launch>
+  bool Time(const Launch& launch, const std::string& what, float* ms,
+            std::string* error) {
+    return CudaOk(cudaEventRecord(start_), "cudaEventRecord", error) &&
+           launch() &&
+           CudaOk(cudaEventRecord(stop_), "cudaEventRecord", error) &&
+           CudaOk(cudaEventSynchronize(stop_), what.c_str(), error) &&
+           CudaOk(cudaEventElapsedTime(ms, start_, stop_), "elapsed", error);
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
 // Uniform in [-1, 1) from a fixed-seed LCG: the same inputs every run.

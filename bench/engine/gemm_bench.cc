@@ -194,7 +194,7 @@ bool MakeArgs(const Options& o, const Product& p,
 // Times each candidate the heuristic offers for `p` (at most
 // o.candidates), the first being what the backend runs.
 bool TimeProduct(const Options& o, const Product& p, cuda::LtGemm* gemm,
-                 cudaEvent_t start, cudaEvent_t stop, Timing* timing,
+                 trainyard::bench::EventTimer* timer, Timing* timing,
                  std::string* error) {
   trainyard::bench::DeviceBuffers buffers;
   cuda::LtGemmArgs g;
@@ -210,16 +210,14 @@ bool TimeProduct(const Options& o, const Product& p, cuda::LtGemm* gemm,
     absl::Status status = gemm->Choose(g, i);
     for (int64_t rep = 0; status.ok() && rep < o.warmup + o.reps; ++rep) {
       float ms = 0.f;
-      if (!CudaOk(cudaEventRecord(start), "cudaEventRecord", error)) {
-        return false;
-      }
-      status = gemm->Run(g);
+      const bool timed = timer->Time(
+          [&] {
+            status = gemm->Run(g);
+            return status.ok();
+          },
+          p.name, &ms, error);
       if (!status.ok()) break;
-      if (!CudaOk(cudaEventRecord(stop), "cudaEventRecord", error) ||
-          !CudaOk(cudaEventSynchronize(stop), p.name.c_str(), error) ||
-          !CudaOk(cudaEventElapsedTime(&ms, start, stop), "elapsed", error)) {
-        return false;
-      }
+      if (!timed) return false;
       if (rep >= o.warmup) times.push_back(ms);
     }
     if (!status.ok()) {
@@ -250,15 +248,13 @@ int Run(const Options& o, std::string* error) {
   }
   trainyard::bench::DeviceBuffers owned;
   void* workspace = nullptr;
-  constexpr int64_t kWorkspace = int64_t{32} << 20;  // the backend's
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (!owned.Allocate(&workspace, kWorkspace, error) ||
-      !CudaOk(cudaEventCreate(&start), "cudaEventCreate", error) ||
-      !CudaOk(cudaEventCreate(&stop), "cudaEventCreate", error)) {
+  trainyard::bench::EventTimer timer;
+  if (!owned.Allocate(&workspace, cuda::kLtGemmWorkspaceBytes, error) ||
+      !timer.Create(error)) {
     return 1;
   }
   absl::StatusOr<std::unique_ptr<cuda::LtGemm>> gemm =
-      cuda::LtGemm::Create(workspace, kWorkspace, nullptr);
+      cuda::LtGemm::Create(workspace, cuda::kLtGemmWorkspaceBytes, nullptr);
   if (!gemm.ok()) {
     *error = gemm.status().ToString();
     return 1;
@@ -279,7 +275,7 @@ int Run(const Options& o, std::string* error) {
       ". For YARD_GEMM_CHOICES on the GPU model they were timed on.\n");
   for (const Product& p : StepProducts(o)) {
     Timing timing;
-    if (!TimeProduct(o, p, gemm->get(), start, stop, &timing, error)) {
+    if (!TimeProduct(o, p, gemm->get(), &timer, &timing, error)) {
       return 1;
     }
     const double flops = 2.0 * static_cast<double>(o.tokens) *
@@ -307,8 +303,6 @@ int Run(const Options& o, std::string* error) {
           timing.ms[i] > 0 ? tflops(timing.ms[i]) : 0.0));
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   std::printf(
       "step total: heuristic %.2f ms (%.1f TFLOP/s), best candidates %.2f ms "
       "(%.1f TFLOP/s, %.2fx)\n",

@@ -30,16 +30,16 @@ constexpr int64_t kArenaAlignment = 256;
 // (64 KiB for the sums of squares on their way to the host, then 1,984 KiB
 // of partials for the column sums, the LayerNorm backward's and the sums
 // of squares, which never overlap: one stream; the LayerNorm backward's
-// 264 blocks of d_model 768 take 1,584 KiB), then cuBLASLt's workspace (32 MiB,
-// NVIDIA's advice for Hopper), then the embedding backward's sort keys (2^20 of
-// 8 bytes: a batch of up to 1M tokens sorts; a larger one takes the slow scan).
+// 264 blocks of d_model 768 take 1,584 KiB), then cuBLASLt's workspace
+// (kLtGemmWorkspaceBytes, 32 MiB, NVIDIA's advice for Hopper), then the
+// embedding backward's sort keys (2^20 of 8 bytes: a batch of up to 1M
+// tokens sorts; a larger one takes the slow scan).
 // What is left of kCudaWorkspaceBytes covers the rounding of Allocate's blocks.
 constexpr int64_t kReductionBytes = int64_t{64} << 10;
 constexpr int64_t kScratchBytes = int64_t{2} << 20;
-constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
 constexpr int64_t kSortKeys = int64_t{1} << 20;
 constexpr int64_t kReservedBytes =
-    kScratchBytes + kGemmWorkspaceBytes + kSortKeys * 8;
+    kScratchBytes + cuda::kLtGemmWorkspaceBytes + kSortKeys * 8;
 static_assert(kReservedBytes + (int64_t{512} << 10) <= kCudaWorkspaceBytes);
 // Sums of squares copied back at once, and their partials' room.
 constexpr int64_t kSumResults = kReductionBytes / 8;
@@ -171,11 +171,12 @@ absl::Status CudaBackend::Init() {
   sum_partials_ = reinterpret_cast<double*>(base_ + kReductionBytes);
   column_scratch_ = reinterpret_cast<float*>(base_ + kReductionBytes);
   column_scratch_floats_ = (kScratchBytes - kReductionBytes) / 4;
-  ASSIGN_OR_RETURN(gemm_, cuda::LtGemm::Create(base_ + kScratchBytes,
-                                               kGemmWorkspaceBytes, stream_));
+  ASSIGN_OR_RETURN(gemm_,
+                   cuda::LtGemm::Create(base_ + kScratchBytes,
+                                        cuda::kLtGemmWorkspaceBytes, stream_));
   RETURN_IF_ERROR(gemm_->SetChoices(options_.gemm_choices));  // Create checked
-  sort_keys_ =
-      reinterpret_cast<uint64_t*>(base_ + kScratchBytes + kGemmWorkspaceBytes);
+  sort_keys_ = reinterpret_cast<uint64_t*>(base_ + kScratchBytes +
+                                           cuda::kLtGemmWorkspaceBytes);
   sort_key_capacity_ = kSortKeys;
   return absl::OkStatus();
 }

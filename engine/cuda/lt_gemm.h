@@ -84,6 +84,10 @@ LtGemmArgs LinearWeightGradArgs(float* dweight, const void* dout,
                                 const void* inp, int64_t batch, int64_t in,
                                 int64_t out_features, cudaDataType_t act);
 
+// The workspace the CUDA backend gives cuBLASLt (its heuristic may pick
+// algorithms that need up to this much; Hopper's fastest want 32 MiB).
+inline constexpr int64_t kLtGemmWorkspaceBytes = int64_t{32} << 20;
+
 class LtGemm {
  public:
   // `workspace` (device memory, `workspace_bytes`) and `stream` must
