@@ -173,14 +173,16 @@ std::string SpecFingerprint(const JobSpec& spec) {
   return absl::StrFormat("%016x", Fnv1a64(bytes));
 }
 
-MemoryEstimate EstimateSpecMemory(const JobSpec& spec, DeviceKind device) {
+MemoryEstimate EstimateSpecMemory(const JobSpec& spec, DeviceKind device,
+                                  AttentionState cuda_attention) {
   const int64_t batch = spec.batch().micro_batch();
   const int threads = std::max(1, spec.resources().cpu_threads());
   if (spec.model().has_gpt()) {
     const auto& g = spec.model().gpt();
     return EstimateGptMemory(
         {g.n_layer(), g.n_head(), g.d_model(), g.seq_len(), g.vocab_size()},
-        batch, threads, device, ActivationDType(spec.precision()));
+        batch, threads, device, ActivationDType(spec.precision()),
+        cuda_attention);
   }
   const auto& m = spec.model().mlp();
   MlpConfig mlp{

@@ -101,10 +101,12 @@ absl::StatusOr<EngineJob> EngineJobFromSpec(const trainyard::v1::JobSpec& spec,
 // checkpoint policy, so those may change across a resume.
 std::string SpecFingerprint(const trainyard::v1::JobSpec& spec);
 
-// The memory the spec's job needs on `device` (see memory_estimate.h).
+// The memory the spec's job needs on `device` (see memory_estimate.h;
+// `cuda_attention` as there).
 // REQUIRES: defaults applied (spec::WithDefaults) and a valid model.
-MemoryEstimate EstimateSpecMemory(const trainyard::v1::JobSpec& spec,
-                                  DeviceKind device);
+MemoryEstimate EstimateSpecMemory(
+    const trainyard::v1::JobSpec& spec, DeviceKind device,
+    AttentionState cuda_attention = AttentionState::kLogSumExp);
 
 // "checkpoints/<name>", the name reduced to [A-Za-z0-9._-] ("run" when
 // nothing usable is left).

@@ -265,7 +265,10 @@ namespace {
 // says the job needs. A job that needs more than its grant fails here,
 // never mid-run. A GPU job runs one rank per GPU. YARD_ATTENTION_TILING
 // ("32x4", say) picks the bf16 attention's query-side block tiling, a
-// speed setting (every tiling gives the same bits); YARD_GEMM_CHOICES
+// speed setting (every tiling gives the same bits); YARD_ATTENTION_BACKWARD
+// ("two-kernel" or "ordered-dq") its backward's split, also a speed
+// setting (the two agree to fp32 rounding; the second takes B T C floats
+// more memory, in the estimate); YARD_GEMM_CHOICES
 // names a file of cuBLASLt algorithm choices (LtGemm::SetChoices; made by
 // gemm_bench --choices on the GPU model they are for).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
@@ -293,13 +296,24 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   }
 #endif
 #ifdef YARD_CUDA
+  CudaBackendOptions options;
+  if (const char* backward = std::getenv("YARD_ATTENTION_BACKWARD");
+      backward != nullptr && *backward != '\0') {
+    absl::StatusOr<cuda::AttentionTcBackward> b =
+        ParseAttentionBackward(backward);
+    if (!b.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("YARD_ATTENTION_BACKWARD: ", b.status().message()));
+    }
+    options.attention_backward = *b;
+  }
   const MemoryEstimate need =
       job.is_gpt
           ? EstimateGptMemory(job.gpt, job.trainer.micro_batch, job.threads,
-                              DeviceKind::kCuda, job.activation_dtype)
+                              DeviceKind::kCuda, job.activation_dtype,
+                              CudaAttentionState(options.attention_backward))
           : EstimateMlpMemory(job.mlp, job.trainer.micro_batch, job.threads,
                               DeviceKind::kCuda, job.activation_dtype);
-  CudaBackendOptions options;
   options.activation_dtype = job.activation_dtype;
   options.arena_bytes = need.allocated() + need.workspace;
   if (const char* grant = std::getenv("YARD_GPU_MEMORY_BYTES");

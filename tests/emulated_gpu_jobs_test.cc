@@ -359,6 +359,23 @@ TEST_F(EmulatedGpuJobsTest, AnUnknownAttentionTilingIsAUsageError) {
   EXPECT_THAT(bad.out, Not(HasSubstr("step "))) << bad.out;
 }
 
+// So is the attention backward's split (YARD_ATTENTION_BACKWARD).
+TEST_F(EmulatedGpuJobsTest, AnUnknownAttentionBackwardIsAUsageError) {
+  const MnistSpec spec{.name = "split", .steps = 20, .gpus = 1};
+  const std::string spec_path = WriteSpec("split.yaml", spec.ToYaml());
+  CommandResult bad =
+      RunCommand({"/usr/bin/env", "YARD_ATTENTION_BACKWARD=three-kernel",
+                  EMULATED_TRAIN_BIN, "run", spec_path, "--data-root",
+                  SourceDir(), "--checkpoint-dir", dir().Subdir("split")},
+                 dir().LogPrefix("split"), JobTimeout());
+  EXPECT_EQ(bad.exit_code(), 2) << bad.DebugString();
+  EXPECT_THAT(bad.err, HasSubstr("YARD_ATTENTION_BACKWARD: attention "
+                                 "backward 'three-kernel' is not one of "
+                                 "two-kernel, ordered-dq"))
+      << bad.err;
+  EXPECT_THAT(bad.out, Not(HasSubstr("step "))) << bad.out;
+}
+
 // YARD_GEMM_CHOICES names a file of cuBLASLt algorithm choices; a file
 // that cannot be read, or a line that is not a choice, is a usage error
 // (exit 2) naming the variable, the file and the line, before any step.

@@ -18,7 +18,9 @@
 // backward in each block tiling they have for the head size
 // (attention_tc_kernels.h: AttentionTcTiling, the query side's; all give
 // the same bits), the first being the backend's default: the figures that
-// choose it. Exits 1 with one line on stderr on a bad flag or a CUDA
+// choose it; then the ordered backward (AttentionTcBackward::kOrderedDq:
+// one kernel a key tile, 5 products) against the first tiling's two
+// kernels. Exits 1 with one line on stderr on a bad flag or a CUDA
 // error.
 #include <cuda_runtime_api.h>
 
@@ -58,7 +60,7 @@ int Run(const Options& o, std::string* error) {
   const int64_t channels = o.heads * o.head_size;
   const int64_t rows = o.batch * o.seq;
   void *qkv = nullptr, *out = nullptr, *dout = nullptr, *dqkv = nullptr;
-  float *lse = nullptr, *delta = nullptr;
+  float *lse = nullptr, *delta = nullptr, *ordered_scratch = nullptr;
   trainyard::bench::EventTimer timer;
   trainyard::bench::DeviceBuffers owned;
   const auto alloc = [&](auto** p, int64_t bytes) {
@@ -68,7 +70,10 @@ int Run(const Options& o, std::string* error) {
       !alloc(&out, rows * channels * 2) || !alloc(&dout, rows * channels * 2) ||
       !alloc(&dqkv, rows * 3 * channels * 2) ||
       !alloc(&lse, o.batch * o.heads * o.seq * 4) ||
-      !alloc(&delta, o.batch * o.heads * o.seq * 4)) {
+      !alloc(&delta, o.batch * o.heads * o.seq * 4) ||
+      !alloc(&ordered_scratch, 4 * cuda::AttentionTcBackwardScratchFloats(
+                                       cuda::AttentionTcBackward::kOrderedDq,
+                                       o.batch, o.seq, channels, o.heads))) {
     return 1;
   }
   const std::vector<uint16_t> host_qkv =
@@ -152,6 +157,23 @@ int Run(const Options& o, std::string* error) {
     }
     tilings.push_back(time);
   }
+  // The ordered backward, after the default tiling's forward.
+  double ordered_f_ms = 0, ordered_b_ms = 0;
+  if (!tilings.empty() && !time_pair(
+                              " (ordered dq)",
+                              [&] {
+                                return cuda::LaunchAttentionForwardTc(
+                                    out, lse, qkv, o.batch, o.seq, channels,
+                                    o.heads, nullptr);
+                              },
+                              [&] {
+                                return cuda::LaunchAttentionBackwardTcOrdered(
+                                    dqkv, ordered_scratch, dout, out, qkv, lse,
+                                    o.batch, o.seq, channels, o.heads, nullptr);
+                              },
+                              &ordered_f_ms, &ordered_b_ms)) {
+    return 1;
+  }
   // One causal product: 2 FLOPs for each of T(T+1)/2 pairs and hs channels.
   const double product = 2.0 * static_cast<double>(o.batch * o.heads) *
                          static_cast<double>(o.seq) * (o.seq + 1) / 2.0 *
@@ -177,6 +199,15 @@ int Run(const Options& o, std::string* error) {
         5 * product / (t.backward_ms * 1e-3) / 1e12,
         t.backward_ms / tilings[0].backward_ms);
   }
+  if (!tilings.empty()) {
+    std::printf(
+        "attention backward ordered-dq: %.3f ms (%.1f TFLOP/s; it executes "
+        "the 5 products counted), %.2fx the two kernels' time (tiling "
+        "%dx%d)\n",
+        ordered_b_ms, 5 * product / (ordered_b_ms * 1e-3) / 1e12,
+        ordered_b_ms / tilings[0].backward_ms, tilings[0].tiling.warp_rows,
+        tilings[0].tiling.warps);
+  }
   if (!o.csv.empty()) {
     std::vector<std::string> rows_out = {absl::StrCat(
         "trainyard-cuda,", o.batch, ",", o.seq, ",", o.heads, ",", o.head_size,
@@ -188,6 +219,13 @@ int Run(const Options& o, std::string* error) {
           ",", t.forward_ms, ",", 2 * product / (t.forward_ms * 1e-3) / 1e12,
           ",", t.backward_ms, ",",
           5 * product / (t.backward_ms * 1e-3) / 1e12));
+    }
+    if (!tilings.empty()) {
+      rows_out.push_back(absl::StrCat(
+          "trainyard-cuda-ordered-dq,", o.batch, ",", o.seq, ",", o.heads, ",",
+          o.head_size, ",", o.reps, ",", ordered_f_ms, ",",
+          2 * product / (ordered_f_ms * 1e-3) / 1e12, ",", ordered_b_ms, ",",
+          5 * product / (ordered_b_ms * 1e-3) / 1e12));
     }
     if (!trainyard::bench::AppendCsv(
             o.csv,

@@ -51,6 +51,7 @@
 #ifdef YARD_CUDA
 #include <cuda_runtime_api.h>
 
+#include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/device_query.h"
 #endif
 
@@ -247,15 +248,25 @@ absl::StatusOr<GpuMemory> QueryGpuMemory() {
 }
 
 // The largest micro-batch whose memory estimate (the one the scheduler and
-// the backend's arena use) fits in `free` bytes; 0 when none does.
+// the backend's arena use, for the attention backward YARD_ATTENTION_BACKWARD
+// picks, as the job reads it) fits in `free` bytes; 0 when none does.
 int64_t LargestEstimatedFit(v1::JobSpec spec, int64_t free) {
+  AttentionState attention = AttentionState::kLogSumExp;
+  if (const char* b = std::getenv("YARD_ATTENTION_BACKWARD");
+      b != nullptr && *b != '\0') {
+    // A bad name fails the job itself, naming it.
+    if (auto parsed = ParseAttentionBackward(b); parsed.ok()) {
+      attention = CudaAttentionState(*parsed);
+    }
+  }
   const int64_t seq = spec.model().gpt().seq_len();
   int64_t lo = 0;
   int64_t hi = std::min(spec::kMaxMicroBatch, spec::kMaxMicroBatchTokens / seq);
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
     spec.mutable_batch()->set_micro_batch(static_cast<int32_t>(mid));
-    if (EstimateSpecMemory(spec, DeviceKind::kCuda).total() <= free) {
+    if (EstimateSpecMemory(spec, DeviceKind::kCuda, attention).total() <=
+        free) {
       lo = mid;
     } else {
       hi = mid - 1;

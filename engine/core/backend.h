@@ -79,19 +79,34 @@ enum class AttentionState {
   // backward's scratch is as large. The backward recomputes probabilities
   // tile by tile (flash attention), so no T x T matrix is ever stored.
   kLogSumExp,
+  // As kLogSumExp, for a backward whose scratch also holds fp32 sums of dQ
+  // [B, T, C] and a counter per block of query rows (at most one a row):
+  // one that adds dQ across key blocks in a fixed order (the CUDA
+  // backend's ordered backward, attention_tc_kernels.h).
+  kLogSumExpWithDqSums,
 };
 
 // Floats of AttentionForward's state and AttentionBackward's scratch for B
-// sequences of T tokens and NH heads.
+// sequences of T tokens of C channels in NH heads. Linear in B.
 struct AttentionFloats {
   int64_t state = 0;
   int64_t scratch = 0;
 };
 inline AttentionFloats AttentionBufferFloats(AttentionState kind, int64_t batch,
-                                             int64_t seq, int64_t heads) {
+                                             int64_t seq, int64_t channels,
+                                             int64_t heads) {
   const int64_t rows = batch * heads * seq;
-  const int64_t n = kind == AttentionState::kProbabilities ? rows * seq : rows;
-  return {n, n};
+  switch (kind) {
+    case AttentionState::kProbabilities:
+      return {rows * seq, rows * seq};
+    case AttentionState::kLogSumExp:
+      break;
+    case AttentionState::kLogSumExpWithDqSums:
+      // delta and the counters, each padded to 16 bytes (at most 3 floats;
+      // 4 a sequence keeps the count linear in B), then the sums.
+      return {rows, 2 * (rows + 4 * batch) + batch * seq * channels};
+  }
+  return {rows, rows};
 }
 
 class Backend {

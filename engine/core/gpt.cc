@@ -35,7 +35,7 @@ GptActivationSizes GptActivationFloats(const GptConfig& c, int64_t seq,
                                        AttentionState attention) {
   const int64_t tc = seq * c.d_model;
   const AttentionFloats att =
-      AttentionBufferFloats(attention, 1, seq, c.n_head);
+      AttentionBufferFloats(attention, 1, seq, c.d_model, c.n_head);
   GptActivationSizes s;
   // Embedding output; per block ln1, qkv (3), atty, attproj, res2, ln2,
   // fch (4), fch_gelu (4), fcproj, res3; the final LayerNorm; the logits.
@@ -180,7 +180,7 @@ absl::Status GptModel::AllocateActivations() {
   const int64_t V = config_.vocab_size, NH = config_.n_head;
   const AttentionState attention = backend_->attention_state();
   const GptActivationSizes sizes = GptActivationFloats(config_, T, attention);
-  const AttentionFloats att = AttentionBufferFloats(attention, B, T, NH);
+  const AttentionFloats att = AttentionBufferFloats(attention, B, T, C, NH);
   const int64_t ab = DTypeBytes(backend_->activation_dtype());
   // In double first: absurd sizes must be refused, not wrap around.
   const double bytes = B * sizes.Bytes(ab);

@@ -52,7 +52,8 @@ int64_t Overhead(DeviceKind device) {
 }  // namespace
 
 MemoryEstimate EstimateGptMemory(const GptConfig& c, int64_t micro_batch,
-                                 int threads, DeviceKind device, DType act) {
+                                 int threads, DeviceKind device, DType act,
+                                 AttentionState cuda_attention) {
   if (!ValidateGptConfig(c).ok()) {
     // Out of the engine's limits: the model's own sizes would overflow.
     MemoryEstimate m = Parameters(kSaturated, Overhead(device), act);
@@ -64,7 +65,7 @@ MemoryEstimate EstimateGptMemory(const GptConfig& c, int64_t micro_batch,
   // instead of the T x T probabilities (see AttentionState).
   const GptActivationSizes a = GptActivationFloats(
       c, c.seq_len,
-      device == DeviceKind::kCuda ? AttentionState::kLogSumExp
+      device == DeviceKind::kCuda ? cuda_attention
                                   : AttentionState::kProbabilities);
   // Activations, backward scratch, and the token and target ids; in double
   // and saturated, so a spec far beyond any device reads as huge rather

@@ -50,10 +50,13 @@ inline constexpr int64_t kCudaWorkspaceBytes = int64_t{43} << 20;
 // config outside ValidateGptConfig's limits reads as saturated throughout,
 // so a config no spec would pass reads as too big for any device rather
 // than overflowing.
-// `activations` is the backend's activation dtype (the spec's precision).
-MemoryEstimate EstimateGptMemory(const GptConfig& config, int64_t micro_batch,
-                                 int threads, DeviceKind device,
-                                 DType activations = DType::kF32);
+// `activations` is the backend's activation dtype (the spec's precision);
+// `cuda_attention` what the CUDA backend's attention keeps
+// (CudaAttentionState of its options; the CPU's is always kProbabilities).
+MemoryEstimate EstimateGptMemory(
+    const GptConfig& config, int64_t micro_batch, int threads,
+    DeviceKind device, DType activations = DType::kF32,
+    AttentionState cuda_attention = AttentionState::kLogSumExp);
 MemoryEstimate EstimateMlpMemory(const MlpConfig& config, int64_t micro_batch,
                                  int threads, DeviceKind device,
                                  DType activations = DType::kF32);

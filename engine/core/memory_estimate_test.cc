@@ -82,6 +82,27 @@ TEST(MemoryEstimateTest, CudaAttentionKeepsNoTxTMatrix) {
       kCudaWorkspaceBytes);
 }
 
+// The CUDA backend's ordered attention backward keeps fp32 sums of dQ
+// ([T, C] a sequence) and a counter per query row beside delta in its
+// scratch (one buffer for all layers), and the estimate says so; the CPU's
+// does not depend on it.
+TEST(MemoryEstimateTest, OrderedAttentionBackwardCountsItsDqSums) {
+  const GptConfig c{2, 4, 64, 256, 100};
+  const MemoryEstimate two =
+      EstimateGptMemory(c, 3, 1, DeviceKind::kCuda, DType::kBF16);
+  const MemoryEstimate ordered =
+      EstimateGptMemory(c, 3, 1, DeviceKind::kCuda, DType::kBF16,
+                        AttentionState::kLogSumExpWithDqSums);
+  const int64_t rows = c.n_head * c.seq_len;
+  EXPECT_EQ(ordered.activations - two.activations,
+            4 * 3 * (c.seq_len * c.d_model + rows + 8));
+  EXPECT_EQ(
+      EstimateGptMemory(c, 3, 1, DeviceKind::kCpu, DType::kBF16,
+                        AttentionState::kLogSumExpWithDqSums)
+          .activations,
+      EstimateGptMemory(c, 3, 1, DeviceKind::kCpu, DType::kBF16).activations);
+}
+
 // The classifier is fused: the vocabulary costs one [T, V] logits buffer
 // per sequence in the activation dtype (the gradient is written over it),
 // with no probabilities and no separate gradient beside it.

@@ -372,19 +372,24 @@ cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
                                          heads, bf16, stream);
 }
 
-cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
-                                    const void* out, const void* qkv,
-                                    const float* lse, int64_t batch,
-                                    int64_t seq, int64_t channels,
-                                    int64_t heads, bool bf16,
-                                    cudaStream_t stream,
-                                    AttentionTcTiling tiling) {
+cudaError_t LaunchAttentionBackward(
+    void* dqkv, float* scratch, const void* dout, const void* out,
+    const void* qkv, const float* lse, int64_t batch, int64_t seq,
+    int64_t channels, int64_t heads, bool bf16, cudaStream_t stream,
+    AttentionTcTiling tiling, AttentionTcBackward backward) {
   if (UseTensorCores(channels, heads, bf16, {dqkv, dout, out, qkv})) {
+    // The fp32 sums are read in 8-byte pairs: an unaligned scratch (never
+    // the arena's) takes the two kernels, which it is large enough for.
+    if (backward == AttentionTcBackward::kOrderedDq && Aligned16(scratch)) {
+      return LaunchAttentionBackwardTcOrdered(dqkv, scratch, dout, out, qkv,
+                                              lse, batch, seq, channels, heads,
+                                              stream);
+    }
     return LaunchAttentionBackwardTc(TilingOrDefault(tiling, channels / heads),
-                                     dqkv, delta, dout, out, qkv, lse, batch,
+                                     dqkv, scratch, dout, out, qkv, lse, batch,
                                      seq, channels, heads, stream);
   }
-  return LaunchAttentionBackwardReference(dqkv, delta, dout, out, qkv, lse,
+  return LaunchAttentionBackwardReference(dqkv, scratch, dout, out, qkv, lse,
                                           batch, seq, channels, heads, bf16,
                                           stream);
 }

@@ -35,14 +35,16 @@ cudaError_t LaunchAttentionForward(void* out, float* lse, const void* qkv,
                                    AttentionTcTiling tiling = {});
 
 // dqkv [B, T, 3C] (overwritten) from dout [B, T, C], given the forward's
-// qkv, out and lse. `delta` [B, NH, T] is scratch (each row's dout . out).
-cudaError_t LaunchAttentionBackward(void* dqkv, float* delta, const void* dout,
-                                    const void* out, const void* qkv,
-                                    const float* lse, int64_t batch,
-                                    int64_t seq, int64_t channels,
-                                    int64_t heads, bool bf16,
-                                    cudaStream_t stream,
-                                    AttentionTcTiling tiling = {});
+// qkv, out and lse. `scratch` holds AttentionTcBackwardScratchFloats(
+// backward, ...) floats (at least [B, NH, T], each row's dout . out);
+// `backward` says how the tensor-core kernels split the work where they
+// run (the reference kernels have one way).
+cudaError_t LaunchAttentionBackward(
+    void* dqkv, float* scratch, const void* dout, const void* out,
+    const void* qkv, const float* lse, int64_t batch, int64_t seq,
+    int64_t channels, int64_t heads, bool bf16, cudaStream_t stream,
+    AttentionTcTiling tiling = {},
+    AttentionTcBackward backward = AttentionTcBackward::kTwoKernels);
 
 // The same contracts on the fp32-math kernels, whatever the head size.
 cudaError_t LaunchAttentionForwardReference(void* out, float* lse,

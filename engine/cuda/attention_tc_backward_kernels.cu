@@ -23,6 +23,7 @@
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_tc_kernels.h"
 #include "engine/cuda/attention_tc_tiles.cuh"
+#include "engine/cuda/block_turns.h"
 #include "engine/cuda/vec16.cuh"
 
 namespace trainyard::engine::cuda {
@@ -249,6 +250,240 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
                 sv + w0 * Tile<kD>::kLd);
 }
 
+// The ordered backward's first pass: delta for one tile of 64 rows of a
+// (sequence, head) pair, a thread a row.
+template <int kD>
+__global__ void __launch_bounds__(kTile)
+    AttentionDeltaTcKernel(float* delta, const bf16* dout, const bf16* out,
+                           TcGeometry g) {
+  __shared__ float s_delta[kTile];
+  const HeadOffsets h = HeadOf(g, kD);
+  ComputeDelta<kD, kTile, kTile>(delta, s_delta, dout, out, h,
+                                 static_cast<int64_t>(blockIdx.y) * kTile,
+                                 g.seq);
+}
+
+// The ordered backward's shared memory: the key side's, and one bf16 tile
+// of dS (64 query rows of the block's 64 keys).
+template <int kD>
+struct OrderedSmem : BackwardSmem<kD> {
+  static constexpr size_t kDs = BackwardSmem<kD>::kBytes;
+  static constexpr size_t kBytes = kDs + Tile<kTile>::kBytes;
+};
+static_assert(OrderedSmem<64>::kBytes == 65536 &&
+                  2 * OrderedSmem<128>::kBytes <= 227 * 1024,
+              "ordered backward: three blocks an SM at hs = 64, two at 128");
+
+// Warp-wide: the warp's C fragments of dS^T (its 16 key rows w0.., the
+// query tile's 64 columns), rounded to bf16 as ToA rounds them for dK,
+// stored transposed into ds (query rows, key columns; Tile<kTile> layout).
+// A quad's lanes hit 16 different banks (rows 72 elements apart): no
+// conflicts.
+__device__ __forceinline__ void StoreTransposed(bf16* ds,
+                                                const float (&c)[kTile / 8][4],
+                                                int w0) {
+  constexpr int kLd = Tile<kTile>::kLd;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = w0 + g + e / 2 * 8, query = n * 8 + 2 * t + e % 2;
+      ds[query * kLd + key] = __float2bfloat16_rn(c[n][e]);
+    }
+  }
+}
+
+// Warp-wide, in the block's turn at a query tile: the warp's partial dQ
+// (its 16 rows from row0, over the block's keys) goes into the fp32 sums
+// `sum` (kD floats a row): stored by the first key tile, added by the
+// others; the last (the diagonal tile) writes scale x the total as bf16
+// to dq (rows out_row apart) instead. Rows at or past `seq` are skipped.
+template <int kD>
+__device__ void AddToDqSums(bf16* dq, int64_t out_row, float* sum,
+                            const float (&part)[kD / 8][4], int64_t row0,
+                            int64_t seq, bool first, bool last, float scale) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + g + 8 * r;
+    if (row >= seq) continue;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      const int col = n * 8 + 2 * t;
+      float v[2] = {part[n][2 * r], part[n][2 * r + 1]};
+      float* at = sum + row * kD + col;
+      if (!first) {
+        float before[2];
+        block_turns::LoadPairL2(at, before);
+        v[0] = before[0] + v[0];
+        v[1] = before[1] + v[1];
+      }
+      if (last) {
+        St(dq + row * out_row + col, v[0] * scale);
+        St(dq + row * out_row + col + 1, v[1] * scale);
+      } else {
+        block_turns::StorePairL2(at, v[0], v[1]);
+      }
+    }
+  }
+}
+
+// dq, dk and dv in one kernel (AttentionTcBackward::kOrderedDq), one block
+// per key tile: the key side above, which for each query tile it visits
+// also takes dQ += dS K. dS goes through shared memory (bf16, as dK's
+// product rounds it) so that each warp multiplies 16 query rows by all of
+// the block's keys; in its turn at the query tile (block_turns.h) the
+// block adds that partial sum to the tile's fp32 sums. Key tiles take
+// their turns in ascending order (turn counters start at 0): key tile 0
+// stores, the diagonal tile, the last to add, writes dq = scale x the
+// total. So each dq element is ((P_0 + P_1) + P_2) + ... over its key
+// tiles on every run: deterministic with 5 products a tile pair where the
+// two-kernel backward has 7, at the price of the fp32 sums' traffic (read
+// and written once a tile pair) and the waits. Block (bh, kt) waits only
+// on (bh, kt - 1), a lower linear index. REQUIRES: delta written (the
+// delta kernel runs first on the same stream) and the turns zeroed.
+template <int kD>
+__global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
+    AttentionOrderedDqTcKernel(bf16* dqkv, float* dq_sums, int* turns,
+                               const float* delta, const bf16* dout,
+                               const bf16* qkv, const float* lse,
+                               TcGeometry g) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  CheckSmemAlignment(smem);
+  using L = OrderedSmem<kD>;
+  bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
+  bf16* sds = At<bf16>(smem, L::kDs);
+  const HeadOffsets h = HeadOf(g, kD);
+  const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
+  const int64_t k0 = static_cast<int64_t>(kt) * kTile;
+  const int quad = threadIdx.x % 4;
+  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
+  const bf16* queries = qkv + h.qkv;
+  const bf16* grads = dout + h.out;
+  int* head_turns = turns + static_cast<int64_t>(blockIdx.x) * g.tiles;
+  float* head_sums = dq_sums + h.stats * kD;
+  AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
+  AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
+  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0), queries, h.qkv_row, k0, g.seq);
+  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1), grads, h.out_row, k0, g.seq);
+  CpAsyncCommit();
+  LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq);
+  LoadRowStats(At<float>(smem, L::kDelta), delta + h.stats, k0, g.seq);
+  const float scale2 = g.scale * kLog2e;
+  float dk[1][kD / 8][4] = {}, dv[1][kD / 8][4] = {};
+  for (int qt = kt; qt < g.tiles; ++qt) {
+    const int it = qt - kt;
+    if (qt + 1 < g.tiles) {
+      const size_t next = (it + 1) % 2 * L::kT;
+      const int64_t q1 = static_cast<int64_t>(qt + 1) * kTile;
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0 + next), queries, h.qkv_row,
+                        q1, g.seq);
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1 + next), grads, h.out_row, q1,
+                        g.seq);
+      CpAsyncCommit();
+      const size_t stats = (it + 1) % 2 * kTile;
+      LoadRowStats(At<float>(smem, L::kLse) + stats, lse + h.stats, q1, g.seq);
+      LoadRowStats(At<float>(smem, L::kDelta) + stats, delta + h.stats, q1,
+                   g.seq);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();  // this tile (on the first: K, V) and its stats whole
+    const size_t stage = it % 2 * L::kT;
+    const bf16* sq = At<bf16>(smem, L::kOther0 + stage);
+    const bf16* sdo = At<bf16>(smem, L::kOther1 + stage);
+    const float* s_lse = At<float>(smem, L::kLse) + it % 2 * kTile;
+    const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
+    float st_tiles[1][kTile / 8][4], dpt_tiles[1][kTile / 8][4];
+    {
+      uint32_t a[1][kD / 16][4];
+      LoadA<kD>(a[0], sk, w0);
+      ProductABt<kD, 1>(st_tiles, a, sq);
+      LoadA<kD>(a[0], sv, w0);
+      ProductABt<kD, 1>(dpt_tiles, a, sdo);
+    }
+    float(&st)[kTile / 8][4] = st_tiles[0];
+    float(&dpt)[kTile / 8][4] = dpt_tiles[0];
+    if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
+        const float p = exp2f(st[n][e] * scale2 - s_lse[c] * kLog2e);
+        st[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
+      }
+    }
+    {
+      uint32_t a[1][kTile / 16][4];
+      ToA(a[0], st);
+      MmaAB<kD, 1>(dv, a, sdo);
+      ToA(a[0], dpt);
+      MmaAB<kD, 1>(dk, a, sq);
+    }
+    StoreTransposed(sds, dpt, w0);
+    if (threadIdx.x == 0) block_turns::WaitForTurn(head_turns + qt, kt);
+    __syncthreads();  // dS whole, and this block's turn at the query tile
+    float dq[1][kD / 8][4] = {};
+    {
+      uint32_t a[1][kTile / 16][4];
+      LoadA<kTile>(a[0], sds, w0);  // the warp's 16 query rows, all keys
+      MmaAB<kD, 1>(dq, a, sk);
+    }
+    AddToDqSums<kD>(dqkv + h.qkv, h.qkv_row, head_sums, dq[0],
+                    static_cast<int64_t>(qt) * kTile + w0, g.seq, kt == 0,
+                    kt == qt, g.scale);
+    __threadfence();  // the sums out before the turn passes
+    __syncthreads();  // every warp has added, and is done with the stage
+    if (threadIdx.x == 0) block_turns::PassTurn(head_turns + qt);
+  }
+  const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
+  bf16* dk_base = dqkv + h.qkv + g.channels;
+  StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk[0], scale,
+                sk + w0 * Tile<kD>::kLd);
+  StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv[0], one,
+                sv + w0 * Tile<kD>::kLd);
+}
+
+// Where the ordered backward's scratch keeps what: delta, a turn counter
+// per query tile of each (sequence, head) and the fp32 dQ sums [B, NH, T,
+// hs], each region 16-byte aligned.
+struct OrderedScratch {
+  float* delta;
+  int* turns;
+  float* dq_sums;
+  int64_t turn_count;
+};
+inline OrderedScratch CarveOrderedScratch(float* scratch, int64_t batch,
+                                          int64_t seq, int64_t heads,
+                                          int tiles) {
+  const int64_t rows = batch * heads * seq;
+  const int64_t region = (rows + 3) / 4 * 4;  // turns <= rows
+  return {scratch, reinterpret_cast<int*>(scratch + region),
+          scratch + 2 * region, batch * heads * tiles};
+}
+
+// The delta pass, then the key tiles with their turns.
+template <int kD>
+cudaError_t OrderedBackwardTc(bf16* dqkv, const OrderedScratch& s,
+                              const bf16* dout, const bf16* out,
+                              const bf16* qkv, const float* lse,
+                              const TcGeometry& g, dim3 grid,
+                              cudaStream_t stream) {
+  cudaError_t e =
+      cudaMemsetAsync(s.turns, 0, s.turn_count * sizeof(int), stream);
+  if (e != cudaSuccess) return e;
+  AttentionDeltaTcKernel<kD><<<grid, kTile, 0, stream>>>(s.delta, dout, out, g);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  return LaunchWithSmem(AttentionOrderedDqTcKernel<kD>, OrderedSmem<kD>::kBytes,
+                        grid, kThreads, stream, dqkv, s.dq_sums, s.turns,
+                        static_cast<const float*>(s.delta), dout, qkv, lse, g);
+}
+
 // The query side in one tiling, then the key side.
 template <int kD, int kM, int kWarpsN>
 cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
@@ -303,6 +538,45 @@ cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
                                         decltype(w)::value>(
             dx, delta, dy, y, x, lse, g, grid, stream);
       });
+}
+
+int64_t AttentionTcBackwardScratchFloats(AttentionTcBackward backward,
+                                         int64_t batch, int64_t seq,
+                                         int64_t channels, int64_t heads) {
+  const int64_t rows = batch * heads * seq;
+  if (backward == AttentionTcBackward::kTwoKernels) return rows;
+  return 2 * ((rows + 3) / 4 * 4) + batch * seq * channels;
+}
+
+cudaError_t LaunchAttentionBackwardTcOrdered(void* dqkv, float* scratch,
+                                             const void* dout, const void* out,
+                                             const void* qkv, const float* lse,
+                                             int64_t batch, int64_t seq,
+                                             int64_t channels, int64_t heads,
+                                             cudaStream_t stream) {
+  if (batch <= 0 || seq <= 0) return cudaSuccess;
+  attention_tc::TcGeometry g;
+  dim3 grid;
+  if (!attention_tc::MakeTcGeometry(batch, seq, channels, heads, &g, &grid) ||
+      !Aligned16(dqkv) || !Aligned16(dout) || !Aligned16(out) ||
+      !Aligned16(qkv) || !Aligned16(scratch)) {
+    return cudaErrorInvalidValue;
+  }
+  const attention_tc::OrderedScratch s =
+      attention_tc::CarveOrderedScratch(scratch, batch, seq, heads, g.tiles);
+  bf16* dx = As<bf16>(dqkv);
+  const bf16 *dy = As<bf16>(dout), *y = As<bf16>(out), *x = As<bf16>(qkv);
+  switch (channels / heads) {
+    case 32:
+      return attention_tc::OrderedBackwardTc<32>(dx, s, dy, y, x, lse, g, grid,
+                                                 stream);
+    case 64:
+      return attention_tc::OrderedBackwardTc<64>(dx, s, dy, y, x, lse, g, grid,
+                                                 stream);
+    default:
+      return attention_tc::OrderedBackwardTc<128>(dx, s, dy, y, x, lse, g, grid,
+                                                  stream);
+  }
 }
 
 }  // namespace trainyard::engine::cuda

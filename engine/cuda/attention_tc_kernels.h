@@ -80,6 +80,37 @@ cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
                                       int64_t seq, int64_t channels,
                                       int64_t heads, cudaStream_t stream);
 
+// How the tensor-core backward splits its work; both are deterministic
+// (every sum in one fixed order, no atomic adds) and agree to fp32
+// rounding, not bit for bit.
+enum class AttentionTcBackward {
+  // A query-side kernel (dQ, in the tiling given) and a key-side kernel
+  // (dK, dV), each recomputing the scores and dout V^T: 7 products a pair
+  // of query and key tiles. Scratch: delta [B, NH, T].
+  kTwoKernels,
+  // A pass for delta, then one kernel a key tile taking dQ, dK and dV,
+  // which adds its share of dQ to fp32 sums in key-tile order through
+  // turns (block_turns.h): 5 products a tile pair, plus the sums' traffic
+  // (B T C floats, read and written by each key tile) and the waits.
+  kOrderedDq,
+};
+
+// Floats of the `scratch` each backward takes (all 16-byte aligned).
+int64_t AttentionTcBackwardScratchFloats(AttentionTcBackward backward,
+                                         int64_t batch, int64_t seq,
+                                         int64_t channels, int64_t heads);
+
+// The contract of LaunchAttentionBackwardTc with the kOrderedDq backward:
+// `scratch` holds AttentionTcBackwardScratchFloats(kOrderedDq, ...) floats
+// (cudaErrorInvalidValue if it is not 16-byte aligned); the forward's
+// tiling does not enter. Its turn counters are zeroed on the stream first.
+cudaError_t LaunchAttentionBackwardTcOrdered(void* dqkv, float* scratch,
+                                             const void* dout, const void* out,
+                                             const void* qkv, const float* lse,
+                                             int64_t batch, int64_t seq,
+                                             int64_t channels, int64_t heads,
+                                             cudaStream_t stream);
+
 }  // namespace trainyard::engine::cuda
 
 #endif  // TRAINYARD_ENGINE_CUDA_ATTENTION_TC_KERNELS_H_

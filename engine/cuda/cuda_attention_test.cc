@@ -322,7 +322,34 @@ TEST(AttentionTcLaunchTest, RejectsShapesItDoesNotTake) {
                                               C, NH, nullptr),
               cudaErrorInvalidValue)
         << "C=" << C << " NH=" << NH;
+    EXPECT_EQ(cuda::LaunchAttentionBackwardTcOrdered(nullptr, nullptr, nullptr,
+                                                     nullptr, nullptr, nullptr,
+                                                     2, 16, C, NH, nullptr),
+              cudaErrorInvalidValue)
+        << "C=" << C << " NH=" << NH;
   }
+}
+
+// The ordered backward's scratch: delta, the turns (no more than the rows)
+// and the fp32 sums, 16-byte aligned regions; a scratch that is not
+// aligned is refused.
+TEST(AttentionTcLaunchTest, OrderedBackwardScratchHoldsTheDqSums) {
+  using cuda::AttentionTcBackward;
+  EXPECT_EQ(cuda::AttentionTcBackwardScratchFloats(
+                AttentionTcBackward::kTwoKernels, 2, 100, 128, 2),
+            2 * 2 * 100);
+  EXPECT_EQ(cuda::AttentionTcBackwardScratchFloats(
+                AttentionTcBackward::kOrderedDq, 2, 100, 128, 2),
+            2 * 400 + 2 * 100 * 128);
+  EXPECT_EQ(cuda::AttentionTcBackwardScratchFloats(
+                AttentionTcBackward::kOrderedDq, 1, 3, 64, 1),
+            2 * 4 + 3 * 64);
+  alignas(16) static float scratch[8];
+  alignas(16) static uint16_t buffer[8];
+  EXPECT_EQ(cuda::LaunchAttentionBackwardTcOrdered(buffer, scratch + 1, buffer,
+                                                   buffer, buffer, scratch, 1,
+                                                   1, 64, 1, nullptr),
+            cudaErrorInvalidValue);
 }
 
 TEST(AttentionTcLaunchTest, TakesItsTilingsAndNoOthers) {
@@ -374,6 +401,10 @@ TEST(AttentionTcLaunchTest, EmptyBatchOrSequenceLaunchesNothing) {
       cuda::LaunchAttentionBackwardTc(nullptr, nullptr, nullptr, nullptr,
                                       nullptr, nullptr, 2, 0, 128, 2, nullptr),
       cudaSuccess);
+  EXPECT_EQ(cuda::LaunchAttentionBackwardTcOrdered(nullptr, nullptr, nullptr,
+                                                   nullptr, nullptr, nullptr, 0,
+                                                   16, 128, 2, nullptr),
+            cudaSuccess);
 }
 
 // Device buffers for one shape: inputs from seeds (`offset` elements past
@@ -399,7 +430,16 @@ struct ForwardResult {
   std::vector<float> lse;
 };
 
-enum class Kernels { kReference, kTensorCore, kDispatch };
+// kOrdered: the tensor-core backward with AttentionTcBackward::kOrderedDq
+// (the forward is kTensorCore's); kDispatchOrdered: the dispatching
+// launcher asked for it.
+enum class Kernels {
+  kReference,
+  kTensorCore,
+  kDispatch,
+  kOrdered,
+  kDispatchOrdered
+};
 
 // `tiling` is the tensor-core forward's (kTensorCore only).
 ForwardResult RunForward(Problem& pb, Kernels which,
@@ -436,15 +476,29 @@ std::vector<uint16_t> RunBackward(Problem& pb, const ForwardResult& fwd,
                                   Kernels which,
                                   cuda::AttentionTcTiling tiling = {}) {
   const Shape& s = pb.shape;
+  const int64_t C = s.channels();
+  const bool ordered =
+      which == Kernels::kOrdered || which == Kernels::kDispatchOrdered;
+  const cuda::AttentionTcBackward backward =
+      ordered ? cuda::AttentionTcBackward::kOrderedDq
+              : cuda::AttentionTcBackward::kTwoKernels;
   Bf16Array out(s.act_size()), dqkv(s.qkv_size());
-  FloatArray lse(s.stat_size()), delta(s.stat_size());
+  FloatArray lse(s.stat_size()), delta(cuda::AttentionTcBackwardScratchFloats(
+                                     backward, s.batch, s.seq, C, s.heads));
   out.Upload(fwd.out);
   lse.Upload(fwd.lse);
   dqkv.Poison();
-  delta.Poison();
-  const int64_t C = s.channels();
+  delta.Poison();  // turn counters too: the launcher must zero them
   cudaError_t e;
-  if (which == Kernels::kReference) {
+  if (which == Kernels::kOrdered) {
+    e = cuda::LaunchAttentionBackwardTcOrdered(
+        dqkv.get(), delta.get(), pb.dout.get(), out.get(), pb.qkv.get(),
+        lse.get(), s.batch, s.seq, C, s.heads, nullptr);
+  } else if (which == Kernels::kDispatchOrdered) {
+    e = cuda::LaunchAttentionBackward(
+        dqkv.get(), delta.get(), pb.dout.get(), out.get(), pb.qkv.get(),
+        lse.get(), s.batch, s.seq, C, s.heads, true, nullptr, {}, backward);
+  } else if (which == Kernels::kReference) {
     e = cuda::LaunchAttentionBackwardReference(
         dqkv.get(), delta.get(), pb.dout.get(), out.get(), pb.qkv.get(),
         lse.get(), s.batch, s.seq, C, s.heads, true, nullptr);
@@ -485,6 +539,8 @@ void ExpectTcMatchesReference(Problem& pb) {
       RunBackward(pb, ref, Kernels::kReference);
   const std::vector<uint16_t> tc_dqkv =
       RunBackward(pb, ref, Kernels::kTensorCore);
+  const std::vector<uint16_t> ordered_dqkv =
+      RunBackward(pb, ref, Kernels::kOrdered);
   const std::vector<float> want_dqkv = Widen(ref_dqkv);
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
@@ -496,6 +552,7 @@ void ExpectTcMatchesReference(Problem& pb) {
   ExpectWithin(Widen(tc.out), ref_out, out_tol, "out");
   ExpectWithin(tc.lse, ref.lse, lse_tol, "lse");
   ExpectWithin(Widen(tc_dqkv), want_dqkv, dqkv_tol, "dqkv");
+  ExpectWithin(Widen(ordered_dqkv), want_dqkv, dqkv_tol, "dqkv (ordered dq)");
 }
 
 TEST_P(CudaAttentionTcTest, MatchesReferenceKernels) {
@@ -592,6 +649,14 @@ TEST_P(CudaAttentionTcTest, RepeatsBitForBitAndIsWhatDispatchRuns) {
   const std::vector<uint16_t> d3 = RunBackward(pb, first, Kernels::kDispatch);
   EXPECT_EQ(FirstDifference(d1, d2), -1) << "dqkv";
   EXPECT_EQ(FirstDifference(d1, d3), -1) << "dispatch dqkv";
+  // The ordered backward: key tiles add to dQ in one order whichever
+  // blocks run first (the emulation spreads them over OS threads).
+  const std::vector<uint16_t> o1 = RunBackward(pb, first, Kernels::kOrdered);
+  const std::vector<uint16_t> o2 = RunBackward(pb, first, Kernels::kOrdered);
+  const std::vector<uint16_t> o3 =
+      RunBackward(pb, first, Kernels::kDispatchOrdered);
+  EXPECT_EQ(FirstDifference(o1, o2), -1) << "ordered dqkv";
+  EXPECT_EQ(FirstDifference(o1, o3), -1) << "dispatch ordered dqkv";
 }
 
 // hs = 64 (GPT-2) with 2 and 3 heads, the other two sizes with 2; T = 1,

@@ -106,6 +106,20 @@ absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
                    TilingChoices(), " (rows a warp x warps a block)"));
 }
 
+absl::StatusOr<cuda::AttentionTcBackward> ParseAttentionBackward(
+    absl::string_view text) {
+  if (text == "two-kernel") return cuda::AttentionTcBackward::kTwoKernels;
+  if (text == "ordered-dq") return cuda::AttentionTcBackward::kOrderedDq;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "attention backward '", text, "' is not one of two-kernel, ordered-dq"));
+}
+
+AttentionState CudaAttentionState(cuda::AttentionTcBackward backward) {
+  return backward == cuda::AttentionTcBackward::kOrderedDq
+             ? AttentionState::kLogSumExpWithDqSums
+             : AttentionState::kLogSumExp;
+}
+
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     const CudaBackendOptions& options) {
   if (!cuda::IsAttentionTcTiling(options.attention_tiling)) {

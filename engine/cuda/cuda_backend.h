@@ -68,6 +68,13 @@ struct CudaBackendOptions {
   // the head size does not take it, the default. All give the same bits:
   // a speed setting only.
   cuda::AttentionTcTiling attention_tiling;
+  // How the bf16 attention's backward splits its work
+  // (attention_tc_kernels.h): two kernels, or one with dQ summed in
+  // key-tile order, which takes more scratch (attention_state() says
+  // which, and the model sizes it). A speed setting: the two agree to fp32
+  // rounding, each the same in every run.
+  cuda::AttentionTcBackward attention_backward =
+      cuda::AttentionTcBackward::kTwoKernels;
   // cuBLASLt algorithm choices made ahead of time for some products, as
   // LtGemm::SetChoices reads them (bench/engine/gemm_bench.cc --choices
   // writes them); empty: the heuristic's first everywhere. A speed setting
@@ -81,6 +88,15 @@ struct CudaBackendOptions {
 // otherwise.
 absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
     absl::string_view text);
+
+// "two-kernel" or "ordered-dq" as the attention backward's split;
+// INVALID_ARGUMENT naming the text and the choices otherwise.
+absl::StatusOr<cuda::AttentionTcBackward> ParseAttentionBackward(
+    absl::string_view text);
+
+// The AttentionState a backend with `backward` reports (and a memory
+// estimate must size for).
+AttentionState CudaAttentionState(cuda::AttentionTcBackward backward);
 
 // INVALID_ARGUMENT for a bad device ordinal or an arena smaller than the
 // backend's own workspace; UNAVAILABLE without a usable device or driver;
@@ -167,7 +183,7 @@ class CudaBackend : public Backend {
                     int64_t n) override;
   // Flash attention: keeps one log-sum-exp per query row.
   AttentionState attention_state() const override {
-    return AttentionState::kLogSumExp;
+    return CudaAttentionState(options_.attention_backward);
   }
   void AttentionForward(void* out, float* state, const void* qkv, int64_t batch,
                         int64_t seq, int64_t channels, int64_t heads) override;

@@ -56,6 +56,29 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
   }
 }
 
+// The attention backward's two splits by name, and what each asks the
+// model to keep.
+TEST(CudaBackendCreateTest, ParsesTheAttentionBackwardsAndRefusesOthers) {
+  EXPECT_EQ(*ParseAttentionBackward("two-kernel"),
+            cuda::AttentionTcBackward::kTwoKernels);
+  EXPECT_EQ(*ParseAttentionBackward("ordered-dq"),
+            cuda::AttentionTcBackward::kOrderedDq);
+  EXPECT_EQ(CudaAttentionState(cuda::AttentionTcBackward::kTwoKernels),
+            AttentionState::kLogSumExp);
+  EXPECT_EQ(CudaAttentionState(cuda::AttentionTcBackward::kOrderedDq),
+            AttentionState::kLogSumExpWithDqSums);
+  for (const char* bad : {"", "ordered", "Two-Kernel", "ordered-dq ", "one"}) {
+    const auto parsed = ParseAttentionBackward(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
+        << "'" << bad << "'";
+    EXPECT_TRUE(absl::StrContains(
+        parsed.status().message(),
+        absl::StrCat("attention backward '", bad,
+                     "' is not one of two-kernel, ordered-dq")))
+        << parsed.status();
+  }
+}
+
 // Checked before any device is touched, so it holds with or without one.
 TEST(CudaBackendCreateTest, RefusesATilingTheForwardDoesNotHave) {
   CudaBackendOptions options;

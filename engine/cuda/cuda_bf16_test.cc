@@ -11,6 +11,7 @@
 // bf16 ulp (<= 2^-7 relative) apart. So a bf16 output is within
 // delta + 2^-7 |want| (+ a small absolute term near zero, where ulps
 // shrink), and an fp32 output (weight gradients, statistics) within delta.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -264,9 +265,9 @@ TEST_F(CudaBf16Test, AttentionAndClassifier) {
   const int64_t B = 2, T = 37, C = 64, NH = 2;
   Act qkv = MakeAct(B * T * 3 * C, 12), out = ZeroAct(B * T * C);
   const AttentionFloats gs =
-      AttentionBufferFloats(gpu_->attention_state(), B, T, NH);
+      AttentionBufferFloats(gpu_->attention_state(), B, T, C, NH);
   const AttentionFloats cs =
-      AttentionBufferFloats(cpu_->attention_state(), B, T, NH);
+      AttentionBufferFloats(cpu_->attention_state(), B, T, C, NH);
   auto gstate = Zeros<float>(*gpu_, gs.state);
   auto gscratch = Zeros<float>(*gpu_, gs.scratch);
   std::vector<float> cstate(cs.state), cscratch(cs.scratch);
@@ -329,7 +330,7 @@ TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
   const int64_t B = 2, T = 130, C = 128, NH = 2;
   Act qkv = MakeAct(B * T * 3 * C, 15), dout = MakeAct(B * T * C, 16);
   const AttentionFloats fs =
-      AttentionBufferFloats(gpu_->attention_state(), B, T, NH);
+      AttentionBufferFloats(gpu_->attention_state(), B, T, C, NH);
   struct Result {
     std::vector<uint16_t> out;
     std::vector<float> state;
@@ -393,6 +394,92 @@ TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
     EXPECT_TRUE(got.dqkv == want.dqkv) << "dqkv";
     const absl::Status s = (*backend)->Synchronize();
     EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// The ordered backward (one kernel a key tile, dQ summed in key-tile order)
+// against the two-kernel default on GPT-2's head size: dK and dV come from
+// the same products in the same order, so their bits agree; dQ's sums
+// are grouped differently (a tile's 64 keys, then across tiles), so it
+// agrees to a bf16 rounding of a value that differs by fp32 rounding. It
+// takes the larger scratch its attention_state() asks for; on the
+// emulation the test also sees its two launches after the forward: delta
+// (a thread a row) and the key tiles.
+TEST_F(CudaBf16Test, OrderedBackwardAgreesWithTheTwoKernels) {
+  const int64_t B = 2, T = 130, C = 128, NH = 2;
+  Act qkv = MakeAct(B * T * 3 * C, 17), dout = MakeAct(B * T * C, 18);
+  CudaBackendOptions options;
+  options.arena_bytes = int64_t{256} << 20;
+  options.sync_after_each_op = true;
+  options.activation_dtype = DType::kBF16;
+  options.attention_backward = cuda::AttentionTcBackward::kOrderedDq;
+  auto ordered = CudaBackend::Create(options);
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  ASSERT_EQ((*ordered)->attention_state(),
+            AttentionState::kLogSumExpWithDqSums);
+  EXPECT_GE(
+      AttentionBufferFloats((*ordered)->attention_state(), B, T, C, NH).scratch,
+      cuda::AttentionTcBackwardScratchFloats(
+          cuda::AttentionTcBackward::kOrderedDq, B, T, C, NH));
+  const auto run = [&](CudaBackend& backend, std::vector<dim3>* blocks,
+                       std::vector<dim3>* grids) {
+    const AttentionFloats fs =
+        AttentionBufferFloats(backend.attention_state(), B, T, C, NH);
+    const DeviceArray<uint16_t> dx = Upload(backend, qkv.host),
+                                ddy = Upload(backend, dout.host);
+    auto out = Zeros<uint16_t>(backend, B * T * C);
+    auto dqkv = Zeros<uint16_t>(backend, B * T * 3 * C);
+    auto state = Zeros<float>(backend, fs.state);
+    auto scratch = Zeros<float>(backend, fs.scratch);
+    backend.Fill(scratch.get(), fs.scratch, -1.f);  // turns must be zeroed
+#if defined(TRAINYARD_CUDA_EMULATION)
+    cuda_emulation::SetLaunchObserver(
+        [&](const cuda_emulation::LaunchSite&,
+            const cuda_emulation::LaunchConfig& c) {
+          blocks->push_back(c.block);
+          grids->push_back(c.grid);
+        });
+#else
+    (void)blocks;
+    (void)grids;
+#endif
+    backend.AttentionForward(out.get(), state.get(), dx.get(), B, T, C, NH);
+    backend.AttentionBackward(dqkv.get(), scratch.get(), ddy.get(), out.get(),
+                              dx.get(), state.get(), B, T, C, NH);
+#if defined(TRAINYARD_CUDA_EMULATION)
+    cuda_emulation::SetLaunchObserver(nullptr);
+#endif
+    return Download(backend, dqkv);
+  };
+  std::vector<dim3> blocks, grids;
+  const std::vector<uint16_t> want = run(*gpu_, &blocks, &grids);
+  blocks.clear();
+  grids.clear();
+  const std::vector<uint16_t> got = run(**ordered, &blocks, &grids);
+  const std::vector<uint16_t> again = run(**ordered, &blocks, &grids);
+  EXPECT_TRUE(got == again) << "the ordered backward repeats bit for bit";
+#if defined(TRAINYARD_CUDA_EMULATION)
+  ASSERT_EQ(blocks.size(), 6u);  // twice: forward, delta, key tiles
+  EXPECT_EQ(blocks[1].x, 64u);
+  EXPECT_EQ(blocks[2].x, 128u);
+  for (int k : {1, 2}) {
+    EXPECT_EQ(grids[k].x, static_cast<unsigned>(B * NH)) << k;
+    EXPECT_EQ(grids[k].y, (T + 63u) / 64u) << k;
+  }
+#endif
+  for (int64_t row = 0; row < B * T; ++row) {
+    for (int64_t c = 0; c < 3 * C; ++c) {
+      const int64_t i = row * 3 * C + c;
+      if (c >= C) {
+        ASSERT_EQ(got[i], want[i]) << "dk/dv row " << row << " column " << c;
+        continue;
+      }
+      const double g = Bf16ToFloat(got[i]), w = Bf16ToFloat(want[i]);
+      // One bf16 ulp of either side, and fp32 rounding of near-zero sums.
+      EXPECT_LE(std::abs(g - w),
+                2 * kBf16Ulp * std::max(std::abs(g), std::abs(w)) + 1e-6)
+          << "dq row " << row << " column " << c;
+    }
   }
 }
 

@@ -346,7 +346,7 @@ TEST_P(CudaAttentionTest, ForwardAndBackwardMatchCpu) {
 
   ASSERT_EQ(gpu_->attention_state(), AttentionState::kLogSumExp);
   const AttentionFloats sizes =
-      AttentionBufferFloats(gpu_->attention_state(), B, T, NH);
+      AttentionBufferFloats(gpu_->attention_state(), B, T, C, NH);
   EXPECT_EQ(sizes.state, B * NH * T);
   auto gqkv = Up(qkv), gdout = Up(dout);
   auto gout = Zeros<float>(*gpu_, B * T * C);

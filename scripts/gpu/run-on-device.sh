@@ -26,10 +26,11 @@
 #            gemms.csv), then gpt_train_bench 124M bf16 without and with
 #            YARD_GEMM_CHOICES=gemm-choices.txt (engine.log, engine.csv):
 #            whether choosing among the candidates pays
-#   tilings  kernels, then gpt_train_bench 124M bf16 once with each attention
-#            tiling (YARD_ATTENTION_TILING: 16x4, 32x2, 32x4; engine.log,
-#            engine.csv in that order): which tiling the backend should run
-#            by default
+#   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
+#            tiling 16x4, 16x4 with YARD_ATTENTION_BACKWARD=ordered-dq, 32x2
+#            and 32x4 (YARD_ATTENTION_TILING; engine.log, engine.csv in that
+#            order): which tiling and backward the backend should run by
+#            default
 #   all      tests, engine and packing in that order, sharing one budget
 #
 # Every command runs under a timeout cut from SECONDS (default 540, so one
@@ -206,13 +207,21 @@ run_quick() {
 run_tilings() {
   run_kernels
   local elog="$out/engine.log" csv="$out/engine.csv" t
-  for t in 16x4 32x2 32x4; do
-    note "tiling $t: gpt_train_bench 124m bf16"
-    YARD_ATTENTION_TILING=$t bounded 110 "$elog" "$kit/bin/gpt_train_bench" \
+  # The ordered backward second, beside the default tiling it runs with,
+  # before the other tilings in case the budget runs out.
+  for t in 16x4 ordered-dq 32x2 32x4; do
+    note "$t: gpt_train_bench 124m bf16"
+    if [[ "$t" == ordered-dq ]]; then
+      export YARD_ATTENTION_BACKWARD=ordered-dq YARD_ATTENTION_TILING=16x4
+    else
+      export YARD_ATTENTION_BACKWARD=two-kernel YARD_ATTENTION_TILING=$t
+    fi
+    bounded 110 "$elog" "$kit/bin/gpt_train_bench" \
       --data-root "$root" --csv "$csv" --config 124m --precision bf16 \
       --micro-batch max --profile-steps 2
-    grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 3 | sed "s/^/$t /" | tee -a "$log"
+    grep -E '^micro-batch [0-9]+ ran|^step |^PROFILE +Attention' "$elog" | tail -n 4 | sed "s/^/$t /" | tee -a "$log"
   done
+  unset YARD_ATTENTION_BACKWARD YARD_ATTENTION_TILING
   column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
 }
 
