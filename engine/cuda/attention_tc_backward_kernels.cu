@@ -162,94 +162,6 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   }
 }
 
-// dk and dv for one key tile. REQUIRES: the query-side kernel has written
-// delta (it runs first on the same stream).
-template <int kD>
-__global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
-    AttentionKeyValueGradTcKernel(bf16* dqkv, const float* delta,
-                                  const bf16* dout, const bf16* qkv,
-                                  const float* lse, TcGeometry g) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  CheckSmemAlignment(smem);
-  using L = BackwardSmem<kD>;
-  bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
-  const HeadOffsets h = HeadOf(g, kD);
-  const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
-  const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-  const int quad = threadIdx.x % 4;
-  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  const bf16* queries = qkv + h.qkv;
-  const bf16* grads = dout + h.out;
-  AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
-  AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
-  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0), queries, h.qkv_row, k0, g.seq);
-  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1), grads, h.out_row, k0, g.seq);
-  CpAsyncCommit();
-  LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq);
-  LoadRowStats(At<float>(smem, L::kDelta), delta + h.stats, k0, g.seq);
-  const float scale2 = g.scale * kLog2e;
-  // One row tile a warp: the products' kM = 1.
-  float dk[1][kD / 8][4] = {}, dv[1][kD / 8][4] = {};
-  for (int qt = kt; qt < g.tiles; ++qt) {
-    const int it = qt - kt;
-    if (qt + 1 < g.tiles) {
-      const size_t next = (it + 1) % 2 * L::kT;
-      const int64_t q1 = static_cast<int64_t>(qt + 1) * kTile;
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0 + next), queries, h.qkv_row,
-                        q1, g.seq);
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1 + next), grads, h.out_row, q1,
-                        g.seq);
-      CpAsyncCommit();
-      const size_t stats = (it + 1) % 2 * kTile;
-      LoadRowStats(At<float>(smem, L::kLse) + stats, lse + h.stats, q1, g.seq);
-      LoadRowStats(At<float>(smem, L::kDelta) + stats, delta + h.stats, q1,
-                   g.seq);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();  // this tile (on the first: K, V) and its stats whole
-    const size_t stage = it % 2 * L::kT;
-    const bf16* sq = At<bf16>(smem, L::kOther0 + stage);
-    const bf16* sdo = At<bf16>(smem, L::kOther1 + stage);
-    const float* s_lse = At<float>(smem, L::kLse) + it % 2 * kTile;
-    const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
-    float st_tiles[1][kTile / 8][4], dpt_tiles[1][kTile / 8][4];
-    {
-      uint32_t a[1][kD / 16][4];
-      LoadA<kD>(a[0], sk, w0);
-      ProductABt<kD, 1>(st_tiles, a, sq);
-      LoadA<kD>(a[0], sv, w0);
-      ProductABt<kD, 1>(dpt_tiles, a, sdo);
-    }
-    float(&st)[kTile / 8][4] = st_tiles[0];
-    float(&dpt)[kTile / 8][4] = dpt_tiles[0];
-    if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
-        const float p = exp2f(st[n][e] * scale2 - s_lse[c] * kLog2e);
-        st[n][e] = p;
-        dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
-      }
-    }
-    uint32_t a[1][kTile / 16][4];
-    ToA(a[0], st);
-    MmaAB<kD, 1>(dv, a, sdo);
-    ToA(a[0], dpt);
-    MmaAB<kD, 1>(dk, a, sq);
-    __syncthreads();  // every warp is done with this stage: it is refilled
-  }
-  const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
-  bf16* dk_base = dqkv + h.qkv + g.channels;
-  StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk[0], scale,
-                sk + w0 * Tile<kD>::kLd);
-  StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv[0], one,
-                sv + w0 * Tile<kD>::kLd);
-}
-
 // The ordered backward's first pass: delta for one tile of 64 rows of a
 // (sequence, head) pair, a thread a row.
 template <int kD>
@@ -329,31 +241,33 @@ __device__ void AddToDqSums(bf16* dq, int64_t out_row, float* sum,
   }
 }
 
-// dq, dk and dv in one kernel (AttentionTcBackward::kOrderedDq), one block
-// per key tile: the key side above, which for each query tile it visits
-// also takes dQ += dS K. dS goes through shared memory (bf16, as dK's
+// The key side: dk and dv for one key tile (one block each, query tiles
+// ascending from the diagonal, the next query, dout and statistics
+// copying in). With kWithDq (the ordered backward,
+// AttentionTcBackward::kOrderedDq) the block also takes dQ += dS K for
+// each query tile it visits: dS goes through shared memory (bf16, as dK's
 // product rounds it) so that each warp multiplies 16 query rows by all of
-// the block's keys; in its turn at the query tile (block_turns.h) the
+// the block's keys, and in its turn at the query tile (block_turns.h) the
 // block adds that partial sum to the tile's fp32 sums. Key tiles take
-// their turns in ascending order (turn counters start at 0): key tile 0
+// their turns in ascending order (counters start at 0): key tile 0
 // stores, the diagonal tile, the last to add, writes dq = scale x the
 // total. So each dq element is ((P_0 + P_1) + P_2) + ... over its key
 // tiles on every run: deterministic with 5 products a tile pair where the
 // two-kernel backward has 7, at the price of the fp32 sums' traffic (read
-// and written once a tile pair) and the waits. Block (bh, kt) waits only
-// on (bh, kt - 1), a lower linear index. REQUIRES: delta written (the
-// delta kernel runs first on the same stream) and the turns zeroed.
-template <int kD>
+// and written once a tile pair) and the waits; dk and dv are the same
+// bits either way. Block (bh, kt) waits only on (bh, kt - 1), a lower
+// linear index. REQUIRES: delta written (the query-side or the delta
+// kernel runs first on the same stream); with kWithDq the turns zeroed
+// (without, dq_sums and turns are not read).
+template <int kD, bool kWithDq>
 __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
-    AttentionOrderedDqTcKernel(bf16* dqkv, float* dq_sums, int* turns,
-                               const float* delta, const bf16* dout,
-                               const bf16* qkv, const float* lse,
-                               TcGeometry g) {
+    AttentionKeySideTcKernel(bf16* dqkv, float* dq_sums, int* turns,
+                             const float* delta, const bf16* dout,
+                             const bf16* qkv, const float* lse, TcGeometry g) {
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
-  using L = OrderedSmem<kD>;
+  using L = OrderedSmem<kD>;  // kDs only with kWithDq
   bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
-  bf16* sds = At<bf16>(smem, L::kDs);
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
@@ -361,8 +275,6 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
   const bf16* queries = qkv + h.qkv;
   const bf16* grads = dout + h.out;
-  int* head_turns = turns + static_cast<int64_t>(blockIdx.x) * g.tiles;
-  float* head_sums = dq_sums + h.stats * kD;
   AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
   AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
   AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0), queries, h.qkv_row, k0, g.seq);
@@ -424,21 +336,27 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
       ToA(a[0], dpt);
       MmaAB<kD, 1>(dk, a, sq);
     }
-    StoreTransposed(sds, dpt, w0);
-    if (threadIdx.x == 0) block_turns::WaitForTurn(head_turns + qt, kt);
-    __syncthreads();  // dS whole, and this block's turn at the query tile
-    float dq[1][kD / 8][4] = {};
-    {
-      uint32_t a[1][kTile / 16][4];
-      LoadA<kTile>(a[0], sds, w0);  // the warp's 16 query rows, all keys
-      MmaAB<kD, 1>(dq, a, sk);
+    if constexpr (kWithDq) {
+      bf16* sds = At<bf16>(smem, L::kDs);
+      int* turn = turns + static_cast<int64_t>(blockIdx.x) * g.tiles + qt;
+      StoreTransposed(sds, dpt, w0);
+      if (threadIdx.x == 0) block_turns::WaitForTurn(turn, kt);
+      __syncthreads();  // dS whole, and this block's turn at the query tile
+      float dq[1][kD / 8][4] = {};
+      {
+        uint32_t a[1][kTile / 16][4];
+        LoadA<kTile>(a[0], sds, w0);  // the warp's 16 query rows, all keys
+        MmaAB<kD, 1>(dq, a, sk);
+      }
+      AddToDqSums<kD>(dqkv + h.qkv, h.qkv_row, dq_sums + h.stats * kD, dq[0],
+                      static_cast<int64_t>(qt) * kTile + w0, g.seq, kt == 0,
+                      kt == qt, g.scale);
+      __threadfence();  // the sums out before the turn passes
+      __syncthreads();  // every warp has added, and is done with the stage
+      if (threadIdx.x == 0) block_turns::PassTurn(turn);
+    } else {
+      __syncthreads();  // every warp is done with this stage: it is refilled
     }
-    AddToDqSums<kD>(dqkv + h.qkv, h.qkv_row, head_sums, dq[0],
-                    static_cast<int64_t>(qt) * kTile + w0, g.seq, kt == 0,
-                    kt == qt, g.scale);
-    __threadfence();  // the sums out before the turn passes
-    __syncthreads();  // every warp has added, and is done with the stage
-    if (threadIdx.x == 0) block_turns::PassTurn(head_turns + qt);
   }
   const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
   bf16* dk_base = dqkv + h.qkv + g.channels;
@@ -479,9 +397,10 @@ cudaError_t OrderedBackwardTc(bf16* dqkv, const OrderedScratch& s,
   AttentionDeltaTcKernel<kD><<<grid, kTile, 0, stream>>>(s.delta, dout, out, g);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  return LaunchWithSmem(AttentionOrderedDqTcKernel<kD>, OrderedSmem<kD>::kBytes,
-                        grid, kThreads, stream, dqkv, s.dq_sums, s.turns,
-                        static_cast<const float*>(s.delta), dout, qkv, lse, g);
+  return LaunchWithSmem(AttentionKeySideTcKernel<kD, true>,
+                        OrderedSmem<kD>::kBytes, grid, kThreads, stream, dqkv,
+                        s.dq_sums, s.turns, static_cast<const float*>(s.delta),
+                        dout, qkv, lse, g);
 }
 
 // The query side in one tiling, then the key side.
@@ -497,8 +416,10 @@ cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
                      BackwardSmem<kD, kQRows>::kBytes, query_grid, 32 * kWarpsN,
                      stream, dqkv, delta, dout, out, qkv, lse, g);
   if (e != cudaSuccess) return e;
-  return LaunchWithSmem(AttentionKeyValueGradTcKernel<kD>,
+  return LaunchWithSmem(AttentionKeySideTcKernel<kD, false>,
                         BackwardSmem<kD>::kBytes, grid, kThreads, stream, dqkv,
+                        static_cast<float*>(nullptr),
+                        static_cast<int*>(nullptr),
                         static_cast<const float*>(delta), dout, qkv, lse, g);
 }
 
