@@ -375,11 +375,12 @@ struct OrderedScratch {
   float* dq_sums;
   int64_t turn_count;
 };
+// Floats of delta's region, and of the turns' (no more than the rows).
+inline int64_t OrderedRegionFloats(int64_t rows) { return (rows + 3) / 4 * 4; }
 inline OrderedScratch CarveOrderedScratch(float* scratch, int64_t batch,
                                           int64_t seq, int64_t heads,
                                           int tiles) {
-  const int64_t rows = batch * heads * seq;
-  const int64_t region = (rows + 3) / 4 * 4;  // turns <= rows
+  const int64_t region = OrderedRegionFloats(batch * heads * seq);
   return {scratch, reinterpret_cast<int*>(scratch + region),
           scratch + 2 * region, batch * heads * tiles};
 }
@@ -466,7 +467,7 @@ int64_t AttentionTcBackwardScratchFloats(AttentionTcBackward backward,
                                          int64_t channels, int64_t heads) {
   const int64_t rows = batch * heads * seq;
   if (backward == AttentionTcBackward::kTwoKernels) return rows;
-  return 2 * ((rows + 3) / 4 * 4) + batch * seq * channels;
+  return 2 * attention_tc::OrderedRegionFloats(rows) + batch * seq * channels;
 }
 
 cudaError_t LaunchAttentionBackwardTcOrdered(void* dqkv, float* scratch,
@@ -487,17 +488,12 @@ cudaError_t LaunchAttentionBackwardTcOrdered(void* dqkv, float* scratch,
       attention_tc::CarveOrderedScratch(scratch, batch, seq, heads, g.tiles);
   bf16* dx = As<bf16>(dqkv);
   const bf16 *dy = As<bf16>(dout), *y = As<bf16>(out), *x = As<bf16>(qkv);
-  switch (channels / heads) {
-    case 32:
-      return attention_tc::OrderedBackwardTc<32>(dx, s, dy, y, x, lse, g, grid,
-                                                 stream);
-    case 64:
-      return attention_tc::OrderedBackwardTc<64>(dx, s, dy, y, x, lse, g, grid,
-                                                 stream);
-    default:
-      return attention_tc::OrderedBackwardTc<128>(dx, s, dy, y, x, lse, g, grid,
-                                                  stream);
-  }
+  // The default tiling takes every head size; only kD enters here.
+  return attention_tc::WithTiling(
+      kAttentionTcTilings[0], channels / heads, [&](auto d, auto, auto) {
+        return attention_tc::OrderedBackwardTc<decltype(d)::value>(
+            dx, s, dy, y, x, lse, g, grid, stream);
+      });
 }
 
 }  // namespace trainyard::engine::cuda
