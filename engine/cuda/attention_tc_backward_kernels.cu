@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
         for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float p = exp2f(s[t][n][e] * scale2 - lse2[t][e / 2]);
+            const float p = Exp2Ftz(s[t][n][e] * scale2 - lse2[t][e / 2]);
             s[t][n][e] = p * (dp[t][n][e] - d_row[t][e / 2]);  // dS
           }
         }
@@ -280,7 +280,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0), queries, h.qkv_row, k0, g.seq);
   AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1), grads, h.out_row, k0, g.seq);
   CpAsyncCommit();
-  LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq);
+  // Each query's log-sum-exp in base 2, as the probabilities take it.
+  LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq, kLog2e);
   LoadRowStats(At<float>(smem, L::kDelta), delta + h.stats, k0, g.seq);
   const float scale2 = g.scale * kLog2e;
   float dk[1][kD / 8][4] = {}, dv[1][kD / 8][4] = {};
@@ -295,7 +296,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
                         g.seq);
       CpAsyncCommit();
       const size_t stats = (it + 1) % 2 * kTile;
-      LoadRowStats(At<float>(smem, L::kLse) + stats, lse + h.stats, q1, g.seq);
+      LoadRowStats(At<float>(smem, L::kLse) + stats, lse + h.stats, q1, g.seq,
+                   kLog2e);
       LoadRowStats(At<float>(smem, L::kDelta) + stats, delta + h.stats, q1,
                    g.seq);
       CpAsyncWait<1>();
@@ -306,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     const size_t stage = it % 2 * L::kT;
     const bf16* sq = At<bf16>(smem, L::kOther0 + stage);
     const bf16* sdo = At<bf16>(smem, L::kOther1 + stage);
-    const float* s_lse = At<float>(smem, L::kLse) + it % 2 * kTile;
+    const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
     const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
     float st_tiles[1][kTile / 8][4], dpt_tiles[1][kTile / 8][4];
     {
@@ -324,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
-        const float p = exp2f(st[n][e] * scale2 - s_lse[c] * kLog2e);
+        const float p = Exp2Ftz(st[n][e] * scale2 - s_lse2[c]);
         st[n][e] = p;
         dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
       }

@@ -15,9 +15,9 @@
 //   in how the rows are spread over warps and blocks):
 //     S = Q K^T (registers); per row, online softmax in fp32 against the
 //     row's running max m (base 2: scores carry the factor log2 e, so
-//     e^x is one exp2): each row's 64 scores of a tile are spread over the
-//     4 lanes of a quad, which combine their max and sum with two xor
-//     shuffles; P = 2^(s - m), l = l 2^(m_old - m) + sum P, O = O
+//     e^x is one exp2, ex2.approx.ftz): each row's 64 scores of a tile are
+//     spread over the 4 lanes of a quad, which combine their max and sum with
+//     two xor shuffles; P = 2^(s - m), l = l 2^(m_old - m) + sum P, O = O
 //     2^(m_old - m) + P V, with P rounded to bf16 straight from the score
 //     registers into the product's A fragments. Finally out = O / l
 //     (bf16), lse = m ln 2 + ln l (natural log, as the backward reads it).
@@ -74,7 +74,7 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
     tile_max[r] =
         fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
     const float m_new = fmaxf(m[r], tile_max[r]);
-    correction[r] = exp2f(m[r] - m_new);  // 0 on the first tile
+    correction[r] = Exp2Ftz(m[r] - m_new);  // 0 on the first tile
     m[r] = m_new;
   }
   float sum[2] = {0.f, 0.f};
@@ -82,7 +82,7 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
   for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float p = exp2f(s[n][e] - m[e / 2]);
+      const float p = Exp2Ftz(s[n][e] - m[e / 2]);
       s[n][e] = p;
       sum[e / 2] += p;  // the unrounded p: l carries no bf16 error
     }

@@ -59,6 +59,7 @@ namespace trainyard::engine::cuda::attention_tc {
 using warp_mma::CpAsync16;
 using warp_mma::CpAsyncCommit;
 using warp_mma::CpAsyncWait;
+using warp_mma::Exp2Ftz;
 using warp_mma::LdMatrixX4;
 using warp_mma::LdMatrixX4Trans;
 using warp_mma::Mma16816;
@@ -157,13 +158,14 @@ __device__ __forceinline__ HeadOffsets HeadOf(const TcGeometry& g, int hs) {
           b * g.seq * g.channels + h * hs, g.channels, bh * g.seq};
 }
 
-// Block-wide (a block of kBlockThreads): dst[r] = src[row0 + r] for the
-// tile's kRows rows, 0 past `seq`.
+// Block-wide (a block of kBlockThreads): dst[r] = scale src[row0 + r] for
+// the tile's kRows rows, 0 past `seq`.
 template <int kRows = kTile, int kBlockThreads = kThreads>
 __device__ __forceinline__ void LoadRowStats(float* dst, const float* src,
-                                             int64_t row0, int64_t seq) {
+                                             int64_t row0, int64_t seq,
+                                             float scale = 1.f) {
   for (int r = threadIdx.x; r < kRows; r += kBlockThreads) {
-    dst[r] = row0 + r < seq ? src[row0 + r] : 0.f;
+    dst[r] = row0 + r < seq ? src[row0 + r] * scale : 0.f;
   }
 }
 
