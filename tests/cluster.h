@@ -56,7 +56,11 @@ struct ServerOptions {
   std::string state_dir;  // required
   int port = 0;           // 0: let the server pick
   int heartbeat_interval_ms = 300;
-  int worker_lease_ms = 1500;
+  // Long enough that a worker on a loaded 2-core machine (ctest -j with
+  // the emulated engine's threads beside it) never misses its lease. The
+  // tests about losing workers (faults, chaos, network faults, shutdown,
+  // a data-parallel worker lost) ask for a short one.
+  int worker_lease_ms = 6000;
   // A CA that signed the server's certificate (pass --tls-cert/--tls-key in
   // extra_args): the harness then reaches the server over TLS.
   std::string tls_ca;

@@ -37,11 +37,13 @@ v1::JobSpec RanksJob(const std::string& name, int ranks, int64_t steps) {
 
 class DataParallelTest : public ClusterTest {
  protected:
-  // A server, two one-CPU-slot workers "a" and "b", and a long two-rank job
-  // spread over them, run up to its first checkpoint. Returns the job id.
+  // A server (`server`), two one-CPU-slot workers "a" and "b", and a long
+  // two-rank job spread over them, run up to its first checkpoint. Returns
+  // the job id.
   absl::StatusOr<std::string> StartSpreadJob(const std::string& name,
-                                             int64_t steps) {
-    RETURN_IF_ERROR(StartServer());
+                                             int64_t steps,
+                                             ServerOptions server = {}) {
+    RETURN_IF_ERROR(StartServer(std::move(server)));
     ASSIGN_OR_RETURN(a_, StartReadyWorker({.name = "a", .cpu_slots = 1}));
     ASSIGN_OR_RETURN(b_, StartReadyWorker({.name = "b", .cpu_slots = 1}));
     ASSIGN_OR_RETURN(v1::SubmitJobResponse r, Submit(RanksJob(name, 2, steps)));
@@ -184,8 +186,11 @@ TEST_F(DataParallelTest, ARankDyingOnOneWorkerStopsTheJobOnAll) {
 // but the server waits for the other worker's word, learns it is lost, and
 // the job resumes from its checkpoint on the workers left.
 TEST_F(DataParallelTest, LosingTheWorkerOfSomeRanksRequeuesTheJob) {
-  YARD_ASSIGN_OR_FAIL(const std::string id,
-                      StartSpreadJob("spread-moves", 400));
+  // A short lease: the server learns of the loss within 1.5 s.
+  YARD_ASSIGN_OR_FAIL(
+      const std::string id,
+      StartSpreadJob("spread-moves", 400,
+                     {.heartbeat_interval_ms = 300, .worker_lease_ms = 1500}));
   pid_t rank1 = 0;
   WorkerProcess* follower = WorkerOfRank({a_, b_}, 1, &rank1);
   ASSERT_NE(follower, nullptr);

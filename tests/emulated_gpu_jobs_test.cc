@@ -32,12 +32,8 @@ using ::testing::Not;
 
 class EmulatedGpuJobsTest : public ClusterTest {
  protected:
-  // The emulated engine keeps both cores busy: a worker's heartbeats may
-  // then come late, and these tests are not about leases. A server that
-  // gives workers more slack than the suite's 1.5 s.
   absl::Status StartServer(std::vector<std::string> extra_args = {}) {
-    return ClusterTest::StartServer(
-        {.worker_lease_ms = 6000, .extra_args = std::move(extra_args)});
+    return ClusterTest::StartServer({.extra_args = std::move(extra_args)});
   }
 
   // A worker offering `gpus` fake GPUs under MPS (shareable), its jobs on
