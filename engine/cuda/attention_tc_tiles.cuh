@@ -51,6 +51,7 @@
 
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_tc_kernels.h"
+#include "engine/cuda/exp2_ftz.h"
 #include "engine/cuda/vec16.cuh"
 #include "engine/cuda/warp_mma.h"
 
@@ -59,7 +60,6 @@ namespace trainyard::engine::cuda::attention_tc {
 using warp_mma::CpAsync16;
 using warp_mma::CpAsyncCommit;
 using warp_mma::CpAsyncWait;
-using warp_mma::Exp2Ftz;
 using warp_mma::LdMatrixX4;
 using warp_mma::LdMatrixX4Trans;
 using warp_mma::Mma16816;
@@ -69,7 +69,6 @@ inline constexpr int kTile = 64;      // rows of a query or key tile
 inline constexpr int kWarpRows = 16;  // rows each warp owns (an mma's M)
 inline constexpr int kWarps = kTile / kWarpRows;
 inline constexpr int kThreads = 32 * kWarps;
-inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr size_t AlignUp(size_t bytes) { return (bytes + 127) / 128 * 128; }

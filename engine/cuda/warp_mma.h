@@ -1,8 +1,8 @@
 // Warp-level tensor-core primitives for the attention kernels: the bf16
-// mma.sync m16n8k16 product, ldmatrix (plain and transposed), cp.async
-// 16-byte copies into shared memory, and the softmax's exp2. On the GPU each is
-// one PTX instruction; in the host emulation of CUDA (TRAINYARD_CUDA_EMULATION)
-// the same lane-by-lane contract is carried out with warp shuffles and plain
+// mma.sync m16n8k16 product, ldmatrix (plain and transposed) and cp.async
+// 16-byte copies into shared memory. On the GPU each is one PTX
+// instruction; in the host emulation of CUDA (TRAINYARD_CUDA_EMULATION) the
+// same lane-by-lane contract is carried out with warp shuffles and plain
 // loads (an exchange buffer between the lanes of a warp), so kernels built
 // on these run and are checked on the CPU. This is
 // a .h, not a .cuh: the kernel rewriter refuses inline PTX, and the
@@ -41,7 +41,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #if defined(TRAINYARD_CUDA_EMULATION)
@@ -58,24 +57,6 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   memcpy(&hb, &h, 2);
   return static_cast<uint32_t>(lb) | static_cast<uint32_t>(hb) << 16;
 }
-
-// 2^x as the softmax needs it: one MUFU.EX2 (ex2.approx.ftz, within 2 ulp;
-// 2^-inf is +0). exp2f without fast math is ex2.approx without .ftz, which
-// ptxas wraps in a compare and two multiplies to keep subnormal results;
-// a probability below 2^-126 is 0 to every sum it joins, so they are
-// flushed here. The emulation computes exp2f and flushes the same.
-#if defined(TRAINYARD_CUDA_EMULATION)
-inline float Exp2Ftz(float x) {
-  const float r = exp2f(x);
-  return r < 0x1p-126f ? 0.f : r;
-}
-#else
-__device__ __forceinline__ float Exp2Ftz(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
-}
-#endif
 
 #if defined(TRAINYARD_CUDA_EMULATION)
 
