@@ -320,6 +320,33 @@ TEST_F(CudaBf16Test, AttentionAndClassifier) {
                "ce dlogits");
 }
 
+// While alive, appends the block and grid of every kernel launch to
+// `blocks` and `grids`: on the emulation, which lets a test observe its
+// launches; on a GPU it records nothing.
+class LaunchShapes {
+ public:
+  LaunchShapes(std::vector<dim3>* blocks, std::vector<dim3>* grids) {
+#if defined(TRAINYARD_CUDA_EMULATION)
+    cuda_emulation::SetLaunchObserver(
+        [blocks, grids](const cuda_emulation::LaunchSite&,
+                        const cuda_emulation::LaunchConfig& c) {
+          blocks->push_back(c.block);
+          grids->push_back(c.grid);
+        });
+#else
+    (void)blocks;
+    (void)grids;
+#endif
+  }
+  ~LaunchShapes() {
+#if defined(TRAINYARD_CUDA_EMULATION)
+    cuda_emulation::SetLaunchObserver(nullptr);
+#endif
+  }
+  LaunchShapes(const LaunchShapes&) = delete;
+  LaunchShapes& operator=(const LaunchShapes&) = delete;
+};
+
 // A backend created with each attention tiling gives the default one's
 // bits, forward and backward (GPT-2's head size 64; 130 rows: two 128-row
 // query tiles, the second ragged); the tiling is a speed setting only. On
@@ -338,28 +365,19 @@ TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
   };
   const auto run = [&](CudaBackend& backend, const std::vector<uint16_t>& x,
                        const std::vector<uint16_t>& dy,
-                       [[maybe_unused]] std::vector<dim3>* blocks,
-                       [[maybe_unused]] std::vector<dim3>* grids) {
+                       std::vector<dim3>* blocks, std::vector<dim3>* grids) {
     const DeviceArray<uint16_t> dx = Upload(backend, x),
                                 ddy = Upload(backend, dy);
     auto out = Zeros<uint16_t>(backend, B * T * C);
     auto dqkv = Zeros<uint16_t>(backend, B * T * 3 * C);
     auto state = Zeros<float>(backend, fs.state);
     auto scratch = Zeros<float>(backend, fs.scratch);
-#if defined(TRAINYARD_CUDA_EMULATION)
-    cuda_emulation::SetLaunchObserver(
-        [&](const cuda_emulation::LaunchSite&,
-            const cuda_emulation::LaunchConfig& c) {
-          blocks->push_back(c.block);
-          grids->push_back(c.grid);
-        });
-#endif
-    backend.AttentionForward(out.get(), state.get(), dx.get(), B, T, C, NH);
-    backend.AttentionBackward(dqkv.get(), scratch.get(), ddy.get(), out.get(),
-                              dx.get(), state.get(), B, T, C, NH);
-#if defined(TRAINYARD_CUDA_EMULATION)
-    cuda_emulation::SetLaunchObserver(nullptr);
-#endif
+    {
+      const LaunchShapes recorder(blocks, grids);
+      backend.AttentionForward(out.get(), state.get(), dx.get(), B, T, C, NH);
+      backend.AttentionBackward(dqkv.get(), scratch.get(), ddy.get(), out.get(),
+                                dx.get(), state.get(), B, T, C, NH);
+    }
     return Result{Download(backend, out), Download(backend, state),
                   Download(backend, dqkv)};
   };
@@ -432,23 +450,12 @@ TEST_F(CudaBf16Test, OrderedBackwardAgreesWithTheTwoKernels) {
     auto state = Zeros<float>(backend, fs.state);
     auto scratch = Zeros<float>(backend, fs.scratch);
     backend.Fill(scratch.get(), fs.scratch, -1.f);  // turns must be zeroed
-#if defined(TRAINYARD_CUDA_EMULATION)
-    cuda_emulation::SetLaunchObserver(
-        [&](const cuda_emulation::LaunchSite&,
-            const cuda_emulation::LaunchConfig& c) {
-          blocks->push_back(c.block);
-          grids->push_back(c.grid);
-        });
-#else
-    (void)blocks;
-    (void)grids;
-#endif
-    backend.AttentionForward(out.get(), state.get(), dx.get(), B, T, C, NH);
-    backend.AttentionBackward(dqkv.get(), scratch.get(), ddy.get(), out.get(),
-                              dx.get(), state.get(), B, T, C, NH);
-#if defined(TRAINYARD_CUDA_EMULATION)
-    cuda_emulation::SetLaunchObserver(nullptr);
-#endif
+    {
+      const LaunchShapes recorder(blocks, grids);
+      backend.AttentionForward(out.get(), state.get(), dx.get(), B, T, C, NH);
+      backend.AttentionBackward(dqkv.get(), scratch.get(), ddy.get(), out.get(),
+                                dx.get(), state.get(), B, T, C, NH);
+    }
     return Download(backend, dqkv);
   };
   std::vector<dim3> blocks, grids;
