@@ -27,7 +27,16 @@ uint32_t LtGemm::AlignmentOf(const void* p) {
   return alignment;
 }
 
+int LtGemm::BiasUse(const LtGemmArgs& g) {
+  return g.bias_grad != nullptr ? 2 : g.bias != nullptr ? 1 : 0;
+}
+
 absl::Status LtGemm::CheckArgs(const LtGemmArgs& g) {
+  if (g.bias_grad != nullptr &&
+      (g.bias != nullptr || g.gelu != LtGemmArgs::Gelu::kNone)) {
+    return absl::InvalidArgumentError(
+        "the bias gradient epilogue takes neither a bias nor a GELU epilogue");
+  }
   if (g.gelu == LtGemmArgs::Gelu::kNone) return absl::OkStatus();
   if (g.gelu_aux == nullptr) {
     return absl::InvalidArgumentError(
@@ -56,28 +65,24 @@ LtGemm::ChoiceKey LtGemm::ChoiceKeyOf(const LtGemmArgs& g) {
                    g.ldb,
                    g.ldc,
                    g.beta != 0,
-                   g.bias != nullptr,
+                   BiasUse(g),
                    static_cast<int>(g.gelu),
                    static_cast<int>(g.ab_type),
                    static_cast<int>(g.c_type)};
 }
 
-LtGemm::PlanKey LtGemm::PlanKeyOf(const LtGemmArgs& g) {
-  const bool gelu = g.gelu != LtGemmArgs::Gelu::kNone;
-  return std::tuple_cat(
-      ChoiceKeyOf(g),
-      std::tuple{static_cast<int>(AlignmentOf(g.a)),
-                 static_cast<int>(AlignmentOf(g.b)),
-                 static_cast<int>(AlignmentOf(g.c)),
-                 g.bias != nullptr ? static_cast<int>(AlignmentOf(g.bias)) : 0,
-                 gelu ? static_cast<int>(AlignmentOf(g.gelu_aux)) : 0});
-}
-
 namespace {
 
+// What cuBLASLt's BIAS_POINTER holds for `g`: the bias, or the bias
+// gradient it writes.
+const void* BiasPointer(const LtGemmArgs& g) {
+  return g.bias_grad != nullptr ? g.bias_grad : g.bias;
+}
+
 // A choice line's words: the GELU epilogue by LtGemmArgs::Gelu's value,
-// the types by index into kTypes.
+// the bias epilogue by LtGemm::BiasUse, the types by index into kTypes.
 constexpr const char* kGeluNames[] = {"none", "apply", "gradient"};
+constexpr const char* kBiasNames[] = {"none", "add", "grad"};
 constexpr const char* kTypeNames[] = {"fp32", "bf16"};
 constexpr cudaDataType_t kTypes[] = {CUDA_R_32F, CUDA_R_16BF};
 
@@ -87,11 +92,23 @@ const char* TypeName(cudaDataType_t t) {
 
 }  // namespace
 
+LtGemm::PlanKey LtGemm::PlanKeyOf(const LtGemmArgs& g) {
+  const bool gelu = g.gelu != LtGemmArgs::Gelu::kNone;
+  return std::tuple_cat(
+      ChoiceKeyOf(g),
+      std::tuple{
+          static_cast<int>(AlignmentOf(g.a)),
+          static_cast<int>(AlignmentOf(g.b)),
+          static_cast<int>(AlignmentOf(g.c)),
+          BiasUse(g) != 0 ? static_cast<int>(AlignmentOf(BiasPointer(g))) : 0,
+          gelu ? static_cast<int>(AlignmentOf(g.gelu_aux)) : 0});
+}
+
 std::string LtGemm::ChoiceLine(const LtGemmArgs& g, int index, int of) {
   return absl::StrCat(
       "m=", g.m, " n=", g.n, " k=", g.k, " ta=", g.trans_a ? 1 : 0,
       " tb=", g.trans_b ? 1 : 0, " lda=", g.lda, " ldb=", g.ldb, " ldc=", g.ldc,
-      " acc=", g.beta != 0 ? 1 : 0, " bias=", g.bias != nullptr ? 1 : 0,
+      " acc=", g.beta != 0 ? 1 : 0, " bias=", kBiasNames[BiasUse(g)],
       " gelu=", kGeluNames[static_cast<int>(g.gelu)],
       " ab=", TypeName(g.ab_type), " c=", TypeName(g.c_type),
       " candidate=", index, " of=", of);
@@ -157,25 +174,30 @@ absl::Status LtGemm::ParseChoices(absl::string_view text,
                               absl::StrJoin(words, ", ")));
     };
     int64_t m = 0, n = 0, k = 0, ta = 0, tb = 0, lda = 0, ldb = 0, ldc = 0,
-            acc = 0, bias = 0, index = 0, of = 0;
-    int gelu = 0, ab = 0, c = 0;
+            acc = 0, index = 0, of = 0;
+    int bias = 0, gelu = 0, ab = 0, c = 0;
     for (auto [name, low, out] :
          {std::tuple{"m", 1, &m}, std::tuple{"n", 1, &n},
           std::tuple{"k", 1, &k}, std::tuple{"ta", 0, &ta},
           std::tuple{"tb", 0, &tb}, std::tuple{"lda", 1, &lda},
           std::tuple{"ldb", 1, &ldb}, std::tuple{"ldc", 1, &ldc},
-          std::tuple{"acc", 0, &acc}, std::tuple{"bias", 0, &bias},
-          std::tuple{"candidate", 0, &index}, std::tuple{"of", 1, &of}}) {
+          std::tuple{"acc", 0, &acc}, std::tuple{"candidate", 0, &index},
+          std::tuple{"of", 1, &of}}) {
       RETURN_IF_ERROR(number(name, low, out));
     }
+    RETURN_IF_ERROR(word("bias", kBiasNames, &bias));
     RETURN_IF_ERROR(word("gelu", kGeluNames, &gelu));
     RETURN_IF_ERROR(word("ab", kTypeNames, &ab));
     RETURN_IF_ERROR(word("c", kTypeNames, &c));
     if (!fields.empty()) {
       return bad(absl::StrCat("unknown field '", fields.begin()->first, "'"));
     }
-    if (ta > 1 || tb > 1 || acc > 1 || bias > 1) {
-      return bad("ta, tb, acc and bias are 0 or 1");
+    if (ta > 1 || tb > 1 || acc > 1) {
+      return bad("ta, tb and acc are 0 or 1");
+    }
+    if (bias == 2 && gelu != 0) {
+      return bad(absl::StrCat("bias=grad with gelu=", kGeluNames[gelu],
+                              ": the bias gradient epilogue takes no GELU"));
     }
     if (of > kMostCandidates || index >= of) {
       return bad(absl::StrCat("candidate=", index, " of=", of,
@@ -190,7 +212,7 @@ absl::Status LtGemm::ParseChoices(absl::string_view text,
                         ldb,
                         ldc,
                         acc == 1,
-                        bias == 1,
+                        bias,
                         gelu,
                         static_cast<int>(kTypes[ab]),
                         static_cast<int>(kTypes[c])};
@@ -307,7 +329,9 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
   const bool bias = g.bias != nullptr;
   cublasLtEpilogue_t epilogue =
       bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  if (g.gelu == LtGemmArgs::Gelu::kApply) {
+  if (g.bias_grad != nullptr) {
+    epilogue = CUBLASLT_EPILOGUE_BGRADB;  // CheckArgs: no bias, no GELU
+  } else if (g.gelu == LtGemmArgs::Gelu::kApply) {
     epilogue =
         bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   } else if (g.gelu == LtGemmArgs::Gelu::kGradient) {
@@ -315,13 +339,14 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
   }
   YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  if (bias) {
+  if (const void* bias_pointer = BiasPointer(g); bias_pointer != nullptr) {
     // The heuristic takes the bias vector's alignment from the pointer
-    // (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER), so it must see the
-    // real one, not the default NULL. Its alignment is part of the key.
+    // (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER; the bias gradient's
+    // too), so it must see the real one, not the default NULL. Its
+    // alignment is part of the key.
     YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
-        sizeof(g.bias)));
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
+        sizeof(bias_pointer)));
   }
   if (g.gelu != LtGemmArgs::Gelu::kNone) {
     // The auxiliary matrix is laid out like C (ldc is part of the key); the
@@ -353,7 +378,7 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
         "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k,
         " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda,
         " ldb=", g.ldb, " ldc=", g.ldc, " alignments ", align_a, "/", align_b,
-        "/", align_c, " bias=", g.bias != nullptr, " gelu=",
+        "/", align_c, " bias=", kBiasNames[BiasUse(g)], " gelu=",
         static_cast<int>(g.gelu), " bf16 inputs=", g.ab_type == CUDA_R_16BF,
         " bf16 output=", g.c_type == CUDA_R_16BF));
   }
@@ -454,16 +479,16 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
   absl::StatusOr<Plan*> planned = PlanFor(g);
   if (!planned.ok()) {
     if (planned.status().code() == absl::StatusCode::kUnimplemented &&
-        g.bias == nullptr && g.gelu == LtGemmArgs::Gelu::kNone) {
+        BiasUse(g) == 0 && g.gelu == LtGemmArgs::Gelu::kNone) {
       return RunClassic(g);
     }
     return planned.status();
   }
   Plan* plan = *planned;
-  if (g.bias != nullptr) {
+  if (const void* bias_pointer = BiasPointer(g); bias_pointer != nullptr) {
     YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
-        sizeof(g.bias)));
+        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
+        sizeof(bias_pointer)));
   }
   if (g.gelu != LtGemmArgs::Gelu::kNone) {
     YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(

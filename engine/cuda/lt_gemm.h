@@ -50,6 +50,11 @@ struct LtGemmArgs {
   int64_t ldc = 0;
   float beta = 0;              // 0: C is not read
   const void* bias = nullptr;  // cuBLASLt's bias epilogue; may be null
+  // cuBLASLt's bias-gradient epilogue (BGRADB): bias_grad[j] = the sum over
+  // the k rows of op(B)'s column j, n elements of C's type, overwritten
+  // (not summed into), whatever beta is. Takes neither a bias nor a GELU
+  // epilogue (Run checks). May be null.
+  void* bias_grad = nullptr;
   // cuBLASLt's GELU epilogues (GPT-2's tanh form, in fp32 before C is
   // rounded), with an auxiliary matrix of C's type and layout:
   //   kApply:    C = gelu(op(A) op(B) + bias); the pre-activation is
@@ -99,7 +104,8 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // Queues the product. With a bias or a GELU epilogue: UNIMPLEMENTED, before
+  // Queues the product. With an epilogue (bias, bias gradient or GELU):
+  // UNIMPLEMENTED, before
   // anything is queued, when cuBLASLt has no algorithm for it (remembered,
   // so asking again is cheap). INVALID_ARGUMENT when CheckArgs fails. Other
   // cuBLAS failures as CublasStatus.
@@ -135,9 +141,11 @@ class LtGemm {
   static absl::Status CheckChoices(absl::string_view text);
 
   // The line SetChoices reads for `args` taking candidate `index` of `of`:
-  //   m=.. n=.. k=.. ta=0|1 tb=0|1 lda=.. ldb=.. ldc=.. acc=0|1 bias=0|1
-  //   gelu=none|apply|gradient ab=fp32|bf16 c=fp32|bf16 candidate=.. of=..
-  // (acc: beta is not 0). Pointer alignments are not part of it.
+  //   m=.. n=.. k=.. ta=0|1 tb=0|1 lda=.. ldb=.. ldc=.. acc=0|1
+  //   bias=none|add|grad gelu=none|apply|gradient ab=fp32|bf16 c=fp32|bf16
+  //   candidate=.. of=..
+  // (acc: beta is not 0; bias: add for `bias`, grad for `bias_grad`).
+  // Pointer alignments are not part of it.
   static std::string ChoiceLine(const LtGemmArgs& args, int index, int of);
 
   // How many choices SetChoices holds, and how many plans so far took one.
@@ -146,21 +154,25 @@ class LtGemm {
 
   // What cuBLASLt documents for the GELU epilogues (cublasLt.h,
   // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: the aux ld "must be divisible by
-  // 8"; DGELU takes no bias): INVALID_ARGUMENT naming what is wrong.
+  // 8"; DGELU takes no bias), and that a bias gradient is an epilogue of
+  // its own (no bias, no GELU): INVALID_ARGUMENT naming what is wrong.
   static absl::Status CheckArgs(const LtGemmArgs& args);
 
   // What a choice line names (SetChoices): shapes, transposes, leading
-  // dimensions, whether beta is 0, bias, epilogue and types.
+  // dimensions, whether beta is 0, the bias epilogue (BiasUse), the GELU
+  // epilogue and types.
   using ChoiceKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
-                               int64_t, int64_t, bool, bool, int, int, int>;
+                               int64_t, int64_t, bool, int, int, int, int>;
+  // The bias epilogue of `args`: 0 none, 1 `bias` added, 2 `bias_grad`.
+  static int BiasUse(const LtGemmArgs& args);
   static ChoiceKey ChoiceKeyOf(const LtGemmArgs& args);
 
   // Everything a plan depends on: the choice key's fields and the
   // alignment of every pointer the heuristic looks at (A, B, C, and the
-  // bias and GELU aux pointers: cublasLt.h says the heuristic reads their
-  // alignment from their values), so a plan is never reused for a less
-  // aligned pointer than it was chosen for. Alignments of absent pointers
-  // are 0.
+  // bias (or bias gradient) and GELU aux pointers: cublasLt.h says the
+  // heuristic reads their alignment from their values), so a plan is never
+  // reused for a less aligned pointer than it was chosen for. Alignments of
+  // absent pointers are 0.
   using PlanKey = decltype(std::tuple_cat(
       ChoiceKey{}, std::tuple<int, int, int, int, int>{}));
   static PlanKey PlanKeyOf(const LtGemmArgs& args);

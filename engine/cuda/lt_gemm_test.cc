@@ -67,6 +67,28 @@ TEST(LtGemmTest, BiasAlignmentIsPartOfTheKey) {
   EXPECT_NE(LtGemm::PlanKeyOf(BiasProduct()), LtGemm::PlanKeyOf(less));
 }
 
+// The bias gradient (BGRADB) is another epilogue than the bias at the
+// same pointer, and its pointer's alignment is part of the key as the
+// bias's is (the heuristic reads BIAS_POINTER for both).
+TEST(LtGemmTest, BiasGradientIsItsOwnEpilogueInTheKey) {
+  LtGemmArgs grad = BiasProduct();
+  grad.bias = nullptr;
+  grad.bias_grad = MutableAt(0x40000);
+  EXPECT_NE(LtGemm::PlanKeyOf(grad), LtGemm::PlanKeyOf(BiasProduct()));
+  EXPECT_EQ(LtGemm::BiasUse(grad), 2);
+  EXPECT_EQ(LtGemm::BiasUse(BiasProduct()), 1);
+  LtGemmArgs less = grad;
+  less.bias_grad = MutableAt(0x40010);
+  EXPECT_NE(LtGemm::PlanKeyOf(grad), LtGemm::PlanKeyOf(less));
+  EXPECT_TRUE(LtGemm::CheckArgs(grad).ok());
+  EXPECT_TRUE(absl::StrContains(LtGemm::ChoiceLine(grad, 0, 1), " bias=grad "))
+      << LtGemm::ChoiceLine(grad, 0, 1);
+  EXPECT_TRUE(
+      absl::StrContains(LtGemm::ChoiceLine(BiasProduct(), 0, 1), " bias=add "));
+  // A choice line for it reads back.
+  EXPECT_TRUE(LtGemm::CheckChoices(LtGemm::ChoiceLine(grad, 0, 1)).ok());
+}
+
 TEST(LtGemmTest, GeluAuxAlignmentIsPartOfTheKey) {
   for (LtGemmArgs::Gelu gelu :
        {LtGemmArgs::Gelu::kApply, LtGemmArgs::Gelu::kGradient}) {

@@ -9,8 +9,13 @@
 // column-major, as the cuBLAS guide states cublasLtMatmul(): the products
 // and their sum in fp32, in k order; C not read when beta == 0; bf16
 // widened exactly; D (and a GELU aux matrix) rounded once from fp32,
-// to nearest even for bf16. GELU is GPT-2's tanh form, in fp32. Calls
-// are synchronous on the host; the stream is ignored.
+// to nearest even for bf16. GELU is GPT-2's tanh form, in fp32. The
+// bias-gradient epilogue BGRADB writes, for each of D's n columns j, the
+// sum over k of op(B)(k, j) ("The bias size corresponds to the number of
+// columns of the matrix D. The reduction happens over the GEMM's "k"
+// dimension"), in fp32 in k order, rounded once to D's type ("Bias
+// gradient vector elements are the same type as the output elements").
+// Calls are synchronous on the host; the stream is ignored.
 //
 // What is checked (quotes from cublasLt.h and cublas_api.h of CUDA 13,
 // [guide] for the cuBLAS guide). The stand-in rejects what the real
@@ -42,8 +47,10 @@
 //    less than the number of rows in the output matrix"), or
 //    EPILOGUE_AUX_DATA_TYPE other than -1 or D's type ("GELU input matrix
 //    elements type is the same as the type of elements of the output
-//    matrix"): INVALID_VALUE. At the matmul, a NULL bias (BIAS epilogues)
-//    or aux pointer (AUX and DGELU epilogues): INVALID_VALUE.
+//    matrix"): INVALID_VALUE. At the matmul, a NULL bias (BIAS and BGRADB
+//    epilogues) or aux pointer (AUX and DGELU epilogues): INVALID_VALUE.
+//    BGRADB with alpha other than 1: NOT_SUPPORTED (the headers do not
+//    say whether the bias gradient is scaled).
 //  - The heuristic: requestedAlgoCount <= 0, NULL outputs: INVALID_VALUE.
 //    Its one result needs the preference's MAX_WORKSPACE_BYTES in full
 //    (the most it may) and pointers aligned to the preference's
@@ -58,7 +65,8 @@
 //    configured algo") or NULL with a size; an algo that no heuristic
 //    wrote; NULL alpha, beta, A, B, D, or C with beta != 0; C == D with
 //    layouts that differ ([guide]: in place needs "Cdesc == Ddesc"); an
-//    output overlapping an input or the other output; a pointer less
+//    output (D, the GELU aux matrix, the bias gradient) overlapping an
+//    input or another output; a pointer less
 //    aligned than the algorithm was chosen for: INVALID_VALUE, naming the
 //    pointer. An algo from the heuristic for other descriptors is used as
 //    it is (the real library does not check either), and a NULL algo runs
@@ -74,8 +82,9 @@
 // or reduced-precision modes, algorithms the real library lacks for some
 // shapes or alignments, timing, asynchrony. Attributes the emulation
 // does not reproduce (scale and amax pointers, scale modes, emulation
-// descriptors, other pointer modes, fill modes, the RELU and
-// bias-gradient epilogues, other types and compute types) give
+// descriptors, other pointer modes, fill modes, the RELU epilogues and
+// the bias-gradient ones other than BGRADB, other types and compute
+// types) give
 // NOT_SUPPORTED with a line saying it is the emulation's limit.
 //
 // Thread-safety: as the real library: a handle or descriptor is used by

@@ -173,6 +173,10 @@ inline constexpr int kEmulatedAlgoCandidates = 3;
 // successful cublasLtMatmul ran; -1 before any.
 int LastLtMatmulCandidate();
 
+// How many successful cublasLtMatmul calls so far wrote a bias gradient
+// (BGRADB), so a test can tell the epilogue ran.
+int LtMatmulBiasGradients();
+
 }  // namespace trainyard::cuda_emulation
 
 #endif  // TRAINYARD_ENGINE_CUDA_EMULATION_CUBLAS_HOST_H_

@@ -52,6 +52,7 @@ struct Epilogue {
   bool gelu = false;     // applies GELU
   bool aux_out = false;  // writes the pre-activation to aux
   bool dgelu = false;    // multiplies by gelu'(aux)
+  bool bias_grad = false;  // writes op(B)'s column sums to the bias vector
 };
 
 // A problem the descriptors describe, checked.
@@ -60,7 +61,7 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   const LayoutRecord *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr;
   Epilogue epilogue;
-  const void* bias = nullptr;
+  const void* bias = nullptr;  // the bias, or the bias gradient's output
   const void* aux = nullptr;
   int64_t aux_ld = 0;
 };
@@ -213,6 +214,9 @@ cublasStatus_t CheckEpilogue(const char* where, const DescRecord& desc,
     case CUBLASLT_EPILOGUE_DGELU:
       ep.dgelu = true;
       break;
+    case CUBLASLT_EPILOGUE_BGRADB:
+      ep.bias_grad = true;
+      break;
     case CUBLASLT_EPILOGUE_RELU:
     case CUBLASLT_EPILOGUE_RELU_AUX:
     case CUBLASLT_EPILOGUE_RELU_BIAS:
@@ -221,7 +225,6 @@ cublasStatus_t CheckEpilogue(const char* where, const DescRecord& desc,
     case CUBLASLT_EPILOGUE_DRELU_BGRAD:
     case CUBLASLT_EPILOGUE_DGELU_BGRAD:
     case CUBLASLT_EPILOGUE_BGRADA:
-    case CUBLASLT_EPILOGUE_BGRADB:
       return Reject(CUBLAS_STATUS_NOT_SUPPORTED, where,
                     "epilogue " + std::to_string(e) + " is not emulated");
     default:
@@ -232,10 +235,10 @@ cublasStatus_t CheckEpilogue(const char* where, const DescRecord& desc,
   const cudaDataType d_type = p->d->type;
   const int32_t bias_type =
       AsInt32(desc.values[CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE]);
-  if (ep.bias && bias_type != -1 && bias_type != d_type) {
+  if ((ep.bias || ep.bias_grad) && bias_type != -1 && bias_type != d_type) {
     return Reject(CUBLAS_STATUS_INVALID_VALUE, where,
                   "BIAS_DATA_TYPE " + std::to_string(bias_type) +
-                      ": bias elements are of D's type, " +
+                      ": bias (and bias gradient) elements are of D's type, " +
                       std::to_string(d_type));
   }
   p->bias = AsPointer(desc.values[CUBLASLT_MATMUL_DESC_BIAS_POINTER]);
@@ -322,6 +325,14 @@ cublasStatus_t CheckPresent(const char* where, const Problem& p,
   if (p.epilogue.bias && p.bias == nullptr) {
     missing = "a BIAS epilogue with BIAS_POINTER NULL";
   }
+  if (p.epilogue.bias_grad && p.bias == nullptr) {
+    missing = "a BGRADB epilogue with BIAS_POINTER NULL";
+  }
+  if (p.epilogue.bias_grad && o.alpha != 1.f) {
+    return Reject(CUBLAS_STATUS_NOT_SUPPORTED, where,
+                  "a BGRADB epilogue with alpha != 1 is not emulated (whether "
+                  "the bias gradient is scaled is not documented)");
+  }
   if ((p.epilogue.aux_out || p.epilogue.dgelu) && p.aux == nullptr) {
     missing = "a GELU aux epilogue with EPILOGUE_AUX_POINTER NULL";
   }
@@ -354,6 +365,9 @@ cublasStatus_t CheckOverlaps(const char* where, const Problem& p,
   std::vector<std::pair<const char*, MatrixRef>> outputs = {
       {"D", Ref(*p.d, o.d)}};
   if (p.epilogue.aux_out) outputs.push_back({"aux", aux});
+  if (p.epilogue.bias_grad) {
+    outputs.push_back({"bias gradient", {dt, p.bias, p.n, 1, p.n}});
+  }
   for (size_t i = 0; i < outputs.size(); ++i) {
     for (const auto& other : inputs) {
       if (Overlap(outputs[i].second, other.second)) {
@@ -365,7 +379,8 @@ cublasStatus_t CheckOverlaps(const char* where, const Problem& p,
     for (size_t j = i + 1; j < outputs.size(); ++j) {
       if (Overlap(outputs[i].second, outputs[j].second)) {
         return Reject(CUBLAS_STATUS_INVALID_VALUE, where,
-                      "outputs D and aux overlap");
+                      std::string("outputs ") + outputs[i].first + " and " +
+                          outputs[j].first + " overlap");
       }
     }
   }
@@ -386,8 +401,8 @@ cublasStatus_t CheckAlignments(const char* where, const Problem& p,
       {"B", o.b, algo.align_b, "the preference's MIN_ALIGNMENT_B_BYTES"},
       {"C", o.c, algo.align_c, "the preference's MIN_ALIGNMENT_C_BYTES"},
       {"D", o.d, algo.align_d, "the preference's MIN_ALIGNMENT_D_BYTES"},
-      {"bias", p.epilogue.bias ? p.bias : nullptr, algo.align_bias,
-       "the BIAS_POINTER the heuristic saw"},
+      {"bias", p.epilogue.bias || p.epilogue.bias_grad ? p.bias : nullptr,
+       algo.align_bias, "the BIAS_POINTER the heuristic saw"},
       {"aux", p.aux, algo.align_aux,
        "the EPILOGUE_AUX_POINTER the heuristic saw"},
   };
@@ -426,6 +441,16 @@ void Compute(const Problem& p, const Operands& o) {
                        p.k,       Ref(*p.a, o.a), Ref(*p.b, o.b)};
   const cudaDataType ct = p.c->type, dt = p.d->type;
   const Epilogue& ep = p.epilogue;
+  if (ep.bias_grad) {  // column j of op(B), summed in fp32 over p ascending
+    for (int64_t j = 0; j < p.n; ++j) {
+      float sum = 0.f;
+      for (int64_t k = 0; k < p.k; ++k) {
+        sum += LoadElement(g.b.type, g.b.data,
+                           g.trans_b ? j + k * g.b.ld : k + j * g.b.ld);
+      }
+      StoreElement(dt, const_cast<void*>(p.bias), j, sum);
+    }
+  }
   ForEachProduct(g, [&](int64_t i, int64_t j, float sum) {
     float v = o.alpha * sum;
     if (o.beta != 0) v += o.beta * LoadElement(ct, o.c, i + j * p.c->ld);
@@ -442,10 +467,12 @@ void Compute(const Problem& p, const Operands& o) {
 }
 
 std::atomic<int> last_candidate{-1};
+std::atomic<int> bias_gradients{0};
 
 }  // namespace
 
 int LastLtMatmulCandidate() { return last_candidate.load(); }
+int LtMatmulBiasGradients() { return bias_gradients.load(); }
 
 }  // namespace trainyard::cuda_emulation
 
@@ -562,5 +589,6 @@ cublasStatus_t cublasLtMatmul(
   }
   if (p.m > 0 && p.n > 0) emu::Compute(p, o);
   emu::last_candidate.store(chosen.candidate);
+  if (p.epilogue.bias_grad) ++emu::bias_gradients;
   return CUBLAS_STATUS_SUCCESS;
 }

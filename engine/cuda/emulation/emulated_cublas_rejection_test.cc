@@ -153,15 +153,45 @@ TEST(LtRejectionTest, BiasMustBeOfDsType) {
 
 TEST(LtRejectionTest, EpiloguesNeedTheirPointers) {
   Problem p(CUDA_R_32F, CUDA_R_32F, 8, 8, 8);
-  for (auto epilogue :
-       {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX,
-        CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU}) {
+  for (auto epilogue : {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX,
+                        CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                        CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_BGRADB}) {
     Lt lt;
     lt.Set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
     lt.Set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{8});
     // The heuristic takes NULL (a pointer may be set later); the matmul not.
     EXPECT_EQ(lt.Run(p.a, p.b, p.c, 0), kInvalid) << epilogue;
   }
+}
+
+// BGRADB writes n sums of D's type: its vector must be of D's type, must
+// not overlap an input or D, and alpha stays 1 (whether the sums are
+// scaled is not documented, so the stand-in does not guess).
+TEST(LtRejectionTest, BiasGradientIsAnOutputOfDsTypeAtAlphaOne) {
+  Problem p(CUDA_R_16BF, CUDA_R_32F, 8, 8, 8);
+  DeviceMatrix grad(CUDA_R_32F, 8, 1, 8, 4);
+  Lt lt;
+  lt.Set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB);
+  lt.Set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t{CUDA_R_16BF});
+  EXPECT_EQ(HeuristicFor(lt, p), kInvalid);
+  lt.Set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t{-1});
+  lt.Set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, grad.get());
+  EXPECT_EQ(lt.Run(p.a, p.b, p.c, 0), kOk);
+  lt.Set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.c.get());
+  EXPECT_EQ(lt.Run(p.a, p.b, p.c, 0), kInvalid);  // D's first column
+  // bf16 B read as fp32 words: its first 8 elements' bytes.
+  lt.Set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.b.get());
+  EXPECT_EQ(lt.Run(p.a, p.b, p.c, 0), kInvalid);
+  lt.Set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, grad.get());
+  cublasLtMatrixLayout_t la = lt.Layout(p.a), lb = lt.Layout(p.b),
+                         lc = lt.Layout(p.c);
+  cublasLtMatmulHeuristicResult_t result = {};
+  ASSERT_EQ(lt.Heuristic(la, lb, lc, 0, 256, &result), kOk);
+  const float two = 2, zero = 0;
+  EXPECT_EQ(cublasLtMatmul(lt.handle(), lt.desc(), &two, p.a.get(), la,
+                           p.b.get(), lb, &zero, p.c.get(), lc, p.c.get(), lc,
+                           &result.algo, nullptr, 0, nullptr),
+            kNotSupported);
 }
 
 TEST(LtRejectionTest, AuxLdMustBeAMultipleOf8AndNoLessThanRows) {

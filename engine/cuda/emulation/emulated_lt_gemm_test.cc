@@ -132,6 +132,65 @@ TEST_F(LtGemmOnEmulationTest, WeightGradientAccumulatesInFp32) {
       "dweight");
 }
 
+// The same with the bias gradient from cuBLASLt's BGRADB epilogue:
+// dbias[o] = the sum over the batch of dout [batch, O]'s column o, fp32,
+// overwritten (what was there is not added to).
+TEST_F(LtGemmOnEmulationTest, WeightGradientWithTheBiasGradient) {
+  constexpr int64_t kOut = 12, kBatch = 9, kIn = 10;
+  DeviceMatrix inp(CUDA_R_16BF, kIn, kBatch, kIn, 1);
+  DeviceMatrix dout(CUDA_R_16BF, kOut, kBatch, kOut, 2);
+  DeviceMatrix dweight(CUDA_R_32F, kIn, kOut, kIn, 3);
+  DeviceMatrix dbias(CUDA_R_32F, kOut, 1, kOut, 4);
+  const DeviceMatrix before = dweight.Copy();
+  LtGemmArgs g = engine::cuda::LinearWeightGradArgs(
+      static_cast<float*>(dweight.get()), dout.get(), inp.get(), kBatch, kIn,
+      kOut, CUDA_R_16BF);
+  g.bias_grad = dbias.get();
+  ASSERT_TRUE(gemm_->Run(g).ok());
+  ExpectMatches(
+      dweight,
+      Product(inp, false, dout, true, kIn, kOut, kBatch, 1, &before, nullptr),
+      "dweight");
+  // The column sums as a product: dout (O x batch) times a column of ones.
+  DeviceMatrix ones(CUDA_R_32F, kBatch, 1, kBatch, 0);
+  for (int64_t t = 0; t < kBatch; ++t) ones.Set(t, 0, 1.f);
+  ExpectMatches(
+      dbias,
+      Product(dout, false, ones, false, kOut, 1, kBatch, 0, nullptr, nullptr),
+      "dbias");
+  EXPECT_NE(LtGemm::ChoiceLine(g, 0, 1).find(" bias=grad "), std::string::npos)
+      << LtGemm::ChoiceLine(g, 0, 1);
+}
+
+// The bias gradient is an epilogue of its own: with a bias or a GELU
+// epilogue, INVALID_ARGUMENT before anything runs.
+TEST_F(LtGemmOnEmulationTest, BiasGradientTakesNoOtherEpilogue) {
+  DeviceMatrix inp(CUDA_R_16BF, 8, 4, 8, 1), dout(CUDA_R_16BF, 8, 4, 8, 2);
+  DeviceMatrix dweight(CUDA_R_32F, 8, 8, 8, 3), dbias(CUDA_R_32F, 8, 1, 8, 4);
+  const DeviceMatrix before = dweight.Copy();
+  LtGemmArgs g = engine::cuda::LinearWeightGradArgs(
+      static_cast<float*>(dweight.get()), dout.get(), inp.get(), 4, 8, 8,
+      CUDA_R_16BF);
+  g.bias_grad = dbias.get();
+  LtGemmArgs with_bias = g;
+  with_bias.bias = dbias.get();
+  LtGemmArgs with_gelu = g;
+  with_gelu.gelu = LtGemmArgs::Gelu::kGradient;
+  with_gelu.gelu_aux = inp.get();
+  for (const LtGemmArgs& bad : {with_bias, with_gelu}) {
+    const absl::Status s = gemm_->Run(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("bias gradient epilogue takes neither"),
+              std::string::npos)
+        << s;
+  }
+  for (int64_t j = 0; j < 8; ++j) {
+    for (int64_t i = 0; i < 8; ++i) {
+      ASSERT_EQ(dweight.at(i, j), before.at(i, j)) << "ran anyway";
+    }
+  }
+}
+
 // The plan made for a 256-byte aligned bias is not reused for a 4-byte
 // aligned one (the stand-in would refuse it): a new plan runs it.
 TEST_F(LtGemmOnEmulationTest, LessAlignedBiasGetsItsOwnPlan) {
@@ -246,6 +305,8 @@ TEST_F(LtGemmOnEmulationTest, BadChoicesAreRejectedNamingTheLine) {
     line.replace(line.find(from), from.size(), to);
     return "# first\n" + line;
   };
+  std::string grad_with_gelu = with("bias=add", "bias=grad");
+  grad_with_gelu.replace(grad_with_gelu.find("gelu=none"), 9, "gelu=apply");
   const struct {
     std::string text, message;
   } cases[] = {
@@ -256,7 +317,10 @@ TEST_F(LtGemmOnEmulationTest, BadChoicesAreRejectedNamingTheLine) {
       {with("ab=bf16", "ab=fp16"), "ab=fp16: not one of fp32, bf16"},
       {with("candidate=1", "candidate=3"), "candidate=3 of=3: need candidate"},
       {with("of=3", "of=33"), "need candidate < of <= 32"},
-      {with("ta=1", "ta=2"), "ta, tb, acc and bias are 0 or 1"},
+      {with("ta=1", "ta=2"), "ta, tb and acc are 0 or 1"},
+      {with("bias=add", "bias=1"), "bias=1: not one of none, add, grad"},
+      {grad_with_gelu,
+       "bias=grad with gelu=apply: the bias gradient epilogue takes no GELU"},
       {with("m=16", "m=16 m=16"),
        "'m=16' is not a name=value field named once"},
       {with("m=16", "m=16 speed"), "'speed' is not a name=value field"},
