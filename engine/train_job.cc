@@ -268,7 +268,9 @@ namespace {
 // speed setting (every tiling gives the same bits); YARD_ATTENTION_BACKWARD
 // ("two-kernel" or "ordered-dq") its backward's split, also a speed
 // setting (the two agree to fp32 rounding; the second takes B T C floats
-// more memory, in the estimate); YARD_GEMM_CHOICES
+// more memory, in the estimate); YARD_BIAS_GRADIENT ("column-sums" or
+// "epilogue") where the linear layers' bias gradients are summed, a speed
+// setting too (the two agree to fp32 rounding); YARD_GEMM_CHOICES
 // names a file of cuBLASLt algorithm choices (LtGemm::SetChoices; made by
 // gemm_bench --choices on the GPU model they are for).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
@@ -341,6 +343,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
           absl::StrCat("YARD_ATTENTION_TILING: ", t.status().message()));
     }
     options.attention_tiling = *t;
+  }
+  if (const char* way = std::getenv("YARD_BIAS_GRADIENT");
+      way != nullptr && *way != '\0') {
+    absl::StatusOr<BiasGradient> b = ParseBiasGradient(way);
+    if (!b.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("YARD_BIAS_GRADIENT: ", b.status().message()));
+    }
+    options.bias_gradient = *b;
   }
   if (const char* path = std::getenv("YARD_GEMM_CHOICES");
       path != nullptr && *path != '\0') {

@@ -336,40 +336,37 @@ TEST_F(EmulatedGpuJobsTest, AGrantTooSmallFailsAtStartWithBothFigures) {
       << bad.err;
 }
 
-// The attention kernels' tiling (a speed setting) comes from the
-// environment; one the engine does not have is a usage error (exit 2)
-// naming the variable and the choices, before any step.
-TEST_F(EmulatedGpuJobsTest, AnUnknownAttentionTilingIsAUsageError) {
-  const MnistSpec spec{.name = "tiled", .steps = 20, .gpus = 1};
-  const std::string spec_path = WriteSpec("tiled.yaml", spec.ToYaml());
-  CommandResult bad =
-      RunCommand({"/usr/bin/env", "YARD_ATTENTION_TILING=64x1",
-                  EMULATED_TRAIN_BIN, "run", spec_path, "--data-root",
-                  SourceDir(), "--checkpoint-dir", dir().Subdir("tiled")},
-                 dir().LogPrefix("tiled"), JobTimeout());
-  EXPECT_EQ(bad.exit_code(), 2) << bad.DebugString();
-  EXPECT_THAT(bad.err, HasSubstr("YARD_ATTENTION_TILING: attention "
-                                 "tiling '64x1' is not one of 16x4, 32x2, "
-                                 "32x4"))
-      << bad.err;
-  EXPECT_THAT(bad.out, Not(HasSubstr("step "))) << bad.out;
-}
-
-// So is the attention backward's split (YARD_ATTENTION_BACKWARD).
-TEST_F(EmulatedGpuJobsTest, AnUnknownAttentionBackwardIsAUsageError) {
-  const MnistSpec spec{.name = "split", .steps = 20, .gpus = 1};
-  const std::string spec_path = WriteSpec("split.yaml", spec.ToYaml());
-  CommandResult bad =
-      RunCommand({"/usr/bin/env", "YARD_ATTENTION_BACKWARD=three-kernel",
-                  EMULATED_TRAIN_BIN, "run", spec_path, "--data-root",
-                  SourceDir(), "--checkpoint-dir", dir().Subdir("split")},
-                 dir().LogPrefix("split"), JobTimeout());
-  EXPECT_EQ(bad.exit_code(), 2) << bad.DebugString();
-  EXPECT_THAT(bad.err, HasSubstr("YARD_ATTENTION_BACKWARD: attention "
-                                 "backward 'three-kernel' is not one of "
-                                 "two-kernel, ordered-dq"))
-      << bad.err;
-  EXPECT_THAT(bad.out, Not(HasSubstr("step "))) << bad.out;
+// The CUDA backend's speed settings come from the environment
+// (YARD_ATTENTION_TILING, YARD_ATTENTION_BACKWARD, YARD_BIAS_GRADIENT);
+// a value the engine does not have is a usage error (exit 2) naming the
+// variable and the choices, before any step.
+TEST_F(EmulatedGpuJobsTest, AnUnknownSpeedSettingIsAUsageError) {
+  const struct {
+    const char* setting;
+    const char* message;
+  } cases[] = {
+      {"YARD_ATTENTION_TILING=64x1",
+       "YARD_ATTENTION_TILING: attention tiling '64x1' is not one of 16x4, "
+       "32x2, 32x4"},
+      {"YARD_ATTENTION_BACKWARD=three-kernel",
+       "YARD_ATTENTION_BACKWARD: attention backward 'three-kernel' is not one "
+       "of two-kernel, ordered-dq"},
+      {"YARD_BIAS_GRADIENT=atomics",
+       "YARD_BIAS_GRADIENT: bias gradient 'atomics' is not one of "
+       "column-sums, epilogue"},
+  };
+  const MnistSpec spec{.name = "set", .steps = 20, .gpus = 1};
+  const std::string spec_path = WriteSpec("set.yaml", spec.ToYaml());
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.setting);
+    CommandResult bad = RunCommand(
+        {"/usr/bin/env", c.setting, EMULATED_TRAIN_BIN, "run", spec_path,
+         "--data-root", SourceDir(), "--checkpoint-dir", dir().Subdir("set")},
+        dir().LogPrefix("set"), JobTimeout());
+    EXPECT_EQ(bad.exit_code(), 2) << bad.DebugString();
+    EXPECT_THAT(bad.err, HasSubstr(c.message)) << bad.err;
+    EXPECT_THAT(bad.out, Not(HasSubstr("step "))) << bad.out;
+  }
 }
 
 // YARD_GEMM_CHOICES names a file of cuBLASLt algorithm choices; a file

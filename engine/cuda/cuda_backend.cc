@@ -114,6 +114,13 @@ absl::StatusOr<cuda::AttentionTcBackward> ParseAttentionBackward(
       "attention backward '", text, "' is not one of two-kernel, ordered-dq"));
 }
 
+absl::StatusOr<BiasGradient> ParseBiasGradient(absl::string_view text) {
+  if (text == "column-sums") return BiasGradient::kColumnSums;
+  if (text == "epilogue") return BiasGradient::kEpilogue;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bias gradient '", text, "' is not one of column-sums, epilogue"));
+}
+
 AttentionState CudaAttentionState(cuda::AttentionTcBackward backward) {
   return backward == cuda::AttentionTcBackward::kOrderedDq
              ? AttentionState::kLogSumExpWithDqSums

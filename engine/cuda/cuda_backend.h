@@ -52,6 +52,20 @@
 
 namespace trainyard::engine {
 
+// How the CUDA backend sums a linear layer's bias gradient, the output
+// gradient's column sums over the batch. A speed setting: both are
+// deterministic and agree to fp32 rounding, not bit for bit.
+enum class BiasGradient {
+  // Its own kernels (linear_kernels.h LaunchBiasGrad), a second read of
+  // the output gradient after the weight gradient's product.
+  kColumnSums,
+  // cuBLASLt's bias-gradient epilogue (BGRADB) in the weight gradient's
+  // product, which reads the output gradient anyway, into scratch and
+  // then added to the gradient; the column-sum kernels where cuBLASLt has
+  // no such algorithm.
+  kEpilogue,
+};
+
 struct CudaBackendOptions {
   int device = 0;  // CUDA ordinal, after CUDA_VISIBLE_DEVICES
   // The job's whole device-memory grant, taken at creation. Must cover
@@ -81,6 +95,8 @@ struct CudaBackendOptions {
   // that may change the bits (each choice sums in its own order), the same
   // in every run with the same choices.
   std::string gemm_choices;
+  // Where the linear layers' bias gradients are summed (BiasGradient).
+  BiasGradient bias_gradient = BiasGradient::kColumnSums;
 };
 
 // "RxW" (rows a warp x warps a block, e.g. "32x4") as one of the attention
@@ -88,6 +104,10 @@ struct CudaBackendOptions {
 // otherwise.
 absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
     absl::string_view text);
+
+// "column-sums" or "epilogue" as the bias gradient's way; INVALID_ARGUMENT
+// naming the text and the choices otherwise.
+absl::StatusOr<BiasGradient> ParseBiasGradient(absl::string_view text);
 
 // "two-kernel" or "ordered-dq" as the attention backward's split;
 // INVALID_ARGUMENT naming the text and the choices otherwise.

@@ -168,12 +168,32 @@ void CudaBackend::LinearBackwardThroughGelu(void* dpre, float* dweight,
                                      pre, batch, in, out_features);
 }
 
+// With BiasGradient::kEpilogue, cuBLASLt writes the bias gradient (fp32,
+// as dweight) to the column sums' scratch while it takes the weight
+// gradient, and a small add sums it in; where it has no such algorithm,
+// the product runs plain and the column sums as without it.
 void CudaBackend::WeightGrads(float* dweight, float* dbias, const void* dout,
                               const void* inp, int64_t batch, int64_t in,
                               int64_t out_features) {
-  Launched(InOp("LinearBackward (weight)",
-                gemm_->Run(cuda::LinearWeightGradArgs(
-                    dweight, dout, inp, batch, in, out_features, act_type()))));
+  cuda::LtGemmArgs g = cuda::LinearWeightGradArgs(dweight, dout, inp, batch, in,
+                                                  out_features, act_type());
+  if (dbias != nullptr && options_.bias_gradient == BiasGradient::kEpilogue &&
+      batch > 0 && out_features <= column_scratch_floats_) {
+    g.bias_grad = column_scratch_;
+    absl::Status fused = gemm_->Run(g);
+    if (fused.code() != absl::StatusCode::kUnimplemented) {
+      const bool queued = fused.ok();
+      Launched(
+          InOp("LinearBackward (weight, bias gradient)", std::move(fused)));
+      if (queued) {
+        YARD_CUDA_LAUNCH(cuda::LaunchAdd(dbias, dbias, column_scratch_,
+                                         out_features, false, stream_));
+      }
+      return;
+    }
+    g.bias_grad = nullptr;  // no such algorithm: nothing was queued
+  }
+  Launched(InOp("LinearBackward (weight)", gemm_->Run(g)));
   if (dbias != nullptr) {
     YARD_CUDA_LAUNCH(
         cuda::LaunchBiasGrad(dbias, dout, batch, out_features, column_scratch_,

@@ -56,6 +56,22 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
   }
 }
 
+// The bias gradient's two ways by name.
+TEST(CudaBackendCreateTest, ParsesTheBiasGradientsAndRefusesOthers) {
+  EXPECT_EQ(*ParseBiasGradient("column-sums"), BiasGradient::kColumnSums);
+  EXPECT_EQ(*ParseBiasGradient("epilogue"), BiasGradient::kEpilogue);
+  for (const char* bad : {"", "Epilogue", "epilogue ", "bgradb"}) {
+    const auto parsed = ParseBiasGradient(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
+        << "'" << bad << "'";
+    EXPECT_TRUE(absl::StrContains(
+        parsed.status().message(),
+        absl::StrCat("bias gradient '", bad,
+                     "' is not one of column-sums, epilogue")))
+        << parsed.status();
+  }
+}
+
 // The attention backward's two splits by name, and what each asks the
 // model to keep.
 TEST(CudaBackendCreateTest, ParsesTheAttentionBackwardsAndRefusesOthers) {

@@ -30,6 +30,10 @@
 #include "engine/cuda/cuda_test_support.h"
 #include "gtest/gtest.h"
 
+#if defined(TRAINYARD_CUDA_EMULATION)
+#include "engine/cuda/emulation/cublas_host.h"
+#endif
+
 namespace trainyard::engine::cuda_test {
 namespace {
 
@@ -204,6 +208,70 @@ TEST_F(CudaBf16Test, LinearBackwardThroughGeluMatchesTheTwoOps) {
                          B * I);
       EXPECT_EQ(Download(*gpu_, dpre.dev), Download(*gpu_, split.dev));
     }
+  }
+}
+
+// The bias gradients from cuBLASLt's epilogue (BiasGradient::kEpilogue)
+// in the weight gradient's product, through both linear backwards: summed
+// into what the gradients held (nonzero here), within the column sums'
+// bound (fp32 sums of B bf16 values, in an order of cuBLASLt's, plus the
+// value held). The input gradient is the same product either way: the
+// same bits. On the emulation the test also sees that the epilogue ran.
+TEST_F(CudaBf16Test, BiasGradientsFromTheEpilogue) {
+  CudaBackendOptions options;
+  options.arena_bytes = int64_t{256} << 20;
+  options.sync_after_each_op = true;
+  options.activation_dtype = DType::kBF16;
+  options.bias_gradient = BiasGradient::kEpilogue;
+  auto made = CudaBackend::Create(options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const int64_t B = 37, I = 64, O = 48;
+  const std::vector<uint16_t> x = ToBf16(Random(B * I, 41)),
+                              w = ToBf16(Random(O * I, 42)),
+                              dout = ToBf16(Random(B * O, 43)),
+                              pre = ToBf16(Random(B * I, 44, -3, 3));
+  const std::vector<float> dw0 = Random(O * I, 45), db0 = Random(O, 46);
+  const double tol = 2 * Gamma(B + 1) * (B + 1);
+  for (const bool gelu : {false, true}) {
+    SCOPED_TRACE(gelu ? "through GELU" : "linear");
+    const auto backward = [&](Backend& b, void* dinp, float* dw, float* db,
+                              const void* dy, const void* in, const void* wt,
+                              const void* p) {
+      if (gelu) {
+        b.LinearBackwardThroughGelu(dinp, dw, db, dy, in, wt, p, B, I, O);
+      } else {
+        b.LinearBackward(dinp, dw, db, dy, in, wt, B, I, O);
+      }
+    };
+    std::vector<uint16_t> dinp(B * I, 0);
+    std::vector<float> dw = dw0, db = db0;
+    backward(*cpu_, dinp.data(), dw.data(), db.data(), dout.data(), x.data(),
+             w.data(), pre.data());
+    struct Got {
+      std::vector<uint16_t> dinp;
+      std::vector<float> dw, db;
+    };
+    const auto run = [&](CudaBackend& b) {
+      auto gx = Upload(b, x), gw = Upload(b, w), gdy = Upload(b, dout),
+           gpre = Upload(b, pre);
+      auto gdw = Upload(b, dw0), gdb = Upload(b, db0);
+      auto gdinp = Zeros<uint16_t>(b, B * I);
+      backward(b, gdinp.get(), gdw.get(), gdb.get(), gdy.get(), gx.get(),
+               gw.get(), gpre.get());
+      return Got{Download(b, gdinp), Download(b, gdw), Download(b, gdb)};
+    };
+    const Got plain = run(*gpu_);
+#if defined(TRAINYARD_CUDA_EMULATION)
+    const int epilogues = cuda_emulation::LtMatmulBiasGradients();
+#endif
+    const Got fused = run(**made);
+#if defined(TRAINYARD_CUDA_EMULATION)
+    EXPECT_EQ(cuda_emulation::LtMatmulBiasGradients(), epilogues + 1);
+#endif
+    EXPECT_TRUE(fused.dinp == plain.dinp) << "dinp";
+    ExpectNear(fused.dw, dw, 0, tol, "dweight");
+    ExpectNear(fused.db, db, 0, tol, "dbias");
+    ExpectNear(plain.db, db, 0, tol, "dbias (column sums)");
   }
 }
 
