@@ -116,15 +116,15 @@ class EventTimer {
     return CudaOk(cudaEventCreate(&start_), "cudaEventCreate", error) &&
            CudaOk(cudaEventCreate(&stop_), "cudaEventCreate", error);
   }
-  // *ms = the time launch() takes on the stream; launch returns false
-  // (having said why, if it matters) when it could not launch. `what`
-  // names the run in a CUDA error while it runs.
+  // *ms = the time launch() takes on `stream` (the default stream unless
+  // given); launch returns false (having said why, if it matters) when it
+  // could not launch. `what` names the run in a CUDA error while it runs.
   template <typename Launch>
   bool Time(const Launch& launch, const std::string& what, float* ms,
-            std::string* error) {
-    return CudaOk(cudaEventRecord(start_), "cudaEventRecord", error) &&
+            std::string* error, cudaStream_t stream = nullptr) {
+    return CudaOk(cudaEventRecord(start_, stream), "cudaEventRecord", error) &&
            launch() &&
-           CudaOk(cudaEventRecord(stop_), "cudaEventRecord", error) &&
+           CudaOk(cudaEventRecord(stop_, stream), "cudaEventRecord", error) &&
            CudaOk(cudaEventSynchronize(stop_), what.c_str(), error) &&
            CudaOk(cudaEventElapsedTime(ms, start_, stop_), "elapsed", error);
   }

@@ -13,6 +13,14 @@
 //       [--layers 12] [--candidates 16] [--reps 10] [--warmup 2] [--csv FILE]
 //       [--choices FILE]
 //
+// Then the bias gradients of the layers that have a bias, as the backend
+// sums them with the weight gradient (CudaBackend::LinearBackward without
+// an input gradient), each way it has (BiasGradient): the product plus
+// the column-sum kernels, its default, against the product with cuBLASLt's
+// BGRADB epilogue (YARD_BIAS_GRADIENT=epilogue), with how many candidates
+// cuBLASLt's heuristic offers for the latter (none: the backend falls back
+// to the column sums).
+//
 // --choices writes each product's fastest candidate as a choice line
 // (LtGemm::ChoiceLine) for YARD_GEMM_CHOICES: a training job on the same
 // GPU model then runs those algorithms (the step's figure with and without
@@ -37,6 +45,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bench/engine/cuda_bench_util.h"
+#include "engine/core/memory_estimate.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/lt_gemm.h"
 
 namespace {
@@ -240,6 +250,141 @@ bool TimeProduct(const Options& o, const Product& p, cuda::LtGemm* gemm,
   return CudaOk(cudaGetLastError(), p.name.c_str(), error);
 }
 
+// A linear layer with a bias: `in` -> `out` features, `per_step` a step.
+struct BiasLayer {
+  const char* name;
+  int64_t in, out, per_step;
+};
+
+// The median ms of the weight and bias gradients of `layer` through a
+// backend made with `way` (inputs freed after).
+bool TimeWeightAndBiasGrads(const Options& o, const BiasLayer& layer,
+                            trainyard::engine::BiasGradient way,
+                            trainyard::bench::EventTimer* timer, double* ms,
+                            std::string* error) {
+  namespace engine = trainyard::engine;
+  const int64_t t = o.tokens;
+  const int64_t bytes = 2 * t * (layer.in + layer.out) +
+                        4 * layer.out * (layer.in + 1) + (int64_t{64} << 20);
+  engine::CudaBackendOptions options;
+  options.arena_bytes = engine::kCudaWorkspaceBytes + bytes;
+  options.activation_dtype = engine::DType::kBF16;
+  options.bias_gradient = way;
+  absl::StatusOr<std::unique_ptr<engine::CudaBackend>> made =
+      engine::CudaBackend::Create(options);
+  if (!made.ok()) {
+    *error = absl::StrCat(layer.name, ": ", made.status().ToString());
+    return false;
+  }
+  engine::CudaBackend& backend = **made;
+  std::unique_ptr<engine::DeviceBuffer> buffers[4];
+  const int64_t sizes[4] = {2 * t * layer.in, 2 * t * layer.out,
+                            4 * layer.out * layer.in, 4 * layer.out};
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<std::unique_ptr<engine::DeviceBuffer>> b =
+        backend.Allocate(sizes[i]);
+    if (!b.ok()) {
+      *error = absl::StrCat(layer.name, ": ", b.status().ToString());
+      return false;
+    }
+    buffers[i] = *std::move(b);
+  }
+  void *inp = buffers[0]->data(), *dout = buffers[1]->data();
+  float* dweight = static_cast<float*>(buffers[2]->data());
+  float* dbias = static_cast<float*>(buffers[3]->data());
+  if (!Fill(inp, t * layer.in, false, 1, error) ||
+      !Fill(dout, t * layer.out, false, 2, error) ||
+      !Fill(dweight, layer.out * layer.in, true, 3, error) ||
+      !Fill(dbias, layer.out, true, 4, error)) {
+    return false;
+  }
+  std::vector<float> times;
+  for (int64_t rep = 0; rep < o.warmup + o.reps; ++rep) {
+    float one = 0.f;
+    if (!timer->Time(
+            [&] {
+              backend.LinearBackward(nullptr, dweight, dbias, dout, inp,
+                                     nullptr, t, layer.in, layer.out);
+              return true;
+            },
+            layer.name, &one, error, backend.stream())) {
+      return false;
+    }
+    if (rep >= o.warmup) times.push_back(one);
+  }
+  if (absl::Status s = backend.Synchronize(); !s.ok()) {
+    *error = absl::StrCat(layer.name, ": ", s.ToString());
+    return false;
+  }
+  *ms = trainyard::bench::Median(times);
+  return true;
+}
+
+// The bias gradients' section (see the top of the file): per layer, and
+// their sum over a step.
+bool TimeBiasGradients(const Options& o, cuda::LtGemm* gemm,
+                       trainyard::bench::EventTimer* timer,
+                       std::vector<std::string>* csv_rows, std::string* error) {
+  using trainyard::engine::BiasGradient;
+  const int64_t c = o.d_model, l = o.layers;
+  const BiasLayer layers[] = {{"qkv", c, 3 * c, l},
+                              {"attn proj", c, c, l},
+                              {"fc", c, 4 * c, l},
+                              {"fc proj", 4 * c, c, l}};
+  std::printf(
+      "bias gradients with the weight gradient, as the backend sums them: "
+      "column sums (default) vs cuBLASLt's BGRADB epilogue\n");
+  double step_sums = 0, step_epilogue = 0;
+  for (const BiasLayer& layer : layers) {
+    // Whether cuBLASLt has the epilogue for this product at all.
+    trainyard::bench::DeviceBuffers probe;
+    void *x = nullptr, *y = nullptr, *dw = nullptr, *db = nullptr;
+    if (!probe.Allocate(&x, 2 * o.tokens * layer.in, error) ||
+        !probe.Allocate(&y, 2 * o.tokens * layer.out, error) ||
+        !probe.Allocate(&dw, 4 * layer.in * layer.out, error) ||
+        !probe.Allocate(&db, 4 * layer.out, error)) {
+      return false;
+    }
+    cuda::LtGemmArgs g =
+        cuda::LinearWeightGradArgs(static_cast<float*>(dw), y, x, o.tokens,
+                                   layer.in, layer.out, CUDA_R_16BF);
+    g.bias_grad = db;
+    const absl::StatusOr<int> offered =
+        gemm->Candidates(g, static_cast<int>(o.candidates));
+    if (!offered.ok() &&
+        offered.status().code() != absl::StatusCode::kUnimplemented) {
+      *error = absl::StrCat(layer.name, ": ", offered.status().ToString());
+      return false;
+    }
+    double sums = 0, epilogue = 0;
+    if (!TimeWeightAndBiasGrads(o, layer, BiasGradient::kColumnSums, timer,
+                                &sums, error) ||
+        !TimeWeightAndBiasGrads(o, layer, BiasGradient::kEpilogue, timer,
+                                &epilogue, error)) {
+      return false;
+    }
+    std::printf(
+        "%-10s x%-3lld column sums %8.3f ms; epilogue %8.3f ms (%.2fx; "
+        "cuBLASLt offers %d candidates)\n",
+        layer.name, static_cast<long long>(layer.per_step), sums, epilogue,
+        epilogue / sums, offered.ok() ? *offered : 0);
+    step_sums += sums * static_cast<double>(layer.per_step);
+    step_epilogue += epilogue * static_cast<double>(layer.per_step);
+    for (auto [way, ms] :
+         {std::pair{"column-sums", sums}, std::pair{"epilogue", epilogue}}) {
+      csv_rows->push_back(
+          absl::StrCat("trainyard-cuda,\"", layer.name, " weight+bias grad (",
+                       way, ")\",", layer.per_step, ",", o.tokens, ",",
+                       layer.in, ",", layer.out, ",0,", ms, ",0"));
+    }
+  }
+  std::printf(
+      "bias gradients a step: column sums %.2f ms, epilogue %.2f ms "
+      "(%.2fx)\n",
+      step_sums, step_epilogue, step_epilogue / step_sums);
+  return true;
+}
+
 int Run(const Options& o, std::string* error) {
   if (o.candidates > cuda::LtGemm::kMostCandidates) {
     *error = absl::StrCat("--candidates: at most ",
@@ -308,6 +453,7 @@ int Run(const Options& o, std::string* error) {
       "(%.1f TFLOP/s, %.2fx)\n",
       step_first, step_flops / (step_first * 1e-3) / 1e12, step_best,
       step_flops / (step_best * 1e-3) / 1e12, step_best / step_first);
+  if (!TimeBiasGradients(o, gemm->get(), &timer, &csv_rows, error)) return 1;
   if (!o.choices.empty()) {
     if (absl::Status s = cuda::LtGemm::CheckChoices(choices); !s.ok()) {
       *error = absl::StrCat("the choices do not read back: ", s.ToString());

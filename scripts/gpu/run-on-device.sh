@@ -22,10 +22,12 @@
 #            record come from `engine`, which measures the peer too
 #   gemms    gemm_bench (the linear layers' products of a GPT-2 124M step
 #            at micro-batch 176, each cuBLASLt candidate timed; the fastest
-#            written to gemm-choices.txt) and its PyTorch peer (gemms.log,
-#            gemms.csv), then gpt_train_bench 124M bf16 without and with
+#            written to gemm-choices.txt; the bias gradients by column sums
+#            and by the BGRADB epilogue) and its PyTorch peer (gemms.log,
+#            gemms.csv), then gpt_train_bench 124M bf16 as it is, with
+#            YARD_BIAS_GRADIENT=epilogue, and with
 #            YARD_GEMM_CHOICES=gemm-choices.txt (engine.log, engine.csv):
-#            whether choosing among the candidates pays
+#            whether the epilogue and choosing among the candidates pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
 #            tiling 16x4, 16x4 with YARD_ATTENTION_BACKWARD=ordered-dq, 32x2
 #            and 32x4 (YARD_ATTENTION_TILING; engine.log, engine.csv in that
@@ -184,13 +186,16 @@ run_gemms() {
   bounded 90 "$glog" python3 "$root/bench/engine/gemm_torch_bench.py" --csv "$csv"
   note "gemms: results in gemms.csv"
   grep -vE '^== ' "$glog" | tee -a "$log"
-  # The step without, then with, the fastest candidates.
-  for with in "" "$choices"; do
-    [[ -z "$with" || -s "$with" ]] || continue
-    note "gpt_train_bench 124m bf16${with:+ with YARD_GEMM_CHOICES}"
-    YARD_GEMM_CHOICES="$with" bounded 110 "$elog" "$kit/bin/gpt_train_bench" \
-      --data-root "$root" --csv "$ecsv" --config 124m --precision bf16 \
-      --micro-batch max --profile-steps 2
+  # The step as it is, with the bias gradient epilogue, with the fastest
+  # candidates.
+  for with in "" epilogue "$choices"; do
+    [[ -z "$with" || "$with" == epilogue || -s "$with" ]] || continue
+    local bias=column-sums picks=""
+    if [[ "$with" == epilogue ]]; then bias=epilogue; elif [[ -n "$with" ]]; then picks=$with; fi
+    note "gpt_train_bench 124m bf16, YARD_BIAS_GRADIENT=$bias${picks:+, YARD_GEMM_CHOICES}"
+    YARD_BIAS_GRADIENT="$bias" YARD_GEMM_CHOICES="$picks" bounded 110 "$elog" \
+      "$kit/bin/gpt_train_bench" --data-root "$root" --csv "$ecsv" \
+      --config 124m --precision bf16 --micro-batch max --profile-steps 2
     grep -E '^step |^PROFILE +Linear' "$elog" | tail -n 5 | tee -a "$log"
   done
 }
