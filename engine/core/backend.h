@@ -223,6 +223,22 @@ class Backend {
                                            const float* lse,
                                            const int32_t* targets, float scale,
                                            int64_t batch, int64_t classes) = 0;
+  // SoftmaxCrossEntropyForward, then SoftmaxCrossEntropyBackward in place
+  // from the lse it wrote: losses, hits and lse as the forward writes them,
+  // and `logits` overwritten by their gradient times `scale`, the same bits
+  // as the two ops. A backend may do both in one pass over the logits (the
+  // CUDA backend does); this default calls the two. A backend wrapping
+  // another forwards it, so the inner one's fusion is kept.
+  virtual void SoftmaxCrossEntropyForwardBackward(float* losses, int32_t* hits,
+                                                  float* lse, void* logits,
+                                                  const int32_t* targets,
+                                                  float scale, int64_t batch,
+                                                  int64_t classes) {
+    SoftmaxCrossEntropyForward(losses, hits, lse, logits, targets, batch,
+                               classes);
+    SoftmaxCrossEntropyBackward(logits, logits, lse, targets, scale, batch,
+                                classes);
+  }
 
   // Updates the fp32 master `param` and, unless null, writes its rounded
   // copy into `working` (activation dtype) in the same pass.

@@ -155,6 +155,15 @@ void ProfilingBackend::SoftmaxCrossEntropyBackward(
   });
 }
 
+void ProfilingBackend::SoftmaxCrossEntropyForwardBackward(
+    float* losses, int32_t* hits, float* lse, void* logits,
+    const int32_t* targets, float scale, int64_t batch, int64_t classes) {
+  Timed("SoftmaxCrossEntropyForwardBackward", [&] {
+    inner_->SoftmaxCrossEntropyForwardBackward(losses, hits, lse, logits,
+                                               targets, scale, batch, classes);
+  });
+}
+
 void ProfilingBackend::AdamW(float* param, const float* grad, float* m,
                              float* v, void* working, int64_t n,
                              const AdamWUpdate& update) {

@@ -97,6 +97,11 @@ class ProfilingBackend : public Backend {
                                    const float* lse, const int32_t* targets,
                                    float scale, int64_t batch,
                                    int64_t classes) override;
+  void SoftmaxCrossEntropyForwardBackward(float* losses, int32_t* hits,
+                                          float* lse, void* logits,
+                                          const int32_t* targets, float scale,
+                                          int64_t batch,
+                                          int64_t classes) override;
   void AdamW(float* param, const float* grad, float* m, float* v, void* working,
              int64_t n, const AdamWUpdate& update) override;
   void AdamWEach(std::span<const AdamWTensor> tensors,

@@ -19,7 +19,9 @@
 //             scale without taking the statistics again
 // So the logits are read once in the forward and once in the backward
 // given the lse (twice without), and nothing of [rows, classes] exists
-// beside them.
+// beside them. The forward-backward does both in one block a row: the
+// statistics' read, then the gradient's read and write in place while the
+// row is still in L2, with the lse it has just taken.
 //
 // Access: the row is read (and the gradient written) in 16-byte packs
 // (vec16.cuh: 8 bf16 or 4 fp32), thread t taking packs t, t + 512, ...; a
@@ -146,45 +148,11 @@ __device__ SoftmaxStats RowStats(const T* x, int64_t classes) {
   return row;
 }
 
+// d = (exp(x - shift) * inv - onehot(t)) * scale over one row. Each
+// thread reads an entry before it writes that same entry, so d may be x.
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads)
-    SoftmaxCrossEntropyForwardKernel(float* losses, int32_t* hits, float* lse,
-                                     const T* logits, const int32_t* targets,
-                                     int64_t classes) {
-  const int64_t row = blockIdx.x;
-  const T* x = logits + row * classes;
-  const SoftmaxStats s = RowStats(x, classes);
-  if (threadIdx.x == 0) {
-    const int32_t t = targets[row];
-    losses[row] =
-        t >= 0 && t < classes ? logf(s.sum) - (Ld(x + t) - s.max) : nanf("");
-    // A row of -inf (or NaN) has no max seen; the CPU calls index 0 its max.
-    const int arg = s.argmax == INT_MAX ? 0 : s.argmax;
-    if (hits != nullptr) hits[row] = arg == t ? 1 : 0;
-    if (lse != nullptr) lse[row] = s.max + logf(s.sum);
-  }
-}
-
-// No __restrict__: dlogits may be the logits themselves.
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads)
-    SoftmaxCrossEntropyBackwardKernel(T* dlogits, const T* logits,
-                                      const float* lse, const int32_t* targets,
-                                      float scale, int64_t classes) {
-  const int64_t row = blockIdx.x;
-  const T* x = logits + row * classes;
-  T* d = dlogits + row * classes;
-  // p = exp(x - shift) * inv: shift = lse and inv = 1 given the forward's
-  // lse (the same for the whole block), else the statistics taken now.
-  float shift = 0.f, inv = 1.f;
-  if (lse != nullptr) {
-    shift = lse[row];
-  } else {
-    const SoftmaxStats s = RowStats(x, classes);
-    shift = s.max;
-    inv = 1.f / s.sum;
-  }
-  const int64_t t = targets[row];
+__device__ void RowGradient(T* d, const T* x, int64_t t, float shift, float inv,
+                            float scale, int64_t classes) {
   const float shift2 = shift * kLog2e;
   const auto grad = [&](float v, int64_t c) {
     return (RowExp<T>(v, shift, shift2) * inv - (c == t ? 1.f : 0.f)) * scale;
@@ -203,6 +171,58 @@ __global__ void __launch_bounds__(kRowThreads)
       });
 }
 
+// The forward; with `dlogits` (the logits themselves, or null) the
+// backward too, in place, from the lse it has just taken: the same bits as the
+// backward kernel given that lse (every thread computes it as thread 0
+// writes it). The target's logit is read before the row statistics' barrier,
+// after which the gradient overwrites it.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    SoftmaxCrossEntropyForwardKernel(float* losses, int32_t* hits, float* lse,
+                                     const T* logits, T* dlogits,
+                                     const int32_t* targets, float scale,
+                                     int64_t classes) {
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * classes;
+  const int32_t t = targets[row];
+  const bool valid = t >= 0 && t < classes;
+  const float target_logit = threadIdx.x == 0 && valid ? Ld(x + t) : 0.f;
+  const SoftmaxStats s = RowStats(x, classes);
+  if (threadIdx.x == 0) {
+    losses[row] = valid ? logf(s.sum) - (target_logit - s.max) : nanf("");
+    // A row of -inf (or NaN) has no max seen; the CPU calls index 0 its max.
+    const int arg = s.argmax == INT_MAX ? 0 : s.argmax;
+    if (hits != nullptr) hits[row] = arg == t ? 1 : 0;
+    if (lse != nullptr) lse[row] = s.max + logf(s.sum);
+  }
+  if (dlogits != nullptr) {
+    RowGradient(dlogits + row * classes, x, t, s.max + logf(s.sum), 1.f, scale,
+                classes);
+  }
+}
+
+// No __restrict__: dlogits may be the logits themselves.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    SoftmaxCrossEntropyBackwardKernel(T* dlogits, const T* logits,
+                                      const float* lse, const int32_t* targets,
+                                      float scale, int64_t classes) {
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * classes;
+  // p = exp(x - shift) * inv: shift = lse and inv = 1 given the forward's
+  // lse (the same for the whole block), else the statistics taken now.
+  float shift = 0.f, inv = 1.f;
+  if (lse != nullptr) {
+    shift = lse[row];
+  } else {
+    const SoftmaxStats s = RowStats(x, classes);
+    shift = s.max;
+    inv = 1.f / s.sum;
+  }
+  RowGradient(dlogits + row * classes, x, targets[row], shift, inv, scale,
+              classes);
+}
+
 }  // namespace
 
 cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, int32_t* hits,
@@ -217,7 +237,24 @@ cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, int32_t* hits,
     using T = decltype(t);
     SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
                                        0, stream>>>(
-        losses, hits, lse, As<T>(logits), targets, classes);
+        losses, hits, lse, As<T>(logits), static_cast<T*>(nullptr), targets,
+        0.f, classes);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchSoftmaxCrossEntropyForwardBackward(
+    float* losses, int32_t* hits, float* lse, void* logits,
+    const int32_t* targets, float scale, int64_t rows, int64_t classes,
+    bool bf16, cudaStream_t stream) {
+  if (rows <= 0 || classes <= 0) return cudaSuccess;
+  if (rows > 0x7fffffff || classes >= INT_MAX) return cudaErrorInvalidValue;
+  return DispatchAct(bf16, [&](auto t) {
+    using T = decltype(t);
+    SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
+                                       0, stream>>>(
+        losses, hits, lse, As<T>(logits), As<T>(logits), targets, scale,
+        classes);
     return cudaGetLastError();
   });
 }

@@ -30,6 +30,17 @@ cudaError_t LaunchSoftmaxCrossEntropyBackward(
     void* dlogits, const void* logits, const float* lse, const int32_t* targets,
     float scale, int64_t rows, int64_t classes, bool bf16, cudaStream_t stream);
 
+// The forward, then the backward in place with the lse just taken, in one
+// kernel: losses, hits and lse (hits and lse unless null) as the forward
+// writes them, and `logits` overwritten by (softmax - onehot(target))
+// * scale, the same bits as the two launches above. One block a row reads
+// its row twice, the second time mostly from L2, where the two launches
+// read the whole [rows, classes] twice from memory.
+cudaError_t LaunchSoftmaxCrossEntropyForwardBackward(
+    float* losses, int32_t* hits, float* lse, void* logits,
+    const int32_t* targets, float scale, int64_t rows, int64_t classes,
+    bool bf16, cudaStream_t stream);
+
 }  // namespace trainyard::engine::cuda
 
 #endif  // TRAINYARD_ENGINE_CUDA_CLASSIFIER_KERNELS_H_

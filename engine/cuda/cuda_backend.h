@@ -176,6 +176,13 @@ class CudaBackend : public Backend {
                                    const float* lse, const int32_t* targets,
                                    float scale, int64_t batch,
                                    int64_t classes) override;
+  // One kernel (classifier_kernels.h): the logits read twice, the second
+  // time mostly from L2.
+  void SoftmaxCrossEntropyForwardBackward(float* losses, int32_t* hits,
+                                          float* lse, void* logits,
+                                          const int32_t* targets, float scale,
+                                          int64_t batch,
+                                          int64_t classes) override;
   void AdamW(float* param, const float* grad, float* m, float* v, void* working,
              int64_t n, const AdamWUpdate& update) override;
   void AdamWEach(std::span<const AdamWTensor> tensors,

@@ -220,6 +220,15 @@ void CudaBackend::SoftmaxCrossEntropyBackward(void* dlogits, const void* logits,
       dlogits, logits, lse, targets, scale, batch, classes, bf16(), stream_));
 }
 
+void CudaBackend::SoftmaxCrossEntropyForwardBackward(
+    float* losses, int32_t* hits, float* lse, void* logits,
+    const int32_t* targets, float scale, int64_t batch, int64_t classes) {
+  UseDevice();
+  YARD_CUDA_LAUNCH(cuda::LaunchSoftmaxCrossEntropyForwardBackward(
+      losses, hits, lse, logits, targets, scale, batch, classes, bf16(),
+      stream_));
+}
+
 void CudaBackend::AdamW(float* param, const float* grad, float* m, float* v,
                         void* working, int64_t n, const AdamWUpdate& u) {
   const AdamWTensor one[] = {{param, grad, m, v, working, n, u.weight_decay}};

@@ -292,6 +292,48 @@ TEST_P(EmulatedClassifierTest, BackwardFromTheForwardsLogSumExp) {
   EXPECT_TRUE(SameBits(in_place.values(), got));
 }
 
+// The forward-backward in one kernel: the forward's losses, hits and lse,
+// and over the logits the backward's gradient from that lse: the same bits
+// as the two launches, NaN rows and ties included.
+TEST_P(EmulatedClassifierTest, ForwardBackwardIsTheTwoLaunches) {
+  const int64_t C = classes();
+  const std::vector<int32_t> t = Targets();
+  const std::vector<float> x = Logits(t);
+  Guarded<int32_t> targets(t);
+  struct Result {
+    std::vector<float> losses, lse, grad;
+    std::vector<int32_t> hits;
+  };
+  const auto run = [&](bool fused) {
+    Activations logits(x, bf16(), offset());
+    Guarded<float> losses(std::vector<float>(kRows, -7.f));
+    Guarded<float> lse(std::vector<float>(kRows, -7.f));
+    Guarded<int32_t> hits(std::vector<int32_t>(kRows, -7));
+    if (fused) {
+      EXPECT_EQ(cuda::LaunchSoftmaxCrossEntropyForwardBackward(
+                    losses.get(), hits.get(), lse.get(), logits.get(),
+                    targets.get(), kScale, kRows, C, bf16(), nullptr),
+                cudaSuccess);
+    } else {
+      EXPECT_EQ(cuda::LaunchSoftmaxCrossEntropyForward(
+                    losses.get(), hits.get(), lse.get(), logits.get(),
+                    targets.get(), kRows, C, bf16(), nullptr),
+                cudaSuccess);
+      EXPECT_EQ(Backward(logits.get(), logits.get(), lse.get(), targets.get()),
+                cudaSuccess);
+    }
+    EXPECT_TRUE(logits.GuardsIntact() && losses.GuardsIntact() &&
+                lse.GuardsIntact() && hits.GuardsIntact());
+    return Result{losses.values(), lse.values(), logits.values(),
+                  hits.values()};
+  };
+  const Result want = run(false), got = run(true);
+  EXPECT_TRUE(SameBits(got.losses, want.losses)) << "losses";
+  EXPECT_TRUE(SameBits(got.lse, want.lse)) << "lse";
+  EXPECT_TRUE(SameBits(got.grad, want.grad)) << "gradient";
+  EXPECT_EQ(got.hits, want.hits);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, EmulatedClassifierTest,
     ::testing::Combine(::testing::Bool(),
