@@ -328,6 +328,24 @@ void GptModel::ForwardBlock(int64_t l) {
 }
 
 absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
+  RETURN_IF_ERROR(QueueForward(batch, nullptr));
+  return ForwardResult();
+}
+
+// The forward with the classifier's backward fused in (the logits hold
+// their gradient after it), then the rest of the backward, queued before
+// the wait for the losses: the device goes from one to the other without
+// waiting on the host.
+absl::StatusOr<ForwardStats> GptModel::ForwardBackward(const Batch& batch,
+                                                       int64_t parts) {
+  const float loss_scale = LossScale(batch.size * batch.seq_len, parts);
+  RETURN_IF_ERROR(QueueForward(batch, &loss_scale));
+  QueueBackward(loss_scale, /*logits_hold_gradient=*/true);
+  return ForwardResult();
+}
+
+absl::Status GptModel::QueueForward(const Batch& batch,
+                                    const float* loss_scale) {
   RETURN_IF_ERROR(CheckBatch(batch));
   const int64_t B = batch.size, T = batch.seq_len, C = config_.d_model;
   const int64_t V = config_.vocab_size, BT = B * T;
@@ -353,7 +371,19 @@ absl::StatusOr<ForwardStats> GptModel::Forward(const Batch& batch) {
                       first.bias, BT, C);
   for (int64_t l = 0; l < config_.n_layer; ++l) ForwardBlock(l);
   be.LinearForward(logits_, lnf_, params_[0].working, nullptr, BT, C, V);
-  be.SoftmaxCrossEntropyForward(losses_, hits_, lse_, logits_, targets_, BT, V);
+  if (loss_scale != nullptr) {
+    be.SoftmaxCrossEntropyForwardBackward(losses_, hits_, lse_, logits_,
+                                          targets_, *loss_scale, BT, V);
+  } else {
+    be.SoftmaxCrossEntropyForward(losses_, hits_, lse_, logits_, targets_, BT,
+                                  V);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ForwardStats> GptModel::ForwardResult() {
+  const int64_t BT = last_b_ * last_t_;
+  Backend& be = *backend_;
   std::vector<float> losses(BT);
   std::vector<int32_t> hits(BT);
   be.CopyToHost(losses.data(), losses_, BT * 4);
@@ -394,6 +424,10 @@ void GptModel::BackwardBlock(int64_t l, const void* residual, void* dresidual) {
 }
 
 void GptModel::Backward(float loss_scale) {
+  QueueBackward(loss_scale, /*logits_hold_gradient=*/false);
+}
+
+void GptModel::QueueBackward(float loss_scale, bool logits_hold_gradient) {
   const int64_t B = last_b_, T = last_t_, C = config_.d_model;
   const int64_t V = config_.vocab_size, BT = B * T;
   Backend& be = *backend_;
@@ -402,8 +436,10 @@ void GptModel::Backward(float loss_scale) {
   // again): no second [B*T, V] buffer. The forward's log-sum-exp spares
   // the backward a pass over the logits.
   void* dlogits = logits_;
-  be.SoftmaxCrossEntropyBackward(dlogits, logits_, lse_, targets_, loss_scale,
-                                 BT, V);
+  if (!logits_hold_gradient) {
+    be.SoftmaxCrossEntropyBackward(dlogits, logits_, lse_, targets_, loss_scale,
+                                   BT, V);
+  }
   // The tied output projection adds its share to the token embedding's grad.
   be.LinearBackward(dln_, params_[0].grad, nullptr, dlogits, lnf_,
                     params_[0].working, BT, C, V);

@@ -92,11 +92,18 @@ class GptModel : public Model {
   // Batches of `size` windows of `seq_len` <= config.seq_len tokens.
   absl::StatusOr<ForwardStats> Forward(const Batch& batch) override;
   void Backward(float loss_scale) override;
+  // The classifier's loss and gradient in one op
+  // (Backend::SoftmaxCrossEntropyForwardBackward), and the backward queued
+  // before the host waits for the losses. The same gradients as Forward
+  // then Backward.
+  absl::StatusOr<ForwardStats> ForwardBackward(const Batch& batch,
+                                               int64_t parts) override;
   void ZeroGradients() override;
 
   const GptConfig& config() const { return config_; }
   // Logits of the last Forward at (sequence b, position t), on the host.
-  // REQUIRES: no Backward since (it writes the logits' gradient over them).
+  // REQUIRES: no Backward or ForwardBackward since (they write the logits'
+  // gradient over them).
   std::vector<float> Logits(int64_t b, int64_t t) const;
   // The refresh of each parameter's working copy from its master (bf16
   // only) happens at the next Forward; the model does it by itself at its
@@ -116,6 +123,14 @@ class GptModel : public Model {
   // Block l, from its ln1 (made by the step before) to its output res3,
   // which is added with the next LayerNorm fused in (NormAfter(l + 1)).
   void ForwardBlock(int64_t l);
+  // Queues the forward and the loss; with `loss_scale`, the loss's
+  // gradient too, written over the logits.
+  absl::Status QueueForward(const Batch& batch, const float* loss_scale);
+  // Waits for the queued work and sums the losses and hits.
+  absl::StatusOr<ForwardStats> ForwardResult();
+  // Queues the backward; the logits' gradient is taken first unless the
+  // forward already wrote it over them.
+  void QueueBackward(float loss_scale, bool logits_hold_gradient);
   // The LayerNorm that reads the residual stream after block l - 1 (block
   // l's ln1, or the final one after the last block): where it writes and
   // its weights.

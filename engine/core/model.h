@@ -66,6 +66,20 @@ class Model {
   // Adds d(loss_scale * sum of the last Forward's losses)/d(param) to each
   // gradient. REQUIRES: Forward just ran.
   virtual void Backward(float loss_scale) = 0;
+  // One training micro-batch: Forward, then Backward(LossScale(examples,
+  // parts)), the mean over the loss terms of `parts` such micro-batches
+  // (gradient accumulation steps x ranks). A model may fuse the two where
+  // the loss's inputs are at hand (the GPT takes the logits' gradient in
+  // the loss's pass); the gradients are the two calls' either way.
+  virtual absl::StatusOr<ForwardStats> ForwardBackward(const Batch& batch,
+                                                       int64_t parts) {
+    absl::StatusOr<ForwardStats> stats = Forward(batch);
+    if (stats.ok()) Backward(LossScale(stats->examples, parts));
+    return stats;
+  }
+  static float LossScale(int64_t examples, int64_t parts) {
+    return 1.0f / static_cast<float>(examples * parts);
+  }
   virtual void ZeroGradients() = 0;
 
   int64_t num_parameters() const {

@@ -238,17 +238,21 @@ absl::StatusOr<Batch> Trainer::NextMicroBatch() {
                     config_.micro_batch);
 }
 
-void Trainer::Backward(float loss_scale, bool last_micro_batch) {
+absl::StatusOr<ForwardStats> Trainer::ForwardBackward(const Batch& batch,
+                                                      bool last_micro_batch) {
+  // The step's loss is the mean over all its loss terms (examples, or
+  // predicted tokens for language models) on all ranks.
+  const int64_t parts = config_.grad_accum * world_size();
   if (gradient_sum_ == nullptr || !last_micro_batch) {
-    model_->Backward(loss_scale);
-    return;
+    return model_->ForwardBackward(batch, parts);
   }
   gradient_sum_->Begin();
   model_->set_gradients_final_callback([this](size_t begin, size_t end) {
     gradient_sum_->MarkFinal(begin, end);
   });
-  model_->Backward(loss_scale);
+  absl::StatusOr<ForwardStats> stats = model_->ForwardBackward(batch, parts);
   model_->set_gradients_final_callback(nullptr);
+  return stats;
 }
 
 absl::Status Trainer::ReduceStep(ForwardStats* step, int64_t* samples) {
@@ -286,12 +290,8 @@ absl::Status Trainer::Advance() {
   int64_t samples = 0;
   for (int64_t micro = 0; micro < config_.grad_accum; ++micro) {
     ASSIGN_OR_RETURN(Batch batch, NextMicroBatch());
-    ASSIGN_OR_RETURN(ForwardStats stats, model_->Forward(batch));
-    // The step's loss is the mean over all its loss terms (examples, or
-    // predicted tokens for language models) on all ranks.
-    Backward(
-        1.0f / static_cast<float>(stats.examples * config_.grad_accum * world),
-        micro + 1 == config_.grad_accum);
+    ASSIGN_OR_RETURN(ForwardStats stats,
+                     ForwardBackward(batch, micro + 1 == config_.grad_accum));
     step.loss_sum += stats.loss_sum;
     step.examples += stats.examples;
     step.tokens += stats.tokens;

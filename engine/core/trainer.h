@@ -153,9 +153,11 @@ class Trainer {
           Clock* clock, Collective* collective);
   // This rank's share of a global micro-batch.
   absl::StatusOr<Batch> NextMicroBatch();
-  // One micro-batch's backward; the last of a data-parallel step starts
-  // the gradient buckets as backward finishes them.
-  void Backward(float loss_scale, bool last_micro_batch);
+  // One micro-batch's forward and backward (Model::ForwardBackward); the
+  // last of a data-parallel step starts the gradient buckets as backward
+  // finishes them.
+  absl::StatusOr<ForwardStats> ForwardBackward(const Batch& batch,
+                                               bool last_micro_batch);
   // Sums the remaining gradients and the step's figures over the ranks.
   absl::Status ReduceStep(ForwardStats* step, int64_t* samples);
   void Emit(const TrainerEvent& event) {

@@ -77,6 +77,69 @@ double RelativeError(const std::vector<float>& got,
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
+// ForwardBackward (the classifier's loss and gradient in one op, the
+// backward queued before the wait for the losses) gives Forward then
+// Backward's loss and gradients bit for bit, in fp32 and bf16, on the
+// GPU and on the CPU.
+TEST_F(CudaGptTest, ForwardBackwardIsForwardThenBackward) {
+  constexpr int64_t kBatch = 3, kParts = 4;
+  TokenWindows windows(LearnableTokens(2000), kConfig.seq_len, 1,
+                       kConfig.vocab_size);
+  Batch batch;
+  const std::vector<int64_t> picks = {5, 600, 1300};
+  windows.Gather(picks, &batch);
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    CudaBackendOptions gpu_options;
+    gpu_options.arena_bytes = kArena;
+    gpu_options.activation_dtype = dtype;
+    CpuBackendOptions cpu_options;
+    cpu_options.activation_dtype = dtype;
+    std::unique_ptr<Backend> backends[2];
+    auto gpu = CudaBackend::Create(gpu_options);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    backends[0] = *std::move(gpu);
+    backends[1] = *CpuBackend::Create(cpu_options);
+    for (const auto& backend : backends) {
+      SCOPED_TRACE(::testing::Message()
+                   << backend->name()
+                   << (dtype == DType::kBF16 ? " bf16" : ""));
+      std::vector<ForwardStats> stats;
+      std::vector<std::vector<float>> grads[2];
+      for (const bool fused : {false, true}) {
+        auto model = GptModel::Create(kConfig, kBatch, backend.get());
+        ASSERT_TRUE(model.ok()) << model.status();
+        Rng rng(9);
+        ASSERT_TRUE((*model)->InitializeParameters(rng).ok());
+        (*model)->ZeroGradients();
+        absl::StatusOr<ForwardStats> s;
+        if (fused) {
+          s = (*model)->ForwardBackward(batch, kParts);
+        } else {
+          s = (*model)->Forward(batch);
+          (*model)->Backward(
+              Model::LossScale(kBatch * kConfig.seq_len, kParts));
+        }
+        ASSERT_TRUE(s.ok()) << s.status();
+        ASSERT_TRUE(backend->Synchronize().ok());
+        stats.push_back(*s);
+        for (const Parameter& p : (*model)->parameters()) {
+          std::vector<float> g(p.size());
+          backend->CopyToHost(g.data(), p.grad, p.size() * 4);
+          grads[fused].push_back(std::move(g));
+        }
+        ASSERT_TRUE(backend->Synchronize().ok());
+      }
+      EXPECT_EQ(stats[0].loss_sum, stats[1].loss_sum);
+      EXPECT_EQ(stats[0].correct, stats[1].correct);
+      EXPECT_EQ(stats[0].examples, stats[1].examples);
+      ASSERT_EQ(grads[0].size(), grads[1].size());
+      for (size_t i = 0; i < grads[0].size(); ++i) {
+        EXPECT_TRUE(grads[0][i] == grads[1][i]) << "parameter " << i;
+      }
+    }
+  }
+}
+
 // Each backend's rounding differs from the other's by a few ulp per op
 // (fp32 GEMMs in another order, other expf): after the ~30 chained ops of
 // a forward and backward, relative differences of 1e-6..1e-5 are
