@@ -8,10 +8,21 @@ else()
   set(_yard_cuda_default OFF)
 endif()
 option(YARD_CUDA "Build the CUDA engine backend (needs nvcc)" ${_yard_cuda_default})
-set(YARD_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures to compile for")
+# 90a: the H100/H200's own instruction set, sm_90 and the arch-specific
+# instructions such as Hopper's warpgroup products (wgmma).
+set(YARD_CUDA_ARCHITECTURES "90a" CACHE STRING "CUDA architectures to compile for")
 
 if(YARD_CUDA)
   set(CMAKE_CUDA_ARCHITECTURES ${YARD_CUDA_ARCHITECTURES})
+  # The kernels built on wgmma (engine/cuda/warpgroup_mma.h) exist when every
+  # architecture built is 90a; otherwise their launchers refuse them.
+  set(_yard_not_90a ${YARD_CUDA_ARCHITECTURES})
+  list(FILTER _yard_not_90a EXCLUDE REGEX "^90a(-real|-virtual)?$")
+  if(_yard_not_90a STREQUAL "")
+    set(YARD_SM90A ON)
+  else()
+    set(YARD_SM90A OFF)
+  endif()
   # nvcc 13 with CMake 3.25 has no CUDA20 dialect mapping; device code is C++17.
   set(CMAKE_CUDA_STANDARD 17)
   enable_language(CUDA)

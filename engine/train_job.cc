@@ -264,8 +264,9 @@ namespace {
 // (YARD_GPU_MEMORY_BYTES, set by the worker), else what the memory estimate
 // says the job needs. A job that needs more than its grant fails here,
 // never mid-run. A GPU job runs one rank per GPU. YARD_ATTENTION_TILING
-// ("32x4", say) picks the bf16 attention's query-side block tiling, a
-// speed setting (every tiling gives the same bits); YARD_ATTENTION_BACKWARD
+// ("32x4", say, or "wgmma") picks the bf16 attention's query-side block
+// tiling, a speed setting (every tiling gives the same bits but wgmma's,
+// which agree to fp32 rounding); YARD_ATTENTION_BACKWARD
 // ("two-kernel" or "ordered-dq") its backward's split, also a speed
 // setting (the two agree to fp32 rounding; the second takes B T C floats
 // more memory, in the estimate); YARD_BIAS_GRADIENT ("column-sums" or

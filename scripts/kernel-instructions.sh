@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Static instruction counts of a CUDA file's kernels for sm_90, on a machine
+# Static instruction counts of a CUDA file's kernels for sm_90a, on a machine
 # without a GPU, cuobjdump or nvdisasm: compiles FILE to a cubin with the
 # build's include flags and -O3, and prints each kernel's machine-code size
-# (its .text section) in instructions (16 bytes each on sm_90), with the
+# (its .text section) in instructions (16 bytes each on sm_90a), with the
 # kernel's demangled name. A count is not a time: it says what the compiler
 # emitted, e.g. whether a change removed instructions from a loop body.
 #
@@ -24,7 +24,7 @@ includes=(-I"$root")
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 (cd "$build/engine/cuda" 2>/dev/null || cd "$root"
-  "$nvcc" "${includes[@]}" -O3 -DNDEBUG -arch=sm_90 -std=c++17 -cubin \
+  "$nvcc" "${includes[@]}" -O3 -DNDEBUG -arch=sm_90a -DTRAINYARD_SM90A=1 -std=c++17 -cubin \
     "$file" -o "$tmp/k.cubin") || exit 1
 readelf -S -W "$tmp/k.cubin" 2>/dev/null |
   sed -n 's/^ *\[ *[0-9]*\] \.text\.\([^ ]*\) .*PROGBITS *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\) .*/\2 \1/p' |

@@ -17,8 +17,9 @@
 // "executed" figure is also printed. Then the tensor-core forward and
 // backward in each block tiling they have for the head size
 // (attention_tc_kernels.h: AttentionTcTiling, the query side's; all give
-// the same bits), the first being the backend's default: the figures that
-// choose it; then the ordered backward (AttentionTcBackward::kOrderedDq:
+// the same bits but for the warpgroup tiling, "wgmma", whose tensor cores
+// may sum in another order), the first being the backend's default: the figures
+// that choose it; then the ordered backward (AttentionTcBackward::kOrderedDq:
 // one kernel a key tile, 5 products) against the first tiling's two
 // kernels. Exits 1 with one line on stderr on a bad flag or a CUDA
 // error.
@@ -142,7 +143,7 @@ int Run(const Options& o, std::string* error) {
     if (!cuda::AttentionTcTakesTiling(t, o.head_size)) continue;
     TilingTime time{t, 0, 0};
     if (!time_pair(
-            absl::StrCat(" (tiling ", t.warp_rows, "x", t.warps, ")"),
+            absl::StrCat(" (tiling ", cuda::AttentionTcTilingName(t), ")"),
             [&] {
               return cuda::LaunchAttentionForwardTc(
                   t, out, lse, qkv, o.batch, o.seq, channels, o.heads, nullptr);
@@ -191,10 +192,11 @@ int Run(const Options& o, std::string* error) {
       b_executed);
   for (const TilingTime& t : tilings) {
     std::printf(
-        "attention tiling %dx%d%s: forward %.3f ms (%.1f TFLOP/s, %.2fx the "
+        "attention tiling %s%s: forward %.3f ms (%.1f TFLOP/s, %.2fx the "
         "first's time), backward %.3f ms (%.1f TFLOP/s, %.2fx)\n",
-        t.tiling.warp_rows, t.tiling.warps, &t == &tilings[0] ? " (first)" : "",
-        t.forward_ms, 2 * product / (t.forward_ms * 1e-3) / 1e12,
+        cuda::AttentionTcTilingName(t.tiling).c_str(),
+        &t == &tilings[0] ? " (first)" : "", t.forward_ms,
+        2 * product / (t.forward_ms * 1e-3) / 1e12,
         t.forward_ms / tilings[0].forward_ms, t.backward_ms,
         5 * product / (t.backward_ms * 1e-3) / 1e12,
         t.backward_ms / tilings[0].backward_ms);
@@ -203,10 +205,10 @@ int Run(const Options& o, std::string* error) {
     std::printf(
         "attention backward ordered-dq: %.3f ms (%.1f TFLOP/s; it executes "
         "the 5 products counted), %.2fx the two kernels' time (tiling "
-        "%dx%d)\n",
+        "%s)\n",
         ordered_b_ms, 5 * product / (ordered_b_ms * 1e-3) / 1e12,
-        ordered_b_ms / tilings[0].backward_ms, tilings[0].tiling.warp_rows,
-        tilings[0].tiling.warps);
+        ordered_b_ms / tilings[0].backward_ms,
+        cuda::AttentionTcTilingName(tilings[0].tiling).c_str());
   }
   if (!o.csv.empty()) {
     std::vector<std::string> rows_out = {absl::StrCat(
@@ -214,11 +216,10 @@ int Run(const Options& o, std::string* error) {
         ",", o.reps, ",", f_ms, ",", f_tflops, ",", b_ms, ",", b_tflops)};
     for (const TilingTime& t : tilings) {
       rows_out.push_back(absl::StrCat(
-          "trainyard-cuda-tiling-", t.tiling.warp_rows, "x", t.tiling.warps,
-          ",", o.batch, ",", o.seq, ",", o.heads, ",", o.head_size, ",", o.reps,
-          ",", t.forward_ms, ",", 2 * product / (t.forward_ms * 1e-3) / 1e12,
-          ",", t.backward_ms, ",",
-          5 * product / (t.backward_ms * 1e-3) / 1e12));
+          "trainyard-cuda-tiling-", cuda::AttentionTcTilingName(t.tiling), ",",
+          o.batch, ",", o.seq, ",", o.heads, ",", o.head_size, ",", o.reps, ",",
+          t.forward_ms, ",", 2 * product / (t.forward_ms * 1e-3) / 1e12, ",",
+          t.backward_ms, ",", 5 * product / (t.backward_ms * 1e-3) / 1e12));
     }
     if (!tilings.empty()) {
       rows_out.push_back(absl::StrCat(

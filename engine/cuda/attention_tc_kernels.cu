@@ -35,6 +35,7 @@
 // tolerances from this).
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_tc_kernels.h"
@@ -187,6 +188,163 @@ __global__ void __launch_bounds__(32 * kWarpsN)
   }
 }
 
+// The forward of the warpgroup tiling (AttentionTcTiling::warpgroup): the
+// 16 x 4 tiling's rows, warps and order of operations, with each key
+// tile's two products as warpgroup products (warpgroup_mma.h) the four
+// warps issue together: S = Q K^T as kD/16 products of 64 x 64 x 16, Q's
+// fragments from registers and K's tile from shared memory (K-major), then
+// O += P V as 4 products of 64 x kD x 16, P from registers and V's tile
+// read as it lies (MN-major). Keys and values sit in shared memory as
+// core tiles (CoreTile), which the products read without ldmatrix.
+template <int kD>
+__global__ void __launch_bounds__(warpgroup_mma::kThreads)
+    AttentionForwardWgKernel(bf16* out, float* lse, const bf16* qkv,
+                             TcGeometry g) {
+  namespace wg = warpgroup_mma;
+  using Q = QueryRows<1, 4>;
+  static_assert(Q::kRows == wg::kRows && Q::kBlockThreads == wg::kThreads,
+                "a block is one warpgroup of 64 query rows");
+  extern __shared__ __align__(128) unsigned char smem[];
+  // Not CheckSmemAlignment: its printf is a call, and ptxas serializes a
+  // kernel's warpgroup products when one is in it.
+  if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) __trap();
+  using L = ForwardWgSmem<kD>;
+  bf16* sq = At<bf16>(smem, L::kQ);
+  const HeadOffsets h = HeadOf(g, kD);
+  const Q rows(g.tiles);
+  const int q0 = rows.q0;
+  const int lane = threadIdx.x % 32;
+  const bf16* keys = qkv + h.qkv + g.channels;
+  const bf16* values = keys + g.channels;
+  AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kK), keys, h.qkv_row, 0, g.seq);
+  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kV), values, h.qkv_row, 0, g.seq);
+  CpAsyncCommit();
+  const float scale2 = g.scale * kLog2e;
+  uint32_t q[kD / 16][4];
+  float o[kD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  for (int kt = 0; kt <= rows.last; ++kt) {
+    if (kt < rows.last) {  // the next tile into the other stage
+      const size_t next = (kt + 1) % 2 * L::kT;
+      const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
+      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kK + next), keys, h.qkv_row, k1,
+                            g.seq);
+      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kV + next), values, h.qkv_row, k1,
+                            g.seq);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    wg::FenceSharedForAsync();  // the copies, for the products to read
+    __syncthreads();            // this tile (and on the first, Q) is whole
+    if (kt == 0) LoadA<kD>(q, sq, rows.RowTile(0));
+    const size_t stage = kt % 2 * L::kT;
+    const bf16* k_tile = At<bf16>(smem, L::kK + stage);
+    const bf16* v_tile = At<bf16>(smem, L::kV + stage);
+    float s[kTile / 8][4] = {};
+    wg::Fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      wg::MmaAsync<kTile, 0>(s, q[ks], RowsAsN<kD>(k_tile, ks), ks > 0);
+    }
+    wg::Commit();
+    wg::Wait<0>();
+    wg::FenceOperand(s);
+    uint32_t p[kTile / 16][4];
+    rows.MaskIfDiagonal(s, 0, kt);
+    SoftmaxStep<kD>(s, m, l, o, scale2);
+    ToA(p, s);
+    wg::FenceOperand(o);
+    wg::Fence();
+#pragma unroll
+    for (int ks = 0; ks < kTile / 16; ++ks) {
+      wg::MmaAsync<kD, 1>(o, p[ks], RowsAsK<kD>(v_tile, ks), 1);
+    }
+    wg::Commit();
+    wg::Wait<0>();
+    wg::FenceOperand(o);
+    __syncthreads();  // every warp is done with this stage: it is refilled
+  }
+  const int wt = rows.RowTile(0);
+  const float inv[2] = {1.f / l[0], 1.f / l[1]};
+  StoreRows<kD>(out + h.out, h.out_row, q0 + wt, g.seq, o, inv,
+                sq + wt * Tile<kD>::kLd);
+  if (lane % 4 == 0) {
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = q0 + wt + lane / 4 + 8 * r;
+      if (row < g.seq) lse[h.stats + row] = m[r] * kLn2 + logf(l[r]);
+    }
+  }
+}
+
+// d [64, kN] (fp32, row-major) = a [64, 64] b (bf16), b given as [kN, 64]
+// (kTransposeB 0: the product reads its transpose, K-major) or [64, kN]
+// (1: as it lies, MN-major): the attention kernels' warpgroup path
+// (AsyncLoadCoreRows, RowsAsN / RowsAsK, MmaAsync) on one product, in two
+// commit groups of two k-steps, the first k-step not accumulating onto
+// the NaN the accumulators start as.
+template <int kN, int kTransposeB>
+__global__ void __launch_bounds__(warpgroup_mma::kThreads)
+    WarpgroupProductKernel(float* d, const bf16* a, const bf16* b) {
+  namespace wg = warpgroup_mma;
+  constexpr int kK = 64;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* tile = At<bf16>(smem, 0);
+  if constexpr (kTransposeB == 0) {
+    AsyncLoadCoreRows<kK, kN, wg::kThreads>(tile, b, kK, 0, kN);
+  } else {
+    AsyncLoadCoreRows<kN, kK, wg::kThreads>(tile, b, kN, 0, kK);
+  }
+  CpAsyncCommit();
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  uint32_t frag[kK / 16][4];
+  const auto pair = [&](int row, int col) {
+    uint32_t v;
+    memcpy(&v, a + (16 * w + row) * kK + col, 4);
+    return v;
+  };
+#pragma unroll
+  for (int ks = 0; ks < kK / 16; ++ks) {
+    frag[ks][0] = pair(g, 16 * ks + 2 * t);
+    frag[ks][1] = pair(g + 8, 16 * ks + 2 * t);
+    frag[ks][2] = pair(g, 16 * ks + 2 * t + 8);
+    frag[ks][3] = pair(g + 8, 16 * ks + 2 * t + 8);
+  }
+  CpAsyncWait<0>();
+  wg::FenceSharedForAsync();
+  __syncthreads();
+  float acc[kN / 8][4];
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = NAN;
+  }
+  wg::Fence();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int ks = 2 * half; ks < 2 * half + 2; ++ks) {
+      const uint64_t desc =
+          kTransposeB ? RowsAsK<kN>(tile, ks) : RowsAsN<kK>(tile, ks);
+      wg::MmaAsync<kN, kTransposeB>(acc, frag[ks], desc, ks > 0);
+    }
+    wg::Commit();
+  }
+  wg::Wait<0>();
+  wg::FenceOperand(acc);
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
+      d[row * kN + col] = acc[j][e];
+    }
+  }
+}
+
 template <int kD, int kM, int kWarpsN>
 cudaError_t ForwardTc(bf16* out, float* lse, const bf16* qkv,
                       const TcGeometry& g, dim3 grid, cudaStream_t stream) {
@@ -206,15 +364,51 @@ bool AttentionTcSupportsHeadSize(int64_t head_size) {
 
 bool IsAttentionTcTiling(AttentionTcTiling tiling) {
   for (const AttentionTcTiling& t : kAttentionTcTilings) {
-    if (t.warp_rows == tiling.warp_rows && t.warps == tiling.warps) return true;
+    if (t.warp_rows == tiling.warp_rows && t.warps == tiling.warps &&
+        t.warpgroup == tiling.warpgroup) {
+      return true;
+    }
   }
   return false;
 }
 
+std::string AttentionTcTilingName(AttentionTcTiling tiling) {
+  if (tiling.warpgroup && tiling.warp_rows == 16 && tiling.warps == 4) {
+    return "wgmma";
+  }
+  return std::to_string(tiling.warp_rows) + "x" + std::to_string(tiling.warps) +
+         (tiling.warpgroup ? " warpgroup" : "");
+}
+
+bool AttentionTcWarpgroupBuilt() { return warpgroup_mma::kBuilt; }
+
 bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size) {
   return IsAttentionTcTiling(tiling) &&
          AttentionTcSupportsHeadSize(head_size) &&
-         (tiling.warp_rows == 16 || head_size <= 64);
+         (tiling.warp_rows == 16 || head_size <= 64) &&
+         (!tiling.warpgroup || AttentionTcWarpgroupBuilt());
+}
+
+cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
+                                        int n, bool b_rows_are_n,
+                                        cudaStream_t stream) {
+  if (!AttentionTcWarpgroupBuilt() || (n != 32 && n != 64 && n != 128) ||
+      !Aligned16(a) || !Aligned16(b)) {
+    return cudaErrorInvalidValue;
+  }
+  const bf16* x = As<bf16>(a);
+  const bf16* y = As<bf16>(b);
+  return attention_tc::WithHeadSize(n, [&](auto nn) {
+    constexpr int kN = decltype(nn)::value;
+    const size_t bytes = size_t{64} * kN * 2;
+    return b_rows_are_n
+               ? attention_tc::LaunchWithSmem(
+                     attention_tc::WarpgroupProductKernel<kN, 0>, bytes,
+                     dim3(1), warpgroup_mma::kThreads, stream, d, x, y)
+               : attention_tc::LaunchWithSmem(
+                     attention_tc::WarpgroupProductKernel<kN, 1>, bytes,
+                     dim3(1), warpgroup_mma::kThreads, stream, d, x, y);
+  });
 }
 
 cudaError_t LaunchAttentionForwardTc(void* out, float* lse, const void* qkv,
@@ -239,6 +433,16 @@ cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
   }
   bf16* o = As<bf16>(out);
   const bf16* x = As<bf16>(qkv);
+  if (tiling.warpgroup) {
+    return attention_tc::WithHeadSize(channels / heads, [&](auto d) {
+      constexpr int kD = decltype(d)::value;
+      grid.y = static_cast<unsigned>(g.tiles);
+      return attention_tc::LaunchWithSmem(
+          attention_tc::AttentionForwardWgKernel<kD>,
+          attention_tc::ForwardWgSmem<kD>::kBytes, grid,
+          warpgroup_mma::kThreads, stream, o, lse, x, g);
+    });
+  }
   return attention_tc::WithTiling(
       tiling, channels / heads, [&](auto d, auto m, auto w) {
         return attention_tc::ForwardTc<decltype(d)::value, decltype(m)::value,

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 namespace trainyard::engine::cuda {
 
@@ -29,22 +30,41 @@ bool AttentionTcSupportsHeadSize(int64_t head_size);
 // in the same order: they give the same bits and differ only in speed
 // (bench/engine/attention_bench.cc times each). The backward's key side
 // has one tiling (16 x 4).
+//
+// `warpgroup`: the 16 x 4 tiling with its products as Hopper's warpgroup
+// products (wgmma, sm_90a: warpgroup_mma.h), the block's four warps
+// multiplying together with the other side's tiles read straight from
+// shared memory, where the other tilings run each warp's products as
+// mma.sync with ldmatrix. So far the forward only: the backward runs its
+// 16 x 4 twin. In the host emulation it gives the other tilings' bits; on
+// the GPU the tensor cores' summation order may differ (cuda_attention_test
+// holds it to the reference's bounds).
 struct AttentionTcTiling {
   int warp_rows = 16;
   int warps = 4;
+  bool warpgroup = false;
 };
 
 // The tilings the query-side kernels have, the one the launchers without
 // a tiling use first.
 inline constexpr AttentionTcTiling kAttentionTcTilings[] = {
-    {16, 4}, {32, 2}, {32, 4}};
+    {16, 4}, {32, 2}, {32, 4}, {16, 4, true}};
+
+// A tiling's name: "RxW" (rows a warp x warps a block, e.g. "32x4"), or
+// "wgmma" for the warpgroup tiling.
+std::string AttentionTcTilingName(AttentionTcTiling tiling);
+
+// Whether this build has the warpgroup kernels (built for sm_90a, or the
+// host emulation).
+bool AttentionTcWarpgroupBuilt();
 
 // Whether `tiling` is one of kAttentionTcTilings.
 bool IsAttentionTcTiling(AttentionTcTiling tiling);
 
 // Whether the query-side kernels have `tiling` for heads of `head_size`
 // channels (32-row warps only up to 64 channels: at 128 their
-// accumulators and scores would not fit in registers).
+// accumulators and scores would not fit in registers; the warpgroup
+// tiling only where AttentionTcWarpgroupBuilt).
 bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size);
 
 // out [B, T, C] (bf16) and lse [B, NH, T] (fp32) from qkv [B, T, 3C] (bf16):
@@ -60,6 +80,16 @@ cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
                                      float* lse, const void* qkv, int64_t batch,
                                      int64_t seq, int64_t channels,
                                      int64_t heads, cudaStream_t stream);
+
+// For tests of the warpgroup tiling's product layouts: d [64, n] (fp32,
+// row-major) = a [64, 64] b (bf16, row-major), with b [n, 64] when
+// `b_rows_are_n` (the product takes its transpose, as the forward's
+// Q K^T) else [64, n] (as its P V); n 32, 64 or 128. The launch error, or
+// cudaErrorInvalidValue for another n, a or b not 16-byte aligned, or a
+// build without the warpgroup kernels.
+cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
+                                        int n, bool b_rows_are_n,
+                                        cudaStream_t stream);
 
 // dqkv [B, T, 3C] (bf16, overwritten) from dout [B, T, C] (bf16), given the
 // forward's qkv, out and lse; `delta` [B, NH, T] is scratch. The contract

@@ -12,7 +12,9 @@
 // as mma fragments. (The query-side kernels, the forward and the query
 // gradient, also have tilings of 32 rows a warp, as two row tiles of 16,
 // in blocks of 2 or 4 warps: query tiles of 64 or 128 rows; the other
-// side's tiles are 64 rows in every kernel.) shared memory
+// side's tiles are 64 rows in every kernel. The warpgroup forward keeps
+// the 16 x 4 rows, and stores its keys and values as core tiles, the
+// layout warpgroup products read: CoreTile.) shared memory
 // holds only bf16 tiles: the block's own rows and, two stages deep, the tiles
 // of the other side (keys and values, or queries and dout) that all four warps
 // read. The next tile's copy (cp.async) is in flight while the warps work on
@@ -34,6 +36,7 @@
 //   forward, 128 queries 30,720      55,296           -
 //   backward (6 tiles)   31,744      56,320     105,472
 //   query side, 128 rows 41,984      74,752           -
+//   warpgroup forward    21,504      41,984      82,944
 // (the backward's figure counts two stages of the rows' statistics, 1,024
 // bytes; the query-side kernel uses one.) H100: up to
 // 227 KB per block and 228 KB per SM, so at hs = 64 four forward or four
@@ -54,6 +57,7 @@
 #include "engine/cuda/exp2_ftz.h"
 #include "engine/cuda/vec16.cuh"
 #include "engine/cuda/warp_mma.h"
+#include "engine/cuda/warpgroup_mma.h"
 
 namespace trainyard::engine::cuda::attention_tc {
 
@@ -83,6 +87,18 @@ struct Tile {
                 "rows 16-byte aligned, an odd number of 16-byte units apart");
 };
 
+// A bf16 tile of kRows rows of kD elements in the layout the warpgroup
+// products read (warpgroup_mma.h): 8 x 8 core matrices of 128 contiguous
+// bytes, row block by row block: element (r, c) at
+// ((r / 8) (kD / 8) + c / 8) 64 + (r % 8) 8 + c % 8. No padding: a core
+// matrix's 8 rows fill the 32 banks once.
+template <int kD, int kRows = kTile>
+struct CoreTile {
+  static constexpr size_t kBytes = size_t{kRows} * kD * 2;
+  static_assert(kD % 32 == 0 && kRows % 8 == 0 && kBytes % 128 == 0,
+                "whole core matrices, 4 to a load's row");
+};
+
 // Byte offsets into dynamic shared memory, one struct per kernel; the host
 // sizes the launch with kBytes and the kernel carves the same offsets.
 // "Own" tiles are the block's rows, "other" tiles (two stages each) the
@@ -110,6 +126,17 @@ struct BackwardSmem {
   static_assert(kOwnRows <= 2 * kTile, "statistics of the own rows fit");
 };
 
+// The warpgroup forward: the query tile padded (its A fragments come from
+// ldmatrix), keys and values as core tiles.
+template <int kD>
+struct ForwardWgSmem {
+  static constexpr size_t kT = CoreTile<kD>::kBytes;
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kK = kQ + Tile<kD>::kBytes;  // 2 stages
+  static constexpr size_t kV = kK + 2 * kT;            // 2 stages
+  static constexpr size_t kBytes = kV + 2 * kT;
+};
+
 // The budget in the header comment.
 static_assert(ForwardSmem<32>::kBytes == 25600 &&
                   ForwardSmem<64>::kBytes == 46080 &&
@@ -117,6 +144,10 @@ static_assert(ForwardSmem<32>::kBytes == 25600 &&
                   ForwardSmem<32, 128>::kBytes == 30720 &&
                   ForwardSmem<64, 128>::kBytes == 55296,
               "forward smem budget");
+static_assert(ForwardWgSmem<32>::kBytes == 21504 &&
+                  ForwardWgSmem<64>::kBytes == 41984 &&
+                  ForwardWgSmem<128>::kBytes == 82944,
+              "warpgroup forward smem budget");
 static_assert(BackwardSmem<32>::kBytes == 31744 &&
                   BackwardSmem<64>::kBytes == 56320 &&
                   BackwardSmem<128>::kBytes == 105472 &&
@@ -184,6 +215,37 @@ __device__ void AsyncLoadRows(bf16* dst, const bf16* src, int64_t stride,
     const bool inside = row < seq;
     CpAsync16(dst + r * kLd + c, src + (inside ? row : 0) * stride + c, inside);
   }
+}
+
+// As AsyncLoadRows, into a core tile (CoreTile). Each warp's 32 copies
+// take 4 packs of each of 8 rows: 64 contiguous bytes a row from global
+// memory, and in shared memory 8 different 16-byte bank groups, each
+// written 4 times (the fewest passes 512 bytes take).
+template <int kD, int kRows = kTile, int kBlockThreads = kThreads>
+__device__ void AsyncLoadCoreRows(bf16* dst, const bf16* src, int64_t stride,
+                                  int64_t row0, int64_t seq) {
+  constexpr int kQuads = kD / 32;  // groups of 4 packs in a row
+  for (int e = threadIdx.x; e < kRows * kD / 8; e += kBlockThreads) {
+    const int pack = e % 4, r8 = e / 4 % 8, rest = e / 32;
+    const int r = rest / kQuads * 8 + r8, c = (rest % kQuads * 4 + pack) * 8;
+    const int64_t row = row0 + r;
+    const bool inside = row < seq;
+    CpAsync16(dst + ((r / 8) * (kD / 8) + c / 8) * 64 + (r % 8) * 8,
+              src + (inside ? row : 0) * stride + c, inside);
+  }
+}
+
+// Descriptors of a core tile's k-step ks (16-wide) for a warpgroup
+// product: with the tile's rows as the product's N and its columns as K
+// (K-major: the product takes the tile's transpose), or its rows as K and
+// columns as N (MN-major: the tile itself).
+template <int kD>
+__device__ __forceinline__ uint64_t RowsAsN(const bf16* core_tile, int ks) {
+  return warpgroup_mma::Descriptor(core_tile + ks * 128, 128, kD * 16);
+}
+template <int kD>
+__device__ __forceinline__ uint64_t RowsAsK(const bf16* core_tile, int ks) {
+  return warpgroup_mma::Descriptor(core_tile + ks * 16 * kD, kD * 16, 128);
 }
 
 // Warp-wide: the A fragments of the tile's rows r0..r0+15 (all kD
@@ -413,6 +475,19 @@ inline bool MakeTcGeometry(int64_t batch, int64_t seq, int64_t channels,
 // f(Int<kD>, Int<kM>, Int<kWarpsN>), kM the warp's row tiles of 16.
 template <int kN>
 using Int = std::integral_constant<int, kN>;
+
+// f(Int<kD>) for a head size the kernels take.
+template <typename F>
+cudaError_t WithHeadSize(int64_t head_size, const F& f) {
+  switch (head_size) {
+    case 32:
+      return f(Int<32>{});
+    case 64:
+      return f(Int<64>{});
+    default:
+      return f(Int<128>{});
+  }
+}
 
 template <typename F>
 cudaError_t WithTiling(AttentionTcTiling tiling, int64_t head_size,

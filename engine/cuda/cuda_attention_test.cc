@@ -357,18 +357,25 @@ TEST(AttentionTcLaunchTest, TakesItsTilingsAndNoOthers) {
   // warps take up to 64 channels.
   EXPECT_EQ(cuda::kAttentionTcTilings[0].warp_rows, 16);
   EXPECT_EQ(cuda::kAttentionTcTilings[0].warps, 4);
+  EXPECT_FALSE(cuda::kAttentionTcTilings[0].warpgroup);
   for (int64_t hs : {32, 64, 128}) {
     for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
       EXPECT_EQ(cuda::AttentionTcTakesTiling(t, hs),
-                t.warp_rows == 16 || hs <= 64)
+                (t.warp_rows == 16 || hs <= 64) &&
+                    (!t.warpgroup || cuda::AttentionTcWarpgroupBuilt()))
           << t.warp_rows << "x" << t.warps << " hs=" << hs;
     }
   }
+#if defined(TRAINYARD_CUDA_EMULATION)
+  EXPECT_TRUE(cuda::AttentionTcWarpgroupBuilt());
+#endif
   EXPECT_FALSE(cuda::AttentionTcTakesTiling({32, 4}, 48));
+  EXPECT_FALSE(cuda::AttentionTcTakesTiling({16, 4, true}, 48));
   // Not tilings the kernels have, at any head size; the launchers refuse
   // them and a 32-row warp at 128 channels before touching any buffer.
-  const cuda::AttentionTcTiling bad[] = {{16, 2}, {8, 4}, {32, 8},
-                                         {64, 1}, {0, 0}, {-16, 4}};
+  const cuda::AttentionTcTiling bad[] = {
+      {16, 2},  {8, 4},        {32, 8},       {64, 1},       {0, 0},
+      {-16, 4}, {32, 4, true}, {32, 2, true}, {16, 2, true}, {64, 1, true}};
   for (const cuda::AttentionTcTiling& t : bad) {
     for (int64_t hs : {32, 64, 128}) {
       EXPECT_FALSE(cuda::AttentionTcTakesTiling(t, hs))
@@ -525,12 +532,14 @@ class CudaAttentionTcTest : public ::testing::TestWithParam<Shape> {
   }
 };
 
-// The tensor-core kernels' out, lse and dqkv within the derived bounds of
-// the reference kernels' on the problem's inputs.
-void ExpectTcMatchesReference(Problem& pb) {
+// The tensor-core kernels' out, lse and dqkv (the forward and the
+// two-kernel backward in `tiling`, and the ordered backward) within the
+// derived bounds of the reference kernels' on the problem's inputs.
+void ExpectTcMatchesReference(Problem& pb,
+                              cuda::AttentionTcTiling tiling = {}) {
   const Shape& s = pb.shape;
   const ForwardResult ref = RunForward(pb, Kernels::kReference);
-  const ForwardResult tc = RunForward(pb, Kernels::kTensorCore);
+  const ForwardResult tc = RunForward(pb, Kernels::kTensorCore, tiling);
   const std::vector<float> qkv = Widen(pb.qkv_host), dout = Widen(pb.dout_host);
   const std::vector<float> ref_out = Widen(ref.out);
   std::vector<double> out_tol(s.act_size()), lse_tol(s.stat_size());
@@ -538,7 +547,7 @@ void ExpectTcMatchesReference(Problem& pb) {
   const std::vector<uint16_t> ref_dqkv =
       RunBackward(pb, ref, Kernels::kReference);
   const std::vector<uint16_t> tc_dqkv =
-      RunBackward(pb, ref, Kernels::kTensorCore);
+      RunBackward(pb, ref, Kernels::kTensorCore, tiling);
   const std::vector<uint16_t> ordered_dqkv =
       RunBackward(pb, ref, Kernels::kOrdered);
   const std::vector<float> want_dqkv = Widen(ref_dqkv);
@@ -560,10 +569,6 @@ TEST_P(CudaAttentionTcTest, MatchesReferenceKernels) {
   ExpectTcMatchesReference(pb);
 }
 
-// Keys whose scores climb by more than the forward's kMaxLag (8 nats) from
-// one key tile to the next: every row moves its reference max on every
-// tile, so the output accumulator is staged and rescaled each time (random
-// inputs never get there).
 // Keys whose scores climb by more than the forward's kMaxLag (8 nats) from
 // one key tile to the next: every row moves its reference max on every
 // tile, so the output accumulator is staged and rescaled each time (random
@@ -596,7 +601,9 @@ TEST_P(CudaAttentionTcTest, MatchesReferenceWhenTheMaxClimbsEveryTile) {
 
 // Every tiling the head size takes gives the default tiling's bits (which
 // the tests above hold to the reference), forward and backward, on random
-// inputs and on the climbing max; the others are refused.
+// inputs and on the climbing max; the others are refused. On the GPU the
+// warpgroup tiling's products may sum in another order than mma.sync's,
+// so there it is held to the reference's bounds instead.
 TEST_P(CudaAttentionTcTest, EveryTilingGivesTheSameBits) {
   const Shape s = GetParam();
   for (const bool climbing : {false, true}) {
@@ -607,6 +614,7 @@ TEST_P(CudaAttentionTcTest, EveryTilingGivesTheSameBits) {
         RunBackward(pb, want, Kernels::kTensorCore);
     for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
       SCOPED_TRACE(::testing::Message() << t.warp_rows << "x" << t.warps
+                                        << (t.warpgroup ? " warpgroup" : "")
                                         << (climbing ? " climbing" : ""));
       if (!cuda::AttentionTcTakesTiling(t, s.head_size)) {
         Bf16Array out(s.act_size());
@@ -624,6 +632,12 @@ TEST_P(CudaAttentionTcTest, EveryTilingGivesTheSameBits) {
                   cudaErrorInvalidValue);
         continue;
       }
+#if !defined(TRAINYARD_CUDA_EMULATION)
+      if (t.warpgroup) {
+        ExpectTcMatchesReference(pb, t);
+        continue;
+      }
+#endif
       const ForwardResult got = RunForward(pb, Kernels::kTensorCore, t);
       EXPECT_EQ(FirstDifference(got.out, want.out), -1) << "out";
       EXPECT_EQ(FirstDifference(got.lse, want.lse), -1) << "lse";
@@ -710,6 +724,69 @@ TEST(CudaAttentionDispatchTest, MisalignedBuffersRunTheReference) {
   EXPECT_EQ(FirstDifference(RunBackward(pb, ref, Kernels::kReference),
                             RunBackward(pb, ref, Kernels::kDispatch)),
             -1);
+}
+
+// The warpgroup tiling's product path (core-tile loads, descriptors,
+// wgmma) on one product d = a b of 64 x 64 by 64 x n, b read transposed
+// (K-major, as Q K^T) and as it lies (MN-major, as P V), against a plain
+// product in double: each element within fp32 summation's bound of 64
+// exact bf16 products. A wrong layout, descriptor or fragment order puts
+// whole rows or columns off by O(1).
+TEST(WarpgroupProductTest, MatchesAPlainProduct) {
+  if (!cuda_test::DevicePresent()) GTEST_SKIP() << cuda_test::kNoDevice;
+  if (!cuda::AttentionTcWarpgroupBuilt()) {
+    EXPECT_EQ(cuda::LaunchWarpgroupProductCheck(nullptr, nullptr, nullptr, 64,
+                                                true, nullptr),
+              cudaErrorInvalidValue);
+    GTEST_SKIP() << "built without the sm_90a warpgroup kernels";
+  }
+  constexpr int kK = 64;
+  for (int n : {32, 64, 128}) {
+    for (bool rows_are_n : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "n=" << n << (rows_are_n ? " K-major" : " MN-major"));
+      const std::vector<uint16_t> a_host = RandomBf16(64 * kK, 7 + n);
+      const std::vector<uint16_t> b_host = RandomBf16(int64_t{kK} * n, 9 + n);
+      Bf16Array a(64 * kK), b(int64_t{kK} * n);
+      FloatArray d(64 * n);
+      a.Upload(a_host);
+      b.Upload(b_host);
+      d.Poison();
+      ExpectCuda(cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), n,
+                                                   rows_are_n, nullptr),
+                 "launch");
+      ExpectCuda(cudaDeviceSynchronize(), "product");
+      EXPECT_TRUE(d.GuardsIntact());
+      const std::vector<float> got = d.Download();
+      const std::vector<float> x = Widen(a_host), y = Widen(b_host);
+      std::vector<float> want(got.size());
+      std::vector<double> tol(got.size());
+      for (int i = 0; i < 64; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double sum = 0, size = 0;
+          for (int k = 0; k < kK; ++k) {
+            const double term =
+                double{x[i * kK + k]} *
+                (rows_are_n ? y[int64_t{j} * kK + k] : y[int64_t{k} * n + j]);
+            sum += term;
+            size += std::fabs(term);
+          }
+          want[i * n + j] = static_cast<float>(sum);
+          tol[i * n + j] = SumSlack(kK) * size + 1e-30;
+        }
+      }
+      ExpectWithin(got, want, tol, "d");
+    }
+  }
+  // Shapes the check does not take.
+  FloatArray d(64 * 48);
+  Bf16Array a(64 * 64, /*offset=*/1), b(64 * 64);
+  EXPECT_EQ(cuda::LaunchWarpgroupProductCheck(d.get(), b.get(), b.get(), 48,
+                                              true, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), 64,
+                                              true, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -82,14 +82,10 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, cudaStream_t stream,
 
 namespace {
 
-std::string TilingName(const cuda::AttentionTcTiling& t) {
-  return absl::StrCat(t.warp_rows, "x", t.warps);
-}
-
 std::string TilingChoices() {
   std::vector<std::string> names;
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
-    names.push_back(TilingName(t));
+    names.push_back(cuda::AttentionTcTilingName(t));
   }
   return absl::StrJoin(names, ", ");
 }
@@ -99,11 +95,12 @@ std::string TilingChoices() {
 absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
     absl::string_view text) {
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
-    if (text == TilingName(t)) return t;
+    if (text == cuda::AttentionTcTilingName(t)) return t;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("attention tiling '", text, "' is not one of ",
-                   TilingChoices(), " (rows a warp x warps a block)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "attention tiling '", text, "' is not one of ", TilingChoices(),
+      " (rows a warp x warps a block, or wgmma: 16x4 as "
+      "warpgroup products)"));
 }
 
 absl::StatusOr<cuda::AttentionTcBackward> ParseAttentionBackward(
@@ -130,9 +127,16 @@ AttentionState CudaAttentionState(cuda::AttentionTcBackward backward) {
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     const CudaBackendOptions& options) {
   if (!cuda::IsAttentionTcTiling(options.attention_tiling)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda backend: attention tiling ", TilingName(options.attention_tiling),
-        " is not one of ", TilingChoices()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda backend: attention tiling ",
+                     cuda::AttentionTcTilingName(options.attention_tiling),
+                     " is not one of ", TilingChoices()));
+  }
+  if (options.attention_tiling.warpgroup &&
+      !cuda::AttentionTcWarpgroupBuilt()) {
+    return absl::FailedPreconditionError(
+        "cuda backend: attention tiling wgmma needs the sm_90a kernels, and "
+        "this build has none (configure with YARD_CUDA_ARCHITECTURES=90a)");
   }
   if (absl::Status s = cuda::LtGemm::CheckChoices(options.gemm_choices);
       !s.ok()) {

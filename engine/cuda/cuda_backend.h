@@ -99,9 +99,9 @@ struct CudaBackendOptions {
   BiasGradient bias_gradient = BiasGradient::kColumnSums;
 };
 
-// "RxW" (rows a warp x warps a block, e.g. "32x4") as one of the attention
-// kernels' tilings; INVALID_ARGUMENT naming the text and the choices
-// otherwise.
+// One of the attention kernels' tilings by its name
+// (cuda::AttentionTcTilingName: "16x4", "32x4", "wgmma", ...);
+// INVALID_ARGUMENT naming the text and the choices otherwise.
 absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
     absl::string_view text);
 

@@ -38,20 +38,23 @@ TEST(CudaBackendCreateTest, RefusesAnArenaSmallerThanItsWorkspace) {
 // The attention kernels' tilings by name, and nothing else.
 TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
-    const std::string name = absl::StrCat(t.warp_rows, "x", t.warps);
+    const std::string name = cuda::AttentionTcTilingName(t);
+    EXPECT_EQ(name, t.warpgroup ? std::string("wgmma")
+                                : absl::StrCat(t.warp_rows, "x", t.warps));
     const auto parsed = ParseAttentionTiling(name);
     ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
     EXPECT_EQ(parsed->warp_rows, t.warp_rows) << name;
     EXPECT_EQ(parsed->warps, t.warps) << name;
+    EXPECT_EQ(parsed->warpgroup, t.warpgroup) << name;
   }
   for (const char* bad : {"", "16x2", "32x8", "32", "x4", "32x4 ", "32X4",
-                          "+32x4", "032x4", "wide"}) {
+                          "+32x4", "032x4", "wide", "WGMMA", "16x4wg"}) {
     const auto parsed = ParseAttentionTiling(bad);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
         << "'" << bad << "'";
     EXPECT_TRUE(absl::StrContains(
         parsed.status().message(),
-        absl::StrCat("'", bad, "' is not one of 16x4, 32x2, 32x4")))
+        absl::StrCat("'", bad, "' is not one of 16x4, 32x2, 32x4, wgmma")))
         << parsed.status();
   }
 }

@@ -417,7 +417,8 @@ class LaunchShapes {
 
 // A backend created with each attention tiling gives the default one's
 // bits, forward and backward (GPT-2's head size 64; 130 rows: two 128-row
-// query tiles, the second ragged); the tiling is a speed setting only. On
+// query tiles, the second ragged); the tiling is a speed setting only
+// (the warpgroup tiling: on the emulation). On
 // the emulation the test also sees the launches: the query-side kernels'
 // blocks are the tiling's (its warps, one block per query tile of its
 // rows), the key side's 4 warps over 64-row tiles whatever the tiling.
@@ -452,7 +453,12 @@ TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
   std::vector<dim3> blocks, grids;
   const Result want = run(*gpu_, qkv.host, dout.host, &blocks, &grids);
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
-    SCOPED_TRACE(::testing::Message() << t.warp_rows << "x" << t.warps);
+    SCOPED_TRACE(cuda::AttentionTcTilingName(t));
+#if !defined(TRAINYARD_CUDA_EMULATION)
+    // On the GPU the warpgroup products may sum in another order than
+    // mma.sync's; cuda_attention_test holds them to the reference's bounds.
+    if (t.warpgroup) continue;
+#endif
     CudaBackendOptions options;
     options.arena_bytes = int64_t{256} << 20;
     options.sync_after_each_op = true;

@@ -29,10 +29,10 @@
 #            YARD_GEMM_CHOICES=gemm-choices.txt (engine.log, engine.csv):
 #            whether the epilogue and choosing among the candidates pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
-#            tiling 16x4, 16x4 with YARD_ATTENTION_BACKWARD=ordered-dq, 32x2
-#            and 32x4 (YARD_ATTENTION_TILING; engine.log, engine.csv in that
-#            order): which tiling and backward the backend should run by
-#            default
+#            tiling 16x4, wgmma (the warpgroup forward), 16x4 with
+#            YARD_ATTENTION_BACKWARD=ordered-dq, 32x2 and 32x4
+#            (YARD_ATTENTION_TILING; engine.log, engine.csv in that order):
+#            which tiling and backward the backend should run by default
 #   all      tests, engine and packing in that order, sharing one budget
 #
 # Every command runs under a timeout cut from SECONDS (default 540, so one
@@ -212,9 +212,10 @@ run_quick() {
 run_tilings() {
   run_kernels
   local elog="$out/engine.log" csv="$out/engine.csv" t
-  # The ordered backward second, beside the default tiling it runs with,
-  # before the other tilings in case the budget runs out.
-  for t in 16x4 ordered-dq 32x2 32x4; do
+  # The warpgroup forward and the ordered backward right after the default
+  # tiling they are measured against, before the other tilings in case the
+  # budget runs out.
+  for t in 16x4 wgmma ordered-dq 32x2 32x4; do
     note "$t: gpt_train_bench 124m bf16"
     if [[ "$t" == ordered-dq ]]; then
       export YARD_ATTENTION_BACKWARD=ordered-dq YARD_ATTENTION_TILING=16x4

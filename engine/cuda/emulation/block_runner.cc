@@ -455,6 +455,31 @@ void* BlockRunner::DynamicShared(size_t align) {
   return dynamic_base_;
 }
 
+uint32_t BlockRunner::DynamicSharedAddress(const void* p,
+                                           const std::source_location& site) {
+  const char* c = static_cast<const char*>(p);
+  if (dynamic_base_ == nullptr || c < dynamic_base_ ||
+      c >= dynamic_arena_.end) {
+    Fail("at " + At(site) +
+         ": a shared-memory operand address outside the block's dynamic "
+         "shared memory");
+  }
+  return static_cast<uint32_t>(c - dynamic_arena_.start);
+}
+
+const void* BlockRunner::DynamicSharedAt(uint32_t address, size_t bytes,
+                                         const std::source_location& site) {
+  const char* c = dynamic_arena_.start + address;
+  if (dynamic_base_ == nullptr || c < dynamic_base_ ||
+      bytes > static_cast<size_t>(dynamic_arena_.end - c)) {
+    Fail("at " + At(site) + ": a shared-memory operand of " +
+         std::to_string(bytes) + " bytes at shared address " +
+         std::to_string(address) +
+         " is not inside the block's dynamic shared memory");
+  }
+  return c;
+}
+
 void BlockRunner::WarpTensorOp(const char* name,
                                const std::source_location& site) {
   Thread& t = *current_;
@@ -505,6 +530,15 @@ void* StaticShared(const void* key, size_t bytes, size_t align) {
 }
 
 void* DynamicShared(size_t align) { return active->DynamicShared(align); }
+
+uint32_t DynamicSharedAddress(const void* p, const std::source_location& site) {
+  return active->DynamicSharedAddress(p, site);
+}
+
+const void* DynamicSharedAt(uint32_t address, size_t bytes,
+                            const std::source_location& site) {
+  return active->DynamicSharedAt(address, bytes, site);
+}
 
 void WarpTensorOp(const char* name, const std::source_location& site) {
   active->WarpTensorOp(name, site);

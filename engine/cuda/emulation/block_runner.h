@@ -78,6 +78,10 @@ class BlockRunner {
                           const std::source_location& site);
   void* StaticShared(const void* key, size_t bytes, size_t align);
   void* DynamicShared(size_t align);
+  uint32_t DynamicSharedAddress(const void* p,
+                                const std::source_location& site);
+  const void* DynamicSharedAt(uint32_t address, size_t bytes,
+                              const std::source_location& site);
   void WarpTensorOp(const char* name, const std::source_location& site);
   [[noreturn]] void Fail(const std::string& what);
 
@@ -153,6 +157,17 @@ void* StaticShared(const void* key, size_t bytes, size_t align);
 // The block's dynamic shared memory, aligned to `align` and no more, so a
 // kernel that assumes more alignment than it declares is caught.
 void* DynamicShared(size_t align);
+// The shared-memory address the GPU would give `p` (__cvta_generic_to_shared)
+// for the operand descriptors of warpgroup products (warpgroup_mma.h): its
+// offset into the block's dynamic shared memory window, which is smaller
+// than the 256 KB a descriptor's 14 bits of 16-byte units reach. Fails the
+// block, naming `site`, for a pointer outside the block's dynamic shared
+// memory.
+uint32_t DynamicSharedAddress(const void* p, const std::source_location& site);
+// The pointer at `address` (as DynamicSharedAddress gives), after checking
+// that its `bytes` lie in the block's dynamic shared memory.
+const void* DynamicSharedAt(uint32_t address, size_t bytes,
+                            const std::source_location& site);
 // Notes one tensor-core operation (mma.sync, ldmatrix) by the calling
 // lane, called from `site`; lanes of a warp must make the same ones.
 void WarpTensorOp(const char* name, const std::source_location& site);

@@ -4,6 +4,7 @@
 // says what is wrong, without hanging or crashing.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -159,6 +160,24 @@ TEST_F(EmulatorTest, TensorCoreOpsNeedTheWholeWarpInStep) {
                 "different tensor-core calls");
   ExpectFailure(testing::LaunchMma(c, a.data(), b.data(), 16, false),
                 "needs a whole warp");
+}
+
+// warpgroup_mma.h's emulated wgmma: the result appears at the Wait, the
+// accumulators hold NaN between the issue and the Wait (so a kernel that
+// reads them early fails its test), and it needs a block of one whole
+// warpgroup and B in dynamic shared memory.
+TEST_F(EmulatorTest, WarpgroupMmaHoldsItsResultUntilTheWait) {
+  float before[128], after[128];
+  ASSERT_EQ(testing::LaunchWarpgroupMma(before, after, 128, false),
+            cudaSuccess);
+  for (int t = 0; t < 128; ++t) {
+    EXPECT_TRUE(std::isnan(before[t])) << t;
+    EXPECT_EQ(after[t], 16.f) << t;
+  }
+  ExpectFailure(testing::LaunchWarpgroupMma(before, after, 64, false),
+                "blocks of exactly one warpgroup");
+  ExpectFailure(testing::LaunchWarpgroupMma(before, after, 128, true),
+                "outside the block's dynamic shared memory");
 }
 
 // engine/cuda/vec16.cuh's packs: aligned, they move the values exactly;

@@ -7,6 +7,7 @@
 #include "engine/cuda/emulation/emulator_test_kernels.h"
 #include "engine/cuda/vec16.cuh"
 #include "engine/cuda/warp_mma.h"
+#include "engine/cuda/warpgroup_mma.h"
 
 namespace trainyard::cuda_emulation::testing {
 namespace {
@@ -88,6 +89,27 @@ __global__ void MmaKernel(float* c, const __nv_bfloat16* a,
     engine::cuda::warp_mma::Mma16816(acc, fa, fb);
   __syncwarp();
   for (int e = 0; e < 4; ++e) c[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = acc[e];
+}
+
+__global__ void WarpgroupMmaKernel(float* before, float* after,
+                                   bool b_in_static_shared) {
+  namespace wg = engine::cuda::warpgroup_mma;
+  extern __shared__ __align__(128) uint16_t dynamic_b[];
+  __shared__ __align__(128) uint16_t static_b[32 * 16];
+  uint16_t* b = b_in_static_shared ? static_b : dynamic_b;
+  const int t = threadIdx.x;
+  for (int i = t; i < 32 * 16; i += blockDim.x) b[i] = 0x3F80;  // 1.0
+  __syncthreads();
+  const uint32_t ones = 0x3F803F80u;
+  const uint32_t a[4] = {ones, ones, ones, ones};
+  float acc[4][4];
+  wg::Fence();
+  wg::MmaAsync<32, 0>(acc, a, wg::Descriptor(b, 128, 256), 0);
+  before[t] = acc[0][0];
+  wg::Commit();
+  wg::Wait<0>();
+  wg::FenceOperand(acc);
+  after[t] = acc[0][0];
 }
 
 __global__ void PacksKernel(__nv_bfloat16* narrow, float* wide,
@@ -172,6 +194,13 @@ cudaError_t LaunchExitedLane(float* out) {
 cudaError_t LaunchMma(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
                       int threads, bool lane_dependent) {
   MmaKernel<<<dim3(1), dim3(threads), 0, nullptr>>>(c, a, b, lane_dependent);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchWarpgroupMma(float* before, float* after, int threads,
+                               bool b_in_static_shared) {
+  WarpgroupMmaKernel<<<1, threads, 32 * 16 * 2>>>(before, after,
+                                                  b_in_static_shared);
   return cudaGetLastError();
 }
 

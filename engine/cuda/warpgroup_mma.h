@@ -1,0 +1,391 @@
+// Warpgroup-level tensor-core products for the attention kernels: Hopper's
+// wgmma.mma_async (sm_90a), where the four warps of a warpgroup (128
+// threads, warps 4i..4i+3 of a block) multiply together a 64 x N x 16
+// product, A from their registers and B from shared memory, into fp32
+// accumulators in their registers, asynchronously: issued, committed as a
+// group, then waited for. On the GPU each is one PTX instruction; in the
+// host emulation of CUDA (TRAINYARD_CUDA_EMULATION) the same contract is
+// carried out with a block barrier and plain loads. A .h, not a .cuh: the
+// kernel rewriter refuses inline PTX, and the preprocessor keeps the PTX
+// from the emulation build.
+//
+// Register fragments (PTX ISA, "wgmma .m64nNk16"): warp w of the warpgroup
+// holds rows 16w..16w+15 of A and of the accumulator D, laid out within
+// the warp as mma.sync m16n8k16's A and C fragments (warp_mma.h): A's four
+// registers are a 16 x 16 A fragment, and D holds N/8 C fragments, d[j]
+// for columns 8j..8j+7. So the kernels' per-warp code (softmax, masks,
+// C-to-A conversion) reads these as it reads mma.sync results.
+//
+// B in shared memory is addressed by a descriptor (Descriptor) of the
+// canonical layout without swizzling: "core matrices" of 8 rows of 16
+// bytes (8 bf16), each stored as 128 contiguous bytes. Of B's element
+// (k, n), in elements from the descriptor's start, with LBO and SBO the
+// descriptor's leading and stride byte offsets over 2:
+//   K-major (kTransposeB = 0):  (n % 8) * 8 + (n / 8) * SBO + k % 8 + (k / 8) *
+//   LBO MN-major (kTransposeB = 1): n % 8 + (n / 8) * SBO + (k % 8) * 8 + (k /
+//   8) * LBO
+// so LBO steps over core matrices along K and SBO along N (PTX ISA,
+// "Shared Memory Matrix Layout", canonical layouts ((8,m),(T,2k)) and
+// ((T,1,m),(8,k)) without swizzle).
+//
+// Ordering, as the PTX ISA requires: Fence() before the first product of a
+// batch whose accumulators or A registers other instructions wrote;
+// FenceSharedForAsync() after shared-memory writes (stores, completed
+// cp.async copies) that a product will read, before the barrier that
+// publishes them; Commit() after a batch; Wait<N>() before touching its
+// accumulators or A registers again (at most N newer groups left in
+// flight), then FenceOperand(d) on the accumulators read, so the compiler
+// does not read them ahead of the wait.
+//
+// The emulation: every thread of the block must be in the one warpgroup
+// (blocks of exactly 128 threads); B must lie in the block's dynamic
+// shared memory; it sums each accumulator's 16 products in ascending k in
+// fp32 after its old value, as the emulated mma.sync does, so kernels give
+// the same bits with either; the hardware's own order is not reproduced.
+// It also holds each product's result back until the Wait that covers it
+// and fills the accumulators with NaN meanwhile, so a kernel that reads or
+// writes them too early gets a wrong result rather than a lucky one.
+//
+// kBuilt says whether this build has the products: on the GPU they need
+// device code for sm_90a (YARD_CUDA_ARCHITECTURES 90a, which defines
+// TRAINYARD_SM90A); built for another architecture they trap, and
+// launchers refuse the kernels using them. Pure device functions;
+// warpgroup-wide ones need all 128 threads converged. Thread-safe.
+#ifndef TRAINYARD_ENGINE_CUDA_WARPGROUP_MMA_H_
+#define TRAINYARD_ENGINE_CUDA_WARPGROUP_MMA_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#if defined(TRAINYARD_CUDA_EMULATION)
+#include <cmath>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/warp_mma.h"
+#endif
+
+namespace trainyard::engine::cuda::warpgroup_mma {
+
+#if defined(TRAINYARD_CUDA_EMULATION) || defined(TRAINYARD_SM90A)
+inline constexpr bool kBuilt = true;
+#else
+inline constexpr bool kBuilt = false;
+#endif
+
+// Threads of a warpgroup; rows of A and D.
+inline constexpr int kThreads = 128;
+inline constexpr int kRows = 64;
+
+#if defined(TRAINYARD_CUDA_EMULATION)
+
+using Site = std::source_location;
+
+inline uint64_t Descriptor(const void* start, uint32_t leading_bytes,
+                           uint32_t stride_bytes,
+                           const Site& site = Site::current()) {
+  const uint32_t address =
+      ::trainyard::cuda_emulation::DynamicSharedAddress(start, site);
+  if (address % 16 != 0 || leading_bytes % 16 != 0 || stride_bytes % 16 != 0 ||
+      leading_bytes >= (1u << 18) || stride_bytes >= (1u << 18)) {
+    ::trainyard::cuda_emulation::FailKernel(
+        "wgmma descriptor: start, leading and stride byte offsets must be "
+        "16-byte multiples below 256 KB (start " +
+        std::to_string(address) + ", leading " + std::to_string(leading_bytes) +
+        ", stride " + std::to_string(stride_bytes) + ")");
+  }
+  return uint64_t{address >> 4} | uint64_t{leading_bytes >> 4} << 16 |
+         uint64_t{stride_bytes >> 4} << 32;
+}
+
+// Each thread's products issued and not yet waited for: where its
+// accumulators are and what they will hold.
+struct Pending {
+  float* d;
+  int count;
+  uint64_t group;  // 0 until committed
+  float value[kRows];
+};
+
+// The block's warpgroup state (a block runs on one OS thread at a time).
+struct WarpgroupState {
+  uint32_t a[kThreads][4];
+  std::vector<Pending> pending[kThreads];
+  uint64_t committed[kThreads] = {};
+};
+
+inline WarpgroupState& State() {
+  thread_local WarpgroupState s;
+  return s;
+}
+
+inline int ThreadIndex(const Site& site) {
+  if (blockDim.x * blockDim.y * blockDim.z != kThreads) {
+    ::trainyard::cuda_emulation::FailKernel(
+        "wgmma at " + std::string(site.file_name()) + ":" +
+        std::to_string(site.line()) +
+        ": the emulation runs warpgroup products in blocks of exactly one "
+        "warpgroup (128 threads)");
+  }
+  return static_cast<int>(
+      threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+}
+
+template <int kN, int kTransposeB>
+inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
+                     int accumulate, const Site& site = Site::current()) {
+  static_assert(kN == 32 || kN == 64 || kN == 128, "N: 32, 64 or 128");
+  using warp_mma::HalfOf;
+  ::trainyard::cuda_emulation::WarpTensorOp("wgmma.mma_async", site);
+  const int tid = ThreadIndex(site);
+  WarpgroupState& s = State();
+  memcpy(s.a[tid], a, sizeof a);
+  ::trainyard::cuda_emulation::SyncThreads(site);  // every A posted
+  const uint32_t start = static_cast<uint32_t>(b & 0x3fff) << 4;
+  const uint32_t lbo = static_cast<uint32_t>(b >> 16 & 0x3fff) << 4;
+  const uint32_t sbo = static_cast<uint32_t>(b >> 32 & 0x3fff) << 4;
+  if ((b >> 46) != 0) {
+    ::trainyard::cuda_emulation::FailKernel(
+        "wgmma descriptor: only the layout without swizzling (and base "
+        "offset 0) is emulated");
+  }
+  // Byte offset of B's (k, n) from the start.
+  const auto offset = [&](int k, int n) -> uint32_t {
+    return kTransposeB
+               ? (n % 8) * 2 + (n / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+               : (n % 8) * 16 + (n / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  };
+  const uint32_t extent = offset(15, kN - 1) + 2;
+  const auto* base = static_cast<const unsigned char*>(
+      ::trainyard::cuda_emulation::DynamicSharedAt(start, extent, site));
+  // The accumulators' current values: a product still pending on them,
+  // else the registers.
+  Pending next{&d[0][0], kN / 2, 0, {}};
+  const Pending* before = nullptr;
+  for (const Pending& p : s.pending[tid]) {
+    if (p.d == next.d) before = &p;
+  }
+  const int w = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  for (int j = 0; j < kN / 8; ++j) {
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
+      float acc = 0.f;
+      if (accumulate) acc = before ? before->value[4 * j + e] : d[j][e];
+      for (int k = 0; k < 16; ++k) {
+        // A's (row, k) is in lane (row % 8) * 4 + (k % 8) / 2 of warp w,
+        // register row / 8 + 2 (k / 8), half k % 2.
+        const uint32_t word =
+            s.a[32 * w + (row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)];
+        uint16_t bits;
+        memcpy(&bits, base + offset(k, col), 2);
+        acc += HalfOf(word, k % 2) * HalfOf(bits, 0);
+      }
+      next.value[4 * j + e] = acc;
+    }
+  }
+  ::trainyard::cuda_emulation::SyncThreads(site);  // every A read
+  std::vector<Pending>& mine = s.pending[tid];
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i].d == next.d) {
+      mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
+  mine.push_back(next);
+  for (int j = 0; j < kN / 8; ++j) {
+    for (int e = 0; e < 4; ++e) d[j][e] = NAN;
+  }
+}
+
+inline void Fence() {}
+inline void FenceSharedForAsync() {}
+
+inline void Commit(const Site& site = Site::current()) {
+  const int tid = ThreadIndex(site);
+  WarpgroupState& s = State();
+  const uint64_t group = ++s.committed[tid];
+  for (Pending& p : s.pending[tid]) {
+    if (p.group == 0) p.group = group;
+  }
+}
+
+template <int kPending>
+inline void Wait(const Site& site = Site::current()) {
+  const int tid = ThreadIndex(site);
+  WarpgroupState& s = State();
+  std::vector<Pending>& mine = s.pending[tid];
+  const uint64_t done = s.committed[tid] - kPending;
+  for (size_t i = 0; i < mine.size();) {
+    if (mine[i].group != 0 && mine[i].group <= done) {
+      memcpy(mine[i].d, mine[i].value, sizeof(float) * mine[i].count);
+      mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+template <int kBlocks>
+inline void FenceOperand(float (&)[kBlocks][4]) {}
+
+#else  // the GPU
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TRAINYARD_WGMMA_ASM 1
+#endif
+
+// A descriptor of B at `start` (16-byte aligned shared memory) in the
+// layout without swizzling, with its leading and stride byte offsets.
+__device__ __forceinline__ uint64_t Descriptor(const void* start,
+                                               uint32_t leading_bytes,
+                                               uint32_t stride_bytes) {
+  const uint32_t address =
+      static_cast<uint32_t>(__cvta_generic_to_shared(start));
+  return uint64_t{(address >> 4) & 0x3fff} |
+         uint64_t{(leading_bytes >> 4) & 0x3fff} << 16 |
+         uint64_t{(stride_bytes >> 4) & 0x3fff} << 32;
+}
+
+__device__ __forceinline__ void Fence() {
+#if defined(TRAINYARD_WGMMA_ASM)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void FenceSharedForAsync() {
+#if defined(TRAINYARD_WGMMA_ASM)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void Commit() {
+#if defined(TRAINYARD_WGMMA_ASM)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+template <int kPending>
+__device__ __forceinline__ void Wait() {
+#if defined(TRAINYARD_WGMMA_ASM)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Pins the accumulators' values to this point of the program (an empty
+// asm that reads and writes each), so that reads after a Wait are not
+// hoisted above it.
+template <int kBlocks>
+__device__ __forceinline__ void FenceOperand(float (&d)[kBlocks][4]) {
+#pragma unroll
+  for (int j = 0; j < kBlocks; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+  }
+}
+
+// d (64 x kN, fp32) = a b + (accumulate ? d : 0), a the warpgroup's 64 x 16
+// bf16 A fragments, b a descriptor of B (16 x kN bf16; kTransposeB: 0
+// K-major, 1 MN-major). Issued, not complete: see Commit and Wait.
+template <int kN, int kTransposeB>
+__device__ __forceinline__ void MmaAsync(float (&d)[kN / 8][4],
+                                         const uint32_t (&a)[4], uint64_t b,
+                                         int accumulate) {
+  static_assert(kN == 32 || kN == 64 || kN == 128, "N: 32, 64 or 128");
+#if defined(TRAINYARD_WGMMA_ASM)
+  if constexpr (kN == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15"
+        "}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+          "n"(kTransposeB)
+        : "memory");
+  } else if constexpr (kN == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+          "n"(kTransposeB)
+        : "memory");
+  } else if constexpr (kN == 128) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+          "n"(kTransposeB)
+        : "memory");
+  }
+#else
+  (void)d;
+  (void)a;
+  (void)b;
+  (void)accumulate;
+  __trap();
+#endif
+}
+
+#undef TRAINYARD_WGMMA_ASM
+
+#endif
+
+}  // namespace trainyard::engine::cuda::warpgroup_mma
+
+#endif  // TRAINYARD_ENGINE_CUDA_WARPGROUP_MMA_H_
