@@ -17,7 +17,8 @@
 //     fragments; dV += P^T dout, dK += dS^T Q; dk = scale dK.
 // The two sides recompute S and dP each, 7 products where a one-kernel
 // backward has 5, so that every output element is summed by one warp in a
-// fixed order, with no atomics: deterministic.
+// fixed order, with no atomics: deterministic. Each side also has a
+// warpgroup form (the warpgroup tiling: wgmma products, *WgKernel).
 #include <cstdint>
 
 #include "engine/cuda/act_type.cuh"
@@ -368,6 +369,233 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
                 sv + w0 * Tile<kD>::kLd);
 }
 
+// The warpgroup tiling's backward (AttentionTcTiling::warpgroup): the
+// 16 x 4 kernels' rows, order and formulas with every product a warpgroup
+// product (warpgroup_mma.h) the block's four warps issue together, A
+// fragments from registers and the other side's tiles read by the tensor
+// cores from shared memory, where they lie as core tiles (CoreTile, in the
+// stages of BackwardSmem): Q K^T and dout V^T read K and V transposed
+// (K-major), dS K reads K as it lies (MN-major); on the key side K Q^T and
+// V dout^T read Q and dout transposed, P^T dout and dS^T Q as they lie.
+// The same bits as the 16 x 4 kernels on the emulation.
+template <int kD>
+__global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
+    AttentionQueryGradWgKernel(bf16* dqkv, float* delta, const bf16* dout,
+                               const bf16* out, const bf16* qkv,
+                               const float* lse, TcGeometry g) {
+  namespace wg = warpgroup_mma;
+  using Q = QueryRows<1, 4>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  // Not CheckSmemAlignment: a call (its printf) in the kernel makes ptxas
+  // serialize the warpgroup products.
+  if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) __trap();
+  using L = BackwardSmem<kD>;
+  bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1);
+  float *s_lse = At<float>(smem, L::kLse),
+        *s_delta = At<float>(smem, L::kDelta);
+  const HeadOffsets h = HeadOf(g, kD);
+  const Q rows(g.tiles);
+  const int q0 = rows.q0, w0 = rows.RowTile(0);
+  const int lane = threadIdx.x % 32;
+  const bf16* keys = qkv + h.qkv + g.channels;
+  const bf16* values = keys + g.channels;
+  AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  AsyncLoadRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
+  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther0), keys, h.qkv_row, 0, g.seq);
+  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther1), values, h.qkv_row, 0,
+                        g.seq);
+  CpAsyncCommit();
+  LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
+  ComputeDelta<kD, kTile, kThreads>(delta, s_delta, dout, out, h, q0, g.seq);
+  const float scale2 = g.scale * kLog2e;
+  float lse2[2], d_row[2];                   // the lane's rows' statistics
+  uint32_t qa[kD / 16][4], doa[kD / 16][4];  // the warp's Q and dout rows
+  float dq[kD / 8][4] = {};
+  for (int kt = 0; kt <= rows.last; ++kt) {
+    if (kt < rows.last) {
+      const size_t next = (kt + 1) % 2 * L::kT;
+      const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
+      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther0 + next), keys, h.qkv_row,
+                            k1, g.seq);
+      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther1 + next), values,
+                            h.qkv_row, k1, g.seq);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    wg::FenceSharedForAsync();  // the copies, for the products to read
+    __syncthreads();  // this tile (on the first: Q, dout, statistics) whole
+    if (kt == 0) {
+      for (int r = 0; r < 2; ++r) {
+        const int row = w0 + lane / 4 + 8 * r;
+        lse2[r] = s_lse[row] * kLog2e;
+        d_row[r] = s_delta[row];
+      }
+      LoadA<kD>(qa, sq, w0);
+      LoadA<kD>(doa, sdo, w0);
+    }
+    const size_t stage = kt % 2 * L::kT;
+    const bf16* sk = At<bf16>(smem, L::kOther0 + stage);
+    const bf16* sv = At<bf16>(smem, L::kOther1 + stage);
+    float s[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
+    wg::Fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      wg::MmaAsync<kTile, 0>(s, qa[ks], RowsAsN<kD>(sk, ks), ks > 0);
+    }
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      wg::MmaAsync<kTile, 0>(dp, doa[ks], RowsAsN<kD>(sv, ks), ks > 0);
+    }
+    wg::Commit();
+    wg::Wait<0>();
+    wg::FenceOperand(s);
+    wg::FenceOperand(dp);
+    rows.MaskIfDiagonal(s, 0, kt);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = Exp2Ftz(s[n][e] * scale2 - lse2[e / 2]);
+        s[n][e] = p * (dp[n][e] - d_row[e / 2]);  // dS
+      }
+    }
+    uint32_t ds[kTile / 16][4];
+    ToA(ds, s);
+    wg::FenceOperand(dq);
+    wg::Fence();
+#pragma unroll
+    for (int ks = 0; ks < kTile / 16; ++ks) {
+      wg::MmaAsync<kD, 1>(dq, ds[ks], RowsAsK<kD>(sk, ks), 1);
+    }
+    wg::Commit();
+    wg::Wait<0>();
+    wg::FenceOperand(dq);
+    __syncthreads();  // every warp is done with this stage: it is refilled
+  }
+  const float scale[2] = {g.scale, g.scale};
+  StoreRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + w0, g.seq, dq, scale,
+                sq + w0 * Tile<kD>::kLd);
+}
+
+// Two blocks an SM, not three: its products' accumulators (S^T, dP^T, dK,
+// dV) and A fragments must all be in registers while the products run,
+// and at 170 registers ptxas would serialize the products (hs = 128
+// still does).
+template <int kD>
+__global__ void __launch_bounds__(kThreads, 2)
+    AttentionKeySideWgKernel(bf16* dqkv, const float* delta, const bf16* dout,
+                             const bf16* qkv, const float* lse, TcGeometry g) {
+  namespace wg = warpgroup_mma;
+  extern __shared__ __align__(128) unsigned char smem[];
+  if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) __trap();
+  using L = BackwardSmem<kD>;
+  bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
+  const HeadOffsets h = HeadOf(g, kD);
+  const int kt = static_cast<int>(blockIdx.y);
+  const int64_t k0 = static_cast<int64_t>(kt) * kTile;
+  const int quad = threadIdx.x % 4;
+  const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
+  const bf16* queries = qkv + h.qkv;
+  const bf16* grads = dout + h.out;
+  AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
+  AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
+  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther0), queries, h.qkv_row, k0,
+                        g.seq);
+  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther1), grads, h.out_row, k0,
+                        g.seq);
+  CpAsyncCommit();
+  LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq, kLog2e);
+  LoadRowStats(At<float>(smem, L::kDelta), delta + h.stats, k0, g.seq);
+  const float scale2 = g.scale * kLog2e;
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  for (int qt = kt; qt < g.tiles; ++qt) {
+    const int it = qt - kt;
+    if (qt + 1 < g.tiles) {
+      const size_t next = (it + 1) % 2 * L::kT;
+      const int64_t q1 = static_cast<int64_t>(qt + 1) * kTile;
+      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther0 + next), queries,
+                            h.qkv_row, q1, g.seq);
+      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther1 + next), grads, h.out_row,
+                            q1, g.seq);
+      CpAsyncCommit();
+      const size_t stats = (it + 1) % 2 * kTile;
+      LoadRowStats(At<float>(smem, L::kLse) + stats, lse + h.stats, q1, g.seq,
+                   kLog2e);
+      LoadRowStats(At<float>(smem, L::kDelta) + stats, delta + h.stats, q1,
+                   g.seq);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    wg::FenceSharedForAsync();  // the copies, for the products to read
+    __syncthreads();  // this tile (on the first: K, V) and its stats whole
+    const size_t stage = it % 2 * L::kT;
+    const bf16* sq = At<bf16>(smem, L::kOther0 + stage);
+    const bf16* sdo = At<bf16>(smem, L::kOther1 + stage);
+    const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
+    const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
+    float st[kTile / 8][4] = {}, dpt[kTile / 8][4] = {};
+    {
+      // The warp's key and value rows, reloaded each tile: registers are
+      // short here, and a product's A must stay put until its Wait.
+      uint32_t ka[kD / 16][4], va[kD / 16][4];
+      LoadA<kD>(ka, sk, w0);
+      LoadA<kD>(va, sv, w0);
+      wg::Fence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        wg::MmaAsync<kTile, 0>(st, ka[ks], RowsAsN<kD>(sq, ks), ks > 0);
+      }
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        wg::MmaAsync<kTile, 0>(dpt, va[ks], RowsAsN<kD>(sdo, ks), ks > 0);
+      }
+      wg::Commit();
+      wg::Wait<0>();
+      wg::FenceOperand(st);
+      wg::FenceOperand(dpt);
+    }
+    if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
+        const float p = Exp2Ftz(st[n][e] * scale2 - s_lse2[c]);
+        st[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
+      }
+    }
+    uint32_t pa[kTile / 16][4], dsa[kTile / 16][4];
+    ToA(pa, st);
+    ToA(dsa, dpt);
+    wg::FenceOperand(dv);
+    wg::FenceOperand(dk);
+    wg::Fence();
+#pragma unroll
+    for (int ks = 0; ks < kTile / 16; ++ks) {
+      wg::MmaAsync<kD, 1>(dv, pa[ks], RowsAsK<kD>(sdo, ks), 1);
+    }
+#pragma unroll
+    for (int ks = 0; ks < kTile / 16; ++ks) {
+      wg::MmaAsync<kD, 1>(dk, dsa[ks], RowsAsK<kD>(sq, ks), 1);
+    }
+    wg::Commit();
+    wg::Wait<0>();
+    wg::FenceOperand(dv);
+    wg::FenceOperand(dk);
+    __syncthreads();  // every warp is done with this stage: it is refilled
+  }
+  const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
+  bf16* dk_base = dqkv + h.qkv + g.channels;
+  StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk, scale,
+                sk + w0 * Tile<kD>::kLd);
+  StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv, one,
+                sv + w0 * Tile<kD>::kLd);
+}
+
 // Where the ordered backward's scratch keeps what: delta, a turn counter
 // per query tile of each (sequence, head) and the fp32 dQ sums [B, NH, T,
 // hs], each region 16-byte aligned.
@@ -426,6 +654,20 @@ cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
                         static_cast<const float*>(delta), dout, qkv, lse, g);
 }
 
+// The warpgroup tiling's query side, then its key side.
+template <int kD>
+cudaError_t BackwardWg(bf16* dqkv, float* delta, const bf16* dout,
+                       const bf16* out, const bf16* qkv, const float* lse,
+                       const TcGeometry& g, dim3 grid, cudaStream_t stream) {
+  const cudaError_t e = LaunchWithSmem(
+      AttentionQueryGradWgKernel<kD>, BackwardSmem<kD>::kBytes, grid, kThreads,
+      stream, dqkv, delta, dout, out, qkv, lse, g);
+  if (e != cudaSuccess) return e;
+  return LaunchWithSmem(AttentionKeySideWgKernel<kD>, BackwardSmem<kD>::kBytes,
+                        grid, kThreads, stream, dqkv,
+                        static_cast<const float*>(delta), dout, qkv, lse, g);
+}
+
 }  // namespace
 }  // namespace attention_tc
 
@@ -456,6 +698,12 @@ cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
   }
   bf16* dx = As<bf16>(dqkv);
   const bf16 *dy = As<bf16>(dout), *y = As<bf16>(out), *x = As<bf16>(qkv);
+  if (tiling.warpgroup) {
+    return attention_tc::WithHeadSize(channels / heads, [&](auto d) {
+      return attention_tc::BackwardWg<decltype(d)::value>(dx, delta, dy, y, x,
+                                                          lse, g, grid, stream);
+    });
+  }
   return attention_tc::WithTiling(
       tiling, channels / heads, [&](auto d, auto m, auto w) {
         return attention_tc::BackwardTc<decltype(d)::value, decltype(m)::value,

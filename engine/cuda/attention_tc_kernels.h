@@ -35,10 +35,11 @@ bool AttentionTcSupportsHeadSize(int64_t head_size);
 // products (wgmma, sm_90a: warpgroup_mma.h), the block's four warps
 // multiplying together with the other side's tiles read straight from
 // shared memory, where the other tilings run each warp's products as
-// mma.sync with ldmatrix. So far the forward only: the backward runs its
-// 16 x 4 twin. In the host emulation it gives the other tilings' bits; on
-// the GPU the tensor cores' summation order may differ (cuda_attention_test
-// holds it to the reference's bounds).
+// mma.sync with ldmatrix; the forward and both sides of the two-kernel
+// backward (the ordered backward has no warpgroup form). In the host
+// emulation it gives the other tilings' bits; on the GPU the tensor
+// cores' summation order may differ (cuda_attention_test holds it to the
+// reference's bounds).
 struct AttentionTcTiling {
   int warp_rows = 16;
   int warps = 4;
