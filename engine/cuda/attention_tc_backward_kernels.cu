@@ -440,18 +440,9 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     const bf16* sv = At<bf16>(smem, L::kOther1 + stage);
     float s[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
     wg::Fence();
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      wg::MmaAsync<kTile, 0>(s, qa[ks], RowsAsN<kD>(sk, ks), ks > 0);
-    }
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      wg::MmaAsync<kTile, 0>(dp, doa[ks], RowsAsN<kD>(sv, ks), ks > 0);
-    }
-    wg::Commit();
-    wg::Wait<0>();
-    wg::FenceOperand(s);
-    wg::FenceOperand(dp);
+    IssueProductABt<kD>(s, qa, sk);
+    IssueProductABt<kD>(dp, doa, sv);
+    CompleteProducts(s, dp);
     rows.MaskIfDiagonal(s, 0, kt);
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
@@ -465,13 +456,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     ToA(ds, s);
     wg::FenceOperand(dq);
     wg::Fence();
-#pragma unroll
-    for (int ks = 0; ks < kTile / 16; ++ks) {
-      wg::MmaAsync<kD, 1>(dq, ds[ks], RowsAsK<kD>(sk, ks), 1);
-    }
-    wg::Commit();
-    wg::Wait<0>();
-    wg::FenceOperand(dq);
+    IssueMmaAB<kD>(dq, ds, sk);
+    CompleteProducts(dq);
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const float scale[2] = {g.scale, g.scale};
@@ -544,18 +530,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       LoadA<kD>(ka, sk, w0);
       LoadA<kD>(va, sv, w0);
       wg::Fence();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        wg::MmaAsync<kTile, 0>(st, ka[ks], RowsAsN<kD>(sq, ks), ks > 0);
-      }
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        wg::MmaAsync<kTile, 0>(dpt, va[ks], RowsAsN<kD>(sdo, ks), ks > 0);
-      }
-      wg::Commit();
-      wg::Wait<0>();
-      wg::FenceOperand(st);
-      wg::FenceOperand(dpt);
+      IssueProductABt<kD>(st, ka, sq);
+      IssueProductABt<kD>(dpt, va, sdo);
+      CompleteProducts(st, dpt);
     }
     if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
 #pragma unroll
@@ -574,18 +551,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     wg::FenceOperand(dv);
     wg::FenceOperand(dk);
     wg::Fence();
-#pragma unroll
-    for (int ks = 0; ks < kTile / 16; ++ks) {
-      wg::MmaAsync<kD, 1>(dv, pa[ks], RowsAsK<kD>(sdo, ks), 1);
-    }
-#pragma unroll
-    for (int ks = 0; ks < kTile / 16; ++ks) {
-      wg::MmaAsync<kD, 1>(dk, dsa[ks], RowsAsK<kD>(sq, ks), 1);
-    }
-    wg::Commit();
-    wg::Wait<0>();
-    wg::FenceOperand(dv);
-    wg::FenceOperand(dk);
+    IssueMmaAB<kD>(dv, pa, sdo);
+    IssueMmaAB<kD>(dk, dsa, sq);
+    CompleteProducts(dv, dk);
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};

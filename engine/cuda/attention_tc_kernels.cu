@@ -245,26 +245,16 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     const bf16* v_tile = At<bf16>(smem, L::kV + stage);
     float s[kTile / 8][4] = {};
     wg::Fence();
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      wg::MmaAsync<kTile, 0>(s, q[ks], RowsAsN<kD>(k_tile, ks), ks > 0);
-    }
-    wg::Commit();
-    wg::Wait<0>();
-    wg::FenceOperand(s);
+    IssueProductABt<kD>(s, q, k_tile);
+    CompleteProducts(s);
     uint32_t p[kTile / 16][4];
     rows.MaskIfDiagonal(s, 0, kt);
     SoftmaxStep<kD>(s, m, l, o, scale2);
     ToA(p, s);
     wg::FenceOperand(o);
     wg::Fence();
-#pragma unroll
-    for (int ks = 0; ks < kTile / 16; ++ks) {
-      wg::MmaAsync<kD, 1>(o, p[ks], RowsAsK<kD>(v_tile, ks), 1);
-    }
-    wg::Commit();
-    wg::Wait<0>();
-    wg::FenceOperand(o);
+    IssueMmaAB<kD>(o, p, v_tile);
+    CompleteProducts(o);
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const int wt = rows.RowTile(0);

@@ -248,6 +248,38 @@ __device__ __forceinline__ uint64_t RowsAsK(const bf16* core_tile, int ks) {
   return warpgroup_mma::Descriptor(core_tile + ks * 16 * kD, kD * 16, 128);
 }
 
+// Warpgroup-wide, the warpgroup tiling's two products, issued (then
+// CompleteProducts): s = a b^T as ProductABt for the warp's 16 rows, b a
+// core tile read transposed; acc += a b as MmaAB, b a core tile read as
+// it lies. The caller runs warpgroup_mma::Fence() before a batch.
+template <int kD>
+__device__ __forceinline__ void IssueProductABt(float (&s)[kTile / 8][4],
+                                                const uint32_t (&a)[kD / 16][4],
+                                                const bf16* b) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    warpgroup_mma::MmaAsync<kTile, 0>(s, a[ks], RowsAsN<kD>(b, ks), ks > 0);
+  }
+}
+template <int kD>
+__device__ __forceinline__ void IssueMmaAB(float (&acc)[kD / 8][4],
+                                           const uint32_t (&a)[kTile / 16][4],
+                                           const bf16* b) {
+#pragma unroll
+  for (int ks = 0; ks < kTile / 16; ++ks) {
+    warpgroup_mma::MmaAsync<kD, 1>(acc, a[ks], RowsAsK<kD>(b, ks), 1);
+  }
+}
+
+// Commits the products issued, waits for all of them and pins the
+// accumulators `acc` they wrote.
+template <typename... Acc>
+__device__ __forceinline__ void CompleteProducts(Acc&... acc) {
+  warpgroup_mma::Commit();
+  warpgroup_mma::Wait<0>();
+  (warpgroup_mma::FenceOperand(acc), ...);
+}
+
 // Warp-wide: the A fragments of the tile's rows r0..r0+15 (all kD
 // columns), one per 16-wide k-step.
 template <int kD>
