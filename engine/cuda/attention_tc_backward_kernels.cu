@@ -64,6 +64,44 @@ __device__ void ComputeDelta(float* delta, float* s_delta, const bf16* dout,
   }
 }
 
+// Warp-wide, a row tile of 16 queries against a key tile: s (its masked
+// scores) becomes dS = p (dP - D), p = 2^(scale2 s - lse2) with the lane's
+// two rows' base-2 log-sum-exp lse2 and delta d_row.
+__device__ __forceinline__ void QueryRowGradients(
+    float (&s)[kTile / 8][4], const float (&dp)[kTile / 8][4],
+    const float (&lse2)[2], const float (&d_row)[2], float scale2) {
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = Exp2Ftz(s[n][e] * scale2 - lse2[e / 2]);
+      s[n][e] = p * (dp[n][e] - d_row[e / 2]);  // dS
+    }
+  }
+}
+
+// Warp-wide, the warp's 16 keys against a query tile: st (the masked
+// scores, transposed) becomes P^T and dpt (dP^T) becomes dS^T, with the
+// query tile's base-2 log-sum-exp s_lse2 and delta s_delta (shared, a
+// float a query).
+__device__ __forceinline__ void KeyRowGradients(float (&st)[kTile / 8][4],
+                                                float (&dpt)[kTile / 8][4],
+                                                const float* s_lse2,
+                                                const float* s_delta,
+                                                float scale2) {
+  const int quad = threadIdx.x % 4;
+#pragma unroll
+  for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
+      const float p = Exp2Ftz(st[n][e] * scale2 - s_lse2[c]);
+      st[n][e] = p;
+      dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
+    }
+  }
+}
+
 // dq for one query tile of kWarpsN x 16 kM rows (warp w: rows 16 kM w..,
 // as kM row tiles of 16; a warp skips the key tiles after its last row,
 // wholly masked); also writes delta for the key-side kernel.
@@ -140,14 +178,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
 #pragma unroll
       for (int t = 0; t < kM; ++t) {
         rows.MaskIfDiagonal(s[t], t, kt);
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float p = Exp2Ftz(s[t][n][e] * scale2 - lse2[t][e / 2]);
-            s[t][n][e] = p * (dp[t][n][e] - d_row[t][e / 2]);  // dS
-          }
-        }
+        QueryRowGradients(s[t], dp[t], lse2[t], d_row[t], scale2);
         ToA(ds[t], s[t]);
       }
       MmaAB<kD, kM>(dq, ds, sk);
@@ -272,7 +303,6 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-  const int quad = threadIdx.x % 4;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
   const bf16* queries = qkv + h.qkv;
   const bf16* grads = dout + h.out;
@@ -322,16 +352,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     float(&st)[kTile / 8][4] = st_tiles[0];
     float(&dpt)[kTile / 8][4] = dpt_tiles[0];
     if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
-        const float p = Exp2Ftz(st[n][e] * scale2 - s_lse2[c]);
-        st[n][e] = p;
-        dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
-      }
-    }
+    KeyRowGradients(st, dpt, s_lse2, s_delta, scale2);
     {
       uint32_t a[1][kTile / 16][4];
       ToA(a[0], st);
@@ -386,9 +407,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   namespace wg = warpgroup_mma;
   using Q = QueryRows<1, 4>;
   extern __shared__ __align__(128) unsigned char smem[];
-  // Not CheckSmemAlignment: a call (its printf) in the kernel makes ptxas
-  // serialize the warpgroup products.
-  if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) __trap();
+  CheckSmemAlignmentSilently(smem);
   using L = BackwardSmem<kD>;
   bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1);
   float *s_lse = At<float>(smem, L::kLse),
@@ -444,14 +463,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     IssueProductABt<kD>(dp, doa, sv);
     CompleteProducts(s, dp);
     rows.MaskIfDiagonal(s, 0, kt);
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = Exp2Ftz(s[n][e] * scale2 - lse2[e / 2]);
-        s[n][e] = p * (dp[n][e] - d_row[e / 2]);  // dS
-      }
-    }
+    QueryRowGradients(s, dp, lse2, d_row, scale2);
     uint32_t ds[kTile / 16][4];
     ToA(ds, s);
     wg::FenceOperand(dq);
@@ -475,13 +487,12 @@ __global__ void __launch_bounds__(kThreads, 2)
                              const bf16* qkv, const float* lse, TcGeometry g) {
   namespace wg = warpgroup_mma;
   extern __shared__ __align__(128) unsigned char smem[];
-  if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) __trap();
+  CheckSmemAlignmentSilently(smem);
   using L = BackwardSmem<kD>;
   bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
-  const int quad = threadIdx.x % 4;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
   const bf16* queries = qkv + h.qkv;
   const bf16* grads = dout + h.out;
@@ -535,16 +546,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       CompleteProducts(st, dpt);
     }
     if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + 2 * quad + e % 2;  // the query, in its tile
-        const float p = Exp2Ftz(st[n][e] * scale2 - s_lse2[c]);
-        st[n][e] = p;
-        dpt[n][e] = p * (dpt[n][e] - s_delta[c]);  // dS^T
-      }
-    }
+    KeyRowGradients(st, dpt, s_lse2, s_delta, scale2);
     uint32_t pa[kTile / 16][4], dsa[kTile / 16][4];
     ToA(pa, st);
     ToA(dsa, dpt);

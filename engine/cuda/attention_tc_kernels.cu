@@ -205,9 +205,7 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   static_assert(Q::kRows == wg::kRows && Q::kBlockThreads == wg::kThreads,
                 "a block is one warpgroup of 64 query rows");
   extern __shared__ __align__(128) unsigned char smem[];
-  // Not CheckSmemAlignment: its printf is a call, and ptxas serializes a
-  // kernel's warpgroup products when one is in it.
-  if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) __trap();
+  CheckSmemAlignmentSilently(smem);
   using L = ForwardWgSmem<kD>;
   bf16* sq = At<bf16>(smem, L::kQ);
   const HeadOffsets h = HeadOf(g, kD);

@@ -170,6 +170,13 @@ __device__ __forceinline__ void CheckSmemAlignment(const void* smem) {
   }
 }
 
+// The same check without the message, for kernels with warpgroup
+// products: printf is a call, and ptxas serializes a kernel's warpgroup
+// products when one is in it.
+__device__ __forceinline__ void CheckSmemAlignmentSilently(const void* smem) {
+  if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) __trap();
+}
+
 // One (sequence, head) pair: rows of q at qkv + t * qkv_row (k at + C, v at
 // + 2C), of out and dout at + t * out_row, statistics at stats + t.
 struct TcGeometry {

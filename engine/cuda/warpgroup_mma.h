@@ -106,7 +106,7 @@ struct Pending {
   float* d;
   int count;
   uint64_t group;  // 0 until committed
-  float value[kRows];
+  float value[kRows];  // kN / 2 accumulators a thread, at most 64
 };
 
 // The block's warpgroup state (a block runs on one OS thread at a time).
@@ -160,11 +160,13 @@ inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
   const uint32_t extent = offset(15, kN - 1) + 2;
   const auto* base = static_cast<const unsigned char*>(
       ::trainyard::cuda_emulation::DynamicSharedAt(start, extent, site));
-  // The accumulators' current values: a product still pending on them,
-  // else the registers.
+  // The accumulators' current values: a product still pending on them
+  // (which this one then replaces: its result carries that one's), else
+  // the registers. Other threads touch only their own lists.
+  std::vector<Pending>& mine = s.pending[tid];
   Pending next{&d[0][0], kN / 2, 0, {}};
-  const Pending* before = nullptr;
-  for (const Pending& p : s.pending[tid]) {
+  Pending* before = nullptr;
+  for (Pending& p : mine) {
     if (p.d == next.d) before = &p;
   }
   const int w = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -186,14 +188,11 @@ inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
     }
   }
   ::trainyard::cuda_emulation::SyncThreads(site);  // every A read
-  std::vector<Pending>& mine = s.pending[tid];
-  for (size_t i = 0; i < mine.size(); ++i) {
-    if (mine[i].d == next.d) {
-      mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
-      break;
-    }
+  if (before != nullptr) {
+    *before = next;
+  } else {
+    mine.push_back(next);
   }
-  mine.push_back(next);
   for (int j = 0; j < kN / 8; ++j) {
     for (int e = 0; e < 4; ++e) d[j][e] = NAN;
   }
