@@ -267,20 +267,39 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   }
 }
 
+// The bytes of shared memory the product check takes: B's tile and room
+// for every other reading of it (WarpgroupReading) to stay inside.
+inline constexpr size_t kProductCheckSmem = 64 * 1024;
+
+// The descriptor with its leading and stride byte offsets exchanged.
+__device__ __forceinline__ uint64_t SwapStrides(uint64_t desc) {
+  constexpr uint64_t kField = 0x3fff;
+  const uint64_t lbo = desc >> 16 & kField, sbo = desc >> 32 & kField;
+  return (desc & ~(kField << 16 | kField << 32)) | sbo << 16 | lbo << 32;
+}
+
 // d [64, kN] (fp32, row-major) = a [64, 64] b (bf16), b given as [kN, 64]
-// (kTransposeB 0: the product reads its transpose, K-major) or [64, kN]
+// (kLayout 0: the product reads its transpose, K-major) or [64, kN]
 // (1: as it lies, MN-major): the attention kernels' warpgroup path
 // (AsyncLoadCoreRows, RowsAsN / RowsAsK, MmaAsync) on one product, in two
 // commit groups of two k-steps, the first k-step not accumulating onto
-// the NaN the accumulators start as.
-template <int kN, int kTransposeB>
+// the NaN the accumulators start as. The instruction reads B with major
+// kTransposeB (the kernels' reading: kLayout) and the descriptors with
+// their byte offsets exchanged if `swap_strides`: WarpgroupReading.
+template <int kN, int kLayout, int kTransposeB>
 __global__ void __launch_bounds__(warpgroup_mma::kThreads)
-    WarpgroupProductKernel(float* d, const bf16* a, const bf16* b) {
+    WarpgroupProductKernel(float* d, const bf16* a, const bf16* b,
+                           bool swap_strides) {
   namespace wg = warpgroup_mma;
   constexpr int kK = 64;
   extern __shared__ __align__(128) unsigned char smem[];
+  // Zeros beyond the tile, where another reading may reach.
+  for (size_t i = threadIdx.x * 4; i < kProductCheckSmem; i += 4 * 128) {
+    *At<uint32_t>(smem, i) = 0;
+  }
+  __syncthreads();
   bf16* tile = At<bf16>(smem, 0);
-  if constexpr (kTransposeB == 0) {
+  if constexpr (kLayout == 0) {
     AsyncLoadCoreRows<kK, kN, wg::kThreads>(tile, b, kK, 0, kN);
   } else {
     AsyncLoadCoreRows<kN, kK, wg::kThreads>(tile, b, kN, 0, kK);
@@ -316,8 +335,9 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
 #pragma unroll
     for (int ks = 2 * half; ks < 2 * half + 2; ++ks) {
       const uint64_t desc =
-          kTransposeB ? RowsAsK<kN>(tile, ks) : RowsAsN<kK>(tile, ks);
-      wg::MmaAsync<kN, kTransposeB>(acc, frag[ks], desc, ks > 0);
+          kLayout ? RowsAsK<kN>(tile, ks) : RowsAsN<kK>(tile, ks);
+      wg::MmaAsync<kN, kTransposeB>(
+          acc, frag[ks], swap_strides ? SwapStrides(desc) : desc, ks > 0);
     }
     wg::Commit();
   }
@@ -379,6 +399,7 @@ bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size) {
 
 cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
                                         int n, bool b_rows_are_n,
+                                        WarpgroupReading reading,
                                         cudaStream_t stream) {
   if (!AttentionTcWarpgroupBuilt() || (n != 32 && n != 64 && n != 128) ||
       !Aligned16(a) || !Aligned16(b)) {
@@ -386,16 +407,24 @@ cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
   }
   const bf16* x = As<bf16>(a);
   const bf16* y = As<bf16>(b);
+  const bool swap = reading == WarpgroupReading::kStridesSwapped ||
+                    reading == WarpgroupReading::kBothFlipped;
+  const bool flip = reading == WarpgroupReading::kMajorFlipped ||
+                    reading == WarpgroupReading::kBothFlipped;
   return attention_tc::WithHeadSize(n, [&](auto nn) {
     constexpr int kN = decltype(nn)::value;
-    const size_t bytes = size_t{64} * kN * 2;
-    return b_rows_are_n
-               ? attention_tc::LaunchWithSmem(
-                     attention_tc::WarpgroupProductKernel<kN, 0>, bytes,
-                     dim3(1), warpgroup_mma::kThreads, stream, d, x, y)
-               : attention_tc::LaunchWithSmem(
-                     attention_tc::WarpgroupProductKernel<kN, 1>, bytes,
-                     dim3(1), warpgroup_mma::kThreads, stream, d, x, y);
+    const auto launch = [&](auto kernel) {
+      return attention_tc::LaunchWithSmem(
+          kernel, attention_tc::kProductCheckSmem, dim3(1),
+          warpgroup_mma::kThreads, stream, d, x, y, swap);
+    };
+    using attention_tc::WarpgroupProductKernel;
+    if (b_rows_are_n) {
+      return flip ? launch(WarpgroupProductKernel<kN, 0, 1>)
+                  : launch(WarpgroupProductKernel<kN, 0, 0>);
+    }
+    return flip ? launch(WarpgroupProductKernel<kN, 1, 0>)
+                : launch(WarpgroupProductKernel<kN, 1, 1>);
   });
 }
 

@@ -82,14 +82,30 @@ cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
                                      int64_t seq, int64_t channels,
                                      int64_t heads, cudaStream_t stream);
 
+// How the warpgroup product check reads b: as the attention kernels do, or
+// with one of the two choices a misreading of the PTX ISA's shared-memory
+// layouts would get wrong: the descriptor's leading and stride byte
+// offsets exchanged, or the instruction's B major flipped (or both). A
+// test that finds the product wrong on a GPU tries the others and names
+// the one that gives the product: where to look in warpgroup_mma.h.
+enum class WarpgroupReading {
+  kAsBuilt,
+  kStridesSwapped,
+  kMajorFlipped,
+  kBothFlipped
+};
+
 // For tests of the warpgroup tiling's product layouts: d [64, n] (fp32,
 // row-major) = a [64, 64] b (bf16, row-major), with b [n, 64] when
 // `b_rows_are_n` (the product takes its transpose, as the forward's
-// Q K^T) else [64, n] (as its P V); n 32, 64 or 128. The launch error, or
-// cudaErrorInvalidValue for another n, a or b not 16-byte aligned, or a
-// build without the warpgroup kernels.
+// Q K^T) else [64, n] (as its P V); n 32, 64 or 128; b read as `reading`
+// says (anything but kAsBuilt gives a wrong product where the kernels'
+// reading is right). The launch error, or cudaErrorInvalidValue for
+// another n, a or b not 16-byte aligned, or a build without the warpgroup
+// kernels.
 cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
                                         int n, bool b_rows_are_n,
+                                        WarpgroupReading reading,
                                         cudaStream_t stream);
 
 // dqkv [B, T, 3C] (bf16, overwritten) from dout [B, T, C] (bf16), given the

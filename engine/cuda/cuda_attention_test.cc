@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <cstring>
 #include <ostream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/bf16.h"
@@ -732,15 +734,35 @@ TEST(CudaAttentionDispatchTest, MisalignedBuffersRunTheReference) {
 // product in double: each element within fp32 summation's bound of 64
 // exact bf16 products. A wrong layout, descriptor or fragment order puts
 // whole rows or columns off by O(1).
+// Whether every got[i] is within tol[i] of want[i].
+bool AllWithin(const std::vector<float>& got, const std::vector<float>& want,
+               const std::vector<double>& tol) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(double{got[i]} - double{want[i]}) <= tol[i])) return false;
+  }
+  return got.size() == want.size();
+}
+
+// The product check as the kernels read B, against a double loop. Where
+// that reading is right, the other readings (WarpgroupReading) must give
+// other products, so that where it is wrong on a GPU the one reading that
+// gives the product names the mistake in warpgroup_mma.h.
 TEST(WarpgroupProductTest, MatchesAPlainProduct) {
+  using cuda::WarpgroupReading;
   if (!cuda_test::DevicePresent()) GTEST_SKIP() << cuda_test::kNoDevice;
   if (!cuda::AttentionTcWarpgroupBuilt()) {
-    EXPECT_EQ(cuda::LaunchWarpgroupProductCheck(nullptr, nullptr, nullptr, 64,
-                                                true, nullptr),
-              cudaErrorInvalidValue);
+    EXPECT_EQ(
+        cuda::LaunchWarpgroupProductCheck(nullptr, nullptr, nullptr, 64, true,
+                                          WarpgroupReading::kAsBuilt, nullptr),
+        cudaErrorInvalidValue);
     GTEST_SKIP() << "built without the sm_90a warpgroup kernels";
   }
   constexpr int kK = 64;
+  const std::pair<WarpgroupReading, const char*> kOtherReadings[] = {
+      {WarpgroupReading::kStridesSwapped,
+       "the descriptor's leading and stride byte offsets exchanged"},
+      {WarpgroupReading::kMajorFlipped, "B's major flipped"},
+      {WarpgroupReading::kBothFlipped, "both"}};
   for (int n : {32, 64, 128}) {
     for (bool rows_are_n : {true, false}) {
       SCOPED_TRACE(::testing::Message()
@@ -751,16 +773,19 @@ TEST(WarpgroupProductTest, MatchesAPlainProduct) {
       FloatArray d(64 * n);
       a.Upload(a_host);
       b.Upload(b_host);
-      d.Poison();
-      ExpectCuda(cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), n,
-                                                   rows_are_n, nullptr),
-                 "launch");
-      ExpectCuda(cudaDeviceSynchronize(), "product");
-      EXPECT_TRUE(d.GuardsIntact());
-      const std::vector<float> got = d.Download();
+      const auto product = [&](WarpgroupReading reading) {
+        d.Poison();
+        ExpectCuda(
+            cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), n,
+                                              rows_are_n, reading, nullptr),
+            "launch");
+        ExpectCuda(cudaDeviceSynchronize(), "product");
+        EXPECT_TRUE(d.GuardsIntact());
+        return d.Download();
+      };
       const std::vector<float> x = Widen(a_host), y = Widen(b_host);
-      std::vector<float> want(got.size());
-      std::vector<double> tol(got.size());
+      std::vector<float> want(64 * n);
+      std::vector<double> tol(want.size());
       for (int i = 0; i < 64; ++i) {
         for (int j = 0; j < n; ++j) {
           double sum = 0, size = 0;
@@ -775,18 +800,37 @@ TEST(WarpgroupProductTest, MatchesAPlainProduct) {
           tol[i * n + j] = SumSlack(kK) * size + 1e-30;
         }
       }
+      const std::vector<float> got = product(WarpgroupReading::kAsBuilt);
+      if (AllWithin(got, want, tol)) {
+        for (const auto& [reading, name] : kOtherReadings) {
+          EXPECT_FALSE(AllWithin(product(reading), want, tol))
+              << "B read with " << name << " gives the product too";
+        }
+        continue;
+      }
+      std::string found =
+          "no other reading of B gives it either: look at A's fragments and "
+          "the accumulators' layout";
+      for (const auto& [reading, name] : kOtherReadings) {
+        if (AllWithin(product(reading), want, tol)) {
+          found = std::string("B read with ") + name + " gives it";
+        }
+      }
+      ADD_FAILURE() << "the warpgroup product is wrong; " << found;
       ExpectWithin(got, want, tol, "d");
     }
   }
   // Shapes the check does not take.
   FloatArray d(64 * 48);
   Bf16Array a(64 * 64, /*offset=*/1), b(64 * 64);
-  EXPECT_EQ(cuda::LaunchWarpgroupProductCheck(d.get(), b.get(), b.get(), 48,
-                                              true, nullptr),
-            cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), 64,
-                                              true, nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      cuda::LaunchWarpgroupProductCheck(d.get(), b.get(), b.get(), 48, true,
+                                        WarpgroupReading::kAsBuilt, nullptr),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(
+      cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), 64, true,
+                                        WarpgroupReading::kAsBuilt, nullptr),
+      cudaErrorInvalidValue);
 }
 
 }  // namespace
