@@ -64,6 +64,17 @@ __device__ void ComputeDelta(float* delta, float* s_delta, const bf16* dout,
   }
 }
 
+// Block-wide, for the key side's step `it`: the statistics of the query
+// rows row0.. into stage it % 2 of the kLse and kDelta arrays of layout L:
+// each log-sum-exp in base 2 (as the probabilities take it), each delta.
+template <typename L>
+__device__ void LoadQueryStats(unsigned char* smem, int it, const float* lse,
+                               const float* delta, int64_t row0, int64_t seq) {
+  const size_t stage = it % 2 * kTile;
+  LoadRowStats(At<float>(smem, L::kLse) + stage, lse, row0, seq, kLog2e);
+  LoadRowStats(At<float>(smem, L::kDelta) + stage, delta, row0, seq);
+}
+
 // Warp-wide, a row tile of 16 queries against a key tile: s (its masked
 // scores) becomes dS = p (dP - D), p = 2^(scale2 s - lse2) with the lane's
 // two rows' base-2 log-sum-exp lse2 and delta d_row.
@@ -124,13 +135,12 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   const int q0 = rows.q0;
   const int lane = threadIdx.x % 32;
   const bf16* keys = qkv + h.qkv + g.channels;
-  const bf16* values = keys + g.channels;
+  const TileStages<kD, kBlock, false> kv{
+      smem,      L::kOther0,        L::kOther1, L::kT, keys,
+      h.qkv_row, keys + g.channels, h.qkv_row,  g.seq};
   AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
   AsyncLoadRows<kD, kQRows, kBlock>(sdo, dout + h.out, h.out_row, q0, g.seq);
-  AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther0), keys, h.qkv_row,
-                                   0, g.seq);
-  AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther1), values,
-                                   h.qkv_row, 0, g.seq);
+  kv.Load(0, 0);
   CpAsyncCommit();
   LoadRowStats<kQRows, kBlock>(s_lse, lse + h.stats, q0, g.seq);
   ComputeDelta<kD, kQRows, kBlock>(delta, s_delta, dout, out, h, q0, g.seq);
@@ -138,18 +148,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   float lse2[kM][2], d_row[kM][2];  // the lane's rows' statistics
   float dq[kM][kD / 8][4] = {};
   for (int kt = 0; kt <= rows.last; ++kt) {
-    if (kt < rows.last) {
-      const size_t next = (kt + 1) % 2 * L::kT;
-      const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
-      AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther0 + next), keys,
-                                       h.qkv_row, k1, g.seq);
-      AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kOther1 + next),
-                                       values, h.qkv_row, k1, g.seq);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    kv.Advance(kt, kt < rows.last ? int64_t{kt + 1} * kTile : -1);
     __syncthreads();  // this tile (on the first: Q, dout, statistics) whole
     if (kt == 0) {
 #pragma unroll
@@ -162,8 +161,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
       }
     }
     if (rows.Visits(kt)) {
-      const size_t stage = kt % 2 * L::kT;
-      const bf16* sk = At<bf16>(smem, L::kOther0 + stage);
+      const bf16* sk = kv.First(kt);
       float s[kM][kTile / 8][4], dp[kM][kTile / 8][4];
       {
         uint32_t a[kM][kD / 16][4];
@@ -172,7 +170,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
         ProductABt<kD, kM>(s, a, sk);
 #pragma unroll
         for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sdo, rows.RowTile(t));
-        ProductABt<kD, kM>(dp, a, At<bf16>(smem, L::kOther1 + stage));
+        ProductABt<kD, kM>(dp, a, kv.Second(kt));
       }
       uint32_t ds[kM][kTile / 16][4];
 #pragma unroll
@@ -308,37 +306,24 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   const bf16* grads = dout + h.out;
   AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
   AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
-  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0), queries, h.qkv_row, k0, g.seq);
-  AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1), grads, h.out_row, k0, g.seq);
+  const TileStages<kD, kThreads, false> qdo{smem,  L::kOther0, L::kOther1,
+                                            L::kT, queries,    h.qkv_row,
+                                            grads, h.out_row,  g.seq};
+  qdo.Load(0, k0);
   CpAsyncCommit();
-  // Each query's log-sum-exp in base 2, as the probabilities take it.
-  LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq, kLog2e);
-  LoadRowStats(At<float>(smem, L::kDelta), delta + h.stats, k0, g.seq);
+  const auto load_stats = [&](int it, int64_t row0) {
+    LoadQueryStats<L>(smem, it, lse + h.stats, delta + h.stats, row0, g.seq);
+  };
+  load_stats(0, k0);
   const float scale2 = g.scale * kLog2e;
   float dk[1][kD / 8][4] = {}, dv[1][kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
     const int it = qt - kt;
-    if (qt + 1 < g.tiles) {
-      const size_t next = (it + 1) % 2 * L::kT;
-      const int64_t q1 = static_cast<int64_t>(qt + 1) * kTile;
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther0 + next), queries, h.qkv_row,
-                        q1, g.seq);
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kOther1 + next), grads, h.out_row, q1,
-                        g.seq);
-      CpAsyncCommit();
-      const size_t stats = (it + 1) % 2 * kTile;
-      LoadRowStats(At<float>(smem, L::kLse) + stats, lse + h.stats, q1, g.seq,
-                   kLog2e);
-      LoadRowStats(At<float>(smem, L::kDelta) + stats, delta + h.stats, q1,
-                   g.seq);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    qdo.Advance(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1,
+                load_stats);
     __syncthreads();  // this tile (on the first: K, V) and its stats whole
-    const size_t stage = it % 2 * L::kT;
-    const bf16* sq = At<bf16>(smem, L::kOther0 + stage);
-    const bf16* sdo = At<bf16>(smem, L::kOther1 + stage);
+    const bf16* sq = qdo.First(it);
+    const bf16* sdo = qdo.Second(it);
     const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
     const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
     float st_tiles[1][kTile / 8][4], dpt_tiles[1][kTile / 8][4];
@@ -417,12 +402,12 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   const int q0 = rows.q0, w0 = rows.RowTile(0);
   const int lane = threadIdx.x % 32;
   const bf16* keys = qkv + h.qkv + g.channels;
-  const bf16* values = keys + g.channels;
+  const TileStages<kD, kThreads, true> kv{
+      smem,      L::kOther0,        L::kOther1, L::kT, keys,
+      h.qkv_row, keys + g.channels, h.qkv_row,  g.seq};
   AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
   AsyncLoadRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
-  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther0), keys, h.qkv_row, 0, g.seq);
-  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther1), values, h.qkv_row, 0,
-                        g.seq);
+  kv.Load(0, 0);
   CpAsyncCommit();
   LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
   ComputeDelta<kD, kTile, kThreads>(delta, s_delta, dout, out, h, q0, g.seq);
@@ -431,19 +416,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   uint32_t qa[kD / 16][4], doa[kD / 16][4];  // the warp's Q and dout rows
   float dq[kD / 8][4] = {};
   for (int kt = 0; kt <= rows.last; ++kt) {
-    if (kt < rows.last) {
-      const size_t next = (kt + 1) % 2 * L::kT;
-      const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
-      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther0 + next), keys, h.qkv_row,
-                            k1, g.seq);
-      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther1 + next), values,
-                            h.qkv_row, k1, g.seq);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    wg::FenceSharedForAsync();  // the copies, for the products to read
+    kv.Advance(kt, kt < rows.last ? int64_t{kt + 1} * kTile : -1);
     __syncthreads();  // this tile (on the first: Q, dout, statistics) whole
     if (kt == 0) {
       for (int r = 0; r < 2; ++r) {
@@ -454,9 +427,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
       LoadA<kD>(qa, sq, w0);
       LoadA<kD>(doa, sdo, w0);
     }
-    const size_t stage = kt % 2 * L::kT;
-    const bf16* sk = At<bf16>(smem, L::kOther0 + stage);
-    const bf16* sv = At<bf16>(smem, L::kOther1 + stage);
+    const bf16* sk = kv.First(kt);
+    const bf16* sv = kv.Second(kt);
     float s[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
     wg::Fence();
     IssueProductABt<kD>(s, qa, sk);
@@ -498,39 +470,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bf16* grads = dout + h.out;
   AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
   AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
-  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther0), queries, h.qkv_row, k0,
-                        g.seq);
-  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther1), grads, h.out_row, k0,
-                        g.seq);
+  const TileStages<kD, kThreads, true> qdo{smem,  L::kOther0, L::kOther1,
+                                           L::kT, queries,    h.qkv_row,
+                                           grads, h.out_row,  g.seq};
+  qdo.Load(0, k0);
   CpAsyncCommit();
-  LoadRowStats(At<float>(smem, L::kLse), lse + h.stats, k0, g.seq, kLog2e);
-  LoadRowStats(At<float>(smem, L::kDelta), delta + h.stats, k0, g.seq);
+  const auto load_stats = [&](int it, int64_t row0) {
+    LoadQueryStats<L>(smem, it, lse + h.stats, delta + h.stats, row0, g.seq);
+  };
+  load_stats(0, k0);
   const float scale2 = g.scale * kLog2e;
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
     const int it = qt - kt;
-    if (qt + 1 < g.tiles) {
-      const size_t next = (it + 1) % 2 * L::kT;
-      const int64_t q1 = static_cast<int64_t>(qt + 1) * kTile;
-      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther0 + next), queries,
-                            h.qkv_row, q1, g.seq);
-      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOther1 + next), grads, h.out_row,
-                            q1, g.seq);
-      CpAsyncCommit();
-      const size_t stats = (it + 1) % 2 * kTile;
-      LoadRowStats(At<float>(smem, L::kLse) + stats, lse + h.stats, q1, g.seq,
-                   kLog2e);
-      LoadRowStats(At<float>(smem, L::kDelta) + stats, delta + h.stats, q1,
-                   g.seq);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    wg::FenceSharedForAsync();  // the copies, for the products to read
+    qdo.Advance(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1,
+                load_stats);
     __syncthreads();  // this tile (on the first: K, V) and its stats whole
-    const size_t stage = it % 2 * L::kT;
-    const bf16* sq = At<bf16>(smem, L::kOther0 + stage);
-    const bf16* sdo = At<bf16>(smem, L::kOther1 + stage);
+    const bf16* sq = qdo.First(it);
+    const bf16* sdo = qdo.Second(it);
     const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
     const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
     float st[kTile / 8][4] = {}, dpt[kTile / 8][4] = {};

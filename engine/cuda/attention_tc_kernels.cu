@@ -121,12 +121,11 @@ __global__ void __launch_bounds__(32 * kWarpsN)
   const int q0 = rows.q0;
   const int lane = threadIdx.x % 32;
   const bf16* keys = qkv + h.qkv + g.channels;
-  const bf16* values = keys + g.channels;
+  const TileStages<kD, kBlock, false> kv{
+      smem,      L::kK, L::kV, L::kT, keys, h.qkv_row, keys + g.channels,
+      h.qkv_row, g.seq};
   AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kK), keys, h.qkv_row, 0,
-                                   g.seq);
-  AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kV), values, h.qkv_row, 0,
-                                   g.seq);
+  kv.Load(0, 0);
   CpAsyncCommit();
   const float scale2 = g.scale * kLog2e;
   uint32_t q[kM][kD / 16][4];  // the warp's query rows, for every key tile
@@ -138,27 +137,15 @@ __global__ void __launch_bounds__(32 * kWarpsN)
     l[t][0] = l[t][1] = 0.f;
   }
   for (int kt = 0; kt <= rows.last; ++kt) {
-    if (kt < rows.last) {  // the next tile into the other stage
-      const size_t next = (kt + 1) % 2 * L::kT;
-      const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
-      AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kK + next), keys,
-                                       h.qkv_row, k1, g.seq);
-      AsyncLoadRows<kD, kTile, kBlock>(At<bf16>(smem, L::kV + next), values,
-                                       h.qkv_row, k1, g.seq);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    kv.Advance(kt, kt < rows.last ? int64_t{kt + 1} * kTile : -1);
     __syncthreads();  // this tile (and on the first, Q) is whole
     if (kt == 0) {
 #pragma unroll
       for (int t = 0; t < kM; ++t) LoadA<kD>(q[t], sq, rows.RowTile(t));
     }
     if (rows.Visits(kt)) {
-      const size_t stage = kt % 2 * L::kT;
       float s[kM][kTile / 8][4];
-      ProductABt<kD, kM>(s, q, At<bf16>(smem, L::kK + stage));
+      ProductABt<kD, kM>(s, q, kv.First(kt));
       uint32_t p[kM][kTile / 16][4];
 #pragma unroll
       for (int t = 0; t < kM; ++t) {
@@ -166,7 +153,7 @@ __global__ void __launch_bounds__(32 * kWarpsN)
         SoftmaxStep<kD>(s[t], m[t], l[t], o[t], scale2);
         ToA(p[t], s[t]);
       }
-      MmaAB<kD, kM>(o, p, At<bf16>(smem, L::kV + stage));
+      MmaAB<kD, kM>(o, p, kv.Second(kt));
     }
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
@@ -213,34 +200,22 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   const int q0 = rows.q0;
   const int lane = threadIdx.x % 32;
   const bf16* keys = qkv + h.qkv + g.channels;
-  const bf16* values = keys + g.channels;
+  const TileStages<kD, kThreads, true> kv{
+      smem,      L::kK, L::kV, L::kT, keys, h.qkv_row, keys + g.channels,
+      h.qkv_row, g.seq};
   AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kK), keys, h.qkv_row, 0, g.seq);
-  AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kV), values, h.qkv_row, 0, g.seq);
+  kv.Load(0, 0);
   CpAsyncCommit();
   const float scale2 = g.scale * kLog2e;
   uint32_t q[kD / 16][4];
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int kt = 0; kt <= rows.last; ++kt) {
-    if (kt < rows.last) {  // the next tile into the other stage
-      const size_t next = (kt + 1) % 2 * L::kT;
-      const int64_t k1 = static_cast<int64_t>(kt + 1) * kTile;
-      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kK + next), keys, h.qkv_row, k1,
-                            g.seq);
-      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kV + next), values, h.qkv_row, k1,
-                            g.seq);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    wg::FenceSharedForAsync();  // the copies, for the products to read
-    __syncthreads();            // this tile (and on the first, Q) is whole
+    kv.Advance(kt, kt < rows.last ? int64_t{kt + 1} * kTile : -1);
+    __syncthreads();  // this tile (and on the first, Q) is whole
     if (kt == 0) LoadA<kD>(q, sq, rows.RowTile(0));
-    const size_t stage = kt % 2 * L::kT;
-    const bf16* k_tile = At<bf16>(smem, L::kK + stage);
-    const bf16* v_tile = At<bf16>(smem, L::kV + stage);
+    const bf16* k_tile = kv.First(kt);
+    const bf16* v_tile = kv.Second(kt);
     float s[kTile / 8][4] = {};
     wg::Fence();
     IssueProductABt<kD>(s, q, k_tile);

@@ -242,6 +242,67 @@ __device__ void AsyncLoadCoreRows(bf16* dst, const bf16* src, int64_t stride,
   }
 }
 
+// The other side's tiles of a kernel's loop (keys and values on the query
+// side, queries and dout on the key side): kTile rows of two matrices a
+// step, double-buffered in shared memory (the first matrix's stages at
+// byte `first`, the second's at `second`, each `stage_bytes` apart): step
+// `it` reads stage it % 2 while the copies for step it + 1 fill the other.
+// kCoreTiles: stored as core tiles (AsyncLoadCoreRows) for warpgroup
+// products, else as padded rows (AsyncLoadRows). Block-wide members.
+template <int kD, int kBlockThreads, bool kCoreTiles>
+struct TileStages {
+  unsigned char* smem;
+  size_t first, second, stage_bytes;
+  const bf16* a;
+  int64_t a_stride;
+  const bf16* b;
+  int64_t b_stride;
+  int64_t seq;
+
+  __device__ bf16* First(int it) const {
+    return At<bf16>(smem, first + it % 2 * stage_bytes);
+  }
+  __device__ bf16* Second(int it) const {
+    return At<bf16>(smem, second + it % 2 * stage_bytes);
+  }
+  // Starts copying both matrices' rows row0.. into step it's stage; the
+  // caller commits.
+  __device__ void Load(int it, int64_t row0) const {
+    if constexpr (kCoreTiles) {
+      AsyncLoadCoreRows<kD, kTile, kBlockThreads>(First(it), a, a_stride, row0,
+                                                  seq);
+      AsyncLoadCoreRows<kD, kTile, kBlockThreads>(Second(it), b, b_stride, row0,
+                                                  seq);
+    } else {
+      AsyncLoadRows<kD, kTile, kBlockThreads>(First(it), a, a_stride, row0,
+                                              seq);
+      AsyncLoadRows<kD, kTile, kBlockThreads>(Second(it), b, b_stride, row0,
+                                              seq);
+    }
+  }
+  // At the top of step `it`: if `next_row` >= 0 (there is a next step,
+  // whose tiles start there), starts and commits their copies into the
+  // other stage and runs also(it + 1, next_row) (more loads for that
+  // step); then waits for step it's copies (and the older ones), fenced
+  // for the warpgroup products where kCoreTiles. The caller's barrier
+  // publishes them.
+  template <typename Also>
+  __device__ void Advance(int it, int64_t next_row, const Also& also) const {
+    if (next_row >= 0) {
+      Load(it + 1, next_row);
+      CpAsyncCommit();
+      also(it + 1, next_row);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    if constexpr (kCoreTiles) warpgroup_mma::FenceSharedForAsync();
+  }
+  __device__ void Advance(int it, int64_t next_row) const {
+    Advance(it, next_row, [](int, int64_t) {});
+  }
+};
+
 // Descriptors of a core tile's k-step ks (16-wide) for a warpgroup
 // product: with the tile's rows as the product's N and its columns as K
 // (K-major: the product takes the tile's transpose), or its rows as K and
