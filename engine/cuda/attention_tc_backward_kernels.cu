@@ -75,6 +75,43 @@ __device__ void LoadQueryStats(unsigned char* smem, int it, const float* lse,
   LoadRowStats(At<float>(smem, L::kDelta) + stage, delta, row0, seq);
 }
 
+// The key side's tiles for the block's key tile (rows k0..): its keys and
+// values at kOwn0 / kOwn1 of layout L (padded rows, for A fragments), and
+// the query tiles from the diagonal on, double-buffered: queries and dout
+// (`stages`, at kOther0 / kOther1, core tiles where kCoreTiles) with their
+// statistics (LoadQueryStats). Block-wide members.
+template <int kD, bool kCoreTiles, typename L>
+struct KeySideStages {
+  TileStages<kD, kThreads, kCoreTiles> stages;
+  const float* lse;
+  const float* delta;
+
+  // Starts the copies of the keys, values and step 0's tiles (committed),
+  // and loads step 0's statistics.
+  __device__ KeySideStages(unsigned char* smem, const HeadOffsets& h,
+                           const TcGeometry& g, const bf16* qkv,
+                           const bf16* dout, const float* lse_all,
+                           const float* delta_all, int64_t k0)
+      : stages{smem,      L::kOther0,   L::kOther1, L::kT, qkv + h.qkv,
+               h.qkv_row, dout + h.out, h.out_row,  g.seq},
+        lse(lse_all + h.stats),
+        delta(delta_all + h.stats) {
+    AsyncLoadRows<kD>(At<bf16>(smem, L::kOwn0), stages.a + g.channels,
+                      h.qkv_row, k0, g.seq);
+    AsyncLoadRows<kD>(At<bf16>(smem, L::kOwn1), stages.a + 2 * g.channels,
+                      h.qkv_row, k0, g.seq);
+    stages.Load(0, k0);
+    CpAsyncCommit();
+    LoadQueryStats<L>(smem, 0, lse, delta, k0, g.seq);
+  }
+  // TileStages::Advance, with the next step's statistics.
+  __device__ void Advance(int it, int64_t next_row) const {
+    stages.Advance(it, next_row, [&](int next, int64_t row0) {
+      LoadQueryStats<L>(stages.smem, next, lse, delta, row0, stages.seq);
+    });
+  }
+};
+
 // Warp-wide, a row tile of 16 queries against a key tile: s (its masked
 // scores) becomes dS = p (dP - D), p = 2^(scale2 s - lse2) with the lane's
 // two rows' base-2 log-sum-exp lse2 and delta d_row.
@@ -302,28 +339,15 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  const bf16* queries = qkv + h.qkv;
-  const bf16* grads = dout + h.out;
-  AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
-  AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
-  const TileStages<kD, kThreads, false> qdo{smem,  L::kOther0, L::kOther1,
-                                            L::kT, queries,    h.qkv_row,
-                                            grads, h.out_row,  g.seq};
-  qdo.Load(0, k0);
-  CpAsyncCommit();
-  const auto load_stats = [&](int it, int64_t row0) {
-    LoadQueryStats<L>(smem, it, lse + h.stats, delta + h.stats, row0, g.seq);
-  };
-  load_stats(0, k0);
+  const KeySideStages<kD, false, L> qdo(smem, h, g, qkv, dout, lse, delta, k0);
   const float scale2 = g.scale * kLog2e;
   float dk[1][kD / 8][4] = {}, dv[1][kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
     const int it = qt - kt;
-    qdo.Advance(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1,
-                load_stats);
+    qdo.Advance(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1);
     __syncthreads();  // this tile (on the first: K, V) and its stats whole
-    const bf16* sq = qdo.First(it);
-    const bf16* sdo = qdo.Second(it);
+    const bf16* sq = qdo.stages.First(it);
+    const bf16* sdo = qdo.stages.Second(it);
     const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
     const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
     float st_tiles[1][kTile / 8][4], dpt_tiles[1][kTile / 8][4];
@@ -466,28 +490,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int kt = static_cast<int>(blockIdx.y);
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  const bf16* queries = qkv + h.qkv;
-  const bf16* grads = dout + h.out;
-  AsyncLoadRows<kD>(sk, queries + g.channels, h.qkv_row, k0, g.seq);
-  AsyncLoadRows<kD>(sv, queries + 2 * g.channels, h.qkv_row, k0, g.seq);
-  const TileStages<kD, kThreads, true> qdo{smem,  L::kOther0, L::kOther1,
-                                           L::kT, queries,    h.qkv_row,
-                                           grads, h.out_row,  g.seq};
-  qdo.Load(0, k0);
-  CpAsyncCommit();
-  const auto load_stats = [&](int it, int64_t row0) {
-    LoadQueryStats<L>(smem, it, lse + h.stats, delta + h.stats, row0, g.seq);
-  };
-  load_stats(0, k0);
+  const KeySideStages<kD, true, L> qdo(smem, h, g, qkv, dout, lse, delta, k0);
   const float scale2 = g.scale * kLog2e;
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
     const int it = qt - kt;
-    qdo.Advance(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1,
-                load_stats);
+    qdo.Advance(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1);
     __syncthreads();  // this tile (on the first: K, V) and its stats whole
-    const bf16* sq = qdo.First(it);
-    const bf16* sdo = qdo.Second(it);
+    const bf16* sq = qdo.stages.First(it);
+    const bf16* sdo = qdo.stages.Second(it);
     const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
     const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
     float st[kTile / 8][4] = {}, dpt[kTile / 8][4] = {};
