@@ -44,7 +44,9 @@
 // the same bits with either; the hardware's own order is not reproduced.
 // It also holds each product's result back until the Wait that covers it
 // and fills the accumulators with NaN meanwhile, so a kernel that reads or
-// writes them too early gets a wrong result rather than a lucky one.
+// writes them too early gets a wrong result rather than a lucky one; and
+// the Wait fails the kernel if the shared memory a product read has
+// changed since its issue (the hardware may read it until then).
 //
 // kBuilt says whether this build has the products: on the GPU they need
 // device code for sm_90a (YARD_CUDA_ARCHITECTURES 90a, which defines
@@ -62,6 +64,7 @@
 #include <cmath>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/warp_mma.h"
@@ -100,13 +103,52 @@ inline uint64_t Descriptor(const void* start, uint32_t leading_bytes,
          uint64_t{stride_bytes >> 4} << 32;
 }
 
+// What one thread of a product read of B: where (B's start and the
+// descriptor's offsets, as MmaAsync decodes them), and a checksum of the
+// values, which the Wait takes again: the hardware may read B at any
+// time until then, so B must not change in between.
+struct BRead {
+  const unsigned char* base;
+  uint32_t lbo, sbo;
+  int n;
+  bool transpose;
+  Site site;
+  uint64_t sum = 0;
+
+  // Byte offset of B's (k, n) from the start.
+  uint32_t Offset(int k, int col) const {
+    return transpose
+               ? (col % 8) * 2 + (col / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+               : (col % 8) * 16 + (col / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  }
+  uint16_t At(int k, int col) const {
+    uint16_t bits;
+    memcpy(&bits, base + Offset(k, col), 2);
+    return bits;
+  }
+  // FNV-1a over the values lane quad t of each warp reads: B's 16 rows of
+  // k at columns 8j + 2t and 8j + 2t + 1.
+  uint64_t Checksum(int t) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int j = 0; j < n / 8; ++j) {
+      for (int c = 0; c < 2; ++c) {
+        for (int k = 0; k < 16; ++k) {
+          h = (h ^ At(k, 8 * j + 2 * t + c)) * 1099511628211ull;
+        }
+      }
+    }
+    return h;
+  }
+};
+
 // Each thread's products issued and not yet waited for: where its
-// accumulators are and what they will hold.
+// accumulators are, what they will hold, and what of B they read.
 struct Pending {
   float* d;
   int count;
   uint64_t group;  // 0 until committed
   float value[kRows];  // kN / 2 accumulators a thread, at most 64
+  std::vector<BRead> reads;
 };
 
 // The block's warpgroup state (a block runs on one OS thread at a time).
@@ -151,25 +193,24 @@ inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
         "wgmma descriptor: only the layout without swizzling (and base "
         "offset 0) is emulated");
   }
-  // Byte offset of B's (k, n) from the start.
-  const auto offset = [&](int k, int n) -> uint32_t {
-    return kTransposeB
-               ? (n % 8) * 2 + (n / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
-               : (n % 8) * 16 + (n / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
-  };
-  const uint32_t extent = offset(15, kN - 1) + 2;
-  const auto* base = static_cast<const unsigned char*>(
+  BRead b_read{nullptr, lbo, sbo, kN, kTransposeB != 0, site};
+  const uint32_t extent = b_read.Offset(15, kN - 1) + 2;
+  b_read.base = static_cast<const unsigned char*>(
       ::trainyard::cuda_emulation::DynamicSharedAt(start, extent, site));
   // The accumulators' current values: a product still pending on them
-  // (which this one then replaces: its result carries that one's), else
-  // the registers. Other threads touch only their own lists.
+  // (which this one then replaces: its result carries that one's, and
+  // its reads of B stay to be checked), else the registers. Other
+  // threads touch only their own lists.
   std::vector<Pending>& mine = s.pending[tid];
-  Pending next{&d[0][0], kN / 2, 0, {}};
+  Pending next{&d[0][0], kN / 2, 0, {}, {}};
   Pending* before = nullptr;
   for (Pending& p : mine) {
     if (p.d == next.d) before = &p;
   }
   const int w = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  b_read.sum = b_read.Checksum(t);
+  if (before != nullptr) next.reads = std::move(before->reads);
+  next.reads.push_back(b_read);
   for (int j = 0; j < kN / 8; ++j) {
     for (int e = 0; e < 4; ++e) {
       const int row = g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
@@ -180,16 +221,14 @@ inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
         // register row / 8 + 2 (k / 8), half k % 2.
         const uint32_t word =
             s.a[32 * w + (row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)];
-        uint16_t bits;
-        memcpy(&bits, base + offset(k, col), 2);
-        acc += HalfOf(word, k % 2) * HalfOf(bits, 0);
+        acc += HalfOf(word, k % 2) * HalfOf(b_read.At(k, col), 0);
       }
       next.value[4 * j + e] = acc;
     }
   }
   ::trainyard::cuda_emulation::SyncThreads(site);  // every A read
   if (before != nullptr) {
-    *before = next;
+    *before = std::move(next);
   } else {
     mine.push_back(next);
   }
@@ -218,6 +257,16 @@ inline void Wait(const Site& site = Site::current()) {
   const uint64_t done = s.committed[tid] - kPending;
   for (size_t i = 0; i < mine.size();) {
     if (mine[i].group != 0 && mine[i].group <= done) {
+      for (const BRead& r : mine[i].reads) {
+        if (r.Checksum(tid % 4) != r.sum) {
+          ::trainyard::cuda_emulation::FailKernel(
+              "wgmma at " + std::string(r.site.file_name()) + ":" +
+              std::to_string(r.site.line()) +
+              ": the shared memory it reads (B) changed before the Wait "
+              "at " +
+              site.file_name() + ":" + std::to_string(site.line()));
+        }
+      }
       memcpy(mine[i].d, mine[i].value, sizeof(float) * mine[i].count);
       mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
     } else {

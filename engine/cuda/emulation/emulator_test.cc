@@ -165,19 +165,26 @@ TEST_F(EmulatorTest, TensorCoreOpsNeedTheWholeWarpInStep) {
 // warpgroup_mma.h's emulated wgmma: the result appears at the Wait, the
 // accumulators hold NaN between the issue and the Wait (so a kernel that
 // reads them early fails its test), and it needs a block of one whole
-// warpgroup and B in dynamic shared memory.
+// warpgroup, B in dynamic shared memory, and B unchanged until the Wait.
 TEST_F(EmulatorTest, WarpgroupMmaHoldsItsResultUntilTheWait) {
+  using testing::WarpgroupMmaCase;
   float before[128], after[128];
-  ASSERT_EQ(testing::LaunchWarpgroupMma(before, after, 128, false),
-            cudaSuccess);
+  ASSERT_EQ(
+      testing::LaunchWarpgroupMma(before, after, 128, WarpgroupMmaCase::kPlain),
+      cudaSuccess);
   for (int t = 0; t < 128; ++t) {
     EXPECT_TRUE(std::isnan(before[t])) << t;
     EXPECT_EQ(after[t], 16.f) << t;
   }
-  ExpectFailure(testing::LaunchWarpgroupMma(before, after, 64, false),
-                "blocks of exactly one warpgroup");
-  ExpectFailure(testing::LaunchWarpgroupMma(before, after, 128, true),
+  ExpectFailure(
+      testing::LaunchWarpgroupMma(before, after, 64, WarpgroupMmaCase::kPlain),
+      "blocks of exactly one warpgroup");
+  ExpectFailure(testing::LaunchWarpgroupMma(before, after, 128,
+                                            WarpgroupMmaCase::kBInStaticShared),
                 "outside the block's dynamic shared memory");
+  ExpectFailure(testing::LaunchWarpgroupMma(
+                    before, after, 128, WarpgroupMmaCase::kBChangedBeforeWait),
+                "changed before the Wait");
 }
 
 // engine/cuda/vec16.cuh's packs: aligned, they move the values exactly;

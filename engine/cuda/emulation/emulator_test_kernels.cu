@@ -92,11 +92,12 @@ __global__ void MmaKernel(float* c, const __nv_bfloat16* a,
 }
 
 __global__ void WarpgroupMmaKernel(float* before, float* after,
-                                   bool b_in_static_shared) {
+                                   WarpgroupMmaCase how) {
   namespace wg = engine::cuda::warpgroup_mma;
   extern __shared__ __align__(128) uint16_t dynamic_b[];
   __shared__ __align__(128) uint16_t static_b[32 * 16];
-  uint16_t* b = b_in_static_shared ? static_b : dynamic_b;
+  uint16_t* b =
+      how == WarpgroupMmaCase::kBInStaticShared ? static_b : dynamic_b;
   const int t = threadIdx.x;
   for (int i = t; i < 32 * 16; i += blockDim.x) b[i] = 0x3F80;  // 1.0
   __syncthreads();
@@ -107,6 +108,11 @@ __global__ void WarpgroupMmaKernel(float* before, float* after,
   wg::MmaAsync<32, 0>(acc, a, wg::Descriptor(b, 128, 256), 0);
   before[t] = acc[0][0];
   wg::Commit();
+  if (how == WarpgroupMmaCase::kBChangedBeforeWait) {
+    __syncthreads();
+    if (t == 0) b[0] = 0x4000;  // 2.0
+    __syncthreads();
+  }
   wg::Wait<0>();
   wg::FenceOperand(acc);
   after[t] = acc[0][0];
@@ -198,9 +204,8 @@ cudaError_t LaunchMma(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
 }
 
 cudaError_t LaunchWarpgroupMma(float* before, float* after, int threads,
-                               bool b_in_static_shared) {
-  WarpgroupMmaKernel<<<1, threads, 32 * 16 * 2>>>(before, after,
-                                                  b_in_static_shared);
+                               WarpgroupMmaCase how) {
+  WarpgroupMmaKernel<<<1, threads, 32 * 16 * 2>>>(before, after, how);
   return cudaGetLastError();
 }
 

@@ -42,14 +42,18 @@ cudaError_t LaunchExitedLane(float* out);
 cudaError_t LaunchMma(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
                       int threads, bool lane_dependent);
 
+// How LaunchWarpgroupMma's kernel breaks the contract, if it does: B in
+// static shared memory, or B changed between the issue and the Wait.
+enum class WarpgroupMmaCase { kPlain, kBInStaticShared, kBChangedBeforeWait };
+
 // `threads` threads (128: one warpgroup) through
 // engine/cuda/warpgroup_mma.h: one 64 x 32 x 16 product of all-ones bf16
-// operands (B, K-major, in dynamic shared memory; from static shared
-// memory when b_in_static_shared) committed and waited for. Thread t
-// writes its first accumulator to before[t] right after the issue and to
-// after[t] after the wait (16 each).
+// operands (B, K-major, in dynamic shared memory, but as `how` says)
+// committed and waited for. Thread t writes its first accumulator to
+// before[t] right after the issue and to after[t] after the wait (16
+// each).
 cudaError_t LaunchWarpgroupMma(float* before, float* after, int threads,
-                               bool b_in_static_shared);
+                               WarpgroupMmaCase how);
 
 // 32 threads, each moving one pack through engine/cuda/vec16.cuh: thread t
 // loads the 8 bf16 at in + in_offset + 8 t (LdPack), stores them as bf16 at
