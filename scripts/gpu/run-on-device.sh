@@ -3,7 +3,7 @@
 # made here by scripts/gpu/make-kit.sh (carried as .gpu-kit):
 #
 #   bash scripts/gpu/run-on-device.sh [tests|engine|packing|kernels|gemms|
-#                                      quick|tilings|all] [SECONDS]
+#                                      quick|tilings|first|all] [SECONDS]
 #
 #   tests    the gpu-labelled tests, then the kernel tests under
 #            compute-sanitizer memcheck if there is one (device.log)
@@ -33,6 +33,13 @@
 #            YARD_ATTENTION_BACKWARD=ordered-dq, 32x2 and 32x4
 #            (YARD_ATTENTION_TILING; engine.log, engine.csv in that order):
 #            which tiling and backward the backend should run by default
+#   first    the most one call says about changes that have never run on
+#            a GPU: cuda_attention_test (the warpgroup product check
+#            first), attention_bench at a GPT-2 124M layer's shape (every
+#            tiling), gpt_train_bench 124M bf16 as it is (with its op
+#            profile), the PyTorch peer (eager, torch.compile), then the
+#            step again with YARD_ATTENTION_TILING=wgmma (device.log,
+#            kernels.log, kernels.csv, engine.log, engine.csv)
 #   all      tests, engine and packing in that order, sharing one budget
 #
 # Every command runs under a timeout cut from SECONDS (default 540, so one
@@ -231,6 +238,31 @@ run_tilings() {
   column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
 }
 
+run_first() {
+  local elog="$out/engine.log" csv="$out/engine.csv" klog="$out/kernels.log"
+  local ours=("$kit/bin/gpt_train_bench" --data-root "$root" --csv "$csv"
+    --config 124m --precision bf16 --micro-batch max --profile-steps 2)
+  export PYTHONUNBUFFERED=1
+  if grep -qx cuda_attention_test "$kit/gpu-tests.txt"; then
+    bounded 30 "$log" "$kit/bin/cuda_attention_test" --gtest_color=no \
+      --gtest_filter='WarpgroupProductTest.*'
+    bounded 120 "$log" "$kit/bin/cuda_attention_test" --gtest_color=no \
+      --gtest_brief=1 --gtest_filter='-WarpgroupProductTest.*'
+  fi
+  bounded 30 "$klog" "$kit/bin/attention_bench" --batch 16 --seq 1024 \
+    --heads 12 --head-size 64 --csv "$out/kernels.csv"
+  grep -E '^attention' "$klog" | tee -a "$log"
+  note "gpt_train_bench 124m bf16 as it is"
+  bounded 110 "$elog" "${ours[@]}"
+  grep -E '^step |^PROFILE' "$elog" | tee -a "$log"
+  bounded 240 "$elog" python3 "$root/bench/engine/gpt_torch_gpu_bench.py" \
+    --csv "$csv" --config 124m --precision bf16 --micro-batch max
+  note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=wgmma"
+  YARD_ATTENTION_TILING=wgmma bounded 110 "$elog" "${ours[@]}"
+  grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
+  column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
+}
+
 run_packing() {
   local plog="$out/packing.log"
   local left=$((deadline - SECONDS - 20))
@@ -262,7 +294,8 @@ case "$what" in
   gemms) run_gemms ;;
   quick) run_quick ;;
   tilings) run_tilings ;;
+  first) run_first ;;
   all) run_tests; run_engine; run_packing ;;
-  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|gemms|quick|tilings|all] [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|gemms|quick|tilings|first|all] [SECONDS]" >&2; exit 2 ;;
 esac
 note "done in ${SECONDS}s; files in $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
