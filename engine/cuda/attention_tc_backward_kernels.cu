@@ -76,10 +76,11 @@ __device__ void LoadQueryStats(unsigned char* smem, int it, const float* lse,
 }
 
 // The key side's tiles for the block's key tile (rows k0..): its keys and
-// values at kOwn0 / kOwn1 of layout L (padded rows, for A fragments), and
-// the query tiles from the diagonal on, double-buffered: queries and dout
-// (`stages`, at kOther0 / kOther1, core tiles where kCoreTiles) with their
-// statistics (LoadQueryStats). Block-wide members.
+// values at kOwn0 / kOwn1 of layout L, and the query tiles from the
+// diagonal on, double-buffered: queries and dout (`stages`, at kOther0 /
+// kOther1) with their statistics (LoadQueryStats). All core tiles where
+// kCoreTiles (for warpgroup products, keys and values as their A), else
+// padded rows (for ldmatrix). Block-wide members.
 template <int kD, bool kCoreTiles, typename L>
 struct KeySideStages {
   TileStages<kD, kThreads, kCoreTiles> stages;
@@ -96,10 +97,17 @@ struct KeySideStages {
                h.qkv_row, dout + h.out, h.out_row,  g.seq},
         lse(lse_all + h.stats),
         delta(delta_all + h.stats) {
-    AsyncLoadRows<kD>(At<bf16>(smem, L::kOwn0), stages.a + g.channels,
-                      h.qkv_row, k0, g.seq);
-    AsyncLoadRows<kD>(At<bf16>(smem, L::kOwn1), stages.a + 2 * g.channels,
-                      h.qkv_row, k0, g.seq);
+    const bf16* keys = stages.a + g.channels;
+    if constexpr (kCoreTiles) {
+      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOwn0), keys, h.qkv_row, k0,
+                            g.seq);
+      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOwn1), keys + g.channels,
+                            h.qkv_row, k0, g.seq);
+    } else {
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kOwn0), keys, h.qkv_row, k0, g.seq);
+      AsyncLoadRows<kD>(At<bf16>(smem, L::kOwn1), keys + g.channels, h.qkv_row,
+                        k0, g.seq);
+    }
     stages.Load(0, k0);
     CpAsyncCommit();
     LoadQueryStats<L>(smem, 0, lse, delta, k0, g.seq);
@@ -473,12 +481,13 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
                 sq + w0 * Tile<kD>::kLd);
 }
 
-// Two blocks an SM, not three: its products' accumulators (S^T, dP^T, dK,
-// dV) and A fragments must all be in registers while the products run,
-// and at 170 registers ptxas would serialize the products (hs = 128
-// still does).
+// Keys and values are the first products' A straight from shared memory
+// (core tiles), so only the accumulators (S^T, dP^T, dK, dV) are in
+// registers while those run: three blocks an SM at hs <= 64, as the
+// other key sides (BackwardBlocksPerSm; with the A fragments too, ptxas
+// serialized the products at 170 registers).
 template <int kD>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     AttentionKeySideWgKernel(bf16* dqkv, const float* delta, const bf16* dout,
                              const bf16* qkv, const float* lse, TcGeometry g) {
   namespace wg = warpgroup_mma;
@@ -502,17 +511,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
     const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
     float st[kTile / 8][4] = {}, dpt[kTile / 8][4] = {};
-    {
-      // The warp's key and value rows, reloaded each tile: registers are
-      // short here, and a product's A must stay put until its Wait.
-      uint32_t ka[kD / 16][4], va[kD / 16][4];
-      LoadA<kD>(ka, sk, w0);
-      LoadA<kD>(va, sv, w0);
-      wg::Fence();
-      IssueProductABt<kD>(st, ka, sq);
-      IssueProductABt<kD>(dpt, va, sdo);
-      CompleteProducts(st, dpt);
-    }
+    wg::Fence();
+    IssueSharedProductABt<kD>(st, sk, sq);
+    IssueSharedProductABt<kD>(dpt, sv, sdo);
+    CompleteProducts(st, dpt);
     if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
     KeyRowGradients(st, dpt, s_lse2, s_delta, scale2);
     uint32_t pa[kTile / 16][4], dsa[kTile / 16][4];

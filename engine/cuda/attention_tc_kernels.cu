@@ -179,10 +179,11 @@ __global__ void __launch_bounds__(32 * kWarpsN)
 // 16 x 4 tiling's rows, warps and order of operations, with each key
 // tile's two products as warpgroup products (warpgroup_mma.h) the four
 // warps issue together: S = Q K^T as kD/16 products of 64 x 64 x 16, Q's
-// fragments from registers and K's tile from shared memory (K-major), then
-// O += P V as 4 products of 64 x kD x 16, P from registers and V's tile
-// read as it lies (MN-major). Keys and values sit in shared memory as
-// core tiles (CoreTile), which the products read without ldmatrix.
+// and K's tiles both from shared memory (K-major), then O += P V as 4
+// products of 64 x kD x 16, P from registers and V's tile read as it lies
+// (MN-major). Queries, keys and values sit in shared memory as core tiles
+// (CoreTile), which the products read without ldmatrix; Q's tile (in
+// the padded tile's room) stages the output rows at the end.
 template <int kD>
 __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     AttentionForwardWgKernel(bf16* out, float* lse, const bf16* qkv,
@@ -203,22 +204,20 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   const TileStages<kD, kThreads, true> kv{
       smem,      L::kK, L::kV, L::kT, keys, h.qkv_row, keys + g.channels,
       h.qkv_row, g.seq};
-  AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
   kv.Load(0, 0);
   CpAsyncCommit();
   const float scale2 = g.scale * kLog2e;
-  uint32_t q[kD / 16][4];
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int kt = 0; kt <= rows.last; ++kt) {
     kv.Advance(kt, kt < rows.last ? int64_t{kt + 1} * kTile : -1);
     __syncthreads();  // this tile (and on the first, Q) is whole
-    if (kt == 0) LoadA<kD>(q, sq, rows.RowTile(0));
     const bf16* k_tile = kv.First(kt);
     const bf16* v_tile = kv.Second(kt);
     float s[kTile / 8][4] = {};
     wg::Fence();
-    IssueProductABt<kD>(s, q, k_tile);
+    IssueSharedProductABt<kD>(s, sq, k_tile);
     CompleteProducts(s);
     uint32_t p[kTile / 16][4];
     rows.MaskIfDiagonal(s, 0, kt);
@@ -243,8 +242,10 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
 }
 
 // The bytes of shared memory the product check takes: B's tile and room
-// for every other reading of it (WarpgroupReading) to stay inside.
-inline constexpr size_t kProductCheckSmem = 64 * 1024;
+// for every other reading of it (WarpgroupReading) to stay inside, then
+// A's core tile (kAShared).
+inline constexpr size_t kProductCheckB = 64 * 1024;
+inline constexpr size_t kProductCheckSmem = kProductCheckB + 64 * 64 * 2;
 
 // The descriptor with its leading and stride byte offsets exchanged.
 __device__ __forceinline__ uint64_t SwapStrides(uint64_t desc) {
@@ -260,8 +261,10 @@ __device__ __forceinline__ uint64_t SwapStrides(uint64_t desc) {
 // commit groups of two k-steps, the first k-step not accumulating onto
 // the NaN the accumulators start as. The instruction reads B with major
 // kTransposeB (the kernels' reading: kLayout) and the descriptors with
-// their byte offsets exchanged if `swap_strides`: WarpgroupReading.
-template <int kN, int kLayout, int kTransposeB>
+// their byte offsets exchanged if `swap_strides`: WarpgroupReading. A
+// from registers, or with kAShared (kN = 64) from shared memory as a core
+// tile (MmaAsyncShared).
+template <int kN, int kLayout, int kTransposeB, bool kAShared = false>
 __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     WarpgroupProductKernel(float* d, const bf16* a, const bf16* b,
                            bool swap_strides) {
@@ -269,7 +272,7 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   constexpr int kK = 64;
   extern __shared__ __align__(128) unsigned char smem[];
   // Zeros beyond the tile, where another reading may reach.
-  for (size_t i = threadIdx.x * 4; i < kProductCheckSmem; i += 4 * 128) {
+  for (size_t i = threadIdx.x * 4; i < kProductCheckB; i += 4 * 128) {
     *At<uint32_t>(smem, i) = 0;
   }
   __syncthreads();
@@ -278,6 +281,10 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     AsyncLoadCoreRows<kK, kN, wg::kThreads>(tile, b, kK, 0, kN);
   } else {
     AsyncLoadCoreRows<kN, kK, wg::kThreads>(tile, b, kN, 0, kK);
+  }
+  bf16* a_tile = At<bf16>(smem, kProductCheckB);
+  if constexpr (kAShared) {
+    AsyncLoadCoreRows<kK, wg::kRows, wg::kThreads>(a_tile, a, kK, 0, 64);
   }
   CpAsyncCommit();
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -311,8 +318,13 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     for (int ks = 2 * half; ks < 2 * half + 2; ++ks) {
       const uint64_t desc =
           kLayout ? RowsAsK<kN>(tile, ks) : RowsAsN<kK>(tile, ks);
-      wg::MmaAsync<kN, kTransposeB>(
-          acc, frag[ks], swap_strides ? SwapStrides(desc) : desc, ks > 0);
+      const uint64_t b_desc = swap_strides ? SwapStrides(desc) : desc;
+      if constexpr (kAShared) {
+        wg::MmaAsyncShared<kN, kTransposeB>(acc, RowsAsN<kK>(a_tile, ks),
+                                            b_desc, ks > 0);
+      } else {
+        wg::MmaAsync<kN, kTransposeB>(acc, frag[ks], b_desc, ks > 0);
+      }
     }
     wg::Commit();
   }
@@ -374,10 +386,11 @@ bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size) {
 
 cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
                                         int n, bool b_rows_are_n,
+                                        bool a_in_shared,
                                         WarpgroupReading reading,
                                         cudaStream_t stream) {
   if (!AttentionTcWarpgroupBuilt() || (n != 32 && n != 64 && n != 128) ||
-      !Aligned16(a) || !Aligned16(b)) {
+      (a_in_shared && n != 64) || !Aligned16(a) || !Aligned16(b)) {
     return cudaErrorInvalidValue;
   }
   const bf16* x = As<bf16>(a);
@@ -394,6 +407,16 @@ cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
           warpgroup_mma::kThreads, stream, d, x, y, swap);
     };
     using attention_tc::WarpgroupProductKernel;
+    if constexpr (kN == 64) {
+      if (a_in_shared) {
+        if (b_rows_are_n) {
+          return flip ? launch(WarpgroupProductKernel<kN, 0, 1, true>)
+                      : launch(WarpgroupProductKernel<kN, 0, 0, true>);
+        }
+        return flip ? launch(WarpgroupProductKernel<kN, 1, 0, true>)
+                    : launch(WarpgroupProductKernel<kN, 1, 1, true>);
+      }
+    }
     if (b_rows_are_n) {
       return flip ? launch(WarpgroupProductKernel<kN, 0, 1>)
                   : launch(WarpgroupProductKernel<kN, 0, 0>);

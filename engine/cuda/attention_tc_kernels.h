@@ -98,13 +98,15 @@ enum class WarpgroupReading {
 // For tests of the warpgroup tiling's product layouts: d [64, n] (fp32,
 // row-major) = a [64, 64] b (bf16, row-major), with b [n, 64] when
 // `b_rows_are_n` (the product takes its transpose, as the forward's
-// Q K^T) else [64, n] (as its P V); n 32, 64 or 128; b read as `reading`
-// says (anything but kAsBuilt gives a wrong product where the kernels'
-// reading is right). The launch error, or cudaErrorInvalidValue for
-// another n, a or b not 16-byte aligned, or a build without the warpgroup
-// kernels.
+// Q K^T) else [64, n] (as its P V); n 32, 64 or 128; a from registers,
+// or from shared memory if `a_in_shared` (n 64 only: as the key side's
+// K Q^T); b read as `reading` says (anything but kAsBuilt gives a wrong
+// product where the kernels' reading is right). The launch error, or
+// cudaErrorInvalidValue for another n, a or b not 16-byte aligned, or a
+// build without the warpgroup kernels.
 cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
                                         int n, bool b_rows_are_n,
+                                        bool a_in_shared,
                                         WarpgroupReading reading,
                                         cudaStream_t stream);
 

@@ -126,8 +126,8 @@ struct BackwardSmem {
   static_assert(kOwnRows <= 2 * kTile, "statistics of the own rows fit");
 };
 
-// The warpgroup forward: the query tile padded (its A fragments come from
-// ldmatrix), keys and values as core tiles.
+// The warpgroup forward: queries, keys and values as core tiles, the
+// query tile in a padded tile's room (where the output rows are staged).
 template <int kD>
 struct ForwardWgSmem {
   static constexpr size_t kT = CoreTile<kD>::kBytes;
@@ -327,6 +327,17 @@ __device__ __forceinline__ void IssueProductABt(float (&s)[kTile / 8][4],
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     warpgroup_mma::MmaAsync<kTile, 0>(s, a[ks], RowsAsN<kD>(b, ks), ks > 0);
+  }
+}
+// As IssueProductABt with a (64 rows) a core tile in shared memory too.
+template <int kD>
+__device__ __forceinline__ void IssueSharedProductABt(float (&s)[kTile / 8][4],
+                                                      const bf16* a,
+                                                      const bf16* b) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    warpgroup_mma::MmaAsyncShared<kTile, 0>(s, RowsAsN<kD>(a, ks),
+                                            RowsAsN<kD>(b, ks), ks > 0);
   }
 }
 template <int kD>

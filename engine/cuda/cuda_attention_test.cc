@@ -743,94 +743,103 @@ bool AllWithin(const std::vector<float>& got, const std::vector<float>& want,
   return got.size() == want.size();
 }
 
-// The product check as the kernels read B, against a double loop. Where
-// that reading is right, the other readings (WarpgroupReading) must give
-// other products, so that where it is wrong on a GPU the one reading that
-// gives the product names the mistake in warpgroup_mma.h.
-TEST(WarpgroupProductTest, MatchesAPlainProduct) {
+// One product of the check (n, B's major, A from registers or shared
+// memory) as the kernels read B, against a double loop. Where that reading
+// is right, the other readings (WarpgroupReading) must give other
+// products, so that where it is wrong on a GPU the one reading that gives
+// the product names the mistake in warpgroup_mma.h.
+void CheckWarpgroupProduct(int n, bool rows_are_n, bool a_in_shared) {
   using cuda::WarpgroupReading;
-  if (!cuda_test::DevicePresent()) GTEST_SKIP() << cuda_test::kNoDevice;
-  if (!cuda::AttentionTcWarpgroupBuilt()) {
-    EXPECT_EQ(
-        cuda::LaunchWarpgroupProductCheck(nullptr, nullptr, nullptr, 64, true,
-                                          WarpgroupReading::kAsBuilt, nullptr),
-        cudaErrorInvalidValue);
-    GTEST_SKIP() << "built without the sm_90a warpgroup kernels";
-  }
+  SCOPED_TRACE(::testing::Message()
+               << "n=" << n << (rows_are_n ? " K-major" : " MN-major")
+               << (a_in_shared ? ", A in shared memory" : ""));
   constexpr int kK = 64;
   const std::pair<WarpgroupReading, const char*> kOtherReadings[] = {
       {WarpgroupReading::kStridesSwapped,
        "the descriptor's leading and stride byte offsets exchanged"},
       {WarpgroupReading::kMajorFlipped, "B's major flipped"},
       {WarpgroupReading::kBothFlipped, "both"}};
+  const std::vector<uint16_t> a_host = RandomBf16(64 * kK, 7 + n);
+  const std::vector<uint16_t> b_host = RandomBf16(int64_t{kK} * n, 9 + n);
+  Bf16Array a(64 * kK), b(int64_t{kK} * n);
+  FloatArray d(64 * n);
+  a.Upload(a_host);
+  b.Upload(b_host);
+  const auto product = [&](WarpgroupReading reading) {
+    d.Poison();
+    ExpectCuda(cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), n,
+                                                 rows_are_n, a_in_shared,
+                                                 reading, nullptr),
+               "launch");
+    ExpectCuda(cudaDeviceSynchronize(), "product");
+    EXPECT_TRUE(d.GuardsIntact());
+    return d.Download();
+  };
+  const std::vector<float> x = Widen(a_host), y = Widen(b_host);
+  std::vector<float> want(64 * n);
+  std::vector<double> tol(want.size());
+  for (int i = 0; i < 64; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0, size = 0;
+      for (int k = 0; k < kK; ++k) {
+        const double term =
+            double{x[i * kK + k]} *
+            (rows_are_n ? y[int64_t{j} * kK + k] : y[int64_t{k} * n + j]);
+        sum += term;
+        size += std::fabs(term);
+      }
+      want[i * n + j] = static_cast<float>(sum);
+      tol[i * n + j] = SumSlack(kK) * size + 1e-30;
+    }
+  }
+  const std::vector<float> got = product(WarpgroupReading::kAsBuilt);
+  if (AllWithin(got, want, tol)) {
+    for (const auto& [reading, name] : kOtherReadings) {
+      EXPECT_FALSE(AllWithin(product(reading), want, tol))
+          << "B read with " << name << " gives the product too";
+    }
+    return;
+  }
+  std::string found =
+      "no other reading of B gives it either: look at A's fragments "
+      "and the accumulators' layout";
+  for (const auto& [reading, name] : kOtherReadings) {
+    if (AllWithin(product(reading), want, tol)) {
+      found = std::string("B read with ") + name + " gives it";
+    }
+  }
+  ADD_FAILURE() << "the warpgroup product is wrong; " << found
+                << (a_in_shared ? " (or A's descriptor is wrong)" : "");
+  ExpectWithin(got, want, tol, "d");
+}
+
+TEST(WarpgroupProductTest, MatchesAPlainProduct) {
+  using cuda::WarpgroupReading;
+  if (!cuda_test::DevicePresent()) GTEST_SKIP() << cuda_test::kNoDevice;
+  if (!cuda::AttentionTcWarpgroupBuilt()) {
+    EXPECT_EQ(cuda::LaunchWarpgroupProductCheck(
+                  nullptr, nullptr, nullptr, 64, true, false,
+                  WarpgroupReading::kAsBuilt, nullptr),
+              cudaErrorInvalidValue);
+    GTEST_SKIP() << "built without the sm_90a warpgroup kernels";
+  }
   for (int n : {32, 64, 128}) {
     for (bool rows_are_n : {true, false}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "n=" << n << (rows_are_n ? " K-major" : " MN-major"));
-      const std::vector<uint16_t> a_host = RandomBf16(64 * kK, 7 + n);
-      const std::vector<uint16_t> b_host = RandomBf16(int64_t{kK} * n, 9 + n);
-      Bf16Array a(64 * kK), b(int64_t{kK} * n);
-      FloatArray d(64 * n);
-      a.Upload(a_host);
-      b.Upload(b_host);
-      const auto product = [&](WarpgroupReading reading) {
-        d.Poison();
-        ExpectCuda(
-            cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), n,
-                                              rows_are_n, reading, nullptr),
-            "launch");
-        ExpectCuda(cudaDeviceSynchronize(), "product");
-        EXPECT_TRUE(d.GuardsIntact());
-        return d.Download();
-      };
-      const std::vector<float> x = Widen(a_host), y = Widen(b_host);
-      std::vector<float> want(64 * n);
-      std::vector<double> tol(want.size());
-      for (int i = 0; i < 64; ++i) {
-        for (int j = 0; j < n; ++j) {
-          double sum = 0, size = 0;
-          for (int k = 0; k < kK; ++k) {
-            const double term =
-                double{x[i * kK + k]} *
-                (rows_are_n ? y[int64_t{j} * kK + k] : y[int64_t{k} * n + j]);
-            sum += term;
-            size += std::fabs(term);
-          }
-          want[i * n + j] = static_cast<float>(sum);
-          tol[i * n + j] = SumSlack(kK) * size + 1e-30;
-        }
-      }
-      const std::vector<float> got = product(WarpgroupReading::kAsBuilt);
-      if (AllWithin(got, want, tol)) {
-        for (const auto& [reading, name] : kOtherReadings) {
-          EXPECT_FALSE(AllWithin(product(reading), want, tol))
-              << "B read with " << name << " gives the product too";
-        }
-        continue;
-      }
-      std::string found =
-          "no other reading of B gives it either: look at A's fragments and "
-          "the accumulators' layout";
-      for (const auto& [reading, name] : kOtherReadings) {
-        if (AllWithin(product(reading), want, tol)) {
-          found = std::string("B read with ") + name + " gives it";
-        }
-      }
-      ADD_FAILURE() << "the warpgroup product is wrong; " << found;
-      ExpectWithin(got, want, tol, "d");
+      CheckWarpgroupProduct(n, rows_are_n, /*a_in_shared=*/false);
+      if (n == 64) CheckWarpgroupProduct(n, rows_are_n, /*a_in_shared=*/true);
     }
   }
   // Shapes the check does not take.
   FloatArray d(64 * 48);
   Bf16Array a(64 * 64, /*offset=*/1), b(64 * 64);
-  EXPECT_EQ(
-      cuda::LaunchWarpgroupProductCheck(d.get(), b.get(), b.get(), 48, true,
-                                        WarpgroupReading::kAsBuilt, nullptr),
-      cudaErrorInvalidValue);
-  EXPECT_EQ(
-      cuda::LaunchWarpgroupProductCheck(d.get(), a.get(), b.get(), 64, true,
-                                        WarpgroupReading::kAsBuilt, nullptr),
-      cudaErrorInvalidValue);
+  const auto check = [&](const void* x, int n, bool a_in_shared) {
+    return cuda::LaunchWarpgroupProductCheck(
+        d.get(), x, b.get(), n, true, a_in_shared, WarpgroupReading::kAsBuilt,
+        nullptr);
+  };
+  EXPECT_EQ(check(b.get(), 48, false), cudaErrorInvalidValue);
+  EXPECT_EQ(check(a.get(), 64, false), cudaErrorInvalidValue);  // misaligned
+  EXPECT_EQ(check(b.get(), 32, true), cudaErrorInvalidValue);
 }
 
 }  // namespace

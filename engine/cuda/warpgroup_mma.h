@@ -9,6 +9,9 @@
 // kernel rewriter refuses inline PTX, and the preprocessor keeps the PTX
 // from the emulation build.
 //
+// A may also come from shared memory (MmaAsyncShared, N = 64), by a
+// descriptor of the K-major layout below with A's rows in place of N.
+//
 // Register fragments (PTX ISA, "wgmma .m64nNk16"): warp w of the warpgroup
 // holds rows 16w..16w+15 of A and of the accumulator D, laid out within
 // the warp as mma.sync m16n8k16's A and C fragments (warp_mma.h): A's four
@@ -103,19 +106,22 @@ inline uint64_t Descriptor(const void* start, uint32_t leading_bytes,
          uint64_t{stride_bytes >> 4} << 32;
 }
 
-// What one thread of a product read of B: where (B's start and the
-// descriptor's offsets, as MmaAsync decodes them), and a checksum of the
-// values, which the Wait takes again: the hardware may read B at any
-// time until then, so B must not change in between.
-struct BRead {
+// An operand a product reads from shared memory (B, or A for
+// MmaAsyncShared): where (the start and the descriptor's offsets, as
+// Decode takes them), and a checksum of the values one thread's results
+// depend on, which the Wait takes again: the hardware may read the
+// operand at any time until then, so it must not change in between.
+struct SharedRead {
   const unsigned char* base;
   uint32_t lbo, sbo;
-  int n;
+  int n;  // extent besides K: B's N, or A's 64 rows
   bool transpose;
+  bool is_a;
   Site site;
   uint64_t sum = 0;
 
-  // Byte offset of B's (k, n) from the start.
+  // Byte offset of the operand's (k, col) from the start (col: B's n or
+  // A's row m).
   uint32_t Offset(int k, int col) const {
     return transpose
                ? (col % 8) * 2 + (col / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
@@ -126,15 +132,22 @@ struct BRead {
     memcpy(&bits, base + Offset(k, col), 2);
     return bits;
   }
-  // FNV-1a over the values lane quad t of each warp reads: B's 16 rows of
-  // k at columns 8j + 2t and 8j + 2t + 1.
-  uint64_t Checksum(int t) const {
+  // FNV-1a over the values thread `tid`'s accumulators depend on, all 16
+  // k of: B's columns 8j + 2t and 8j + 2t + 1 (t = tid % 4), or A's rows
+  // 16w + g and 16w + g + 8 (warp w, lane group g).
+  uint64_t Checksum(int tid) const {
     uint64_t h = 1469598103934665603ull;
-    for (int j = 0; j < n / 8; ++j) {
-      for (int c = 0; c < 2; ++c) {
-        for (int k = 0; k < 16; ++k) {
-          h = (h ^ At(k, 8 * j + 2 * t + c)) * 1099511628211ull;
-        }
+    const auto add = [&](int col) {
+      for (int k = 0; k < 16; ++k) h = (h ^ At(k, col)) * 1099511628211ull;
+    };
+    if (is_a) {
+      const int row = tid / 32 % 4 * 16 + tid % 32 / 4;
+      add(row);
+      add(row + 8);
+    } else {
+      for (int j = 0; j < n / 8; ++j) {
+        add(8 * j + 2 * (tid % 4));
+        add(8 * j + 2 * (tid % 4) + 1);
       }
     }
     return h;
@@ -142,13 +155,14 @@ struct BRead {
 };
 
 // Each thread's products issued and not yet waited for: where its
-// accumulators are, what they will hold, and what of B they read.
+// accumulators are, what they will hold, and what they read of shared
+// memory.
 struct Pending {
   float* d;
   int count;
   uint64_t group;  // 0 until committed
   float value[kRows];  // kN / 2 accumulators a thread, at most 64
-  std::vector<BRead> reads;
+  std::vector<SharedRead> reads;
 };
 
 // The block's warpgroup state (a block runs on one OS thread at a time).
@@ -175,66 +189,106 @@ inline int ThreadIndex(const Site& site) {
       threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
 }
 
-template <int kN, int kTransposeB>
-inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
-                     int accumulate, const Site& site = Site::current()) {
-  static_assert(kN == 32 || kN == 64 || kN == 128, "N: 32, 64 or 128");
-  using warp_mma::HalfOf;
-  ::trainyard::cuda_emulation::WarpTensorOp("wgmma.mma_async", site);
-  const int tid = ThreadIndex(site);
-  WarpgroupState& s = State();
-  memcpy(s.a[tid], a, sizeof a);
-  ::trainyard::cuda_emulation::SyncThreads(site);  // every A posted
-  const uint32_t start = static_cast<uint32_t>(b & 0x3fff) << 4;
-  const uint32_t lbo = static_cast<uint32_t>(b >> 16 & 0x3fff) << 4;
-  const uint32_t sbo = static_cast<uint32_t>(b >> 32 & 0x3fff) << 4;
-  if ((b >> 46) != 0) {
+// The operand of extent n x 16 (k) that descriptor `desc` points at, with
+// thread tid's checksum; fails the kernel unless it is in the layout
+// without swizzling and inside the block's dynamic shared memory.
+inline SharedRead Decode(uint64_t desc, int n, bool transpose, bool is_a,
+                         int tid, const Site& site) {
+  if ((desc >> 46) != 0) {
     ::trainyard::cuda_emulation::FailKernel(
         "wgmma descriptor: only the layout without swizzling (and base "
         "offset 0) is emulated");
   }
-  BRead b_read{nullptr, lbo, sbo, kN, kTransposeB != 0, site};
-  const uint32_t extent = b_read.Offset(15, kN - 1) + 2;
-  b_read.base = static_cast<const unsigned char*>(
-      ::trainyard::cuda_emulation::DynamicSharedAt(start, extent, site));
-  // The accumulators' current values: a product still pending on them
-  // (which this one then replaces: its result carries that one's, and
-  // its reads of B stay to be checked), else the registers. Other
-  // threads touch only their own lists.
-  std::vector<Pending>& mine = s.pending[tid];
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3fff) << 4;
+  SharedRead r{nullptr,
+               static_cast<uint32_t>(desc >> 16 & 0x3fff) << 4,
+               static_cast<uint32_t>(desc >> 32 & 0x3fff) << 4,
+               n,
+               transpose,
+               is_a,
+               site};
+  r.base = static_cast<const unsigned char*>(
+      ::trainyard::cuda_emulation::DynamicSharedAt(
+          start, r.Offset(15, n - 1) + 2, site));
+  r.sum = r.Checksum(tid);
+  return r;
+}
+
+// Thread tid's part of a product both forms issue: its accumulators d
+// become pending with A B + (accumulate ? d : 0), A's (row, k) (row 0..63
+// of the warpgroup) as a_at gives it (a float), B as `b` reads it; `reads`
+// are checked at the Wait. A product still pending on the same
+// accumulators stands for their value (and this one replaces it, taking
+// over its reads). Other threads touch only their own lists.
+template <int kN, typename AAt>
+inline void Issue(float (&d)[kN / 8][4], const AAt& a_at, const SharedRead& b,
+                  std::vector<SharedRead> reads, int accumulate, int tid) {
+  using warp_mma::HalfOf;
+  std::vector<Pending>& mine = State().pending[tid];
   Pending next{&d[0][0], kN / 2, 0, {}, {}};
   Pending* before = nullptr;
   for (Pending& p : mine) {
     if (p.d == next.d) before = &p;
   }
-  const int w = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
-  b_read.sum = b_read.Checksum(t);
   if (before != nullptr) next.reads = std::move(before->reads);
-  next.reads.push_back(b_read);
+  for (SharedRead& r : reads) next.reads.push_back(std::move(r));
+  const int w = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
   for (int j = 0; j < kN / 8; ++j) {
     for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
+      const int row = 16 * w + g + 8 * (e / 2), col = 8 * j + 2 * t + e % 2;
       float acc = 0.f;
       if (accumulate) acc = before ? before->value[4 * j + e] : d[j][e];
       for (int k = 0; k < 16; ++k) {
-        // A's (row, k) is in lane (row % 8) * 4 + (k % 8) / 2 of warp w,
-        // register row / 8 + 2 (k / 8), half k % 2.
-        const uint32_t word =
-            s.a[32 * w + (row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)];
-        acc += HalfOf(word, k % 2) * HalfOf(b_read.At(k, col), 0);
+        acc += a_at(row, k) * HalfOf(b.At(k, col), 0);
       }
       next.value[4 * j + e] = acc;
     }
   }
-  ::trainyard::cuda_emulation::SyncThreads(site);  // every A read
   if (before != nullptr) {
     *before = std::move(next);
   } else {
-    mine.push_back(next);
+    mine.push_back(std::move(next));
   }
   for (int j = 0; j < kN / 8; ++j) {
     for (int e = 0; e < 4; ++e) d[j][e] = NAN;
   }
+}
+
+template <int kN, int kTransposeB>
+inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
+                     int accumulate, const Site& site = Site::current()) {
+  static_assert(kN == 32 || kN == 64 || kN == 128, "N: 32, 64 or 128");
+  ::trainyard::cuda_emulation::WarpTensorOp("wgmma.mma_async", site);
+  const int tid = ThreadIndex(site);
+  WarpgroupState& s = State();
+  memcpy(s.a[tid], a, sizeof a);
+  ::trainyard::cuda_emulation::SyncThreads(site);  // every A posted
+  const SharedRead b_read = Decode(b, kN, kTransposeB != 0, false, tid, site);
+  // A's (row, k) is in lane (row % 8) * 4 + (k % 8) / 2 of warp row / 16,
+  // register row % 16 / 8 + 2 (k / 8), half k % 2.
+  const auto a_at = [&](int row, int k) {
+    return warp_mma::HalfOf(s.a[32 * (row / 16) + (row % 8) * 4 + (k % 8) / 2]
+                               [row % 16 / 8 + 2 * (k / 8)],
+                            k % 2);
+  };
+  Issue<kN>(d, a_at, b_read, {b_read}, accumulate, tid);
+  ::trainyard::cuda_emulation::SyncThreads(site);  // every A read
+}
+
+template <int kN, int kTransposeB>
+inline void MmaAsyncShared(float (&d)[kN / 8][4], uint64_t a, uint64_t b,
+                           int accumulate, const Site& site = Site::current()) {
+  static_assert(kN == 64, "N: 64");
+  ::trainyard::cuda_emulation::WarpTensorOp("wgmma.mma_async", site);
+  const int tid = ThreadIndex(site);
+  ::trainyard::cuda_emulation::SyncThreads(site);  // the warpgroup together
+  const SharedRead a_read = Decode(a, kRows, false, true, tid, site);
+  const SharedRead b_read = Decode(b, kN, kTransposeB != 0, false, tid, site);
+  const auto a_at = [&](int row, int k) {
+    return warp_mma::HalfOf(a_read.At(k, row), 0);
+  };
+  Issue<kN>(d, a_at, b_read, {a_read, b_read}, accumulate, tid);
+  ::trainyard::cuda_emulation::SyncThreads(site);
 }
 
 inline void Fence() {}
@@ -257,12 +311,12 @@ inline void Wait(const Site& site = Site::current()) {
   const uint64_t done = s.committed[tid] - kPending;
   for (size_t i = 0; i < mine.size();) {
     if (mine[i].group != 0 && mine[i].group <= done) {
-      for (const BRead& r : mine[i].reads) {
-        if (r.Checksum(tid % 4) != r.sum) {
+      for (const SharedRead& r : mine[i].reads) {
+        if (r.Checksum(tid) != r.sum) {
           ::trainyard::cuda_emulation::FailKernel(
               "wgmma at " + std::string(r.site.file_name()) + ":" +
               std::to_string(r.site.line()) +
-              ": the shared memory it reads (B) changed before the Wait "
+              ": the shared memory it reads changed before the Wait "
               "at " +
               site.file_name() + ":" + std::to_string(site.line()));
         }
@@ -421,6 +475,42 @@ __device__ __forceinline__ void MmaAsync(float (&d)[kN / 8][4],
           "n"(kTransposeB)
         : "memory");
   }
+#else
+  (void)d;
+  (void)a;
+  (void)b;
+  (void)accumulate;
+  __trap();
+#endif
+}
+
+// As MmaAsync with A from shared memory too: `a` a descriptor of A (64 x
+// 16 bf16, K-major), for N = 64.
+template <int kN, int kTransposeB>
+__device__ __forceinline__ void MmaAsyncShared(float (&d)[kN / 8][4],
+                                               uint64_t a, uint64_t b,
+                                               int accumulate) {
+  static_assert(kN == 64, "N: 64");
+#if defined(TRAINYARD_WGMMA_ASM)
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransposeB)
+      : "memory");
 #else
   (void)d;
   (void)a;
