@@ -160,7 +160,7 @@ struct SharedRead {
 struct Pending {
   float* d;
   int count;
-  uint64_t group;  // 0 until committed
+  uint64_t group;      // 0 until committed
   float value[kRows];  // kN / 2 accumulators a thread, at most 64
   std::vector<SharedRead> reads;
 };
@@ -396,6 +396,16 @@ __device__ __forceinline__ void FenceOperand(float (&d)[kBlocks][4]) {
   }
 }
 
+// The asm operands of accumulator fragments d[j], and of d[j..j+7] (32
+// registers), in the order the instructions list them.
+#define TRAINYARD_WGMMA_D4(d, j) \
+  "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define TRAINYARD_WGMMA_D32(d, j)                                 \
+  TRAINYARD_WGMMA_D4(d, j), TRAINYARD_WGMMA_D4(d, j + 1),         \
+      TRAINYARD_WGMMA_D4(d, j + 2), TRAINYARD_WGMMA_D4(d, j + 3), \
+      TRAINYARD_WGMMA_D4(d, j + 4), TRAINYARD_WGMMA_D4(d, j + 5), \
+      TRAINYARD_WGMMA_D4(d, j + 6), TRAINYARD_WGMMA_D4(d, j + 7)
+
 // d (64 x kN, fp32) = a b + (accumulate ? d : 0), a the warpgroup's 64 x 16
 // bf16 A fragments, b a descriptor of B (16 x kN bf16; kTransposeB: 0
 // K-major, 1 MN-major). Issued, not complete: see Commit and Wait.
@@ -413,10 +423,8 @@ __device__ __forceinline__ void MmaAsync(float (&d)[kN / 8][4],
         "%0, %1, %2, %3, %4, %5, %6, %7, "
         "%8, %9, %10, %11, %12, %13, %14, %15"
         "}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : TRAINYARD_WGMMA_D4(d, 0), TRAINYARD_WGMMA_D4(d, 1),
+          TRAINYARD_WGMMA_D4(d, 2), TRAINYARD_WGMMA_D4(d, 3)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
           "n"(kTransposeB)
         : "memory");
@@ -430,14 +438,7 @@ __device__ __forceinline__ void MmaAsync(float (&d)[kN / 8][4],
         "%16, %17, %18, %19, %20, %21, %22, %23, "
         "%24, %25, %26, %27, %28, %29, %30, %31"
         "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : TRAINYARD_WGMMA_D32(d, 0)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
           "n"(kTransposeB)
         : "memory");
@@ -455,22 +456,7 @@ __device__ __forceinline__ void MmaAsync(float (&d)[kN / 8][4],
         "%48, %49, %50, %51, %52, %53, %54, %55, "
         "%56, %57, %58, %59, %60, %61, %62, %63"
         "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : TRAINYARD_WGMMA_D32(d, 0), TRAINYARD_WGMMA_D32(d, 8)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
           "n"(kTransposeB)
         : "memory");
@@ -501,14 +487,7 @@ __device__ __forceinline__ void MmaAsyncShared(float (&d)[kN / 8][4],
       "%16, %17, %18, %19, %20, %21, %22, %23, "
       "%24, %25, %26, %27, %28, %29, %30, %31"
       "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : TRAINYARD_WGMMA_D32(d, 0)
       : "l"(a), "l"(b), "r"(accumulate), "n"(kTransposeB)
       : "memory");
 #else
@@ -521,6 +500,8 @@ __device__ __forceinline__ void MmaAsyncShared(float (&d)[kN / 8][4],
 }
 
 #undef TRAINYARD_WGMMA_ASM
+#undef TRAINYARD_WGMMA_D32
+#undef TRAINYARD_WGMMA_D4
 
 #endif
 
