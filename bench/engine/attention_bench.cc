@@ -20,9 +20,10 @@
 // the same bits but for the warpgroup tiling, "wgmma", whose tensor cores
 // may sum in another order), the first being the backend's default: the figures
 // that choose it; then the ordered backward (AttentionTcBackward::kOrderedDq:
-// one kernel a key tile, 5 products) against the first tiling's two
-// kernels. Exits 1 with one line on stderr on a bad flag or a CUDA
-// error.
+// one kernel a key tile, 5 products) against the two kernels, with the
+// first tiling's key side ("ordered-dq") and, where it runs, the warpgroup
+// tiling's ("ordered-dq wgmma"). Exits 1 with one line on stderr on a bad flag
+// or a CUDA error.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -158,22 +159,33 @@ int Run(const Options& o, std::string* error) {
     }
     tilings.push_back(time);
   }
-  // The ordered backward, after the default tiling's forward.
-  double ordered_f_ms = 0, ordered_b_ms = 0;
-  if (!tilings.empty() && !time_pair(
-                              " (ordered dq)",
-                              [&] {
-                                return cuda::LaunchAttentionForwardTc(
-                                    out, lse, qkv, o.batch, o.seq, channels,
-                                    o.heads, nullptr);
-                              },
-                              [&] {
-                                return cuda::LaunchAttentionBackwardTcOrdered(
-                                    dqkv, ordered_scratch, dout, out, qkv, lse,
-                                    o.batch, o.seq, channels, o.heads, nullptr);
-                              },
-                              &ordered_f_ms, &ordered_b_ms)) {
-    return 1;
+  // The ordered backward after the same tiling's forward: its key side in
+  // the first tiling, and in the warpgroup one where that runs.
+  struct OrderedTime {
+    const TilingTime* two_kernels;  // the same tiling's
+    double forward_ms, backward_ms;
+  };
+  std::vector<OrderedTime> ordered;
+  for (const TilingTime& t : tilings) {
+    if (&t != &tilings[0] && !t.tiling.warpgroup) continue;
+    OrderedTime time{&t, 0, 0};
+    if (!time_pair(
+            absl::StrCat(" (ordered dq, tiling ",
+                         cuda::AttentionTcTilingName(t.tiling), ")"),
+            [&] {
+              return cuda::LaunchAttentionForwardTc(t.tiling, out, lse, qkv,
+                                                    o.batch, o.seq, channels,
+                                                    o.heads, nullptr);
+            },
+            [&] {
+              return cuda::LaunchAttentionBackwardTcOrdered(
+                  t.tiling, dqkv, ordered_scratch, dout, out, qkv, lse, o.batch,
+                  o.seq, channels, o.heads, nullptr);
+            },
+            &time.forward_ms, &time.backward_ms)) {
+      return 1;
+    }
+    ordered.push_back(time);
   }
   // One causal product: 2 FLOPs for each of T(T+1)/2 pairs and hs channels.
   const double product = 2.0 * static_cast<double>(o.batch * o.heads) *
@@ -201,14 +213,22 @@ int Run(const Options& o, std::string* error) {
         5 * product / (t.backward_ms * 1e-3) / 1e12,
         t.backward_ms / tilings[0].backward_ms);
   }
-  if (!tilings.empty()) {
+  // "ordered-dq" (the first tiling's key side), "ordered-dq wgmma".
+  const auto ordered_name = [&](const OrderedTime& t, const char* space) {
+    return t.two_kernels == &tilings[0]
+               ? std::string("ordered-dq")
+               : absl::StrCat(
+                     "ordered-dq", space,
+                     cuda::AttentionTcTilingName(t.two_kernels->tiling));
+  };
+  for (const OrderedTime& t : ordered) {
     std::printf(
-        "attention backward ordered-dq: %.3f ms (%.1f TFLOP/s; it executes "
-        "the 5 products counted), %.2fx the two kernels' time (tiling "
-        "%s)\n",
-        ordered_b_ms, 5 * product / (ordered_b_ms * 1e-3) / 1e12,
-        ordered_b_ms / tilings[0].backward_ms,
-        cuda::AttentionTcTilingName(tilings[0].tiling).c_str());
+        "attention backward %s: %.3f ms (%.1f TFLOP/s; it executes the 5 "
+        "products counted), %.2fx the two kernels' time (tiling %s)\n",
+        ordered_name(t, " ").c_str(), t.backward_ms,
+        5 * product / (t.backward_ms * 1e-3) / 1e12,
+        t.backward_ms / t.two_kernels->backward_ms,
+        cuda::AttentionTcTilingName(t.two_kernels->tiling).c_str());
   }
   if (!o.csv.empty()) {
     std::vector<std::string> rows_out = {absl::StrCat(
@@ -221,12 +241,12 @@ int Run(const Options& o, std::string* error) {
           t.forward_ms, ",", 2 * product / (t.forward_ms * 1e-3) / 1e12, ",",
           t.backward_ms, ",", 5 * product / (t.backward_ms * 1e-3) / 1e12));
     }
-    if (!tilings.empty()) {
+    for (const OrderedTime& t : ordered) {
       rows_out.push_back(absl::StrCat(
-          "trainyard-cuda-ordered-dq,", o.batch, ",", o.seq, ",", o.heads, ",",
-          o.head_size, ",", o.reps, ",", ordered_f_ms, ",",
-          2 * product / (ordered_f_ms * 1e-3) / 1e12, ",", ordered_b_ms, ",",
-          5 * product / (ordered_b_ms * 1e-3) / 1e12));
+          "trainyard-cuda-", ordered_name(t, "-"), ",", o.batch, ",", o.seq,
+          ",", o.heads, ",", o.head_size, ",", o.reps, ",", t.forward_ms, ",",
+          2 * product / (t.forward_ms * 1e-3) / 1e12, ",", t.backward_ms, ",",
+          5 * product / (t.backward_ms * 1e-3) / 1e12));
     }
     if (!trainyard::bench::AppendCsv(
             o.csv,

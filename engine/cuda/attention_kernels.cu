@@ -381,9 +381,9 @@ cudaError_t LaunchAttentionBackward(
     // The fp32 sums are read in 8-byte pairs: an unaligned scratch (never
     // the arena's) takes the two kernels, which it is large enough for.
     if (backward == AttentionTcBackward::kOrderedDq && Aligned16(scratch)) {
-      return LaunchAttentionBackwardTcOrdered(dqkv, scratch, dout, out, qkv,
-                                              lse, batch, seq, channels, heads,
-                                              stream);
+      return LaunchAttentionBackwardTcOrdered(
+          TilingOrDefault(tiling, channels / heads), dqkv, scratch, dout, out,
+          qkv, lse, batch, seq, channels, heads, stream);
     }
     return LaunchAttentionBackwardTc(TilingOrDefault(tiling, channels / heads),
                                      dqkv, scratch, dout, out, qkv, lse, batch,

@@ -316,6 +316,24 @@ __device__ void AddToDqSums(bf16* dq, int64_t out_row, float* sum,
   }
 }
 
+// Block-wide, at query tile `qt` of the ordered backward: waits for this
+// block's turn (key tile kt) at the tile's counter among `turns` (one a
+// query tile of the block's (sequence, head) pair), runs add() on every
+// thread (which adds the block's partial dQ to the tile's sums), and
+// passes the turn on once every thread's sums are out. What add() reads
+// of shared memory is written before the call.
+template <typename Add>
+__device__ __forceinline__ void AddInTurn(int* turns, const TcGeometry& g,
+                                          int qt, int kt, const Add& add) {
+  int* turn = turns + static_cast<int64_t>(blockIdx.x) * g.tiles + qt;
+  if (threadIdx.x == 0) block_turns::WaitForTurn(turn, kt);
+  __syncthreads();  // dS whole, and this block's turn at the query tile
+  add();
+  __threadfence();  // the sums out before the turn passes
+  __syncthreads();  // every warp has added, and is done with the stage
+  if (threadIdx.x == 0) block_turns::PassTurn(turn);
+}
+
 // The key side: dk and dv for one key tile (one block each, query tiles
 // ascending from the diagonal, the next query, dout and statistics
 // copying in). With kWithDq (the ordered backward,
@@ -379,22 +397,16 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     }
     if constexpr (kWithDq) {
       bf16* sds = At<bf16>(smem, L::kDs);
-      int* turn = turns + static_cast<int64_t>(blockIdx.x) * g.tiles + qt;
       StoreTransposed(sds, dpt, w0);
-      if (threadIdx.x == 0) block_turns::WaitForTurn(turn, kt);
-      __syncthreads();  // dS whole, and this block's turn at the query tile
-      float dq[1][kD / 8][4] = {};
-      {
+      AddInTurn(turns, g, qt, kt, [&] {
+        float dq[1][kD / 8][4] = {};
         uint32_t a[1][kTile / 16][4];
         LoadA<kTile>(a[0], sds, w0);  // the warp's 16 query rows, all keys
         MmaAB<kD, 1>(dq, a, sk);
-      }
-      AddToDqSums<kD>(dqkv + h.qkv, h.qkv_row, dq_sums + h.stats * kD, dq[0],
-                      static_cast<int64_t>(qt) * kTile + w0, g.seq, kt == 0,
-                      kt == qt, g.scale);
-      __threadfence();  // the sums out before the turn passes
-      __syncthreads();  // every warp has added, and is done with the stage
-      if (threadIdx.x == 0) block_turns::PassTurn(turn);
+        AddToDqSums<kD>(dqkv + h.qkv, h.qkv_row, dq_sums + h.stats * kD, dq[0],
+                        static_cast<int64_t>(qt) * kTile + w0, g.seq, kt == 0,
+                        kt == qt, g.scale);
+      });
     } else {
       __syncthreads();  // every warp is done with this stage: it is refilled
     }
@@ -485,15 +497,20 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
 // (core tiles), so only the accumulators (S^T, dP^T, dK, dV) are in
 // registers while those run: three blocks an SM at hs <= 64, as the
 // other key sides (BackwardBlocksPerSm; with the A fragments too, ptxas
-// serialized the products at 170 registers).
-template <int kD>
+// serialized the products at 170 registers). With kWithDq, the ordered
+// backward as AttentionKeySideTcKernel takes it (dS through shared
+// memory, the block's partial dQ added in its turn), its dS K a
+// warpgroup product too, issued while dV's and dK's are still in flight
+// (the turn is awaited meanwhile).
+template <int kD, bool kWithDq>
 __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
-    AttentionKeySideWgKernel(bf16* dqkv, const float* delta, const bf16* dout,
+    AttentionKeySideWgKernel(bf16* dqkv, float* dq_sums, int* turns,
+                             const float* delta, const bf16* dout,
                              const bf16* qkv, const float* lse, TcGeometry g) {
   namespace wg = warpgroup_mma;
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignmentSilently(smem);
-  using L = BackwardSmem<kD>;
+  using L = OrderedSmem<kD>;  // kDs only with kWithDq
   bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);
@@ -517,6 +534,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     CompleteProducts(st, dpt);
     if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
     KeyRowGradients(st, dpt, s_lse2, s_delta, scale2);
+    if constexpr (kWithDq) StoreTransposed(At<bf16>(smem, L::kDs), dpt, w0);
     uint32_t pa[kTile / 16][4], dsa[kTile / 16][4];
     ToA(pa, st);
     ToA(dsa, dpt);
@@ -525,8 +543,23 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     wg::Fence();
     IssueMmaAB<kD>(dv, pa, sdo);
     IssueMmaAB<kD>(dk, dsa, sq);
-    CompleteProducts(dv, dk);
-    __syncthreads();  // every warp is done with this stage: it is refilled
+    if constexpr (kWithDq) {
+      wg::Commit();
+      AddInTurn(turns, g, qt, kt, [&] {
+        float dq[kD / 8][4] = {};
+        uint32_t a[kTile / 16][4];
+        LoadA<kTile>(a, At<bf16>(smem, L::kDs), w0);  // 16 query rows, all keys
+        wg::Fence();
+        IssueMmaAB<kD>(dq, a, sk);
+        CompleteProducts(dv, dk, dq);
+        AddToDqSums<kD>(dqkv + h.qkv, h.qkv_row, dq_sums + h.stats * kD, dq,
+                        static_cast<int64_t>(qt) * kTile + w0, g.seq, kt == 0,
+                        kt == qt, g.scale);
+      });
+    } else {
+      CompleteProducts(dv, dk);
+      __syncthreads();  // every warp is done with this stage: it is refilled
+    }
   }
   const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
   bf16* dk_base = dqkv + h.qkv + g.channels;
@@ -555,12 +588,13 @@ inline OrderedScratch CarveOrderedScratch(float* scratch, int64_t batch,
           scratch + 2 * region, batch * heads * tiles};
 }
 
-// The delta pass, then the key tiles with their turns.
+// The delta pass, then the key tiles with their turns (the warpgroup
+// key side if `warpgroup`).
 template <int kD>
-cudaError_t OrderedBackwardTc(bf16* dqkv, const OrderedScratch& s,
-                              const bf16* dout, const bf16* out,
-                              const bf16* qkv, const float* lse,
-                              const TcGeometry& g, dim3 grid,
+cudaError_t OrderedBackwardTc(bool warpgroup, bf16* dqkv,
+                              const OrderedScratch& s, const bf16* dout,
+                              const bf16* out, const bf16* qkv,
+                              const float* lse, const TcGeometry& g, dim3 grid,
                               cudaStream_t stream) {
   cudaError_t e =
       cudaMemsetAsync(s.turns, 0, s.turn_count * sizeof(int), stream);
@@ -568,7 +602,8 @@ cudaError_t OrderedBackwardTc(bf16* dqkv, const OrderedScratch& s,
   AttentionDeltaTcKernel<kD><<<grid, kTile, 0, stream>>>(s.delta, dout, out, g);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  return LaunchWithSmem(AttentionKeySideTcKernel<kD, true>,
+  return LaunchWithSmem(warpgroup ? AttentionKeySideWgKernel<kD, true>
+                                  : AttentionKeySideTcKernel<kD, true>,
                         OrderedSmem<kD>::kBytes, grid, kThreads, stream, dqkv,
                         s.dq_sums, s.turns, static_cast<const float*>(s.delta),
                         dout, qkv, lse, g);
@@ -603,8 +638,10 @@ cudaError_t BackwardWg(bf16* dqkv, float* delta, const bf16* dout,
       AttentionQueryGradWgKernel<kD>, BackwardSmem<kD>::kBytes, grid, kThreads,
       stream, dqkv, delta, dout, out, qkv, lse, g);
   if (e != cudaSuccess) return e;
-  return LaunchWithSmem(AttentionKeySideWgKernel<kD>, BackwardSmem<kD>::kBytes,
-                        grid, kThreads, stream, dqkv,
+  return LaunchWithSmem(AttentionKeySideWgKernel<kD, false>,
+                        BackwardSmem<kD>::kBytes, grid, kThreads, stream, dqkv,
+                        static_cast<float*>(nullptr),
+                        static_cast<int*>(nullptr),
                         static_cast<const float*>(delta), dout, qkv, lse, g);
 }
 
@@ -666,24 +703,32 @@ cudaError_t LaunchAttentionBackwardTcOrdered(void* dqkv, float* scratch,
                                              int64_t batch, int64_t seq,
                                              int64_t channels, int64_t heads,
                                              cudaStream_t stream) {
+  return LaunchAttentionBackwardTcOrdered(kAttentionTcTilings[0], dqkv, scratch,
+                                          dout, out, qkv, lse, batch, seq,
+                                          channels, heads, stream);
+}
+
+cudaError_t LaunchAttentionBackwardTcOrdered(
+    AttentionTcTiling tiling, void* dqkv, float* scratch, const void* dout,
+    const void* out, const void* qkv, const float* lse, int64_t batch,
+    int64_t seq, int64_t channels, int64_t heads, cudaStream_t stream) {
   if (batch <= 0 || seq <= 0) return cudaSuccess;
   attention_tc::TcGeometry g;
   dim3 grid;
   if (!attention_tc::MakeTcGeometry(batch, seq, channels, heads, &g, &grid) ||
-      !Aligned16(dqkv) || !Aligned16(dout) || !Aligned16(out) ||
-      !Aligned16(qkv) || !Aligned16(scratch)) {
+      !AttentionTcTakesTiling(tiling, channels / heads) || !Aligned16(dqkv) ||
+      !Aligned16(dout) || !Aligned16(out) || !Aligned16(qkv) ||
+      !Aligned16(scratch)) {
     return cudaErrorInvalidValue;
   }
   const attention_tc::OrderedScratch s =
       attention_tc::CarveOrderedScratch(scratch, batch, seq, heads, g.tiles);
   bf16* dx = As<bf16>(dqkv);
   const bf16 *dy = As<bf16>(dout), *y = As<bf16>(out), *x = As<bf16>(qkv);
-  // The default tiling takes every head size; only kD enters here.
-  return attention_tc::WithTiling(
-      kAttentionTcTilings[0], channels / heads, [&](auto d, auto, auto) {
-        return attention_tc::OrderedBackwardTc<decltype(d)::value>(
-            dx, s, dy, y, x, lse, g, grid, stream);
-      });
+  return attention_tc::WithHeadSize(channels / heads, [&](auto d) {
+    return attention_tc::OrderedBackwardTc<decltype(d)::value>(
+        tiling.warpgroup, dx, s, dy, y, x, lse, g, grid, stream);
+  });
 }
 
 }  // namespace trainyard::engine::cuda

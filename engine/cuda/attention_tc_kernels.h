@@ -35,8 +35,8 @@ bool AttentionTcSupportsHeadSize(int64_t head_size);
 // products (wgmma, sm_90a: warpgroup_mma.h), the block's four warps
 // multiplying together with the other side's tiles read straight from
 // shared memory, where the other tilings run each warp's products as
-// mma.sync with ldmatrix; the forward and both sides of the two-kernel
-// backward (the ordered backward has no warpgroup form). In the host
+// mma.sync with ldmatrix; the forward, both sides of the two-kernel
+// backward and the ordered backward's key side. In the host
 // emulation it gives the other tilings' bits; on the GPU the tensor
 // cores' summation order may differ (cuda_attention_test holds it to the
 // reference's bounds).
@@ -151,14 +151,21 @@ int64_t AttentionTcBackwardScratchFloats(AttentionTcBackward backward,
 
 // The contract of LaunchAttentionBackwardTc with the kOrderedDq backward:
 // `scratch` holds AttentionTcBackwardScratchFloats(kOrderedDq, ...) floats
-// (cudaErrorInvalidValue if it is not 16-byte aligned); the forward's
-// tiling does not enter. Its turn counters are zeroed on the stream first.
+// (cudaErrorInvalidValue if it is not 16-byte aligned). Its turn counters
+// are zeroed on the stream first. Its one kernel is a key side: the
+// warpgroup tiling's where `tiling` is that one, else the 16 x 4 one (the
+// query-side tilings do not enter; cudaErrorInvalidValue for a tiling the
+// head size does not take).
 cudaError_t LaunchAttentionBackwardTcOrdered(void* dqkv, float* scratch,
                                              const void* dout, const void* out,
                                              const void* qkv, const float* lse,
                                              int64_t batch, int64_t seq,
                                              int64_t channels, int64_t heads,
                                              cudaStream_t stream);
+cudaError_t LaunchAttentionBackwardTcOrdered(
+    AttentionTcTiling tiling, void* dqkv, float* scratch, const void* dout,
+    const void* out, const void* qkv, const float* lse, int64_t batch,
+    int64_t seq, int64_t channels, int64_t heads, cudaStream_t stream);
 
 }  // namespace trainyard::engine::cuda
 

@@ -480,7 +480,7 @@ ForwardResult RunForward(Problem& pb, Kernels which,
 }
 
 // dqkv from one backward launcher, given the forward's out and lse;
-// `tiling` is the tensor-core backward's (kTensorCore only).
+// `tiling` is the tensor-core backward's (kTensorCore and kOrdered).
 std::vector<uint16_t> RunBackward(Problem& pb, const ForwardResult& fwd,
                                   Kernels which,
                                   cuda::AttentionTcTiling tiling = {}) {
@@ -501,7 +501,7 @@ std::vector<uint16_t> RunBackward(Problem& pb, const ForwardResult& fwd,
   cudaError_t e;
   if (which == Kernels::kOrdered) {
     e = cuda::LaunchAttentionBackwardTcOrdered(
-        dqkv.get(), delta.get(), pb.dout.get(), out.get(), pb.qkv.get(),
+        tiling, dqkv.get(), delta.get(), pb.dout.get(), out.get(), pb.qkv.get(),
         lse.get(), s.batch, s.seq, C, s.heads, nullptr);
   } else if (which == Kernels::kDispatchOrdered) {
     e = cuda::LaunchAttentionBackward(
@@ -534,8 +534,8 @@ class CudaAttentionTcTest : public ::testing::TestWithParam<Shape> {
   }
 };
 
-// The tensor-core kernels' out, lse and dqkv (the forward and the
-// two-kernel backward in `tiling`, and the ordered backward) within the
+// The tensor-core kernels' out, lse and dqkv (the forward, the two-kernel
+// backward and the ordered backward in `tiling`) within the
 // derived bounds of the reference kernels' on the problem's inputs.
 void ExpectTcMatchesReference(Problem& pb,
                               cuda::AttentionTcTiling tiling = {}) {
@@ -551,7 +551,7 @@ void ExpectTcMatchesReference(Problem& pb,
   const std::vector<uint16_t> tc_dqkv =
       RunBackward(pb, ref, Kernels::kTensorCore, tiling);
   const std::vector<uint16_t> ordered_dqkv =
-      RunBackward(pb, ref, Kernels::kOrdered);
+      RunBackward(pb, ref, Kernels::kOrdered, tiling);
   const std::vector<float> want_dqkv = Widen(ref_dqkv);
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
@@ -602,7 +602,7 @@ TEST_P(CudaAttentionTcTest, MatchesReferenceWhenTheMaxClimbsEveryTile) {
 }
 
 // Every tiling the head size takes gives the default tiling's bits (which
-// the tests above hold to the reference), forward and backward, on random
+// the tests above hold to the reference), forward and both backwards, on random
 // inputs and on the climbing max; the others are refused. On the GPU the
 // warpgroup tiling's products may sum in another order than mma.sync's,
 // so there it is held to the reference's bounds instead.
@@ -614,6 +614,8 @@ TEST_P(CudaAttentionTcTest, EveryTilingGivesTheSameBits) {
     const ForwardResult want = RunForward(pb, Kernels::kTensorCore);
     const std::vector<uint16_t> want_d =
         RunBackward(pb, want, Kernels::kTensorCore);
+    const std::vector<uint16_t> want_ordered =
+        RunBackward(pb, want, Kernels::kOrdered);
     for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
       SCOPED_TRACE(::testing::Message() << t.warp_rows << "x" << t.warps
                                         << (t.warpgroup ? " warpgroup" : "")
@@ -632,6 +634,14 @@ TEST_P(CudaAttentionTcTest, EveryTilingGivesTheSameBits) {
                       pb.qkv.get(), lse.get(), s.batch, s.seq, s.channels(),
                       s.heads, nullptr),
                   cudaErrorInvalidValue);
+        FloatArray scratch(cuda::AttentionTcBackwardScratchFloats(
+            cuda::AttentionTcBackward::kOrderedDq, s.batch, s.seq, s.channels(),
+            s.heads));
+        EXPECT_EQ(cuda::LaunchAttentionBackwardTcOrdered(
+                      t, dqkv.get(), scratch.get(), pb.dout.get(), out.get(),
+                      pb.qkv.get(), lse.get(), s.batch, s.seq, s.channels(),
+                      s.heads, nullptr),
+                  cudaErrorInvalidValue);
         continue;
       }
 #if !defined(TRAINYARD_CUDA_EMULATION)
@@ -647,6 +657,10 @@ TEST_P(CudaAttentionTcTest, EveryTilingGivesTheSameBits) {
                                 want_d),
                 -1)
           << "dqkv";
+      EXPECT_EQ(FirstDifference(RunBackward(pb, want, Kernels::kOrdered, t),
+                                want_ordered),
+                -1)
+          << "dqkv (ordered dq)";
     }
   }
 }
@@ -673,6 +687,14 @@ TEST_P(CudaAttentionTcTest, RepeatsBitForBitAndIsWhatDispatchRuns) {
       RunBackward(pb, first, Kernels::kDispatchOrdered);
   EXPECT_EQ(FirstDifference(o1, o2), -1) << "ordered dqkv";
   EXPECT_EQ(FirstDifference(o1, o3), -1) << "dispatch ordered dqkv";
+  constexpr cuda::AttentionTcTiling kWarpgroup{16, 4, true};
+  if (cuda::AttentionTcTakesTiling(kWarpgroup, pb.shape.head_size)) {
+    EXPECT_EQ(
+        FirstDifference(RunBackward(pb, first, Kernels::kOrdered, kWarpgroup),
+                        RunBackward(pb, first, Kernels::kOrdered, kWarpgroup)),
+        -1)
+        << "warpgroup ordered dqkv";
+  }
 }
 
 // hs = 64 (GPT-2) with 2 and 3 heads, the other two sizes with 2; T = 1,

@@ -29,8 +29,8 @@
 #            YARD_GEMM_CHOICES=gemm-choices.txt (engine.log, engine.csv):
 #            whether the epilogue and choosing among the candidates pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
-#            tiling 16x4, wgmma (the warpgroup forward), 16x4 with
-#            YARD_ATTENTION_BACKWARD=ordered-dq, 32x2 and 32x4
+#            tiling 16x4, wgmma (the warpgroup forward), 16x4 and wgmma
+#            with YARD_ATTENTION_BACKWARD=ordered-dq, 32x2 and 32x4
 #            (YARD_ATTENTION_TILING; engine.log, engine.csv in that order):
 #            which tiling and backward the backend should run by default
 #   first    the most one call says about changes that have never run on
@@ -222,10 +222,12 @@ run_tilings() {
   # The warpgroup forward and the ordered backward right after the default
   # tiling they are measured against, before the other tilings in case the
   # budget runs out.
-  for t in 16x4 wgmma ordered-dq 32x2 32x4; do
+  for t in 16x4 wgmma ordered-dq ordered-wgmma 32x2 32x4; do
     note "$t: gpt_train_bench 124m bf16"
     if [[ "$t" == ordered-dq ]]; then
       export YARD_ATTENTION_BACKWARD=ordered-dq YARD_ATTENTION_TILING=16x4
+    elif [[ "$t" == ordered-wgmma ]]; then
+      export YARD_ATTENTION_BACKWARD=ordered-dq YARD_ATTENTION_TILING=wgmma
     else
       export YARD_ATTENTION_BACKWARD=two-kernel YARD_ATTENTION_TILING=$t
     fi
