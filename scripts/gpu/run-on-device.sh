@@ -38,7 +38,8 @@
 #            first), attention_bench at a GPT-2 124M layer's shape (every
 #            tiling), gpt_train_bench 124M bf16 as it is (with its op
 #            profile), the PyTorch peer (eager, torch.compile), then the
-#            step again with YARD_ATTENTION_TILING=wgmma (device.log,
+#            step again with YARD_ATTENTION_TILING=wgmma, and with it
+#            YARD_ATTENTION_BACKWARD=ordered-dq if time is left (device.log,
 #            kernels.log, kernels.csv, engine.log, engine.csv)
 #   all      tests, engine and packing in that order, sharing one budget
 #
@@ -261,6 +262,10 @@ run_first() {
     --csv "$csv" --config 124m --precision bf16 --micro-batch max
   note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=wgmma"
   YARD_ATTENTION_TILING=wgmma bounded 110 "$elog" "${ours[@]}"
+  grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
+  note "gpt_train_bench 124m bf16, wgmma with YARD_ATTENTION_BACKWARD=ordered-dq"
+  YARD_ATTENTION_TILING=wgmma YARD_ATTENTION_BACKWARD=ordered-dq \
+    bounded 110 "$elog" "${ours[@]}"
   grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
   column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
 }
