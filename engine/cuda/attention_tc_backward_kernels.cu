@@ -39,6 +39,13 @@ constexpr int BackwardBlocksPerSm(int head_size) {
   return head_size == 128 ? 2 : 3;
 }
 
+// The warpgroup query side's: its queries and dout are its first products'
+// A straight from shared memory, so it fits 128 registers where shared
+// memory allows four blocks (hs <= 64).
+constexpr int QueryGradWgBlocksPerSm(int head_size) {
+  return head_size == 128 ? 2 : 4;
+}
+
 // Threads 0..kRows-1 (a block of kBlockThreads): D_i = dout_i . out_i
 // (fp32, ascending channels, the reference kernels' order) into delta and
 // the block's copy; rows read in 16-byte packs.
@@ -427,9 +434,12 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
 // stages of BackwardSmem): Q K^T and dout V^T read K and V transposed
 // (K-major), dS K reads K as it lies (MN-major); on the key side K Q^T and
 // V dout^T read Q and dout transposed, P^T dout and dS^T Q as they lie.
-// The same bits as the 16 x 4 kernels on the emulation.
+// The query side's own Q and dout are core tiles too, Q K^T's and
+// dout V^T's A straight from shared memory (no A fragments held across
+// the key tiles): 124 registers at hs 64, four blocks an SM. The same
+// bits as the 16 x 4 kernels on the emulation.
 template <int kD>
-__global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
+__global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
     AttentionQueryGradWgKernel(bf16* dqkv, float* delta, const bf16* dout,
                                const bf16* out, const bf16* qkv,
                                const float* lse, TcGeometry g) {
@@ -449,15 +459,14 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   const TileStages<kD, kThreads, true> kv{
       smem,      L::kOther0,        L::kOther1, L::kT, keys,
       h.qkv_row, keys + g.channels, h.qkv_row,  g.seq};
-  AsyncLoadRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  AsyncLoadRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
+  AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  AsyncLoadCoreRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
   kv.Load(0, 0);
   CpAsyncCommit();
   LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
   ComputeDelta<kD, kTile, kThreads>(delta, s_delta, dout, out, h, q0, g.seq);
   const float scale2 = g.scale * kLog2e;
-  float lse2[2], d_row[2];                   // the lane's rows' statistics
-  uint32_t qa[kD / 16][4], doa[kD / 16][4];  // the warp's Q and dout rows
+  float lse2[2], d_row[2];  // the lane's rows' statistics
   float dq[kD / 8][4] = {};
   for (int kt = 0; kt <= rows.last; ++kt) {
     kv.Advance(kt, kt < rows.last ? int64_t{kt + 1} * kTile : -1);
@@ -468,15 +477,13 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
         lse2[r] = s_lse[row] * kLog2e;
         d_row[r] = s_delta[row];
       }
-      LoadA<kD>(qa, sq, w0);
-      LoadA<kD>(doa, sdo, w0);
     }
     const bf16* sk = kv.First(kt);
     const bf16* sv = kv.Second(kt);
     float s[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
     wg::Fence();
-    IssueProductABt<kD>(s, qa, sk);
-    IssueProductABt<kD>(dp, doa, sv);
+    IssueSharedProductABt<kD>(s, sq, sk);
+    IssueSharedProductABt<kD>(dp, sdo, sv);
     CompleteProducts(s, dp);
     rows.MaskIfDiagonal(s, 0, kt);
     QueryRowGradients(s, dp, lse2, d_row, scale2);

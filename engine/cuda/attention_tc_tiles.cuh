@@ -627,9 +627,17 @@ cudaError_t WithTiling(AttentionTcTiling tiling, int64_t head_size,
 template <typename Kernel, typename... Args>
 cudaError_t LaunchWithSmem(Kernel kernel, size_t bytes, dim3 grid, int threads,
                            cudaStream_t stream, Args... args) {
-  const cudaError_t e =
+  cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  // All of an SM's L1 as shared memory: the blocks an SM is meant to hold
+  // (three or four key or query sides of 56-64 KB, five warpgroup
+  // forwards of 41 KB) need more than 200 KB of it, and their tiles come
+  // in by cp.async, past L1.
+  e = cudaFuncSetAttribute(kernel,
+                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
   kernel<<<grid, threads, bytes, stream>>>(args...);
   return cudaGetLastError();

@@ -72,6 +72,15 @@ enum cudaMemcpyKind {
 
 enum cudaFuncAttribute {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+
+// Values of cudaFuncAttributePreferredSharedMemoryCarveout besides a
+// percentage.
+enum cudaSharedCarveout {
+  cudaSharedmemCarveoutDefault = -1,
+  cudaSharedmemCarveoutMaxShared = 100,
+  cudaSharedmemCarveoutMaxL1 = 0,
 };
 
 struct CUuuid_st {

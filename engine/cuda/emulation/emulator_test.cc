@@ -260,6 +260,15 @@ TEST_F(EmulatorTest, DynamicSharedMemoryNeedsAnOptInAbove48KB) {
             cudaSuccess);
   EXPECT_EQ(testing::LaunchDynamicShared(out.data(), 300 * 1024, true),
             cudaErrorInvalidValue);
+  // The carveout preference: a percentage, or -1 for none.
+  EXPECT_EQ(testing::LaunchDynamicShared(out.data(), 64 * 1024, true,
+                                         cudaSharedmemCarveoutMaxShared),
+            cudaSuccess);
+  for (int bad : {101, -2}) {
+    EXPECT_EQ(testing::LaunchDynamicShared(out.data(), 1024, false, bad),
+              cudaErrorInvalidValue)
+        << bad;
+  }
   EXPECT_TRUE(failures_.empty());
 }
 

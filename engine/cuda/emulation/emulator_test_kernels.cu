@@ -223,11 +223,16 @@ cudaError_t LaunchTrap() {
   return cudaGetLastError();
 }
 
-cudaError_t LaunchDynamicShared(int* out, size_t bytes, bool opt_in) {
+cudaError_t LaunchDynamicShared(int* out, size_t bytes, bool opt_in,
+                                int carveout) {
+  cudaError_t e = cudaFuncSetAttribute(
+      DynamicSharedKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+      carveout);
+  if (e != cudaSuccess) return e;
   if (opt_in) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        DynamicSharedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(bytes));
+    e = cudaFuncSetAttribute(DynamicSharedKernel,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes));
     if (e != cudaSuccess) return e;
   }
   DynamicSharedKernel<<<1, 32, bytes>>>(out);

@@ -69,8 +69,10 @@ cudaError_t LaunchTrap();
 // One block of 32 threads with `bytes` of dynamic shared memory (opting
 // in first when opt_in): out[0] = the base address modulo 64, out[1] =
 // the first int read before any write, out[2] = the last int after thread
-// 0 wrote it.
-cudaError_t LaunchDynamicShared(int* out, size_t bytes, bool opt_in);
+// 0 wrote it. The kernel's shared-memory carveout preference is set to
+// `carveout` first (its error returned).
+cudaError_t LaunchDynamicShared(int* out, size_t bytes, bool opt_in,
+                                int carveout = cudaSharedmemCarveoutDefault);
 
 // blocks blocks of 32: block 0 stores 42 into a __shared__ int, then every
 // block's thread 0 writes it to out[block].

@@ -233,6 +233,11 @@ void RunKernel(const LaunchSite& site, const LaunchConfig& config,
 
 cudaError_t SetKernelAttribute(const void* kernel, cudaFuncAttribute attr,
                                int value) {
+  if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) {
+    // A hint on the GPU (how an SM splits L1 and shared memory); the
+    // emulation has no L1 to split, so only the value is checked.
+    return value >= -1 && value <= 100 ? cudaSuccess : cudaErrorInvalidValue;
+  }
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
       static_cast<size_t>(value) > kSharedOptInLimit) {
     return cudaErrorInvalidValue;
