@@ -119,11 +119,23 @@ struct KeySideStages {
     CpAsyncCommit();
     LoadQueryStats<L>(smem, 0, lse, delta, k0, g.seq);
   }
-  // TileStages::Advance, with the next step's statistics.
-  __device__ void Advance(int it, int64_t next_row) const {
+  // Where step it's tiles and statistics are in shared memory.
+  struct Step {
+    const bf16* q;
+    const bf16* dout;
+    const float* lse2;  // base-2 log-sum-exp
+    const float* delta;
+  };
+  // At the top of step `it`: TileStages::Advance with the next step's
+  // statistics, then the barrier that publishes step it's.
+  __device__ Step Begin(int it, int64_t next_row) const {
     stages.Advance(it, next_row, [&](int next, int64_t row0) {
       LoadQueryStats<L>(stages.smem, next, lse, delta, row0, stages.seq);
     });
+    __syncthreads();  // this tile (on the first: K, V) and its stats whole
+    return {stages.First(it), stages.Second(it),
+            At<float>(stages.smem, L::kLse) + it % 2 * kTile,
+            At<float>(stages.smem, L::kDelta) + it % 2 * kTile};
   }
 };
 
@@ -186,10 +198,8 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   const Q rows(g.tiles);
   const int q0 = rows.q0;
   const int lane = threadIdx.x % 32;
-  const bf16* keys = qkv + h.qkv + g.channels;
-  const TileStages<kD, kBlock, false> kv{
-      smem,      L::kOther0,        L::kOther1, L::kT, keys,
-      h.qkv_row, keys + g.channels, h.qkv_row,  g.seq};
+  const auto kv = KeyValueStages<kD, kBlock, false>(
+      smem, L::kOther0, L::kOther1, L::kT, qkv, h, g);
   AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
   AsyncLoadRows<kD, kQRows, kBlock>(sdo, dout + h.out, h.out_row, q0, g.seq);
   kv.Load(0, 0);
@@ -377,12 +387,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   float dk[1][kD / 8][4] = {}, dv[1][kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
     const int it = qt - kt;
-    qdo.Advance(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1);
-    __syncthreads();  // this tile (on the first: K, V) and its stats whole
-    const bf16* sq = qdo.stages.First(it);
-    const bf16* sdo = qdo.stages.Second(it);
-    const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
-    const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
+    const auto [sq, sdo, s_lse2, s_delta] =
+        qdo.Begin(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1);
     float st_tiles[1][kTile / 8][4], dpt_tiles[1][kTile / 8][4];
     {
       uint32_t a[1][kD / 16][4];
@@ -455,10 +461,8 @@ __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
   const Q rows(g.tiles);
   const int q0 = rows.q0, w0 = rows.RowTile(0);
   const int lane = threadIdx.x % 32;
-  const bf16* keys = qkv + h.qkv + g.channels;
-  const TileStages<kD, kThreads, true> kv{
-      smem,      L::kOther0,        L::kOther1, L::kT, keys,
-      h.qkv_row, keys + g.channels, h.qkv_row,  g.seq};
+  const auto kv = KeyValueStages<kD, kThreads, true>(
+      smem, L::kOther0, L::kOther1, L::kT, qkv, h, g);
   AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
   AsyncLoadCoreRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
   kv.Load(0, 0);
@@ -487,12 +491,7 @@ __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
     CompleteProducts(s, dp);
     rows.MaskIfDiagonal(s, 0, kt);
     QueryRowGradients(s, dp, lse2, d_row, scale2);
-    uint32_t ds[kTile / 16][4];
-    ToA(ds, s);
-    wg::FenceOperand(dq);
-    wg::Fence();
-    IssueMmaAB<kD>(dq, ds, sk);
-    CompleteProducts(dq);
+    CompleteMmaABOfScores<kD>(dq, s, sk);  // s is dS by now
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const float scale[2] = {g.scale, g.scale};
@@ -528,12 +527,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
     const int it = qt - kt;
-    qdo.Advance(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1);
-    __syncthreads();  // this tile (on the first: K, V) and its stats whole
-    const bf16* sq = qdo.stages.First(it);
-    const bf16* sdo = qdo.stages.Second(it);
-    const float* s_lse2 = At<float>(smem, L::kLse) + it % 2 * kTile;
-    const float* s_delta = At<float>(smem, L::kDelta) + it % 2 * kTile;
+    const auto [sq, sdo, s_lse2, s_delta] =
+        qdo.Begin(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1);
     float st[kTile / 8][4] = {}, dpt[kTile / 8][4] = {};
     wg::Fence();
     IssueSharedProductABt<kD>(st, sk, sq);

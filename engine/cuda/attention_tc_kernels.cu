@@ -101,6 +101,26 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
   }
 }
 
+// Warp-wide, the end of a forward for the warp's 16 rows from row0: out =
+// o / l, staged through `stage` (the warp's rows of a padded tile, free
+// by now), and each row's log-sum-exp m ln 2 + ln l (m the base-2 max).
+template <int kD>
+__device__ void StoreForwardRows(bf16* out, float* lse, const HeadOffsets& h,
+                                 const TcGeometry& g, int64_t row0,
+                                 const float (&o)[kD / 8][4],
+                                 const float (&m)[2], const float (&l)[2],
+                                 bf16* stage) {
+  const float inv[2] = {1.f / l[0], 1.f / l[1]};
+  StoreRows<kD>(out + h.out, h.out_row, row0, g.seq, o, inv, stage);
+  const int lane = threadIdx.x % 32;
+  if (lane % 4 == 0) {
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = row0 + lane / 4 + 8 * r;
+      if (row < g.seq) lse[h.stats + row] = m[r] * kLn2 + logf(l[r]);
+    }
+  }
+}
+
 // One block per query tile of kWarpsN x 16 kM rows, warp w holding rows
 // 16 kM w.. as kM row tiles of 16 (QueryRows), over key tiles of 64 from
 // the first to the one holding the tile's last row. A warp skips the key
@@ -119,11 +139,8 @@ __global__ void __launch_bounds__(32 * kWarpsN)
   const HeadOffsets h = HeadOf(g, kD);
   const Q rows(g.tiles);
   const int q0 = rows.q0;
-  const int lane = threadIdx.x % 32;
-  const bf16* keys = qkv + h.qkv + g.channels;
-  const TileStages<kD, kBlock, false> kv{
-      smem,      L::kK, L::kV, L::kT, keys, h.qkv_row, keys + g.channels,
-      h.qkv_row, g.seq};
+  const auto kv =
+      KeyValueStages<kD, kBlock, false>(smem, L::kK, L::kV, L::kT, qkv, h, g);
   AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
   kv.Load(0, 0);
   CpAsyncCommit();
@@ -159,19 +176,10 @@ __global__ void __launch_bounds__(32 * kWarpsN)
   }
 #pragma unroll
   for (int t = 0; t < kM; ++t) {
-    const int wt = rows.RowTile(t);
-    const float inv[2] = {1.f / l[t][0], 1.f / l[t][1]};
     // The warp's own rows of sq are free (Q is in registers): the stage.
-    StoreRows<kD>(out + h.out, h.out_row, q0 + wt, g.seq, o[t], inv,
-                  sq + wt * Tile<kD>::kLd);
-    if (lane % 4 == 0) {
-      for (int r = 0; r < 2; ++r) {
-        const int64_t row = q0 + wt + lane / 4 + 8 * r;
-        if (row < g.seq) {
-          lse[h.stats + row] = m[t][r] * kLn2 + logf(l[t][r]);
-        }
-      }
-    }
+    const int wt = rows.RowTile(t);
+    StoreForwardRows<kD>(out, lse, h, g, q0 + wt, o[t], m[t], l[t],
+                         sq + wt * Tile<kD>::kLd);
   }
 }
 
@@ -199,11 +207,8 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   const HeadOffsets h = HeadOf(g, kD);
   const Q rows(g.tiles);
   const int q0 = rows.q0;
-  const int lane = threadIdx.x % 32;
-  const bf16* keys = qkv + h.qkv + g.channels;
-  const TileStages<kD, kThreads, true> kv{
-      smem,      L::kK, L::kV, L::kT, keys, h.qkv_row, keys + g.channels,
-      h.qkv_row, g.seq};
+  const auto kv =
+      KeyValueStages<kD, kThreads, true>(smem, L::kK, L::kV, L::kT, qkv, h, g);
   AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
   kv.Load(0, 0);
   CpAsyncCommit();
@@ -219,26 +224,14 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     wg::Fence();
     IssueSharedProductABt<kD>(s, sq, k_tile);
     CompleteProducts(s);
-    uint32_t p[kTile / 16][4];
     rows.MaskIfDiagonal(s, 0, kt);
     SoftmaxStep<kD>(s, m, l, o, scale2);
-    ToA(p, s);
-    wg::FenceOperand(o);
-    wg::Fence();
-    IssueMmaAB<kD>(o, p, v_tile);
-    CompleteProducts(o);
+    CompleteMmaABOfScores<kD>(o, s, v_tile);
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const int wt = rows.RowTile(0);
-  const float inv[2] = {1.f / l[0], 1.f / l[1]};
-  StoreRows<kD>(out + h.out, h.out_row, q0 + wt, g.seq, o, inv,
-                sq + wt * Tile<kD>::kLd);
-  if (lane % 4 == 0) {
-    for (int r = 0; r < 2; ++r) {
-      const int64_t row = q0 + wt + lane / 4 + 8 * r;
-      if (row < g.seq) lse[h.stats + row] = m[r] * kLn2 + logf(l[r]);
-    }
-  }
+  StoreForwardRows<kD>(out, lse, h, g, q0 + wt, o, m, l,
+                       sq + wt * Tile<kD>::kLd);
 }
 
 // The bytes of shared memory the product check takes: B's tile and room

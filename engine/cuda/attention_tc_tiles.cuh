@@ -303,6 +303,18 @@ struct TileStages {
   }
 };
 
+// The query-side kernels' stages: the keys and values of the (sequence,
+// head) pair at h, their stages at byte offsets `first` and `second`.
+template <int kD, int kBlockThreads, bool kCoreTiles>
+__device__ TileStages<kD, kBlockThreads, kCoreTiles> KeyValueStages(
+    unsigned char* smem, size_t first, size_t second, size_t stage_bytes,
+    const bf16* qkv, const HeadOffsets& h, const TcGeometry& g) {
+  const bf16* keys = qkv + h.qkv + g.channels;
+  return {
+      smem,      first, second, stage_bytes, keys, h.qkv_row, keys + g.channels,
+      h.qkv_row, g.seq};
+}
+
 // Descriptors of a core tile's k-step ks (16-wide) for a warpgroup
 // product: with the tile's rows as the product's N and its columns as K
 // (K-major: the product takes the tile's transpose), or its rows as K and
@@ -443,6 +455,20 @@ __device__ __forceinline__ void ToA(uint32_t (&a)[kTile / 16][4],
     a[k][2] = PackBf16(c[2 * k + 1][0], c[2 * k + 1][1]);
     a[k][3] = PackBf16(c[2 * k + 1][2], c[2 * k + 1][3]);
   }
+}
+
+// Warpgroup-wide: acc += P b, complete on return, with P the scores (or
+// their gradients) c rounded to bf16 A fragments (ToA) and b a core tile
+// read as it lies (IssueMmaAB): the forward's P V, the query side's dS K.
+template <int kD>
+__device__ __forceinline__ void CompleteMmaABOfScores(
+    float (&acc)[kD / 8][4], const float (&c)[kTile / 8][4], const bf16* b) {
+  uint32_t a[kTile / 16][4];
+  ToA(a, c);
+  warpgroup_mma::FenceOperand(acc);
+  warpgroup_mma::Fence();
+  IssueMmaAB<kD>(acc, a, b);
+  CompleteProducts(acc);
 }
 
 // Warp-wide: acc[m] (16 x kD, kD/8 C fragments) += a[m] b for the warp's
