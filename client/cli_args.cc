@@ -4,6 +4,7 @@
 #include "client/cli_args.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -238,7 +239,8 @@ class ArgParser {
       int32_t n = 0;
       if (!absl::SimpleAtoi(*v, &n) || n < 1) {
         return Usage(absl::StrCat(
-            "--tail: must be a positive number of lines, got \"", *v, "\""));
+            "--tail: must be a number of lines from 1 to ",
+            std::numeric_limits<int32_t>::max(), ", got \"", *v, "\""));
       }
       out_.tail_lines = n;
       return absl::OkStatus();

@@ -119,9 +119,14 @@ TEST(ParseArgsTest, JobCommands) {
   EXPECT_EQ(Parse({"logs", "j", "--tail", "20", "-f"}).tail_lines, 20);
   EXPECT_EQ(Parse({"logs", "--tail=1", "j"}).tail_lines, 1);
   EXPECT_EQ(Error({"logs", "j", "--tail", "0"}),
-            "--tail: must be a positive number of lines, got \"0\"");
+            "--tail: must be a number of lines from 1 to 2147483647, got "
+            "\"0\"");
   EXPECT_EQ(Error({"logs", "j", "--tail=ten"}),
-            "--tail: must be a positive number of lines, got \"ten\"");
+            "--tail: must be a number of lines from 1 to 2147483647, got "
+            "\"ten\"");
+  EXPECT_EQ(Error({"logs", "j", "--tail", "2147483648"}),
+            "--tail: must be a number of lines from 1 to 2147483647, got "
+            "\"2147483648\"");
   EXPECT_EQ(Error({"get", "j", "--tail", "3"}),
             "unknown flag \"--tail\" for 'get'");
   EXPECT_EQ(Parse({"cancel", "j", "--reason", "oops"}).reason, "oops");

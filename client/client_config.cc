@@ -99,12 +99,15 @@ absl::StatusOr<ClientOptions> ResolveClientOptions(const CliArgs& args,
   }
   if (!args.token.empty()) {
     o.token = args.token;
+    RETURN_IF_ERROR(CheckBearerToken(o.token, "--token"));
   } else if (!args.token_file.empty()) {
     ASSIGN_OR_RETURN(o.token, ReadTokenFile(args.token_file, "--token-file"));
   } else if (Set(env.token)) {
     o.token = env.token;
+    RETURN_IF_ERROR(CheckBearerToken(o.token, "$YARD_TOKEN"));
   } else if (const std::string* v = Find(config, "token")) {
     o.token = *v;
+    RETURN_IF_ERROR(CheckBearerToken(o.token, absl::StrCat(path, ": token")));
   } else if (const std::string* f = Find(config, "token_file")) {
     ASSIGN_OR_RETURN(o.token, ReadTokenFile(*f, "token_file"));
   }

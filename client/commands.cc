@@ -118,10 +118,15 @@ int RunGet(const CliArgs& args, JobClient& client, std::ostream& out,
 
 int RunLogs(const CliArgs& args, JobClient& client, std::ostream& out,
             std::ostream& err) {
+  const bool json = args.output == OutputFormat::kJson;
+  LogLinesToJson lines;
   absl::Status s = client.Logs(
       args.job_id, 0, args.follow,
-      [&](const v1::LogChunk& chunk) { out << chunk.data() << std::flush; },
+      [&](const v1::LogChunk& chunk) {
+        out << (json ? lines.Add(chunk) : chunk.data()) << std::flush;
+      },
       args.tail_lines);
+  out << lines.Finish();
   if (!s.ok()) return ReportError(AboutJob(s, args.job_id), err);
   return kExitOk;
 }
@@ -332,10 +337,19 @@ int ReadSubmitPlan(const CliArgs& args, SubmitPlan* plan, std::ostream& err) {
 
 namespace {
 
+// Whether the server's error is about the request id rather than the spec
+// (its messages about the request start with the field's name).
+bool AboutRequestId(const absl::Status& s) {
+  return absl::StartsWith(s.message(), "request_id");
+}
+
 // The server's INVALID_ARGUMENT about a submitted spec says which file it
 // came from, and that --set may be to blame (a sweep's errors also name the
-// sweep's job).
+// sweep's job); one about the request id names --request-id.
 absl::Status AboutSpec(const absl::Status& s, const CliArgs& args) {
+  if (AboutRequestId(s)) {
+    return absl::Status(s.code(), absl::StrCat("--request-id: ", s.message()));
+  }
   if (s.code() != absl::StatusCode::kInvalidArgument) return s;
   return absl::InvalidArgumentError(absl::StrCat(
       args.spec_path,
@@ -369,15 +383,20 @@ int RunSweep(const CliArgs& args, const SubmitPlan& sweep, JobClient& client,
   // refused its spec.
   auto about_job = [&](size_t i, const absl::Status& status) {
     const absl::Status s = AboutSpec(status, args);
-    return absl::Status(s.code(),
-                        absl::StrCat("sweep job ", i + 1, " of ", n, " (",
-                                     plan.specs[i].name(), "): ", s.message()));
+    const std::string request_id =
+        AboutRequestId(status)
+            ? absl::StrCat(" (request id ", SweepRequestId(base, i),
+                           ": the sweep's and the job's number)")
+            : "";
+    return absl::Status(s.code(), absl::StrCat("sweep job ", i + 1, " of ", n,
+                                               " (", plan.specs[i].name(), ")",
+                                               request_id, ": ", s.message()));
   };
-  // Every job is checked by the server before any is submitted, so a value
-  // the server refuses leaves nothing half-made.
+  // Every job, its request id included, is checked by the server before any
+  // is submitted, so a value the server refuses leaves nothing half-made.
   for (size_t i = 0; i < n; ++i) {
-    absl::StatusOr<v1::SubmitJobResponse> checked =
-        client.Submit(plan.specs[i], "", /*validate_only=*/true);
+    absl::StatusOr<v1::SubmitJobResponse> checked = client.Submit(
+        plan.specs[i], SweepRequestId(base, i), /*validate_only=*/true);
     if (!checked.ok()) return ReportError(about_job(i, checked.status()), err);
     if (args.dry_run) {
       out << (args.output == OutputFormat::kJson
@@ -404,9 +423,15 @@ int RunSweep(const CliArgs& args, const SubmitPlan& sweep, JobClient& client,
         client.Submit(plan.specs[i], SweepRequestId(base, i));
     if (!response.ok()) {
       const int code = ReportError(about_job(i, response.status()), err);
-      err << "yard: " << i << " of the " << n
-          << " jobs are submitted; run the same command with --request-id "
-          << base << " to submit the rest\n";
+      err << "yard: " << i << " of the " << n << " jobs are submitted";
+      // Only a failure that may pass (the server unreachable, a quota)
+      // is worth the same command again; it finds the jobs made so far.
+      if (code == kExitUnavailable || code == kExitExhausted ||
+          code == kExitServerError) {
+        err << "; run the same command with --request-id " << base
+            << " to submit the rest";
+      }
+      err << "\n";
       return code;
     }
     existed += response->already_existed() ? 1 : 0;

@@ -8,6 +8,8 @@ ExitCode ExitCodeForStatus(const absl::Status& status) {
     case absl::StatusCode::kOk:
       return kExitOk;
     case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kAlreadyExists:  // a request id used with another
+                                            // spec
       return kExitInvalidArgument;
     case absl::StatusCode::kNotFound:
       return kExitNotFound;

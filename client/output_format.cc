@@ -12,7 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/json_string.h"
 #include "common/proto_time.h"
+#include "common/utf8.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace trainyard::client {
@@ -411,6 +413,42 @@ std::string FormatUsageReport(const v1::UsageReport& report) {
     absl::StrAppend(&out, "(only the ", report.jobs_size(),
                     " jobs with the most GPU time; more jobs had usage)\n");
   }
+  return out;
+}
+
+std::string LogLinesToJson::Line(int64_t offset, absl::string_view text) const {
+  std::string out = absl::StrCat("{\"offset\":", offset, ",\"line\":");
+  AppendJsonString(ToValidUtf8(std::string_view(text.data(), text.size())),
+                   &out);
+  out += "}\n";
+  return out;
+}
+
+std::string LogLinesToJson::Add(const v1::LogChunk& chunk) {
+  std::string out;
+  if (!open_.empty() &&
+      chunk.offset() != open_offset_ + static_cast<int64_t>(open_.size())) {
+    out = Finish();
+  }
+  const std::string& data = chunk.data();
+  size_t begin = 0;
+  if (open_.empty()) open_offset_ = chunk.offset();
+  for (size_t nl = data.find('\n'); nl != std::string::npos;
+       nl = data.find('\n', begin)) {
+    open_.append(data, begin, nl - begin);
+    out += Line(open_offset_, open_);
+    open_.clear();
+    begin = nl + 1;
+    open_offset_ = chunk.offset() + static_cast<int64_t>(begin);
+  }
+  open_.append(data, begin, std::string::npos);
+  return out;
+}
+
+std::string LogLinesToJson::Finish() {
+  if (open_.empty()) return "";
+  std::string out = Line(open_offset_, open_);
+  open_.clear();
   return out;
 }
 

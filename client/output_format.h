@@ -95,6 +95,25 @@ std::string FormatUsageReport(const trainyard::v1::UsageReport& report);
 // Protobuf JSON with the proto field names (as in spec files).
 std::string ToJson(const google::protobuf::Message& message, bool pretty);
 
+// `yard -o json logs`: the log as JSON Lines, an object a line of text,
+// {"offset":N,"line":"..."}: N the line's first byte in the job's log, the
+// line without its newline, any byte that is not UTF-8 as U+FFFD (a JSON
+// string is Unicode). Chunks may cut lines anywhere; one that does not go
+// on where the last ended first ends the line it left open.
+class LogLinesToJson {
+ public:
+  // The lines `chunk` completes, each with its newline.
+  std::string Add(const trainyard::v1::LogChunk& chunk);
+  // The last line if the log did not end with a newline ("" else).
+  std::string Finish();
+
+ private:
+  std::string Line(int64_t offset, absl::string_view text) const;
+
+  int64_t open_offset_ = 0;  // where open_ starts in the log
+  std::string open_;         // the line begun and not yet ended
+};
+
 }  // namespace trainyard::client
 
 #endif  // TRAINYARD_CLIENT_OUTPUT_FORMAT_H_

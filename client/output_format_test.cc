@@ -546,5 +546,38 @@ TEST(ToJsonTest, ProtoFieldNames) {
   EXPECT_THAT(ToJson(job, true), HasSubstr("\n"));
 }
 
+v1::LogChunk Chunk(int64_t offset, const std::string& data) {
+  v1::LogChunk c;
+  c.set_offset(offset);
+  c.set_data(data);
+  return c;
+}
+
+TEST(LogLinesToJsonTest, OneObjectALineWhereverChunksCut) {
+  LogLinesToJson lines;
+  EXPECT_EQ(lines.Add(Chunk(100, "first li")), "");
+  EXPECT_EQ(lines.Add(Chunk(108, "ne\nsecond \"q\"\n\nthi")),
+            "{\"offset\":100,\"line\":\"first line\"}\n"
+            "{\"offset\":111,\"line\":\"second \\\"q\\\"\"}\n"
+            "{\"offset\":122,\"line\":\"\"}\n");
+  EXPECT_EQ(lines.Add(Chunk(126, "rd\tend")), "");
+  EXPECT_EQ(lines.Finish(), "{\"offset\":123,\"line\":\"third\\tend\"}\n");
+  EXPECT_EQ(lines.Finish(), "");
+}
+
+TEST(LogLinesToJsonTest, BadUtf8BecomesReplacementCharacters) {
+  LogLinesToJson lines;
+  EXPECT_EQ(lines.Add(Chunk(0, "caf\xc3\xa9 \xff\n")),
+            "{\"offset\":0,\"line\":\"caf\xc3\xa9 \xef\xbf\xbd\"}\n");
+}
+
+TEST(LogLinesToJsonTest, AGapEndsTheOpenLine) {
+  LogLinesToJson lines;
+  EXPECT_EQ(lines.Add(Chunk(0, "cut")), "");
+  EXPECT_EQ(lines.Add(Chunk(50, "next\n")),
+            "{\"offset\":0,\"line\":\"cut\"}\n"
+            "{\"offset\":50,\"line\":\"next\"}\n");
+}
+
 }  // namespace
 }  // namespace trainyard::client

@@ -41,9 +41,11 @@ steps: 1500
 )";
 
 // Accepts submissions as jobs j-1, j-2, ... (a repeated request id gets its
-// first job back; a dry run gets a job without an id), or fails them with
-// `error`, or those whose lr exceeds `max_lr` as a validation error, or
-// every real one after the first `fail_after`; records the requests.
+// first job back, or ALREADY_EXISTS with another spec; a dry run gets a
+// job without an id), or fails them with `error`, or those whose lr exceeds
+// `max_lr` or whose request id is longer than `max_request_id` as a
+// validation error, or every real one after the first `fail_after`;
+// records the requests.
 class FakeJobs final : public v1::JobService::Service {
  public:
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
@@ -56,21 +58,36 @@ class FakeJobs final : public v1::JobService::Service {
                           absl::StrCat("optimizer.lr: must be at most ", max_lr,
                                        ", got ", req->spec().optimizer().lr()));
     }
+    if (static_cast<int>(req->request_id().size()) > max_request_id) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("request_id: at most ", max_request_id, " bytes, got ",
+                       req->request_id().size()));
+    }
     *resp->mutable_job()->mutable_spec() = req->spec();
     resp->mutable_job()->set_name(req->spec().name());
-    if (req->validate_only()) return grpc::Status::OK;
+    // As the server: a used request id names its job, or is refused with
+    // another spec, for a dry run too.
     if (auto it = by_request.find(req->request_id());
         !req->request_id().empty() && it != by_request.end()) {
+      if (!MessageDifferencer::Equals(specs[it->second], req->spec())) {
+        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                            absl::StrCat("request_id ", req->request_id(),
+                                         " was already used by job ",
+                                         it->second, " with a different spec"));
+      }
       resp->mutable_job()->set_id(it->second);
       resp->set_already_existed(true);
       return grpc::Status::OK;
     }
+    if (req->validate_only()) return grpc::Status::OK;
     if (fail_after >= 0 && created >= fail_after) {
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                           "tenant default has 2 jobs queued, its limit is 2");
     }
     const std::string id = absl::StrCat("j-", ++created);
     if (!req->request_id().empty()) by_request[req->request_id()] = id;
+    specs[id] = req->spec();
     resp->mutable_job()->set_id(id);
     return grpc::Status::OK;
   }
@@ -79,8 +96,10 @@ class FakeJobs final : public v1::JobService::Service {
   grpc::Status error ABSL_GUARDED_BY(mu);
   double max_lr ABSL_GUARDED_BY(mu) = 1;
   int fail_after ABSL_GUARDED_BY(mu) = -1;
+  int max_request_id ABSL_GUARDED_BY(mu) = 128;
   int created ABSL_GUARDED_BY(mu) = 0;
   std::map<std::string, std::string> by_request ABSL_GUARDED_BY(mu);
+  std::map<std::string, v1::JobSpec> specs ABSL_GUARDED_BY(mu);  // by id
   std::vector<v1::SubmitJobRequest> requests ABSL_GUARDED_BY(mu);
 };
 
@@ -363,6 +382,46 @@ TEST_F(SubmitCommandTest, ASweepCutShortSaysHowToSubmitTheRest) {
               testing::ContainsRegex(
                   "0 of the 2 jobs are submitted; run the same command with "
                   "--request-id sweep-[0-9a-f]{16} to submit the rest"));
+}
+
+// Each job's request id (--request-id and its number) is checked with the
+// job: one too long, or used before with another spec, stops the sweep
+// before anything is submitted, naming --request-id, with no advice to run
+// the same command again.
+TEST_F(SubmitCommandTest, ASweepsRequestIdsAreCheckedFirst) {
+  {
+    absl::MutexLock lock(&jobs_.mu);
+    jobs_.max_request_id = 10;
+  }
+  EXPECT_EQ(Submit({"--sweep", "seed=1,2", "--request-id", "abcdefghi"}),
+            kExitInvalidArgument);
+  EXPECT_EQ(err_.str(),
+            "yard: error: sweep job 1 of 2 (mnist-mlp seed=1) (request id "
+            "abcdefghi-1: the sweep's and the job's number): --request-id: "
+            "request_id: at most 10 bytes, got 11\n");
+  EXPECT_EQ(out_.str(), "");
+  err_.str("");
+  EXPECT_EQ(Submit({"--sweep", "seed=5,6", "--request-id", "sx"}), kExitOk);
+  out_.str("");
+  EXPECT_EQ(Submit({"--sweep", "seed=7,6", "--request-id", "sx"}),
+            kExitInvalidArgument);
+  EXPECT_EQ(err_.str(),
+            "yard: error: sweep job 1 of 2 (mnist-mlp seed=7) (request id "
+            "sx-1: the sweep's and the job's number): --request-id: "
+            "request_id sx-1 was already used by job j-1 with a different "
+            "spec\n");
+  EXPECT_EQ(out_.str(), "");
+  for (const v1::SubmitJobRequest& r : Requests()) {
+    if (r.spec().seed() == 7) {
+      EXPECT_TRUE(r.validate_only());
+    }
+  }
+  // A single submission says the same of its request id.
+  err_.str("");
+  EXPECT_EQ(Submit({"--request-id", "sx-2"}), kExitInvalidArgument);
+  EXPECT_EQ(err_.str(),
+            "yard: error: --request-id: request_id sx-2 was already used by "
+            "job j-2 with a different spec\n");
 }
 
 TEST_F(SubmitCommandTest, ASweepDryRunListsTheJobsAndSubmitsNone) {

@@ -127,10 +127,10 @@ absl::StatusOr<std::vector<v1::JobSpec>> SweepSpecs(
       name = name.empty() ? point.label : absl::StrCat(name, " ", point.label);
     }
     if (static_cast<int64_t>(name.size()) > spec::kMaxNameLength) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--sweep: the job name \"", name, "\" would be ", name.size(),
-          " characters, at most ", spec::kMaxNameLength,
-          " are allowed; shorten the spec's name"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sweep: the job name \"", name, "\" would be ",
+                       name.size(), " bytes, at most ", spec::kMaxNameLength,
+                       " are allowed; shorten the spec's name"));
     }
     spec.set_name(std::move(name));
     specs.push_back(std::move(spec));

@@ -148,7 +148,7 @@ TEST(SweepTest, SpecsRefuseAValueThatDoesNotFitAndOverlongNames) {
       SweepSpecs(long_name, *ExpandSweep({Axis("optimizer.lr=0.1,0.25")}));
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(too_long.status().message(),
-              HasSubstr("would be 129 characters, at most 128"));
+              HasSubstr("would be 129 bytes, at most 128"));
 }
 
 TEST(SweepTest, RequestIdsNumberTheJobsFromOne) {

@@ -26,6 +26,10 @@ absl::StatusOr<std::optional<google::protobuf::Timestamp>> When(
     return absl::InvalidArgumentError(
         absl::StrCat(flag, ": ", t.status().message()));
   }
+  if (*t < absl::UnixEpoch()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": \"", text, "\" is before 1970"));
+  }
   return ToProtoTime(*t);
 }
 

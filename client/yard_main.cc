@@ -12,7 +12,7 @@
 //   2  usage error (unknown command or flag, missing argument)
 //   3  invalid spec or argument (the spec file cannot be read or parsed, a
 //      --set override does not fit it, or the server answered
-//      INVALID_ARGUMENT)
+//      INVALID_ARGUMENT or ALREADY_EXISTS)
 //   4  not found (unknown job id)
 //   5  failed precondition (e.g. cancelling a job that already ended, or
 //      deleting one that has not)
@@ -55,8 +55,9 @@ int Main(const std::vector<std::string>& argv) {
   absl::StatusOr<ClientOptions> options =
       ResolveClientOptions(*args, ClientEnv::FromProcess());
   if (!options.ok()) {
-    ReportError(options.status(), std::cerr);
-    return kExitUsage;
+    // A token that cannot be sent is a wrong token (8); the rest is usage.
+    const int code = ReportError(options.status(), std::cerr);
+    return code == kExitDenied ? code : kExitUsage;
   }
   absl::StatusOr<std::unique_ptr<JobClient>> client =
       JobClient::Connect(*options);

@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
 
@@ -35,6 +36,28 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
   return text;
 }
 
+absl::Status CheckBearerToken(absl::string_view token, absl::string_view what) {
+  if (token.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(what, ": empty token"));
+  }
+  if (token.size() > kMaxBearerTokenBytes) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        what, ": the token is ", token.size(),
+        " bytes long; a bearer token is at most ", kMaxBearerTokenBytes));
+  }
+  for (size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(token[i]);
+    if (c <= 0x20 || c >= 0x7f) {
+      return absl::UnauthenticatedError(absl::StrFormat(
+          "%s: the token has byte 0x%02x at position %d; a bearer token is "
+          "visible ASCII characters only (a stray space, tab or pasted "
+          "character?)",
+          what, c, i + 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
                                           const std::string& what) {
   ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, what));
@@ -43,6 +66,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
   if (line.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", path, ": empty"));
   }
+  RETURN_IF_ERROR(CheckBearerToken(line, absl::StrCat(what, " ", path)));
   return line;
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace trainyard {
 
@@ -56,8 +57,21 @@ void ApplyTlsChannelArgs(const ClientTlsFiles& files,
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           const std::string& what);
 
-// A bearer token file: its first line, whitespace trimmed. INVALID_ARGUMENT
-// naming `what` when the file is unreadable or empty.
+// Longest bearer token a client sends: the server's are 65 characters, and
+// gRPC refuses a call whose metadata passes 8 KiB with a message that names
+// no token.
+inline constexpr size_t kMaxBearerTokenBytes = 1024;
+
+// OK when `token` can go in an authorization header: 1 to
+// kMaxBearerTokenBytes visible ASCII characters (gRPC aborts the process on
+// a header value with a control or non-ASCII byte). Else UNAUTHENTICATED
+// naming `what` (where the token came from), the byte and its position;
+// the token itself is not quoted.
+absl::Status CheckBearerToken(absl::string_view token, absl::string_view what);
+
+// A bearer token file: its first line, whitespace trimmed, checked by
+// CheckBearerToken. INVALID_ARGUMENT naming `what` when the file is
+// unreadable or empty.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
                                           const std::string& what);
 

@@ -10,15 +10,14 @@
 
 namespace trainyard {
 
+// Whole seconds (toward the past) and the nanoseconds after them, so that
+// any time absl holds converts (int64 nanoseconds end in 1677 and 2262).
 inline google::protobuf::Timestamp ToProtoTime(absl::Time t) {
   google::protobuf::Timestamp ts;
-  const int64_t nanos = absl::ToUnixNanos(t);
-  ts.set_seconds(nanos / 1'000'000'000);
-  ts.set_nanos(static_cast<int32_t>(nanos % 1'000'000'000));
-  if (ts.nanos() < 0) {
-    ts.set_seconds(ts.seconds() - 1);
-    ts.set_nanos(ts.nanos() + 1'000'000'000);
-  }
+  const int64_t seconds = absl::ToUnixSeconds(t);
+  ts.set_seconds(seconds);
+  ts.set_nanos(static_cast<int32_t>(
+      absl::ToInt64Nanoseconds(t - absl::FromUnixSeconds(seconds))));
   return ts;
 }
 

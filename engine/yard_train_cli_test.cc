@@ -265,6 +265,23 @@ TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
         << r.stderr_text;
   }
   EXPECT_EQ(RunYardTrain({"--help"}, dir_).exit_code, 0);
+  // The message names what is wrong, a flag given last included.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> said = {
+      {{"run", spec, "--threads"}, "yard-train: --threads needs a value"},
+      {{"run", spec, "--bogus"}, "yard-train: unknown flag --bogus"},
+      {{"sample", dir_, "--bogus"}, "yard-train: unknown flag --bogus"},
+      {{"sample", dir_, "--seed"}, "yard-train: --seed needs a value"},
+      {{"export", dir_, dir_ + "/out", "--foo"},
+       "yard-train: unknown flag --foo (export takes CHECKPOINT_DIR OUT_DIR "
+       "only)"},
+      {{"export", dir_, dir_ + "/out", "more"},
+       "yard-train: unexpected argument 'more'"},
+  };
+  for (const auto& [args, message] : said) {
+    Result r = RunYardTrain(args, dir_);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ");
+    EXPECT_EQ(r.last_stderr_line(), message) << r.stderr_text;
+  }
 }
 
 TEST_F(YardTrainCliTest, InvalidSpecsExitTwoNamingTheField) {

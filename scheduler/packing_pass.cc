@@ -66,8 +66,7 @@ std::optional<JobWait> Infeasibility(const PendingJob& job,
                                      const GpuDemand& demand,
                                      const std::vector<WorkerCapacity>& all) {
   if (all.empty()) {
-    return JobWait{job.id, WaitKind::kInfeasible,
-                   "infeasible: no worker is connected"};
+    return JobWait{job.id, WaitKind::kInfeasible, kNoWorkerReason};
   }
   for (const WorkerCapacity& w : all) {
     if (FitsWhenIdle(w, job, demand)) return std::nullopt;

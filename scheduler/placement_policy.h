@@ -62,6 +62,9 @@ enum class WaitKind {
   kInfeasible,  // no worker of the cluster could ever fit it
 };
 
+// A wait's reason when the snapshot has no worker at all.
+inline constexpr char kNoWorkerReason[] = "infeasible: no worker is connected";
+
 struct JobWait {
   std::string job_id;
   WaitKind kind = WaitKind::kRetryLater;

@@ -37,7 +37,9 @@ grpc::Status ClusterServiceImpl::GetClusterStatus(
     v1::ClusterStatus* response) {
   absl::StatusOr<Caller> caller = auth_->ForClient(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::ClusterStatus> status = view_->Status();
+  // A tenant counts its own jobs; the capacity is everyone's.
+  absl::StatusOr<v1::ClusterStatus> status =
+      view_->Status(caller->is_admin() ? "" : caller->tenant);
   if (!status.ok()) return ToGrpcStatus(status.status());
   *response = std::move(*status);
   return grpc::Status::OK;

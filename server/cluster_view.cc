@@ -192,9 +192,10 @@ absl::StatusOr<std::vector<v1::Worker>> ClusterView::ListWorkers() const {
   return out;
 }
 
-absl::StatusOr<v1::ClusterStatus> ClusterView::Status() const {
+absl::StatusOr<v1::ClusterStatus> ClusterView::Status(
+    std::string_view tenant) const {
   ASSIGN_OR_RETURN(std::vector<v1::Worker> workers, ListWorkers());
-  ASSIGN_OR_RETURN(auto counts, store_->CountJobsByState());
+  ASSIGN_OR_RETURN(auto counts, store_->CountJobsByState(tenant));
   v1::ClusterStatus s;
   for (const v1::Worker& w : workers) {
     if (w.state() == v1::WORKER_LOST) {

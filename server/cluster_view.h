@@ -82,7 +82,8 @@ class ClusterView {
   ClusterView(JobStore* store, WorkerRegistry* workers, std::string version);
 
   absl::StatusOr<std::vector<v1::Worker>> ListWorkers() const;
-  absl::StatusOr<v1::ClusterStatus> Status() const;
+  // Capacity of every worker; job counts of `tenant`'s jobs ("": all).
+  absl::StatusOr<v1::ClusterStatus> Status(std::string_view tenant = "") const;
 
  private:
   JobStore* const store_;

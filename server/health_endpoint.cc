@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // one owner
   std::unique_ptr<HealthEndpoint> endpoint(new HealthEndpoint());
   endpoint->server_ = builder.BuildAndStart();
   if (endpoint->server_ == nullptr || bound == 0) {

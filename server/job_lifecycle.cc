@@ -125,7 +125,7 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
       options_.max_request_id_length) {
     return absl::InvalidArgumentError(
         absl::StrCat("request_id: at most ", options_.max_request_id_length,
-                     " characters, got ", request.request_id().size()));
+                     " bytes, got ", request.request_id().size()));
   }
   RETURN_IF_ERROR(RejectUnknownFields(request.spec(), "spec"));
   v1::JobSpec spec = spec::WithDefaults(request.spec());
@@ -135,7 +135,24 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   job.set_tenant(tenant);
   job.set_name(spec.name());
   *job.mutable_spec() = spec;
+  // A request id used before with another spec is refused (the check and
+  // the submission alike); with the same spec it names the earlier job.
+  auto reuse = [&](const JobRecord& earlier) -> absl::Status {
+    if (google::protobuf::util::MessageDifferencer::Equals(earlier.job.spec(),
+                                                           spec)) {
+      return absl::OkStatus();
+    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        "request_id ", request.request_id(), " was already used by job ",
+        earlier.job.id(), " with a different spec"));
+  };
   if (request.validate_only()) {
+    ASSIGN_OR_RETURN(std::optional<JobRecord> earlier,
+                     store_->FindJobByRequest(tenant, request.request_id()));
+    if (earlier.has_value()) {
+      RETURN_IF_ERROR(reuse(*earlier));
+      return SubmitResult{std::move(earlier->job), true};
+    }
     RETURN_IF_ERROR(CheckSourceJobs(spec, tenant));
     return SubmitResult{std::move(job), false};
   }
@@ -146,13 +163,7 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
                    store_->CreateJob(std::move(job), [&] {
                      return CheckSourceJobs(spec, tenant);
                    }));
-  if (created.already_existed &&
-      !google::protobuf::util::MessageDifferencer::Equals(
-          created.record.job.spec(), spec)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "request_id ", request.request_id(), " was already used by job ",
-        created.record.job.id(), " with a different spec"));
-  }
+  if (created.already_existed) RETURN_IF_ERROR(reuse(created.record));
   if (!created.already_existed) {
     YARD_LOG(INFO) << "job " << created.record.job.id() << " submitted"
                    << (spec.name().empty() ? "" : " (") << spec.name()

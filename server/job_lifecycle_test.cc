@@ -100,7 +100,7 @@ TEST_F(JobLifecycleTest, ValidateOnlyChecksLikeASubmitAndStoresNothing) {
   v1::SubmitJobRequest dry;
   *dry.mutable_spec() = Spec();
   dry.set_validate_only(true);
-  dry.set_request_id("not-looked-at");
+  dry.set_request_id("not-used-yet");
   auto ok = lifecycle_->Submit(dry);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_FALSE(ok->already_existed);
@@ -125,17 +125,31 @@ TEST_F(JobLifecycleTest, ValidateOnlyChecksLikeASubmitAndStoresNothing) {
   EXPECT_THAT(missing.status().message(), HasSubstr("j-000042 not found"));
   EXPECT_TRUE(store_->ListJobs({})->jobs.empty());
 
-  // A request id a real submission used is not looked at: a dry run of a
-  // different spec under it is not ALREADY_EXISTS.
+  // A request id a real submission used is checked as the submission
+  // would: another spec under it is ALREADY_EXISTS, the same spec names
+  // the job it made.
   const std::string first = Submit(0, 0, "req-1");
   v1::SubmitJobRequest reused = dry;
   reused.set_request_id("req-1");
   reused.mutable_spec()->set_steps(99);
-  auto again = lifecycle_->Submit(reused);
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->job.id(), "");
+  auto conflict = lifecycle_->Submit(reused);
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(conflict.status().message(),
+              HasSubstr("request_id req-1 was already used by job " + first));
+  *reused.mutable_spec() = Job(first).job.spec();
+  auto same = lifecycle_->Submit(reused);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(same->already_existed);
+  EXPECT_EQ(same->job.id(), first);
   EXPECT_EQ(store_->ListJobs({})->jobs.size(), 1u);
   EXPECT_EQ(Job(first).job.spec().steps(), 10);
+  // Another tenant's request ids are its own.
+  v1::SubmitJobRequest theirs = dry;
+  theirs.set_request_id("req-1");
+  theirs.mutable_spec()->set_steps(99);
+  auto other = lifecycle_->Submit(theirs, "team-b");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(other->already_existed);
 }
 
 TEST_F(JobLifecycleTest, FailedWritesReturnErrorsAndChangeNothing) {
@@ -166,6 +180,24 @@ TEST_F(JobLifecycleTest, RequestIdMakesSubmitIdempotent) {
   auto different = lifecycle_->Submit(again);
   EXPECT_EQ(different.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(different.status().message(), HasSubstr(first));
+}
+
+// yard-train exit 4: it stopped itself because its worker stopped renewing
+// the lease. Not the job's failure: it goes back to the queue without
+// using a restart.
+TEST_F(JobLifecycleTest, ALeaseLostExitRequeuesWithoutARestart) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  ASSERT_TRUE(w.Exited(id, 1, 4).ok());
+  const JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::QUEUED);
+  EXPECT_THAT(r.job.state_reason(),
+              HasSubstr("stopped on worker w1: the worker stopped renewing "
+                        "its lease"));
+  EXPECT_EQ(r.job.restarts(), 0);
 }
 
 TEST_F(JobLifecycleTest, RunsToSuccessThroughTheWholeProtocol) {

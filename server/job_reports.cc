@@ -21,6 +21,9 @@ namespace {
 constexpr int32_t kExitInterrupted = 3;
 // yard-train's exit code for a bad spec, config or data file.
 constexpr int32_t kExitUsage = 2;
+// yard-train's exit code when it stopped itself because its worker's lease
+// ran out untold (the worker frozen or cut off).
+constexpr int32_t kExitLeaseLost = 4;
 // JobExited.exit_code of an assignment the worker refused without starting
 // it (no free slot yet, shutting down, ...).
 constexpr int32_t kExitRefused = -1;
@@ -160,6 +163,15 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
     // Checkpointed and stopped, or killed after the grace period: it
     // resumes from its latest checkpoint. The reason names the preemptor.
     return {v1::QUEUED, r.job.state_reason()};
+  }
+  if (exit.exit_code() == kExitLeaseLost && exit.signal() == 0 &&
+      (r.job.state() == v1::RUNNING || r.job.state() == v1::PREEMPTING)) {
+    // Not the job's fault: its worker stopped renewing the lease (and
+    // was not declared lost yet). It resumes from its latest checkpoint.
+    return {v1::QUEUED,
+            absl::StrCat("stopped on worker ", worker_id,
+                         ": the worker stopped renewing its lease (frozen or "
+                         "cut off?); will resume from its checkpoint")};
   }
   if (exit.exit_code() == kExitInterrupted && exit.signal() == 0 &&
       r.job.state() == v1::RUNNING) {

@@ -117,7 +117,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
       spec::kMaxNameLength) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("name_contains: at most ", spec::kMaxNameLength,
-                     " characters, got ", request->name_contains().size())));
+                     " bytes, got ", request->name_contains().size())));
   }
   query.name_contains = request->name_contains();
   for (int state : request->states()) {

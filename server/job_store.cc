@@ -312,6 +312,22 @@ static absl::StatusOr<JobRecord> LoadJobFrom(SqliteDb& db,
   return RecordFromRow(q);
 }
 
+// The job `tenant` created with `request_id` (not empty), if any.
+static absl::StatusOr<std::optional<JobRecord>> FindJobByRequestIn(
+    SqliteDb& db, std::string_view tenant, std::string_view request_id) {
+  ASSIGN_OR_RETURN(SqliteStatement q,
+                   db.Prepare(absl::StrCat(
+                       "SELECT ", kJobColumns,
+                       " FROM jobs WHERE tenant = ? AND "
+                       // The second term lets SQLite use the partial index
+                       // jobs_by_request rather than scan every job.
+                       "request_id = ? AND request_id != ''")));
+  q.BindText(1, tenant).BindText(2, request_id);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::nullopt;
+  return RecordFromRow(q);
+}
+
 absl::StatusOr<JobRecord> JobStore::LoadJob(std::string_view id) const {
   return LoadJobFrom(*db_, id);
 }
@@ -476,17 +492,10 @@ absl::StatusOr<JobStore::Created> JobStore::CreateJob(
   RETURN_IF_ERROR(Commit(Durability::kTransition, "create", [&] {
     if (!job.request_id().empty()) {
       ASSIGN_OR_RETURN(
-          SqliteStatement q,
-          db_->Prepare(absl::StrCat("SELECT ", kJobColumns,
-                                    " FROM jobs WHERE tenant = ? AND "
-                                    // The second term lets SQLite use the
-                                    // partial index jobs_by_request rather
-                                    // than scan every job.
-                                    "request_id = ? AND request_id != ''")));
-      q.BindText(1, job.tenant()).BindText(2, job.request_id());
-      ASSIGN_OR_RETURN(bool row, q.Step());
-      if (row) {
-        ASSIGN_OR_RETURN(out.record, RecordFromRow(q));
+          std::optional<JobRecord> earlier,
+          FindJobByRequestIn(*db_, job.tenant(), job.request_id()));
+      if (earlier.has_value()) {
+        out.record = *std::move(earlier);
         out.already_existed = true;
         return absl::OkStatus();
       }
@@ -524,6 +533,13 @@ absl::StatusOr<JobStore::Created> JobStore::CreateJob(
     return WriteJobRow(out.record);
   }));
   return out;
+}
+
+absl::StatusOr<std::optional<JobRecord>> JobStore::FindJobByRequest(
+    std::string_view tenant, std::string_view request_id) const {
+  if (request_id.empty()) return std::nullopt;
+  Reader reader(this);
+  return FindJobByRequestIn(reader.db(), tenant, request_id);
 }
 
 absl::StatusOr<JobRecord> JobStore::GetJob(std::string_view id) const {
@@ -594,12 +610,16 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::JobsInStates(
   }
 }
 
-absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState()
-    const {
+absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState(
+    std::string_view tenant) const {
   Reader reader(this);
   ASSIGN_OR_RETURN(
       SqliteStatement q,
-      reader.db().Prepare("SELECT state, count(*) FROM jobs GROUP BY state"));
+      reader.db().Prepare(
+          tenant.empty() ? "SELECT state, count(*) FROM jobs GROUP BY state"
+                         : "SELECT state, count(*) FROM jobs WHERE tenant = "
+                           "? GROUP BY state"));
+  if (!tenant.empty()) q.BindText(1, tenant);
   std::map<v1::JobState, int64_t> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());

@@ -149,13 +149,18 @@ class JobStore {
   absl::StatusOr<Created> CreateJob(
       v1::Job job, const std::function<absl::Status()>& check_new = nullptr);
 
+  // The job `tenant` created with `request_id`, if any (none for "").
+  absl::StatusOr<std::optional<JobRecord>> FindJobByRequest(
+      std::string_view tenant, std::string_view request_id) const;
   // NOT_FOUND naming the id when there is no such job.
   absl::StatusOr<JobRecord> GetJob(std::string_view id) const;
   absl::StatusOr<JobPage> ListJobs(const ListJobsQuery& query) const;
   // All jobs in any of `states`, oldest first.
   absl::StatusOr<std::vector<JobRecord>> JobsInStates(
       const std::vector<v1::JobState>& states) const;
-  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState() const;
+  // Jobs in each state: all of them, or `tenant`'s.
+  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState(
+      std::string_view tenant = "") const;
   // The state of each job of `ids` that exists (an id without a job is not
   // in the map). Reads only the state column: cheap for many ids.
   absl::StatusOr<std::map<std::string, v1::JobState>> StatesOf(

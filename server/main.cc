@@ -25,6 +25,11 @@ int main(int argc, char** argv) {
     std::cout << trainyard::server::ServerUsage();
     return 0;
   }
+  if (absl::Status s = trainyard::server::CheckServerOptions(cl->options);
+      !s.ok()) {
+    std::cerr << "yard-server: " << s.message() << "\n";
+    return 2;
+  }
   // Block the stop signals in every thread; the main thread takes them with
   // sigwait, so no async-signal-safety games are needed.
   sigset_t stop_signals;

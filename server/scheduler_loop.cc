@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -257,6 +258,40 @@ std::vector<JobRecord> SchedulerLoop::WithoutBackoffs(
   return queued;
 }
 
+namespace {
+
+// The policy sees only the workers taking jobs: a job it finds no room for
+// may fit a draining one, and "infeasible" alone would mislead. Its reason
+// says that the draining workers were not counted.
+void NoteDrainingWorkers(const std::vector<WorkerStatus>& workers,
+                         std::vector<scheduler::JobWait>& waits) {
+  std::vector<std::string> draining;
+  for (const WorkerStatus& w : workers) {
+    if (w.connected && w.state == v1::WORKER_DRAINING) {
+      draining.push_back(w.id);
+    }
+  }
+  if (draining.empty()) return;
+  const size_t n = draining.size();
+  if (n > 3) draining.resize(3);
+  const std::string which = absl::StrCat(absl::StrJoin(draining, ", "),
+                                         n > draining.size() ? ", ..." : "");
+  for (scheduler::JobWait& w : waits) {
+    if (w.kind != scheduler::WaitKind::kInfeasible) continue;
+    if (w.reason == scheduler::kNoWorkerReason) {
+      w.reason = absl::StrCat("no worker is taking jobs: ", n,
+                              n == 1 ? " worker is" : " workers are",
+                              " draining (", which, ")");
+    } else {
+      absl::StrAppend(&w.reason, " (not counting ", n,
+                      n == 1 ? " worker" : " workers", " draining: ", which,
+                      ")");
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status SchedulerLoop::RunPass() {
   absl::MutexLock pass(&pass_mu_);
   // A pass that fails early must not leave a past deadline behind: the loop
@@ -317,6 +352,7 @@ absl::Status SchedulerLoop::RunPass() {
         absl::StrCat("policy ", std::string(policy_->name()),
                      " made a bad plan: ", valid.message()));
   }
+  NoteDrainingWorkers(workers, plan.waits);
   if (options_.tenant_limits) {
     ApplyTenantQuotas(limits, std::move(held), by_id, plan);
     plan.waits.insert(plan.waits.end(), over_quota.begin(), over_quota.end());

@@ -2,17 +2,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/tenant_quota.h"
 
 namespace trainyard::server {
 namespace {
 
 absl::Status CheckJobFits(const v1::Tenant& t, const v1::JobSpec& spec) {
-  const int32_t gpus = spec.resources().gpus();
-  if (t.max_gpus() > 0 && gpus > t.max_gpus()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tenant ", t.name(), " may hold at most ", t.max_gpus(),
-        " GPUs at once; the job asks for ", gpus));
-  }
+  const std::string never = NeverFitsQuota(t, spec);
+  if (!never.empty()) return absl::ResourceExhaustedError(never);
   return absl::OkStatus();
 }
 

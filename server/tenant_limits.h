@@ -5,9 +5,9 @@
 //     limit, submits are serialized (count, then commit) so concurrent submits
 //     cannot overshoot it; tenants without it keep full group-commit
 //     throughput.
-//   - max_gpus: a job asking for more GPUs than the tenant may ever hold is
-//     refused at once (it could never run); the running totals of GPUs and
-//     CPU slots are enforced by the scheduler loop (tenant_quota.h).
+//   - max_gpus, max_cpu_slots: a job asking for more GPUs or CPU slots than
+//     the tenant may ever hold is refused at once (it could never run); the
+//     running totals are enforced by the scheduler loop (tenant_quota.h).
 //   - open WatchJob/GetJobLogs streams per tenant (--max-streams-per-tenant):
 //     each stream holds a server thread, so one tenant cannot take them all.
 // Thread-safe.

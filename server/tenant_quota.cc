@@ -25,8 +25,30 @@ std::map<std::string, TenantHeld> HeldByTenant(
   return held;
 }
 
+std::string NeverFitsQuota(const v1::Tenant& limits, const v1::JobSpec& spec) {
+  const JobNeed need = NeedOf(spec);
+  if (limits.max_gpus() > 0 && need.gpus > limits.max_gpus()) {
+    return absl::StrCat("tenant ", limits.name(), " may hold at most ",
+                        limits.max_gpus(), " GPUs at once; the job asks for ",
+                        need.gpus);
+  }
+  if (limits.max_cpu_slots() > 0 && need.cpu_slots > limits.max_cpu_slots()) {
+    return absl::StrCat(
+        "tenant ", limits.name(), " may hold at most ", limits.max_cpu_slots(),
+        " CPU slots at once; the job asks for ", need.cpu_slots);
+  }
+  return "";
+}
+
 std::string QuotaWaitReason(const v1::Tenant& limits, const TenantHeld& held,
                             const v1::JobSpec& spec) {
+  // A quota lowered below what a queued job needs: say so rather than wait
+  // for room that can never come.
+  const std::string never = NeverFitsQuota(limits, spec);
+  if (!never.empty()) {
+    return absl::StrCat("cannot start: ", never,
+                        " (raise the quota or cancel the job)");
+  }
   const JobNeed need = NeedOf(spec);
   if (limits.max_gpus() > 0 && need.gpus > 0 &&
       held.gpus + need.gpus > limits.max_gpus()) {
@@ -39,7 +61,8 @@ std::string QuotaWaitReason(const v1::Tenant& limits, const TenantHeld& held,
       held.cpu_slots + need.cpu_slots > limits.max_cpu_slots()) {
     return absl::StrCat("waiting for tenant ", limits.name(),
                         "'s CPU slot quota: ", held.cpu_slots, " of ",
-                        limits.max_cpu_slots(), " slots in use");
+                        limits.max_cpu_slots(), " slots in use, the job needs ",
+                        need.cpu_slots);
   }
   return "";
 }

@@ -41,6 +41,11 @@ struct TenantHeld {
 std::map<std::string, TenantHeld> HeldByTenant(
     const std::vector<JobRecord>& active);
 
+// Why a job of `spec` can never run within its tenant's quota (it asks for
+// more GPUs or CPU slots than the tenant may hold at once), or "". A submit
+// is refused with it; a job queued before the quota was lowered shows it.
+std::string NeverFitsQuota(const v1::Tenant& limits, const v1::JobSpec& spec);
+
 // Why `job` must wait for its tenant's quota, or "" when it may run now.
 std::string QuotaWaitReason(const v1::Tenant& limits, const TenantHeld& held,
                             const v1::JobSpec& spec);

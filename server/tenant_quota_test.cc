@@ -56,6 +56,28 @@ TEST(TenantQuotaTest, JobsOfATenantAtItsQuotaWait) {
   EXPECT_TRUE(OverQuotaWaits(none, held, {Job("j", "a", 64)}).empty());
 }
 
+// A job asking for more than the tenant may ever hold: refused at submit
+// (NeverFitsQuota), and one queued before the quota came down says it
+// cannot start rather than waiting for room.
+TEST(TenantQuotaTest, AJobLargerThanTheQuotaNeverFits) {
+  const TenantLimits limits = Limits(2, 1);
+  JobRecord cpu = Job("c", "a", 0);
+  cpu.job.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
+  EXPECT_EQ(NeverFitsQuota(limits("a"), cpu.job.spec()),
+            "tenant a may hold at most 1 CPU slots at once; the job asks for "
+            "2");
+  EXPECT_EQ(NeverFitsQuota(limits("a"), Job("g", "a", 3).job.spec()),
+            "tenant a may hold at most 2 GPUs at once; the job asks for 3");
+  EXPECT_EQ(NeverFitsQuota(limits("a"), Job("ok", "a", 2).job.spec()), "");
+  EXPECT_EQ(NeverFitsQuota(limits("b"), cpu.job.spec()), "");
+  TenantLimitsCache cache(limits);
+  auto waits = OverQuotaWaits(cache, {}, {cpu});
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_EQ(waits[0].reason,
+            "cannot start: tenant a may hold at most 1 CPU slots at once; the "
+            "job asks for 2 (raise the quota or cancel the job)");
+}
+
 TEST(TenantQuotaTest, APassNeverTakesATenantPastItsQuota) {
   std::map<std::string, JobRecord> queued;
   for (auto r : {Job("j1", "a", 1), Job("j2", "a", 1), Job("j3", "b", 1),

@@ -33,6 +33,12 @@ std::string Rfc3339(absl::Time t) {
 absl::StatusOr<UsageQuery> UsageQueryOf(const v1::GetUsageRequest& request,
                                         absl::Time now) {
   UsageQuery q;
+  if (request.has_end_time() &&
+      FromProtoTime(request.end_time()) < absl::UnixEpoch()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("end_time: ", Rfc3339(FromProtoTime(request.end_time())),
+                     " is before 1970"));
+  }
   q.end = request.has_end_time()
               ? std::min(FromProtoTime(request.end_time()), now)
               : now;

@@ -70,6 +70,25 @@ TEST_F(WorkerDrainsTest, ADrainedWorkerGetsNoNewJobs) {
   EXPECT_EQ(Job(second).job.state(), v1::QUEUED);
 }
 
+// A job with no room among the workers taking jobs says that draining
+// workers were left out, instead of "no worker is connected".
+TEST_F(WorkerDrainsTest, WaitReasonsCountTheDrainingWorkers) {
+  Connect("w1", 1, /*gpus=*/2);
+  ASSERT_TRUE(Drain("w1").ok());
+  const std::string job = Submit();
+  Pass();
+  EXPECT_EQ(Job(job).job.state(), v1::QUEUED);
+  EXPECT_EQ(Job(job).job.state_reason(),
+            "no worker is taking jobs: 1 worker is draining (w1)");
+  Connect("w2", 1, /*gpus=*/1);
+  const std::string gpus = Submit(0, /*gpus=*/2);
+  Pass();
+  EXPECT_THAT(Job(gpus).job.state_reason(),
+              HasSubstr("infeasible: needs 2 whole GPUs"));
+  EXPECT_THAT(Job(gpus).job.state_reason(),
+              HasSubstr("(not counting 1 worker draining: w1)"));
+}
+
 TEST_F(WorkerDrainsTest, ItsRunningJobIsPreemptedAndResumesElsewhere) {
   FakeWorker& w1 = Connect("w1");
   const std::string job = RunJobOn(w1);

@@ -1,5 +1,6 @@
 #include "server/worker_registry.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/log.h"
 
 namespace trainyard::server {
@@ -33,13 +34,27 @@ void WorkerRegistry::AddRecovered(const std::string& worker_id) {
   Settle(e);
 }
 
-int64_t WorkerRegistry::Attach(const v1::WorkerHello& hello,
-                               std::shared_ptr<WorkerLink> link) {
+absl::StatusOr<int64_t> WorkerRegistry::Attach(
+    const v1::WorkerHello& hello, std::shared_ptr<WorkerLink> link) {
   std::shared_ptr<WorkerLink> old;
   int64_t session;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
+    if (auto it = workers_.find(hello.worker_id()); it != workers_.end()) {
+      const WorkerStatus& current = it->second.status;
+      const std::string& instance = current.hello.instance_id();
+      if (current.connected && !instance.empty() &&
+          instance != hello.instance_id()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "worker id ", hello.worker_id(),
+            " is in use by another worker process (on ",
+            current.hello.hostname(), ", connected since ",
+            absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", current.connect_time,
+                             absl::UTCTimeZone()),
+            "); give each worker its own --name and --work-dir"));
+      }
+    }
     Entry& e = workers_[hello.worker_id()];
     old = std::move(e.link);
     e.link = std::move(link);

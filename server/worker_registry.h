@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -66,10 +67,13 @@ class WorkerRegistry {
   void AddRecovered(const std::string& worker_id);
 
   // A worker opened a stream and said hello. Closes an older link of the
-  // same worker. Returns the new session number. The worker is not
-  // schedulable until MarkReady (its running jobs are re-attached first).
-  int64_t Attach(const v1::WorkerHello& hello,
-                 std::shared_ptr<WorkerLink> link);
+  // same worker process (a reconnect: same instance_id). Returns the new
+  // session number; ALREADY_EXISTS, changing nothing, while another
+  // process (another instance_id) is connected with the same worker id.
+  // The worker is not schedulable until MarkReady (its running jobs are
+  // re-attached first).
+  absl::StatusOr<int64_t> Attach(const v1::WorkerHello& hello,
+                                 std::shared_ptr<WorkerLink> link);
   void MarkReady(const std::string& worker_id, int64_t session);
   // The worker said it is shutting down: DRAINING, no more assignments
   // (until it connects again).

@@ -117,6 +117,18 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* context,
                           wake_scheduler_);
     v1::WorkerMessage message;
     while (status.ok() && stream->Read(&message)) {
+      // The join token is checked again at each heartbeat: a revoked one
+      // ends the stream within a heartbeat interval, not at the worker's
+      // next connect (which it is then refused). Cut off, the worker stops
+      // its jobs before its lease runs out, and they are re-queued.
+      if (auth_ != nullptr && message.has_heartbeat()) {
+        status = auth_->ForWorker(*context).status();
+        if (!status.ok()) {
+          YARD_LOG(WARNING) << "worker " << session.worker_id()
+                            << " disconnected: " << status;
+          break;
+        }
+      }
       status = session.Handle(message);
     }
     // The worker closed its side after its last reports: acknowledge them,

@@ -112,8 +112,8 @@ absl::Status WorkerSession::Handle(const v1::WorkerMessage& message) {
 
 absl::Status WorkerSession::OnHello(const v1::WorkerHello& hello) {
   RETURN_IF_ERROR(ValidateHello(hello, options_));
+  ASSIGN_OR_RETURN(session_, workers_->Attach(hello, link_));
   worker_id_ = hello.worker_id();
-  session_ = workers_->Attach(hello, link_);
   v1::ServerMessage ack;
   ack.mutable_hello_ack()->set_heartbeat_interval_ms(static_cast<int32_t>(
       absl::ToInt64Milliseconds(options_.heartbeat_interval)));

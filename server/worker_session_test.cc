@@ -271,6 +271,50 @@ TEST_F(WorkerSessionTest, ANewerConnectionReplacesTheOldOne) {
   EXPECT_TRUE(registry_->Find("w1")->connected);
 }
 
+// Two worker processes with one worker id: the second is refused while the
+// first is connected (they would otherwise replace each other's stream in
+// turn, and the jobs of each would be lost); a reconnect of the first
+// process replaces its stream; once the first is gone the second may come.
+TEST_F(WorkerSessionTest, ASecondProcessWithTheSameIdIsRefused) {
+  auto connect = [&](const std::string& instance,
+                     std::shared_ptr<FakeWorkerLink> link) {
+    auto session = std::make_unique<WorkerSession>(
+        store_.get(), registry_.get(), lifecycle_.get(), link,
+        WorkerSessionOptions{}, nullptr);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_id("w4");
+    hello.mutable_hello()->set_hostname("node-7");
+    hello.mutable_hello()->set_cpu_slots(1);
+    hello.mutable_hello()->set_instance_id(instance);
+    absl::Status status = session->Handle(hello);
+    return std::make_pair(std::move(session), status);
+  };
+  auto first_link = std::make_shared<FakeWorkerLink>();
+  auto [first, ok] = connect("aaaa", first_link);
+  ASSERT_TRUE(ok.ok()) << ok;
+  auto second_link = std::make_shared<FakeWorkerLink>();
+  auto [second, refused] = connect("bbbb", second_link);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("worker id w4 is in use by another worker process "
+                        "(on node-7, connected since "));
+  EXPECT_FALSE(first_link->closed());
+  second.reset();  // its end must not detach the first
+  EXPECT_TRUE(registry_->Find("w4")->connected);
+  EXPECT_EQ(registry_->Find("w4")->hello.instance_id(), "aaaa");
+  // The first process again (a new stream): it replaces its old one.
+  auto again_link = std::make_shared<FakeWorkerLink>();
+  auto [again, replaced] = connect("aaaa", again_link);
+  ASSERT_TRUE(replaced.ok()) << replaced;
+  EXPECT_TRUE(first_link->closed());
+  first.reset();
+  // Gone: another process may take the id.
+  again.reset();
+  EXPECT_FALSE(registry_->Find("w4")->connected);
+  auto [third, taken] = connect("bbbb", std::make_shared<FakeWorkerLink>());
+  EXPECT_TRUE(taken.ok()) << taken;
+}
+
 TEST_F(WorkerSessionTest, DisconnectedWorkerGetsNoAssignments) {
   FakeWorker& w = Connect("w1");
   w.session->Close();

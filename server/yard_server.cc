@@ -112,7 +112,13 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
   return fd;
 }
 
-absl::Status CheckOptions(const YardServerOptions& o) {
+std::string Absolute(const std::string& path) {
+  return fs::absolute(path).lexically_normal().string();
+}
+
+}  // namespace
+
+absl::Status CheckServerOptions(const YardServerOptions& o) {
   RETURN_IF_ERROR(
       CheckListenAddress(o.listen, o.tls.enabled(), o.insecure_plaintext));
   if (o.max_streams_per_tenant < 0) {
@@ -139,14 +145,9 @@ absl::Status CheckOptions(const YardServerOptions& o) {
         "--worker-lease-ms: must be greater than --heartbeat-interval-ms "
         "and at most 86400000");
   }
+  RETURN_IF_ERROR(scheduler::MakePlacementPolicy(o.policy).status());
   return absl::OkStatus();
 }
-
-std::string Absolute(const std::string& path) {
-  return fs::absolute(path).lexically_normal().string();
-}
-
-}  // namespace
 
 absl::Status CheckListenAddress(const std::string& listen, bool tls,
                                 bool insecure_plaintext) {
@@ -354,6 +355,9 @@ absl::Status YardServer::Parts::Serve() {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    MakeServerCredentials(options.tls));
   builder.AddListeningPort(options.listen, credentials, &port);
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port
+  // would then start too and take half of the connections. One owner.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Workers and watchers may keep idle streams alive with pings.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(
@@ -407,7 +411,7 @@ absl::Status YardServer::Parts::ServeSidePorts() {
 
 absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
     YardServerOptions options) {
-  RETURN_IF_ERROR(CheckOptions(options));
+  RETURN_IF_ERROR(CheckServerOptions(options));
   auto parts = std::make_unique<Parts>();
   parts->options = std::move(options);
   ASSIGN_OR_RETURN(parts->policy,

@@ -83,6 +83,11 @@ inline constexpr char kDefaultServerMetricsListen[] = "127.0.0.1:9470";
 absl::Status CheckListenAddress(const std::string& listen, bool tls,
                                 bool insecure_plaintext);
 
+// INVALID_ARGUMENT naming the flag when the options cannot make a server
+// (a value out of range, an unknown policy, no state dir); Start checks
+// them too. Touches nothing.
+absl::Status CheckServerOptions(const YardServerOptions& o);
+
 class YardServer {
  public:
   static absl::StatusOr<std::unique_ptr<YardServer>> Start(

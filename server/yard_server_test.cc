@@ -382,8 +382,7 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
   by_name.set_name_contains(std::string(129, 'n'));
   s = jobs_->ListJobs(&name_ctx, by_name, &list);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(s.error_message(),
-            "name_contains: at most 128 characters, got 129");
+  EXPECT_EQ(s.error_message(), "name_contains: at most 128 bytes, got 129");
 
   const std::string id = Submit();
   grpc::ClientContext cancel_ctx;
@@ -521,6 +520,14 @@ TEST_F(YardServerTest, RefusesNonLoopbackAndASecondServerOnOneStateDir) {
   auto second = YardServer::Start(o);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.status().message(), HasSubstr("another yard-server"));
+  // Nor a second server on the first one's port (its own state dir): gRPC
+  // would otherwise share the port with it (SO_REUSEPORT).
+  o.listen = server_->address();
+  o.state_dir = dir_.File("state2");
+  auto same_port = YardServer::Start(o);
+  EXPECT_EQ(same_port.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(same_port.status().message(),
+              HasSubstr("cannot listen on " + server_->address()));
 }
 
 TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {

@@ -121,7 +121,7 @@ TEST_F(LimitsTest, NameLength) {
   spec.set_name(std::string(kMaxNameLength, 'n'));
   EXPECT_TRUE(Valid(spec));
   spec.set_name(std::string(kMaxNameLength + 1, 'n'));
-  EXPECT_EQ(ErrorOf(spec), "name: at most 128 characters, got 129");
+  EXPECT_EQ(ErrorOf(spec), "name: at most 128 bytes of UTF-8, got 129");
 }
 
 TEST_F(LimitsTest, StepsAndBatches) {

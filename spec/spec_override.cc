@@ -18,8 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "google/protobuf/descriptor.h"
-#include "spec/utf8.h"
 
 namespace trainyard::spec {
 namespace {

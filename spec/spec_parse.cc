@@ -77,16 +77,23 @@ std::string OneofChoices(absl::string_view path, absl::string_view group) {
   return absl::StrJoin(names, ", ");
 }
 
+// A JSON parse error as a spec's author reads it, and the field it is
+// about (its dotted path as the parser names it; "" when not known).
+struct ProtoError {
+  std::string field;
+  std::string text;
+};
+
 // Protobuf 3.21 words its JSON errors for protobuf developers, e.g.
 // "(model.mlp) foo: Cannot find field." or "(steps): invalid value \"abc\"
 // for type TYPE_INT64". Reword the known shapes as "field: problem".
-std::string ReadableProtoError(absl::string_view msg) {
+ProtoError ReadableProtoError(absl::string_view msg) {
   std::string text(absl::StripAsciiWhitespace(msg));
   std::string path;
   absl::string_view rest = text;
   if (absl::ConsumePrefix(&rest, "(")) {
     size_t close = rest.find(')');
-    if (close == absl::string_view::npos) return text;
+    if (close == absl::string_view::npos) return {"", text};
     path = std::string(rest.substr(0, close));
     rest.remove_prefix(close + 1);
     absl::ConsumePrefix(&rest, " ");
@@ -99,29 +106,32 @@ std::string ReadableProtoError(absl::string_view msg) {
     absl::string_view name = rest.substr(0, sep);
     absl::string_view detail = rest.substr(sep + 2);
     if (detail == "Cannot find field.") {
-      return absl::StrCat(path.empty() ? "" : path + ": ", "unknown field \"",
-                          name, "\"");
+      return {join(name), absl::StrCat(path.empty() ? "" : path + ": ",
+                                       "unknown field \"", name, "\"")};
     }
     if (absl::StartsWith(detail, "Proto field is not repeating")) {
-      return absl::StrCat(join(name), ": must not be a list");
+      return {join(name), absl::StrCat(join(name), ": must not be a list")};
     }
-    return absl::StrCat(join(name), ": ", detail);
+    return {join(name), absl::StrCat(join(name), ": ", detail)};
   }
-  if (!absl::ConsumePrefix(&rest, ": invalid value ")) return text;
+  if (!absl::ConsumePrefix(&rest, ": invalid value ")) return {path, text};
   absl::string_view oneof = rest;
   if (absl::ConsumePrefix(&oneof, "oneof field '")) {
     std::string group(oneof.substr(0, oneof.find('\'')));
-    return absl::StrCat(path, ": set only one of ", OneofChoices(path, group));
+    return {path, absl::StrCat(path, ": set only one of ",
+                               OneofChoices(path, group))};
   }
   size_t for_type = rest.rfind(" for type ");
-  if (for_type == absl::string_view::npos) return text;
+  if (for_type == absl::string_view::npos) return {path, text};
   absl::string_view value = rest.substr(0, for_type);
   absl::string_view type = rest.substr(for_type + 10);
   if (absl::StartsWith(value, "Starting an object")) {
-    return absl::StrCat(join(type), ": expected a single value, got a mapping");
+    return {
+        join(type),
+        absl::StrCat(join(type), ": expected a single value, got a mapping")};
   }
-  return absl::StrCat(path, ": invalid value ", value, " (expected ",
-                      Expected(type), ")");
+  return {path, absl::StrCat(path, ": invalid value ", value, " (expected ",
+                             Expected(type), ")")};
 }
 
 absl::Status TooLarge(absl::string_view source, int64_t bytes) {
@@ -144,7 +154,8 @@ absl::StatusOr<JobSpec> ParseNamed(absl::string_view text,
           absl::StrCat(source, ": ", syntax.message()));
     }
   }
-  absl::StatusOr<std::string> json = YamlToJson(view);
+  YamlPlaces places;
+  absl::StatusOr<std::string> json = YamlToJson(view, {}, &places);
   if (!json.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": ", json.status().message()));
@@ -155,8 +166,12 @@ absl::StatusOr<JobSpec> ParseNamed(absl::string_view text,
   auto status =
       google::protobuf::util::JsonStringToMessage(*json, &spec, options);
   if (!status.ok()) {
+    const ProtoError e = ReadableProtoError(status.message().as_string());
+    // The line of the field it is about, as a syntax error has.
+    const auto place = places.find(e.field);
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": ", ReadableProtoError(status.message().as_string())));
+        source, ": ", place == places.end() ? "" : place->second + ": ",
+        e.text));
   }
   return spec;
 }

@@ -139,35 +139,47 @@ TEST(ParseJobSpecTest, EmptyDocument) {
   EXPECT_EQ(ParseError("   \n# nothing\n"), "spec: empty");
 }
 
+// Errors name the field and where it was written, as syntax errors do.
 TEST(ParseJobSpecTest, UnknownFieldsAreNamed) {
-  EXPECT_EQ(ParseError("steps: 5\nfoo: 1\n"), "spec: unknown field \"foo\"");
+  EXPECT_EQ(ParseError("steps: 5\nfoo: 1\n"),
+            "spec: line 2, column 1: unknown field \"foo\"");
+  EXPECT_EQ(ParseError("model:\n  mlp:\n    hidden: [1]\n    layers: 2\n"),
+            "spec: line 4, column 5: model.mlp: unknown field \"layers\"");
   EXPECT_EQ(ParseError("model: {mlp: {hidden: [1], layers: 2}}"),
-            "spec: model.mlp: unknown field \"layers\"");
+            "spec: line 1, column 28: model.mlp: unknown field \"layers\"");
+  EXPECT_EQ(ParseError("{\"steps\": 5,\n \"foo\": 1}"),
+            "spec: line 2, column 2: unknown field \"foo\"");
 }
 
 TEST(ParseJobSpecTest, WrongTypesAreNamed) {
-  EXPECT_EQ(ParseError("steps: abc"),
-            "spec: steps: invalid value \"abc\" (expected an integer)");
-  EXPECT_EQ(ParseError("model: {mlp: {hidden: [64, 2.5]}}"),
-            "spec: model.mlp.hidden[1]: invalid value 2.5 (expected an "
+  EXPECT_EQ(ParseError("name: x\nsteps: abc"),
+            "spec: line 2, column 1: steps: invalid value \"abc\" (expected an "
             "integer)");
-  EXPECT_EQ(ParseError("name: [a]"), "spec: name: must not be a list");
+  EXPECT_EQ(
+      ParseError("model:\n  mlp:\n    hidden:\n      - 64\n      - 2.5\n"),
+      "spec: line 5, column 9: model.mlp.hidden[1]: invalid value 2.5 "
+      "(expected an integer)");
+  EXPECT_EQ(ParseError("name: [a]"),
+            "spec: line 1, column 1: name: must not be a list");
   EXPECT_EQ(ParseError("steps: {a: 1}"),
-            "spec: steps: expected a single value, got a mapping");
+            "spec: line 1, column 1: steps: expected a single value, got a "
+            "mapping");
   EXPECT_EQ(ParseError("precision: bf16"),
-            "spec: precision: invalid value \"bf16\" (expected one of FP32, "
-            "BF16)");
+            "spec: line 1, column 1: precision: invalid value \"bf16\" "
+            "(expected one of FP32, BF16)");
   EXPECT_EQ(ParseError("seed: -1"),
-            "spec: seed: invalid value -1 (expected a non-negative integer)");
+            "spec: line 1, column 1: seed: invalid value -1 (expected a "
+            "non-negative integer)");
   EXPECT_EQ(ParseError("name: 5"),
-            "spec: name: invalid value 5 (expected a string)");
+            "spec: line 1, column 1: name: invalid value 5 (expected a "
+            "string)");
   EXPECT_THAT(ParseError("steps: 99999999999999999999"),
-              HasSubstr("spec: steps: invalid value"));
+              HasSubstr("spec: line 1, column 1: steps: invalid value"));
 }
 
 TEST(ParseJobSpecTest, TwoModelsAtOnce) {
   EXPECT_EQ(ParseError("model: {mlp: {hidden: [1]}, gpt: {n_layer: 1}}"),
-            "spec: model: set only one of mlp, gpt");
+            "spec: line 1, column 1: model: set only one of mlp, gpt");
 }
 
 TEST(ParseJobSpecTest, AliasBomb) {

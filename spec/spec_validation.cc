@@ -17,9 +17,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/utf8.h"
 #include "spec/limits.h"
 #include "spec/spec.h"
-#include "spec/utf8.h"
 
 namespace trainyard::spec {
 namespace {
@@ -80,11 +80,12 @@ class Problems {
 };
 
 // Free text shown in listings: at most `max_length` bytes of UTF-8 without
-// control characters.
+// control characters (C0, DEL and C1: U+0080-U+009F, which terminals take
+// as escape sequences).
 void CheckText(absl::string_view field, const std::string& text,
                int64_t max_length, Problems* p) {
   if (static_cast<int64_t>(text.size()) > max_length) {
-    p->Add(field, absl::StrCat("at most ", max_length, " characters, got ",
+    p->Add(field, absl::StrCat("at most ", max_length, " bytes of UTF-8, got ",
                                text.size()));
     return;
   }
@@ -92,8 +93,12 @@ void CheckText(absl::string_view field, const std::string& text,
     p->Add(field, "must be valid UTF-8");
     return;
   }
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    // In valid UTF-8, U+0080-U+009F is 0xc2 then 0x80-0x9f.
+    const bool c1 = c == 0xc2 && i + 1 < text.size() &&
+                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    if (c < 0x20 || c == 0x7f || c1) {
       p->Add(field, "must not contain control characters");
       break;
     }

@@ -247,7 +247,7 @@ TEST_F(ValidationTest, ConcurrencyNeedsAGroupAndALimitTogether) {
             "concurrency.group: required with concurrency.max_running");
   spec.mutable_concurrency()->set_group(std::string(129, 'g'));
   EXPECT_EQ(ErrorOf(spec),
-            "concurrency.group: at most 128 characters, got 129");
+            "concurrency.group: at most 128 bytes of UTF-8, got 129");
   spec.mutable_concurrency()->set_group("a\tb");
   EXPECT_EQ(ErrorOf(spec),
             "concurrency.group: must not contain control characters");
@@ -285,7 +285,7 @@ TEST_F(ValidationTest, OptimizerNumbers) {
 TEST_F(ValidationTest, NameAndEnums) {
   JobSpec spec = Good();
   spec.set_name(std::string(129, 'n'));
-  EXPECT_EQ(ErrorOf(spec), "name: at most 128 characters, got 129");
+  EXPECT_EQ(ErrorOf(spec), "name: at most 128 bytes of UTF-8, got 129");
   spec.set_name("a\nb");
   EXPECT_EQ(ErrorOf(spec), "name: must not contain control characters");
   spec = Good();

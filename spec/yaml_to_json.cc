@@ -20,10 +20,13 @@
 namespace trainyard::spec {
 namespace {
 
+std::string Place(const YAML::Mark& mark) {
+  return absl::StrCat("line ", mark.line + 1, ", column ", mark.column + 1);
+}
+
 std::string Where(const YAML::Mark& mark) {
   if (mark.is_null()) return "";
-  return absl::StrCat("line ", mark.line + 1, ", column ", mark.column + 1,
-                      ": ");
+  return absl::StrCat(Place(mark), ": ");
 }
 
 bool AllDigits(absl::string_view s) {
@@ -77,7 +80,8 @@ bool YamlNumberToJson(absl::string_view s, std::string* json) {
 
 class JsonWriter {
  public:
-  explicit JsonWriter(const YamlLimits& limits) : limits_(limits) {}
+  JsonWriter(const YamlLimits& limits, YamlPlaces* places)
+      : limits_(limits), places_(places) {}
 
   absl::Status Write(const YAML::Node& node, int depth, std::string* out) {
     if (++nodes_ > limits_.max_nodes) {
@@ -132,21 +136,39 @@ class JsonWriter {
       first = false;
       AppendJsonString(key.Scalar(), out);
       out->push_back(':');
+      const size_t parent = path_.size();
+      if (parent > 0) path_.push_back('.');
+      path_ += key.Scalar();
+      Note(key);
       absl::Status s = Write(kv.second, depth + 1, out);
+      path_.resize(parent);
       if (!s.ok()) return s;
     }
     out->push_back('}');
     return {};
   }
 
+  // Where the field at path_ was written (the first place, should an
+  // alias repeat it).
+  void Note(const YAML::Node& node) {
+    if (places_ != nullptr && !node.Mark().is_null()) {
+      places_->emplace(path_, Place(node.Mark()));
+    }
+  }
+
   absl::Status WriteSequence(const YAML::Node& node, int depth,
                              std::string* out) {
     out->push_back('[');
     bool first = true;
+    size_t index = 0;
     for (const auto& item : node) {
       if (!first) out->push_back(',');
       first = false;
+      const size_t parent = path_.size();
+      absl::StrAppend(&path_, "[", index++, "]");
+      Note(item);
       absl::Status s = Write(item, depth + 1, out);
+      path_.resize(parent);
       if (!s.ok()) return s;
     }
     out->push_back(']');
@@ -177,6 +199,8 @@ class JsonWriter {
   }
 
   const YamlLimits& limits_;
+  YamlPlaces* places_;
+  std::string path_;  // of the node being written
   int64_t nodes_ = 0;
 };
 
@@ -228,7 +252,8 @@ absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& text) {
 }  // namespace
 
 absl::StatusOr<std::string> YamlToJson(std::string_view text,
-                                       const YamlLimits& limits) {
+                                       const YamlLimits& limits,
+                                       YamlPlaces* places) {
   if (static_cast<int64_t>(text.size()) > limits.max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("document is ", text.size(),
                                                    " bytes; the limit is ",
@@ -256,7 +281,7 @@ absl::StatusOr<std::string> YamlToJson(std::string_view text,
   }
   std::string json;
   try {
-    JsonWriter writer(limits);
+    JsonWriter writer(limits, places);
     absl::Status s = writer.Write(*doc, 0, &json);
     if (!s.ok()) return s;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #define TRAINYARD_SPEC_YAML_TO_JSON_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -27,11 +28,17 @@ struct YamlLimits {
   int64_t max_json_bytes = kMaxSpecExpandedBytes;
 };
 
+// Where each field of the document was written: its dotted path as the
+// JSON parser names it ("model.mlp.hidden", a list's item "data.files[2]")
+// -> "line L, column C" of its key (an item: of the item), 1-based.
+using YamlPlaces = std::map<std::string, std::string>;
+
 // Returns the JSON text, or INVALID_ARGUMENT with a message such as
 // "line 3, column 7: duplicate key \"steps\"" (1-based positions), or
-// "empty" for a document with no content.
+// "empty" for a document with no content. With `places`, fills it in.
 absl::StatusOr<std::string> YamlToJson(std::string_view text,
-                                       const YamlLimits& limits = {});
+                                       const YamlLimits& limits = {},
+                                       YamlPlaces* places = nullptr);
 
 }  // namespace trainyard::spec
 

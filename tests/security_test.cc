@@ -252,6 +252,41 @@ TEST_F(SecurityTest, EveryRpcRefusesAMissingWrongOrRevokedToken) {
   YARD_ASSERT_OK(CheckHealth(*stubs().channel));
 }
 
+// Revoking a worker's join token cuts off a worker already connected with
+// it (at its next heartbeat), and it cannot come back: no job is placed on
+// it any more.
+TEST_F(SecurityTest, ARevokedJoinTokenCutsOffItsConnectedWorker) {
+  YARD_ASSERT_OK(StartServer());
+  std::string id;
+  const std::string token = NewToken("workers", v1::WORKER, &id);
+  const std::string file = dir().WriteFile("w3.token", token + "\n");
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * w3,
+                      StartReadyWorker({.name = "w3", .token_file = file}));
+  v1::RevokeTokenRequest revoke;
+  revoke.set_id(id);
+  v1::TokenInfo info;
+  ASSERT_TRUE(
+      admin().RevokeToken(ContextWithTimeout().get(), revoke, &info).ok());
+  YARD_ASSERT_OK(PollUntil(
+      "the server to drop the worker", Scaled(absl::Seconds(20)), [&] {
+        return server().process().OutputTail(20000).find(
+                   "worker w3 disconnected") != std::string::npos;
+      }));
+  EXPECT_THAT(server().process().OutputTail(20000), HasSubstr("revoked"));
+  // It tries again and is refused.
+  YARD_ASSERT_OK(
+      PollUntil("the worker to be refused", Scaled(absl::Seconds(20)), [&] {
+        return w3->process().OutputTail().find("refused this worker") !=
+               std::string::npos;
+      }));
+  // A job now waits: the revoked worker gets none.
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse sub,
+                      Submit(MnistSpec{.steps = 20}.ToProto()));
+  absl::SleepFor(Scaled(absl::Seconds(2)));
+  YARD_ASSIGN_OR_FAIL(v1::Job job, GetJob(jobs(), sub.job().id()));
+  EXPECT_EQ(job.state(), v1::QUEUED) << job.state_reason();
+}
+
 TEST_F(SecurityTest, EachRoleReachesOnlyItsServices) {
   YARD_ASSERT_OK(StartServer());
   const std::string tenant = NewToken("team-a", v1::TENANT);
@@ -349,6 +384,16 @@ TEST_F(SecurityTest, ATenantSeesAndTouchesOnlyItsOwnJobs) {
                             grpc::StatusCode::PERMISSION_DENIED, {"team-b"}));
   ASSERT_TRUE(list(CurrentCredentials().token, "", &seen).ok());
   EXPECT_EQ(seen.jobs_size(), 2);
+  // The cluster's job counts likewise: a tenant's own, the admin's all.
+  auto queued = [&](const std::string& token) -> int64_t {
+    v1::ClusterStatus status;
+    grpc::Status s = cluster().GetClusterStatus(
+        ContextWithToken(token).get(), v1::GetClusterStatusRequest(), &status);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return status.jobs_queued();
+  };
+  EXPECT_EQ(queued(b), 1);
+  EXPECT_EQ(queued(CurrentCredentials().token), 2);
   // Usage likewise: a tenant's own, never another's.
   v1::GetUsageRequest usage;
   usage.set_tenant("team-a");
@@ -404,6 +449,14 @@ TEST_F(SecurityTest, QueuedJobAndGpuQuotasAreEnforced) {
   EXPECT_TRUE(RpcFailedWith(SubmitAs(a, wide),
                             grpc::StatusCode::RESOURCE_EXHAUSTED,
                             {"at most 1 GPUs", "asks for 2"}));
+  // Or more CPU slots.
+  quota.set_max_cpu_slots(1);
+  ASSERT_TRUE(SetTenant(quota).ok());
+  v1::JobSpec ranks = MnistSpec{}.ToProto();
+  ranks.mutable_resources()->set_cpu_ranks(2);
+  EXPECT_TRUE(RpcFailedWith(SubmitAs(a, ranks),
+                            grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            {"at most 1 CPU slots", "asks for 2"}));
 
   // The CLI: exit 9, one line.
   const std::string spec = WriteSpec("a.yaml", MnistSpec{}.ToYaml());

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -123,11 +124,24 @@ std::string DescribeExit(const ExitStatus& status) {
 }
 
 ChildProcess::ChildProcess(pid_t pid, FileDescriptor stdout_read,
-                           FileDescriptor stderr_read, FileDescriptor pid_fd)
+                           FileDescriptor stderr_read, FileDescriptor pid_fd,
+                           FileDescriptor stdin_write)
     : pid_(pid),
       stdout_(std::move(stdout_read)),
       stderr_(std::move(stderr_read)),
-      pid_fd_(std::move(pid_fd)) {}
+      pid_fd_(std::move(pid_fd)),
+      stdin_(std::move(stdin_write)) {}
+
+bool ChildProcess::WriteStdin(std::string_view text) {
+  if (!stdin_.valid()) return false;
+  // A socket, so that a child gone away is EPIPE and not SIGPIPE.
+  ssize_t n;
+  do {
+    n = send(stdin_.get(), text.data(), text.size(),
+             MSG_DONTWAIT | MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(text.size());
+}
 
 ChildProcess::~ChildProcess() = default;
 
@@ -163,14 +177,27 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnChild(
   if (request.path.empty() || request.argv.empty()) {
     return absl::InvalidArgumentError("spawn: empty program path or argv");
   }
-  FileDescriptor out_r, out_w, err_r, err_w, fail_r, fail_w;
+  FileDescriptor out_r, out_w, err_r, err_w, fail_r, fail_w, in_r, in_w;
   if (absl::Status s = MakePipe(out_r, out_w); !s.ok()) return s;
   if (absl::Status s = MakePipe(err_r, err_w); !s.ok()) return s;
   if (absl::Status s = MakePipe(fail_r, fail_w); !s.ok()) return s;
-  FileDescriptor dev_null(open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null.valid()) {
-    return absl::InternalError(
-        absl::StrCat("open /dev/null: ", strerror(errno)));
+  if (request.stdin_pipe) {
+    // A stream socket pair rather than a pipe: the child reads it as any
+    // stdin, and the worker's sends can refuse to block or to raise
+    // SIGPIPE (WriteStdin).
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      return absl::InternalError(absl::StrCat("socketpair: ", strerror(errno)));
+    }
+    in_r = FileDescriptor(fds[0]);
+    in_w = FileDescriptor(fds[1]);
+    shutdown(in_r.get(), SHUT_WR);  // the child only reads
+  } else {
+    in_r = FileDescriptor(open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!in_r.valid()) {
+      return absl::InternalError(
+          absl::StrCat("open /dev/null: ", strerror(errno)));
+    }
   }
   // Everything the child touches is prepared before fork: after it, the
   // child may only make async-signal-safe calls.
@@ -184,7 +211,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnChild(
         absl::StrCat("fork: ", strerror(errno)));
   }
   if (pid == 0) {
-    ExecChild(parent, dev_null.get(), out_w.get(), err_w.get(), fail_w.get(),
+    ExecChild(parent, in_r.get(), out_w.get(), err_w.get(), fail_w.get(),
               request.path.c_str(), request.cwd.c_str(), argv.data(),
               envp.data());
   }
@@ -193,6 +220,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnChild(
   out_w.Reset();
   err_w.Reset();
   fail_w.Reset();
+  in_r.Reset();
   FileDescriptor pid_fd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
 
   ExecFailure failure{0, 0};
@@ -200,8 +228,9 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnChild(
   do {
     n = read(fail_r.get(), &failure, sizeof(failure));
   } while (n < 0 && errno == EINTR);
-  auto child = std::make_unique<ChildProcess>(
-      pid, std::move(out_r), std::move(err_r), std::move(pid_fd));
+  auto child =
+      std::make_unique<ChildProcess>(pid, std::move(out_r), std::move(err_r),
+                                     std::move(pid_fd), std::move(in_w));
   if (n == 0) return child;  // exec succeeded: the pipe closed on exec
 
   child->Wait();

@@ -1,5 +1,6 @@
 // ChildProcess: one program started by the worker in its own process group,
-// with stdin on /dev/null and stdout/stderr on pipes, killed by the kernel
+// with stdin on /dev/null (or a stream the worker writes to) and
+// stdout/stderr on pipes, killed by the kernel
 // (PR_SET_PDEATHSIG=SIGKILL) if the thread that spawned it dies. This is the
 // mechanism only; what the output means is JobProcess's business.
 //
@@ -14,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,6 +47,8 @@ struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
   std::string cwd;                // working directory; empty keeps ours
+  // stdin a stream the worker writes with WriteStdin (else /dev/null).
+  bool stdin_pipe = false;
 };
 
 // How a child ended: exactly one of exit_code / signal is meaningful.
@@ -60,7 +64,8 @@ std::string DescribeExit(const ExitStatus& status);
 class ChildProcess {
  public:
   ChildProcess(pid_t pid, FileDescriptor stdout_read,
-               FileDescriptor stderr_read, FileDescriptor pid_fd);
+               FileDescriptor stderr_read, FileDescriptor pid_fd,
+               FileDescriptor stdin_write = FileDescriptor());
   // Closes the pipes. Does not kill or reap: call Wait() first.
   ~ChildProcess();
 
@@ -70,6 +75,11 @@ class ChildProcess {
   // Readable once the child has exited; -1 where pidfd_open is missing
   // (then poll HasExited() on a timer).
   int pid_fd() const { return pid_fd_.get(); }
+
+  // Writes `text` to the child's stdin stream without blocking: false when
+  // there is none, the child does not read (its buffer is full) or it has
+  // closed its end. Never raises SIGPIPE.
+  bool WriteStdin(std::string_view text);
 
   // Closes a pipe once it reached end of file.
   void CloseStdout() { stdout_.Reset(); }
@@ -90,6 +100,7 @@ class ChildProcess {
   FileDescriptor stdout_;
   FileDescriptor stderr_;
   FileDescriptor pid_fd_;
+  FileDescriptor stdin_;
   std::optional<ExitStatus> reaped_;
 };
 

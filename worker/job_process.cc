@@ -38,7 +38,15 @@ int PollTimeoutMs(absl::Time deadline) {
 JobProcess::JobProcess(JobLaunch launch, ReportFn report)
     : launch_(std::move(launch)),
       report_(std::move(report)),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  control_.lease_deadline = launch_.lease_deadline;
+}
+
+std::string JobProcess::LeaseLine(absl::Time deadline, absl::Time now) {
+  if (deadline == absl::InfiniteFuture()) return "-1\n";
+  return absl::StrCat(
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - now)), "\n");
+}
 
 void JobProcess::Report(trainyard::v1::JobUpdate update) {
   update.set_job_id(launch_.job_id);
@@ -236,6 +244,13 @@ absl::Time JobProcess::ApplyControl() {
     SignalAll(SIGTERM);
     c.term_sent = true;
   }
+  if (!c.lease_told && !c.kill_sent) {
+    const std::string line = LeaseLine(c.lease_deadline, absl::Now());
+    for (Rank& r : ranks_) {
+      if (!r.exit.has_value()) r.child->WriteStdin(line);
+    }
+    c.lease_told = true;
+  }
   if (!c.kill_sent && absl::Now() >= c.kill_at) {
     YARD_LOG(INFO) << "job " << launch_.job_id << " attempt " << launch_.attempt
                    << " still running after its grace period: SIGKILL";
@@ -337,6 +352,15 @@ void JobProcess::Abandon() {
     absl::MutexLock lock(&mu_);
     control_.kill = true;
     control_.lost_server = true;
+  }
+  Wake();
+}
+
+void JobProcess::RenewLease(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    control_.lease_deadline = deadline;
+    control_.lease_told = false;
   }
   Wake();
 }

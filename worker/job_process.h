@@ -12,6 +12,14 @@
 // failure, naming its rank. Signals asked for (Terminate, Kill) go to every
 // rank.
 //
+// The job's lease: ranks started with SpawnRequest::stdin_pipe (yard-train
+// --lease-fd 0) are told on stdin, one line each time it changes, how
+// long the worker's lease with the server still runs ("<ms>\n"; "-1\n": no
+// lease). A worker that stops renewing it (frozen, swapping, hung) stops
+// telling, and each rank stops itself when the time it was last told has
+// passed, before the server declares the worker lost and starts the job
+// elsewhere: a job never runs in two places.
+//
 // Run() blocks for the life of the child and must be called on a thread that
 // lives at least that long (PR_SET_PDEATHSIG is tied to the spawning thread).
 // Terminate() and Kill() are safe to call from any thread at any time, also
@@ -47,6 +55,9 @@ struct JobLaunch {
   // workers and this one runs later ones. Only rank 0 reports the trainer
   // events; the others' output goes to the log prefixed "[rank N] ".
   int first_rank = 0;
+  // When the worker's lease runs out, as known when the job starts
+  // (InfiniteFuture: no lease); RenewLease moves it.
+  absl::Time lease_deadline = absl::InfiniteFuture();
 };
 
 class JobProcess {
@@ -78,6 +89,11 @@ class JobProcess {
   // SIGKILL now because the server can no longer hear this worker; the exit
   // is reported with lost_server (the server re-queues the job).
   void Abandon();
+  // The worker's lease now runs out at `deadline`: the ranks are told.
+  void RenewLease(absl::Time deadline);
+
+  // The line that tells a rank its lease runs out at `deadline`, `now`.
+  static std::string LeaseLine(absl::Time deadline, absl::Time now);
 
  private:
   struct Control {
@@ -88,6 +104,8 @@ class JobProcess {
     bool cancelled = false;
     bool lost_server = false;
     absl::Time kill_at = absl::InfiniteFuture();
+    absl::Time lease_deadline = absl::InfiniteFuture();
+    bool lease_told = false;  // the ranks know lease_deadline
   };
 
   // One rank's process and what it has said so far.

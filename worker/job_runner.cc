@@ -148,6 +148,7 @@ void JobRunner::Start(const trainyard::v1::Assignment& a) {
     if (refused.ok()) {
       absl::StatusOr<JobLaunch> launch = PrepareLaunch(a);
       if (launch.ok()) {
+        launch->lease_deadline = lease_deadline_;
         entry.process = std::make_shared<JobProcess>(
             *std::move(launch), [this, key](trainyard::v1::JobUpdate u) {
               if (u.has_exited()) ReleaseAtExit(key);
@@ -308,17 +309,14 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
     const int rank = launch.first_rank + i;
     SpawnRequest& spawn = launch.ranks.emplace_back();
     spawn.path = options_.train_bin;
-    spawn.argv = {options_.train_bin,
-                  "run",
-                  spec_path.string(),
-                  "--data-root",
-                  options_.data_root,
-                  "--checkpoint-dir",
-                  checkpoint_dir.string(),
-                  "--progress",
-                  "json",
-                  "--threads",
-                  std::to_string(threads)};
+    spawn.argv = {options_.train_bin, "run", spec_path.string(), "--data-root",
+                  options_.data_root, "--checkpoint-dir",
+                  checkpoint_dir.string(), "--progress", "json", "--threads",
+                  std::to_string(threads),
+                  // Stops itself when the worker's lease runs out untold
+                  // (JobProcess): stdin is where the worker tells it.
+                  "--lease-fd", "0"};
+    spawn.stdin_pipe = true;
     if (!a.warm_start_checkpoint().empty()) {
       spawn.argv.insert(spawn.argv.end(),
                         {"--warm-start", a.warm_start_checkpoint()});
@@ -459,6 +457,12 @@ void JobRunner::TerminateAll(absl::Duration grace) {
 void JobRunner::KillAll() {
   absl::MutexLock lock(&mu_);
   for (auto& [key, entry] : jobs_) entry.process->Kill(false);
+}
+
+void JobRunner::RenewLeases(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  lease_deadline_ = deadline;
+  for (auto& [key, entry] : jobs_) entry.process->RenewLease(deadline);
 }
 
 int JobRunner::AbandonAll() {

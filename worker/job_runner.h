@@ -102,6 +102,10 @@ class JobRunner {
   // SIGKILL every job because the server can no longer hear this worker
   // (it re-queues them); their exits say lost_server. Returns how many.
   int AbandonAll();
+  // The worker's lease with the server now runs out at `deadline`
+  // (InfiniteFuture: no lease): every running job and every job started
+  // from now on is told (JobProcess, yard-train --lease-fd).
+  void RenewLeases(absl::Time deadline);
   // Waits until no job runs; false if some still run at `deadline`.
   bool WaitIdle(absl::Time deadline);
 
@@ -150,6 +154,7 @@ class JobRunner {
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   std::map<Key, Entry> jobs_ ABSL_GUARDED_BY(mu_);
   int cpu_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time lease_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // What the running jobs hold of each GPU in use.
   struct GpuUse {
     bool whole = false;

@@ -89,10 +89,10 @@ TEST_F(JobRunnerTest, RunsJobAndReportsEventsLogAndExit) {
   const std::string log = reports_.Log("j1", 1);
   EXPECT_THAT(log, HasSubstr("plain stdout line\n"));
   EXPECT_THAT(log, HasSubstr("warning on stderr\n"));
-  EXPECT_THAT(
-      log, HasSubstr("args: run " + dir + "/spec.json --data-root " +
-                     options_.data_root + " --checkpoint-dir " +
-                     tmp_.Sub("ckpt/j1") + " --progress json --threads 1\n"));
+  EXPECT_THAT(log, HasSubstr("args: run " + dir + "/spec.json --data-root " +
+                             options_.data_root + " --checkpoint-dir " +
+                             tmp_.Sub("ckpt/j1") +
+                             " --progress json --threads 1 --lease-fd 0\n"));
   EXPECT_THAT(log, HasSubstr("cwd: " + dir + "\n"));
   EXPECT_THAT(log, HasSubstr("job: j1/1 gpus=[]\n"));
   EXPECT_THAT(log, Not(HasSubstr("{\"")));  // events are not log
@@ -128,7 +128,7 @@ TEST_F(JobRunnerTest, PassesCpuThreadsFromTheSpec) {
   runner().Start(a);
   ASSERT_TRUE(reports_.WaitExit("j1", 1).has_value());
   EXPECT_THAT(reports_.Log("j1", 1),
-              HasSubstr("--progress json --threads 3\n"));
+              HasSubstr("--progress json --threads 3 --lease-fd 0\n"));
 }
 
 TEST_F(JobRunnerTest, PassesTheWarmStartCheckpoint) {
@@ -137,7 +137,7 @@ TEST_F(JobRunnerTest, PassesTheWarmStartCheckpoint) {
   runner().Start(a);
   ASSERT_TRUE(reports_.WaitExit("j1", 1).has_value());
   EXPECT_THAT(reports_.Log("j1", 1),
-              HasSubstr("--threads 1 --warm-start "
+              HasSubstr("--threads 1 --lease-fd 0 --warm-start "
                         "/shared/ckpt/j-000007/step-00000200\n"));
 }
 
@@ -357,6 +357,21 @@ TEST_F(JobRunnerTest, MissingTrainBinaryFailsTheJob) {
   for (const auto& u : reports_.Updates("j1", 1)) EXPECT_FALSE(u.has_started());
   EXPECT_TRUE(runner().WaitIdle(absl::Now() + absl::Seconds(10)));
   EXPECT_EQ(runner().free_cpu_slots(), 2);
+}
+
+// A job is told on stdin how long the worker's lease still runs, when it
+// starts and each time the lease is renewed ("-1": no lease).
+TEST_F(JobRunnerTest, JobsAreToldTheLeaseOnStdin) {
+  runner().RenewLeases(absl::Now() + absl::Seconds(5));
+  Start("j1", "lease");
+  ASSERT_TRUE(WaitEvent("j1", TrainerEvent::kStarted));
+  runner().RenewLeases(absl::InfiniteFuture());
+  auto exit = reports_.WaitExit("j1", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 0);
+  const std::string log = reports_.Log("j1", 1);
+  EXPECT_THAT(log, ::testing::ContainsRegex("lease: (4[0-9]{3}|5000)\n"));
+  EXPECT_THAT(log, HasSubstr("lease: -1\n"));
 }
 
 TEST_F(JobRunnerTest, CancelTerminatesAndReportsCancelled) {

@@ -132,14 +132,18 @@ void ServerLink::Loop() {
                         << ": " << status << "; reconnecting";
     } else {
       delegate_->OnConnectFailed(status);
+      const bool taken = absl::IsAlreadyExists(status);
       if (!reported_refusal && (absl::IsUnauthenticated(status) ||
-                                absl::IsPermissionDenied(status))) {
+                                absl::IsPermissionDenied(status) || taken)) {
         // Said once, even after an earlier "cannot reach": a refusal is what
-        // the operator must act on.
+        // the operator must act on. A worker id in use is tried again: the
+        // other process may be gone by then.
         reported_refusal = reported_failure = true;
         YARD_LOG(ERROR) << "the server at " << options_.server_address
                         << " refused this worker: " << status
-                        << "; check --token-file and the TLS certificate";
+                        << (taken ? "; retrying until it is free"
+                                  : "; check --token-file and the TLS "
+                                    "certificate");
       } else if (!reported_failure) {
         reported_failure = true;
         YARD_LOG(WARNING) << "cannot reach the server at "
@@ -381,24 +385,35 @@ void ServerLink::OnHelloAck(const trainyard::v1::HelloAck& ack) {
   interval = std::clamp(interval, kMinHeartbeat, kMaxHeartbeat);
   YARD_LOG(INFO) << "connected to " << options_.server_address
                  << " (heartbeat every " << interval << ")";
-  absl::MutexLock lock(&mu_);
-  acked_ = true;
-  heartbeat_interval_ = interval;
-  hello_deadline_ = absl::InfiniteFuture();
-  server_acks_ = ack.acks_heartbeats();
-  lease_ = absl::Milliseconds(std::max(ack.lease_ms(), 0));
-  // Only a server that answers heartbeats can tell the worker it is heard.
-  if (server_acks_) contact_.HelloAnswered(hello_sent_, lease_, interval);
+  absl::Time deadline;
+  {
+    absl::MutexLock lock(&mu_);
+    acked_ = true;
+    heartbeat_interval_ = interval;
+    hello_deadline_ = absl::InfiniteFuture();
+    server_acks_ = ack.acks_heartbeats();
+    lease_ = absl::Milliseconds(std::max(ack.lease_ms(), 0));
+    // Only a server that answers heartbeats can tell the worker it is heard.
+    if (server_acks_) contact_.HelloAnswered(hello_sent_, lease_, interval);
+    deadline = contact_.Deadline();
+  }
+  delegate_->OnLeaseRenewed(deadline);
 }
 
 void ServerLink::OnHeartbeatAck(const trainyard::v1::HeartbeatAck& ack) {
-  absl::MutexLock lock(&mu_);
-  for (const trainyard::v1::ReportAck& r : ack.reports()) {
-    queue_.Ack(r.job_id(), r.attempt(), r.sequence());
+  absl::Time before, after;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const trainyard::v1::ReportAck& r : ack.reports()) {
+      queue_.Ack(r.job_id(), r.attempt(), r.sequence());
+    }
+    before = contact_.Deadline();
+    if (ack.heartbeat_sequence() > 0) {
+      contact_.HeartbeatAnswered(ack.heartbeat_sequence());
+    }
+    after = contact_.Deadline();
   }
-  if (ack.heartbeat_sequence() > 0) {
-    contact_.HeartbeatAnswered(ack.heartbeat_sequence());
-  }
+  if (after != before) delegate_->OnLeaseRenewed(after);
 }
 
 void ServerLink::ReadLoop(Stream& stream) {

@@ -76,6 +76,10 @@ class ServerLink {
     // this worker lost and re-queues its jobs. On the watchdog thread, once
     // per loss of contact.
     virtual void OnLeaseExpired() {}
+    // The server heard this worker again: its lease (as the worker counts
+    // it, with a margin) now runs out at `deadline`. On the reader thread,
+    // after each answered hello and heartbeat.
+    virtual void OnLeaseRenewed(absl::Time /*deadline*/) {}
     // A stream ended before the server answered its hello: the server could
     // not be reached, or refused this worker (UNAUTHENTICATED,
     // PERMISSION_DENIED). On the link's thread, once per try.

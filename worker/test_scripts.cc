@@ -66,6 +66,14 @@ rank_fails)
   if [ "$YARD_RANK" = 1 ]; then echo 'rank one gives up' >&2; exit 1; fi
   echo '{"started":{"totalSteps":"10"}}'
   exec sleep 1000 ;;
+lease)
+  read first
+  echo "lease: $first" >&2
+  echo '{"started":{"totalSteps":"10"}}'
+  read second
+  echo "lease: $second" >&2
+  echo '{"finished":{"step":"10"}}'
+  exit 0 ;;
 ignore_term)
   trap '' TERM
   echo '{"started":{"totalSteps":"10"}}'

@@ -1,13 +1,27 @@
 #include "worker/worker.h"
 
+#include <random>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "common/log.h"
 
 namespace trainyard::worker {
 
+namespace {
+
+// 16 random hex digits.
+std::string NewInstanceId() {
+  std::random_device random;
+  return absl::StrFormat("%08x%08x", random(), random());
+}
+
+}  // namespace
+
 Worker::Worker(WorkerConfig config)
     : config_(std::move(config)),
+      instance_id_(config_.instance_id.empty() ? NewInstanceId()
+                                               : config_.instance_id),
       link_(std::make_unique<ServerLink>(config_.link, this)),
       runner_(std::make_unique<JobRunner>(
           config_.runner,
@@ -50,6 +64,7 @@ trainyard::v1::WorkerHello Worker::Hello() {
   hello.set_worker_id(config_.worker_id);
   hello.set_hostname(config_.hostname);
   hello.set_version(kWorkerVersion);
+  hello.set_instance_id(instance_id_);
   for (const trainyard::v1::Device& d : config_.devices)
     *hello.add_devices() = d;
   hello.set_cpu_slots(config_.runner.cpu_slots);
@@ -73,6 +88,10 @@ void Worker::OnLeaseExpired() {
     YARD_LOG(WARNING) << "stopped " << stopped
                       << " job(s): the server can no longer hear this worker";
   }
+}
+
+void Worker::OnLeaseRenewed(absl::Time deadline) {
+  runner_->RenewLeases(deadline);
 }
 
 void Worker::OnServerMessage(const trainyard::v1::ServerMessage& message) {

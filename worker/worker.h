@@ -29,6 +29,8 @@ inline constexpr char kWorkerVersion[] = "0.1.0";
 struct WorkerConfig {
   std::string worker_id;
   std::string hostname;
+  // WorkerHello.instance_id; empty: a random one made for this Worker.
+  std::string instance_id;
   std::vector<trainyard::v1::Device> devices;
   JobRunnerOptions runner;  // cpu_slots and gpus come from here
   ServerLinkOptions link;
@@ -65,9 +67,11 @@ class Worker : public ServerLink::Delegate {
   std::vector<trainyard::v1::Device> DeviceFigures() override;
   void OnServerMessage(const trainyard::v1::ServerMessage& message) override;
   void OnLeaseExpired() override;
+  void OnLeaseRenewed(absl::Time deadline) override;
 
  private:
   const WorkerConfig config_;
+  const std::string instance_id_;
   // The link outlives the runner: the runner reports into it to the end.
   std::unique_ptr<ServerLink> link_;
   std::unique_ptr<JobRunner> runner_;

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/grpc_credentials.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "server/metrics_endpoint.h"
 #include "worker/device_discovery.h"
 #include "worker/device_telemetry.h"
@@ -217,7 +219,10 @@ absl::StatusOr<std::string> JoinToken(const WorkerFlags& flags) {
     return ReadTokenFile(flags.token_file, "--token-file");
   }
   const char* env = std::getenv("YARD_TOKEN");
-  if (env != nullptr && *env != '\0') return std::string(env);
+  if (env != nullptr && *env != '\0') {
+    RETURN_IF_ERROR(CheckBearerToken(env, "$YARD_TOKEN"));
+    return std::string(env);
+  }
   return absl::InvalidArgumentError(
       "a worker join token is required: --token-file FILE or $YARD_TOKEN "
       "(the server writes one to STATE_DIR/worker.token on first start)");

@@ -87,7 +87,7 @@ absl::Status SetFlag(WorkerFlags& flags, const std::string& name,
     if (!n.ok()) return n.status();
     flags.shutdown_grace = absl::Milliseconds(*n);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    return absl::NotFoundError(absl::StrCat("unknown flag --", name));
   }
   return absl::OkStatus();
 }
@@ -185,10 +185,18 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(
     } else if (i + 1 < args.size()) {
       value = args[++i];
     } else {
+      // Last and without a value: say so of a known flag only.
+      WorkerFlags scratch;
+      absl::Status known = SetFlag(scratch, name, "");
+      if (known.code() == absl::StatusCode::kNotFound) {
+        return absl::InvalidArgumentError(known.message());
+      }
       return absl::InvalidArgumentError(
           absl::StrCat("--", name, " needs a value"));
     }
-    if (absl::Status s = SetFlag(flags, name, value); !s.ok()) return s;
+    if (absl::Status s = SetFlag(flags, name, value); !s.ok()) {
+      return absl::InvalidArgumentError(s.message());
+    }
   }
   if (flags.server.empty()) flags.server = std::string(env_server);
   if (absl::Status s = CheckFlags(flags); !s.ok()) return s;

@@ -101,6 +101,7 @@ TEST(ParseWorkerFlagsTest, BadInputsNameTheFlag) {
       {{"--server=h:1", "--work-dir=w", "--gpus=0,-1"}, "got \"0,-1\""},
       {{"--server=h:1", "--work-dir=w", "--bogus=1"}, "unknown flag --bogus"},
       {{"--server=h:1", "--work-dir"}, "--work-dir needs a value"},
+      {{"--server=h:1", "--work-dir=w", "--bogus"}, "unknown flag --bogus"},
       {{"--server=h:1", "--work-dir=w", "extra"},
        "unexpected argument \"extra\""},
       {{"--server=h:1", "--work-dir=w", "--"}, "unexpected argument \"--\""},
