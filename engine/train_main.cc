@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/types/span.h"
 #include "common/log.h"
 #include "engine/core/gpt_sampler.h"
 #include "engine/dist/socket_collective.h"
@@ -57,6 +59,7 @@ constexpr char kSynopsis[] =
     "FD]\n"
     "       yard-train sample CHECKPOINT_DIR [--tokens N] [--temperature T]\n"
     "                         [--top-k K] [--seed S] [--prompt TEXT]\n"
+    "                         [--threads N]\n"
     "       yard-train export CHECKPOINT_DIR OUT_DIR\n";
 
 constexpr char kHelp[] =
@@ -123,31 +126,126 @@ struct Args {
   int lease_fd = -1;       // -1: no lease to watch
 };
 
-// The flags of `run` and `sample`, each taking a value.
-constexpr std::string_view kRunFlags[] = {"--data-root",
-                                          "--checkpoint-dir",
-                                          "--warm-start",
-                                          "--threads",
-                                          "--progress",
-                                          "--rank",
-                                          "--world-size",
-                                          "--rendezvous",
-                                          "--rendezvous-host",
-                                          "--device",
-                                          "--allreduce-bucket-mb",
-                                          "--lease-fd"};
-constexpr std::string_view kSampleFlags[] = {
-    "--tokens", "--temperature", "--top-k", "--seed", "--threads", "--prompt"};
+// A flag taking a value, and how the value lands in the arguments T: the
+// message for a bad value, or "" when it is good.
+template <typename T>
+struct ValueFlag {
+  std::string_view name;
+  std::string (*apply)(absl::string_view flag, const std::string& value,
+                       T* args);
+};
 
-// The message for `flag` given last, without its value.
-template <size_t N>
-std::string MissingValue(const std::string& flag,
-                         const std::string_view (&known)[N]) {
-  for (std::string_view k : known) {
-    if (flag == k) return absl::StrCat(flag, " needs a value");
+// Reads `value` into *out when it is an integer in [lo, hi].
+template <typename Int>
+std::string IntIn(absl::string_view flag, const std::string& value, Int lo,
+                  Int hi, Int* out) {
+  Int v;
+  if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
+    return hi == std::numeric_limits<Int>::max()
+               ? absl::StrCat(flag, " must be an integer of at least ", lo,
+                              ", got '", value, "'")
+               : absl::StrCat(flag, " must be an integer in [", lo, ", ", hi,
+                              "], got '", value, "'");
   }
-  return absl::StrCat("unknown flag ", flag);
+  *out = v;
+  return "";
 }
+
+// Parses the flags (--name VALUE or --name=VALUE) and positional arguments
+// of argv after the command; the positional ones go to *positional, at most
+// `max_positional` of them. Returns the message for stderr, "" when all is
+// well.
+template <typename T>
+std::string ParseFlags(const std::vector<std::string>& argv,
+                       absl::Span<const ValueFlag<T>> flags, T* args,
+                       std::vector<std::string>* positional,
+                       size_t max_positional) {
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg.rfind("--", 0) != 0) {
+      if (positional->size() == max_positional) {
+        return absl::StrCat("unexpected argument '", arg, "'");
+      }
+      positional->push_back(arg);
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const ValueFlag<T>* flag = nullptr;
+    for (const ValueFlag<T>& f : flags) {
+      if (f.name == name) flag = &f;
+    }
+    if (flag == nullptr) return absl::StrCat("unknown flag ", name);
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < argv.size()) {
+      value = argv[++i];
+    } else {
+      return absl::StrCat(name, " needs a value");
+    }
+    if (std::string error = flag->apply(name, value, args); !error.empty()) {
+      return error;
+    }
+  }
+  return "";
+}
+
+// For the flags whose value is taken as it is.
+std::string Set(const std::string& value, std::string* out) {
+  *out = value;
+  return "";
+}
+
+using S = absl::string_view;
+using V = const std::string&;
+
+const ValueFlag<Args> kRunFlags[] = {
+    {"--data-root", [](S, V v, Args* a) { return Set(v, &a->data_root); }},
+    {"--checkpoint-dir",
+     [](S, V v, Args* a) { return Set(v, &a->checkpoint_dir); }},
+    {"--warm-start",
+     [](S, V v, Args* a) {
+       a->warm_start = v;
+       return std::string(
+           v.empty() ? "--warm-start needs a checkpoint directory" : "");
+     }},
+    {"--threads",
+     [](S f, V v, Args* a) { return IntIn(f, v, 1, 256, &a->threads); }},
+    {"--progress",
+     [](S, V v, Args* a) {
+       a->json = v == "json";
+       return v == "text" || v == "json"
+                  ? std::string()
+                  : absl::StrCat("--progress must be text or json, got '", v,
+                                 "'");
+     }},
+    {"--rank",
+     [](S f, V v, Args* a) { return IntIn(f, v, 0, 4096, &a->ranks.rank); }},
+    {"--world-size",
+     [](S f, V v, Args* a) {
+       return IntIn(f, v, 0, 4096, &a->ranks.world_size);
+     }},
+    {"--rendezvous",
+     [](S, V v, Args* a) { return Set(v, &a->ranks.rendezvous_file); }},
+    {"--rendezvous-host",
+     [](S, V v, Args* a) { return Set(v, &a->ranks.listen_host); }},
+    {"--device",
+     [](S f, V v, Args* a) { return IntIn(f, v, 0, 1023, &a->device); }},
+    {"--allreduce-bucket-mb",
+     [](S f, V v, Args* a) {
+       return IntIn<int64_t>(f, v, 0, 65536, &a->bucket_mb);
+     }},
+    {"--lease-fd",
+     [](S, V v, Args* a) {
+       return absl::SimpleAtoi(v, &a->lease_fd) && a->lease_fd >= 0 &&
+                      fcntl(a->lease_fd, F_GETFD) >= 0
+                  ? std::string()
+                  : absl::StrCat(
+                        "--lease-fd must be an open file descriptor, got '", v,
+                        "'");
+     }},
+};
 
 // Parses argv; on failure returns the message for stderr.
 std::string ParseArgs(const std::vector<std::string>& argv, Args* args) {
@@ -155,74 +253,14 @@ std::string ParseArgs(const std::vector<std::string>& argv, Args* args) {
     return argv.empty() ? "missing command (run, sample or export)"
                         : absl::StrCat("unknown command '", argv[0], "'");
   }
-  for (size_t i = 1; i < argv.size(); ++i) {
-    std::string flag = argv[i], value;
-    const bool is_flag = flag.rfind("--", 0) == 0;
-    if (is_flag && flag.find('=') != std::string::npos) {
-      value = flag.substr(flag.find('=') + 1);
-      flag = flag.substr(0, flag.find('='));
-    } else if (is_flag) {
-      if (i + 1 >= argv.size()) return MissingValue(flag, kRunFlags);
-      value = argv[++i];
-    }
-    if (!is_flag) {
-      if (!args->spec_file.empty()) {
-        return absl::StrCat("unexpected argument '", flag, "'");
-      }
-      args->spec_file = flag;
-    } else if (flag == "--data-root") {
-      args->data_root = value;
-    } else if (flag == "--checkpoint-dir") {
-      args->checkpoint_dir = value;
-    } else if (flag == "--warm-start") {
-      if (value.empty()) return "--warm-start needs a checkpoint directory";
-      args->warm_start = value;
-    } else if (flag == "--threads") {
-      if (!absl::SimpleAtoi(value, &args->threads) || args->threads < 1 ||
-          args->threads > 256) {
-        return absl::StrCat("--threads must be an integer in [1, 256], got '",
-                            value, "'");
-      }
-    } else if (flag == "--progress") {
-      if (value != "text" && value != "json") {
-        return absl::StrCat("--progress must be text or json, got '", value,
-                            "'");
-      }
-      args->json = value == "json";
-    } else if (flag == "--rank" || flag == "--world-size") {
-      int* dst = flag == "--rank" ? &args->ranks.rank : &args->ranks.world_size;
-      if (!absl::SimpleAtoi(value, dst) || *dst < 0 || *dst > 4096) {
-        return absl::StrCat(flag, " must be an integer in [0, 4096], got '",
-                            value, "'");
-      }
-    } else if (flag == "--rendezvous") {
-      args->ranks.rendezvous_file = value;
-    } else if (flag == "--rendezvous-host") {
-      args->ranks.listen_host = value;
-    } else if (flag == "--device") {
-      if (!absl::SimpleAtoi(value, &args->device) || args->device < 0 ||
-          args->device > 1023) {
-        return absl::StrCat("--device must be an integer in [0, 1023], got '",
-                            value, "'");
-      }
-    } else if (flag == "--allreduce-bucket-mb") {
-      if (!absl::SimpleAtoi(value, &args->bucket_mb) || args->bucket_mb < 0 ||
-          args->bucket_mb > 65536) {
-        return absl::StrCat(
-            "--allreduce-bucket-mb must be an integer in [0, 65536], got '",
-            value, "'");
-      }
-    } else if (flag == "--lease-fd") {
-      if (!absl::SimpleAtoi(value, &args->lease_fd) || args->lease_fd < 0 ||
-          fcntl(args->lease_fd, F_GETFD) < 0) {
-        return absl::StrCat("--lease-fd must be an open file descriptor, got '",
-                            value, "'");
-      }
-    } else {
-      return absl::StrCat("unknown flag ", flag);
-    }
+  std::vector<std::string> positional;
+  if (std::string error =
+          ParseFlags<Args>(argv, kRunFlags, args, &positional, 1);
+      !error.empty()) {
+    return error;
   }
-  if (args->spec_file.empty()) return "missing SPEC_FILE";
+  if (positional.empty()) return "missing SPEC_FILE";
+  args->spec_file = positional[0];
   const SocketCollectiveOptions& r = args->ranks;
   if (r.world_size < 1 || r.rank >= r.world_size) {
     return absl::StrCat("--rank ", r.rank, " must be below --world-size ",
@@ -270,41 +308,45 @@ struct SampleArgs {
   int threads = 1;
 };
 
+const ValueFlag<SampleArgs> kSampleFlags[] = {
+    {"--tokens",
+     [](S f, V v, SampleArgs* a) {
+       return IntIn<int64_t>(f, v, 0, 1'000'000, &a->options.tokens);
+     }},
+    {"--temperature",
+     [](S f, V v, SampleArgs* a) {
+       double t;
+       if (!absl::SimpleAtod(v, &t) || !(t >= 0 && t <= 100)) {
+         return absl::StrCat(f, " must be a number in [0, 100], got '", v, "'");
+       }
+       a->options.temperature = t;
+       return std::string();
+     }},
+    {"--top-k",
+     [](S f, V v, SampleArgs* a) {
+       return IntIn<int64_t>(f, v, 0, std::numeric_limits<int64_t>::max(),
+                             &a->options.top_k);
+     }},
+    {"--seed",
+     [](S f, V v, SampleArgs* a) {
+       return IntIn<uint64_t>(f, v, 0, std::numeric_limits<uint64_t>::max(),
+                              &a->options.seed);
+     }},
+    {"--threads",
+     [](S f, V v, SampleArgs* a) { return IntIn(f, v, 1, 256, &a->threads); }},
+    {"--prompt", [](S, V v, SampleArgs* a) { return Set(v, &a->prompt); }},
+};
+
 std::string ParseSampleArgs(const std::vector<std::string>& argv,
                             SampleArgs* args) {
-  for (size_t i = 1; i < argv.size(); ++i) {
-    const std::string& flag = argv[i];
-    if (flag.rfind("--", 0) != 0) {
-      if (!args->dir.empty())
-        return absl::StrCat("unexpected argument '", flag, "'");
-      args->dir = flag;
-      continue;
-    }
-    if (i + 1 >= argv.size()) return MissingValue(flag, kSampleFlags);
-    const std::string& value = argv[++i];
-    bool ok = true;
-    if (flag == "--tokens") {
-      ok = absl::SimpleAtoi(value, &args->options.tokens) &&
-           args->options.tokens >= 0 && args->options.tokens <= 1'000'000;
-    } else if (flag == "--temperature") {
-      ok = absl::SimpleAtod(value, &args->options.temperature) &&
-           args->options.temperature >= 0 && args->options.temperature <= 100;
-    } else if (flag == "--top-k") {
-      ok = absl::SimpleAtoi(value, &args->options.top_k) &&
-           args->options.top_k >= 0;
-    } else if (flag == "--seed") {
-      ok = absl::SimpleAtoi(value, &args->options.seed);
-    } else if (flag == "--threads") {
-      ok = absl::SimpleAtoi(value, &args->threads) && args->threads >= 1 &&
-           args->threads <= 256;
-    } else if (flag == "--prompt") {
-      args->prompt = value;
-    } else {
-      return absl::StrCat("unknown flag ", flag);
-    }
-    if (!ok) return absl::StrCat("bad value '", value, "' for ", flag);
+  std::vector<std::string> positional;
+  if (std::string error =
+          ParseFlags<SampleArgs>(argv, kSampleFlags, args, &positional, 1);
+      !error.empty()) {
+    return error;
   }
-  if (args->dir.empty()) return "missing CHECKPOINT_DIR";
+  if (positional.empty()) return "missing CHECKPOINT_DIR";
+  args->dir = positional[0];
   return "";
 }
 
