@@ -17,6 +17,7 @@
 #include "client/checkpoint_download.h"
 #include "client/output_format.h"
 #include "client/sweep.h"
+#include "common/field_errors.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "spec/spec.h"
@@ -338,9 +339,9 @@ int ReadSubmitPlan(const CliArgs& args, SubmitPlan* plan, std::ostream& err) {
 namespace {
 
 // Whether the server's error is about the request id rather than the spec
-// (its messages about the request start with the field's name).
+// (the field its status details name).
 bool AboutRequestId(const absl::Status& s) {
-  return absl::StartsWith(s.message(), "request_id");
+  return IsAboutField(s, "request_id");
 }
 
 // The server's INVALID_ARGUMENT about a submitted spec says which file it

@@ -16,6 +16,8 @@
 #include "client/commands.h"
 #include "client/in_process_server_test_support.h"
 #include "client/job_client.h"
+#include "common/field_errors.h"
+#include "common/rpc_status.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -59,10 +61,9 @@ class FakeJobs final : public v1::JobService::Service {
                                        ", got ", req->spec().optimizer().lr()));
     }
     if (static_cast<int>(req->request_id().size()) > max_request_id) {
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("request_id: at most ", max_request_id, " bytes, got ",
-                       req->request_id().size()));
+      return ToGrpcStatus(InvalidFieldError(
+          "request_id", absl::StrCat("at most ", max_request_id, " bytes, got ",
+                                     req->request_id().size())));
     }
     *resp->mutable_job()->mutable_spec() = req->spec();
     resp->mutable_job()->set_name(req->spec().name());
@@ -71,10 +72,10 @@ class FakeJobs final : public v1::JobService::Service {
     if (auto it = by_request.find(req->request_id());
         !req->request_id().empty() && it != by_request.end()) {
       if (!MessageDifferencer::Equals(specs[it->second], req->spec())) {
-        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                            absl::StrCat("request_id ", req->request_id(),
-                                         " was already used by job ",
-                                         it->second, " with a different spec"));
+        return ToGrpcStatus(FieldError(
+            absl::StatusCode::kAlreadyExists, "request_id",
+            absl::StrCat(req->request_id(), " was already used by job ",
+                         it->second, " with a different spec")));
       }
       resp->mutable_job()->set_id(it->second);
       resp->set_already_existed(true);
@@ -408,7 +409,7 @@ TEST_F(SubmitCommandTest, ASweepsRequestIdsAreCheckedFirst) {
   EXPECT_EQ(err_.str(),
             "yard: error: sweep job 1 of 2 (mnist-mlp seed=7) (request id "
             "sx-1: the sweep's and the job's number): --request-id: "
-            "request_id sx-1 was already used by job j-1 with a different "
+            "request_id: sx-1 was already used by job j-1 with a different "
             "spec\n");
   EXPECT_EQ(out_.str(), "");
   for (const v1::SubmitJobRequest& r : Requests()) {
@@ -420,7 +421,7 @@ TEST_F(SubmitCommandTest, ASweepsRequestIdsAreCheckedFirst) {
   err_.str("");
   EXPECT_EQ(Submit({"--request-id", "sx-2"}), kExitInvalidArgument);
   EXPECT_EQ(err_.str(),
-            "yard: error: --request-id: request_id sx-2 was already used by "
+            "yard: error: --request-id: request_id: sx-2 was already used by "
             "job j-2 with a different spec\n");
 }
 

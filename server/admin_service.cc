@@ -1,5 +1,6 @@
 #include "server/admin_service.h"
 
+#include "common/field_errors.h"
 #include "common/log.h"
 #include "common/rpc_status.h"
 
@@ -40,7 +41,7 @@ grpc::Status AdminServiceImpl::RevokeToken(
   absl::StatusOr<Caller> caller = auth_->ForAdmin(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (request->id().empty()) {
-    return ToGrpcStatus(absl::InvalidArgumentError("id: required"));
+    return ToGrpcStatus(InvalidFieldError("id", "required"));
   }
   absl::StatusOr<v1::TokenInfo> info = store_->RevokeToken(request->id());
   if (!info.ok()) return ToGrpcStatus(info.status());

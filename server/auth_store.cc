@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/tokens.h"
@@ -143,13 +144,13 @@ absl::StatusOr<CreatedToken> AuthStore::CreateToken(
   RETURN_IF_ERROR(CheckTenantName(tenant, "tenant"));
   if (role == v1::TOKEN_ROLE_UNSPECIFIED) role = v1::TENANT;
   if (!v1::TokenRole_IsValid(role)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("role: ", static_cast<int>(role), " is not a role"));
+    return InvalidFieldError(
+        "role", absl::StrCat(static_cast<int>(role), " is not a role"));
   }
   if (description.size() > kMaxTokenDescription) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "description: ", description.size(), " bytes, at most ",
-        kMaxTokenDescription));
+    return InvalidFieldError(
+        "description", absl::StrCat(description.size(), " bytes, at most ",
+                                    kMaxTokenDescription));
   }
   ASSIGN_OR_RETURN(NewToken fresh, GenerateToken());
   const absl::Time now = clock_->Now();
@@ -223,9 +224,9 @@ absl::StatusOr<v1::Tenant> AuthStore::SetTenant(const v1::Tenant& in) {
   v1::Tenant t = in;
   if (t.weight() == 0) t.set_weight(1);
   if (!(t.weight() > 0 && t.weight() <= kMaxTenantWeight)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tenant.weight: ", t.weight(), " is outside (0, ", kMaxTenantWeight,
-        "]"));
+    return InvalidFieldError(
+        "tenant.weight",
+        absl::StrCat(t.weight(), " is outside (0, ", kMaxTenantWeight, "]"));
   }
   if (t.max_gpus() < 0 || t.max_queued_jobs() < 0 || t.max_cpu_slots() < 0) {
     return absl::InvalidArgumentError(

@@ -13,6 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/field_errors.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "engine/core/checkpoint.h"
@@ -115,8 +116,8 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListJobCheckpoints(
 absl::StatusOr<int64_t> PickCheckpoint(
     const v1::Job& job, const v1::DownloadCheckpointRequest& request) {
   if (request.step() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step: must be >= 0, got ", request.step()));
+    return InvalidFieldError(
+        "step", absl::StrCat("must be >= 0, got ", request.step()));
   }
   if (request.best() && request.step() > 0) {
     return absl::InvalidArgumentError("step and best: give one or the other");
@@ -154,15 +155,17 @@ absl::Status StreamCheckpoint(
   if (!from.file.empty()) {
     while (first < std::size(kFiles) && from.file != kFiles[first]) ++first;
     if (first == std::size(kFiles)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "resume_file: \"", absl::CHexEscape(from.file.substr(0, 64)),
-          "\" is not a file of a checkpoint"));
+      return InvalidFieldError(
+          "resume_file",
+          absl::StrCat("\"", absl::CHexEscape(from.file.substr(0, 64)),
+                       "\" is not a file of a checkpoint"));
     }
   }
   if (from.offset < 0 || (from.file.empty() && from.offset != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resume_offset: ", from.offset,
-        from.file.empty() ? " without resume_file" : " is negative"));
+    return InvalidFieldError(
+        "resume_offset",
+        absl::StrCat(from.offset, from.file.empty() ? " without resume_file"
+                                                    : " is negative"));
   }
   ASSIGN_OR_RETURN(Fd root, OpenJobDir(job));
   if (!root.ok()) return Missing(job, step);
@@ -191,9 +194,10 @@ absl::Status StreamCheckpoint(
     files.emplace_back(std::move(f), st.st_size);
   }
   if (!from.file.empty() && from.offset > files[first].second) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resume_offset: ", from.offset, " is past the end of ", dir_name, "/",
-        from.file, " (", files[first].second, " bytes)"));
+    return InvalidFieldError(
+        "resume_offset",
+        absl::StrCat(from.offset, " is past the end of ", dir_name, "/",
+                     from.file, " (", files[first].second, " bytes)"));
   }
   std::string buffer;
   for (size_t i = first; i < files.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/attempt_usage.h"
@@ -27,9 +28,10 @@ absl::Status RejectUnknownFields(const google::protobuf::Message& message,
   const google::protobuf::UnknownFieldSet& unknown =
       reflection->GetUnknownFields(message);
   if (!unknown.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": unknown field number ", unknown.field(0).number(),
-        " (not part of this server's JobSpec, or sent with the wrong type)"));
+    return InvalidFieldError(
+        path, absl::StrCat("unknown field number ", unknown.field(0).number(),
+                           " (not part of this server's JobSpec, or sent "
+                           "with the wrong type)"));
   }
   std::vector<const google::protobuf::FieldDescriptor*> fields;
   reflection->ListFields(message, &fields);
@@ -119,17 +121,19 @@ void JobLifecycle::WakeScheduler() const {
 absl::StatusOr<SubmitResult> JobLifecycle::Submit(
     const v1::SubmitJobRequest& request, const std::string& tenant) {
   if (!request.has_spec()) {
-    return absl::InvalidArgumentError("spec: required");
+    return InvalidFieldError("spec", "required");
   }
   if (static_cast<int32_t>(request.request_id().size()) >
       options_.max_request_id_length) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request_id: at most ", options_.max_request_id_length,
-                     " bytes, got ", request.request_id().size()));
+    return InvalidFieldError(
+        "request_id",
+        absl::StrCat("at most ", options_.max_request_id_length, " bytes, got ",
+                     request.request_id().size()));
   }
   RETURN_IF_ERROR(RejectUnknownFields(request.spec(), "spec"));
   v1::JobSpec spec = spec::WithDefaults(request.spec());
-  RETURN_IF_ERROR(spec::ValidateJobSpec(spec, options_.validation));
+  RETURN_IF_ERROR(
+      PrefixFields("spec.", spec::ValidateJobSpec(spec, options_.validation)));
 
   v1::Job job;
   job.set_tenant(tenant);
@@ -142,9 +146,10 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
                                                            spec)) {
       return absl::OkStatus();
     }
-    return absl::AlreadyExistsError(absl::StrCat(
-        "request_id ", request.request_id(), " was already used by job ",
-        earlier.job.id(), " with a different spec"));
+    return FieldError(
+        absl::StatusCode::kAlreadyExists, "request_id",
+        absl::StrCat(request.request_id(), " was already used by job ",
+                     earlier.job.id(), " with a different spec"));
   };
   if (request.validate_only()) {
     ASSIGN_OR_RETURN(std::optional<JobRecord> earlier,
@@ -153,16 +158,16 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
       RETURN_IF_ERROR(reuse(*earlier));
       return SubmitResult{std::move(earlier->job), true};
     }
-    RETURN_IF_ERROR(CheckSourceJobs(spec, tenant));
+    RETURN_IF_ERROR(PrefixFields("spec.", CheckSourceJobs(spec, tenant)));
     return SubmitResult{std::move(job), false};
   }
   job.set_request_id(request.request_id());
   // Only for a new job: a retried submission gets the job its first try
   // made even if a dependency has failed since.
-  ASSIGN_OR_RETURN(JobStore::Created created,
-                   store_->CreateJob(std::move(job), [&] {
-                     return CheckSourceJobs(spec, tenant);
-                   }));
+  ASSIGN_OR_RETURN(
+      JobStore::Created created, store_->CreateJob(std::move(job), [&] {
+        return PrefixFields("spec.", CheckSourceJobs(spec, tenant));
+      }));
   if (created.already_existed) RETURN_IF_ERROR(reuse(created.record));
   if (!created.already_existed) {
     YARD_LOG(INFO) << "job " << created.record.job.id() << " submitted"
@@ -180,8 +185,7 @@ absl::StatusOr<v1::Job> JobLifecycle::OwnJob(const std::string& id,
                                              absl::string_view field) const {
   absl::StatusOr<JobRecord> r = store_->GetJob(id);
   if (absl::IsNotFound(r.status()) || (r.ok() && r->job.tenant() != tenant)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": job ", id, " not found"));
+    return InvalidFieldError(field, absl::StrCat("job ", id, " not found"));
   }
   RETURN_IF_ERROR(r.status());
   return std::move(r->job);
@@ -195,9 +199,9 @@ absl::Status JobLifecycle::CheckDependencies(const v1::JobSpec& spec,
     ASSIGN_OR_RETURN(v1::Job dep, OwnJob(id, tenant, "depends_on"));
     const v1::JobState state = dep.state();
     if (IsTerminal(state) && state != v1::SUCCEEDED) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("depends_on: job ", id, " ended ", JobStateName(state),
-                       ", so this job could never start"));
+      return FieldError(absl::StatusCode::kFailedPrecondition, "depends_on",
+                        absl::StrCat("job ", id, " ended ", JobStateName(state),
+                                     ", so this job could never start"));
     }
   }
   return absl::OkStatus();

@@ -2,6 +2,7 @@
 // scheduler pass, fake workers' reports, cancellation.
 #include "server/job_lifecycle.h"
 
+#include "common/field_errors.h"
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -135,7 +136,8 @@ TEST_F(JobLifecycleTest, ValidateOnlyChecksLikeASubmitAndStoresNothing) {
   auto conflict = lifecycle_->Submit(reused);
   EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(conflict.status().message(),
-              HasSubstr("request_id req-1 was already used by job " + first));
+              HasSubstr("request_id: req-1 was already used by job " + first));
+  EXPECT_EQ(FieldViolations(conflict.status()).at(0).field, "request_id");
   *reused.mutable_spec() = Job(first).job.spec();
   auto same = lifecycle_->Submit(reused);
   ASSERT_TRUE(same.ok()) << same.status();

@@ -1,6 +1,7 @@
 #include "server/job_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "common/proto_time.h"
 #include "common/rpc_status.h"
 #include "common/status_macros.h"
@@ -13,7 +14,7 @@ namespace trainyard::server {
 namespace {
 
 absl::Status RequireJobId(const std::string& job_id) {
-  if (job_id.empty()) return absl::InvalidArgumentError("job_id: required");
+  if (job_id.empty()) return InvalidFieldError("job_id", "required");
   return absl::OkStatus();
 }
 
@@ -23,8 +24,9 @@ constexpr size_t kMaxReasonLength = 1024;
 
 absl::Status CheckReason(const std::string& reason) {
   if (reason.size() <= kMaxReasonLength) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "reason: at most ", kMaxReasonLength, " bytes, got ", reason.size()));
+  return InvalidFieldError(
+      "reason", absl::StrCat("at most ", kMaxReasonLength, " bytes, got ",
+                             reason.size()));
 }
 
 // What the store says about a job id that does not exist.
@@ -115,15 +117,16 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
   query.tenant = *std::move(tenant);
   if (static_cast<int64_t>(request->name_contains().size()) >
       spec::kMaxNameLength) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("name_contains: at most ", spec::kMaxNameLength,
-                     " bytes, got ", request->name_contains().size())));
+    return ToGrpcStatus(InvalidFieldError(
+        "name_contains",
+        absl::StrCat("at most ", spec::kMaxNameLength, " bytes, got ",
+                     request->name_contains().size())));
   }
   query.name_contains = request->name_contains();
   for (int state : request->states()) {
     if (!IsKnownState(static_cast<v1::JobState>(state))) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("states: ", state, " is not a job state")));
+      return ToGrpcStatus(InvalidFieldError(
+          "states", absl::StrCat(state, " is not a job state")));
     }
     query.states.push_back(static_cast<v1::JobState>(state));
   }
@@ -213,8 +216,9 @@ grpc::Status JobServiceImpl::GetJobLogs(
     grpc::ServerContext* context, const v1::GetJobLogsRequest* request,
     grpc::ServerWriter<v1::LogChunk>* writer) {
   if (request->tail_lines() < 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("tail_lines: must be >= 0, got ", request->tail_lines())));
+    return ToGrpcStatus(InvalidFieldError(
+        "tail_lines",
+        absl::StrCat("must be >= 0, got ", request->tail_lines())));
   }
   if (request->tail_lines() > 0 && request->offset() != 0) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -256,8 +260,8 @@ grpc::Status JobServiceImpl::DownloadCheckpoint(
   absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
   if (!seen.ok()) return ToGrpcStatus(seen.status());
   if (!request->resume_file().empty() && request->step() <= 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        "resume_file: needs step, the step of the checkpoint being resumed"));
+    return ToGrpcStatus(InvalidFieldError(
+        "resume_file", "needs step, the step of the checkpoint being resumed"));
   }
   absl::StatusOr<int64_t> step = PickCheckpoint(seen->record.job, *request);
   if (!step.ok()) return ToGrpcStatus(step.status());

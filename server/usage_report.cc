@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 
@@ -35,9 +36,9 @@ absl::StatusOr<UsageQuery> UsageQueryOf(const v1::GetUsageRequest& request,
   UsageQuery q;
   if (request.has_end_time() &&
       FromProtoTime(request.end_time()) < absl::UnixEpoch()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("end_time: ", Rfc3339(FromProtoTime(request.end_time())),
-                     " is before 1970"));
+    return InvalidFieldError(
+        "end_time", absl::StrCat(Rfc3339(FromProtoTime(request.end_time())),
+                                 " is before 1970"));
   }
   q.end = request.has_end_time()
               ? std::min(FromProtoTime(request.end_time()), now)
@@ -45,16 +46,18 @@ absl::StatusOr<UsageQuery> UsageQueryOf(const v1::GetUsageRequest& request,
   q.start = request.has_start_time() ? FromProtoTime(request.start_time())
                                      : q.end - kDefaultUsageWindow;
   if (q.start < absl::UnixEpoch()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("start_time: ", Rfc3339(q.start), " is before 1970"));
+    return InvalidFieldError("start_time",
+                             absl::StrCat(Rfc3339(q.start), " is before 1970"));
   }
   if (q.start >= q.end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "start_time: ", Rfc3339(q.start), " is not before the window's end ",
-        Rfc3339(q.end),
-        request.has_end_time() && FromProtoTime(request.end_time()) <= now
-            ? " (end_time)"
-            : " (now)"));
+    return InvalidFieldError(
+        "start_time",
+        absl::StrCat(
+            Rfc3339(q.start), " is not before the window's end ",
+            Rfc3339(q.end),
+            request.has_end_time() && FromProtoTime(request.end_time()) <= now
+                ? " (end_time)"
+                : " (now)"));
   }
   q.tenant = request.tenant();
   q.by_job = request.by_job();

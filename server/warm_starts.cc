@@ -1,6 +1,7 @@
 #include "server/warm_starts.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "engine/core/checkpoint.h"
 #include "server/checkpoint_access.h"
 #include "server/job_state.h"
@@ -23,8 +24,7 @@ absl::StatusOr<WarmStartPick> PickWarmStart(const v1::WarmStart& warm_start,
                 absl::IsInvalidArgument(step.status())
             ? absl::StatusCode::kFailedPrecondition
             : step.status().code();
-    return absl::Status(code,
-                        absl::StrCat("warm_start: ", step.status().message()));
+    return FieldError(code, "warm_start", step.status().message());
   }
   WarmStartPick pick;
   pick.checkpoint = absl::StrCat(source.checkpoint_dir(), "/",

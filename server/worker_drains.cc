@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -34,11 +35,12 @@ absl::Status WorkerDrains::Load() {
 absl::StatusOr<v1::WorkerDrain> WorkerDrains::Drain(
     const std::string& worker_id, const std::string& reason, bool keep_jobs) {
   if (worker_id.empty()) {
-    return absl::InvalidArgumentError("worker_id: required");
+    return InvalidFieldError("worker_id", "required");
   }
   if (reason.size() > kMaxDrainReason) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reason: ", reason.size(), " bytes, at most ", kMaxDrainReason));
+    return InvalidFieldError(
+        "reason",
+        absl::StrCat(reason.size(), " bytes, at most ", kMaxDrainReason));
   }
   // A worker not back since a server restart is known if drained already.
   if (!workers_->Knows(worker_id)) return UnknownWorker(worker_id);
@@ -58,7 +60,7 @@ absl::StatusOr<v1::WorkerDrain> WorkerDrains::Drain(
 
 absl::Status WorkerDrains::Undrain(const std::string& worker_id) {
   if (worker_id.empty()) {
-    return absl::InvalidArgumentError("worker_id: required");
+    return InvalidFieldError("worker_id", "required");
   }
   absl::Status deleted = store_->DeleteWorkerDrain(worker_id);
   if (absl::IsNotFound(deleted)) {

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "spec/limits.h"
 #include "spec/spec.h"
 
@@ -37,7 +38,7 @@ constexpr char kModelFolderTokenizer[] = "trainyard_tokenizer.json";
 enum class Kind { kFile, kDirectory };
 
 absl::Status PathError(absl::string_view field, absl::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", msg));
+  return InvalidFieldError(field, msg);
 }
 
 // realpath(3); on failure the errno is kept in *error.

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/field_errors.h"
 #include "common/utf8.h"
 #include "spec/limits.h"
 #include "spec/spec.h"
@@ -55,14 +56,18 @@ std::string FormatCount(int64_t n) {
   return absl::StrReplaceAll(s, {{"e+0", "e"}, {"e+", "e"}});
 }
 
-// Collects "field: problem" lines.
+// Collects the problems of a spec, each about a field.
 class Problems {
  public:
   void Add(absl::string_view field, absl::string_view msg) {
-    list_.push_back(absl::StrCat(field, ": ", msg));
+    list_.push_back({std::string(field), std::string(msg)});
   }
+  // A data path's problems (ResolveDataPath's errors name their field).
   void Add(const absl::Status& s) {
-    if (!s.ok()) list_.emplace_back(s.message());
+    if (s.ok()) return;
+    std::vector<FieldViolation> about = FieldViolations(s);
+    if (about.empty()) about.push_back({"", std::string(s.message())});
+    list_.insert(list_.end(), about.begin(), about.end());
   }
   void Range(absl::string_view field, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi) {
@@ -72,11 +77,11 @@ class Problems {
   size_t size() const { return list_.size(); }
   absl::Status ToStatus() const {
     if (list_.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrJoin(list_, "; "));
+    return FieldErrors(absl::StatusCode::kInvalidArgument, list_);
   }
 
  private:
-  std::vector<std::string> list_;
+  std::vector<FieldViolation> list_;
 };
 
 // Free text shown in listings: at most `max_length` bytes of UTF-8 without

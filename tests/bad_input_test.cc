@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/harness.h"
@@ -55,52 +57,69 @@ struct BadSpec {
   std::string what;
   std::function<void(v1::JobSpec&)> mutate;
   std::vector<std::string> mentions;  // in the gRPC message and CLI stderr
+  // The field the status details (google.rpc.BadRequest) name.
+  std::string field;
 };
 
 std::vector<BadSpec> BadSpecs() {
   return {
       {"absurd steps",
        [](v1::JobSpec& s) { s.set_steps(1'000'000'000'000); },
-       {"steps"}},
-      {"negative steps", [](v1::JobSpec& s) { s.set_steps(-5); }, {"steps"}},
+       {"steps"},
+       "spec.steps"},
+      {"negative steps",
+       [](v1::JobSpec& s) { s.set_steps(-5); },
+       {"steps"},
+       "spec.steps"},
       {"absurd hidden layer",
        [](v1::JobSpec& s) {
          s.mutable_model()->mutable_mlp()->set_hidden(0, 50'000'000);
        },
-       {"model.mlp.hidden"}},
+       {"model.mlp.hidden"},
+       "spec.model.mlp.hidden[0]"},
       {"zero micro batch",
        [](v1::JobSpec& s) { s.mutable_batch()->set_micro_batch(0); },
-       {"batch.micro_batch"}},
-      {"no model", [](v1::JobSpec& s) { s.clear_model(); }, {"model"}},
+       {"batch.micro_batch"},
+       "spec.batch.micro_batch"},
+      {"no model",
+       [](v1::JobSpec& s) { s.clear_model(); },
+       {"model"},
+       "spec.model"},
       {"name too long",
        [](v1::JobSpec& s) { s.set_name(std::string(500, 'n')); },
-       {"name"}},
+       {"name"},
+       "spec.name"},
       {"missing data file",
        [](v1::JobSpec& s) {
          s.mutable_data()->mutable_mnist()->set_images(
              "examples/data/mnist/no-such-file.gz");
        },
-       {"data.mnist.images", "no-such-file.gz"}},
+       {"data.mnist.images", "no-such-file.gz"},
+       "spec.data.mnist.images"},
       {"path escaping the data root",
        [](v1::JobSpec& s) {
          s.mutable_data()->mutable_mnist()->set_images("../../etc/passwd");
        },
-       {"data.mnist.images"}},
+       {"data.mnist.images"},
+       "spec.data.mnist.images"},
       {"absolute path",
        [](v1::JobSpec& s) {
          s.mutable_data()->mutable_mnist()->set_labels("/etc/passwd");
        },
-       {"data.mnist.labels"}},
+       {"data.mnist.labels"},
+       "spec.data.mnist.labels"},
       {"warm start from a job that does not exist",
        [](v1::JobSpec& s) { s.mutable_warm_start()->set_job("j-999999"); },
-       {"warm_start.job", "j-999999"}},
+       {"warm_start.job", "j-999999"},
+       "spec.warm_start.job"},
       {"warm start from a step and the best at once",
        [](v1::JobSpec& s) {
          s.mutable_warm_start()->set_job("j-000001");
          s.mutable_warm_start()->set_step(10);
          s.mutable_warm_start()->set_best(true);
        },
-       {"warm_start", "step and best"}},
+       {"warm_start", "step and best"},
+       "spec.warm_start"},
   };
 }
 
@@ -111,6 +130,12 @@ TEST_F(BadInputTest, BadSpecsOverTheWireAreInvalidArgumentNamingTheField) {
     bad.mutate(spec);
     EXPECT_TRUE(RpcFailedWith(
         SubmitStatus(spec), grpc::StatusCode::INVALID_ARGUMENT, bad.mentions));
+    // Programs read the field from the status details.
+    std::vector<std::string> fields;
+    for (const FieldViolation& v : FieldViolations(Submit(spec).status())) {
+      fields.push_back(v.field);
+    }
+    EXPECT_THAT(fields, ::testing::Contains(bad.field));
   }
   // Bytes that are no SubmitJobRequest at all.
   std::string response;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc_status.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace trainyard::itest {
@@ -62,11 +63,7 @@ absl::Duration StartTimeout() { return Scaled(absl::Seconds(30)); }
 absl::Duration JobTimeout() { return Scaled(absl::Seconds(90)); }
 absl::Duration RpcTimeout() { return Scaled(absl::Seconds(10)); }
 
-absl::Status ToAbsl(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      s.error_message());
-}
+absl::Status ToAbsl(const grpc::Status& s) { return FromGrpcStatus(s); }
 
 ::testing::AssertionResult RpcFailedWith(
     const grpc::Status& s, grpc::StatusCode code,
