@@ -162,8 +162,9 @@ TEST_F(GptJobTest, TrainsOnTokenShardsWithAHoldout) {
   std::ofstream(shard, std::ios::binary | std::ios::app) << "x";
   job.gpt.vocab_size = 50;
   absl::Status s = TrainJob::Create(job, &sink_).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(absl::StartsWith(s.message(), shard)) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "data.tokens.train: " + shard))
+      << s;
 }
 
 TEST_F(GptJobTest, SpecsThatDoNotFitTheTextAreInvalidArgument) {
@@ -185,11 +186,12 @@ TEST_F(GptJobTest, SpecsThatDoNotFitTheTextAreInvalidArgument) {
   job.text->eval = Write("eval.txt", "the zebra");
   EXPECT_EQ(TrainJob::Create(job, &sink_).status().message(),
             "data.text.eval: character U+007A at byte offset 4 is not in the "
-            "vocabulary (built from the training text)");
+            "vocabulary (the vocabulary is the characters of data.text.train)");
   job = Job("bad");
   job.text->train = Write("binary.txt", std::string("ab\xff", 3));
+  // A file that will not parse fails as the spec would: never restarted.
   EXPECT_EQ(TrainJob::Create(job, &sink_).status().code(),
-            absl::StatusCode::kDataLoss);
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -302,14 +302,31 @@ TEST_F(TrainJobTest, GpuJobsNeedOneRankPerGpu) {
       << t.status();
 }
 
-TEST_F(TrainJobTest, UnreadableDataIsDataLoss) {
+// A data file that will not parse would fail again: INVALID_ARGUMENT (never
+// restarted) naming the field; one that cannot be read may pass later.
+TEST_F(TrainJobTest, DataFilesThatWillNotParseAreInvalidNamingTheField) {
   const std::string bad = ::testing::TempDir() + "train_job_test_garbage.gz";
   std::ofstream(bad) << "this is not gzip or idx";
   EngineJob job = Job();
   job.mnist.images = bad;
   absl::StatusOr<std::unique_ptr<TrainJob>> t = TrainJob::Create(job, &sink_);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(absl::StrContains(t.status().message(), bad)) << t.status();
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StartsWith(t.status().message(), "data.mnist.images: " + bad))
+      << t.status();
+  job = Job();
+  job.mnist.labels = bad;
+  t = TrainJob::Create(job, &sink_);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StartsWith(t.status().message(), "data.mnist.labels: " + bad))
+      << t.status();
+  job = Job();
+  job.mnist.images = ::testing::TempDir() + "train_job_test_gone.gz";
+  t = TrainJob::Create(job, &sink_);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kNotFound) << t.status();
+  EXPECT_TRUE(absl::StartsWith(t.status().message(), "data.mnist.images: "))
+      << t.status();
 }
 
 }  // namespace

@@ -16,7 +16,9 @@
 #endif
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "common/log.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
@@ -32,26 +34,43 @@
 namespace trainyard::engine {
 namespace {
 
-// A data file that will not parse is a runtime failure of the job, not a
-// malformed request: report it as DATA_LOSS so callers can tell the two
-// apart from INVALID_ARGUMENT (the spec does not fit the data).
-absl::Status AsDataError(const absl::Status& s) {
-  if (s.ok() || s.code() == absl::StatusCode::kNotFound) return s;
-  return absl::DataLossError(s.message());
+// An error reading the data file of `field`. One that will not parse (bad
+// format, bad UTF-8, too large) is INVALID_ARGUMENT naming the field: it
+// would fail again, so the job fails at once (yard-train exit 2) instead of
+// being restarted. One reading it (a file gone, an I/O error) keeps its
+// code: it may pass on another try or another worker.
+absl::Status AsDataError(absl::string_view field, const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return s;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kResourceExhausted:
+      return InvalidFieldError(field, s.message());
+    default:
+      return absl::Status(s.code(), absl::StrCat(field, ": ", s.message()));
+  }
 }
 
+// `prefix` is "data.mnist." or "data.mnist.eval_": the fields of the two
+// files, told apart by the path the error starts with.
 absl::StatusOr<std::unique_ptr<MnistExamples>> LoadMnist(
-    const std::string& images, const std::string& labels) {
+    absl::string_view prefix, const std::string& images,
+    const std::string& labels) {
   absl::StatusOr<std::unique_ptr<MnistExamples>> set =
       MnistExamples::Load(images, labels);
-  if (!set.ok()) return AsDataError(set.status());
-  return set;
+  if (set.ok()) return set;
+  const bool about_labels = absl::StartsWith(set.status().message(), labels);
+  return AsDataError(absl::StrCat(prefix, about_labels ? "labels" : "images"),
+                     set.status());
 }
 
 // Text files up to 1 GiB; larger corpora belong in token shards.
-absl::StatusOr<std::string> ReadText(const std::string& path) {
+absl::StatusOr<std::string> ReadText(absl::string_view field,
+                                     const std::string& path) {
   absl::StatusOr<std::string> text = ReadWholeFile(path, int64_t{1} << 30);
-  if (!text.ok()) return AsDataError(text.status());
+  if (!text.ok()) return AsDataError(field, text.status());
   return text;
 }
 
@@ -73,10 +92,12 @@ absl::Status LoadShards(const TokenFiles& files, int64_t vocab_size,
                         std::vector<int32_t>* train,
                         std::vector<int32_t>* eval) {
   for (const std::string& path : files.train) {
-    RETURN_IF_ERROR(AsDataError(ReadTokenShard(path, train)));
+    RETURN_IF_ERROR(
+        AsDataError("data.tokens.train", ReadTokenShard(path, train)));
   }
   for (const std::string& path : files.eval) {
-    RETURN_IF_ERROR(AsDataError(ReadTokenShard(path, eval)));
+    RETURN_IF_ERROR(
+        AsDataError("data.tokens.eval", ReadTokenShard(path, eval)));
   }
   for (const auto* set : {train, eval}) {
     const int64_t bad = FirstTokenOutside(*set, vocab_size);
@@ -141,11 +162,13 @@ absl::StatusOr<std::optional<StartingWeights>> ReadStartingWeights(
 }  // namespace
 
 absl::Status TrainJob::LoadMnistData(const EngineJob& job) {
-  ASSIGN_OR_RETURN(std::unique_ptr<MnistExamples> all,
-                   LoadMnist(job.mnist.images, job.mnist.labels));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<MnistExamples> all,
+      LoadMnist("data.mnist.", job.mnist.images, job.mnist.labels));
   if (!job.mnist.eval_images.empty()) {
     ASSIGN_OR_RETURN(std::unique_ptr<MnistExamples> eval,
-                     LoadMnist(job.mnist.eval_images, job.mnist.eval_labels));
+                     LoadMnist("data.mnist.eval_", job.mnist.eval_images,
+                               job.mnist.eval_labels));
     if (eval->feature_dim() != all->feature_dim()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data.mnist.eval_images: ", eval->rows(), "x", eval->cols(),
@@ -165,10 +188,18 @@ absl::Status TrainJob::LoadMnistData(const EngineJob& job) {
   return CheckModelFitsData(job.mlp, *train_);
 }
 
+std::string TrainJob::VocabularyOrigin() const {
+  if (!tokenizer_.has_value() || !tokenizer_->is_char()) return "";
+  return *tokenizer_source_ == '\0'
+             ? " (the vocabulary is the characters of data.text.train)"
+             : absl::StrCat(" (the vocabulary is the ", tokenizer_source_,
+                            " model's)");
+}
+
 absl::Status TrainJob::LoadText(const TextFiles& files, const GptConfig& gpt,
                                 std::vector<int32_t>* train,
                                 std::vector<int32_t>* eval) {
-  ASSIGN_OR_RETURN(std::string text, ReadText(files.train));
+  ASSIGN_OR_RETURN(std::string text, ReadText("data.text.train", files.train));
   if (tokenizer_.has_value()) {
     // From init_from or warm_start: the model's own vocabulary.
     if (tokenizer_->is_char() != files.char_tokenizer) {
@@ -179,8 +210,7 @@ absl::Status TrainJob::LoadText(const TextFiles& files, const GptConfig& gpt,
   } else if (files.char_tokenizer) {
     absl::StatusOr<Tokenizer> chars = Tokenizer::CharsFromText(text);
     if (!chars.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("data.text.train: ", chars.status().message()));
+      return InvalidFieldError("data.text.train", chars.status().message());
     }
     tokenizer_ = *std::move(chars);
   } else {
@@ -195,17 +225,20 @@ absl::Status TrainJob::LoadText(const TextFiles& files, const GptConfig& gpt,
   }
   absl::StatusOr<std::vector<int32_t>> encoded_train = tokenizer_->Encode(text);
   if (!encoded_train.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.text.train: ", encoded_train.status().message()));
+    return InvalidFieldError(
+        "data.text.train",
+        absl::StrCat(encoded_train.status().message(), VocabularyOrigin()));
   }
   *train = *std::move(encoded_train);
   if (!files.eval.empty()) {
-    ASSIGN_OR_RETURN(std::string eval_text, ReadText(files.eval));
+    ASSIGN_OR_RETURN(std::string eval_text,
+                     ReadText("data.text.eval", files.eval));
     absl::StatusOr<std::vector<int32_t>> encoded =
         tokenizer_->Encode(eval_text);
     if (!encoded.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data.text.eval: ", encoded.status().message()));
+      return InvalidFieldError(
+          "data.text.eval",
+          absl::StrCat(encoded.status().message(), VocabularyOrigin()));
     }
     *eval = *std::move(encoded);
   }
@@ -410,7 +443,7 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
       init->gpt->tokenizer.type() != Json::Type::kNull) {
     absl::StatusOr<Tokenizer> tok = Tokenizer::FromJson(init->gpt->tokenizer);
     if (!tok.ok()) {
-      return absl::DataLossError(
+      return absl::InvalidArgumentError(
           absl::StrCat(init->source, ": ", tok.status().message()));
     }
     t->tokenizer_ = *std::move(tok);

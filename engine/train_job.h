@@ -65,6 +65,9 @@ class TrainJob {
   absl::Status LoadText(const TextFiles& files, const GptConfig& gpt,
                         std::vector<int32_t>* train,
                         std::vector<int32_t>* eval);
+  // Where the vocabulary of a CHAR tokenizer came from, for errors about
+  // characters outside it.
+  std::string VocabularyOrigin() const;
 
   // Declaration order is teardown order reversed: the trainer and model free
   // their buffers before the backend goes.

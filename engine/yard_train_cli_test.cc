@@ -333,7 +333,9 @@ TEST_F(YardTrainCliTest, InvalidSpecsExitTwoNamingTheField) {
   }
 }
 
-TEST_F(YardTrainCliTest, CorruptDataExitsOne) {
+// A data file that will not parse would fail again: exit 2, as a bad spec,
+// so that a worker's job fails at once instead of being restarted.
+TEST_F(YardTrainCliTest, CorruptDataExitsTwoNamingTheField) {
   fs::create_directories(dir_ + "/root");
   std::ofstream(dir_ + "/root/images.gz") << "garbage";
   std::ofstream(dir_ + "/root/labels.gz") << "garbage";
@@ -344,7 +346,10 @@ TEST_F(YardTrainCliTest, CorruptDataExitsOne) {
   Result r = RunYardTrain({"run", path, "--data-root", dir_ + "/root",
                            "--checkpoint-dir", dir_ + "/ck"},
                           dir_);
-  EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_TRUE(
+      absl::StartsWith(r.last_stderr_line(), "yard-train: data.mnist.images: "))
+      << r.stderr_text;
   EXPECT_TRUE(absl::StrContains(r.last_stderr_line(), "images.gz"))
       << r.stderr_text;
 }

@@ -367,6 +367,13 @@ TEST_F(ValidationTest, GptOnTextOrTokens) {
   spec.mutable_data()->mutable_text()->set_tokenizer(trainyard::v1::CHAR);
   EXPECT_TRUE(ValidateJobSpec(spec, options_).ok())
       << ValidateJobSpec(spec, options_);
+  // Without data.text.eval the last 10% is held out: early stopping and
+  // the best checkpoint have an evaluation set.
+  spec.mutable_eval()->set_every_steps(5);
+  spec.mutable_eval()->set_patience(2);
+  spec.mutable_checkpoint()->set_keep_best(true);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok())
+      << ValidateJobSpec(spec, options_);
   spec.mutable_model()->mutable_gpt()->set_init_from("../hf");
   EXPECT_EQ(ErrorOf(spec), "model.gpt.init_from: path escapes the data root");
   spec.mutable_warm_start()->set_job("j-000001");

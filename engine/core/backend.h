@@ -109,6 +109,9 @@ inline AttentionFloats AttentionBufferFloats(AttentionState kind, int64_t batch,
   return {rows, rows};
 }
 
+// The epsilon of every LayerNorm (GPT-2's layer_norm_epsilon).
+inline constexpr double kLayerNormEpsilon = 1e-5;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -283,7 +286,8 @@ class Backend {
                                  int64_t seq, int64_t channels) = 0;
 
   // Per row of inp [rows, C]: out = (x - mean) * rstd * weight + bias with
-  // rstd = 1 / sqrt(var + 1e-5); saves mean and rstd [rows] for backward.
+  // rstd = 1 / sqrt(var + kLayerNormEpsilon); saves mean and rstd [rows]
+  // for backward.
   virtual void LayerNormForward(void* out, float* mean, float* rstd,
                                 const void* inp, const void* weight,
                                 const void* bias, int64_t rows,

@@ -1,6 +1,7 @@
 // Hugging Face GPT-2 export and import. See hf_gpt2.h.
 #include "engine/core/hf_gpt2.h"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/core/backend.h"
 #include "engine/core/file_io.h"
 #include "engine/core/safetensors.h"
 
@@ -84,7 +86,7 @@ Json ConfigJson(const GptConfig& c) {
       {"n_layer", Json::Int(c.n_layer)},
       {"n_head", Json::Int(c.n_head)},
       {"activation_function", Json::String("gelu_new")},
-      {"layer_norm_epsilon", Json::Number(1e-5)},
+      {"layer_norm_epsilon", Json::Number(kLayerNormEpsilon)},
       {"resid_pdrop", Json::Number(0)},
       {"embd_pdrop", Json::Number(0)},
       {"attn_pdrop", Json::Number(0)},
@@ -117,6 +119,34 @@ absl::StatusOr<GptConfig> ParseConfig(const Json& j) {
   if (const Json* inner = j.Find("n_inner");
       inner != nullptr && inner->type() != Json::Type::kNull) {
     return unsupported("n_inner is set (only 4 * n_embd is supported)");
+  }
+  // Options that change what the model computes: only GPT-2's own values,
+  // else the import would be another function than the one exported.
+  auto is_bool = [&j](const char* name, bool value) {
+    const Json* v = j.Find(name);
+    return v != nullptr && v->type() == Json::Type::kBool &&
+           v->Serialize() == (value ? "true" : "false");
+  };
+  if (is_bool("scale_attn_weights", false)) {
+    return unsupported(
+        "scale_attn_weights is false (attention scores are "
+        "always scaled by 1/sqrt(head size))");
+  }
+  if (is_bool("scale_attn_by_inverse_layer_idx", true)) {
+    return unsupported("scale_attn_by_inverse_layer_idx is true");
+  }
+  if (is_bool("add_cross_attention", true)) {
+    return unsupported("add_cross_attention is true");
+  }
+  if (const Json* eps = j.Find("layer_norm_epsilon");
+      eps != nullptr && eps->type() != Json::Type::kNull) {
+    absl::StatusOr<double> v = eps->AsNumber("layer_norm_epsilon");
+    if (!v.ok() ||
+        std::abs(*v - kLayerNormEpsilon) > 1e-3 * kLayerNormEpsilon) {
+      return unsupported(absl::StrCat("layer_norm_epsilon is ",
+                                      eps->Serialize(), " (only ",
+                                      kLayerNormEpsilon, " is supported)"));
+    }
   }
   GptConfig c;
   for (auto [name, field] :

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -54,6 +55,9 @@ class HfGpt2Test : public ::testing::Test {
   std::string ConfigWith(const std::string& key, const std::string& value) {
     std::string text = config_json_;
     const std::string field = absl::StrCat("\"", key, "\":");
+    if (text.find(field) == std::string::npos) {  // a key export leaves out
+      return absl::StrCat("{", field, value, ",", text.substr(1));
+    }
     const size_t at = text.find(field) + field.size();
     text.replace(at, text.find(',', at) - at, value);
     return text;
@@ -91,6 +95,34 @@ TEST_F(HfGpt2Test, AbsurdConfigsAreRefusedBeforeAllocating) {
     EXPECT_FALSE(hf.ok()) << key;
     EXPECT_TRUE(absl::StartsWith(hf.status().message(), dir_ + "/config.json"))
         << hf.status();
+  }
+}
+
+// Options that would make the imported model compute something else than
+// the engine's GPT-2 are refused naming the option, GPT-2's own values
+// accepted.
+TEST_F(HfGpt2Test, ConfigOptionsThatChangeTheModelAreRefused) {
+  for (const auto& [key, value, why] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"layer_norm_epsilon", "0.5", "layer_norm_epsilon is 0.5"},
+           {"layer_norm_epsilon", "\"x\"", "layer_norm_epsilon is \"x\""},
+           {"scale_attn_weights", "false", "scale_attn_weights is false"},
+           {"scale_attn_by_inverse_layer_idx", "true",
+            "scale_attn_by_inverse_layer_idx is true"},
+           {"activation_function", "\"relu\"", "activation_function"}}) {
+    absl::StatusOr<HfGpt2> hf =
+        ParseHfGpt2(ConfigWith(key, value), weights_, nullptr, dir_);
+    EXPECT_EQ(hf.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_TRUE(absl::StrContains(hf.status().message(), why)) << hf.status();
+  }
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"layer_norm_epsilon", "1e-05"},
+           {"scale_attn_weights", "true"},
+           {"scale_attn_by_inverse_layer_idx", "false"}}) {
+    EXPECT_TRUE(
+        ParseHfGpt2(ConfigWith(key, value), weights_, nullptr, dir_).ok())
+        << key;
   }
 }
 

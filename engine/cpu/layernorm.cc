@@ -12,7 +12,7 @@
 namespace trainyard::engine {
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
+constexpr float kLayerNormEps = static_cast<float>(kLayerNormEpsilon);
 
 int64_t RowGrain(int64_t channels) {
   return std::max<int64_t>(1, 8192 / channels);

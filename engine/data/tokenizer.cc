@@ -130,9 +130,8 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
     auto it = index_.find(cp);
     if (it == index_.end()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "character U+%04X at byte offset %d is not in the vocabulary "
-          "(built from the training text)",
-          cp, at));
+          "character U+%04X at byte offset %d is not in the vocabulary", cp,
+          at));
     }
     out.push_back(it->second);
   }

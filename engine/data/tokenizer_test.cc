@@ -25,8 +25,7 @@ TEST(TokenizerTest, CharsAreTheSortedCodePointsOfTheText) {
   EXPECT_EQ(t->Decode(*ids), "hole\né€");
   EXPECT_EQ(t->Decode(std::vector<int32_t>{99}), "\xEF\xBF\xBD");
   EXPECT_EQ(t->Encode("x").status().message(),
-            "character U+0078 at byte offset 0 is not in the vocabulary "
-            "(built from the training text)");
+            "character U+0078 at byte offset 0 is not in the vocabulary");
 }
 
 TEST(TokenizerTest, JsonRoundTrip) {
