@@ -56,8 +56,10 @@ void ExpectBinaryAccepts(TestDir& dir, const std::vector<std::string>& args,
   ASSERT_FALSE(args.empty()) << where;
   std::vector<std::string> argv = {BinPath(args[0])};
   for (size_t i = 1; i < args.size(); ++i) {
-    // Kubernetes expands $(NODE_NAME); give the parser a real value.
-    argv.push_back(absl::StrReplaceAll(args[i], {{"$(NODE_NAME)", "node-1"}}));
+    // Kubernetes expands $(NODE_NAME) and $(POD_IP); give the parser real
+    // values.
+    argv.push_back(absl::StrReplaceAll(
+        args[i], {{"$(NODE_NAME)", "node-1"}, {"$(POD_IP)", "10.1.2.3"}}));
   }
   argv.push_back("--help");
   CommandResult r =
@@ -226,6 +228,16 @@ TEST_F(DeployManifestsTest, KubernetesManifestsHoldTogether) {
                                MountPath(worker, "join")));
   EXPECT_TRUE(
       absl::StartsWith(Flag(worker_args, "--metrics-listen"), "127.0.0.1:"));
+  // Rank 0 of a job spread over nodes listens where the other nodes reach
+  // it: its pod's IP, not the loopback default.
+  EXPECT_EQ(Flag(worker_args, "--rank-address"), "$(POD_IP)");
+  bool pod_ip = false;
+  for (const YAML::Node& e : worker["env"]) {
+    pod_ip |= e["name"].as<std::string>() == "POD_IP" &&
+              e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>("") ==
+                  "status.podIP";
+  }
+  EXPECT_TRUE(pod_ip) << "POD_IP must come from status.podIP";
 
   // Services select their pods and name ports the pods have; each
   // ServiceMonitor selects a Service port that exists.
