@@ -147,13 +147,21 @@ void WorkerRegistry::Detach(const std::string& worker_id, int64_t session) {
 }
 
 std::vector<std::string> WorkerRegistry::ExpireLeases() {
-  std::vector<std::string> lost;
+  std::vector<std::string> lost, left;
   std::vector<std::shared_ptr<WorkerLink>> to_close;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
     for (auto& [id, e] : workers_) {
       if (e.status.state == v1::WORKER_LOST || now < e.status.lease_deadline) {
+        continue;
+      }
+      // A worker that said it was shutting down and then closed its stream
+      // left on purpose: it is forgotten, not lost (a job it still held is
+      // given back all the same: its worker is unknown). Only once its
+      // lease has run out, so no job of it can still be running.
+      if (e.shutting_down && !e.status.connected) {
+        left.push_back(id);
         continue;
       }
       e.status.state = v1::WORKER_LOST;
@@ -163,10 +171,14 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
       e.link.reset();
       lost.push_back(id);
     }
+    for (const std::string& id : left) workers_.erase(id);
   }
   for (auto& link : to_close) {
     link->Close(absl::UnavailableError(
         "the worker's lease expired; it was declared lost"));
+  }
+  for (const std::string& id : left) {
+    YARD_LOG(INFO) << "worker " << id << " left: it shut down";
   }
   for (const std::string& id : lost) {
     YARD_LOG(WARNING) << "worker " << id << " lost: no heartbeat within "

@@ -97,7 +97,9 @@ class WorkerRegistry {
   void Detach(const std::string& worker_id, int64_t session);
 
   // Declares every worker whose lease has run out LOST, closes its link,
-  // and returns their ids (only newly lost ones).
+  // and returns their ids (only newly lost ones). A worker that was
+  // shutting down (MarkDraining) and whose stream ended is forgotten
+  // instead: it left.
   std::vector<std::string> ExpireLeases();
 
   // Queues `message` on the worker's link; false when it is not connected.

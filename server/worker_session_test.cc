@@ -341,6 +341,33 @@ TEST_F(WorkerSessionTest, DrainingWorkerGetsNoAssignmentsUntilItReconnects) {
   EXPECT_EQ(again.Assignments().size(), 1u);
 }
 
+// A worker that shut down (said so, then closed its stream) left: once its
+// lease has run out it is forgotten, not LOST (an alert would never clear).
+// One that said so but then fell silent while connected is lost as ever.
+TEST_F(WorkerSessionTest, AWorkerThatShutDownIsForgottenNotLost) {
+  FakeWorker& w1 = Connect("w1");
+  FakeWorker& w2 = Connect("w2");
+  v1::WorkerMessage bye;
+  bye.mutable_heartbeat()->set_draining(true);
+  ASSERT_TRUE(w1.session->Handle(bye).ok());
+  ASSERT_TRUE(w2.session->Handle(bye).ok());
+  w1.session->Close();
+  Pass();
+  EXPECT_EQ(registry_->Find("w1")->state, v1::WORKER_DRAINING)
+      << "kept until its lease runs out";
+  clock_.Advance(kLease + absl::Seconds(1));
+  Pass();
+  EXPECT_FALSE(registry_->Find("w1").has_value());
+  EXPECT_EQ(registry_->Find("w2")->state, v1::WORKER_LOST);
+  // Back again: a worker like any other.
+  FakeWorker& again = Connect("w1");
+  const std::string id = Submit();
+  Pass();
+  EXPECT_EQ(registry_->Find("w1")->state, v1::WORKER_READY);
+  EXPECT_EQ(again.Assignments().size(), 1u);
+  EXPECT_EQ(Job(id).job.worker_id(), "w1");
+}
+
 int CountTrainer(const std::vector<v1::JobEvent>& events,
                  v1::TrainerEvent::EventCase kind) {
   int n = 0;
