@@ -477,8 +477,14 @@ int Main(const std::vector<std::string>& argv) {
     job->trainer.allreduce_bucket_bytes = args.bucket_mb << 20;
   }
   StdoutSink sink(args.json);
+  SocketCollectiveOptions rank_options = args.ranks;
+  rank_options.stop = &g_stop;
   absl::StatusOr<std::unique_ptr<SocketCollective>> ranks =
-      SocketCollective::Connect(args.ranks);
+      SocketCollective::Connect(rank_options);
+  if (absl::IsCancelled(ranks.status())) {
+    // Nothing trained yet, so nothing to checkpoint: stopped as asked.
+    return Fail(kExitInterrupted, ranks.status().message());
+  }
   if (!ranks.ok()) return Fail(kExitRuntime, ranks.status().message());
   absl::StatusOr<std::unique_ptr<TrainJob>> train =
       TrainJob::Create(*job, &sink, ranks->get(), args.device);

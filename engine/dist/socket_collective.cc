@@ -32,6 +32,14 @@ constexpr uint32_t kReduceMagic = 0x59415231;  // "YAR1"
 constexpr size_t kNonceChars = 32;
 constexpr absl::Duration kRetryPeriod = absl::Milliseconds(20);
 
+absl::Status StopRequested(const SocketCollectiveOptions& options) {
+  if (options.stop == nullptr || !options.stop->load()) {
+    return absl::OkStatus();
+  }
+  return absl::CancelledError(
+      "stopped while waiting for the other ranks to meet");
+}
+
 struct Hello {
   char magic[4];
   char nonce[kNonceChars];
@@ -261,11 +269,15 @@ absl::Status SocketCollective::ServeRendezvous(
   const absl::Time deadline = absl::Now() + options.connect_timeout;
   int joined = 1;
   while (joined < world_size_) {
+    RETURN_IF_ERROR(StopRequested(options));
     const absl::Duration left = deadline - absl::Now();
     pollfd pfd{listener, POLLIN, 0};
-    const int ready = left <= absl::ZeroDuration()
-                          ? 0
-                          : poll(&pfd, 1, absl::ToInt64Milliseconds(left) + 1);
+    const int ready =
+        left <= absl::ZeroDuration()
+            ? 0
+            : poll(&pfd, 1,
+                   absl::ToInt64Milliseconds(std::min(left, kRetryPeriod)) + 1);
+    if (ready == 0 && absl::Now() < deadline) continue;
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -303,6 +315,7 @@ absl::Status SocketCollective::JoinRendezvous(
   // attempt, so each failure is retried until the deadline.
   std::string last_problem = "no rendezvous file yet";
   while (absl::Now() < deadline) {
+    RETURN_IF_ERROR(StopRequested(options));
     std::optional<Address> address = ReadAddress(options.rendezvous_file);
     const int fd = address ? Dial(*address) : -1;
     if (fd >= 0) {

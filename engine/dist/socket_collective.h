@@ -23,6 +23,7 @@
 #ifndef TRAINYARD_ENGINE_DIST_SOCKET_COLLECTIVE_H_
 #define TRAINYARD_ENGINE_DIST_SOCKET_COLLECTIVE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -49,6 +50,9 @@ struct SocketCollectiveOptions {
   std::string listen_host = "127.0.0.1";
   // How long Connect waits for every rank to be there.
   absl::Duration connect_timeout = absl::Minutes(2);
+  // When set, Connect gives up (CANCELLED) soon after *stop turns true: a
+  // stop request (SIGTERM) is honoured while the ranks meet.
+  const std::atomic<bool>* stop = nullptr;
   // How long one send or receive may wait for a peer. Rank 0 evaluates and
   // writes checkpoints while the others wait, so this is generous.
   absl::Duration io_timeout = absl::Minutes(30);
@@ -57,7 +61,8 @@ struct SocketCollectiveOptions {
 class SocketCollective : public Collective {
  public:
   // INVALID_ARGUMENT for a bad rank, world size or empty rendezvous path;
-  // DEADLINE_EXCEEDED when the ranks do not all meet in connect_timeout.
+  // DEADLINE_EXCEEDED when the ranks do not all meet in connect_timeout;
+  // CANCELLED when options.stop turned true first.
   static absl::StatusOr<std::unique_ptr<SocketCollective>> Connect(
       const SocketCollectiveOptions& options);
   ~SocketCollective() override;

@@ -1,5 +1,6 @@
 #include "engine/dist/socket_collective.h"
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -117,6 +118,27 @@ TEST(SocketCollectiveTest, AMissingRankTimesOutWithTheCount) {
   leaf.connect_timeout = absl::Milliseconds(300);
   EXPECT_THAT(SocketCollective::Connect(leaf).status().message(),
               HasSubstr("rank 1 could not join rank 0"));
+}
+
+// A stop request (SIGTERM) is honoured while the ranks meet, by rank 0
+// waiting for the others and by a rank waiting for rank 0 alike.
+TEST(SocketCollectiveTest, AStopRequestEndsTheWaitForTheOtherRanks) {
+  const std::string dir = FreshDir("stop");
+  for (int rank : {0, 1}) {
+    std::atomic<bool> stop{false};
+    SocketCollectiveOptions o = Options(dir, rank, 2);
+    o.connect_timeout = absl::Minutes(2);
+    o.stop = &stop;
+    std::thread stopper([&stop] {
+      absl::SleepFor(absl::Milliseconds(200));
+      stop.store(true);
+    });
+    const absl::Time start = absl::Now();
+    const absl::Status s = SocketCollective::Connect(o).status();
+    stopper.join();
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << rank << ": " << s;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "rank " << rank;
+  }
 }
 
 TEST(SocketCollectiveTest, ALeftoverRendezvousFileIsNotTrusted) {
