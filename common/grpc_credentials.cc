@@ -1,5 +1,13 @@
 #include "common/grpc_credentials.h"
 
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <memory>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +29,77 @@ absl::StatusOr<std::string> ReadPem(const std::string& path,
         absl::StrCat(what, " ", path, ": not a PEM file"));
   }
   return text;
+}
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using UniqueX509 = std::unique_ptr<X509, X509Free>;
+
+std::unique_ptr<BIO, BioFree> MemoryBio(const std::string& pem) {
+  return std::unique_ptr<BIO, BioFree>(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// The first certificate of a PEM file (checked to be one, so that a key
+// or a garbled file given for a certificate is named here rather than
+// failing inside gRPC's handshake as "cannot listen" or "cannot reach").
+absl::StatusOr<UniqueX509> FirstCertificate(const std::string& pem,
+                                            const std::string& path,
+                                            const std::string& what) {
+  auto bio = MemoryBio(pem);
+  UniqueX509 cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  ERR_clear_error();
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " ", path, ": holds no PEM certificate",
+        absl::StrContains(pem, "PRIVATE KEY") ? " (it is a private key)" : ""));
+  }
+  return cert;
+}
+
+absl::StatusOr<std::string> ReadCertificates(const std::string& path,
+                                             const std::string& what) {
+  ASSIGN_OR_RETURN(std::string pem, ReadPem(path, what));
+  RETURN_IF_ERROR(FirstCertificate(pem, path, what).status());
+  return pem;
+}
+
+// A certificate (chain) and its private key, checked to belong together.
+struct KeyPair {
+  std::string cert, key;
+};
+
+absl::StatusOr<KeyPair> ReadKeyPair(const std::string& cert_path,
+                                    const std::string& key_path) {
+  KeyPair pair;
+  ASSIGN_OR_RETURN(pair.cert, ReadPem(cert_path, "--tls-cert"));
+  ASSIGN_OR_RETURN(UniqueX509 cert,
+                   FirstCertificate(pair.cert, cert_path, "--tls-cert"));
+  ASSIGN_OR_RETURN(pair.key, ReadPem(key_path, "--tls-key"));
+  auto bio = MemoryBio(pair.key);
+  std::unique_ptr<EVP_PKEY, KeyFree> key(
+      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  ERR_clear_error();
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-key ", key_path, ": holds no PEM private key",
+        absl::StrContains(pair.key, "CERTIFICATE") ? " (it is a certificate)"
+                                                   : ""));
+  }
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-key ", key_path,
+        " is not the key of the certificate in --tls-cert ", cert_path));
+  }
+  return pair;
 }
 
 }  // namespace
@@ -83,13 +162,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     return absl::InvalidArgumentError("--tls-cert needs --tls-key");
   }
   grpc::SslServerCredentialsOptions options;
+  ASSIGN_OR_RETURN(KeyPair read, ReadKeyPair(files.cert, files.key));
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(files.cert, "--tls-cert"));
-  ASSIGN_OR_RETURN(pair.private_key, ReadPem(files.key, "--tls-key"));
+  pair.cert_chain = std::move(read.cert);
+  pair.private_key = std::move(read.key);
   options.pem_key_cert_pairs.push_back(std::move(pair));
   if (!files.client_ca.empty()) {
     ASSIGN_OR_RETURN(options.pem_root_certs,
-                     ReadPem(files.client_ca, "--tls-client-ca"));
+                     ReadCertificates(files.client_ca, "--tls-client-ca"));
     // Clients (the CLI) may come without a certificate; one that comes
     // must verify. Workers are required to have one (Authenticator).
     options.client_certificate_request =
@@ -111,10 +191,12 @@ MakeChannelCredentials(const ClientTlsFiles& files) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
   }
   grpc::SslCredentialsOptions options;
-  ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(files.ca, "--tls-ca"));
+  ASSIGN_OR_RETURN(options.pem_root_certs,
+                   ReadCertificates(files.ca, "--tls-ca"));
   if (!files.cert.empty()) {
-    ASSIGN_OR_RETURN(options.pem_cert_chain, ReadPem(files.cert, "--tls-cert"));
-    ASSIGN_OR_RETURN(options.pem_private_key, ReadPem(files.key, "--tls-key"));
+    ASSIGN_OR_RETURN(KeyPair pair, ReadKeyPair(files.cert, files.key));
+    options.pem_cert_chain = std::move(pair.cert);
+    options.pem_private_key = std::move(pair.key);
   }
   return grpc::SslCredentials(options);
 }

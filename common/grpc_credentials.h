@@ -43,7 +43,8 @@ struct ClientTlsFiles {
 };
 
 // INVALID_ARGUMENT naming the flag when a file is missing, unreadable or
-// not PEM, or when only one of cert/key is given.
+// not PEM, holds no certificate (CA, cert) or private key (key), when the
+// key is not the certificate's, or when only one of cert/key is given.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTlsFiles& files);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>

@@ -13,8 +13,7 @@
 
 namespace trainyard::server {
 
-absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
-    const std::string& listen, const std::string& address_file) {
+absl::Status CheckHealthListen(const std::string& listen) {
   const size_t colon = listen.rfind(':');
   int port = 0;
   if (colon == std::string::npos || colon == 0 ||
@@ -23,6 +22,13 @@ absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
     return absl::InvalidArgumentError(absl::StrCat(
         "--health-listen ", listen, ": expected HOST:PORT, e.g. 0.0.0.0:7071"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
+    const std::string& listen, const std::string& address_file) {
+  if (absl::Status s = CheckHealthListen(listen); !s.ok()) return s;
+  const size_t colon = listen.rfind(':');
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
@@ -50,6 +56,12 @@ absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
 }
 
 HealthEndpoint::~HealthEndpoint() { Shutdown(); }
+
+void HealthEndpoint::SetNotServing() {
+  if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {
+    server_->GetHealthCheckService()->Shutdown();
+  }
+}
 
 void HealthEndpoint::Shutdown() {
   if (server_ == nullptr) return;

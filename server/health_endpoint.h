@@ -19,6 +19,9 @@ class Server;
 
 namespace trainyard::server {
 
+// INVALID_ARGUMENT naming --health-listen unless `listen` is HOST:PORT.
+absl::Status CheckHealthListen(const std::string& listen);
+
 class HealthEndpoint {
  public:
   // `listen` is HOST:PORT (port 0 picks one); the bound address is written
@@ -29,6 +32,8 @@ class HealthEndpoint {
   ~HealthEndpoint();
 
   const std::string& address() const { return address_; }
+  // Reports NOT_SERVING from now on; the port stays open (a drain).
+  void SetNotServing();
   // Reports NOT_SERVING, then stops the port. Idempotent.
   void Shutdown();
 

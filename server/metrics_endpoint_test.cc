@@ -14,6 +14,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -188,6 +189,30 @@ TEST(MetricsEndpointTest, YardServerServesMetricsAndHealthPorts) {
   (*server)->Shutdown();
   EXPECT_EQ(ReadFile(dir.File("yard-server.metrics-addr")), "");
   EXPECT_EQ(ReadFile(dir.File("yard-server.health-addr")), "");
+}
+
+// During --drain-ms the health-only port (the one Kubernetes probes) stays
+// open and answers NOT_SERVING, as the API port does; then it closes.
+TEST(MetricsEndpointTest, HealthPortSaysNotServingThroughTheDrain) {
+  TestDir dir;
+  YardServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.state_dir = dir.path();
+  o.health_listen = "127.0.0.1:0";
+  o.drain = absl::Seconds(3);
+  auto server = YardServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::string health = ReadFile(dir.File("yard-server.health-addr"));
+  health.pop_back();
+  std::thread stopper([&] { (*server)->Shutdown(); });
+  absl::SleepFor(absl::Milliseconds(500));
+  std::string reply;
+  grpc::Status during = HealthCheck(health, &reply);
+  stopper.join();
+  ASSERT_TRUE(during.ok()) << during.error_message();
+  EXPECT_EQ(reply, std::string("\x08\x02", 2));  // status: NOT_SERVING
+  reply.clear();
+  EXPECT_FALSE(HealthCheck(health, &reply).ok()) << "closed after the drain";
 }
 
 TEST(MetricsEndpointTest, MetricsOffByDefaultInTheLibrary) {

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_credentials.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "scheduler/placement_policy.h"
@@ -146,6 +147,10 @@ absl::Status CheckServerOptions(const YardServerOptions& o) {
         "and at most 86400000");
   }
   RETURN_IF_ERROR(scheduler::MakePlacementPolicy(o.policy).status());
+  if (!o.health_listen.empty())
+    RETURN_IF_ERROR(CheckHealthListen(o.health_listen));
+  // Reads and checks the certificate and key files (and their pairing).
+  RETURN_IF_ERROR(MakeServerCredentials(o.tls).status());
   return absl::OkStatus();
 }
 
@@ -462,12 +467,14 @@ void YardServer::Shutdown() {
   if (p.grpc_server && p.grpc_server->GetHealthCheckService() != nullptr) {
     p.grpc_server->GetHealthCheckService()->Shutdown();
   }
-  if (p.health_endpoint) p.health_endpoint->Shutdown();  // probes fail now
+  // Probes see NOT_SERVING on both ports for the drain, then the ports close.
+  if (p.health_endpoint) p.health_endpoint->SetNotServing();
   if (p.options.drain > absl::ZeroDuration()) {
     // Wall time: the drain is for probes and load balancers out there.
     YARD_LOG(INFO) << "draining for " << absl::FormatDuration(p.options.drain);
     absl::SleepFor(p.options.drain);
   }
+  if (p.health_endpoint) p.health_endpoint->Shutdown();
   p.metrics_endpoint.reset();  // scrapes read the store: stop them first
   p.notifier.Shutdown();  // watch and log streams end
   if (p.retention) p.retention->Stop();

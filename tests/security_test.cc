@@ -5,6 +5,8 @@
 // made at test time, tests/test_certs.h).
 #include <sys/stat.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -654,6 +656,62 @@ TEST_F(SecurityTest, NonLoopbackPlaintextIsRefused) {
       dir().LogPrefix("yard-server"), Scaled(absl::Seconds(30)));
   EXPECT_EQ(r.exit_code(), 2) << r.DebugString();
   EXPECT_THAT(r.err, HasSubstr("needs TLS"));
+}
+
+// Certificate and key files that are swapped, mismatched or not what the
+// flag wants are named at start (exit 2 for the daemons, 3 for the CLI), one
+// line, before anything is created; not "address in use?", endless
+// retries or "cannot reach".
+TEST_F(SecurityTest, BadTlsFilesAreNamedAtStart) {
+  YARD_ASSIGN_OR_FAIL(TestCertificates c,
+                      MakeTestCertificates(dir().Subdir("certs")));
+  const std::string state = dir().Subdir("bad-tls-state");
+  struct Case {
+    std::vector<std::string> tls;
+    std::string says;
+  };
+  const Case server_cases[] = {
+      {{"--tls-cert", c.server_key, "--tls-key", c.server_cert},
+       "--tls-cert " + c.server_key +
+           ": holds no PEM certificate (it is a "
+           "private key)"},
+      {{"--tls-cert", c.server_cert, "--tls-key", c.client_key},
+       "--tls-key " + c.client_key + " is not the key of the certificate"},
+      {{"--tls-cert", c.server_cert, "--tls-key", c.server_key,
+        "--tls-client-ca", c.server_key},
+       "--tls-client-ca " + c.server_key + ": holds no PEM certificate"},
+      {{"--tls-cert", c.server_cert}, "--tls-cert needs --tls-key"},
+  };
+  for (const Case& bad : server_cases) {
+    std::vector<std::string> argv = {
+        BinPath("yard-server"), "--state-dir",      state, "--listen",
+        "127.0.0.1:0",          "--metrics-listen", ""};
+    argv.insert(argv.end(), bad.tls.begin(), bad.tls.end());
+    CommandResult r = RunCommand(argv, dir().LogPrefix("yard-server-bad-tls"),
+                                 Scaled(absl::Seconds(30)));
+    EXPECT_EQ(r.exit_code(), 2) << r.DebugString();
+    EXPECT_THAT(r.err, HasSubstr(bad.says)) << r.DebugString();
+    EXPECT_FALSE(std::filesystem::exists(state + "/trainyard.db"))
+        << "checked before the state dir is set up";
+  }
+  const std::string token_file = dir().Subdir("bad-tls-worker") + "/token";
+  std::ofstream(token_file) << "ytk_x\n";
+  CommandResult worker = RunCommand(
+      {BinPath("yard-worker"), "--server", "127.0.0.1:1", "--tls-ca", c.ca,
+       "--tls-cert", c.client_key, "--tls-key", c.client_cert, "--token-file",
+       token_file, "--work-dir", dir().Subdir("bad-tls-worker"),
+       "--metrics-listen", ""},
+      dir().LogPrefix("yard-worker-bad-tls"), Scaled(absl::Seconds(30)));
+  EXPECT_EQ(worker.exit_code(), 2) << worker.DebugString();
+  EXPECT_THAT(worker.err, HasSubstr("--tls-cert " + c.client_key +
+                                    ": holds no PEM certificate"));
+  CommandResult cli =
+      RunCommand({BinPath("yard"), "--server", "127.0.0.1:1", "--tls-ca",
+                  c.server_key, "--token", "x", "ls"},
+                 dir().LogPrefix("yard-bad-tls"), Scaled(absl::Seconds(30)));
+  EXPECT_EQ(cli.exit_code(), 3) << cli.DebugString();
+  EXPECT_EQ(cli.err, "yard: error: --tls-ca " + c.server_key +
+                         ": holds no PEM certificate (it is a private key)\n");
 }
 
 TEST_F(SecurityTest, TlsAndWorkerMutualTls) {
