@@ -219,6 +219,7 @@ class JobClientTest : public InProcessServerTest {
     job.set_id("j-1");
     job.set_state(v1::SUCCEEDED);
     job.mutable_result()->set_eval_accuracy(0.95);
+    job.mutable_result()->set_eval_loss(0.15);
     job.mutable_result()->set_checkpoint_path("/ck/j-1");
     jobs_.SetJob(job);
     ClientOptions options;
@@ -387,7 +388,7 @@ TEST_F(JobClientTest, SubmitWaitPrintsIdEventsAndOutcome) {
             "step 20/100 loss 0.0000 0 samples/s\n"
             "step 30/100 loss 0.0000 0 samples/s\n"
             "state RUNNING -> SUCCEEDED\n"
-            "job j-1 SUCCEEDED: accuracy 95.00%, eval loss 0.0000, "
+            "job j-1 SUCCEEDED: accuracy 95.00%, eval loss 0.1500, "
             "checkpoint /ck/j-1\n");
   absl::MutexLock lock(&jobs_.mu_);
   EXPECT_EQ(jobs_.last_request_id_, "r-9");

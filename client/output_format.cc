@@ -51,12 +51,14 @@ std::string ProgressLine(const v1::TrainProgress& p) {
 }
 
 std::string EvalLine(const v1::EvalResult& e) {
-  std::string line =
-      absl::StrCat("eval step ", e.step(), ": loss ", Loss(e.loss()));
-  if (e.accuracy() > 0)
-    absl::StrAppend(&line, " accuracy ", Percent(e.accuracy()));
-  return line;
+  return absl::StrCat("eval step ", e.step(), ": loss ", Loss(e.loss()),
+                      " accuracy ", Percent(e.accuracy()));
 }
+
+// Whether the run evaluated at all (else its eval figures are zeros, not
+// results): every evaluation has a cross-entropy loss above 0. Every
+// model's evaluation also measures accuracy, so a 0% is a result.
+bool Evaluated(const v1::TrainFinished& f) { return f.eval_loss() > 0; }
 
 std::string StateChangeLine(const v1::StateChange& c) {
   std::string line =
@@ -92,10 +94,10 @@ std::string TrainerLine(const v1::TrainerEvent& t) {
     case v1::TrainerEvent::kFinished: {
       const auto& f = t.finished();
       std::string line = absl::StrCat("training finished at step ", f.step(),
-                                      ": train loss ", Loss(f.train_loss()),
-                                      ", eval loss ", Loss(f.eval_loss()));
-      if (f.eval_accuracy() > 0) {
-        absl::StrAppend(&line, ", accuracy ", Percent(f.eval_accuracy()));
+                                      ": train loss ", Loss(f.train_loss()));
+      if (Evaluated(f)) {
+        absl::StrAppend(&line, ", eval loss ", Loss(f.eval_loss()),
+                        ", accuracy ", Percent(f.eval_accuracy()));
       }
       absl::StrAppend(&line, absl::StrFormat(" (%.1f s)", f.wall_seconds()));
       if (!f.stopped_early().empty()) {
@@ -229,11 +231,9 @@ std::string FormatOutcome(const v1::Job& job) {
                       " of ", job.spec().steps(), ")");
     }
     std::vector<std::string> parts;
-    if (job.result().eval_accuracy() > 0) {
+    if (job.has_result() && Evaluated(job.result())) {
       parts.push_back(
           absl::StrCat("accuracy ", Percent(job.result().eval_accuracy())));
-    }
-    if (job.has_result()) {
       parts.push_back(
           absl::StrCat("eval loss ", Loss(job.result().eval_loss())));
     }
@@ -289,9 +289,8 @@ std::string FormatSweepResults(
     const bool done = job.state() == v1::SUCCEEDED && job.has_result();
     const v1::TrainFinished& r = job.result();
     row.push_back(done ? Loss(r.train_loss()) : "-");
-    row.push_back(done && r.eval_loss() > 0 ? Loss(r.eval_loss()) : "-");
-    row.push_back(done && r.eval_accuracy() > 0 ? Percent(r.eval_accuracy())
-                                                : "-");
+    row.push_back(done && Evaluated(r) ? Loss(r.eval_loss()) : "-");
+    row.push_back(done && Evaluated(r) ? Percent(r.eval_accuracy()) : "-");
     rows.push_back(std::move(row));
     if (done && (best < 0 || score(job) > score(jobs[best]))) {
       best = static_cast<int>(i);

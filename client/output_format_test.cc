@@ -147,6 +147,22 @@ TEST(FormatEventTest, EvalCheckpointAndFinish) {
               })pb")),
             "training finished at step 1500: train loss 0.1000, eval loss "
             "0.2000, accuracy 96.12% (83.2 s)");
+  // No evaluation ran: no eval figures (not zeros); a 0% accuracy of one
+  // that ran is shown.
+  EXPECT_EQ(
+      FormatEvent(FromText<v1::JobEvent>(R"pb(
+        trainer { finished { step: 5 train_loss: 2.3 wall_seconds: 1 } })pb")),
+      "training finished at step 5: train loss 2.3000 (1.0 s)");
+  EXPECT_EQ(
+      FormatEvent(FromText<v1::JobEvent>(R"pb(
+        trainer {
+          finished { step: 5 train_loss: 2.3 eval_loss: 4.6 wall_seconds: 1 }
+        })pb")),
+      "training finished at step 5: train loss 2.3000, eval loss "
+      "4.6000, accuracy 0.00% (1.0 s)");
+  EXPECT_EQ(FormatEvent(FromText<v1::JobEvent>(R"pb(
+              trainer { eval { step: 3 loss: 4.6 examples: 128 } })pb")),
+            "eval step 3: loss 4.6000 accuracy 0.00%");
   EXPECT_EQ(
       FormatEvent(FromText<v1::JobEvent>(R"pb(
         trainer { interrupted { step: 700 checkpoint_path: "/ck/7" } })pb")),

@@ -113,11 +113,17 @@ std::string ToTextLine(const TrainerEvent& event) {
             return absl::StrFormat("checkpoint at step %d: %s", e.step, e.path);
           },
           [](const TrainFinishedEvent& e) {
+            // No evaluation ran (no eval set): no eval figures, not zeros.
+            const std::string eval =
+                e.eval_loss > 0
+                    ? absl::StrFormat(", eval loss %.4f, eval accuracy %.2f%%",
+                                      e.eval_loss, 100 * e.eval_accuracy)
+                    : "";
             return absl::StrFormat(
-                       "finished: step %d, train loss %.4f, eval loss %.4f, "
-                       "eval accuracy %.2f%%, %.1f s; checkpoint %s",
-                       e.step, e.train_loss, e.eval_loss, 100 * e.eval_accuracy,
-                       e.wall_seconds, e.checkpoint_path) +
+                       "finished: step %d, train loss %.4f%s, "
+                       "%.1f s; checkpoint %s",
+                       e.step, e.train_loss, eval, e.wall_seconds,
+                       e.checkpoint_path) +
                    (e.stopped_early.empty()
                         ? ""
                         : absl::StrCat(" (stopped early: ", e.stopped_early,

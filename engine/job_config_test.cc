@@ -241,7 +241,14 @@ TEST(EventProtoTest, ConvertsEveryEvent) {
   EXPECT_TRUE(ToProto(EvalResultEvent{}).has_eval());
   EXPECT_TRUE(ToProto(CheckpointSavedEvent{}).has_checkpoint());
   EXPECT_TRUE(ToProto(TrainInterruptedEvent{7, "p"}).has_interrupted());
+  EXPECT_TRUE(absl::StrContains(ToTextLine(f), "train loss"));
+  // Eval figures only from a run that evaluated (a loss above 0); a 0%
+  // accuracy of one that did is shown.
+  EXPECT_FALSE(absl::StrContains(ToTextLine(f), "eval")) << ToTextLine(f);
+  f.eval_loss = 0.1;
   EXPECT_TRUE(absl::StrContains(ToTextLine(f), "accuracy 97.00%"));
+  f.eval_accuracy = 0;
+  EXPECT_TRUE(absl::StrContains(ToTextLine(f), "eval accuracy 0.00%"));
 }
 
 // TrainJob assembly: the spec must fit the data.
