@@ -74,6 +74,14 @@ std::string MetaJson(const Checkpoint& ckpt,
                   {"evals_since_best",
                    Json::Int(m.early_stopping->evals_since_best)}}));
   }
+  if (m.figures.has_value()) {
+    meta.Set("figures",
+             Json::MakeObject(
+                 {{"train_loss", Json::Number(m.figures->train_loss)},
+                  {"eval_loss", Json::Number(m.figures->eval_loss)},
+                  {"eval_accuracy", Json::Number(m.figures->eval_accuracy)},
+                  {"eval_examples", Json::Int(m.figures->eval_examples)}}));
+  }
   meta.Set("tensors", TensorList(ckpt.tensors));
   return meta.Serialize() + "\n";
 }
@@ -158,6 +166,19 @@ absl::StatusOr<ParsedMeta> ParseMeta(absl::string_view text) {
           "early_stopping: a best step outside the run or a negative count");
     }
     out.meta.early_stopping = state;
+  }
+  if (const Json* f = j.Find("figures")) {
+    StepFigures figures;
+    for (auto [name, field] :
+         {std::pair{"train_loss", &figures.train_loss},
+          std::pair{"eval_loss", &figures.eval_loss},
+          std::pair{"eval_accuracy", &figures.eval_accuracy}}) {
+      ASSIGN_OR_RETURN(const Json* v, RequireField(*f, name));
+      ASSIGN_OR_RETURN(*field, v->AsNumber(absl::StrCat("figures.", name)));
+    }
+    ASSIGN_OR_RETURN(const Json* n, RequireField(*f, "eval_examples"));
+    ASSIGN_OR_RETURN(figures.eval_examples, n->AsInt("figures.eval_examples"));
+    out.meta.figures = figures;
   }
   ASSIGN_OR_RETURN(const Json* tensors, RequireField(j, "tensors"));
   RETURN_IF_ERROR(ParseTensorList(*tensors, &out));

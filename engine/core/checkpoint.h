@@ -44,6 +44,17 @@ inline constexpr char kCheckpointMetaFile[] = "meta.json";
 inline constexpr int64_t kMaxCheckpointMetaBytes = int64_t{16} << 20;
 inline constexpr int64_t kMaxCheckpointTensorsBytes = int64_t{64} << 30;
 
+// What a run that ends at the checkpoint's step reports, so that one
+// resumed at its last step ends with a straight run's figures (and does not
+// count that step's evaluation twice).
+struct StepFigures {
+  double train_loss = 0;  // the loss the run would report as its last
+  // The evaluation made at this step, if one was (eval_examples > 0).
+  double eval_loss = 0;
+  double eval_accuracy = 0;
+  int64_t eval_examples = 0;
+};
+
 struct CheckpointMeta {
   int64_t step = 0;
   std::string rng_state;  // Rng::SerializeState()
@@ -58,6 +69,8 @@ struct CheckpointMeta {
   // The early stopping's state (eval.patience), when it has seen an
   // evaluation; absent otherwise, and in checkpoints of runs without it.
   std::optional<EarlyStoppingState> early_stopping;
+  // Absent in checkpoints written before it was kept.
+  std::optional<StepFigures> figures;
 };
 
 struct Checkpoint {

@@ -219,6 +219,16 @@ absl::Status Trainer::Restore(const std::string& path, const Checkpoint& ckpt) {
   }
   step_ = ckpt.meta.step;
   cursor_ = ckpt.meta.cursor;
+  if (ckpt.meta.figures.has_value()) {
+    last_train_loss_ = ckpt.meta.figures->train_loss;
+    if (ckpt.meta.figures->eval_examples > 0) {
+      // Evaluated (and seen by the early stopping) before it was saved.
+      last_eval_ = {ckpt.meta.figures->eval_loss,
+                    ckpt.meta.figures->eval_accuracy,
+                    ckpt.meta.figures->eval_examples};
+      last_eval_step_ = step_;
+    }
+  }
   optimizer_->set_step_count(step_);
   last_checkpoint_path_ = path;
   last_checkpoint_step_ = step_;
@@ -439,10 +449,19 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
                config_.fingerprint,
                config_.model_description,
                config_.tokenizer,
+               std::nullopt,
                std::nullopt};
   if (early_stopping_.enabled() && early_stopping_.state().best_step >= 0) {
     ckpt.meta.early_stopping = early_stopping_.state();
   }
+  StepFigures figures;
+  figures.train_loss = CurrentTrainLoss();
+  if (EvaluatedThisStep()) {
+    figures.eval_loss = last_eval_.loss;
+    figures.eval_accuracy = last_eval_.accuracy;
+    figures.eval_examples = last_eval_.examples;
+  }
+  ckpt.meta.figures = figures;
   ckpt.tensors = StateTensors();
   RETURN_IF_ERROR(backend_->Synchronize());
   ASSIGN_OR_RETURN(std::string path,
@@ -460,6 +479,11 @@ int64_t Trainer::BestStepKept() const {
   return early_stopping_.state().best_step;
 }
 
+double Trainer::CurrentTrainLoss() const {
+  return window_examples_ > 0 ? window_loss_sum_ / window_examples_
+                              : last_train_loss_;
+}
+
 absl::Status Trainer::Finish() {
   if (last_eval_step_ != step_) {
     RETURN_IF_ERROR(EvaluateAndReport());
@@ -473,8 +497,7 @@ absl::Status Trainer::Finish() {
     RETURN_IF_ERROR(SaveCheckpoint().status());
   TrainFinishedEvent e;
   e.step = step_;
-  e.train_loss = window_examples_ > 0 ? window_loss_sum_ / window_examples_
-                                      : last_train_loss_;
+  e.train_loss = CurrentTrainLoss();
   e.eval_loss = last_eval_.loss;
   e.eval_accuracy = last_eval_.accuracy;
   e.checkpoint_path = last_checkpoint_path_;

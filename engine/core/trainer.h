@@ -169,6 +169,9 @@ class Trainer {
   // This rank evaluated the current step on a non-empty set (rank 0 only):
   // there is a loss for early stopping to observe.
   bool EvaluatedThisStep() const;
+  // The train loss a run ending now reports: the mean since the last
+  // progress report, else the last reported.
+  double CurrentTrainLoss() const;
   // After a periodic evaluation: whether early stopping ends the run here,
   // agreed by all ranks; sets *new_best when it was the best so far (rank
   // 0 only).

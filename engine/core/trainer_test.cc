@@ -284,6 +284,37 @@ TEST_F(TrainerTest, EarlyStoppingEndsTheRunAndSaysWhy) {
   EXPECT_TRUE(again.Of<TrainProgressEvent>().empty());
   EXPECT_EQ(again.Of<TrainFinishedEvent>()[0].stopped_early,
             finished[0].stopped_early);
+  // With a straight run's figures: its train loss and the evaluation of
+  // step 30 (kept in the checkpoint, not made again).
+  EXPECT_EQ(again.Of<TrainFinishedEvent>()[0].train_loss,
+            finished[0].train_loss);
+  EXPECT_GT(finished[0].train_loss, 0);
+  EXPECT_EQ(again.Of<TrainFinishedEvent>()[0].eval_loss, finished[0].eval_loss);
+  EXPECT_EQ(again.Of<TrainFinishedEvent>()[0].eval_accuracy,
+            finished[0].eval_accuracy);
+  EXPECT_TRUE(again.Of<EvalResultEvent>().empty());
+}
+
+// keep_best observes the final evaluation too: resumed at its last step, a
+// run does not observe that evaluation a second time (which made it say
+// "for 3 evaluations" where the straight run said 2).
+TEST_F(TrainerTest, ResumedAtItsLastStepARunEndsAsTheStraightOne) {
+  TrainerConfig c = StallingConfig(Config(60), 2);
+  c.checkpoint.keep_best = true;
+  RecordingSink sink;
+  Rig r = Make(c, dir_, 2, &sink);
+  ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  const TrainFinishedEvent first = sink.Of<TrainFinishedEvent>()[0];
+  RecordingSink again;
+  Rig r2 = Make(c, dir_, 2, &again);
+  ASSERT_EQ(*r2.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  const TrainFinishedEvent second = again.Of<TrainFinishedEvent>()[0];
+  EXPECT_EQ(second.step, first.step);
+  EXPECT_EQ(second.stopped_early, first.stopped_early);
+  EXPECT_EQ(second.train_loss, first.train_loss);
+  EXPECT_EQ(second.eval_loss, first.eval_loss);
+  EXPECT_EQ(second.best_step, first.best_step);
+  EXPECT_EQ(second.best_eval_loss, first.best_eval_loss);
 }
 
 TEST_F(TrainerTest, WithoutEarlyStoppingTheRunGoesToItsLastStep) {
