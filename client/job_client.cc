@@ -4,13 +4,16 @@
 #include "client/job_client.h"
 
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/rpc_status.h"
 
@@ -23,12 +26,70 @@ std::chrono::system_clock::time_point Deadline(absl::Duration d) {
   return absl::ToChronoTime(absl::Now() + d);
 }
 
+// Why the channel cannot connect, in gRPC's words: the last connection
+// error that a call failing fast carries (a refused port, a TLS handshake
+// that failed and why), "" when the call gets through or says nothing.
+std::string LastConnectError(grpc::Channel& channel) {
+  grpc::GenericStub stub(channel.shared_from_this());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(absl::Seconds(2)));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), reply;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &reply, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return "";
+  std::string why = status.error_message();
+  // "failed to connect to all addresses; last error: UNKNOWN: ipv4:...: X"
+  if (size_t at = why.rfind(": ");
+      at != std::string::npos && absl::StrContains(why, "last error")) {
+    why = why.substr(at + 2);
+  }
+  return why;
+}
+
+// The error for a server the channel could not connect to (`tls`: the
+// client speaks TLS), saying why when gRPC knows: a TLS handshake that
+// failed is told apart from a server that is not there.
+absl::Status Unreachable(grpc::Channel& channel, const std::string& server,
+                         bool tls, absl::string_view within) {
+  const std::string why = LastConnectError(channel);
+  const std::string head =
+      absl::StrCat("cannot reach yard-server at ", server, within);
+  if (absl::StrContains(why, "certificate verify failed")) {
+    return absl::UnavailableError(absl::StrCat(
+        head, ": its TLS certificate is not signed by the CA of --tls-ca (",
+        why, ")"));
+  }
+  if (absl::StrContains(why, "Peer name")) {
+    return absl::UnavailableError(
+        absl::StrCat(head, ": its TLS certificate is not for that name (", why,
+                     "); --tls-server-name names the one it holds"));
+  }
+  if (tls && absl::StrContains(why, "wrong version number")) {
+    return absl::UnavailableError(
+        absl::StrCat(head, ": it does not speak TLS (leave out --tls-ca)"));
+  }
+  if (!tls && absl::StrContains(why, "Socket closed")) {
+    return absl::UnavailableError(absl::StrCat(
+        head, ": it closed the connection (a TLS server? give --tls-ca)"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat(head, why.empty() ? "" : absl::StrCat(": ", why),
+                   " (is it running? set --server or YARD_SERVER)"));
+}
+
 // Waits until the channel is READY. Connection failures are retried for a
 // short grace period (a server that is restarting, or a listen backlog that
 // refused once) before giving up, so a server that is not running is still
 // reported in about two seconds rather than at the full timeout.
 absl::Status WaitUntilReady(grpc::Channel& channel, const std::string& server,
-                            absl::Duration timeout) {
+                            bool tls, absl::Duration timeout) {
   constexpr absl::Duration kRefusedGrace = absl::Seconds(2);
   auto deadline = Deadline(timeout);
   absl::Time give_up_on_failure =
@@ -38,14 +99,12 @@ absl::Status WaitUntilReady(grpc::Channel& channel, const std::string& server,
     bool failed = state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
                   state == GRPC_CHANNEL_SHUTDOWN;
     if (failed && absl::Now() >= give_up_on_failure) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot reach yard-server at ", server,
-                       " (is it running? set --server or YARD_SERVER)"));
+      return Unreachable(channel, server, tls, "");
     }
     if (!channel.WaitForStateChange(state, deadline)) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot reach yard-server at ", server, " within ",
-                       absl::FormatDuration(timeout)));
+      return Unreachable(
+          channel, server, tls,
+          absl::StrCat(" within ", absl::FormatDuration(timeout)));
     }
     state = channel.GetState(/*try_to_connect=*/true);
   }
@@ -101,8 +160,8 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(
   absl::StatusOr<std::shared_ptr<grpc::Channel>> made = MakeChannel(options);
   if (!made.ok()) return made.status();
   std::shared_ptr<grpc::Channel> channel = std::move(*made);
-  absl::Status ready =
-      WaitUntilReady(*channel, options.server, options.connect_timeout);
+  absl::Status ready = WaitUntilReady(
+      *channel, options.server, options.tls.enabled(), options.connect_timeout);
   if (!ready.ok()) return ready;
   return std::make_unique<JobClient>(std::move(channel), options);
 }

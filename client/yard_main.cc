@@ -21,6 +21,8 @@
 //   8  not authenticated or not allowed (token missing, wrong, revoked, or
 //      of a role or tenant that may not do this)
 //   9  a quota or limit was reached
+#include <grpc/support/log.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -71,6 +73,12 @@ int Main(const std::vector<std::string>& argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // gRPC's own log lines (e.g. one per failed TLS handshake retry) would
+  // break the one-line error; what they say reaches the error message
+  // through the calls' statuses. GRPC_VERBOSITY set: left as gRPC has it.
+  if (std::getenv("GRPC_VERBOSITY") == nullptr) {
+    gpr_set_log_function([](gpr_log_func_args*) {});
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   return Main(args);
 }

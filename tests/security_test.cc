@@ -5,6 +5,7 @@
 // made at test time, tests/test_certs.h).
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -723,8 +724,20 @@ TEST_F(SecurityTest, TlsAndWorkerMutualTls) {
                       "--tls-client-ca", c.ca}}));
   // Clients over TLS with the CA; plaintext and a wrong CA get nowhere.
   EXPECT_EQ(Yard({"--tls-ca", c.ca, "ls"}).exit_code(), 0);
-  EXPECT_EQ(Yard({"ls"}).exit_code(), 6);
-  EXPECT_EQ(Yard({"--tls-ca", c.rogue_ca, "ls"}).exit_code(), 6);
+  // Each failure is one line saying why (gRPC's handshake logs are kept
+  // off the CLI's stderr).
+  CommandResult plain = Yard({"ls"});
+  EXPECT_EQ(plain.exit_code(), 6);
+  EXPECT_THAT(plain.err, HasSubstr("(a TLS server? give --tls-ca)\n"));
+  EXPECT_EQ(std::count(plain.err.begin(), plain.err.end(), '\n'), 1)
+      << plain.err;
+  CommandResult rogue_ca = Yard({"--tls-ca", c.rogue_ca, "ls"});
+  EXPECT_EQ(rogue_ca.exit_code(), 6);
+  EXPECT_THAT(rogue_ca.err,
+              HasSubstr("its TLS certificate is not signed by the CA of "
+                        "--tls-ca"));
+  EXPECT_EQ(std::count(rogue_ca.err.begin(), rogue_ca.err.end(), '\n'), 1)
+      << rogue_ca.err;
 
   // A worker with a certificate the CA signed joins.
   YARD_ASSERT_OK(StartReadyWorker(
