@@ -1,9 +1,14 @@
 #include "sim/sim_flags.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "scheduler/placement_policy.h"
 
 namespace trainyard::sim {
 namespace {
@@ -45,9 +50,17 @@ absl::Status Set(const std::string& flag, const std::string& v, SimFlags& f) {
     ASSIGN_OR_RETURN(f.pods, List(flag, v));
   } else if (flag == "--policies") {
     ASSIGN_OR_RETURN(f.policies, List(flag, v));
+    const std::vector<std::string> known = scheduler::PlacementPolicyNames();
+    for (const std::string& p : f.policies) {
+      if (std::find(known.begin(), known.end(), p) == known.end()) {
+        return Bad(flag, absl::StrCat("unknown policy \"", p, "\" (known: ",
+                                      absl::StrJoin(known, ", "), ")"));
+      }
+    }
   } else if (flag == "--seeds") {
     if (!absl::SimpleAtoi(v, &f.seeds) || f.seeds < 1 || f.seeds > 1000) {
-      return Bad(flag, absl::StrCat("\"", v, "\" is not in [1, 1000]"));
+      return Bad(flag,
+                 absl::StrCat("\"", v, "\" is not an integer in [1, 1000]"));
     }
   } else if (flag == "--loads") {
     ASSIGN_OR_RETURN(f.loads, Loads(flag, v));
@@ -63,11 +76,19 @@ absl::Status Set(const std::string& flag, const std::string& v, SimFlags& f) {
     }
   } else if (flag == "--csv") {
     f.csv = v;
-  } else {
-    return Bad(flag, "unknown flag");
   }
   return absl::OkStatus();
 }
+
+constexpr const char* kFlags[] = {"--trace",
+                                  "--nodes",
+                                  "--pods",
+                                  "--policies",
+                                  "--seeds",
+                                  "--loads",
+                                  "--arrival-speedup",
+                                  "--cluster-fraction",
+                                  "--csv"};
 
 }  // namespace
 
@@ -78,10 +99,10 @@ std::string SimUsage() {
          "         [--pods openb_pod_list_default.csv[,more.csv]]\n"
          "         [--policies first-fit,best-fit,fgd] [--seeds 10]\n"
          "         [--loads 0.8,0.9,0.95,1] [--csv FILE]\n"
-         "File names are relative to DIR (or DIR/csv when it exists).\n"
          "         [--arrival-speedup 1 (replay: arrivals N times faster)]\n"
          "         [--cluster-fraction 1 (replay: keep this share of the "
          "nodes)]\n"
+         "File names are relative to DIR (or DIR/csv when it exists).\n"
          "replay ignores --seeds and --loads; its --csv is the GPU "
          "allocation over time.\n";
 }
@@ -97,9 +118,16 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
   }
   for (size_t i = 1; i < args.size(); ++i) {
     std::string flag = args[i], value;
-    if (size_t eq = flag.find('='); eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) flag = flag.substr(0, eq);
+    if (std::find(std::begin(kFlags), std::end(kFlags), flag) ==
+        std::end(kFlags)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag.rfind("--", 0) == 0 ? "unknown flag " : "unexpected argument ",
+          flag));
+    }
+    if (eq != std::string::npos) {
+      value = args[i].substr(eq + 1);
     } else if (i + 1 < args.size()) {
       value = args[++i];
     } else {

@@ -43,6 +43,21 @@ TEST(SimFlagsTest, BadInputNamesTheFlag) {
               HasSubstr("--bogus"));
   EXPECT_THAT(ParseSimFlags({"saturation", "--csv"}).status().message(),
               HasSubstr("missing value"));
+  // An unknown flag is unknown wherever it stands, with or without a value.
+  EXPECT_EQ(ParseSimFlags({"saturation", "--seeds", "2", "--bogus"})
+                .status()
+                .message(),
+            "unknown flag --bogus");
+  EXPECT_EQ(ParseSimFlags({"saturation", "--bogus=1"}).status().message(),
+            "unknown flag --bogus");
+  EXPECT_EQ(ParseSimFlags({"saturation", "extra"}).status().message(),
+            "unexpected argument extra");
+  EXPECT_EQ(ParseSimFlags({"saturation", "--seeds", "abc"}).status().message(),
+            "--seeds: \"abc\" is not an integer in [1, 1000]");
+  EXPECT_THAT(ParseSimFlags({"saturation", "--policies", "best-fit,foo"})
+                  .status()
+                  .message(),
+              HasSubstr("--policies: unknown policy \"foo\" (known: "));
 }
 
 }  // namespace

@@ -252,10 +252,16 @@ int RunReplayExperiment(const SimFlags& f) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() &&
+      (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
+    std::cout << trainyard::sim::SimUsage();
+    return 0;
+  }
   auto flags = trainyard::sim::ParseSimFlags(args);
   if (!flags.ok()) {
-    std::cerr << "yard-sim: " << flags.status().message() << "\n"
-              << trainyard::sim::SimUsage();
+    // One line; the usage only when no experiment was named at all.
+    std::cerr << (args.empty() ? trainyard::sim::SimUsage() : "")
+              << "yard-sim: " << flags.status().message() << "\n";
     return 2;
   }
   if (flags->experiment == "replay") {
