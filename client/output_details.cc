@@ -85,8 +85,18 @@ void AddProgress(const v1::Job& job, DetailLines* d) {
 std::string AttemptLine(const v1::Job& job) {
   std::string out = absl::StrCat(job.attempt());
   if (job.worker_id().empty()) return out;
+  if (job.gang_parts().empty()) {
+    // An ended attempt keeps the workers of its ranks in its record.
+    const v1::Attempt* last =
+        job.attempts().empty() ? nullptr : &*job.attempts().rbegin();
+    if (last != nullptr && last->number() == job.attempt() &&
+        !last->more_workers().empty()) {
+      return absl::StrCat(out, " on workers ", last->worker_id(), ", ",
+                          absl::StrJoin(last->more_workers(), ", "));
+    }
+    return absl::StrCat(out, " on worker ", job.worker_id());
+  }
   absl::StrAppend(&out, " on worker ", job.worker_id());
-  if (job.gang_parts().empty()) return out;
   const auto ranks = [](int32_t first, int32_t n) {
     return n == 1 ? absl::StrCat(" (rank ", first, ")")
                   : absl::StrCat(" (ranks ", first, "-", first + n - 1, ")");

@@ -327,6 +327,14 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(text, HasSubstr("ID:              j-1\n"));
   EXPECT_THAT(text, HasSubstr("State:           RUNNING\n"));
   EXPECT_THAT(text, HasSubstr("Attempt:         2 on worker w2\n"));
+  {
+    // Ended, a job spread over workers keeps them in its attempt's record.
+    v1::Job spread = job;
+    spread.mutable_attempts(1)->add_more_workers("w3");
+    spread.mutable_attempts(1)->add_more_workers("w4");
+    EXPECT_THAT(FormatJobDetails(spread, kNow),
+                HasSubstr("Attempt:         2 on workers w2, w3, w4\n"));
+  }
   EXPECT_THAT(text,
               HasSubstr("Created:         2023-11-14 21:56:40 UTC (16m ago)"));
   EXPECT_THAT(text, HasSubstr("Progress:        step 10/100 loss 1.5000"));

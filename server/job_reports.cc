@@ -308,10 +308,15 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnStarted(
                             AlreadyApplied(r.job, update, worker_id)) {
                           return false;
                         }
+                        // A job spread over workers runs once the first
+                        // of them has started its ranks.
                         RETURN_IF_ERROR(EnsureRunning(
                             r,
-                            absl::StrCat("started on worker ", worker_id,
-                                         " (pid ", update.started().pid(), ")"),
+                            absl::StrCat(r.job.gang_parts().empty()
+                                             ? "started on worker "
+                                             : "started: first on worker ",
+                                         worker_id, " (pid ",
+                                         update.started().pid(), ")"),
                             clock_->Now(), events));
                         return true;
                       })
