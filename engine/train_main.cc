@@ -151,22 +151,24 @@ std::string IntIn(absl::string_view flag, const std::string& value, Int lo,
   return "";
 }
 
-// Parses the flags (--name VALUE or --name=VALUE) and positional arguments
-// of argv after the command; the positional ones go to *positional, at most
-// `max_positional` of them. Returns the message for stderr, "" when all is
-// well.
+// Parses the flags (--name VALUE or --name=VALUE) of argv after the command
+// and its one positional argument (`positional_name` in errors) into
+// *positional.
+// Returns the message for stderr, "" when all is well.
 template <typename T>
 std::string ParseFlags(const std::vector<std::string>& argv,
                        absl::Span<const ValueFlag<T>> flags, T* args,
-                       std::vector<std::string>* positional,
-                       size_t max_positional) {
+                       absl::string_view positional_name,
+                       std::string* positional) {
+  bool have_positional = false;
   for (size_t i = 1; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
     if (arg.rfind("--", 0) != 0) {
-      if (positional->size() == max_positional) {
+      if (have_positional) {
         return absl::StrCat("unexpected argument '", arg, "'");
       }
-      positional->push_back(arg);
+      *positional = arg;
+      have_positional = true;
       continue;
     }
     const size_t eq = arg.find('=');
@@ -188,7 +190,7 @@ std::string ParseFlags(const std::vector<std::string>& argv,
       return error;
     }
   }
-  return "";
+  return have_positional ? "" : absl::StrCat("missing ", positional_name);
 }
 
 // For the flags whose value is taken as it is.
@@ -253,14 +255,11 @@ std::string ParseArgs(const std::vector<std::string>& argv, Args* args) {
     return argv.empty() ? "missing command (run, sample or export)"
                         : absl::StrCat("unknown command '", argv[0], "'");
   }
-  std::vector<std::string> positional;
-  if (std::string error =
-          ParseFlags<Args>(argv, kRunFlags, args, &positional, 1);
+  if (std::string error = ParseFlags<Args>(argv, kRunFlags, args, "SPEC_FILE",
+                                           &args->spec_file);
       !error.empty()) {
     return error;
   }
-  if (positional.empty()) return "missing SPEC_FILE";
-  args->spec_file = positional[0];
   const SocketCollectiveOptions& r = args->ranks;
   if (r.world_size < 1 || r.rank >= r.world_size) {
     return absl::StrCat("--rank ", r.rank, " must be below --world-size ",
@@ -339,15 +338,8 @@ const ValueFlag<SampleArgs> kSampleFlags[] = {
 
 std::string ParseSampleArgs(const std::vector<std::string>& argv,
                             SampleArgs* args) {
-  std::vector<std::string> positional;
-  if (std::string error =
-          ParseFlags<SampleArgs>(argv, kSampleFlags, args, &positional, 1);
-      !error.empty()) {
-    return error;
-  }
-  if (positional.empty()) return "missing CHECKPOINT_DIR";
-  args->dir = positional[0];
-  return "";
+  return ParseFlags<SampleArgs>(argv, kSampleFlags, args, "CHECKPOINT_DIR",
+                                &args->dir);
 }
 
 // The prompt as tokens: text through the model's tokenizer, or token ids
