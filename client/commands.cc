@@ -338,10 +338,13 @@ int ReadSubmitPlan(const CliArgs& args, SubmitPlan* plan, std::ostream& err) {
 
 namespace {
 
-// Whether the server's error is about the request id rather than the spec
-// (the field its status details name).
+// Whether the server's error is about the request id rather than the spec:
+// the field its status details name, or, from a server that sends no
+// details (older than them), the field its message starts with.
 bool AboutRequestId(const absl::Status& s) {
-  return IsAboutField(s, "request_id");
+  return IsAboutField(s, "request_id") ||
+         (FieldViolations(s).empty() &&
+          absl::StartsWith(s.message(), "request_id"));
 }
 
 // The server's INVALID_ARGUMENT about a submitted spec says which file it

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -58,24 +59,31 @@ std::string LastConnectError(grpc::Channel& channel) {
 // failed is told apart from a server that is not there.
 absl::Status Unreachable(grpc::Channel& channel, const std::string& server,
                          bool tls, absl::string_view within) {
-  const std::string why = LastConnectError(channel);
+  // Asked only of a channel whose connection failed: one still connecting
+  // (a port that drops packets) would only make the answer 2 s later.
+  const std::string why =
+      channel.GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE
+          ? LastConnectError(channel)
+          : "";
+  const std::string lower = absl::AsciiStrToLower(why);  // for matching
   const std::string head =
       absl::StrCat("cannot reach yard-server at ", server, within);
-  if (absl::StrContains(why, "certificate verify failed")) {
+  if (absl::StrContains(lower, "certificate verify failed") ||
+      absl::StrContains(lower, "certificate_verify_failed")) {
     return absl::UnavailableError(absl::StrCat(
         head, ": its TLS certificate is not signed by the CA of --tls-ca (",
         why, ")"));
   }
-  if (absl::StrContains(why, "Peer name")) {
+  if (absl::StrContains(lower, "peer name")) {
     return absl::UnavailableError(
         absl::StrCat(head, ": its TLS certificate is not for that name (", why,
                      "); --tls-server-name names the one it holds"));
   }
-  if (tls && absl::StrContains(why, "wrong version number")) {
+  if (tls && absl::StrContains(lower, "wrong version number")) {
     return absl::UnavailableError(
         absl::StrCat(head, ": it does not speak TLS (leave out --tls-ca)"));
   }
-  if (!tls && absl::StrContains(why, "Socket closed")) {
+  if (!tls && absl::StrContains(lower, "socket closed")) {
     return absl::UnavailableError(absl::StrCat(
         head, ": it closed the connection (a TLS server? give --tls-ca)"));
   }

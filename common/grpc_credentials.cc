@@ -83,9 +83,16 @@ absl::StatusOr<KeyPair> ReadKeyPair(const std::string& cert_path,
   ASSIGN_OR_RETURN(UniqueX509 cert,
                    FirstCertificate(pair.cert, cert_path, "--tls-cert"));
   ASSIGN_OR_RETURN(pair.key, ReadPem(key_path, "--tls-key"));
+  if (absl::StrContains(pair.key, "ENCRYPTED")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-key ", key_path,
+                     ": an encrypted private key (give it unencrypted)"));
+  }
   auto bio = MemoryBio(pair.key);
+  // No pass phrase: OpenSSL's default callback would prompt on a terminal.
+  pem_password_cb* no_pass_phrase = [](char*, int, int, void*) { return 0; };
   std::unique_ptr<EVP_PKEY, KeyFree> key(
-      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+      PEM_read_bio_PrivateKey(bio.get(), nullptr, no_pass_phrase, nullptr));
   ERR_clear_error();
   if (key == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -182,6 +182,19 @@ TEST_F(GptJobTest, SpecsThatDoNotFitTheTextAreInvalidArgument) {
   EXPECT_EQ(TrainJob::Create(job, &sink_).status().message(),
             "data.text.train: 9 training tokens are fewer than "
             "model.gpt.seq_len + 1 (17)");
+  // Early stopping and keep_best need evaluations: a held-out 10% shorter
+  // than one window is said at once, naming the field.
+  job = Job("bad");
+  job.text->train = Write("hundred.txt", std::string(100, 'a'));
+  job.trainer.early_stop_patience = 2;
+  EXPECT_EQ(TrainJob::Create(job, &sink_).status().message(),
+            "eval.patience: no evaluation set: the held-out last 10% of "
+            "data.text.train is shorter than one window of 17 tokens "
+            "(model.gpt.seq_len + 1)");
+  job.trainer.early_stop_patience = 0;
+  job.trainer.checkpoint.keep_best = true;
+  EXPECT_TRUE(absl::StartsWith(TrainJob::Create(job, &sink_).status().message(),
+                               "checkpoint.keep_best: no evaluation set"));
   job = Job("bad");
   job.text->eval = Write("eval.txt", "the zebra");
   EXPECT_EQ(TrainJob::Create(job, &sink_).status().message(),

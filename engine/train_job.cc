@@ -283,10 +283,25 @@ absl::Status TrainJob::LoadTokenData(const EngineJob& job) {
       static_cast<int32_t>(job.gpt.vocab_size));
   if (eval_windows->size() > 0) {
     eval_ = std::move(eval_windows);
-  } else {
-    YARD_LOG(WARNING) << "evaluation data is shorter than one window of "
-                      << T + 1 << " tokens; evaluation is off";
+    return absl::OkStatus();
   }
+  const std::string eval_field =
+      held_out               ? absl::StrCat("the held-out last 10% of ", field)
+      : job.text.has_value() ? "data.text.eval"
+                             : "data.tokens.eval";
+  const std::string why =
+      absl::StrCat(eval_field, " is shorter than one window of ", T + 1,
+                   " tokens (model.gpt.seq_len + 1)");
+  // What needs evaluations cannot run without them: said now, by field.
+  if (job.trainer.early_stop_patience > 0) {
+    return InvalidFieldError("eval.patience",
+                             absl::StrCat("no evaluation set: ", why));
+  }
+  if (job.trainer.checkpoint.keep_best) {
+    return InvalidFieldError("checkpoint.keep_best",
+                             absl::StrCat("no evaluation set: ", why));
+  }
+  YARD_LOG(WARNING) << why << "; evaluation is off";
   return absl::OkStatus();
 }
 

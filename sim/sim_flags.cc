@@ -5,8 +5,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "scheduler/placement_policy.h"
 
@@ -50,11 +50,12 @@ absl::Status Set(const std::string& flag, const std::string& v, SimFlags& f) {
     ASSIGN_OR_RETURN(f.pods, List(flag, v));
   } else if (flag == "--policies") {
     ASSIGN_OR_RETURN(f.policies, List(flag, v));
-    const std::vector<std::string> known = scheduler::PlacementPolicyNames();
     for (const std::string& p : f.policies) {
-      if (std::find(known.begin(), known.end(), p) == known.end()) {
-        return Bad(flag, absl::StrCat("unknown policy \"", p, "\" (known: ",
-                                      absl::StrJoin(known, ", "), ")"));
+      // The server's own names, combinations (fgd+drf) included.
+      if (absl::Status s = scheduler::MakePlacementPolicy(p).status();
+          !s.ok()) {
+        return Bad(flag,
+                   std::string(absl::StripPrefix(s.message(), "policy: ")));
       }
     }
   } else if (flag == "--seeds") {

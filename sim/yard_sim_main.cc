@@ -2,6 +2,7 @@
 // server runs — over a cluster trace and prints what each achieves: the
 // saturation experiment (saturation.h) and the timeline replay (replay.h) on
 // the Alibaba openb trace.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -252,8 +253,9 @@ int RunReplayExperiment(const SimFlags& f) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() &&
-      (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
+  if (std::any_of(args.begin(), args.end(), [](const std::string& a) {
+        return a == "--help" || a == "-h" || a == "help";
+      })) {
     std::cout << trainyard::sim::SimUsage();
     return 0;
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -74,7 +75,11 @@ std::string MetaJson(const Checkpoint& ckpt,
                   {"evals_since_best",
                    Json::Int(m.early_stopping->evals_since_best)}}));
   }
-  if (m.figures.has_value()) {
+  // JSON has no NaN or infinity: figures that are not finite are left out
+  // (a resumed run then reports as an older checkpoint's would).
+  if (m.figures.has_value() && std::isfinite(m.figures->train_loss) &&
+      std::isfinite(m.figures->eval_loss) &&
+      std::isfinite(m.figures->eval_accuracy)) {
     meta.Set("figures",
              Json::MakeObject(
                  {{"train_loss", Json::Number(m.figures->train_loss)},

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -131,6 +132,30 @@ TEST_F(CheckpointTest, KeepsTheEarlyStoppingState) {
     EXPECT_FALSE(r.ok()) << to;
     EXPECT_TRUE(absl::StrContains(r.status().message(), expect)) << r.status();
   }
+}
+
+// The figures a run ending at the step reports: kept exactly, and left out
+// when one is not finite (JSON has no infinity: the checkpoint must stay
+// readable).
+TEST_F(CheckpointTest, KeepsTheStepsFiguresWhenFinite) {
+  Checkpoint with = Sample(40);
+  with.meta.figures = StepFigures{0.1 + 0.2, 1.5, 0.25, 64};
+  absl::StatusOr<Checkpoint> back =
+      ReadCheckpoint(*WriteCheckpoint(root_, with));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->meta.figures.has_value());
+  EXPECT_EQ(back->meta.figures->train_loss, 0.1 + 0.2);
+  EXPECT_EQ(back->meta.figures->eval_loss, 1.5);
+  EXPECT_EQ(back->meta.figures->eval_accuracy, 0.25);
+  EXPECT_EQ(back->meta.figures->eval_examples, 64);
+  with = Sample(41);
+  with.meta.figures =
+      StepFigures{2.0, std::numeric_limits<double>::infinity(), 0, 64};
+  back = ReadCheckpoint(*WriteCheckpoint(root_, with));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->meta.figures.has_value());
+  EXPECT_FALSE(ReadCheckpoint(*WriteCheckpoint(root_, Sample(42)))
+                   ->meta.figures.has_value());
 }
 
 TEST_F(CheckpointTest, RewritingAStepReplacesIt) {

@@ -456,7 +456,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   }
   StepFigures figures;
   figures.train_loss = CurrentTrainLoss();
-  if (EvaluatedThisStep()) {
+  if (EvaluatedThisStep() && std::isfinite(last_eval_.loss)) {
     figures.eval_loss = last_eval_.loss;
     figures.eval_accuracy = last_eval_.accuracy;
     figures.eval_examples = last_eval_.examples;
