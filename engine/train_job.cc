@@ -16,7 +16,6 @@
 #endif
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/field_errors.h"
 #include "common/log.h"
@@ -27,6 +26,7 @@
 #include "engine/core/gpt.h"
 #include "engine/core/mlp.h"
 #include "engine/core/model_weights.h"
+#include "engine/data/idx.h"
 #include "engine/data/mnist.h"
 #include "engine/data/token_data.h"
 #include "engine/gpt_tools.h"
@@ -53,17 +53,24 @@ absl::Status AsDataError(absl::string_view field, const absl::Status& s) {
   }
 }
 
-// `prefix` is "data.mnist." or "data.mnist.eval_": the fields of the two
-// files, told apart by the path the error starts with.
+// `prefix` is "data.mnist." or "data.mnist.eval_": each file is read under
+// its own field; what is wrong with the two together (their counts) is
+// data.mnist's.
 absl::StatusOr<std::unique_ptr<MnistExamples>> LoadMnist(
     absl::string_view prefix, const std::string& images,
     const std::string& labels) {
-  absl::StatusOr<std::unique_ptr<MnistExamples>> set =
-      MnistExamples::Load(images, labels);
-  if (set.ok()) return set;
-  const bool about_labels = absl::StartsWith(set.status().message(), labels);
-  return AsDataError(absl::StrCat(prefix, about_labels ? "labels" : "images"),
-                     set.status());
+  absl::StatusOr<IdxArray> pixels = ReadIdxFile(images);
+  if (!pixels.ok()) {
+    return AsDataError(absl::StrCat(prefix, "images"), pixels.status());
+  }
+  absl::StatusOr<IdxArray> classes = ReadIdxFile(labels);
+  if (!classes.ok()) {
+    return AsDataError(absl::StrCat(prefix, "labels"), classes.status());
+  }
+  absl::StatusOr<std::unique_ptr<MnistExamples>> set = MnistExamples::FromIdx(
+      *std::move(pixels), *std::move(classes), images, labels);
+  if (!set.ok()) return AsDataError("data.mnist", set.status());
+  return set;
 }
 
 // Text files up to 1 GiB; larger corpora belong in token shards.

@@ -37,10 +37,6 @@ constexpr char kModelFolderTokenizer[] = "trainyard_tokenizer.json";
 
 enum class Kind { kFile, kDirectory };
 
-absl::Status PathError(absl::string_view field, absl::string_view msg) {
-  return InvalidFieldError(field, msg);
-}
-
 // realpath(3); on failure the errno is kept in *error.
 absl::StatusOr<std::string> RealPath(const std::string& path, int* error) {
   char buf[PATH_MAX];
@@ -61,28 +57,30 @@ bool Inside(const std::string& path, const std::string& root) {
 // What can be said about `relative` before touching the file system.
 absl::Status CheckSyntax(absl::string_view field, const std::string& relative) {
   if (relative.empty()) {
-    return PathError(field, "required (a path relative to the data root)");
+    return InvalidFieldError(field,
+                             "required (a path relative to the data root)");
   }
   if (static_cast<int64_t>(relative.size()) > kMaxPathLength) {
-    return PathError(field,
-                     absl::StrCat("at most ", kMaxPathLength, " characters"));
+    return InvalidFieldError(
+        field, absl::StrCat("at most ", kMaxPathLength, " characters"));
   }
   if (relative.find('\0') != std::string::npos) {
-    return PathError(field, "contains a NUL byte");
+    return InvalidFieldError(field, "contains a NUL byte");
   }
   for (unsigned char c : relative) {
     if (c < 0x20 || c == 0x7f) {
-      return PathError(field, "must not contain control characters");
+      return InvalidFieldError(field, "must not contain control characters");
     }
   }
   if (relative[0] == '/') {
-    return PathError(field, absl::StrCat("must be relative to the data root, "
-                                         "got the absolute path ",
-                                         relative));
+    return InvalidFieldError(field,
+                             absl::StrCat("must be relative to the data root, "
+                                          "got the absolute path ",
+                                          relative));
   }
   fs::path normal = fs::path(relative).lexically_normal();
   if (!normal.empty() && *normal.begin() == "..") {
-    return PathError(field, "path escapes the data root");
+    return InvalidFieldError(field, "path escapes the data root");
   }
   return absl::OkStatus();
 }
@@ -95,10 +93,10 @@ absl::StatusOr<std::string> ResolveExisting(absl::string_view field,
   absl::StatusOr<std::string> real = RealPath(root + "/" + relative, &error);
   if (real.ok()) return real;
   if (error == ENOENT || error == ENOTDIR) {
-    return PathError(field, absl::StrCat("file not found: ", relative));
+    return InvalidFieldError(field, absl::StrCat("file not found: ", relative));
   }
-  return PathError(field, absl::StrCat("cannot resolve ", relative, ": ",
-                                       real.status().message()));
+  return InvalidFieldError(field, absl::StrCat("cannot resolve ", relative,
+                                               ": ", real.status().message()));
 }
 
 // The real path of root/relative when its tail may not exist yet: the
@@ -118,25 +116,27 @@ absl::StatusOr<std::string> ResolvePartial(absl::string_view field,
     struct stat st;
     if (::lstat(next.c_str(), &st) != 0) {
       if (errno != ENOENT) {
-        return PathError(field, absl::StrCat("cannot resolve ", relative, ": ",
-                                             std::strerror(errno)));
+        return InvalidFieldError(field,
+                                 absl::StrCat("cannot resolve ", relative, ": ",
+                                              std::strerror(errno)));
       }
       rest = part;
       continue;
     }
     if (S_ISLNK(st.st_mode) && ::stat(next.c_str(), &st) != 0) {
-      return PathError(field,
-                       absl::StrCat("cannot resolve ", relative,
-                                    ": a symlink on the way is dangling or "
-                                    "loops"));
+      return InvalidFieldError(
+          field, absl::StrCat("cannot resolve ", relative,
+                              ": a symlink on the way is dangling or "
+                              "loops"));
     }
     existing = next;
   }
   int error = 0;
   absl::StatusOr<std::string> real = RealPath(existing.string(), &error);
   if (!real.ok()) {
-    return PathError(field, absl::StrCat("cannot resolve ", relative, ": ",
-                                         real.status().message()));
+    return InvalidFieldError(field,
+                             absl::StrCat("cannot resolve ", relative, ": ",
+                                          real.status().message()));
   }
   if (rest.empty()) return real;
   return (fs::path(*real) / rest).lexically_normal().string();
@@ -151,7 +151,7 @@ absl::StatusOr<std::string> Resolve(absl::string_view field,
   absl::StatusOr<std::string> root =
       RealPath(data_root.empty() ? "." : data_root, &error);
   if (!root.ok()) {
-    return PathError(
+    return InvalidFieldError(
         field, absl::StrCat("data root ", data_root,
                             " is not accessible: ", root.status().message()));
   }
@@ -160,19 +160,20 @@ absl::StatusOr<std::string> Resolve(absl::string_view field,
                  : ResolvePartial(field, *root, relative);
   if (!resolved.ok()) return resolved.status();
   if (!Inside(*resolved, *root)) {
-    return PathError(field, "path escapes the data root");
+    return InvalidFieldError(field, "path escapes the data root");
   }
   if (must_exist) {
     struct stat st;
     const bool is_dir = kind == Kind::kDirectory;
     if (::stat(resolved->c_str(), &st) != 0 ||
         (is_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
-      return PathError(field, absl::StrCat(is_dir ? "not a directory: "
-                                                  : "not a regular file: ",
-                                           relative));
+      return InvalidFieldError(
+          field,
+          absl::StrCat(is_dir ? "not a directory: " : "not a regular file: ",
+                       relative));
     }
     if (::access(resolved->c_str(), is_dir ? R_OK | X_OK : R_OK) != 0) {
-      return PathError(field, absl::StrCat("not readable: ", relative));
+      return InvalidFieldError(field, absl::StrCat("not readable: ", relative));
     }
   }
   return resolved;
