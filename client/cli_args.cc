@@ -40,6 +40,7 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "tenant" || name == "tenants") return Command::kTenant;
   if (name == "drain") return Command::kDrain;
   if (name == "undrain") return Command::kUndrain;
+  if (name == "forget") return Command::kForget;
   if (name == "help") return Command::kHelp;
   return std::nullopt;
 }
@@ -467,6 +468,7 @@ class ArgParser {
         break;
       case Command::kDrain:
       case Command::kUndrain:
+      case Command::kForget:
         what = "worker ID";
         target = &out_.worker_id;
         break;
@@ -598,6 +600,8 @@ Admin commands (admin token):
                      resume elsewhere (--keep-jobs: let them finish there);
                      --wait: until none of its jobs is left on it
   undrain WORKER     let a drained worker take jobs again
+  forget WORKER      remove a lost worker (a node gone for good) from the
+                     worker list and the lost count
 
 Global flags:
   --server HOST:PORT yard-server address (default: $YARD_SERVER, else the
@@ -620,10 +624,12 @@ Exit codes:
   2 usage error        3 invalid spec or argument
   4 job or worker not found
   5 failed precondition (e.g. cancel of a job that already ended, delete
-    of one that has not, resume of one that is not suspended)
+    of one that has not, resume of one that is not suspended, forget of
+    a worker that is not lost)
   6 server unreachable 7 other server error
   8 not authenticated or not allowed (missing, wrong or revoked token;
-    another tenant's resource)
+    an admin command or another tenant's usage with a tenant token;
+    another tenant's job is "not found", 4)
   9 quota or limit reached (RESOURCE_EXHAUSTED)
   cancel, suspend, resume and delete of several IDs go on past a failed
   one and exit with the first failure's code.

@@ -36,6 +36,7 @@ enum class Command {
   kTenant,   // tenant set|ls (admin)
   kDrain,    // drain WORKER (admin)
   kUndrain,  // undrain WORKER (admin)
+  kForget,   // forget WORKER (admin)
 };
 enum class OutputFormat { kTable, kJson };
 
@@ -77,7 +78,7 @@ struct CliArgs {
   int64_t step = 0;   // --step N; 0: the newest
   bool best = false;  // --best
   std::string dir;    // --dir DIR; empty: <id>-step-<step>
-  // drain, undrain
+  // drain, undrain, forget
   std::string worker_id;
   bool keep_jobs = false;  // drain --keep-jobs
   // usage: the window's ends as written (common/time_text.h

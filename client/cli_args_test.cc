@@ -298,6 +298,16 @@ TEST(CliArgsTest, ParsesDrainAndUndrain) {
   EXPECT_THAT(UsageText(), HasSubstr("undrain WORKER"));
 }
 
+TEST(CliArgsTest, ParsesForget) {
+  CliArgs f = Parse({"forget", "gpu-07"});
+  EXPECT_EQ(f.command, Command::kForget);
+  EXPECT_EQ(f.worker_id, "gpu-07");
+  EXPECT_THAT(UsageText(), HasSubstr("forget WORKER"));
+  EXPECT_EQ(Error({"forget"}), "'forget': missing worker ID");
+  EXPECT_EQ(Error({"forget", "w1", "--keep-jobs"}),
+            "unknown flag \"--keep-jobs\" for 'forget'");
+}
+
 TEST(CliArgsTest, BadDrainCommandsAreUsageErrors) {
   EXPECT_EQ(Error({"drain"}), "'drain': missing worker ID");
   EXPECT_EQ(Error({"undrain"}), "'undrain': missing worker ID");

@@ -533,6 +533,7 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
       return RunAdminCommand(args, client, out, err);
     case Command::kDrain:
     case Command::kUndrain:
+    case Command::kForget:
       return RunWorkerCommand(args, client, *Clock::Real(), out, err);
     default:
       return ReportError(absl::InternalError("command not handled here"), err);

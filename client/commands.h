@@ -55,7 +55,8 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
 int RunAdminCommand(const CliArgs& args, JobClient& client, std::ostream& out,
                     std::ostream& err);
 
-// `yard drain ...` and `yard undrain ...` (worker_commands.cc). drain --wait
+// `yard drain ...`, `yard undrain ...` and `yard forget ...`
+// (worker_commands.cc). drain --wait
 // polls the worker list, pausing on `clock` between polls.
 int RunWorkerCommand(const CliArgs& args, JobClient& client, Clock& clock,
                      std::ostream& out, std::ostream& err);

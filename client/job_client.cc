@@ -525,4 +525,14 @@ absl::StatusOr<v1::Worker> JobClient::UndrainWorker(
   return worker;
 }
 
+absl::Status JobClient::ForgetWorker(const std::string& worker_id) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::ForgetWorkerRequest request;
+  request.set_worker_id(worker_id);
+  v1::ForgetWorkerResponse response;
+  grpc::Status s = cluster_->ForgetWorker(&context, request, &response);
+  return s.ok() ? absl::OkStatus() : Annotate(s);
+}
+
 }  // namespace trainyard::client

@@ -128,6 +128,8 @@ class JobClient {
       const std::string& worker_id, const std::string& reason, bool keep_jobs);
   absl::StatusOr<trainyard::v1::Worker> UndrainWorker(
       const std::string& worker_id);
+  // Admin only: remove a lost worker from the server's list.
+  absl::Status ForgetWorker(const std::string& worker_id);
 
   const std::string& server() const { return options_.server; }
   const ClientOptions& options() const { return options_; }

@@ -1,5 +1,6 @@
 // `yard drain` and `yard undrain`: an administrator takes a worker out of
-// service for maintenance and puts it back. drain --wait then polls the
+// service for maintenance and puts it back; `yard forget` removes a lost
+// worker gone for good. drain --wait then polls the
 // worker list until none of the worker's jobs is left on it; it has no
 // timeout of its own (Ctrl-C ends it, as it ends `watch`). With -o json,
 // stdout carries only the Worker the server answered, and the wait's lines
@@ -123,6 +124,18 @@ int RunUndrain(const CliArgs& args, JobClient& client, std::ostream& out,
   return kExitOk;
 }
 
+int RunForget(const CliArgs& args, JobClient& client, std::ostream& out,
+              std::ostream& err) {
+  absl::Status s = client.ForgetWorker(args.worker_id);
+  if (!s.ok()) return ReportError(AboutWorker(s, args.worker_id), err);
+  if (args.output == OutputFormat::kJson) {
+    out << "{}\n";
+  } else {
+    out << "worker " << args.worker_id << " forgotten\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunWorkerCommand(const CliArgs& args, JobClient& client, Clock& clock,
@@ -132,6 +145,8 @@ int RunWorkerCommand(const CliArgs& args, JobClient& client, Clock& clock,
       return RunDrain(args, client, clock, out, err);
     case Command::kUndrain:
       return RunUndrain(args, client, out, err);
+    case Command::kForget:
+      return RunForget(args, client, out, err);
     default:
       return ReportError(absl::InternalError("worker command not handled"),
                          err);

@@ -56,9 +56,9 @@ v1::ListWorkersResponse ListOf(std::vector<v1::Worker> workers) {
   return list;
 }
 
-// Answers DrainWorker/UndrainWorker with scripted workers or errors and
-// records what it was asked; ListWorkers answers the scripted lists in turn
-// (the last one again once they run out).
+// Answers DrainWorker/UndrainWorker/ForgetWorker with scripted workers or
+// errors and records what it was asked; ListWorkers answers the scripted lists
+// in turn (the last one again once they run out).
 class FakeCluster final : public v1::ClusterService::Service {
  public:
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
@@ -92,6 +92,15 @@ class FakeCluster final : public v1::ClusterService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ForgetWorker(grpc::ServerContext* context,
+                            const v1::ForgetWorkerRequest* req,
+                            v1::ForgetWorkerResponse*) override {
+    absl::MutexLock lock(&mu);
+    forget_requests.push_back(*req);
+    Record(*context);
+    return error;
+  }
+
   absl::Mutex mu;
   v1::Worker reply ABSL_GUARDED_BY(mu);
   grpc::Status error ABSL_GUARDED_BY(mu);
@@ -100,6 +109,7 @@ class FakeCluster final : public v1::ClusterService::Service {
   int list_calls ABSL_GUARDED_BY(mu) = 0;
   std::vector<v1::DrainWorkerRequest> drain_requests ABSL_GUARDED_BY(mu);
   std::vector<v1::UndrainWorkerRequest> undrain_requests ABSL_GUARDED_BY(mu);
+  std::vector<v1::ForgetWorkerRequest> forget_requests ABSL_GUARDED_BY(mu);
   std::string authorization ABSL_GUARDED_BY(mu);
   bool had_deadline ABSL_GUARDED_BY(mu) = false;
 
@@ -161,6 +171,12 @@ class WorkerCommandsTest : public InProcessServerTest {
   static CliArgs Undrain(const std::string& worker_id = "w1") {
     CliArgs args;
     args.command = Command::kUndrain;
+    args.worker_id = worker_id;
+    return args;
+  }
+  static CliArgs Forget(const std::string& worker_id = "w1") {
+    CliArgs args;
+    args.command = Command::kForget;
     args.worker_id = worker_id;
     return args;
   }
@@ -358,6 +374,28 @@ TEST_F(WorkerCommandsTest, UndrainAsJson) {
   args.output = OutputFormat::kJson;
   EXPECT_EQ(Run(args), kExitOk);
   EXPECT_THAT(out_.str(), HasSubstr("\"state\": \"WORKER_READY\""));
+}
+
+TEST_F(WorkerCommandsTest, ForgetSendsTheWorkerIdAndSaysItIsForgotten) {
+  EXPECT_EQ(RunCommand(Forget("gpu-07"), *client_, out_, err_), kExitOk);
+  EXPECT_EQ(out_.str(), "worker gpu-07 forgotten\n");
+  EXPECT_EQ(err_.str(), "");
+  absl::MutexLock lock(&cluster_.mu);
+  ASSERT_EQ(cluster_.forget_requests.size(), 1u);
+  EXPECT_EQ(cluster_.forget_requests[0].worker_id(), "gpu-07");
+  EXPECT_EQ(cluster_.authorization, "Bearer ytk_admin");
+  EXPECT_TRUE(cluster_.had_deadline);
+}
+
+TEST_F(WorkerCommandsTest, ForgetOfAWorkerNotLostSaysWhy) {
+  Fail(grpc::StatusCode::FAILED_PRECONDITION,
+       "worker 'w1' is not lost (connected): only a lost worker can be "
+       "forgotten");
+  EXPECT_EQ(Run(Forget()), kExitFailedPrecondition);
+  EXPECT_EQ(err_.str(),
+            "yard: error: worker 'w1' is not lost (connected): only a lost "
+            "worker can be forgotten\n");
+  EXPECT_EQ(out_.str(), "");
 }
 
 TEST_F(WorkerCommandsTest, ErrorsAreOneLineWithTheirExitCodes) {

@@ -90,4 +90,16 @@ grpc::Status ClusterServiceImpl::UndrainWorker(
   return AnswerWithWorker(request->worker_id(), nullptr, response);
 }
 
+grpc::Status ClusterServiceImpl::ForgetWorker(
+    grpc::ServerContext* context, const v1::ForgetWorkerRequest* request,
+    v1::ForgetWorkerResponse*) {
+  absl::StatusOr<Caller> caller = auth_->ForAdmin(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::Status forgotten = drains_->Forget(request->worker_id());
+  if (!forgotten.ok()) return ToGrpcStatus(forgotten);
+  YARD_LOG(INFO) << "worker " << request->worker_id()
+                 << " forgotten at the request of token " << caller->token_id;
+  return grpc::Status::OK;
+}
+
 }  // namespace trainyard::server

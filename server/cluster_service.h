@@ -1,8 +1,8 @@
 // ClusterServiceImpl: the gRPC face of ClusterService over a ClusterView
 // and WorkerDrains. Workers' capacity and the cluster totals are for tenant
 // and admin tokens; the jobs running on a worker are shown to a tenant only
-// when they are its own. Draining is for admin tokens. Thin and
-// thread-safe.
+// when they are its own. Draining and forgetting workers are for admin
+// tokens. Thin and thread-safe.
 #ifndef TRAINYARD_SERVER_CLUSTER_SERVICE_H_
 #define TRAINYARD_SERVER_CLUSTER_SERVICE_H_
 
@@ -32,6 +32,9 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   grpc::Status UndrainWorker(grpc::ServerContext* context,
                              const v1::UndrainWorkerRequest* request,
                              v1::Worker* response) override;
+  grpc::Status ForgetWorker(grpc::ServerContext* context,
+                            const v1::ForgetWorkerRequest* request,
+                            v1::ForgetWorkerResponse* response) override;
 
  private:
   // Answers with the worker as ListWorkers shows it, or, when it is not

@@ -75,6 +75,20 @@ absl::Status WorkerDrains::Undrain(const std::string& worker_id) {
   return absl::OkStatus();
 }
 
+absl::Status WorkerDrains::Forget(const std::string& worker_id) {
+  if (worker_id.empty()) {
+    return InvalidFieldError("worker_id", "required");
+  }
+  RETURN_IF_ERROR(workers_->Forget(worker_id));
+  // Should the store fail here, the drain comes back at the next server
+  // start with the worker known only by it; forgetting it again ends it.
+  absl::Status deleted = store_->DeleteWorkerDrain(worker_id);
+  if (!deleted.ok() && !absl::IsNotFound(deleted)) return deleted;
+  YARD_LOG(INFO) << "worker " << worker_id << " forgotten";
+  if (wake_) wake_();
+  return absl::OkStatus();
+}
+
 std::vector<DrainPreemption> DrainPreemptions(
     const std::vector<JobRecord>& active,
     const std::vector<WorkerStatus>& workers) {

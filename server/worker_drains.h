@@ -1,4 +1,5 @@
-// WorkerDrains: administrators' drains of workers, for maintenance. A
+// WorkerDrains: administrators' drains of workers, for maintenance, and
+// forgetting workers gone for good. A
 // drained worker takes no new jobs; unless the drain keeps them, the jobs
 // running there are preempted (each writes a checkpoint, goes back to the
 // queue and resumes on another worker). Drains are committed to the job
@@ -47,6 +48,9 @@ class WorkerDrains {
   // NOT_FOUND for an unknown worker; FAILED_PRECONDITION when no
   // administrator drains it.
   absl::Status Undrain(const std::string& worker_id);
+  // Forgets a lost worker (WorkerRegistry::Forget) and ends its drain in
+  // the store, if any; INVALID_ARGUMENT for an empty id.
+  absl::Status Forget(const std::string& worker_id);
 
  private:
   JobStore* const store_;

@@ -231,6 +231,62 @@ TEST_F(WorkerDrainsTest, BadRequestsNameWhatIsWrongAndChangeNothing) {
   EXPECT_EQ(store_->ListWorkerDrains()->size(), 1u);
 }
 
+// A worker gone for good is forgotten: out of the list (and so of the lost
+// count), its drain ended in the store; its job was re-queued when it was
+// lost. Should it come back, it joins as a new worker.
+TEST_F(WorkerDrainsTest, ALostWorkerIsForgottenWithItsDrain) {
+  FakeWorker& w1 = Connect("w1");
+  const std::string job = RunJobOn(w1);
+  ASSERT_TRUE(Drain("w1", "dead PSU", /*keep_jobs=*/true).ok());
+  EXPECT_EQ(drains_->Forget("w1").code(),
+            absl::StatusCode::kFailedPrecondition);  // connected
+  EXPECT_THAT(drains_->Forget("w1").message(), HasSubstr("connected"));
+
+  clock_.Advance(kLease + absl::Seconds(1));
+  Pass();
+  EXPECT_EQ(Status("w1").state, v1::WORKER_LOST);
+  EXPECT_EQ(Job(job).job.state(), v1::QUEUED);
+  const int wakes = wakes_;
+  ASSERT_TRUE(drains_->Forget("w1").ok());
+  EXPECT_GT(wakes_, wakes);
+  EXPECT_FALSE(registry_->Find("w1").has_value());
+  EXPECT_FALSE(registry_->Knows("w1"));
+  EXPECT_EQ(store_->ListWorkerDrains()->size(), 0u);
+  EXPECT_EQ(drains_->Forget("w1").code(), absl::StatusCode::kNotFound);
+
+  // Back under the same name: a new worker, undrained, that runs the job.
+  FakeWorker& again = Connect("w1");
+  EXPECT_TRUE(Status("w1").schedulable);
+  Pass();
+  ASSERT_EQ(again.Assignments().size(), 1u);
+  EXPECT_EQ(Job(job).job.worker_id(), "w1");
+}
+
+TEST_F(WorkerDrainsTest, OnlyLostOrAbsentDrainedWorkersAreForgotten) {
+  EXPECT_EQ(drains_->Forget("").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(drains_->Forget("").message(), HasSubstr("worker_id"));
+  EXPECT_EQ(drains_->Forget("w9").code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(drains_->Forget("w9").message(), HasSubstr("no worker 'w9'"));
+
+  // A worker whose stream ended keeps its lease (it may reconnect).
+  FakeWorker& w1 = Connect("w1");
+  w1.session->Close();
+  absl::Status early = drains_->Forget("w1");
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(early.message(), HasSubstr("declared lost if not back within"));
+  EXPECT_TRUE(registry_->Find("w1").has_value());
+
+  // Drained, then a server restart: known only by its drain, and forgotten
+  // with it.
+  ASSERT_TRUE(Drain("w1", "retired").ok());
+  Restart();
+  ASSERT_TRUE(registry_->Knows("w1"));
+  ASSERT_TRUE(drains_->Forget("w1").ok());
+  EXPECT_FALSE(registry_->Knows("w1"));
+  Restart();
+  EXPECT_FALSE(registry_->Knows("w1"));
+}
+
 TEST(DrainPreemptionsTest, AGangMovesWhenAnyOfItsWorkersIsDrained) {
   JobRecord gang;
   gang.job.set_id("j-000001");

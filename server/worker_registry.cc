@@ -187,6 +187,34 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   return lost;
 }
 
+absl::Status WorkerRegistry::Forget(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    if (drains_.erase(worker_id) == 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "no worker '", worker_id,
+          "' is known to this server (`yard workers` lists them)"));
+    }
+    return absl::OkStatus();
+  }
+  const WorkerStatus& w = it->second.status;
+  if (w.state != v1::WORKER_LOST) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker '", worker_id, "' is not lost (",
+        w.connected ? "connected"
+                    : absl::StrCat("declared lost if not back within ",
+                                   absl::FormatDuration(absl::Ceil(
+                                       w.lease_deadline - clock_->Now(),
+                                       absl::Seconds(1)))),
+        "): only a lost worker can be forgotten; a worker that shuts down "
+        "leaves by itself"));
+  }
+  workers_.erase(it);
+  drains_.erase(worker_id);
+  return absl::OkStatus();
+}
+
 bool WorkerRegistry::Send(const std::string& worker_id,
                           const v1::ServerMessage& message,
                           bool require_ready) {

@@ -102,6 +102,11 @@ class WorkerRegistry {
   // instead: it left.
   std::vector<std::string> ExpireLeases();
 
+  // Forgets a LOST worker, or a drained one not back since the server
+  // started: its entry and its drain go. NOT_FOUND when unknown;
+  // FAILED_PRECONDITION for any other worker (its lease still runs).
+  absl::Status Forget(const std::string& worker_id);
+
   // Queues `message` on the worker's link; false when it is not connected.
   // Assignments go only to schedulable workers (`require_ready`).
   bool Send(const std::string& worker_id, const v1::ServerMessage& message,

@@ -1,7 +1,10 @@
 // Draining a worker for maintenance, with real processes: `yard drain`
 // moves a running job to another worker, where it resumes from its
 // checkpoint and ends with the weights of an uninterrupted run; the drain
-// holds across a server restart until `yard undrain`.
+// holds across a server restart until `yard undrain`. A worker gone for
+// good is forgotten with `yard forget`.
+#include <signal.h>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -110,6 +113,44 @@ TEST_F(DrainTest, BadDrainsAreOneLineErrorsWithTheirExitCodes) {
   CommandResult workers = Yard({"workers"});
   ASSERT_EQ(workers.exit_code(), 0) << workers.DebugString();
   EXPECT_THAT(workers.out, Not(HasSubstr("DRAINING"))) << workers.out;
+}
+
+// A worker killed for good is declared lost, and stays listed (and counted
+// lost) until an administrator forgets it; one still connected is refused.
+TEST_F(DrainTest, ALostWorkerIsForgottenOnlyOnceLost) {
+  YARD_ASSERT_OK(
+      StartServer({.heartbeat_interval_ms = 300, .worker_lease_ms = 1500}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * gone,
+                      StartReadyWorker({.name = "gone", .cpu_slots = 1}));
+  YARD_ASSERT_OK(StartReadyWorker({.name = "stays", .cpu_slots = 1}).status());
+
+  EXPECT_TRUE(CliFailedWith(Yard({"forget", "gone"}),
+                            YardExit::kFailedPrecondition,
+                            {"'gone' is not lost (connected)"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"forget", "nosuch"}), YardExit::kNotFound,
+                            {"no worker 'nosuch'"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"forget"}), YardExit::kUsage, {"forget"}));
+
+  ExitStatus killed = gone->process().Kill();
+  ASSERT_TRUE(killed.Killed(SIGKILL)) << killed.ToString();
+  YARD_ASSERT_OK(WaitForWorkerLost(cluster(), "gone", JobTimeout()));
+  CommandResult lost = Yard({"workers"});
+  EXPECT_THAT(lost.out, HasSubstr("LOST")) << lost.DebugString();
+
+  CommandResult forget = Yard({"forget", "gone"});
+  ASSERT_EQ(forget.exit_code(), 0) << forget.DebugString();
+  EXPECT_EQ(forget.out, "worker gone forgotten\n");
+  CommandResult workers = Yard({"workers"});
+  ASSERT_EQ(workers.exit_code(), 0) << workers.DebugString();
+  EXPECT_THAT(workers.out, Not(HasSubstr("gone"))) << workers.out;
+  EXPECT_THAT(workers.out, HasSubstr("stays")) << workers.out;
+  v1::ClusterStatus status;
+  YARD_ASSERT_OK(ToAbsl(cluster().GetClusterStatus(
+      ContextWithTimeout().get(), v1::GetClusterStatusRequest(), &status)));
+  EXPECT_EQ(status.workers_lost(), 0);
+  EXPECT_EQ(status.workers_ready(), 1);
+  EXPECT_TRUE(CliFailedWith(Yard({"forget", "gone"}), YardExit::kNotFound,
+                            {"no worker 'gone'"}));
 }
 
 }  // namespace
