@@ -123,6 +123,12 @@ struct RunningJob {
   // job without GPUs) since its last checkpoint.
   double work_since_checkpoint = 0;
   std::vector<RunningPart> more_parts = {};  // empty for a job on one node
+  // A job already stopping because a waiting job preempted it: that job's
+  // id (empty otherwise). Until it has stopped, the pass holds the workers
+  // it is on for that job (RunPackingPass), so the room it leaves, and the
+  // room its fellow victims have left already, is not taken meanwhile by a
+  // job the preemption was not for.
+  std::string stopping_for = {};
 };
 
 // A kind of task and how often it arrives: the workload FGD packs for.

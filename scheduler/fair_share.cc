@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -110,9 +111,65 @@ void JobOrder::Placed(const PendingJob& job, int64_t gpu_milli) {
        static_cast<double>(job.gpus == 0 ? job.cpu_slots : 0)});
 }
 
+void JobOrder::NumberWaits(std::vector<JobWait>& waits) const {
+  if (fair_share_ && waits.size() > 1) {
+    std::vector<const PendingJob*> jobs;
+    jobs.reserve(waits.size());
+    for (const JobWait& w : waits) jobs.push_back(snapshot_.FindJob(w.job_id));
+    std::sort(jobs.begin(), jobs.end(),
+              [](const PendingJob* a, const PendingJob* b) {
+                return std::tie(b->priority, a->submit_order, a->id) <
+                       std::tie(a->priority, b->submit_order, b->id);
+              });
+    absl::flat_hash_map<std::string, int64_t> position;
+    std::map<std::string, Usage> used = used_;
+    for (size_t start = 0; start < jobs.size();) {
+      size_t end = start;
+      std::map<std::string, std::deque<const PendingJob*>> level;
+      while (end < jobs.size() &&
+             jobs[end]->priority == jobs[start]->priority) {
+        level[jobs[end]->tenant].push_back(jobs[end]);
+        ++end;
+      }
+      while (!level.empty()) {
+        auto pick = level.begin();
+        double least = std::numeric_limits<double>::infinity();
+        for (auto it = level.begin(); it != level.end(); ++it) {
+          const double share = DominantShare(it->first, used);
+          if (share < least) least = share, pick = it;
+        }
+        const PendingJob& job = *pick->second.front();
+        pick->second.pop_front();
+        position[job.id] = static_cast<int64_t>(position.size()) + 1;
+        // As if it started: what it asks counts for its tenant.
+        const double per_gpu = job.whole_gpus() || job.gpu_compute_milli == 0
+                                   ? kWholeGpuMilli
+                                   : job.gpu_compute_milli;
+        Usage& u = used[job.tenant];
+        u[0] += job.gpus * per_gpu;
+        u[1] += static_cast<double>(job.cpu_milli);
+        u[2] += static_cast<double>(job.memory_bytes);
+        u[3] += job.gpus == 0 ? job.cpu_slots : 0;
+        if (pick->second.empty()) level.erase(pick);
+      }
+      start = end;
+    }
+    for (JobWait& w : waits) w.position = position[w.job_id];
+  } else {
+    for (size_t i = 0; i < waits.size(); ++i) {
+      waits[i].position = static_cast<int64_t>(i) + 1;
+    }
+  }
+}
+
 double JobOrder::DominantShare(const std::string& tenant) const {
-  auto it = used_.find(tenant);
-  if (it == used_.end()) return 0;
+  return DominantShare(tenant, used_);
+}
+
+double JobOrder::DominantShare(const std::string& tenant,
+                               const std::map<std::string, Usage>& used) const {
+  auto it = used.find(tenant);
+  if (it == used.end()) return 0;
   double dominant = 0;
   for (size_t i = 0; i < total_.size(); ++i) {
     if (total_[i] > 0) dominant = std::max(dominant, it->second[i] / total_[i]);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "scheduler/cluster_snapshot.h"
+#include "scheduler/placement_policy.h"
 
 namespace trainyard::scheduler {
 
@@ -35,10 +36,23 @@ class JobOrder {
   // compute (summed over its GPUs): its tenant's share grows.
   void Placed(const PendingJob& job, int64_t gpu_milli);
 
+  // Numbers the pass's `waits` (its pending jobs not placed) 1, 2, ... in
+  // the order they would start as room frees (the waits keep their order,
+  // the one the pass considered them in). Without
+  // fair share that is the order they were considered in. With it, each
+  // priority in turn, the tenant whose dominant share is smallest next
+  // (counting what the pass placed and, as if started, the jobs numbered
+  // before) with its oldest waiting job: a tenant's backlog interleaves
+  // with the others' as DRF serves them, rather than coming whole before
+  // theirs (a waiting job adds nothing to its tenant's share in the pass).
+  void NumberWaits(std::vector<JobWait>& waits) const;
+
  private:
   using Usage = std::array<double, 4>;  // GPU milli, CPU milli, memory, slots
 
   double DominantShare(const std::string& tenant) const;
+  double DominantShare(const std::string& tenant,
+                       const std::map<std::string, Usage>& used) const;
   void Add(const std::string& tenant, const Usage& use);
 
   const ClusterSnapshot& snapshot_;

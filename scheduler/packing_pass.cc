@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "scheduler/fair_share.h"
 #include "scheduler/preemption.h"
 
@@ -342,18 +343,57 @@ int64_t AddSpreadPlacement(const PendingJob& job, const GpuDemand& demand,
   return given;
 }
 
+// For each waiting job some running jobs are stopping for (preempted for
+// it): the positions of the workers they hold something on.
+absl::flat_hash_map<std::string, std::vector<size_t>> HeldForPreemptors(
+    const ClusterSnapshot& snapshot, const FreeCapacity& free) {
+  absl::flat_hash_map<std::string, std::vector<size_t>> held;
+  bool any = false;
+  for (const RunningJob& r : snapshot.running()) any |= !r.stopping_for.empty();
+  if (!any) return held;
+  absl::flat_hash_map<std::string, size_t> at;
+  for (size_t i = 0; i < free.workers.size(); ++i) at[free.workers[i].id] = i;
+  for (const RunningJob& r : snapshot.running()) {
+    if (r.stopping_for.empty()) continue;
+    std::vector<size_t>& workers = held[r.stopping_for];
+    auto add = [&](const std::string& id) {
+      auto it = at.find(id);
+      if (it != at.end() && std::find(workers.begin(), workers.end(),
+                                      it->second) == workers.end()) {
+        workers.push_back(it->second);
+      }
+    };
+    add(r.worker_id);
+    for (const RunningPart& part : r.more_parts) add(part.worker_id);
+  }
+  return held;
+}
+
 }  // namespace
 
 Plan RunPackingPass(const ClusterSnapshot& snapshot,
                     const PackingPassOptions& options,
                     ChooserFactory make_chooser) {
   FreeCapacity free = InitialFree(snapshot);  // shrinks as jobs are placed
+  const absl::flat_hash_map<std::string, std::vector<size_t>> held_for =
+      HeldForPreemptors(snapshot, free);
   std::unique_ptr<NodeChooser> chooser = make_chooser(free);
   JobOrder order(snapshot, options.fair_share);
   KnownWaits known_waits(snapshot.workers());
   int32_t reservations_left = options.reservations;
   Plan plan;
   plan.waits.reserve(snapshot.pending().size());
+  // Workers held for a blocked job (backfill, or its victims stopping):
+  // (position, that job's id), so a job that would fit there is told why
+  // it does not go there.
+  std::vector<std::pair<size_t, std::string>> held;
+  auto hold = [&](size_t worker, const std::string& for_job) {
+    if (free.summaries[worker].reserved) return;
+    free.summaries[worker].reserved = true;  // later jobs fit nowhere there
+    chooser->Changed(worker, free);
+    plan.reservations.push_back({for_job, free.workers[worker].id});
+    held.push_back({worker, for_job});
+  };
   while (const PendingJob* job = order.Next()) {
     const GpuDemand demand = DemandOf(*job, options.exclusive);
     const ShapeKey key = KeyOf(*job);
@@ -385,23 +425,38 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
     }
     plan.waits.push_back(known ? *known : known_waits.Add(key, *job, demand));
     plan.waits.back().job_id = job->id;
-    plan.waits.back().position = static_cast<int64_t>(plan.waits.size());
-    if (plan.waits.back().kind == WaitKind::kInfeasible ||
-        reservations_left == 0) {
+    std::string& reason = plan.waits.back().reason;
+    if (plan.waits.back().kind == WaitKind::kInfeasible) continue;
+    for (const auto& [worker, for_job] : held) {
+      if (FitsNow(free.workers[worker], *job, demand)) {
+        absl::StrAppend(&reason, "; worker ", free.workers[worker].id,
+                        " has room for it but is held for ", for_job);
+        break;
+      }
+    }
+    if (auto it = held_for.find(job->id); it != held_for.end()) {
+      std::vector<std::string> names;
+      for (size_t i : it->second) {
+        names.push_back(free.workers[i].id);
+        hold(i, job->id);
+      }
+      absl::StrAppend(&reason, "; worker", names.size() > 1 ? "s " : " ",
+                      absl::StrJoin(names, ", "),
+                      " held for it while the jobs it preempted stop");
       continue;
     }
+    if (reservations_left == 0) continue;
     if (std::optional<size_t> r = WorkerToReserve(*job, demand, free)) {
       --reservations_left;
-      free.summaries[*r].reserved = true;  // later jobs fit nowhere there
-      chooser->Changed(*r, free);
-      plan.reservations.push_back({job->id, free.workers[*r].id});
-      absl::StrAppend(&plan.waits.back().reason, "; worker ",
-                      free.workers[*r].id, " is reserved for it");
+      hold(*r, job->id);
+      absl::StrAppend(&reason, "; worker ", free.workers[*r].id,
+                      " is reserved for it");
     }
   }
   if (options.preemption) {
     PlanPreemptions(snapshot, options.exclusive, free, plan);
   }
+  order.NumberWaits(plan.waits);
   return plan;
 }
 

@@ -1,5 +1,9 @@
 // Preemption, weighted DRF fair share and backfill with reservations, as
 // features of any base policy.
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/placement_policy.h"
@@ -85,6 +89,54 @@ TEST(PreemptionTest, TwoWaitingJobsDoNotCountOnTheSameRoom) {
 
 // Tenant "big" already holds most of the cluster: with DRF the other
 // tenant's later jobs go first; without it, submit order rules.
+// A waiting job that preempted two jobs, one of which has stopped: the GPU
+// it left stays free for that job while the other stops, instead of going
+// to a later job that the waiting job would preempt in turn (round after
+// round for as long as victims stop one by one). With or without backfill.
+TEST(PreemptionTest, RoomOfVictimsStillStoppingIsHeldForTheirPreemptor) {
+  for (const char* name :
+       {"first-fit+preempt", "best-fit+drf+preempt", "fgd+backfill+preempt"}) {
+    SCOPED_TRACE(name);
+    std::vector<RunningJob> running;
+    WorkerCapacity a = Node("a", {1000, 1000});
+    StartRunning(a, Share("v2", 0, 1, 1000), 0, running);
+    running.back().priority = std::numeric_limits<int32_t>::min();
+    running.back().stopping_for = "urgent";
+    WorkerCapacity b = Node("b", {1000});
+    auto s = ClusterSnapshot::Create(
+        {a, b},
+        {Share("urgent", 1, 2, 1000, 1, /*priority=*/5),
+         Share("v1", 2, 1, 1000), Share("late", 3, 1, 1000)},
+        {}, running);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Plan plan = Policy(name)->Place(*s);
+    EXPECT_TRUE(CheckPlan(*s, plan).ok()) << CheckPlan(*s, plan);
+    // Worker b stays open to the others; a's free GPU waits for urgent.
+    ASSERT_EQ(plan.placements.size(), 1u) << PlanString(plan);
+    EXPECT_EQ(plan.placements[0].worker_id, "b");
+    ASSERT_EQ(plan.waits.size(), 2u);
+    EXPECT_EQ(plan.waits[0].job_id, "urgent");
+    EXPECT_THAT(plan.waits[0].reason, HasSubstr("to be preempted"));
+    EXPECT_THAT(plan.waits[1].reason,
+                HasSubstr("worker a has room for it but is held for urgent"));
+    ASSERT_EQ(plan.preemptions.size(), 1u);
+    EXPECT_EQ(plan.preemptions[0].job_id, "v2");
+    EXPECT_EQ(plan.preemptions[0].for_job_id, "urgent");
+
+    // A job stopping for no one (a drain, a cancel) holds nothing (but
+    // backfill reserves a worker for the blocked job all the same).
+    if (absl::StrContains(name, "backfill")) continue;
+    running.back().stopping_for.clear();
+    auto free_for_all = ClusterSnapshot::Create(
+        {a, b},
+        {Share("urgent", 1, 2, 1000, 1, 5), Share("v1", 2, 1, 1000),
+         Share("late", 3, 1, 1000)},
+        {}, running);
+    ASSERT_TRUE(free_for_all.ok());
+    EXPECT_EQ(Policy(name)->Place(*free_for_all).placements.size(), 2u);
+  }
+}
+
 TEST(FairShareTest, TenantWithLessDominantShareGoesFirst) {
   WorkerCapacity a = Node("a", {1000, 1000, 1000, 1000});
   std::vector<RunningJob> running;
@@ -102,6 +154,53 @@ TEST(FairShareTest, TenantWithLessDominantShareGoesFirst) {
               ElementsAre("small-1", "small-2"));
   EXPECT_THAT(PlacedIds(Policy("best-fit")->Place(*s)),
               ElementsAre("big-1", "big-2"));
+}
+
+// Queue positions under fair share follow the order tenants would be served
+// in as room frees: one tenant's backlog interleaves with the others'
+// (weights included) instead of coming whole first.
+TEST(FairShareTest, QueuePositionsInterleaveTenantsAsTheyWouldBeServed) {
+  WorkerCapacity a = Node("a", {1000});
+  std::vector<RunningJob> running;
+  PendingJob r = Share("r", 0, 1, 1000);
+  r.tenant = "ann";
+  StartRunning(a, r, 0, running);
+  std::vector<PendingJob> jobs;
+  for (int i = 1; i <= 3; ++i) {
+    jobs.push_back(Share(absl::StrCat("a", i), i, 1, 1000));
+    jobs.back().tenant = "ann";
+  }
+  for (int i = 1; i <= 2; ++i) {
+    jobs.push_back(Share(absl::StrCat("b", i), 10 + i, 1, 1000));
+    jobs.back().tenant = "bob";
+  }
+  jobs.push_back(Share("urgent", 20, 1, 1000, 1, /*priority=*/3));
+  jobs.back().tenant = "bob";
+  auto positions = [&](const std::string& policy,
+                       absl::flat_hash_map<std::string, double> weights) {
+    auto s = ClusterSnapshot::Create({a}, jobs, {}, running, weights);
+    EXPECT_TRUE(s.ok()) << s.status();
+    std::vector<JobWait> waits = Policy(policy)->Place(*s).waits;
+    std::sort(waits.begin(), waits.end(),
+              [](const JobWait& x, const JobWait& y) {
+                return x.position < y.position;
+              });
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < waits.size(); ++i) {
+      EXPECT_EQ(waits[i].position, static_cast<int64_t>(i) + 1);
+      ids.push_back(waits[i].job_id);
+    }
+    return ids;
+  };
+  // Priority first: bob's urgent job, which evens the shares (ann holds the
+  // GPU); then turns alternate, ties to the tenant first by name.
+  EXPECT_THAT(positions("first-fit+drf", {}),
+              ElementsAre("urgent", "a1", "b1", "a2", "b2", "a3"));
+  // ann weighs twice as much: two turns to bob's one.
+  EXPECT_THAT(positions("first-fit+drf", {{"ann", 2.0}}),
+              ElementsAre("urgent", "a1", "a2", "b1", "a3", "b2"));
+  EXPECT_THAT(positions("first-fit", {}),
+              ElementsAre("urgent", "a1", "a2", "a3", "b1", "b2"));
 }
 
 TEST(FairShareTest, WeightsScaleTheShare) {
@@ -146,6 +245,8 @@ TEST(BackfillTest, BlockedGangReservesAWorkerSmallJobsBackfillTheRest) {
   EXPECT_EQ(plan.waits[0].position, 1);
   EXPECT_EQ(plan.waits[1].job_id, "s3");
   EXPECT_EQ(plan.waits[1].position, 2);
+  EXPECT_THAT(plan.waits[1].reason,
+              HasSubstr("; worker a has room for it but is held for gang"));
   // Without backfill the small jobs take a's free GPUs.
   EXPECT_EQ(Policy("first-fit")->Place(*s).placements.size(), 3u);
 }

@@ -69,8 +69,9 @@ struct JobWait {
   std::string job_id;
   WaitKind kind = WaitKind::kRetryLater;
   std::string reason;  // for people: shown as the job's state_reason
-  // 1-based place among the waiting jobs in the order the pass considered
-  // them (priority, then submit order or fair share): its queue position.
+  // 1-based place among the waiting jobs in the order they would start as
+  // room frees (priority, then submit order or fair share: see
+  // JobOrder::NumberWaits): its queue position.
   int64_t position = 0;
 };
 

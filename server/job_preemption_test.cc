@@ -158,6 +158,48 @@ TEST_F(JobPreemptionTest, OneVictimPerWaitingJobAcrossPasses) {
   EXPECT_EQ(w.Preempts().size(), 1u);
 }
 
+// A waiting job that needs two victims' room gets it: the slot the first
+// victim leaves is held for it until the second has stopped. (Before, each
+// pass gave that slot back to a victim, which the waiting job then
+// preempted again: a livelock for as long as victims stopped one by one.)
+TEST_F(JobPreemptionTest, RoomOfTheFirstVictimIsHeldUntilTheLastHasStopped) {
+  FakeWorker& w = Connect("w1", 2);
+  const std::string low1 = RunLowJob(w);
+  const std::string low2 = Submit(0);
+  Pass();
+  ASSERT_TRUE(w.Started(low2, 1).ok());
+  w.link->Take();
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec(/*priority=*/10);
+  req.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
+  absl::StatusOr<SubmitResult> submitted = lifecycle_->Submit(req);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string high = submitted->job.id();
+  Pass();
+  EXPECT_EQ(Job(low1).job.state(), v1::PREEMPTING);
+  EXPECT_EQ(Job(low2).job.state(), v1::PREEMPTING);
+  EXPECT_EQ(w.Preempts().size(), 2u);
+
+  ASSERT_TRUE(Exit(w, low1, 3, 0).ok());
+  for (int round = 0; round < 3; ++round) {
+    Pass();
+    EXPECT_TRUE(w.Assignments().empty()) << "round " << round;
+    EXPECT_EQ(Job(low1).job.state(), v1::QUEUED);
+    EXPECT_THAT(Job(low1).job.state_reason(),
+                HasSubstr("worker w1 has room for it but is held for " + high));
+    EXPECT_EQ(Job(low2).job.state(), v1::PREEMPTING);
+    EXPECT_TRUE(w.Preempts().empty());
+  }
+
+  ASSERT_TRUE(Exit(w, low2, 3, 0).ok());
+  Pass();
+  std::vector<v1::Assignment> a = w.Assignments();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].job_id(), high);
+  EXPECT_EQ(Job(low1).job.attempts_size(), 1);  // never restarted meanwhile
+  EXPECT_EQ(Job(low2).job.attempts_size(), 1);
+}
+
 TEST_F(JobPreemptionTest, PreemptIsSentAgainWhenTheWorkerReattaches) {
   FakeWorker& w = Connect("w1", 1);
   const std::string low = RunLowJob(w);

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
@@ -340,6 +341,22 @@ absl::Status SchedulerLoop::RunPass() {
       workers, UsageByWorker(active), options_.share_gpus_without_mps);
   std::vector<scheduler::RunningJob> running =
       RunningJobsOf(active, capacity, clock_->Now());
+  // Victims of earlier passes still stopping hold room for their preemptor;
+  // those that stopped are forgotten.
+  absl::flat_hash_set<std::string> preempting;
+  for (const JobRecord& r : active) {
+    if (r.job.state() == v1::PREEMPTING) preempting.insert(r.job.id());
+  }
+  absl::flat_hash_map<std::string, std::string> still_stopping;
+  for (scheduler::RunningJob& j : running) {
+    auto it = stopping_for_.find(j.id);
+    if (it == stopping_for_.end()) continue;
+    if (preempting.contains(j.id)) {
+      j.stopping_for = it->second;
+      still_stopping.insert(*it);
+    }
+  }
+  stopping_for_ = std::move(still_stopping);
   ASSIGN_OR_RETURN(
       scheduler::ClusterSnapshot snapshot,
       scheduler::ClusterSnapshot::Create(
@@ -360,6 +377,11 @@ absl::Status SchedulerLoop::RunPass() {
   DropPlacementsPastLimit(GroupLimit(group_running), by_id, plan);
   plan.waits.insert(plan.waits.end(), group_full.begin(), group_full.end());
   dispatcher_.Carry(plan, by_id);
+  // A job stopping already may be chosen again, for another waiting job:
+  // the latest choice holds.
+  for (const scheduler::Preemption& p : plan.preemptions) {
+    stopping_for_[p.job_id] = p.for_job_id;
+  }
   if (options_.queue_positions != nullptr) {
     options_.queue_positions->Replace(plan.waits);
   }

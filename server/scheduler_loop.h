@@ -121,6 +121,11 @@ class SchedulerLoop {
   // of a restart backoff or of a running job's time limit, as the last pass
   // saw them; InfiniteFuture when none.
   absl::Time next_deadline_ ABSL_GUARDED_BY(pass_mu_) = absl::InfiniteFuture();
+  // Jobs this server preempted for a waiting job, by id: that job's id, for
+  // as long as they stop (RunningJob::stopping_for). Kept in memory: after a
+  // server restart a job still stopping holds no room for anyone.
+  absl::flat_hash_map<std::string, std::string> stopping_for_
+      ABSL_GUARDED_BY(pass_mu_);
 
   absl::Mutex mu_;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
