@@ -1,10 +1,11 @@
 #include "common/field_errors.h"
 
-
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/utf8.h"
 #include "google/rpc/error_details.pb.h"
 
 namespace trainyard {
@@ -42,6 +43,21 @@ absl::Status FieldError(absl::StatusCode code, absl::string_view field,
   return FieldErrors(code, {{std::string(field), std::string(description)}});
 }
 
+absl::Status CheckFreeText(absl::string_view field, std::string_view text,
+                           int64_t max_bytes) {
+  if (static_cast<int64_t>(text.size()) > max_bytes) {
+    return InvalidFieldError(
+        field, absl::StrCat("at most ", max_bytes, " bytes of UTF-8, got ",
+                            text.size()));
+  }
+  if (!IsValidUtf8(text))
+    return InvalidFieldError(field, "must be valid UTF-8");
+  if (HasControlCharacter(text)) {
+    return InvalidFieldError(field, "must not contain control characters");
+  }
+  return absl::OkStatus();
+}
+
 std::vector<FieldViolation> FieldViolations(const absl::Status& s) {
   std::vector<FieldViolation> list;
   const auto payload = s.GetPayload(kBadRequestTypeUrl);
@@ -57,7 +73,9 @@ std::vector<FieldViolation> FieldViolations(const absl::Status& s) {
 
 bool IsAboutField(const absl::Status& s, absl::string_view field) {
   for (const FieldViolation& v : FieldViolations(s)) {
-    if (v.field == field || absl::StartsWith(v.field, absl::StrCat(field, "."))) {
+    if (v.field == field ||
+        absl::StartsWith(v.field, absl::StrCat(field, ".")) ||
+        absl::StartsWith(v.field, absl::StrCat(field, "["))) {
       return true;
     }
   }
@@ -67,7 +85,11 @@ bool IsAboutField(const absl::Status& s, absl::string_view field) {
 absl::Status PrefixFields(absl::string_view prefix, absl::Status s) {
   std::vector<FieldViolation> list = FieldViolations(s);
   if (list.empty()) return s;
-  for (FieldViolation& v : list) v.field = absl::StrCat(prefix, v.field);
+  for (FieldViolation& v : list) {
+    // A violation about no field of the nested message is about it whole.
+    v.field = v.field.empty() ? std::string(absl::StripSuffix(prefix, "."))
+                              : absl::StrCat(prefix, v.field);
+  }
   s.SetPayload(kBadRequestTypeUrl,
                absl::Cord(ToProto(list).SerializeAsString()));
   return s;

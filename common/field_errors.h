@@ -7,7 +7,9 @@
 #ifndef TRAINYARD_COMMON_FIELD_ERRORS_H_
 #define TRAINYARD_COMMON_FIELD_ERRORS_H_
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,14 +43,23 @@ inline absl::Status InvalidFieldError(absl::string_view field,
   return FieldError(absl::StatusCode::kInvalidArgument, field, description);
 }
 
+// Free text a request carries that is stored and shown in listings and
+// logs (a name, a reason, a description, a request id): at most
+// `max_bytes` bytes of UTF-8 without control characters (HasControlCharacter);
+// otherwise INVALID_ARGUMENT about `field`.
+absl::Status CheckFreeText(absl::string_view field, std::string_view text,
+                           int64_t max_bytes);
+
 // The fields `s` is about; empty when it names none (or is OK).
 std::vector<FieldViolation> FieldViolations(const absl::Status& s);
 
-// Whether `s` is about `field` (or a field under it, "field.x").
+// Whether `s` is about `field` (or a field or element under it, "field.x",
+// "field[2]").
 bool IsAboutField(const absl::Status& s, absl::string_view field);
 
 // `s` with `prefix` before each violation's field, its message unchanged:
-// for the fields of a message nested in a request (prefix "spec.").
+// for the fields of a message nested in a request (prefix "spec."). A
+// violation naming no field becomes one about the nested message ("spec").
 absl::Status PrefixFields(absl::string_view prefix, absl::Status s);
 
 }  // namespace trainyard

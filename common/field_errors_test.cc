@@ -44,6 +44,36 @@ TEST(FieldErrorsTest, PrefixFieldsKeepsTheMessage) {
             (std::vector<FieldViolation>{{"spec.name", "required"}}));
   EXPECT_EQ(PrefixFields("spec.", absl::InternalError("x")),
             absl::InternalError("x"));
+  // A problem of the nested message as a whole is about it.
+  absl::Status whole = PrefixFields(
+      "spec.", FieldErrors(absl::StatusCode::kInvalidArgument,
+                           {{"", "the spec is 2 MiB"}, {"name", "required"}}));
+  EXPECT_EQ(whole.message(), "the spec is 2 MiB; name: required");
+  EXPECT_EQ(FieldViolations(whole),
+            (std::vector<FieldViolation>{{"spec", "the spec is 2 MiB"},
+                                         {"spec.name", "required"}}));
+}
+
+TEST(FieldErrorsTest, AnElementIsUnderItsList) {
+  absl::Status s = InvalidFieldError("depends_on[1]", "listed twice");
+  EXPECT_TRUE(IsAboutField(s, "depends_on"));
+  EXPECT_FALSE(IsAboutField(s, "depends"));
+}
+
+TEST(FieldErrorsTest, FreeTextIsBoundedUtf8WithoutControlCharacters) {
+  EXPECT_TRUE(CheckFreeText("reason", "disk swap \u00e9", 64).ok());
+  EXPECT_TRUE(CheckFreeText("reason", "", 0).ok());
+  EXPECT_EQ(CheckFreeText("reason", "abcde", 4).message(),
+            "reason: at most 4 bytes of UTF-8, got 5");
+  EXPECT_EQ(CheckFreeText("reason", "a\xff", 64).message(),
+            "reason: must be valid UTF-8");
+  for (const std::string& bad : std::vector<std::string>{
+           "a\nb", std::string("a\0b", 3), "a\x7f", "a\u0085b"}) {
+    const absl::Status s = CheckFreeText("request_id", bad, 64);
+    EXPECT_EQ(s.message(), "request_id: must not contain control characters")
+        << bad;
+    EXPECT_TRUE(IsAboutField(s, "request_id"));
+  }
 }
 
 TEST(RpcStatusTest, ViolationsTravelAsRichErrorDetails) {

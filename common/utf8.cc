@@ -55,6 +55,17 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
+bool HasControlCharacter(std::string_view s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    // In valid UTF-8, U+0080-U+009F is 0xc2 then 0x80-0x9f.
+    const bool c1 = c == 0xc2 && i + 1 < s.size() &&
+                    static_cast<unsigned char>(s[i + 1]) <= 0x9f;
+    if (c < 0x20 || c == 0x7f || c1) return true;
+  }
+  return false;
+}
+
 std::string ToValidUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());

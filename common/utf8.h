@@ -25,6 +25,10 @@ size_t Utf8SequenceAt(std::string_view s, size_t i);
 // True when `s` is valid UTF-8 throughout.
 bool IsValidUtf8(std::string_view s);
 
+// True when valid UTF-8 `s` holds a control character: C0 (below U+0020),
+// DEL or C1 (U+0080-U+009F, which terminals take as escape sequences).
+bool HasControlCharacter(std::string_view s);
+
 // `s` with each byte that starts no valid sequence replaced by U+FFFD.
 std::string ToValidUtf8(std::string_view s);
 

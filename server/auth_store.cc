@@ -147,11 +147,8 @@ absl::StatusOr<CreatedToken> AuthStore::CreateToken(
     return InvalidFieldError(
         "role", absl::StrCat(static_cast<int>(role), " is not a role"));
   }
-  if (description.size() > kMaxTokenDescription) {
-    return InvalidFieldError(
-        "description", absl::StrCat(description.size(), " bytes, at most ",
-                                    kMaxTokenDescription));
-  }
+  RETURN_IF_ERROR(
+      CheckFreeText("description", description, kMaxTokenDescription));
   ASSIGN_OR_RETURN(NewToken fresh, GenerateToken());
   const absl::Time now = clock_->Now();
   absl::MutexLock w(&write_mu_);
@@ -228,10 +225,14 @@ absl::StatusOr<v1::Tenant> AuthStore::SetTenant(const v1::Tenant& in) {
         "tenant.weight",
         absl::StrCat(t.weight(), " is outside (0, ", kMaxTenantWeight, "]"));
   }
-  if (t.max_gpus() < 0 || t.max_queued_jobs() < 0 || t.max_cpu_slots() < 0) {
-    return absl::InvalidArgumentError(
-        "tenant: max_gpus, max_queued_jobs and max_cpu_slots must be >= 0 "
-        "(0 = unlimited)");
+  for (const auto& [field, value] :
+       {std::pair<const char*, int64_t>{"tenant.max_gpus", t.max_gpus()},
+        {"tenant.max_queued_jobs", t.max_queued_jobs()},
+        {"tenant.max_cpu_slots", t.max_cpu_slots()}}) {
+    if (value < 0) {
+      return InvalidFieldError(
+          field, absl::StrCat("must be >= 0 (0 = unlimited), got ", value));
+    }
   }
   const int64_t weight_milli = std::llround(t.weight() * 1000);
   t.set_weight(static_cast<double>(std::max<int64_t>(weight_milli, 1)) / 1000);

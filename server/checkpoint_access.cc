@@ -120,7 +120,7 @@ absl::StatusOr<int64_t> PickCheckpoint(
         "step", absl::StrCat("must be >= 0, got ", request.step()));
   }
   if (request.best() && request.step() > 0) {
-    return absl::InvalidArgumentError("step and best: give one or the other");
+    return InvalidFieldError("best", "not with step: give one or the other");
   }
   if (request.best() && job.result().best_checkpoint_path().empty()) {
     return absl::FailedPreconditionError(

@@ -160,18 +160,19 @@ TEST_F(JobDependenciesTest, ARetriedSubmissionGetsItsJobEvenAfterAFailure) {
 TEST_F(JobDependenciesTest, SubmitRefusesDependenciesThatCannotSucceed) {
   absl::StatusOr<SubmitResult> r = SubmitAfter({"j-999999"});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(), "depends_on: job j-999999 not found");
+  EXPECT_EQ(r.status().message(), "depends_on[0]: job j-999999 not found");
 
   const std::string theirs = Submit();  // the "default" tenant's
   r = SubmitAfter({theirs}, "team-b");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(), "depends_on: job " + theirs + " not found");
+  EXPECT_EQ(r.status().message(),
+            "depends_on[0]: job " + theirs + " not found");
 
   ASSERT_TRUE(lifecycle_->Cancel(theirs, "").ok());
   r = SubmitAfter({theirs});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(r.status().message(),
-            "depends_on: job " + theirs +
+            "depends_on[0]: job " + theirs +
                 " ended CANCELLED, so this job could never start");
 
   r = SubmitAfter({"not an id"});

@@ -123,13 +123,8 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   if (!request.has_spec()) {
     return InvalidFieldError("spec", "required");
   }
-  if (static_cast<int32_t>(request.request_id().size()) >
-      options_.max_request_id_length) {
-    return InvalidFieldError(
-        "request_id",
-        absl::StrCat("at most ", options_.max_request_id_length, " bytes, got ",
-                     request.request_id().size()));
-  }
+  RETURN_IF_ERROR(CheckFreeText("request_id", request.request_id(),
+                                options_.max_request_id_length));
   RETURN_IF_ERROR(RejectUnknownFields(request.spec(), "spec"));
   v1::JobSpec spec = spec::WithDefaults(request.spec());
   RETURN_IF_ERROR(
@@ -195,11 +190,13 @@ absl::StatusOr<v1::Job> JobLifecycle::OwnJob(const std::string& id,
 // to succeed.
 absl::Status JobLifecycle::CheckDependencies(const v1::JobSpec& spec,
                                              const std::string& tenant) const {
-  for (const std::string& id : spec.depends_on()) {
-    ASSIGN_OR_RETURN(v1::Job dep, OwnJob(id, tenant, "depends_on"));
+  for (int i = 0; i < spec.depends_on_size(); ++i) {
+    const std::string& id = spec.depends_on(i);
+    const std::string field = absl::StrCat("depends_on[", i, "]");
+    ASSIGN_OR_RETURN(v1::Job dep, OwnJob(id, tenant, field));
     const v1::JobState state = dep.state();
     if (IsTerminal(state) && state != v1::SUCCEEDED) {
-      return FieldError(absl::StatusCode::kFailedPrecondition, "depends_on",
+      return FieldError(absl::StatusCode::kFailedPrecondition, field,
                         absl::StrCat("job ", id, " ended ", JobStateName(state),
                                      ", so this job could never start"));
     }

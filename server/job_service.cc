@@ -9,12 +9,16 @@
 #include "server/job_state.h"
 #include "server/usage_report.h"
 #include "spec/limits.h"
+#include "spec/spec.h"
 
 namespace trainyard::server {
 namespace {
 
 absl::Status RequireJobId(const std::string& job_id) {
   if (job_id.empty()) return InvalidFieldError("job_id", "required");
+  if (!spec::IsJobIdForm(job_id)) {
+    return InvalidFieldError("job_id", spec::NotAJobId(job_id));
+  }
   return absl::OkStatus();
 }
 
@@ -23,10 +27,7 @@ absl::Status RequireJobId(const std::string& job_id) {
 constexpr size_t kMaxReasonLength = 1024;
 
 absl::Status CheckReason(const std::string& reason) {
-  if (reason.size() <= kMaxReasonLength) return absl::OkStatus();
-  return InvalidFieldError(
-      "reason", absl::StrCat("at most ", kMaxReasonLength, " bytes, got ",
-                             reason.size()));
+  return CheckFreeText("reason", reason, kMaxReasonLength);
 }
 
 // What the store says about a job id that does not exist.
@@ -221,8 +222,8 @@ grpc::Status JobServiceImpl::GetJobLogs(
         absl::StrCat("must be >= 0, got ", request->tail_lines())));
   }
   if (request->tail_lines() > 0 && request->offset() != 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        "offset and tail_lines: give one or the other"));
+    return ToGrpcStatus(InvalidFieldError(
+        "tail_lines", "not with offset: give one or the other"));
   }
   absl::StatusOr<TenantGate::StreamSlot> slot =
       OpenJobStream(*context, request->job_id());

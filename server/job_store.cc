@@ -10,9 +10,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/field_errors.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/job_state.h"
-#include "common/proto_time.h"
 
 namespace trainyard::server {
 namespace {
@@ -151,8 +152,8 @@ std::string MakePageToken(int64_t last_seq, const ListJobsQuery& q) {
 }
 
 absl::StatusOr<int64_t> ParsePageToken(const ListJobsQuery& q) {
-  const absl::Status bad = absl::InvalidArgumentError(
-      "page_token: not a token from a previous ListJobs response");
+  const absl::Status bad = InvalidFieldError(
+      "page_token", "not a token from a previous ListJobs response");
   std::string raw;
   if (!absl::WebSafeBase64Unescape(q.page_token, &raw)) return bad;
   std::vector<std::string> parts = absl::StrSplit(raw, absl::MaxSplits(':', 2));
@@ -162,9 +163,9 @@ absl::StatusOr<int64_t> ParsePageToken(const ListJobsQuery& q) {
     return bad;
   }
   if (parts[2] != FilterKey(q)) {
-    return absl::InvalidArgumentError(
-        "page_token: was issued for a different state, tenant or name "
-        "filter");
+    return InvalidFieldError(
+        "page_token",
+        "was issued for a different state, tenant or name filter");
   }
   return seq;
 }
@@ -549,8 +550,8 @@ absl::StatusOr<JobRecord> JobStore::GetJob(std::string_view id) const {
 
 absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
   if (query.page_size < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_size: must be >= 0, got ", query.page_size));
+    return InvalidFieldError(
+        "page_size", absl::StrCat("must be >= 0, got ", query.page_size));
   }
   int32_t size = query.page_size == 0 ? kDefaultPageSize
                                       : std::min(query.page_size, kMaxPageSize);

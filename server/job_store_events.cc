@@ -2,9 +2,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/job_store.h"
-#include "common/proto_time.h"
 
 namespace trainyard::server {
 namespace {
@@ -102,8 +103,8 @@ absl::Status JobStore::PruneTrainerEvents(int64_t create_seq) {
 absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ReadEvents(
     std::string_view id, int64_t after_sequence, int32_t max_events) const {
   if (after_sequence < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "after_sequence: must be >= 0, got ", after_sequence));
+    return InvalidFieldError(
+        "after_sequence", absl::StrCat("must be >= 0, got ", after_sequence));
   }
   Reader reader(this);
   ASSIGN_OR_RETURN(JobCounters c, LoadCounters(reader.db(), id));
@@ -176,8 +177,8 @@ absl::Status JobStore::AppendLog(std::string_view id, std::string_view bytes) {
 absl::StatusOr<LogRead> JobStore::ReadLog(std::string_view id, int64_t offset,
                                           int64_t max_bytes) const {
   if (offset < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("offset: must be >= 0, got ", offset));
+    return InvalidFieldError("offset",
+                             absl::StrCat("must be >= 0, got ", offset));
   }
   Reader reader(this);
   ASSIGN_OR_RETURN(JobCounters c, LoadCounters(reader.db(), id));

@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 
 namespace trainyard::server {
 namespace {
@@ -90,10 +91,11 @@ absl::Status CheckTenantName(std::string_view name, std::string_view field) {
     ok = ok && (absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-');
   }
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Absl(field), ": \"", Absl(name.substr(0, 64)),
-        "\" is not a tenant name (1-63 characters of a-z, 0-9 and '-', "
-        "starting with a letter or digit)"));
+    return InvalidFieldError(
+        Absl(field),
+        absl::StrCat("\"", absl::CHexEscape(Absl(name.substr(0, 64))),
+                     "\" is not a tenant name (1-63 characters of a-z, 0-9 "
+                     "and '-', starting with a letter or digit)"));
   }
   return absl::OkStatus();
 }

@@ -145,7 +145,7 @@ TEST_F(WarmStartsTest, SubmitRefusesASourceThatCannotServe) {
   r = SubmitFrom(theirs, 3, true);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            "warm_start: step and best: give one or the other");
+            "warm_start.best: not with warm_start.step: give one or the other");
   auto page = store_->ListJobs({});
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(page->jobs.size(), 1u) << "no refused job was stored";

@@ -37,11 +37,7 @@ absl::StatusOr<v1::WorkerDrain> WorkerDrains::Drain(
   if (worker_id.empty()) {
     return InvalidFieldError("worker_id", "required");
   }
-  if (reason.size() > kMaxDrainReason) {
-    return InvalidFieldError(
-        "reason",
-        absl::StrCat(reason.size(), " bytes, at most ", kMaxDrainReason));
-  }
+  RETURN_IF_ERROR(CheckFreeText("reason", reason, kMaxDrainReason));
   // A worker not back since a server restart is known if drained already.
   if (!workers_->Knows(worker_id)) return UnknownWorker(worker_id);
   v1::WorkerDrain drain;

@@ -209,7 +209,8 @@ TEST_F(WorkerDrainsTest, BadRequestsNameWhatIsWrongAndChangeNothing) {
   EXPECT_THAT(empty.status().message(), HasSubstr("worker_id"));
   auto wordy = Drain("w1", std::string(kMaxDrainReason + 1, 'x'));
   EXPECT_EQ(wordy.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(wordy.status().message(), HasSubstr("reason: 257 bytes"));
+  EXPECT_THAT(wordy.status().message(),
+              HasSubstr("reason: at most 256 bytes of UTF-8, got 257"));
   auto unknown = Drain("w9");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(unknown.status().message(), HasSubstr("no worker 'w9'"));

@@ -36,6 +36,7 @@
 #include "server/scheduler_loop.h"
 #include "server/server_metrics.h"
 #include "server/tenant_limits.h"
+#include "server/unparsed_requests.h"
 #include "server/worker_drains.h"
 #include "server/worker_registry.h"
 #include "server/worker_service.h"
@@ -378,6 +379,7 @@ absl::Status YardServer::Parts::Serve() {
   builder.RegisterService(cluster_service.get());
   builder.RegisterService(worker_service.get());
   builder.RegisterService(admin_service.get());
+  builder.experimental().SetInterceptorCreators(UnparsedRequestsInterceptors());
   grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat(

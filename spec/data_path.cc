@@ -62,7 +62,7 @@ absl::Status CheckSyntax(absl::string_view field, const std::string& relative) {
   }
   if (static_cast<int64_t>(relative.size()) > kMaxPathLength) {
     return InvalidFieldError(
-        field, absl::StrCat("at most ", kMaxPathLength, " characters"));
+        field, absl::StrCat("at most ", kMaxPathLength, " bytes"));
   }
   if (relative.find('\0') != std::string::npos) {
     return InvalidFieldError(field, "contains a NUL byte");

@@ -150,8 +150,7 @@ TEST_F(DataPathTest, LinksThatStayInsideAreFine) {
 TEST_F(DataPathTest, BadStringsAreRefusedBeforeTheFileSystem) {
   EXPECT_EQ(Refused(std::string("a\0b", 3), true), "f: contains a NUL byte");
   EXPECT_EQ(Refused("a\nb", false), "f: must not contain control characters");
-  EXPECT_EQ(Refused(std::string(4097, 'a'), false),
-            "f: at most 4096 characters");
+  EXPECT_EQ(Refused(std::string(4097, 'a'), false), "f: at most 4096 bytes");
   EXPECT_THAT(Refused("/etc/passwd", true), HasSubstr("absolute path"));
   EXPECT_EQ(Refused("../secret.gz", false), "f: path escapes the data root");
   EXPECT_EQ(Refused("a/../../secret.gz", true),

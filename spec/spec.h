@@ -63,6 +63,13 @@ struct ValidationOptions {
 absl::Status ValidateJobSpec(const trainyard::v1::JobSpec& spec,
                              const ValidationOptions& options);
 
+// Whether `id` has the form of a job id: 1 to kMaxJobIdLength characters of
+// [A-Za-z0-9._-] (the server hands out "j-" and digits; a check of form
+// only, before a lookup).
+bool IsJobIdForm(const std::string& id);
+// "\"<id, escaped, at most 64 bytes of it>\" is not a job id".
+std::string NotAJobId(const std::string& id);
+
 // Resolves `relative` under `data_root` (following symlinks) and checks the
 // result stays inside the root. `field` names the spec field for errors.
 // INVALID_ARGUMENT for absolute paths, control characters, paths longer

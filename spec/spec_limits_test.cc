@@ -90,7 +90,7 @@ TEST_F(LimitsTest, EncodedSpecOverOneMebibyteIsRefused) {
   for (int i = 0; i < 10'000; ++i) {
     tokens->add_train(absl::StrCat(std::string(190, 's'), i));
   }
-  EXPECT_THAT(ErrorOf(spec), StartsWith("spec: "));
+  EXPECT_THAT(ErrorOf(spec), StartsWith("the spec is "));
   EXPECT_THAT(ErrorOf(spec), HasSubstr(" bytes encoded; the limit is 1048576"));
 }
 
@@ -110,7 +110,7 @@ TEST_F(LimitsTest, StringsMustBeValidUtf8) {
   spec.mutable_model()->mutable_gpt()->set_init_from("hf\xc3");
   EXPECT_EQ(ErrorOf(spec), "model.gpt.init_from: must be valid UTF-8");
   spec.mutable_model()->mutable_gpt()->set_init_from(std::string(5000, 'h'));
-  EXPECT_EQ(ErrorOf(spec), "model.gpt.init_from: at most 4096 characters");
+  EXPECT_EQ(ErrorOf(spec), "model.gpt.init_from: at most 4096 bytes");
   spec.mutable_model()->mutable_gpt()->set_init_from("a\tb");
   EXPECT_EQ(ErrorOf(spec),
             "model.gpt.init_from: must not contain control characters");

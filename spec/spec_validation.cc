@@ -84,30 +84,10 @@ class Problems {
   std::vector<FieldViolation> list_;
 };
 
-// Free text shown in listings: at most `max_length` bytes of UTF-8 without
-// control characters (C0, DEL and C1: U+0080-U+009F, which terminals take
-// as escape sequences).
+// Free text shown in listings (CheckFreeText).
 void CheckText(absl::string_view field, const std::string& text,
                int64_t max_length, Problems* p) {
-  if (static_cast<int64_t>(text.size()) > max_length) {
-    p->Add(field, absl::StrCat("at most ", max_length, " bytes of UTF-8, got ",
-                               text.size()));
-    return;
-  }
-  if (!IsValidUtf8(text)) {
-    p->Add(field, "must be valid UTF-8");
-    return;
-  }
-  for (size_t i = 0; i < text.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    // In valid UTF-8, U+0080-U+009F is 0xc2 then 0x80-0x9f.
-    const bool c1 = c == 0xc2 && i + 1 < text.size() &&
-                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;
-    if (c < 0x20 || c == 0x7f || c1) {
-      p->Add(field, "must not contain control characters");
-      break;
-    }
-  }
+  p->Add(CheckFreeText(field, text, max_length));
 }
 
 void CheckName(const JobSpec& spec, const Limits& limits, Problems* p) {
@@ -130,8 +110,9 @@ void CheckConcurrency(const JobSpec& spec, Problems* p) {
 void CheckSize(const JobSpec& spec, Problems* p) {
   const size_t bytes = spec.ByteSizeLong();
   if (bytes > static_cast<size_t>(kMaxSpecBytes)) {
-    p->Add("spec",
-           absl::StrCat(bytes, " bytes encoded; the limit is ", kMaxSpecBytes));
+    // The whole spec: no field of it (a request's "spec").
+    p->Add("", absl::StrCat("the spec is ", bytes,
+                            " bytes encoded; the limit is ", kMaxSpecBytes));
   }
 }
 
@@ -139,8 +120,7 @@ void CheckSize(const JobSpec& spec, Problems* p) {
 bool CheckPathText(absl::string_view field, const std::string& path,
                    const Limits& limits, Problems* p) {
   if (static_cast<int64_t>(path.size()) > limits.max_path_length) {
-    p->Add(field,
-           absl::StrCat("at most ", limits.max_path_length, " characters"));
+    p->Add(field, absl::StrCat("at most ", limits.max_path_length, " bytes"));
     return false;
   }
   if (!IsValidUtf8(path)) {
@@ -377,21 +357,6 @@ void CheckOptimizer(const JobSpec& spec, int64_t max_steps, Problems* p) {
   p->Range("optimizer.warmup_steps", o.warmup_steps(), 0, max_steps);
 }
 
-// Job ids as the server hands them out are "j-" and digits; the checks
-// here are only of form (the server looks each one up at submit).
-bool IsJobIdForm(const std::string& id) {
-  return !id.empty() && static_cast<int64_t>(id.size()) <= kMaxJobIdLength &&
-         std::all_of(id.begin(), id.end(), [](char c) {
-           return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
-                  c == '-' || c == '_' || c == '.';
-         });
-}
-
-std::string NotAJobId(const std::string& id) {
-  return absl::StrCat("\"", absl::CHexEscape(id.substr(0, 64)),
-                      "\" is not a job id");
-}
-
 void CheckDependsOn(const JobSpec& spec, Problems* p) {
   if (spec.depends_on_size() > kMaxDependencies) {
     p->Add("depends_on", absl::StrCat("at most ", kMaxDependencies,
@@ -399,11 +364,13 @@ void CheckDependsOn(const JobSpec& spec, Problems* p) {
     return;
   }
   std::set<std::string> seen;
-  for (const std::string& id : spec.depends_on()) {
+  for (int i = 0; i < spec.depends_on_size(); ++i) {
+    const std::string& id = spec.depends_on(i);
+    const std::string field = absl::StrCat("depends_on[", i, "]");
     if (!IsJobIdForm(id)) {
-      p->Add("depends_on", NotAJobId(id));
+      p->Add(field, NotAJobId(id));
     } else if (!seen.insert(id).second) {
-      p->Add("depends_on", absl::StrCat(id, " is listed twice"));
+      p->Add(field, absl::StrCat(id, " is listed twice"));
     }
   }
 }
@@ -418,7 +385,8 @@ void CheckWarmStart(const JobSpec& spec, Problems* p) {
   }
   p->Range("warm_start.step", w.step(), 0, kMaxSteps);
   if (w.best() && w.step() != 0) {
-    p->Add("warm_start", "step and best: give one or the other");
+    p->Add("warm_start.best",
+           "not with warm_start.step: give one or the other");
   }
   if (spec.model().has_gpt() && !spec.model().gpt().init_from().empty()) {
     p->Add("warm_start",
@@ -505,6 +473,19 @@ absl::Status ValidateJobSpec(const JobSpec& spec,
   CheckRun(spec, options.limits, &problems);
   CheckResources(spec, options.limits, &problems);
   return problems.ToStatus();
+}
+
+bool IsJobIdForm(const std::string& id) {
+  return !id.empty() && static_cast<int64_t>(id.size()) <= kMaxJobIdLength &&
+         std::all_of(id.begin(), id.end(), [](char c) {
+           return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                  c == '-' || c == '_' || c == '.';
+         });
+}
+
+std::string NotAJobId(const std::string& id) {
+  return absl::StrCat("\"", absl::CHexEscape(id.substr(0, 64)),
+                      id.size() > 64 ? "...\"" : "\"", " is not a job id");
 }
 
 }  // namespace trainyard::spec

@@ -200,11 +200,11 @@ TEST_F(ValidationTest, DependsOnListsWellFormedIdsOnce) {
   spec.add_depends_on("j-000002");
   EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
   spec.add_depends_on("j-000001");
-  EXPECT_EQ(ErrorOf(spec), "depends_on: j-000001 is listed twice");
+  EXPECT_EQ(ErrorOf(spec), "depends_on[2]: j-000001 is listed twice");
   spec.set_depends_on(2, "");
-  EXPECT_EQ(ErrorOf(spec), "depends_on: \"\" is not a job id");
+  EXPECT_EQ(ErrorOf(spec), "depends_on[2]: \"\" is not a job id");
   spec.set_depends_on(2, "j 3\n");
-  EXPECT_EQ(ErrorOf(spec), "depends_on: \"j 3\\n\" is not a job id");
+  EXPECT_EQ(ErrorOf(spec), "depends_on[2]: \"j 3\\n\" is not a job id");
   spec.set_depends_on(2, std::string(129, 'j'));
   EXPECT_THAT(ErrorOf(spec), HasSubstr("is not a job id"));
   spec.clear_depends_on();
@@ -219,7 +219,8 @@ TEST_F(ValidationTest, WarmStartNamesOneJobAndOneCheckpoint) {
   spec.mutable_warm_start()->set_step(200);
   EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
   spec.mutable_warm_start()->set_best(true);
-  EXPECT_EQ(ErrorOf(spec), "warm_start: step and best: give one or the other");
+  EXPECT_EQ(ErrorOf(spec),
+            "warm_start.best: not with warm_start.step: give one or the other");
   spec.mutable_warm_start()->set_step(-1);
   spec.mutable_warm_start()->set_best(false);
   EXPECT_EQ(ErrorOf(spec), "warm_start.step: must be in [0, 10000000], got -1");
@@ -350,7 +351,7 @@ TEST_F(ValidationTest, DirectoryIsNotAFile) {
 TEST_F(ValidationTest, LongPathIsRefused) {
   JobSpec spec = Good();
   spec.mutable_data()->mutable_mnist()->set_images(std::string(4097, 'a'));
-  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: at most 4096 characters");
+  EXPECT_EQ(ErrorOf(spec), "data.mnist.images: at most 4096 bytes");
 }
 
 TEST_F(ValidationTest, GptOnTextOrTokens) {

@@ -118,8 +118,8 @@ std::vector<BadSpec> BadSpecs() {
          s.mutable_warm_start()->set_step(10);
          s.mutable_warm_start()->set_best(true);
        },
-       {"warm_start", "step and best"},
-       "spec.warm_start"},
+       {"warm_start.best", "not with warm_start.step"},
+       "spec.warm_start.best"},
   };
 }
 

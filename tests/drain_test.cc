@@ -97,7 +97,8 @@ TEST_F(DrainTest, BadDrainsAreOneLineErrorsWithTheirExitCodes) {
   EXPECT_TRUE(CliFailedWith(Yard({"drain"}), YardExit::kUsage, {"drain"}));
   EXPECT_TRUE(
       CliFailedWith(Yard({"drain", "solo", "--reason", std::string(300, 'x')}),
-                    YardExit::kInvalidArgument, {"reason: 300 bytes"}));
+                    YardExit::kInvalidArgument,
+                    {"reason: at most 256 bytes of UTF-8, got 300"}));
 
   // Only an administrator drains workers.
   auto admin = v1::AdminService::NewStub(stubs().channel);

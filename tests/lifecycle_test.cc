@@ -265,7 +265,7 @@ TEST_F(LifecycleTest, AJobThatDependsOnAnotherStartsAfterItSucceeds) {
 
   EXPECT_TRUE(CliFailedWith(
       Yard({"submit", path, "--set", "depends_on=j-424242"}),
-      YardExit::kInvalidArgument, {"depends_on: job j-424242 not found"}));
+      YardExit::kInvalidArgument, {"depends_on[0]: job j-424242 not found"}));
 }
 
 // A job warm-started from another (`--set warm_start.job=ID`) waits for it
@@ -388,7 +388,7 @@ TEST_F(LifecycleTest, ASweepRunsEveryCombinationAndTabulatesTheResults) {
       Yard({"submit", path, "--sweep", "seed=1,2", "--set",
             "depends_on=j-424242"}),
       YardExit::kInvalidArgument,
-      {"sweep job 1 of 2", "depends_on: job j-424242 not found"}));
+      {"sweep job 1 of 2", "depends_on[0]: job j-424242 not found"}));
   YARD_ASSIGN_OR_FAIL(all, ListAllJobs(jobs()));
   EXPECT_EQ(all.size(), 2u);
 }
