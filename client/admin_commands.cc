@@ -22,6 +22,11 @@ std::string RoleName(v1::TokenRole role) {
 
 std::string Limit(int32_t n) { return n > 0 ? absl::StrCat(n) : "-"; }
 
+// A tenant's priority cap, "-" for none.
+std::string MaxPriority(const v1::Tenant& t) {
+  return t.has_max_priority() ? absl::StrCat(t.max_priority()) : "-";
+}
+
 int TokenCreate(const CliArgs& args, AdminClient& admin, std::ostream& out,
                 std::ostream& err) {
   v1::CreateTokenRequest request;
@@ -99,15 +104,21 @@ int TenantSet(const CliArgs& args, AdminClient& admin, std::ostream& out,
   if (args.max_queued_jobs >= 0) t.set_max_queued_jobs(args.max_queued_jobs);
   if (args.max_cpu_slots >= 0) t.set_max_cpu_slots(args.max_cpu_slots);
   if (args.weight > 0) t.set_weight(args.weight);
+  if (args.max_priority == kNoPriorityCap) {
+    t.clear_max_priority();
+  } else if (args.max_priority.has_value()) {
+    t.set_max_priority(*args.max_priority);
+  }
   absl::StatusOr<v1::Tenant> r = admin.SetTenant(t);
   if (!r.ok()) return ReportError(r.status(), err);
   if (args.output == OutputFormat::kJson) {
     out << ToJson(*r, true) << "\n";
   } else {
-    out << "tenant " << r->name() << ": weight " << r->weight()
-        << ", max GPUs " << Limit(r->max_gpus()) << ", max queued jobs "
+    out << "tenant " << r->name() << ": weight " << r->weight() << ", max GPUs "
+        << Limit(r->max_gpus()) << ", max queued jobs "
         << Limit(r->max_queued_jobs()) << ", max CPU slots "
-        << Limit(r->max_cpu_slots()) << "\n";
+        << Limit(r->max_cpu_slots()) << ", max priority " << MaxPriority(*r)
+        << "\n";
   }
   return kExitOk;
 }
@@ -124,10 +135,11 @@ int TenantList(const CliArgs& args, AdminClient& admin, std::ostream& out,
   for (const v1::Tenant& t : r->tenants()) {
     rows.push_back({t.name(), absl::StrFormat("%g", t.weight()),
                     Limit(t.max_gpus()), Limit(t.max_queued_jobs()),
-                    Limit(t.max_cpu_slots())});
+                    Limit(t.max_cpu_slots()), MaxPriority(t)});
   }
-  out << FormatTable(
-      {"TENANT", "WEIGHT", "MAX_GPUS", "MAX_QUEUED", "MAX_CPU_SLOTS"}, rows);
+  out << FormatTable({"TENANT", "WEIGHT", "MAX_GPUS", "MAX_QUEUED",
+                      "MAX_CPU_SLOTS", "MAX_PRIORITY"},
+                     rows);
   return kExitOk;
 }
 

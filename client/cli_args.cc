@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/time_text.h"
+#include "spec/limits.h"
 
 namespace trainyard::client {
 namespace {
@@ -337,6 +338,22 @@ class ArgParser {
       }
       return absl::OkStatus();
     }
+    if (name == "--max-priority") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      int32_t cap = 0;
+      if (*v == "none") {
+        out_.max_priority = kNoPriorityCap;
+      } else if (absl::SimpleAtoi(*v, &cap) && cap >= -spec::kMaxPriority &&
+                 cap <= spec::kMaxPriority) {
+        out_.max_priority = cap;
+      } else {
+        return Usage(absl::StrCat(
+            "--max-priority: must be an integer from ", -spec::kMaxPriority,
+            " to ", spec::kMaxPriority, ", or none, got \"", *v, "\""));
+      }
+      return absl::OkStatus();
+    }
     int32_t* field = name == "--max-gpus"          ? &out_.max_gpus
                      : name == "--max-queued-jobs" ? &out_.max_queued_jobs
                      : name == "--max-cpu-slots"   ? &out_.max_cpu_slots
@@ -591,9 +608,10 @@ Admin commands (admin token):
   token ls [--all]   list tokens (--all: with revoked ones)
   token revoke ID    revoke a token at once
   tenant set NAME [--max-gpus N] [--max-queued-jobs N] [--max-cpu-slots N]
-                  [--weight W]
-                     set a tenant's quotas (0 = unlimited) and fair-share
-                     weight; unset ones keep their value
+                  [--weight W] [--max-priority P|none]
+                     set a tenant's quotas (0 = unlimited), fair-share
+                     weight and highest job priority; unset ones keep
+                     their value
   tenant ls          list tenants with quotas
   drain WORKER [--reason TEXT] [--keep-jobs] [--wait]
                      stop placing jobs on a worker; its jobs checkpoint and

@@ -5,6 +5,8 @@
 #define TRAINYARD_CLIENT_CLI_ARGS_H_
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,7 +105,12 @@ struct CliArgs {
   int32_t max_queued_jobs = -1;
   int32_t max_cpu_slots = -1;
   double weight = 0;  // 0: keep the current value
+  // tenant set --max-priority: nullopt keeps the current cap; a value sets
+  // it; kNoPriorityCap ("none") removes it.
+  std::optional<int32_t> max_priority;
 };
+
+inline constexpr int32_t kNoPriorityCap = std::numeric_limits<int32_t>::min();
 
 // Parses argv[1..] (without the program name). `env_server` is the value of
 // YARD_SERVER or null. Errors are INVALID_ARGUMENT with a one-line message

@@ -298,6 +298,18 @@ TEST(CliArgsTest, ParsesDrainAndUndrain) {
   EXPECT_THAT(UsageText(), HasSubstr("undrain WORKER"));
 }
 
+TEST(CliArgsTest, ParsesATenantsPriorityCap) {
+  EXPECT_FALSE(Parse({"tenant", "set", "a"}).max_priority.has_value());
+  EXPECT_EQ(Parse({"tenant", "set", "a", "--max-priority", "-3"}).max_priority,
+            -3);
+  EXPECT_EQ(Parse({"tenant", "set", "a", "--max-priority=none"}).max_priority,
+            kNoPriorityCap);
+  EXPECT_EQ(Error({"tenant", "set", "a", "--max-priority", "1001"}),
+            "--max-priority: must be an integer from -1000 to 1000, or none, "
+            "got \"1001\"");
+  EXPECT_THAT(UsageText(), HasSubstr("[--max-priority P|none]"));
+}
+
 TEST(CliArgsTest, ParsesForget) {
   CliArgs f = Parse({"forget", "gpu-07"});
   EXPECT_EQ(f.command, Command::kForget);

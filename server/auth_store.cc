@@ -11,6 +11,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/tokens.h"
+#include "spec/limits.h"
 
 namespace trainyard::server {
 namespace {
@@ -33,8 +34,16 @@ CREATE TABLE tenants (
   weight_milli INTEGER NOT NULL,
   max_gpus INTEGER NOT NULL,
   max_queued_jobs INTEGER NOT NULL,
-  max_cpu_slots INTEGER NOT NULL
+  max_cpu_slots INTEGER NOT NULL,
+  has_max_priority INTEGER NOT NULL DEFAULT 0,
+  max_priority INTEGER NOT NULL DEFAULT 0
 );
+)sql";
+
+// Columns added since the first schema, for stores made before them.
+constexpr char kAddMaxPriority[] = R"sql(
+ALTER TABLE tenants ADD COLUMN has_max_priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tenants ADD COLUMN max_priority INTEGER NOT NULL DEFAULT 0;
 )sql";
 
 // The same message for every rejected token: which check failed is none
@@ -59,7 +68,13 @@ absl::Status InitAuthSchema(SqliteDb& db) {
     return absl::FailedPreconditionError(absl::StrCat(
         db.path(), " is not a Trainyard auth store; refusing to use it"));
   }
-  if (*app_id == kAuthApplicationId) return absl::OkStatus();
+  if (*app_id == kAuthApplicationId) {
+    ASSIGN_OR_RETURN(int64_t has_column,
+                     db.QueryInt64("SELECT count(*) FROM pragma_table_info("
+                                   "'tenants') WHERE name = 'max_priority'"));
+    if (has_column > 0) return absl::OkStatus();
+    return db.Exec(absl::StrCat("BEGIN; ", kAddMaxPriority, "COMMIT;"));
+  }
   RETURN_IF_ERROR(db.Exec("PRAGMA journal_mode=WAL"));
   return db.Exec(absl::StrCat("BEGIN; ", kAuthSchema,
                               "PRAGMA application_id=", kAuthApplicationId,
@@ -110,7 +125,8 @@ absl::Status AuthStore::Load() {
   }
   ASSIGN_OR_RETURN(SqliteStatement t,
                    db_->Prepare("SELECT name, weight_milli, max_gpus, "
-                                "max_queued_jobs, max_cpu_slots FROM tenants"));
+                                "max_queued_jobs, max_cpu_slots, "
+                                "has_max_priority, max_priority FROM tenants"));
   while (true) {
     ASSIGN_OR_RETURN(bool row, t.Step());
     if (!row) return absl::OkStatus();
@@ -120,6 +136,9 @@ absl::Status AuthStore::Load() {
     tenant.set_max_gpus(static_cast<int32_t>(t.ColumnInt64(2)));
     tenant.set_max_queued_jobs(static_cast<int32_t>(t.ColumnInt64(3)));
     tenant.set_max_cpu_slots(static_cast<int32_t>(t.ColumnInt64(4)));
+    if (t.ColumnInt64(5) != 0) {
+      tenant.set_max_priority(static_cast<int32_t>(t.ColumnInt64(6)));
+    }
     tenants_[tenant.name()] = tenant;
   }
 }
@@ -234,19 +253,29 @@ absl::StatusOr<v1::Tenant> AuthStore::SetTenant(const v1::Tenant& in) {
           field, absl::StrCat("must be >= 0 (0 = unlimited), got ", value));
     }
   }
+  if (t.has_max_priority() && (t.max_priority() < -spec::kMaxPriority ||
+                               t.max_priority() > spec::kMaxPriority)) {
+    return InvalidFieldError(
+        "tenant.max_priority",
+        absl::StrCat("must be in [", -spec::kMaxPriority, ", ",
+                     spec::kMaxPriority, "], got ", t.max_priority()));
+  }
   const int64_t weight_milli = std::llround(t.weight() * 1000);
   t.set_weight(static_cast<double>(std::max<int64_t>(weight_milli, 1)) / 1000);
   absl::MutexLock w(&write_mu_);
   ASSIGN_OR_RETURN(
       SqliteStatement up,
       db_->Prepare("INSERT OR REPLACE INTO tenants (name, weight_milli, "
-                   "max_gpus, max_queued_jobs, max_cpu_slots) "
-                   "VALUES (?, ?, ?, ?, ?)"));
+                   "max_gpus, max_queued_jobs, max_cpu_slots, "
+                   "has_max_priority, max_priority) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)"));
   up.BindText(1, t.name())
       .Bind(2, std::max<int64_t>(weight_milli, 1))
       .Bind(3, t.max_gpus())
       .Bind(4, t.max_queued_jobs())
-      .Bind(5, t.max_cpu_slots());
+      .Bind(5, t.max_cpu_slots())
+      .Bind(6, t.has_max_priority() ? 1 : 0)
+      .Bind(7, t.max_priority());
   RETURN_IF_ERROR(up.Run());
   absl::MutexLock lock(&mu_);
   tenants_[t.name()] = t;

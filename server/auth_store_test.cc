@@ -1,12 +1,13 @@
 #include "server/auth_store.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <iterator>
 
-#include <sys/stat.h>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/sqlite_db.h"
 #include "server/test_dir.h"
 
 namespace trainyard::server {
@@ -75,6 +76,10 @@ TEST_F(AuthStoreTest, SurvivesReopenAndKeepsOnlyDigests) {
     t.set_name("team-a");
     t.set_max_gpus(4);
     t.set_weight(2.5);
+    t.set_max_priority(-5);
+    ASSERT_TRUE(store->SetTenant(t).ok());
+    t.set_name("team-b");
+    t.clear_max_priority();
     ASSERT_TRUE(store->SetTenant(t).ok());
   }
   for (const char* f : {"auth.db", "auth.db-wal"}) {
@@ -97,6 +102,9 @@ TEST_F(AuthStoreTest, SurvivesReopenAndKeepsOnlyDigests) {
   const v1::Tenant t = store->GetTenant("team-a");
   EXPECT_EQ(t.max_gpus(), 4);
   EXPECT_DOUBLE_EQ(t.weight(), 2.5);
+  ASSERT_TRUE(t.has_max_priority());
+  EXPECT_EQ(t.max_priority(), -5);
+  EXPECT_FALSE(store->GetTenant("team-b").has_max_priority());
   const v1::Tenant unset = store->GetTenant("team-z");
   EXPECT_EQ(unset.max_gpus(), 0);
   EXPECT_DOUBLE_EQ(unset.weight(), 1);
@@ -127,8 +135,45 @@ TEST_F(AuthStoreTest, BadInputsAreNamed) {
   t.set_max_queued_jobs(-3);
   EXPECT_THAT(std::string(store->SetTenant(t).status().message()),
               HasSubstr("max_queued_jobs"));
+  t.set_max_queued_jobs(0);
+  t.set_max_priority(1001);
+  EXPECT_EQ(std::string(store->SetTenant(t).status().message()),
+            "tenant.max_priority: must be in [-1000, 1000], got 1001");
   EXPECT_TRUE(store->Empty()) << "nothing was stored";
   EXPECT_TRUE(store->ListTenants().empty());
+}
+
+// A store made before tenants had a priority cap opens, keeps its tenants
+// (uncapped) and takes caps from then on.
+TEST_F(AuthStoreTest, AStoreFromBeforePriorityCapsIsUpgraded) {
+  {
+    auto db = SqliteDb::Open(dir_.File("auth.db"));
+    ASSERT_TRUE(db.ok()) << db.status();
+    ASSERT_TRUE((*db)
+                    ->Exec("CREATE TABLE tokens (id TEXT PRIMARY KEY, tenant "
+                           "TEXT NOT NULL, role INTEGER NOT NULL, description "
+                           "TEXT NOT NULL, digest TEXT NOT NULL, create_ms "
+                           "INTEGER NOT NULL, revoke_ms INTEGER NOT NULL "
+                           "DEFAULT 0); CREATE TABLE tenants (name TEXT "
+                           "PRIMARY KEY, weight_milli INTEGER NOT NULL, "
+                           "max_gpus INTEGER NOT NULL, max_queued_jobs INTEGER "
+                           "NOT NULL, max_cpu_slots INTEGER NOT NULL); INSERT "
+                           "INTO tenants VALUES ('old', 2000, 3, 0, 0); PRAGMA "
+                           "application_id=1415135537;")
+                    .ok());
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  v1::Tenant old = store->GetTenant("old");
+  EXPECT_EQ(old.max_gpus(), 3);
+  EXPECT_DOUBLE_EQ(old.weight(), 2);
+  EXPECT_FALSE(old.has_max_priority());
+  old.set_max_priority(0);
+  ASSERT_TRUE(store->SetTenant(old).ok());
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->GetTenant("old").max_priority(), 0);
+  EXPECT_TRUE(store->GetTenant("old").has_max_priority());
 }
 
 TEST_F(AuthStoreTest, AForeignFileIsRefusedAndLeftAlone) {

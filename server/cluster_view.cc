@@ -59,9 +59,12 @@ v1::Worker ToProto(const WorkerStatus& w, const WorkerUsage& used) {
     *out.add_devices() = WithFigures(d, w);
   }
   out.set_cpu_slots(w.hello.cpu_slots());
-  out.set_free_cpu_slots(std::max(0, w.hello.cpu_slots() - used.cpu_slots));
-  out.set_free_gpus(std::max(
-      0, w.hello.devices_size() - static_cast<int32_t>(used.gpus.size())));
+  // A lost worker's capacity is gone: nothing of it is free.
+  if (w.state != v1::WORKER_LOST) {
+    out.set_free_cpu_slots(std::max(0, w.hello.cpu_slots() - used.cpu_slots));
+    out.set_free_gpus(std::max(
+        0, w.hello.devices_size() - static_cast<int32_t>(used.gpus.size())));
+  }
   for (const v1::RunningJobRef& ref : used.jobs) *out.add_jobs() = ref;
   if (w.connect_time != absl::InfinitePast()) {
     *out.mutable_connect_time() = ToProtoTime(w.connect_time);

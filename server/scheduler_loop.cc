@@ -262,31 +262,37 @@ std::vector<JobRecord> SchedulerLoop::WithoutBackoffs(
 namespace {
 
 // The policy sees only the workers taking jobs: a job it finds no room for
-// may fit a draining one, and "infeasible" alone would mislead. Its reason
-// says that the draining workers were not counted.
-void NoteDrainingWorkers(const std::vector<WorkerStatus>& workers,
-                         std::vector<scheduler::JobWait>& waits) {
-  std::vector<std::string> draining;
+// may fit a draining one, or a lost one once it is back, and "infeasible"
+// alone would mislead. Its reason says which workers were not counted.
+void NoteWorkersNotTakingJobs(const std::vector<WorkerStatus>& workers,
+                              std::vector<scheduler::JobWait>& waits) {
+  std::vector<std::string> draining, lost;
   for (const WorkerStatus& w : workers) {
-    if (w.connected && w.state == v1::WORKER_DRAINING) {
+    if (w.state == v1::WORKER_LOST) {
+      lost.push_back(w.id);
+    } else if (w.connected && w.state == v1::WORKER_DRAINING) {
       draining.push_back(w.id);
     }
   }
-  if (draining.empty()) return;
-  const size_t n = draining.size();
-  if (n > 3) draining.resize(3);
-  const std::string which = absl::StrCat(absl::StrJoin(draining, ", "),
-                                         n > draining.size() ? ", ..." : "");
+  if (draining.empty() && lost.empty()) return;
+  // "1 worker draining: w1", "4 workers lost: a, b, c, ..."
+  auto counted = [](std::vector<std::string> ids, const char* what) {
+    const size_t n = ids.size();
+    if (n > 3) ids.resize(3);
+    return absl::StrCat(n, n == 1 ? " worker " : " workers ", what, ": ",
+                        absl::StrJoin(ids, ", "),
+                        n > ids.size() ? ", ..." : "");
+  };
+  std::vector<std::string> parts;
+  if (!draining.empty()) parts.push_back(counted(draining, "draining"));
+  if (!lost.empty()) parts.push_back(counted(lost, "lost"));
+  const std::string note = absl::StrJoin(parts, "; ");
   for (scheduler::JobWait& w : waits) {
     if (w.kind != scheduler::WaitKind::kInfeasible) continue;
     if (w.reason == scheduler::kNoWorkerReason) {
-      w.reason = absl::StrCat("no worker is taking jobs: ", n,
-                              n == 1 ? " worker is" : " workers are",
-                              " draining (", which, ")");
+      w.reason = absl::StrCat("no worker is taking jobs (", note, ")");
     } else {
-      absl::StrAppend(&w.reason, " (not counting ", n,
-                      n == 1 ? " worker" : " workers", " draining: ", which,
-                      ")");
+      absl::StrAppend(&w.reason, " (not counting ", note, ")");
     }
   }
 }
@@ -369,7 +375,7 @@ absl::Status SchedulerLoop::RunPass() {
         absl::StrCat("policy ", std::string(policy_->name()),
                      " made a bad plan: ", valid.message()));
   }
-  NoteDrainingWorkers(workers, plan.waits);
+  NoteWorkersNotTakingJobs(workers, plan.waits);
   if (options_.tenant_limits) {
     ApplyTenantQuotas(limits, std::move(held), by_id, plan);
     plan.waits.insert(plan.waits.end(), over_quota.begin(), over_quota.end());

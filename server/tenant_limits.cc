@@ -1,6 +1,7 @@
 #include "server/tenant_limits.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "common/status_macros.h"
 #include "server/tenant_quota.h"
 
@@ -8,6 +9,12 @@ namespace trainyard::server {
 namespace {
 
 absl::Status CheckJobFits(const v1::Tenant& t, const v1::JobSpec& spec) {
+  if (t.has_max_priority() && spec.priority() > t.max_priority()) {
+    return InvalidFieldError(
+        "spec.priority",
+        absl::StrCat("at most ", t.max_priority(), " for tenant ", t.name(),
+                     " (its max_priority), got ", spec.priority()));
+  }
   const std::string never = NeverFitsQuota(t, spec);
   if (!never.empty()) return absl::ResourceExhaustedError(never);
   return absl::OkStatus();

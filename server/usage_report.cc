@@ -31,8 +31,33 @@ std::string Rfc3339(absl::Time t) {
 
 }  // namespace
 
+// A google.protobuf.Timestamp as its definition bounds it: 0001-01-01 to
+// 9999-12-31, nanos in [0, 999999999].
+absl::Status CheckTimestamp(absl::string_view field,
+                            const google::protobuf::Timestamp& ts) {
+  constexpr int64_t kMinSeconds = -62'135'596'800;  // 0001-01-01T00:00:00Z
+  constexpr int64_t kMaxSeconds = 253'402'300'799;  // 9999-12-31T23:59:59Z
+  if (ts.seconds() < kMinSeconds || ts.seconds() > kMaxSeconds) {
+    return InvalidFieldError(
+        absl::StrCat(field, ".seconds"),
+        absl::StrCat(ts.seconds(), " is outside years 1 to 9999"));
+  }
+  if (ts.nanos() < 0 || ts.nanos() > 999'999'999) {
+    return InvalidFieldError(
+        absl::StrCat(field, ".nanos"),
+        absl::StrCat(ts.nanos(), " is outside [0, 999999999]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<UsageQuery> UsageQueryOf(const v1::GetUsageRequest& request,
                                         absl::Time now) {
+  if (request.has_start_time()) {
+    RETURN_IF_ERROR(CheckTimestamp("start_time", request.start_time()));
+  }
+  if (request.has_end_time()) {
+    RETURN_IF_ERROR(CheckTimestamp("end_time", request.end_time()));
+  }
   UsageQuery q;
   if (request.has_end_time() &&
       FromProtoTime(request.end_time()) < absl::UnixEpoch()) {

@@ -3,6 +3,7 @@
 // server's logic (a real store, fake workers, a fake clock).
 #include "server/usage_report.h"
 
+#include "common/field_errors.h"
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -199,6 +200,19 @@ TEST(UsageQueryTest, DefaultsToTheLastWeekAndRefusesABackwardWindow) {
   q = UsageQueryOf(req, now);
   EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(q.status().message(), HasSubstr("before 1970"));
+
+  // Timestamps outside their definition name the part that is wrong.
+  req.mutable_start_time()->set_seconds(0);
+  req.mutable_start_time()->set_nanos(2'000'000'000);
+  q = UsageQueryOf(req, now);
+  EXPECT_EQ(q.status().message(),
+            "start_time.nanos: 2000000000 is outside [0, 999999999]");
+  req.clear_start_time();
+  req.mutable_end_time()->set_seconds(1'000'000'000'000'000);
+  q = UsageQueryOf(req, now);
+  EXPECT_EQ(q.status().message(),
+            "end_time.seconds: 1000000000000000 is outside years 1 to 9999");
+  EXPECT_TRUE(IsAboutField(q.status(), "end_time"));
 }
 
 class UsageReportTest : public ServerLogicTest {

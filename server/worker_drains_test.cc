@@ -79,7 +79,7 @@ TEST_F(WorkerDrainsTest, WaitReasonsCountTheDrainingWorkers) {
   Pass();
   EXPECT_EQ(Job(job).job.state(), v1::QUEUED);
   EXPECT_EQ(Job(job).job.state_reason(),
-            "no worker is taking jobs: 1 worker is draining (w1)");
+            "no worker is taking jobs (1 worker draining: w1)");
   Connect("w2", 1, /*gpus=*/1);
   const std::string gpus = Submit(0, /*gpus=*/2);
   Pass();

@@ -11,6 +11,8 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
+#include "common/rpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/harness.h"
@@ -494,6 +496,39 @@ TEST_F(SecurityTest, QueuedJobAndGpuQuotasAreEnforced) {
   EXPECT_TRUE(RpcFailedWith(SetTenant(quota),
                             grpc::StatusCode::INVALID_ARGUMENT,
                             {"tenant.name"}));
+}
+
+// A tenant's priority cap: a job above it is refused naming spec.priority
+// (so a tenant cannot preempt others at will); at or below it, accepted.
+TEST_F(SecurityTest, ATenantsPriorityCapIsEnforcedAtSubmit) {
+  YARD_ASSERT_OK(StartServer());
+  const std::string a = NewToken("team-a", v1::TENANT);
+  CommandResult set = Yard({"tenant", "set", "team-a", "--max-priority", "0"});
+  ASSERT_EQ(set.exit_code(), 0) << set.DebugString();
+  EXPECT_THAT(set.out, HasSubstr("max priority 0"));
+  CommandResult ls = Yard({"tenant", "ls"});
+  EXPECT_THAT(ls.out, HasSubstr("MAX_PRIORITY")) << ls.out;
+
+  v1::JobSpec urgent = MnistSpec{}.ToProto();
+  urgent.set_priority(5);
+  grpc::Status refused = SubmitAs(a, urgent);
+  EXPECT_TRUE(RpcFailedWith(refused, grpc::StatusCode::INVALID_ARGUMENT,
+                            {"priority: at most 0 for tenant team-a"}));
+  EXPECT_TRUE(IsAboutField(FromGrpcStatus(refused), "spec.priority"));
+  const std::string spec = WriteSpec("p.yaml", MnistSpec{}.ToYaml());
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"--token", a, "submit", spec, "--set", "priority=5"}),
+      YardExit::kInvalidArgument, {"priority: at most 0", "got 5"}));
+  ASSERT_TRUE(SubmitAs(a, MnistSpec{}.ToProto()).ok());  // priority 0
+
+  // Removed, the spec's own limit is all.
+  ASSERT_EQ(
+      Yard({"tenant", "set", "team-a", "--max-priority", "none"}).exit_code(),
+      0);
+  ASSERT_TRUE(SubmitAs(a, urgent).ok());
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"tenant", "set", "team-a", "--max-priority", "2000"}),
+      YardExit::kUsage, {"--max-priority: must be an integer from -1000"}));
 }
 
 TEST_F(SecurityTest, ARunningQuotaHoldsATenantsJobsBack) {
