@@ -50,8 +50,9 @@ absl::Status CheckFreeText(absl::string_view field, std::string_view text,
         field, absl::StrCat("at most ", max_bytes, " bytes of UTF-8, got ",
                             text.size()));
   }
-  if (!IsValidUtf8(text))
+  if (!IsValidUtf8(text)) {
     return InvalidFieldError(field, "must be valid UTF-8");
+  }
   if (HasControlCharacter(text)) {
     return InvalidFieldError(field, "must not contain control characters");
   }

@@ -147,9 +147,10 @@ absl::StatusOr<ClusterSnapshot> ClusterSnapshot::Create(
     std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending,
     std::vector<TaskClass> workload, std::vector<RunningJob> running,
     absl::flat_hash_map<std::string, double> tenant_weights,
-    AvoidedWorkers avoided) {
+    AvoidedWorkers avoided, PreemptionHolds holds) {
   ClusterSnapshot s;
   s.avoided_ = std::move(avoided);
+  s.holds_ = std::move(holds);
   for (size_t i = 0; i < workers.size(); ++i) {
     RETURN_IF_ERROR(CheckWorker(workers[i]));
     if (!s.worker_at_.emplace(workers[i].id, i).second) {

@@ -123,12 +123,6 @@ struct RunningJob {
   // job without GPUs) since its last checkpoint.
   double work_since_checkpoint = 0;
   std::vector<RunningPart> more_parts = {};  // empty for a job on one node
-  // A job already stopping because a waiting job preempted it: that job's
-  // id (empty otherwise). Until it has stopped, the pass holds the workers
-  // it is on for that job (RunPackingPass), so the room it leaves, and the
-  // room its fellow victims have left already, is not taken meanwhile by a
-  // job the preemption was not for.
-  std::string stopping_for = {};
 };
 
 // A kind of task and how often it arrives: the workload FGD packs for.
@@ -143,6 +137,14 @@ struct TaskClass {
 // PendingJob, which a pass reads for every queued job, so that PendingJob
 // stays 128 bytes (the A/B runs are in docs/BENCHMARKS.md).
 using AvoidedWorkers =
+    absl::flat_hash_map<std::string, std::vector<std::string>>;
+
+// By pending job id: the workers an earlier pass preempted jobs to make
+// room on for it (Preemption::room_on), while some of those jobs are still
+// stopping. The pass holds them for it (RunPackingPass): the room the first
+// victims leave is not taken by a job the preemption was not for before the
+// last has stopped.
+using PreemptionHolds =
     absl::flat_hash_map<std::string, std::vector<std::string>>;
 
 class ClusterSnapshot {
@@ -163,7 +165,7 @@ class ClusterSnapshot {
       std::vector<TaskClass> workload = {},
       std::vector<RunningJob> running = {},
       absl::flat_hash_map<std::string, double> tenant_weights = {},
-      AvoidedWorkers avoided = {});
+      AvoidedWorkers avoided = {}, PreemptionHolds holds = {});
 
   const std::vector<WorkerCapacity>& workers() const { return workers_; }
   const std::vector<PendingJob>& pending() const { return pending_; }
@@ -174,6 +176,12 @@ class ClusterSnapshot {
     if (avoided_.empty()) return nullptr;
     auto it = avoided_.find(job_id);
     return it == avoided_.end() ? nullptr : &it->second;
+  }
+  // The workers held for pending job `job_id`; nullptr when none.
+  const std::vector<std::string>* HeldFor(const std::string& job_id) const {
+    if (holds_.empty()) return nullptr;
+    auto it = holds_.find(job_id);
+    return it == holds_.end() ? nullptr : &it->second;
   }
   // Fair-share weight of a tenant (1 unless set).
   double TenantWeight(const std::string& tenant) const;
@@ -191,6 +199,7 @@ class ClusterSnapshot {
   std::vector<RunningJob> running_;
   absl::flat_hash_map<std::string, double> tenant_weights_;
   AvoidedWorkers avoided_;
+  PreemptionHolds holds_;
   absl::flat_hash_map<std::string, size_t> worker_at_;  // id -> position
   absl::flat_hash_map<std::string, size_t> job_at_;
 };

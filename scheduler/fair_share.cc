@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 namespace trainyard::scheduler {
 namespace {
@@ -115,7 +116,13 @@ void JobOrder::NumberWaits(std::vector<JobWait>& waits) const {
   if (fair_share_ && waits.size() > 1) {
     std::vector<const PendingJob*> jobs;
     jobs.reserve(waits.size());
-    for (const JobWait& w : waits) jobs.push_back(snapshot_.FindJob(w.job_id));
+    absl::flat_hash_set<std::string> infeasible;
+    for (const JobWait& w : waits) {
+      const PendingJob* job = snapshot_.FindJob(w.job_id);
+      if (job == nullptr) continue;  // not a job of this pass: no place
+      jobs.push_back(job);
+      if (w.kind == WaitKind::kInfeasible) infeasible.insert(job->id);
+    }
     std::sort(jobs.begin(), jobs.end(),
               [](const PendingJob* a, const PendingJob* b) {
                 return std::tie(b->priority, a->submit_order, a->id) <
@@ -141,6 +148,8 @@ void JobOrder::NumberWaits(std::vector<JobWait>& waits) const {
         const PendingJob& job = *pick->second.front();
         pick->second.pop_front();
         position[job.id] = static_cast<int64_t>(position.size()) + 1;
+        if (pick->second.empty()) level.erase(pick);
+        if (infeasible.contains(job.id)) continue;  // it will not start
         // As if it started: what it asks counts for its tenant.
         const double per_gpu = job.whole_gpus() || job.gpu_compute_milli == 0
                                    ? kWholeGpuMilli
@@ -150,11 +159,13 @@ void JobOrder::NumberWaits(std::vector<JobWait>& waits) const {
         u[1] += static_cast<double>(job.cpu_milli);
         u[2] += static_cast<double>(job.memory_bytes);
         u[3] += job.gpus == 0 ? job.cpu_slots : 0;
-        if (pick->second.empty()) level.erase(pick);
       }
       start = end;
     }
-    for (JobWait& w : waits) w.position = position[w.job_id];
+    for (JobWait& w : waits) {
+      auto it = position.find(w.job_id);
+      w.position = it == position.end() ? 0 : it->second;
+    }
   } else {
     for (size_t i = 0; i < waits.size(); ++i) {
       waits[i].position = static_cast<int64_t>(i) + 1;

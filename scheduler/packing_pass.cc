@@ -343,40 +343,12 @@ int64_t AddSpreadPlacement(const PendingJob& job, const GpuDemand& demand,
   return given;
 }
 
-// For each waiting job some running jobs are stopping for (preempted for
-// it): the positions of the workers they hold something on.
-absl::flat_hash_map<std::string, std::vector<size_t>> HeldForPreemptors(
-    const ClusterSnapshot& snapshot, const FreeCapacity& free) {
-  absl::flat_hash_map<std::string, std::vector<size_t>> held;
-  bool any = false;
-  for (const RunningJob& r : snapshot.running()) any |= !r.stopping_for.empty();
-  if (!any) return held;
-  absl::flat_hash_map<std::string, size_t> at;
-  for (size_t i = 0; i < free.workers.size(); ++i) at[free.workers[i].id] = i;
-  for (const RunningJob& r : snapshot.running()) {
-    if (r.stopping_for.empty()) continue;
-    std::vector<size_t>& workers = held[r.stopping_for];
-    auto add = [&](const std::string& id) {
-      auto it = at.find(id);
-      if (it != at.end() && std::find(workers.begin(), workers.end(),
-                                      it->second) == workers.end()) {
-        workers.push_back(it->second);
-      }
-    };
-    add(r.worker_id);
-    for (const RunningPart& part : r.more_parts) add(part.worker_id);
-  }
-  return held;
-}
-
 }  // namespace
 
 Plan RunPackingPass(const ClusterSnapshot& snapshot,
                     const PackingPassOptions& options,
                     ChooserFactory make_chooser) {
   FreeCapacity free = InitialFree(snapshot);  // shrinks as jobs are placed
-  const absl::flat_hash_map<std::string, std::vector<size_t>> held_for =
-      HeldForPreemptors(snapshot, free);
   std::unique_ptr<NodeChooser> chooser = make_chooser(free);
   JobOrder order(snapshot, options.fair_share);
   KnownWaits known_waits(snapshot.workers());
@@ -387,12 +359,14 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
   // (position, that job's id), so a job that would fit there is told why
   // it does not go there.
   std::vector<std::pair<size_t, std::string>> held;
+  // Holds `worker` for `for_job`; false when it is held already.
   auto hold = [&](size_t worker, const std::string& for_job) {
-    if (free.summaries[worker].reserved) return;
+    if (free.summaries[worker].reserved) return false;
     free.summaries[worker].reserved = true;  // later jobs fit nowhere there
     chooser->Changed(worker, free);
     plan.reservations.push_back({for_job, free.workers[worker].id});
     held.push_back({worker, for_job});
+    return true;
   };
   while (const PendingJob* job = order.Next()) {
     const GpuDemand demand = DemandOf(*job, options.exclusive);
@@ -434,15 +408,18 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
         break;
       }
     }
-    if (auto it = held_for.find(job->id); it != held_for.end()) {
+    if (const std::vector<std::string>* room = snapshot.HeldFor(job->id)) {
       std::vector<std::string> names;
-      for (size_t i : it->second) {
-        names.push_back(free.workers[i].id);
-        hold(i, job->id);
+      for (const std::string& id : *room) {
+        for (size_t i = 0; i < free.workers.size(); ++i) {
+          if (free.workers[i].id == id && hold(i, job->id)) names.push_back(id);
+        }
       }
-      absl::StrAppend(&reason, "; worker", names.size() > 1 ? "s " : " ",
-                      absl::StrJoin(names, ", "),
-                      " held for it while the jobs it preempted stop");
+      if (!names.empty()) {
+        absl::StrAppend(&reason, "; worker", names.size() > 1 ? "s " : " ",
+                        absl::StrJoin(names, ", "),
+                        " held for it while the jobs it preempted stop");
+      }
       continue;
     }
     if (reservations_left == 0) continue;

@@ -9,12 +9,13 @@
 // backfill, the first blocked jobs each reserve a worker that nothing later in
 // the pass may use; with preemption, waiting jobs then look for lower-priority
 // victims (preemption.h), and a waiting job whose victims are still stopping
-// (RunningJob::stopping_for) holds their workers the same way, whatever the
-// backfill setting: otherwise a later job would take the room the first
-// victims left, the waiting job would preempt it in turn, and so on for as
-// long as victims stop one by one. A job restarted after failures first looks
-// only at the workers it did not fail on (ClusterSnapshot::AvoidedBy). Thread-
-// compatible: a pass owns its working copy of the free capacity.
+// holds the workers it is to run on the same way (ClusterSnapshot::HeldFor),
+// whatever the backfill setting: otherwise a later job would take the room
+// the first victims left, the waiting job would preempt it in turn, and so
+// on for as long as victims stop one by one. A job restarted after failures
+// first looks only at the workers it did not fail on
+// (ClusterSnapshot::AvoidedBy). Thread- compatible: a pass owns its working
+// copy of the free capacity.
 #ifndef TRAINYARD_SCHEDULER_PACKING_PASS_H_
 #define TRAINYARD_SCHEDULER_PACKING_PASS_H_
 

@@ -87,8 +87,6 @@ TEST(PreemptionTest, TwoWaitingJobsDoNotCountOnTheSameRoom) {
   EXPECT_EQ(plan.preemptions[0].for_job_id, "u1");
 }
 
-// Tenant "big" already holds most of the cluster: with DRF the other
-// tenant's later jobs go first; without it, submit order rules.
 // A waiting job that preempted two jobs, one of which has stopped: the GPU
 // it left stays free for that job while the other stops, instead of going
 // to a later job that the waiting job would preempt in turn (round after
@@ -100,14 +98,13 @@ TEST(PreemptionTest, RoomOfVictimsStillStoppingIsHeldForTheirPreemptor) {
     std::vector<RunningJob> running;
     WorkerCapacity a = Node("a", {1000, 1000});
     StartRunning(a, Share("v2", 0, 1, 1000), 0, running);
-    running.back().priority = std::numeric_limits<int32_t>::min();
-    running.back().stopping_for = "urgent";
+    running.back().priority = std::numeric_limits<int32_t>::min();  // stopping
     WorkerCapacity b = Node("b", {1000});
-    auto s = ClusterSnapshot::Create(
-        {a, b},
-        {Share("urgent", 1, 2, 1000, 1, /*priority=*/5),
-         Share("v1", 2, 1, 1000), Share("late", 3, 1, 1000)},
-        {}, running);
+    const std::vector<PendingJob> pending = {
+        Share("urgent", 1, 2, 1000, 1, /*priority=*/5), Share("v1", 2, 1, 1000),
+        Share("late", 3, 1, 1000)};
+    auto s = ClusterSnapshot::Create({a, b}, pending, {}, running, {}, {},
+                                     {{"urgent", {"a"}}});
     ASSERT_TRUE(s.ok()) << s.status();
     Plan plan = Policy(name)->Place(*s);
     EXPECT_TRUE(CheckPlan(*s, plan).ok()) << CheckPlan(*s, plan);
@@ -122,21 +119,52 @@ TEST(PreemptionTest, RoomOfVictimsStillStoppingIsHeldForTheirPreemptor) {
     ASSERT_EQ(plan.preemptions.size(), 1u);
     EXPECT_EQ(plan.preemptions[0].job_id, "v2");
     EXPECT_EQ(plan.preemptions[0].for_job_id, "urgent");
+    EXPECT_THAT(plan.preemptions[0].room_on, ElementsAre("a"));
 
-    // A job stopping for no one (a drain, a cancel) holds nothing (but
-    // backfill reserves a worker for the blocked job all the same).
+    // Nothing held (a job stopping for a drain or a cancel): the free GPU
+    // goes to the next job (backfill reserves a worker for the blocked job
+    // all the same).
     if (absl::StrContains(name, "backfill")) continue;
-    running.back().stopping_for.clear();
-    auto free_for_all = ClusterSnapshot::Create(
-        {a, b},
-        {Share("urgent", 1, 2, 1000, 1, 5), Share("v1", 2, 1, 1000),
-         Share("late", 3, 1, 1000)},
-        {}, running);
+    auto free_for_all = ClusterSnapshot::Create({a, b}, pending, {}, running);
     ASSERT_TRUE(free_for_all.ok());
     EXPECT_EQ(Policy(name)->Place(*free_for_all).placements.size(), 2u);
   }
 }
 
+// A job spread over two workers by its preemption: its victim on one has
+// stopped, the other's still stops. Both workers are held for it (the room
+// left on the first too), and a worker it does not run on stays open.
+TEST(PreemptionTest, ASpreadPreemptorHoldsEveryWorkerItIsToRunOn) {
+  std::vector<RunningJob> running;
+  // c's GPUs are too small for the wide job: only a and b can hold it.
+  WorkerCapacity a = Node("a", {1000}, /*gpu_gib=*/80),
+                 b = Node("b", {1000}, 80), c = Node("c", {1000, 1000}, 16);
+  StartRunning(b, Share("v2", 0, 1, 1000), 0, running);
+  running.back().priority = std::numeric_limits<int32_t>::min();
+  PendingJob wide = Share("wide", 1, 2, 1000, 1, /*priority=*/5);
+  wide.gpu_memory_bytes = 40 * kGiB;
+  wide.max_nodes = 0;
+  const std::vector<PendingJob> pending = {wide, Share("l1", 2, 1, 1000),
+                                           Share("l2", 3, 1, 1000),
+                                           Share("l3", 4, 1, 1000)};
+  for (const char* name : {"best-fit+preempt", "fgd+drf+preempt"}) {
+    SCOPED_TRACE(name);
+    auto s = ClusterSnapshot::Create({a, b, c}, pending, {}, running, {}, {},
+                                     {{"wide", {"a", "b"}}});
+    ASSERT_TRUE(s.ok()) << s.status();
+    Plan plan = Policy(name)->Place(*s);
+    EXPECT_TRUE(CheckPlan(*s, plan).ok()) << CheckPlan(*s, plan);
+    ASSERT_EQ(plan.placements.size(), 2u) << PlanString(plan);
+    for (const Placement& p : plan.placements) EXPECT_EQ(p.worker_id, "c");
+    // Without the hold, a's free GPU goes to a small job too.
+    auto open = ClusterSnapshot::Create({a, b, c}, pending, {}, running);
+    ASSERT_TRUE(open.ok());
+    EXPECT_EQ(Policy(name)->Place(*open).placements.size(), 3u);
+  }
+}
+
+// Tenant "big" already holds most of the cluster: with DRF the other
+// tenant's later jobs go first; without it, submit order rules.
 TEST(FairShareTest, TenantWithLessDominantShareGoesFirst) {
   WorkerCapacity a = Node("a", {1000, 1000, 1000, 1000});
   std::vector<RunningJob> running;

@@ -81,6 +81,10 @@ struct Preemption {
   std::string job_id;  // the running job to stop
   std::string worker_id;
   std::string for_job_id;  // the pending job it makes room for
+  // The workers that job is to run on once its victims have stopped (one,
+  // or the nodes of a spread), for the next passes to hold for it
+  // (PreemptionHolds).
+  std::vector<std::string> room_on = {};
 };
 
 // A worker held for a waiting job: later jobs of this pass were not put on

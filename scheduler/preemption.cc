@@ -236,23 +236,24 @@ std::string Commit(const PendingJob& job, const GpuDemand& demand,
                    const Victims& v, const WorkerIndex& at,
                    absl::flat_hash_set<const RunningJob*>& taken,
                    FreeCapacity& free, Plan& plan) {
+  std::vector<SpreadPart> parts = v.spread;
+  if (parts.empty()) parts.push_back({v.worker, RanksOf(job), {}});
+  std::vector<std::string> names;
+  for (const SpreadPart& part : parts)
+    names.push_back(free.workers[part.worker].id);
   for (const RunningJob* r : v.jobs) {
     taken.insert(r);
     for (size_t i : NodesOf(*r, at)) {
       GiveBack(free.workers[i], *r);
       free.summaries[i] = Summarize(free.workers[i]);
     }
-    plan.preemptions.push_back({r->id, r->worker_id, job.id});
+    plan.preemptions.push_back({r->id, r->worker_id, job.id, names});
   }
-  std::vector<SpreadPart> parts = v.spread;
-  if (parts.empty()) parts.push_back({v.worker, RanksOf(job), {}});
-  std::vector<std::string> names;
   for (const SpreadPart& part : parts) {
     WorkerCapacity& w = free.workers[part.worker];
     Take(w, PartOf(job, part.ranks), demand,
          TightestDevices(w, demand, job.gpus > 0 ? part.ranks : 0));
     free.summaries[part.worker] = Summarize(w);
-    names.push_back(w.id);
   }
   return absl::StrCat("waiting for ", v.jobs.size(),
                       " lower-priority job(s) on worker",

@@ -347,27 +347,28 @@ absl::Status SchedulerLoop::RunPass() {
       workers, UsageByWorker(active), options_.share_gpus_without_mps);
   std::vector<scheduler::RunningJob> running =
       RunningJobsOf(active, capacity, clock_->Now());
-  // Victims of earlier passes still stopping hold room for their preemptor;
-  // those that stopped are forgotten.
+  // Room is held for a waiting job while a job preempted for it stops.
   absl::flat_hash_set<std::string> preempting;
   for (const JobRecord& r : active) {
     if (r.job.state() == v1::PREEMPTING) preempting.insert(r.job.id());
   }
-  absl::flat_hash_map<std::string, std::string> still_stopping;
-  for (scheduler::RunningJob& j : running) {
-    auto it = stopping_for_.find(j.id);
-    if (it == stopping_for_.end()) continue;
-    if (preempting.contains(j.id)) {
-      j.stopping_for = it->second;
-      still_stopping.insert(*it);
+  scheduler::PreemptionHolds holds;
+  for (auto it = preemption_holds_.begin(); it != preemption_holds_.end();) {
+    std::erase_if(it->second.victims, [&](const std::string& victim) {
+      return !preempting.contains(victim);
+    });
+    if (it->second.victims.empty()) {
+      it = preemption_holds_.erase(it);
+      continue;
     }
+    holds[it->first] = it->second.room_on;
+    ++it;
   }
-  stopping_for_ = std::move(still_stopping);
   ASSIGN_OR_RETURN(
       scheduler::ClusterSnapshot snapshot,
       scheduler::ClusterSnapshot::Create(
           std::move(capacity), std::move(pending), {}, std::move(running),
-          std::move(weights), std::move(avoided)));
+          std::move(weights), std::move(avoided), std::move(holds)));
   scheduler::Plan plan = policy_->Place(snapshot);
   absl::Status valid = scheduler::CheckPlan(snapshot, plan);
   if (!valid.ok()) {
@@ -386,7 +387,12 @@ absl::Status SchedulerLoop::RunPass() {
   // A job stopping already may be chosen again, for another waiting job:
   // the latest choice holds.
   for (const scheduler::Preemption& p : plan.preemptions) {
-    stopping_for_[p.job_id] = p.for_job_id;
+    for (auto& [job, hold] : preemption_holds_) {
+      if (job != p.for_job_id) hold.victims.erase(p.job_id);
+    }
+    PreemptionHold& hold = preemption_holds_[p.for_job_id];
+    hold.victims.insert(p.job_id);
+    hold.room_on = p.room_on;
   }
   if (options_.queue_positions != nullptr) {
     options_.queue_positions->Replace(plan.waits);

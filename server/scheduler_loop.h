@@ -24,6 +24,7 @@
 #define TRAINYARD_SERVER_SCHEDULER_LOOP_H_
 
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -121,10 +122,15 @@ class SchedulerLoop {
   // of a restart backoff or of a running job's time limit, as the last pass
   // saw them; InfiniteFuture when none.
   absl::Time next_deadline_ ABSL_GUARDED_BY(pass_mu_) = absl::InfiniteFuture();
-  // Jobs this server preempted for a waiting job, by id: that job's id, for
-  // as long as they stop (RunningJob::stopping_for). Kept in memory: after a
-  // server restart a job still stopping holds no room for anyone.
-  absl::flat_hash_map<std::string, std::string> stopping_for_
+  // By waiting job: the jobs this server preempted for it that may still be
+  // stopping, and the workers it is to run on, held for it while any of
+  // them stops (scheduler::PreemptionHolds). Kept in memory: after a server
+  // restart no room is held.
+  struct PreemptionHold {
+    std::set<std::string> victims;
+    std::vector<std::string> room_on;
+  };
+  std::map<std::string, PreemptionHold> preemption_holds_
       ABSL_GUARDED_BY(pass_mu_);
 
   absl::Mutex mu_;

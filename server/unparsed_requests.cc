@@ -1,5 +1,6 @@
 #include "server/unparsed_requests.h"
 
+#include <atomic>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -16,17 +17,21 @@ class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
     // A request that failed to parse reaches the interceptors as no
-    // message at all; a stream's end does too, so the status decides.
+    // message at all; a stream's end does too, so the status decides. (A
+    // stream's reads and its status may come from different threads.)
     if (methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::POST_RECV_MESSAGE) &&
         methods->GetRecvMessage() == nullptr) {
-      no_message_ = true;
+      no_message_.store(true, std::memory_order_relaxed);
     }
-    if (no_message_ && methods->QueryInterceptionHookPoint(
-                           InterceptionHookPoints::PRE_SEND_STATUS)) {
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS) &&
+        no_message_.load(std::memory_order_relaxed)) {
       const grpc::Status status = methods->GetSendStatus();
+      // gRPC's words for a request it could not parse, or for none at all.
       if (status.error_code() == grpc::StatusCode::INTERNAL &&
-          status.error_message().empty()) {
+          (status.error_message().empty() ||
+           status.error_message() == "No payload")) {
         methods->ModifySendStatus(grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,
             absl::StrCat("the request to ", method_,
@@ -40,7 +45,7 @@ class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor 
 
  private:
   const std::string method_;
-  bool no_message_ = false;
+  std::atomic<bool> no_message_{false};
 };
 
 }  // namespace

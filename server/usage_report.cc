@@ -29,8 +29,6 @@ std::string Rfc3339(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
 }
 
-}  // namespace
-
 // A google.protobuf.Timestamp as its definition bounds it: 0001-01-01 to
 // 9999-12-31, nanos in [0, 999999999].
 absl::Status CheckTimestamp(absl::string_view field,
@@ -49,6 +47,8 @@ absl::Status CheckTimestamp(absl::string_view field,
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::StatusOr<UsageQuery> UsageQueryOf(const v1::GetUsageRequest& request,
                                         absl::Time now) {

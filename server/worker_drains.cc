@@ -10,15 +10,6 @@
 #include "server/job_lifecycle.h"
 
 namespace trainyard::server {
-namespace {
-
-absl::Status UnknownWorker(const std::string& worker_id) {
-  return absl::NotFoundError(
-      absl::StrCat("no worker '", worker_id,
-                   "' is known to this server (`yard workers` lists them)"));
-}
-
-}  // namespace
 
 absl::Status WorkerDrains::Load() {
   ASSIGN_OR_RETURN(std::vector<v1::WorkerDrain> drains,
@@ -39,7 +30,7 @@ absl::StatusOr<v1::WorkerDrain> WorkerDrains::Drain(
   }
   RETURN_IF_ERROR(CheckFreeText("reason", reason, kMaxDrainReason));
   // A worker not back since a server restart is known if drained already.
-  if (!workers_->Knows(worker_id)) return UnknownWorker(worker_id);
+  if (!workers_->Knows(worker_id)) return UnknownWorkerError(worker_id);
   v1::WorkerDrain drain;
   drain.set_worker_id(worker_id);
   drain.set_reason(reason);
@@ -60,7 +51,7 @@ absl::Status WorkerDrains::Undrain(const std::string& worker_id) {
   }
   absl::Status deleted = store_->DeleteWorkerDrain(worker_id);
   if (absl::IsNotFound(deleted)) {
-    if (!workers_->Knows(worker_id)) return UnknownWorker(worker_id);
+    if (!workers_->Knows(worker_id)) return UnknownWorkerError(worker_id);
     return absl::FailedPreconditionError(
         absl::StrCat("worker '", worker_id, "' is not drained"));
   }
@@ -75,11 +66,16 @@ absl::Status WorkerDrains::Forget(const std::string& worker_id) {
   if (worker_id.empty()) {
     return InvalidFieldError("worker_id", "required");
   }
-  RETURN_IF_ERROR(workers_->Forget(worker_id));
-  // Should the store fail here, the drain comes back at the next server
-  // start with the worker known only by it; forgetting it again ends it.
+  // The store first, as for drains: a failed write forgets nothing.
+  RETURN_IF_ERROR(workers_->CheckForgettable(worker_id));
+  const std::optional<WorkerStatus> before = workers_->Find(worker_id);
   absl::Status deleted = store_->DeleteWorkerDrain(worker_id);
   if (!deleted.ok() && !absl::IsNotFound(deleted)) return deleted;
+  if (absl::Status forgot = workers_->Forget(worker_id); !forgot.ok()) {
+    // It came back meanwhile: its drain is kept after all.
+    if (before && before->drain) (void)store_->PutWorkerDrain(*before->drain);
+    return forgot;
+  }
   YARD_LOG(INFO) << "worker " << worker_id << " forgotten";
   if (wake_) wake_();
   return absl::OkStatus();

@@ -247,6 +247,11 @@ TEST_F(WorkerDrainsTest, ALostWorkerIsForgottenWithItsDrain) {
   Pass();
   EXPECT_EQ(Status("w1").state, v1::WORKER_LOST);
   EXPECT_EQ(Job(job).job.state(), v1::QUEUED);
+  fail_writes_ = true;  // the store cannot drop the drain: nothing forgotten
+  EXPECT_FALSE(drains_->Forget("w1").ok());
+  EXPECT_EQ(Status("w1").state, v1::WORKER_LOST);
+  EXPECT_TRUE(Status("w1").drain.has_value());
+  fail_writes_ = false;
   const int wakes = wakes_;
   ASSERT_TRUE(drains_->Forget("w1").ok());
   EXPECT_GT(wakes_, wakes);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace trainyard::server {
 
@@ -187,30 +188,44 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   return lost;
 }
 
-absl::Status WorkerRegistry::Forget(const std::string& worker_id) {
-  absl::MutexLock lock(&mu_);
+absl::Status UnknownWorkerError(const std::string& worker_id) {
+  return absl::NotFoundError(
+      absl::StrCat("no worker '", worker_id,
+                   "' is known to this server (`yard workers` lists them)"));
+}
+
+absl::Status WorkerRegistry::Forgettable(const std::string& worker_id) const {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
-    if (drains_.erase(worker_id) == 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "no worker '", worker_id,
-          "' is known to this server (`yard workers` lists them)"));
-    }
-    return absl::OkStatus();
+    return drains_.contains(worker_id) ? absl::OkStatus()
+                                       : UnknownWorkerError(worker_id);
   }
   const WorkerStatus& w = it->second.status;
-  if (w.state != v1::WORKER_LOST) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker '", worker_id, "' is not lost (",
-        w.connected ? "connected"
-                    : absl::StrCat("declared lost if not back within ",
-                                   absl::FormatDuration(absl::Ceil(
-                                       w.lease_deadline - clock_->Now(),
-                                       absl::Seconds(1)))),
-        "): only a lost worker can be forgotten; a worker that shuts down "
-        "leaves by itself"));
-  }
-  workers_.erase(it);
+  if (w.state == v1::WORKER_LOST) return absl::OkStatus();
+  const absl::Duration left = w.lease_deadline - clock_->Now();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "worker '", worker_id, "' is not lost (",
+      w.connected ? "connected"
+      : left > absl::ZeroDuration()
+          ? absl::StrCat(
+                "declared lost if not back within ",
+                absl::FormatDuration(absl::Ceil(left, absl::Seconds(1))))
+          : "its lease ran out: it is declared lost at the next scheduling "
+            "pass",
+      "): only a lost worker can be forgotten; a worker that shuts down "
+      "leaves by itself"));
+}
+
+absl::Status WorkerRegistry::CheckForgettable(
+    const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  return Forgettable(worker_id);
+}
+
+absl::Status WorkerRegistry::Forget(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Forgettable(worker_id));
+  workers_.erase(worker_id);
   drains_.erase(worker_id);
   return absl::OkStatus();
 }

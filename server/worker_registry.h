@@ -56,6 +56,9 @@ struct WorkerStatus {
   absl::Time lease_deadline = absl::InfinitePast();
 };
 
+// NOT_FOUND naming a worker the server does not know.
+absl::Status UnknownWorkerError(const std::string& worker_id);
+
 class WorkerRegistry {
  public:
   WorkerRegistry(Clock* clock, absl::Duration lease);
@@ -106,6 +109,8 @@ class WorkerRegistry {
   // started: its entry and its drain go. NOT_FOUND when unknown;
   // FAILED_PRECONDITION for any other worker (its lease still runs).
   absl::Status Forget(const std::string& worker_id);
+  // What Forget would answer now, forgetting nothing.
+  absl::Status CheckForgettable(const std::string& worker_id) const;
 
   // Queues `message` on the worker's link; false when it is not connected.
   // Assignments go only to schedulable workers (`require_ready`).
@@ -132,6 +137,8 @@ class WorkerRegistry {
     bool shutting_down = false;  // MarkDraining in this session
   };
 
+  absl::Status Forgettable(const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Derives status.state (unless LOST), status.schedulable and
   // status.drain from the entry's flags and drains_.
   void Settle(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

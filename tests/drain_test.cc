@@ -138,11 +138,14 @@ TEST_F(DrainTest, ALostWorkerIsForgottenOnlyOnceLost) {
   ASSERT_TRUE(killed.Killed(SIGKILL)) << killed.ToString();
   YARD_ASSERT_OK(WaitForWorkerLost(cluster(), "gone", JobTimeout()));
   CommandResult lost = Yard({"workers"});
+  bool listed = false;
   for (absl::string_view line : absl::StrSplit(lost.out, '\n')) {
     if (!absl::StartsWith(line, "gone ")) continue;
+    listed = true;
     EXPECT_THAT(std::string(line), HasSubstr("LOST"));
     EXPECT_THAT(std::string(line), HasSubstr("0/1"));  // nothing of it free
   }
+  EXPECT_TRUE(listed) << lost.DebugString();
 
   CommandResult forget = Yard({"forget", "gone"});
   ASSERT_EQ(forget.exit_code(), 0) << forget.DebugString();
