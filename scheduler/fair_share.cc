@@ -77,8 +77,10 @@ JobOrder::JobOrder(const ClusterSnapshot& snapshot, bool fair_share)
     total_[3] += w.cpu_slots;
   }
   for (const RunningJob& r : snapshot.running()) {
-    Add(r.tenant, UseOf(r));
-    for (const RunningPart& part : r.more_parts) Add(r.tenant, UseOf(part));
+    Add(used_, r.tenant, UseOf(r));
+    for (const RunningPart& part : r.more_parts) {
+      Add(used_, r.tenant, UseOf(part));
+    }
   }
 }
 
@@ -92,12 +94,7 @@ const PendingJob* JobOrder::Next() {
       ++next_;
     }
   }
-  auto pick = level_.begin();
-  double least = std::numeric_limits<double>::infinity();
-  for (auto it = level_.begin(); it != level_.end(); ++it) {
-    const double share = DominantShare(it->first);
-    if (share < least) least = share, pick = it;
-  }
+  auto pick = LeastShared(level_, used_);
   const PendingJob* job = pick->second.front();
   pick->second.pop_front();
   if (pick->second.empty()) level_.erase(pick);
@@ -106,10 +103,25 @@ const PendingJob* JobOrder::Next() {
 
 void JobOrder::Placed(const PendingJob& job, int64_t gpu_milli) {
   if (!fair_share_) return;
-  Add(job.tenant,
-      {static_cast<double>(gpu_milli), static_cast<double>(job.cpu_milli),
-       static_cast<double>(job.memory_bytes),
-       static_cast<double>(job.gpus == 0 ? job.cpu_slots : 0)});
+  Add(used_, job.tenant, AskOf(job, static_cast<double>(gpu_milli)));
+}
+
+JobOrder::Usage JobOrder::AskOf(const PendingJob& job, double gpu_milli) {
+  return {gpu_milli, static_cast<double>(job.cpu_milli),
+          static_cast<double>(job.memory_bytes),
+          static_cast<double>(job.gpus == 0 ? job.cpu_slots : 0)};
+}
+
+template <typename Level>
+typename Level::iterator JobOrder::LeastShared(
+    Level& level, const std::map<std::string, Usage>& used) const {
+  auto pick = level.begin();
+  double least = std::numeric_limits<double>::infinity();
+  for (auto it = level.begin(); it != level.end(); ++it) {
+    const double share = DominantShare(it->first, used);
+    if (share < least) least = share, pick = it;
+  }
+  return pick;
 }
 
 void JobOrder::NumberWaits(std::vector<JobWait>& waits) const {
@@ -139,12 +151,7 @@ void JobOrder::NumberWaits(std::vector<JobWait>& waits) const {
         ++end;
       }
       while (!level.empty()) {
-        auto pick = level.begin();
-        double least = std::numeric_limits<double>::infinity();
-        for (auto it = level.begin(); it != level.end(); ++it) {
-          const double share = DominantShare(it->first, used);
-          if (share < least) least = share, pick = it;
-        }
+        auto pick = LeastShared(level, used);
         const PendingJob& job = *pick->second.front();
         pick->second.pop_front();
         position[job.id] = static_cast<int64_t>(position.size()) + 1;
@@ -154,11 +161,7 @@ void JobOrder::NumberWaits(std::vector<JobWait>& waits) const {
         const double per_gpu = job.whole_gpus() || job.gpu_compute_milli == 0
                                    ? kWholeGpuMilli
                                    : job.gpu_compute_milli;
-        Usage& u = used[job.tenant];
-        u[0] += job.gpus * per_gpu;
-        u[1] += static_cast<double>(job.cpu_milli);
-        u[2] += static_cast<double>(job.memory_bytes);
-        u[3] += job.gpus == 0 ? job.cpu_slots : 0;
+        Add(used, job.tenant, AskOf(job, job.gpus * per_gpu));
       }
       start = end;
     }
@@ -173,10 +176,6 @@ void JobOrder::NumberWaits(std::vector<JobWait>& waits) const {
   }
 }
 
-double JobOrder::DominantShare(const std::string& tenant) const {
-  return DominantShare(tenant, used_);
-}
-
 double JobOrder::DominantShare(const std::string& tenant,
                                const std::map<std::string, Usage>& used) const {
   auto it = used.find(tenant);
@@ -188,8 +187,9 @@ double JobOrder::DominantShare(const std::string& tenant,
   return dominant / snapshot_.TenantWeight(tenant);
 }
 
-void JobOrder::Add(const std::string& tenant, const Usage& use) {
-  Usage& u = used_[tenant];
+void JobOrder::Add(std::map<std::string, Usage>& used,
+                   const std::string& tenant, const Usage& use) {
+  Usage& u = used[tenant];
   for (size_t i = 0; i < u.size(); ++i) u[i] += use[i];
 }
 

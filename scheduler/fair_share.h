@@ -37,23 +37,31 @@ class JobOrder {
   void Placed(const PendingJob& job, int64_t gpu_milli);
 
   // Numbers the pass's `waits` (its pending jobs not placed) 1, 2, ... in
-  // the order they would start as room frees (the waits keep their order,
-  // the one the pass considered them in). Without
-  // fair share that is the order they were considered in. With it, each
-  // priority in turn, the tenant whose dominant share is smallest next
-  // (counting what the pass placed and, as if started, the jobs numbered
-  // before) with its oldest waiting job: a tenant's backlog interleaves
-  // with the others' as DRF serves them, rather than coming whole before
-  // theirs (a waiting job adds nothing to its tenant's share in the pass).
+  // the order they would start as room frees; the waits keep their order,
+  // the one the pass considered them in. Without fair share the two orders
+  // are the same. With it, each priority in turn, the tenant whose
+  // dominant share is smallest next (counting what the pass placed and, as
+  // if started, the feasible jobs numbered before) with its oldest waiting
+  // job: a tenant's backlog interleaves with the others' as DRF serves
+  // them, rather than coming whole before theirs (a waiting job adds
+  // nothing to its tenant's share in the pass).
   void NumberWaits(std::vector<JobWait>& waits) const;
 
  private:
   using Usage = std::array<double, 4>;  // GPU milli, CPU milli, memory, slots
 
-  double DominantShare(const std::string& tenant) const;
+  // What `job` adds to its tenant's use once given `gpu_milli` of GPU
+  // compute (summed over its GPUs).
+  static Usage AskOf(const PendingJob& job, double gpu_milli);
   double DominantShare(const std::string& tenant,
                        const std::map<std::string, Usage>& used) const;
-  void Add(const std::string& tenant, const Usage& use);
+  // The tenant of `level` (jobs by tenant) whose dominant share under
+  // `used` is the smallest, the first by name on a tie.
+  template <typename Level>
+  typename Level::iterator LeastShared(
+      Level& level, const std::map<std::string, Usage>& used) const;
+  static void Add(std::map<std::string, Usage>& used, const std::string& tenant,
+                  const Usage& use);
 
   const ClusterSnapshot& snapshot_;
   const bool fair_share_;

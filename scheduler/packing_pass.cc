@@ -411,8 +411,11 @@ Plan RunPackingPass(const ClusterSnapshot& snapshot,
     if (const std::vector<std::string>* room = snapshot.HeldFor(job->id)) {
       std::vector<std::string> names;
       for (const std::string& id : *room) {
-        for (size_t i = 0; i < free.workers.size(); ++i) {
-          if (free.workers[i].id == id && hold(i, job->id)) names.push_back(id);
+        // The pass's free capacity lists the snapshot's workers in order.
+        const WorkerCapacity* w = snapshot.FindWorker(id);
+        if (w != nullptr &&
+            hold(static_cast<size_t>(w - snapshot.workers().data()), job->id)) {
+          names.push_back(id);
         }
       }
       if (!names.empty()) {
