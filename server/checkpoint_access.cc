@@ -150,7 +150,7 @@ absl::StatusOr<int64_t> PickCheckpoint(
 absl::Status StreamCheckpoint(
     const v1::Job& job, int64_t step,
     const std::function<bool(const v1::CheckpointChunk&)>& write,
-    const std::function<bool()>& cancelled, const StreamFrom& from) {
+    const StreamCheck& check, const StreamFrom& from) {
   size_t first = 0;  // the file `from` names
   if (!from.file.empty()) {
     while (first < std::size(kFiles) && from.file != kFiles[first]) ++first;
@@ -207,7 +207,7 @@ absl::Status StreamCheckpoint(
     // still sent once, as one chunk without data).
     if (offset == size && offset > 0) continue;
     do {
-      if (cancelled()) return absl::CancelledError("the client went away");
+      RETURN_IF_ERROR(check());
       const int64_t n = std::min(kCheckpointChunkBytes, size - offset);
       buffer.resize(static_cast<size_t>(n));
       int64_t got = 0;

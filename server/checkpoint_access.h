@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/stream_check.h"
 #include "trainyard/v1/jobs.pb.h"
 
 namespace trainyard::server {
@@ -47,13 +48,13 @@ struct StreamFrom {
 
 // Sends the checkpoint of `step` through `write` in CheckpointChunks
 // (meta.json first), from `from` on. `write` returning false (the client
-// went away) or `cancelled` returning true ends it with CANCELLED. ABORTED
+// went away) ends it with CANCELLED, `check` not OK with its status. ABORTED
 // when the checkpoint was removed before its files were open;
 // INVALID_ARGUMENT for a `from` that is not in the checkpoint.
 absl::Status StreamCheckpoint(
     const v1::Job& job, int64_t step,
     const std::function<bool(const v1::CheckpointChunk&)>& write,
-    const std::function<bool()>& cancelled, const StreamFrom& from = {});
+    const StreamCheck& check, const StreamFrom& from = {});
 
 }  // namespace trainyard::server
 

@@ -73,7 +73,7 @@ class CheckpointAccessTest : public ::testing::Test {
           if (out.size() == 1 && after_first) after_first();
           return true;
         },
-        [] { return false; });
+        [] { return absl::OkStatus(); });
   }
 
   TestDir dir_;
@@ -230,7 +230,7 @@ TEST_F(CheckpointAccessTest, AResumedStreamStartsWhereTheClientStopped) {
           out.push_back(c);
           return true;
         },
-        [] { return false; }, from);
+        [] { return absl::OkStatus(); }, from);
     EXPECT_TRUE(s.ok()) << s;
     return out;
   };
@@ -258,7 +258,7 @@ TEST_F(CheckpointAccessTest, AResumedStreamStartsWhereTheClientStopped) {
   auto refused = [&](StreamFrom from) {
     return StreamCheckpoint(
         job_, 4, [](const v1::CheckpointChunk&) { return true; },
-        [] { return false; }, from);
+        [] { return absl::OkStatus(); }, from);
   };
   absl::Status s = refused({"../etc/passwd", 0});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -279,13 +279,13 @@ TEST_F(CheckpointAccessTest, AClientThatGoesAwayEndsTheStream) {
   int writes = 0;
   absl::Status s = StreamCheckpoint(
       job_, 2, [&](const v1::CheckpointChunk&) { return ++writes < 2; },
-      [] { return false; });
+      [] { return absl::OkStatus(); });
   EXPECT_TRUE(absl::IsCancelled(s)) << s;
   EXPECT_EQ(writes, 2);
   s = StreamCheckpoint(
       job_, 2, [](const v1::CheckpointChunk&) { return true; },
-      [] { return true; });
-  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+      [] { return absl::UnauthenticatedError("revoked"); });
+  EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
 }
 
 }  // namespace

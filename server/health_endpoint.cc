@@ -10,6 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "trainyard/v1/admin.grpc.pb.h"
+#include "trainyard/v1/cluster.grpc.pb.h"
+#include "trainyard/v1/jobs.grpc.pb.h"
+#include "trainyard/v1/worker.grpc.pb.h"
 
 namespace trainyard::server {
 
@@ -23,6 +27,17 @@ absl::Status CheckHealthListen(const std::string& listen) {
         "--health-listen ", listen, ": expected HOST:PORT, e.g. 0.0.0.0:7071"));
   }
   return absl::OkStatus();
+}
+
+void MarkServicesServing(grpc::Server& server) {
+  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
+  if (health == nullptr) return;
+  for (const char* service : {v1::JobService::service_full_name(),
+                              v1::ClusterService::service_full_name(),
+                              v1::WorkerService::service_full_name(),
+                              v1::AdminService::service_full_name()}) {
+    health->SetServingStatus(service, true);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
@@ -40,6 +55,7 @@ absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
     return absl::UnavailableError(absl::StrCat(
         "--health-listen ", listen, ": cannot listen (address in use?)"));
   }
+  MarkServicesServing(*endpoint->server_);
   endpoint->address_ = absl::StrCat(listen.substr(0, colon), ":", bound);
   if (!address_file.empty()) {
     const std::string tmp = address_file + ".tmp";

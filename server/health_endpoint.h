@@ -19,6 +19,12 @@ class Server;
 
 namespace trainyard::server {
 
+// Marks each Trainyard service SERVING in `server`'s health service beside
+// the server as a whole (""), so a client may ask for the service it calls
+// (grpc_health_probe -service=trainyard.v1.JobService). They share the
+// server's fate: shutting the health service down turns all NOT_SERVING.
+void MarkServicesServing(grpc::Server& server);
+
 // INVALID_ARGUMENT naming --health-listen unless `listen` is HOST:PORT.
 absl::Status CheckHealthListen(const std::string& listen);
 

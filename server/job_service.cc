@@ -68,6 +68,21 @@ void JobServiceImpl::FillOutputFields(v1::Job& job) const {
   }
 }
 
+StreamCheck JobServiceImpl::StreamCheckOf(
+    const grpc::ServerContext* context) const {
+  return [this, context]() -> absl::Status {
+    if (context->IsCancelled()) {
+      return absl::CancelledError("the client went away");
+    }
+    // It was valid when the stream opened: now it is revoked.
+    if (!auth_->ForClient(*context).ok()) {
+      return absl::UnauthenticatedError(
+          "the token of this stream has been revoked");
+    }
+    return absl::OkStatus();
+  };
+}
+
 absl::StatusOr<TenantGate::StreamSlot> JobServiceImpl::OpenJobStream(
     const grpc::ServerContext& context, const std::string& job_id) {
   ASSIGN_OR_RETURN(CallersJob seen, JobOfCaller(context, job_id));
@@ -210,7 +225,7 @@ grpc::Status JobServiceImpl::WatchJob(
   return ToGrpcStatus(watcher_->WatchEvents(
       request->job_id(), request->after_sequence(),
       [writer](const v1::JobEvent& e) { return writer->Write(e); },
-      [context] { return context->IsCancelled(); }));
+      StreamCheckOf(context)));
 }
 
 grpc::Status JobServiceImpl::GetJobLogs(
@@ -238,7 +253,7 @@ grpc::Status JobServiceImpl::GetJobLogs(
   return ToGrpcStatus(watcher_->StreamLog(
       request->job_id(), offset, request->follow(),
       [writer](const v1::LogChunk& c) { return writer->Write(c); },
-      [context] { return context->IsCancelled(); }));
+      StreamCheckOf(context)));
 }
 
 grpc::Status JobServiceImpl::ListCheckpoints(
@@ -272,7 +287,7 @@ grpc::Status JobServiceImpl::DownloadCheckpoint(
   return ToGrpcStatus(StreamCheckpoint(
       seen->record.job, *step,
       [writer](const v1::CheckpointChunk& c) { return writer->Write(c); },
-      [context] { return context->IsCancelled(); },
+      StreamCheckOf(context),
       StreamFrom{request->resume_file(), request->resume_offset()}));
 }
 

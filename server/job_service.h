@@ -122,6 +122,9 @@ class JobServiceImpl final : public v1::JobService::Service {
   // Authenticates, checks the job is visible and takes a stream slot.
   absl::StatusOr<TenantGate::StreamSlot> OpenJobStream(
       const grpc::ServerContext& context, const std::string& job_id);
+  // What a stream opened on `context` checks as it goes: the client still
+  // there and its token still valid.
+  StreamCheck StreamCheckOf(const grpc::ServerContext* context) const;
 
   JobLifecycle* const lifecycle_;
   JobStore* const store_;

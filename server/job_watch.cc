@@ -13,7 +13,7 @@ JobWatcher::JobWatcher(JobStore* store, ChangeNotifier* notifier,
     : store_(store), notifier_(notifier), options_(options) {}
 
 absl::Status JobWatcher::WaitForChange(uint64_t seen,
-                                       const IsCancelled& cancelled) const {
+                                       const StreamCheck& check) const {
   while (true) {
     switch (notifier_->WaitForChange(seen, options_.recheck)) {
       case ChangeNotifier::Wake::kChanged:
@@ -21,7 +21,7 @@ absl::Status JobWatcher::WaitForChange(uint64_t seen,
       case ChangeNotifier::Wake::kShutdown:
         return absl::UnavailableError("the server is shutting down");
       case ChangeNotifier::Wake::kTimeout:
-        if (cancelled()) return absl::CancelledError("the client went away");
+        RETURN_IF_ERROR(check());
         break;
     }
   }
@@ -30,9 +30,10 @@ absl::Status JobWatcher::WaitForChange(uint64_t seen,
 absl::Status JobWatcher::WatchEvents(const std::string& job_id,
                                      int64_t after_sequence,
                                      const EmitEvent& emit,
-                                     const IsCancelled& cancelled) const {
+                                     const StreamCheck& check) const {
   int64_t seen = after_sequence;
   while (true) {
+    RETURN_IF_ERROR(check());
     const uint64_t generation = notifier_->Generation();
     ASSIGN_OR_RETURN(std::vector<v1::JobEvent> events,
                      store_->ReadEvents(job_id, seen,
@@ -52,7 +53,7 @@ absl::Status JobWatcher::WatchEvents(const std::string& job_id,
     if (IsTerminal(record.job.state()) && record.last_sequence <= seen) {
       return absl::OkStatus();
     }
-    RETURN_IF_ERROR(WaitForChange(generation, cancelled));
+    RETURN_IF_ERROR(WaitForChange(generation, check));
   }
 }
 
@@ -82,8 +83,9 @@ absl::StatusOr<int64_t> JobWatcher::TailOffset(const std::string& job_id,
 
 absl::Status JobWatcher::StreamLog(const std::string& job_id, int64_t offset,
                                    bool follow, const EmitLog& emit,
-                                   const IsCancelled& cancelled) const {
+                                   const StreamCheck& check) const {
   while (true) {
+    RETURN_IF_ERROR(check());
     const uint64_t generation = notifier_->Generation();
     // Read the state before the log, so bytes written before the job ended
     // are always read once it is seen ended.
@@ -100,7 +102,7 @@ absl::Status JobWatcher::StreamLog(const std::string& job_id, int64_t offset,
     }
     offset = read.offset;
     if (!follow || IsTerminal(record.job.state())) return absl::OkStatus();
-    RETURN_IF_ERROR(WaitForChange(generation, cancelled));
+    RETURN_IF_ERROR(WaitForChange(generation, check));
   }
 }
 

@@ -51,7 +51,7 @@ TEST_F(JobWatchTest, FollowsLiveUntilTheTerminalEvent) {
           seen.push_back(e);
           return true;
         },
-        [] { return false; });
+        [] { return absl::OkStatus(); });
   });
   FakeWorker& w = Connect("w1");
   RunToSuccess(w, id);
@@ -74,15 +74,20 @@ TEST_F(JobWatchTest, ResumesFromASequenceAndEndsAtOnceAfterTheEnd) {
     seqs.push_back(e.sequence());
     return true;
   };
-  ASSERT_TRUE(watcher.WatchEvents(id, 4, collect, [] { return false; }).ok());
+  ASSERT_TRUE(
+      watcher.WatchEvents(id, 4, collect, [] { return absl::OkStatus(); })
+          .ok());
   EXPECT_EQ(seqs, (std::vector<int64_t>{5, 6, 7}));
   seqs.clear();
-  ASSERT_TRUE(watcher.WatchEvents(id, 7, collect, [] { return false; }).ok());
+  ASSERT_TRUE(
+      watcher.WatchEvents(id, 7, collect, [] { return absl::OkStatus(); })
+          .ok());
   EXPECT_TRUE(seqs.empty());
-  EXPECT_EQ(watcher.WatchEvents(id, 8, collect, [] { return false; }).code(),
+  EXPECT_EQ(watcher.WatchEvents(id, 8, collect, [] { return absl::OkStatus(); })
+                .code(),
             absl::StatusCode::kOutOfRange);
-  absl::Status unknown =
-      watcher.WatchEvents("j-000999", 0, collect, [] { return false; });
+  absl::Status unknown = watcher.WatchEvents("j-000999", 0, collect,
+                                             [] { return absl::OkStatus(); });
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(unknown.message(), HasSubstr("j-000999"));
 }
@@ -110,7 +115,7 @@ TEST_F(JobWatchTest, PrunedSequenceIsOutOfRange) {
   JobWatcher watcher(store->get(), &notifier_);
   absl::Status s = watcher.WatchEvents(
       "j-000001", 1, [](const v1::JobEvent&) { return true; },
-      [] { return false; });
+      [] { return absl::OkStatus(); });
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
 }
 
@@ -122,7 +127,9 @@ TEST_F(JobWatchTest, EndsWhenTheClientGoesAwayOrTheServerStops) {
   std::thread watch([&] {
     result = watcher.WatchEvents(
         id, 0, [](const v1::JobEvent&) { return true; },
-        [&] { return gone.load(); });
+        [&] {
+          return gone.load() ? absl::CancelledError("gone") : absl::OkStatus();
+        });
   });
   gone = true;
   watch.join();
@@ -132,17 +139,62 @@ TEST_F(JobWatchTest, EndsWhenTheClientGoesAwayOrTheServerStops) {
   EXPECT_EQ(watcher
                 .WatchEvents(
                     id, 0, [](const v1::JobEvent&) { return false; },
-                    [] { return false; })
+                    [] { return absl::OkStatus(); })
                 .code(),
             absl::StatusCode::kCancelled);
 
   std::thread watch2([&] {
     result = watcher.WatchEvents(
-        id, 0, [](const v1::JobEvent&) { return true; }, [] { return false; });
+        id, 0, [](const v1::JobEvent&) { return true; },
+        [] { return absl::OkStatus(); });
   });
   notifier_.Shutdown();
   watch2.join();
   EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
+}
+
+// A stream checks whether it may go on before each read, not only when
+// nothing happens for a while: a token revoked while a busy job keeps
+// writing events (each waking the stream well inside the recheck period)
+// still ends its watch and its followed log.
+TEST_F(JobWatchTest, EndsWhenItsCheckFailsWhileEventsKeepComing) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  JobWatchOptions slow;
+  slow.recheck = absl::Seconds(30);  // never reached below
+  JobWatcher watcher(store_.get(), &notifier_, slow);
+  std::atomic<bool> revoked{false};
+  auto check = [&] {
+    return revoked.load() ? absl::UnauthenticatedError("revoked")
+                          : absl::OkStatus();
+  };
+  std::atomic<int> ended{0};
+  absl::Status watched, followed;
+  std::thread watch([&] {
+    watched = watcher.WatchEvents(
+        id, 0, [](const v1::JobEvent&) { return true; }, check);
+    ++ended;
+  });
+  std::thread follow([&] {
+    followed = watcher.StreamLog(
+        id, 0, true, [](const v1::LogChunk&) { return true; }, check);
+    ++ended;
+  });
+  for (int step = 1; step <= 1000 && ended.load() < 2; ++step) {
+    ASSERT_TRUE(w.Update(id, 1, [&](v1::JobUpdate& u) {
+                   u.mutable_trainer()->mutable_progress()->set_step(step);
+                   u.set_log(absl::StrCat("step ", step, "\n"));
+                 }).ok());
+    if (step == 5) revoked = true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  notifier_.Shutdown();  // ends them (UNAVAILABLE) if the check did not
+  watch.join();
+  follow.join();
+  EXPECT_EQ(watched.code(), absl::StatusCode::kUnauthenticated) << watched;
+  EXPECT_EQ(followed.code(), absl::StatusCode::kUnauthenticated) << followed;
 }
 
 TEST_F(JobWatchTest, LogsReadOnceOrFollowedToTheEnd) {
@@ -158,7 +210,7 @@ TEST_F(JobWatchTest, LogsReadOnceOrFollowedToTheEnd) {
           followed += c.data();
           return true;
         },
-        [] { return false; });
+        [] { return absl::OkStatus(); });
   });
   FakeWorker& w = Connect("w1");
   RunToSuccess(w, id);
@@ -174,13 +226,13 @@ TEST_F(JobWatchTest, LogsReadOnceOrFollowedToTheEnd) {
                         once += c.data();
                         return true;
                       },
-                      [] { return false; })
+                      [] { return absl::OkStatus(); })
                   .ok());
   EXPECT_EQ(once, "step 2\nstep 3\n");
   EXPECT_EQ(watcher
                 .StreamLog(
                     id, 1000, false, [](const v1::LogChunk&) { return true; },
-                    [] { return false; })
+                    [] { return absl::OkStatus(); })
                 .code(),
             absl::StatusCode::kOutOfRange);
 }

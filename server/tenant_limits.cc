@@ -15,8 +15,15 @@ absl::Status CheckJobFits(const v1::Tenant& t, const v1::JobSpec& spec) {
         absl::StrCat("at most ", t.max_priority(), " for tenant ", t.name(),
                      " (its max_priority), got ", spec.priority()));
   }
+  // Past the quota for good: the spec must change (or the quota), so it is
+  // the spec's field that is wrong, not a limit reached for now.
   const std::string never = NeverFitsQuota(t, spec);
-  if (!never.empty()) return absl::ResourceExhaustedError(never);
+  if (!never.empty()) {
+    return InvalidFieldError(spec.resources().gpus() > 0
+                                 ? "spec.resources.gpus"
+                                 : "spec.resources.cpu_ranks",
+                             never);
+  }
   return absl::OkStatus();
 }
 

@@ -385,6 +385,7 @@ absl::Status YardServer::Parts::Serve() {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", options.listen, " (address in use?)"));
   }
+  MarkServicesServing(*grpc_server);
   ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(options.listen));
   // A wildcard bind is reached through loopback from this machine.
   const bool wildcard = hp.host == "0.0.0.0" || hp.host == "[::]";

@@ -310,13 +310,20 @@ grpc::Status RawUnaryCall(grpc::Channel& channel, const std::string& method,
   return status;
 }
 
-absl::Status CheckHealth(grpc::Channel& channel) {
+absl::Status CheckHealth(grpc::Channel& channel, const std::string& service) {
+  // HealthCheckRequest{service}: field 1, length-delimited (names < 128).
+  std::string request;
+  if (!service.empty()) {
+    request = absl::StrCat(
+        "\x0a", std::string(1, static_cast<char>(service.size())), service);
+  }
   std::string response;
   grpc::Status s =
-      RawUnaryCall(channel, "/grpc.health.v1.Health/Check", "", &response);
+      RawUnaryCall(channel, "/grpc.health.v1.Health/Check", request, &response);
   if (!s.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "Health/Check: ", CodeName(s.error_code()), " ", s.error_message()));
+    return absl::UnavailableError(absl::StrCat("Health/Check ", service, ": ",
+                                               CodeName(s.error_code()), " ",
+                                               s.error_message()));
   }
   // HealthCheckResponse{status = SERVING (1)} is the two bytes 08 01.
   if (response != std::string("\x08\x01", 2)) {

@@ -179,8 +179,10 @@ grpc::Status RawUnaryCall(grpc::Channel& channel, const std::string& method,
                           const std::string& request, std::string* response,
                           absl::Duration timeout = absl::Seconds(10));
 
-// grpc.health.v1.Health/Check for the overall server: OK when SERVING.
-absl::Status CheckHealth(grpc::Channel& channel);
+// grpc.health.v1.Health/Check for `service` ("": the server as a whole):
+// OK when SERVING.
+absl::Status CheckHealth(grpc::Channel& channel,
+                         const std::string& service = "");
 
 // Runs `yard --server ADDRESS --token TOKEN args...` within `timeout`, with
 // CurrentCredentials().token (none when empty).

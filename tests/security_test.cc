@@ -253,8 +253,15 @@ TEST_F(SecurityTest, EveryRpcRefusesAMissingWrongOrRevokedToken) {
   v1::ListTokensResponse listed;
   ASSERT_TRUE(admin().ListTokens(ContextWithTimeout().get(), lr, &listed).ok());
   EXPECT_EQ(listed.tokens_size(), 0);
-  // Health stays open for probes.
+  // Health stays open for probes, for the server and each service.
   YARD_ASSERT_OK(CheckHealth(*stubs().channel));
+  for (const char* service :
+       {"trainyard.v1.JobService", "trainyard.v1.ClusterService",
+        "trainyard.v1.WorkerService", "trainyard.v1.AdminService"}) {
+    YARD_ASSERT_OK(CheckHealth(*stubs().channel, service));
+  }
+  EXPECT_FALSE(
+      CheckHealth(*stubs().channel, "trainyard.v1.NoSuchService").ok());
 }
 
 // Revoking a worker's join token cuts off a worker already connected with
@@ -290,6 +297,37 @@ TEST_F(SecurityTest, ARevokedJoinTokenCutsOffItsConnectedWorker) {
   absl::SleepFor(Scaled(absl::Seconds(2)));
   YARD_ASSIGN_OR_FAIL(v1::Job job, GetJob(jobs(), sub.job().id()));
   EXPECT_EQ(job.state(), v1::QUEUED) << job.state_reason();
+}
+
+// A watch opened with a token ends once the token is revoked: revocation
+// holds for the streams already open, not only for the next call.
+TEST_F(SecurityTest, ARevokedTokenEndsItsOpenStreams) {
+  YARD_ASSERT_OK(StartServer());
+  std::string id;
+  const std::string token = NewToken("team-a", v1::TENANT, &id);
+  v1::SubmitJobResponse sub;
+  ASSERT_TRUE(SubmitAs(token, MnistSpec{}.ToProto(), &sub).ok());
+  // No worker: the job stays queued and the watch open.
+  std::unique_ptr<grpc::ClientContext> ctx =
+      ContextWithToken(token, Scaled(absl::Seconds(60)));
+  v1::WatchJobRequest req;
+  req.set_job_id(sub.job().id());
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
+      jobs().WatchJob(ctx.get(), req);
+  v1::JobEvent first;
+  ASSERT_TRUE(reader->Read(&first));  // it is being served
+  v1::RevokeTokenRequest revoke;
+  revoke.set_id(id);
+  v1::TokenInfo info;
+  ASSERT_TRUE(
+      admin().RevokeToken(ContextWithTimeout().get(), revoke, &info).ok());
+  v1::JobEvent more;
+  while (reader->Read(&more)) {
+  }
+  const grpc::Status end = reader->Finish();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << end.error_message();
+  EXPECT_THAT(end.error_message(), HasSubstr("revoked"));
 }
 
 TEST_F(SecurityTest, EachRoleReachesOnlyItsServices) {
@@ -451,22 +489,27 @@ TEST_F(SecurityTest, QueuedJobAndGpuQuotasAreEnforced) {
   // A job asking for more GPUs than the tenant may ever hold.
   v1::JobSpec wide = MnistSpec{}.ToProto();
   wide.mutable_resources()->set_gpus(2);
-  EXPECT_TRUE(RpcFailedWith(SubmitAs(a, wide),
-                            grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            {"at most 1 GPUs", "asks for 2"}));
+  EXPECT_TRUE(
+      RpcFailedWith(SubmitAs(a, wide), grpc::StatusCode::INVALID_ARGUMENT,
+                    {"spec.resources.gpus", "at most 1 GPUs", "asks for 2"}));
   // Or more CPU slots.
   quota.set_max_cpu_slots(1);
   ASSERT_TRUE(SetTenant(quota).ok());
   v1::JobSpec ranks = MnistSpec{}.ToProto();
   ranks.mutable_resources()->set_cpu_ranks(2);
-  EXPECT_TRUE(RpcFailedWith(SubmitAs(a, ranks),
-                            grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            {"at most 1 CPU slots", "asks for 2"}));
+  EXPECT_TRUE(RpcFailedWith(
+      SubmitAs(a, ranks), grpc::StatusCode::INVALID_ARGUMENT,
+      {"spec.resources.cpu_ranks", "at most 1 CPU slots", "asks for 2"}));
 
   // The CLI: exit 9, one line.
   const std::string spec = WriteSpec("a.yaml", MnistSpec{}.ToYaml());
   CommandResult r = Yard({"--token", a, "submit", spec});
   EXPECT_TRUE(CliFailedWith(r, 9, {"limit is 2"}));
+  // One that never fits the quota is a spec to change: exit 3.
+  const std::string wide_spec =
+      WriteSpec("wide.yaml", MnistSpec{.gpus = 2}.ToYaml());
+  EXPECT_TRUE(CliFailedWith(Yard({"--token", a, "submit", wide_spec}), 3,
+                            {"spec.resources.gpus", "at most 1 GPUs"}));
   // Room again once one leaves the queue: suspended, it does not count...
   v1::SuspendJobRequest suspend;
   suspend.set_job_id(first.job().id());
