@@ -59,8 +59,10 @@ v1::Worker ToProto(const WorkerStatus& w, const WorkerUsage& used) {
     *out.add_devices() = WithFigures(d, w);
   }
   out.set_cpu_slots(w.hello.cpu_slots());
-  // A lost worker's capacity is gone: nothing of it is free.
-  if (w.state != v1::WORKER_LOST) {
+  // Only a connected worker has anything free: a lost one's capacity is
+  // gone, and one not back yet (after a server restart, or between two
+  // streams) takes no job until it is.
+  if (w.connected && w.state != v1::WORKER_LOST) {
     out.set_free_cpu_slots(std::max(0, w.hello.cpu_slots() - used.cpu_slots));
     out.set_free_gpus(std::max(
         0, w.hello.devices_size() - static_cast<int32_t>(used.gpus.size())));

@@ -102,6 +102,14 @@ CREATE TABLE attempt_usage (
 ) WITHOUT ROWID;
 CREATE INDEX attempt_usage_by_end ON attempt_usage (end_ms);
 )sql";
+// Version 6 remembers the workers that have connected (JobStore::
+// PutKnownWorker), so a server restart knows the idle ones too.
+constexpr char kKnownWorkersTable[] = R"sql(
+CREATE TABLE known_workers (
+  worker_id TEXT PRIMARY KEY,
+  hello BLOB NOT NULL
+);
+)sql";
 constexpr int64_t kOldestUpgradable = 1;
 
 // The end_ms column of a job: when it ended (its end time, or its last
@@ -264,6 +272,7 @@ absl::Status JobStore::InitSchema() {
     if (fresh || version < 3) RETURN_IF_ERROR(db_->Exec(kEndTimeColumn));
     if (fresh || version < 4) RETURN_IF_ERROR(db_->Exec(kNameColumn));
     if (fresh || version < 5) RETURN_IF_ERROR(db_->Exec(kAttemptUsageTable));
+    if (fresh || version < 6) RETURN_IF_ERROR(db_->Exec(kKnownWorkersTable));
     if (!fresh) RETURN_IF_ERROR(FillDerivedColumns());
     return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
   });

@@ -59,6 +59,7 @@
 #include "server/sqlite_db.h"
 #include "trainyard/v1/cluster.pb.h"
 #include "trainyard/v1/jobs.pb.h"
+#include "trainyard/v1/worker.pb.h"
 
 namespace trainyard::server {
 
@@ -124,7 +125,7 @@ struct LogRead {
 
 class JobStore {
  public:
-  static constexpr int32_t kSchemaVersion = 5;
+  static constexpr int32_t kSchemaVersion = 6;
   static constexpr int32_t kDefaultPageSize = 50;
   static constexpr int32_t kMaxPageSize = 500;
 
@@ -232,6 +233,16 @@ class JobStore {
   absl::Status DeleteWorkerDrain(std::string_view worker_id);
   // Every drain, by worker id.
   absl::StatusOr<std::vector<v1::WorkerDrain>> ListWorkerDrains() const;
+
+  // The workers that have connected and neither left (shut down) nor been
+  // forgotten since, each with its latest hello (its running jobs left
+  // out): after a server restart they are still known, and one that does
+  // not come back within its lease is declared LOST.
+  absl::Status PutKnownWorker(const v1::WorkerHello& hello);
+  // OK also when the worker is not there.
+  absl::Status DeleteKnownWorker(std::string_view worker_id);
+  // By worker id.
+  absl::StatusOr<std::vector<v1::WorkerHello>> ListKnownWorkers() const;
 
  private:
   JobStore(JobStoreOptions options, std::unique_ptr<SqliteDb> db)

@@ -1,5 +1,6 @@
-// JobStore: the administrators' drains of workers, one row per drained
-// worker holding its WorkerDrain message.
+// JobStore: what it keeps of workers: the administrators' drains, one row
+// per drained worker holding its WorkerDrain message, and the known
+// workers, one row each holding its latest WorkerHello.
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/job_store.h"
@@ -51,6 +52,48 @@ absl::StatusOr<std::vector<v1::WorkerDrain>> JobStore::ListWorkerDrains()
     if (!out.emplace_back().ParseFromString(q.ColumnBlob(0))) {
       return absl::DataLossError(
           absl::StrCat(options_.path, ": a worker drain does not parse"));
+    }
+  }
+}
+
+absl::Status JobStore::PutKnownWorker(const v1::WorkerHello& hello) {
+  if (hello.worker_id().empty()) {
+    return absl::InvalidArgumentError("known worker: empty worker id");
+  }
+  v1::WorkerHello kept = hello;
+  kept.clear_running();
+  return Commit(Durability::kTransition, "put_known_worker", [&] {
+    ASSIGN_OR_RETURN(SqliteStatement put,
+                     db_->Prepare("INSERT OR REPLACE INTO known_workers "
+                                  "(worker_id, hello) VALUES (?, ?)"));
+    put.BindText(1, kept.worker_id()).BindBlob(2, kept.SerializeAsString());
+    return put.Run();
+  });
+}
+
+absl::Status JobStore::DeleteKnownWorker(std::string_view worker_id) {
+  return Commit(Durability::kTransition, "delete_known_worker", [&] {
+    ASSIGN_OR_RETURN(SqliteStatement del,
+                     db_->Prepare("DELETE FROM known_workers WHERE "
+                                  "worker_id = ?"));
+    del.BindText(1, worker_id);
+    return del.Run();
+  });
+}
+
+absl::StatusOr<std::vector<v1::WorkerHello>> JobStore::ListKnownWorkers()
+    const {
+  Reader reader(this);
+  ASSIGN_OR_RETURN(SqliteStatement q,
+                   reader.db().Prepare("SELECT hello FROM known_workers "
+                                       "ORDER BY worker_id"));
+  std::vector<v1::WorkerHello> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    if (!out.emplace_back().ParseFromString(q.ColumnBlob(0))) {
+      return absl::DataLossError(
+          absl::StrCat(options_.path, ": a known worker does not parse"));
     }
   }
 }

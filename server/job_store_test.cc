@@ -39,7 +39,8 @@ class JobStoreTest : public ::testing::Test {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
     const std::string sql = absl::StrCat(
-        extra, "DROP TABLE attempt_usage; ",
+        extra, "DROP TABLE known_workers; ",
+        version < 5 ? "DROP TABLE attempt_usage; " : "",
         version < 4 ? "ALTER TABLE jobs DROP COLUMN name; " : "",
         version < 3
             ? "DROP INDEX jobs_by_end; ALTER TABLE jobs DROP COLUMN end_ms; "
@@ -623,6 +624,48 @@ TEST_F(JobStoreTest, KeepsWorkerDrainsAcrossReopen) {
   EXPECT_EQ(store->ListWorkerDrains()->size(), 1u);
   EXPECT_EQ(store->PutWorkerDrain(DrainOf("", "x")).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobStoreTest, KeepsKnownWorkersAcrossReopen) {
+  {
+    auto store = Open();
+    v1::WorkerHello w2;
+    w2.set_worker_id("w2");
+    w2.set_hostname("gpu-node-2");
+    w2.add_running()->set_job_id("j-000001");
+    ASSERT_TRUE(store->PutKnownWorker(w2).ok());
+    v1::WorkerHello w1;
+    w1.set_worker_id("w1");
+    w1.set_cpu_slots(2);
+    ASSERT_TRUE(store->PutKnownWorker(w1).ok());
+    w1.set_cpu_slots(4);  // it came back bigger
+    ASSERT_TRUE(store->PutKnownWorker(w1).ok());
+  }
+  auto store = Open();
+  auto known = store->ListKnownWorkers();
+  ASSERT_TRUE(known.ok()) << known.status();
+  ASSERT_EQ(known->size(), 2u);
+  EXPECT_EQ((*known)[0].worker_id(), "w1");
+  EXPECT_EQ((*known)[0].cpu_slots(), 4);
+  EXPECT_EQ((*known)[1].hostname(), "gpu-node-2");
+  EXPECT_EQ((*known)[1].running_size(), 0) << "its jobs are not kept";
+
+  ASSERT_TRUE(store->DeleteKnownWorker("w1").ok());
+  ASSERT_TRUE(store->DeleteKnownWorker("w1").ok());  // gone already: fine
+  EXPECT_EQ(store->ListKnownWorkers()->size(), 1u);
+  EXPECT_EQ(store->PutKnownWorker(v1::WorkerHello()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// What a version 5 server wrote has no known workers: the upgrade adds the
+// table, empty.
+TEST_F(JobStoreTest, UpgradesAVersionFiveStoreWithNoKnownWorkers) {
+  { auto store = Open(); }
+  AsWrittenBy(5, "");
+  auto store = Open();
+  auto known = store->ListKnownWorkers();
+  ASSERT_TRUE(known.ok()) << known.status();
+  EXPECT_TRUE(known->empty());
 }
 
 TEST_F(JobStoreTest, UpgradesAVersionOneStoreKeepingItsJobs) {

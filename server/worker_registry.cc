@@ -25,11 +25,13 @@ void WorkerRegistry::Settle(Entry& e) {
   e.status.schedulable = e.status.connected && e.reattached && !draining;
 }
 
-void WorkerRegistry::AddRecovered(const std::string& worker_id) {
+void WorkerRegistry::AddRecovered(const std::string& worker_id,
+                                  v1::WorkerHello hello) {
   absl::MutexLock lock(&mu_);
   if (workers_.contains(worker_id)) return;
   Entry& e = workers_[worker_id];
   e.status.id = worker_id;
+  e.status.hello = std::move(hello);
   e.status.state = v1::WORKER_READY;
   e.status.lease_deadline = clock_->Now() + lease_;
   Settle(e);

@@ -16,7 +16,9 @@
 // for `lease`. A worker whose lease runs out is declared LOST by
 // ExpireLeases(); a worker whose stream merely ended keeps its lease, so it
 // can reconnect and re-attach its running jobs. Workers known only from the
-// store after a server restart get a fresh lease from the registry's start.
+// store after a server restart (JobStore::ListKnownWorkers, and those its
+// jobs are held by) get a fresh lease from the registry's start: those not
+// back by then are LOST, listed until they return or are forgotten.
 // Safe for concurrent use.
 #ifndef TRAINYARD_SERVER_WORKER_REGISTRY_H_
 #define TRAINYARD_SERVER_WORKER_REGISTRY_H_
@@ -42,7 +44,9 @@ namespace trainyard::server {
 // A copy of what the registry knows about one worker.
 struct WorkerStatus {
   std::string id;
-  v1::WorkerHello hello;  // empty for a recovered worker not yet back
+  // Its latest hello; for a recovered worker not yet back, the one the
+  // store kept (empty when only its jobs named it).
+  v1::WorkerHello hello;
   // The live figures of its devices from its latest heartbeat, by device
   // index (only devices of the hello); empty until the first heartbeat of
   // the current session.
@@ -65,9 +69,10 @@ class WorkerRegistry {
 
   absl::Duration lease() const { return lease_; }
 
-  // A worker the store says holds jobs, before it reconnects (server
-  // restart): it gets a fresh lease from now. No-op for a known worker.
-  void AddRecovered(const std::string& worker_id);
+  // A worker the store knows (its last `hello`, or empty when only jobs
+  // held there name it), before it reconnects after a server restart: it
+  // gets a fresh lease from now. No-op for a worker the registry knows.
+  void AddRecovered(const std::string& worker_id, v1::WorkerHello hello = {});
 
   // A worker opened a stream and said hello. Closes an older link of the
   // same worker process (a reconnect: same instance_id). Returns the new

@@ -85,6 +85,15 @@ void WorkerSession::Close() {
   if (session_ == 0) return;
   workers_->Detach(worker_id_, session_);
   YARD_LOG(INFO) << "worker " << worker_id_ << " disconnected";
+  // It said it was shutting down: it left on purpose, and a server restart
+  // must not take it for lost.
+  if (said_draining_) {
+    if (absl::Status s = store_->DeleteKnownWorker(worker_id_); !s.ok()) {
+      YARD_LOG(WARNING) << "worker " << worker_id_ << " left but stays in "
+                        << "the store (after a server restart it is listed "
+                        << "lost until it comes back or is forgotten): " << s;
+    }
+  }
   if (wake_scheduler_) wake_scheduler_();
 }
 
@@ -114,6 +123,13 @@ absl::Status WorkerSession::OnHello(const v1::WorkerHello& hello) {
   RETURN_IF_ERROR(ValidateHello(hello, options_));
   ASSIGN_OR_RETURN(session_, workers_->Attach(hello, link_));
   worker_id_ = hello.worker_id();
+  // Remembered so that a server restart knows it even when it runs
+  // nothing; not being able to write that does not stop it working.
+  if (absl::Status s = store_->PutKnownWorker(hello); !s.ok()) {
+    YARD_LOG(WARNING) << "worker " << worker_id_ << " is not remembered in "
+                      << "the store (after a server restart it is unknown "
+                      << "until it connects): " << s;
+  }
   v1::ServerMessage ack;
   ack.mutable_hello_ack()->set_heartbeat_interval_ms(static_cast<int32_t>(
       absl::ToInt64Milliseconds(options_.heartbeat_interval)));
@@ -183,7 +199,10 @@ absl::Status WorkerSession::OnHeartbeat(const v1::Heartbeat& heartbeat) {
         absl::StrCat("heartbeat.devices: at most ", options_.max_devices));
   }
   workers_->RecordDeviceFigures(worker_id_, session_, heartbeat.devices());
-  if (heartbeat.draining()) workers_->MarkDraining(worker_id_, session_);
+  if (heartbeat.draining()) {
+    workers_->MarkDraining(worker_id_, session_);
+    said_draining_ = true;
+  }
   for (const v1::RunningJobRef& ref : unconfirmed_) {
     if (Lists(heartbeat.running(), ref.job_id(), ref.attempt())) continue;
     RETURN_IF_ERROR(lifecycle_->ReturnToQueue(

@@ -94,6 +94,7 @@ class WorkerSession {
   std::string worker_id_;  // empty until the hello
   int64_t session_ = 0;
   bool closed_ = false;
+  bool said_draining_ = false;  // a heartbeat said it is shutting down
   // Held by this worker in the store but missing from its hello; settled
   // at the first heartbeat.
   std::vector<v1::RunningJobRef> unconfirmed_;

@@ -276,9 +276,21 @@ absl::Status YardServer::Parts::OpenAuth() {
   return absl::OkStatus();
 }
 
-// Jobs holding a worker stay as they are; the worker gets a lease from now
-// to come back and re-attach them, or they return to the queue.
+// Known workers, and jobs holding a worker, stay as they are; each worker
+// gets a lease from now to come back (and re-attach its jobs), or it is
+// declared lost and its jobs return to the queue.
 absl::Status YardServer::Parts::Recover() {
+  ASSIGN_OR_RETURN(std::vector<v1::WorkerHello> known,
+                   store->ListKnownWorkers());
+  for (v1::WorkerHello& hello : known) {
+    const std::string id = hello.worker_id();
+    workers->AddRecovered(id, std::move(hello));
+  }
+  if (!known.empty()) {
+    YARD_LOG(INFO) << known.size() << " known workers have "
+                   << absl::FormatDuration(workers->lease())
+                   << " to come back before they are declared lost";
+  }
   RETURN_IF_ERROR(drains->Load());
   ASSIGN_OR_RETURN(int held, lifecycle->RecoverHeldJobs());
   ASSIGN_OR_RETURN(auto counts, store->CountJobsByState());

@@ -154,6 +154,53 @@ TEST_F(FaultsTest, ServerKilledAndRestartedLosesNothingAndWatchResumes) {
       << "yard watch lost or repeated events across the restart";
 }
 
+// A server restart forgets no worker: one that died while idle (running
+// nothing, so no job names it) is still listed, declared LOST once its
+// lease from the restart runs out (and so alerted on), until forgotten;
+// one that shut down cleanly stays gone; one that comes back is READY.
+TEST_F(FaultsTest,
+       ARestartedServerStillKnowsIdleWorkersAndDeclaresTheDeadLost) {
+  YARD_ASSERT_OK(
+      StartServer({.heartbeat_interval_ms = 300, .worker_lease_ms = 3000}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * dead, StartReadyWorker({.name = "dead"}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * left, StartReadyWorker({.name = "left"}));
+  YARD_ASSERT_OK(StartReadyWorker({.name = "steady"}).status());
+  dead->process().Kill();
+  // SIGTERM: it says it is shutting down, then goes.
+  ASSERT_TRUE(left->process().Signal(SIGTERM));
+  ASSERT_TRUE(left->process().WaitForExit(StartTimeout()).has_value());
+
+  YARD_ASSERT_OK(KillAndRestartServer());
+  YARD_ASSIGN_OR_FAIL(
+      v1::Worker lost,
+      WaitForWorker(
+          cluster(), "dead", "LOST",
+          [](const v1::Worker& w) { return w.state() == v1::WORKER_LOST; },
+          Scaled(absl::Seconds(20))));
+  EXPECT_FALSE(lost.hostname().empty()) << "its last hello is kept";
+  EXPECT_EQ(lost.free_cpu_slots(), 0);
+  YARD_ASSERT_OK(WaitForReadyWorkers(cluster(), {"steady"}, StartTimeout()));
+  YARD_ASSIGN_OR_FAIL(v1::ListWorkersResponse listed, ListWorkers(cluster()));
+  std::vector<std::string> ids;
+  for (const v1::Worker& w : listed.workers()) ids.push_back(w.id());
+  EXPECT_EQ(ids, (std::vector<std::string>{"dead", "steady"}))
+      << DescribeWorkers(listed);
+  v1::ClusterStatus status;
+  YARD_ASSERT_OK(ToAbsl(cluster().GetClusterStatus(
+      ContextWithTimeout().get(), v1::GetClusterStatusRequest(), &status)));
+  EXPECT_EQ(status.workers_lost(), 1);
+
+  // Forgotten, it stays forgotten across the next restart.
+  CommandResult forget = Yard({"forget", "dead"});
+  ASSERT_EQ(forget.exit_code(), 0) << forget.DebugString();
+  YARD_ASSERT_OK(KillAndRestartServer());
+  YARD_ASSERT_OK(WaitForReadyWorkers(cluster(), {"steady"}, StartTimeout()));
+  absl::SleepFor(Scaled(absl::Seconds(4)));  // past a lease
+  YARD_ASSIGN_OR_FAIL(listed, ListWorkers(cluster()));
+  ASSERT_EQ(listed.workers_size(), 1) << DescribeWorkers(listed);
+  EXPECT_EQ(listed.workers(0).id(), "steady");
+}
+
 // Stands in for yard-train: a spec named crash-* fails the way a broken
 // trainer does; anything else runs the real trainer.
 std::string TrainerScript() {

@@ -235,8 +235,6 @@ absl::StatusOr<std::vector<v1::Job>> ListAllJobs(v1::JobService::Stub& jobs,
   return absl::InternalError("ListJobs: page tokens never ended");
 }
 
-namespace {
-
 absl::StatusOr<v1::ListWorkersResponse> ListWorkers(
     v1::ClusterService::Stub& cluster) {
   auto ctx = ContextWithTimeout();
@@ -256,8 +254,6 @@ std::string DescribeWorkers(const v1::ListWorkersResponse& resp) {
   }
   return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
 }
-
-}  // namespace
 
 absl::Status WaitForReadyWorkers(v1::ClusterService::Stub& cluster,
                                  const std::vector<std::string>& names,

@@ -99,6 +99,11 @@ absl::StatusOr<trainyard::v1::Job> GetJob(trainyard::v1::JobService::Stub& jobs,
 absl::StatusOr<std::vector<trainyard::v1::Job>> ListAllJobs(
     trainyard::v1::JobService::Stub& jobs, int page_size = 100);
 
+// ListWorkers, and its workers as "id=STATE, ..." for failure messages.
+absl::StatusOr<trainyard::v1::ListWorkersResponse> ListWorkers(
+    trainyard::v1::ClusterService::Stub& cluster);
+std::string DescribeWorkers(const trainyard::v1::ListWorkersResponse& resp);
+
 // Waits until the server lists every worker in `names` as READY.
 absl::Status WaitForReadyWorkers(trainyard::v1::ClusterService::Stub& cluster,
                                  const std::vector<std::string>& names,
