@@ -65,7 +65,8 @@ TEST(OpenbTraceTest, BadInputNamesFileAndLine) {
   ASSERT_FALSE(bad_number.ok());
   EXPECT_THAT(bad_number.status().message(), HasSubstr("p.csv:2"));
   EXPECT_THAT(bad_number.status().message(), HasSubstr("cpu_milli"));
-  auto too_few = LoadOpenbNodes(dir.Write("n.csv", "h\na,1,2\n"));
+  auto too_few = LoadOpenbNodes(
+      dir.Write("n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,1,2\n"));
   ASSERT_FALSE(too_few.ok());
   EXPECT_THAT(too_few.status().message(), HasSubstr("n.csv:2"));
   auto share_over = LoadOpenbPods(dir.Write(
@@ -76,6 +77,116 @@ TEST(OpenbTraceTest, BadInputNamesFileAndLine) {
   EXPECT_FALSE(negative.ok());
   EXPECT_EQ(LoadOpenbNodes(dir.path() + "/missing.csv").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+constexpr char kPodHeader[] =
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n";
+constexpr char kNodeHeader[] = "sn,cpu_milli,memory_mib,gpu,model\n";
+
+std::string PodError(const TempDir& dir, const std::string& text) {
+  return std::string(
+      LoadOpenbPods(dir.Write("p.csv", text)).status().message());
+}
+
+std::string NodeError(const TempDir& dir, const std::string& text) {
+  return std::string(
+      LoadOpenbNodes(dir.Write("n.csv", text)).status().message());
+}
+
+TEST(OpenbTraceTest, HeaderMustNameTheTraceColumnsInOrder) {
+  TempDir dir;
+  const std::string p = dir.path() + "/p.csv";
+  const std::string n = dir.path() + "/n.csv";
+  EXPECT_EQ(PodError(dir,
+                     "name,num_gpu,gpu_milli,cpu_milli,memory_mib\n"
+                     "A,1,1000,4000,1024\n"),
+            p + ":1: column 2 is \"num_gpu\", expected \"cpu_milli\"");
+  EXPECT_EQ(NodeError(dir, "sn,memory_mib,cpu_milli,gpu,model\na,1,1,1,T4\n"),
+            n + ":1: column 2 is \"memory_mib\", expected \"cpu_milli\"");
+  EXPECT_EQ(PodError(dir,
+                     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+                     "A,1,1,1,1000,\n"),
+            p + ":1: column 7 \"qos\" is missing");
+  EXPECT_EQ(NodeError(dir, "sn,cpu_milli,memory_mib,gpu,model,rack\n"),
+            n + ":1: column 6 \"rack\" is one too many (expected "
+                "sn,cpu_milli,memory_mib,gpu,model)");
+}
+
+TEST(OpenbTraceTest, RowsMustHaveAsManyFieldsAsTheHeader) {
+  TempDir dir;
+  EXPECT_EQ(PodError(dir, std::string(kPodHeader) +
+                              "A,1000,1024,1,1000,,LS,Running,0,100\n"),
+            dir.path() + "/p.csv:2: expected 11 fields, got 10");
+  EXPECT_EQ(PodError(dir,
+                     "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                     "A,1,1,1,1000\nB,1,1,1,1000,\n"),
+            dir.path() + "/p.csv:3: expected 5 fields, got 6");
+  EXPECT_EQ(NodeError(dir, std::string(kNodeHeader) + "a,1,1,1\n"),
+            dir.path() + "/n.csv:2: expected 5 fields, got 4");
+}
+
+TEST(OpenbTraceTest, RepeatedPodNamesAndNodeIdsAreErrors) {
+  TempDir dir;
+  EXPECT_EQ(PodError(dir, std::string(kPodHeader) +
+                              "A,1,1,1,1000,,LS,Running,0,100,0\n"
+                              "B,1,1,1,1000,,LS,Running,0,100,0\n"
+                              "A,1,1,1,1000,,LS,Running,0,100,0\n"),
+            dir.path() + "/p.csv:4: name \"A\" repeats the one on line 2");
+  EXPECT_EQ(NodeError(dir, std::string(kNodeHeader) + "n0,1,1,1,T4\n"
+                                                      "n0,1,1,1,T4\n"),
+            dir.path() + "/n.csv:3: sn \"n0\" repeats the one on line 2");
+  EXPECT_EQ(NodeError(dir, std::string(kNodeHeader) + ",1,1,1,T4\n"),
+            dir.path() + "/n.csv:2: sn is empty");
+}
+
+TEST(OpenbTraceTest, EveryNumericFieldIsBounded) {
+  TempDir dir;
+  const std::string p = dir.path() + "/p.csv:2: ";
+  const std::string n = dir.path() + "/n.csv:2: ";
+  // 2^44 MiB once wrapped to 0 bytes and the pod was placed.
+  EXPECT_EQ(PodError(dir, std::string(kPodHeader) +
+                              "A,1,17592186044416,1,1000,,LS,R,0,100,0\n"),
+            p + "memory_mib 17592186044416 is out of range [0, 16777216]");
+  EXPECT_EQ(PodError(dir, std::string(kPodHeader) +
+                              "A,1,9000000000000000,1,1000,,LS,R,0,100,0\n"),
+            p + "memory_mib 9000000000000000 is out of range [0, 16777216]");
+  EXPECT_EQ(
+      NodeError(dir, std::string(kNodeHeader) + "a,1,17592186044416,1,\n"),
+      n + "memory_mib 17592186044416 is out of range [0, 16777216]");
+  EXPECT_EQ(NodeError(dir, std::string(kNodeHeader) + "a,10000001,1,1,\n"),
+            n + "cpu_milli 10000001 is out of range [0, 10000000]");
+  EXPECT_EQ(NodeError(dir, std::string(kNodeHeader) + "a,1,1,65,\n"),
+            n + "gpu 65 is out of range [0, 64]");
+  EXPECT_EQ(
+      PodError(dir, std::string(kPodHeader) + "A,1,1,1,1001,,LS,R,0,100,0\n"),
+      p + "gpu_milli 1001 is out of range [0, 1000]");
+  EXPECT_EQ(PodError(dir, std::string(kPodHeader) +
+                              "A,1,1,1,1000,,LS,R,0,9223372036854775807,0\n"),
+            p + "deletion_time 9223372036854775807 is out of range [0, "
+                "315360000]");
+  EXPECT_EQ(
+      PodError(dir, std::string(kPodHeader) + "A,1,1,1,1000,,LS,R,-1,100,0\n"),
+      p + "creation_time -1 is out of range [0, 315360000]");
+  EXPECT_EQ(PodError(dir, std::string(kPodHeader) +
+                              "A,1,1,1,1000,,LS,R,0,100,1e10\n"),
+            p + "scheduled_time \"1e10\" is not an integer");
+  auto at_bounds = LoadOpenbPods(dir.Write(
+      "b.csv", std::string(kPodHeader) +
+                   "A,10000000,16777216,64,1000,,LS,R,0,315360000,0\n"));
+  ASSERT_TRUE(at_bounds.ok()) << at_bounds.status();
+  EXPECT_EQ((*at_bounds)[0].shape.memory_bytes, int64_t{1} << 44);
+}
+
+TEST(OpenbTraceTest, KeepsGpuSpecForTheNote) {
+  TempDir dir;
+  auto pods = LoadOpenbPods(
+      dir.Write("p.csv", std::string(kPodHeader) +
+                             "A,1,1,1,1000,V100M16|V100M32,LS,R,0,100,0\n"
+                             "B,1,1,1,1000,,LS,R,0,100,0\n"));
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  EXPECT_EQ((*pods)[0].gpu_spec, "V100M16|V100M32");
+  EXPECT_EQ(CountGpuSpecPods(*pods), 1);
 }
 
 }  // namespace

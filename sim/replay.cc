@@ -27,14 +27,6 @@ struct Job {
   RunningJob holding;  // what it holds while running
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  const size_t k = static_cast<size_t>(p * static_cast<double>(v.size() - 1));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k),
-                   v.end());
-  return v[k];
-}
-
 class Replayer {
  public:
   Replayer(const std::vector<WorkerCapacity>& cluster,
@@ -82,6 +74,7 @@ class Replayer {
     ReplayResult r = result_;
     r.jobs = static_cast<int64_t>(jobs_.size());
     r.never_started = static_cast<int64_t>(queue_.size());
+    r.sample_every_s = sample_every_;
     std::vector<double> waits, jcts;
     for (const Job& j : jobs_) {
       if (j.start < 0) continue;
@@ -114,11 +107,24 @@ class Replayer {
       queued_time_ += t - last_;
     }
     while (next_sample_ < t) {
+      if (result_.samples.size() >= options_.max_samples) {
+        HalveSamples();
+        continue;
+      }
       result_.samples.push_back(
           {next_sample_, Allocated(), static_cast<int64_t>(queue_.size())});
-      next_sample_ += options_.sample_every_s;
+      next_sample_ += sample_every_;
     }
     last_ = t;
+  }
+
+  // Keeps every other sample (the first included) at twice the interval.
+  void HalveSamples() {
+    std::vector<AllocationSample>& s = result_.samples;
+    for (size_t i = 0; 2 * i < s.size(); ++i) s[i] = s[2 * i];
+    s.resize((s.size() + 1) / 2);
+    sample_every_ *= 2;
+    next_sample_ = s.back().time_s + sample_every_;
   }
 
   void Depart(int64_t t) {
@@ -149,6 +155,7 @@ class Replayer {
       ends_;
   int64_t capacity_ = 0, allocated_ = 0;
   int64_t first_ = 0, last_ = 0, next_sample_ = 0;
+  int64_t sample_every_ = options_.sample_every_s;
   double area_ = 0, queued_area_ = 0;
   int64_t queued_time_ = 0;
   ReplayResult result_;
@@ -215,6 +222,16 @@ absl::Status Replayer::Pass(int64_t t) {
 
 }  // namespace
 
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = p * static_cast<double>(values.size() - 1);
+  const size_t below = static_cast<size_t>(rank);
+  if (below + 1 >= values.size()) return values.back();
+  return values[below] + (rank - static_cast<double>(below)) *
+                             (values[below + 1] - values[below]);
+}
+
 absl::StatusOr<ReplayResult> RunReplay(
     const std::vector<WorkerCapacity>& cluster,
     const std::vector<TracePod>& pods, const scheduler::PlacementPolicy& policy,
@@ -225,6 +242,12 @@ absl::StatusOr<ReplayResult> RunReplay(
     return absl::InvalidArgumentError("arrival_speedup must be > 0");
   }
   for (const TracePod& p : pods) {
+    if (std::max({p.creation_time, p.deletion_time, p.scheduled_time}) >
+        kMaxTraceSeconds) {
+      // Beyond it, end times could overflow.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pod ", p.shape.id, ": a time beyond ", kMaxTraceSeconds, " s"));
+    }
     if (p.creation_time < 0 || p.scheduled_time < 0 ||
         p.deletion_time <= p.scheduled_time) {
       continue;
@@ -249,6 +272,9 @@ absl::StatusOr<ReplayResult> RunReplay(
   }
   if (options.sample_every_s <= 0) {
     return absl::InvalidArgumentError("sample_every_s must be > 0");
+  }
+  if (options.max_samples < 2) {
+    return absl::InvalidArgumentError("max_samples must be >= 2");
   }
   Replayer replayer(cluster, policy, std::move(jobs), std::move(workload),
                     options);

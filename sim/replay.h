@@ -22,6 +22,10 @@ namespace trainyard::sim {
 
 struct ReplayOptions {
   int64_t sample_every_s = 3600;  // allocation time series resolution
+  // At most this many samples (>= 2): a replay that runs longer keeps
+  // every other sample and doubles the interval, as often as needed, so
+  // memory stays bounded however long queueing stretches the timeline.
+  size_t max_samples = 100'000;
   // Arrival times are divided by this (durations are kept), to load a
   // cluster the trace itself keeps lightly used.
   double arrival_speedup = 1;
@@ -46,9 +50,16 @@ struct ReplayResult {
   int64_t makespan_s = 0;  // first arrival -> last departure
   int64_t passes = 0;
   std::vector<AllocationSample> samples;
+  int64_t sample_every_s = 0;  // between samples, after any doubling
 };
 
-// INVALID_ARGUMENT when the cluster has no GPU or no pod has usable times;
+// The p-quantile (p in [0, 1]) of `values` by linear interpolation between
+// the closest ranks (numpy's default): with n sorted values, rank p*(n-1).
+// 0 for no values.
+double Percentile(std::vector<double> values, double p);
+
+// INVALID_ARGUMENT when the cluster has no GPU, no pod has usable times, a
+// time is beyond kMaxTraceSeconds or the options are out of range;
 // INTERNAL when the policy over-commits.
 absl::StatusOr<ReplayResult> RunReplay(
     const std::vector<scheduler::WorkerCapacity>& cluster,

@@ -1,5 +1,7 @@
 #include "sim/replay.h"
 
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/best_fit_policy.h"
@@ -72,6 +74,64 @@ TEST(ReplayTest, RejectsUnusableInput) {
   EXPECT_FALSE(RunReplay(OneGpu(), Pods("a,1,1,1,500,,LS,Running,0,9,0\n"), bf,
                          {.sample_every_s = 0})
                    .ok());
+}
+
+TEST(ReplayTest, PercentileInterpolatesBetweenClosestRanks) {
+  EXPECT_EQ(Percentile({}, 0.99), 0);
+  for (double p : {0.0, 0.5, 0.99, 1.0}) EXPECT_EQ(Percentile({7}, p), 7);
+  // Sorted: 0, 0, 10, 190 (numpy.percentile's default, "linear").
+  const std::vector<double> waits = {0, 190, 0, 10};
+  EXPECT_DOUBLE_EQ(Percentile(waits, 0), 0);
+  EXPECT_DOUBLE_EQ(Percentile(waits, 0.5), 5);       // rank 1.5
+  EXPECT_DOUBLE_EQ(Percentile(waits, 0.99), 184.6);  // rank 2.97
+  EXPECT_DOUBLE_EQ(Percentile(waits, 1), 190);
+}
+
+// One 8-GPU node; A, D1 and D2 ask 4 GPUs, C all 8. C waits while A, then
+// D1 and D2 hold half the node: waits A 0, C 190, D1 0, D2 10. With so few
+// jobs p99 lies between the two largest waits (184.6), not at the second
+// largest (10).
+TEST(ReplayTest, P99WaitOfAFewJobsInterpolatesTowardTheMax) {
+  TempDir dir;
+  auto nodes = LoadOpenbNodes(dir.Write(
+      "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\n"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  std::vector<TracePod> pods = Pods(
+      "A,1000,1024,4,1000,,LS,Running,0,100,0\n"
+      "C,1000,1024,8,1000,,LS,Running,10,60,10\n"
+      "D1,1000,1024,4,1000,,LS,Running,20,120,20\n"
+      "D2,1000,1024,4,1000,,LS,Running,90,190,90\n");
+  auto r = RunReplay(*nodes, pods, scheduler::FirstFitPolicy());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->mean_wait_s, DoubleNear((0 + 190 + 0 + 10) / 4.0, 1e-9));
+  EXPECT_THAT(r->p99_wait_s, DoubleNear(184.6, 1e-9));
+}
+
+// A pod that runs for ~116 days, sampled every second: without a bound
+// that is 10 million samples; the interval doubles instead.
+TEST(ReplayTest, SamplesStayBoundedHoweverLongTheReplay) {
+  std::vector<TracePod> pods =
+      Pods("long,1000,1024,1,1000,,LS,Running,0,10000000,0\n");
+  auto r = RunReplay(OneGpu(), pods, scheduler::BestFitPolicy(),
+                     {.sample_every_s = 1, .max_samples = 1000});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_LE(r->samples.size(), 1000u);
+  EXPECT_GT(r->samples.size(), 500u);
+  EXPECT_EQ(r->sample_every_s, 16384);  // 2^14: 611 samples up to 10^7
+  for (size_t i = 0; i < r->samples.size(); ++i) {
+    EXPECT_EQ(r->samples[i].time_s, static_cast<int64_t>(i) * 16384);
+  }
+  EXPECT_FALSE(
+      RunReplay(OneGpu(), pods, scheduler::BestFitPolicy(), {.max_samples = 1})
+          .ok());
+}
+
+TEST(ReplayTest, RefusesTimesBeyondTheBound) {
+  std::vector<TracePod> pods = Pods("a,1000,1024,1,1000,,LS,Running,0,100,0\n");
+  pods[0].deletion_time = std::numeric_limits<int64_t>::max();
+  auto r = RunReplay(OneGpu(), pods, scheduler::BestFitPolicy());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("pod a"));
 }
 
 }  // namespace

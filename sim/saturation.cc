@@ -122,6 +122,12 @@ absl::StatusOr<std::vector<LoadPoint>> RunSaturation(
     const scheduler::Plan plan = policy.Place(snapshot);
     absl::Status valid = scheduler::CheckPlan(snapshot, plan);
     if (!valid.ok()) return absl::InternalError(valid.message());
+    if (!plan.reservations.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(policy.name()),
+          ": reserves workers, which a saturation run (no queue: a task that "
+          "does not fit fails) cannot model"));
+    }
     allocated += Apply(snapshot, plan, worker_at, free);
     point.load = load;
     point.arrived_tasks = arrived;

@@ -12,7 +12,12 @@
 // Arrivals between two recorded loads go to the policy as one pending queue
 // in arrival order: a pass considers them in that order and free capacity
 // only shrinks, so this is the same as one pass per arrival, only faster.
-// Thread-compatible.
+// That holds only for a policy that reserves nothing: a reservation
+// (+backfill) would hold a node for a task that, with no queue, has already
+// failed, and keep the batch's later tasks off it, which one pass per
+// arrival never does. So a plan with a reservation is an error. Preemption
+// and fair share have nothing to act on either (no running job, one
+// tenant, one priority). Thread-compatible.
 #ifndef TRAINYARD_SIM_SATURATION_H_
 #define TRAINYARD_SIM_SATURATION_H_
 
@@ -39,9 +44,9 @@ struct LoadPoint {
   int64_t failed_gpu_tasks = 0;  // of which asked for GPUs
 };
 
-// INVALID_ARGUMENT when the cluster has no GPU, no pod asks for a GPU, or
-// the loads are not ascending in (0, 1]; INTERNAL when the policy
-// over-commits.
+// INVALID_ARGUMENT when the cluster has no GPU, no pod asks for a GPU, the
+// loads are not ascending in (0, 1], or the policy reserves a worker (see
+// above); INTERNAL when the policy over-commits.
 absl::StatusOr<std::vector<LoadPoint>> RunSaturation(
     const std::vector<scheduler::WorkerCapacity>& cluster,
     const std::vector<TracePod>& pods, const scheduler::PlacementPolicy& policy,

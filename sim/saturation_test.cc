@@ -100,5 +100,46 @@ TEST(SaturationTest, RejectsBadInputs) {
   EXPECT_FALSE(RunSaturation(Cluster(), pods, bf, {.loads = {1.5}}).ok());
 }
 
+// With fine loads every batch holds one GPU task: the same arrivals one
+// pass each. A batch pass over the same arrivals must end the same.
+TEST(SaturationTest, OneBatchEqualsOnePassPerArrival) {
+  std::vector<TracePod> mix = Pods(
+      "a,1000,1024,1,300\nb,2000,1024,1,1000\nc,1000,512,0,0\n"
+      "d,1000,1024,2,1000\ne,4000,4096,1,700\nf,7000,1024,1,200\n");
+  std::vector<double> fine;  // 100 milli of the 4,000 each
+  for (int i = 1; i <= 40; ++i) fine.push_back(i / 40.0);
+  for (const std::string& name : scheduler::PlacementPolicyNames()) {
+    auto policy = scheduler::MakePlacementPolicy(name);
+    ASSERT_TRUE(policy.ok());
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+      auto one = RunSaturation(Cluster(), mix, **policy,
+                               {.loads = {1.0}, .seed = seed});
+      auto each = RunSaturation(Cluster(), mix, **policy,
+                                {.loads = fine, .seed = seed});
+      ASSERT_TRUE(one.ok() && each.ok());
+      EXPECT_EQ(one->back().unallocated_share, each->back().unallocated_share)
+          << name << " seed " << seed;
+      EXPECT_EQ(one->back().failed_tasks, each->back().failed_tasks);
+    }
+  }
+}
+
+// Two 2-GPU tasks: the first takes node c, the second fits nowhere and a
+// backfill policy reserves c for it, which one pass per arrival never
+// would (the task fails at once): refused, naming the policy.
+TEST(SaturationTest, RefusesAPolicyThatReserves) {
+  std::vector<TracePod> pairs = Pods("d,1000,1024,2,1000\n");
+  auto backfill = scheduler::MakePlacementPolicy("best-fit+backfill");
+  ASSERT_TRUE(backfill.ok());
+  auto points = RunSaturation(Cluster(), pairs, **backfill, {.loads = {1.0}});
+  EXPECT_EQ(points.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(points.status().message(),
+              ::testing::HasSubstr("best-fit+backfill: reserves workers"));
+  auto plain = RunSaturation(Cluster(), pairs, scheduler::BestFitPolicy(),
+                             {.loads = {1.0}});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)[0].failed_tasks, 1);
+}
+
 }  // namespace
 }  // namespace trainyard::sim

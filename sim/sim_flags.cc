@@ -40,6 +40,38 @@ absl::StatusOr<std::vector<double>> Loads(const std::string& flag,
   return out;
 }
 
+// Refuses the policy features `experiment` cannot act on, which would
+// give the base policy's figures under another name (or, for backfill in
+// saturation, figures no real queue would give).
+absl::Status CheckFeatures(const std::string& experiment,
+                           const std::string& policy) {
+  const std::vector<std::string> parts = absl::StrSplit(policy, '+');
+  const std::string& base = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::string why;
+    if (parts[i] == "preempt") {
+      why = absl::StrCat(
+          "the trace has no priorities (every pod has the same "
+          "priority), so nothing can preempt and ",
+          policy, " would equal ", base);
+    } else if (parts[i] == "drf") {
+      why = absl::StrCat(
+          "the trace has no tenants (every pod is one "
+          "tenant), so ",
+          policy, " would equal ", base);
+    } else if (parts[i] == "backfill" && experiment == "saturation") {
+      why =
+          "saturation has no queue (a task that does not fit fails at "
+          "once), so there is nothing to backfill; use it with replay";
+    }
+    if (!why.empty()) {
+      return Bad("--policies",
+                 absl::StrCat(policy, ": +", parts[i], " is refused: ", why));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Set(const std::string& flag, const std::string& v, SimFlags& f) {
   if (v.empty()) return Bad(flag, "empty value");
   if (flag == "--trace") {
@@ -50,12 +82,18 @@ absl::Status Set(const std::string& flag, const std::string& v, SimFlags& f) {
     ASSIGN_OR_RETURN(f.pods, List(flag, v));
   } else if (flag == "--policies") {
     ASSIGN_OR_RETURN(f.policies, List(flag, v));
-    for (const std::string& p : f.policies) {
-      // The server's own names, combinations (fgd+drf) included.
+    for (size_t i = 0; i < f.policies.size(); ++i) {
+      const std::string& p = f.policies[i];
+      // The server's own names, combinations (fgd+backfill) included.
       if (absl::Status s = scheduler::MakePlacementPolicy(p).status();
           !s.ok()) {
         return Bad(flag,
                    std::string(absl::StripPrefix(s.message(), "policy: ")));
+      }
+      RETURN_IF_ERROR(CheckFeatures(f.experiment, p));
+      if (std::find(f.policies.begin(), f.policies.begin() + i, p) !=
+          f.policies.begin() + i) {
+        return Bad(flag, absl::StrCat("\"", p, "\" is named twice"));
       }
     }
   } else if (flag == "--seeds") {
@@ -103,14 +141,36 @@ std::string SimUsage() {
          "         [--arrival-speedup 1 (replay: arrivals N times faster)]\n"
          "         [--cluster-fraction 1 (replay: keep this share of the "
          "nodes)]\n"
+         "       yard-sim --help\n"
          "File names are relative to DIR (or DIR/csv when it exists).\n"
          "replay ignores --seeds and --loads; its --csv is the GPU "
-         "allocation over time.\n";
+         "allocation over time.\n"
+         "Policies are the server's: first-fit, best-fit, fgd. Of their "
+         "suffixes, +backfill\n"
+         "applies to replay only (saturation has no queue); +drf and "
+         "+preempt are refused\n"
+         "(the trace has no tenants or priorities, so they would change "
+         "nothing).\n"
+         "A pod's gpu_spec (the GPU models it may run on) is not honoured: "
+         "the scheduler\n"
+         "has no GPU models, so such pods may go to any GPU (yard-sim says "
+         "so when a\n"
+         "pod list has any).\n"
+         "Exit status: 0 done; 1 a run failed (a trace file missing or "
+         "malformed, --csv\n"
+         "not writable, a policy over-committing); 2 bad command line.\n";
 }
 
 absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
   SimFlags f;
   if (args.empty()) return absl::InvalidArgumentError("missing experiment");
+  const auto is_help = [](const std::string& a) {
+    return a == "--help" || a == "-h";
+  };
+  if (args[0] == "help" || is_help(args[0])) {
+    f.help = true;
+    return f;
+  }
   f.experiment = args[0];
   if (f.experiment != "saturation" && f.experiment != "replay") {
     return absl::InvalidArgumentError(
@@ -118,6 +178,10 @@ absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args) {
                      "\" (known: saturation, replay)"));
   }
   for (size_t i = 1; i < args.size(); ++i) {
+    if (is_help(args[i])) {
+      f.help = true;
+      return f;
+    }
     std::string flag = args[i], value;
     const size_t eq = flag.find('=');
     if (eq != std::string::npos) flag = flag.substr(0, eq);

@@ -13,6 +13,7 @@
 namespace trainyard::sim {
 
 struct SimFlags {
+  bool help = false;       // --help, -h or help asked for the usage
   std::string experiment;  // "saturation" or "replay"
   // A trace folder (its csv/ subfolder is used when present).
   std::string trace = "../shared/traces/alibaba-gpu-v2023";
@@ -30,6 +31,8 @@ struct SimFlags {
 std::string SimUsage();
 
 // `args` excludes argv[0]. INVALID_ARGUMENT names the bad flag or value.
+// "--help" or "-h" where a flag may stand, or "help" as the experiment,
+// sets `help`; as the value of a flag ("--csv help") it is a value.
 absl::StatusOr<SimFlags> ParseSimFlags(const std::vector<std::string>& args);
 
 }  // namespace trainyard::sim

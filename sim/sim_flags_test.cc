@@ -59,10 +59,75 @@ TEST(SimFlagsTest, BadInputNamesTheFlag) {
                 .message(),
             "--policies: unknown placement policy \"foo\" (known: first-fit, "
             "best-fit, fgd, each optionally with +drf, +backfill, +preempt)");
-  // Combinations the server takes are taken here too.
-  EXPECT_TRUE(ParseSimFlags({"saturation", "--policies",
-                             "first-fit,best-fit+backfill,fgd+drf"})
-                  .ok());
+  // Combinations the server takes are taken here too, where they can act.
+  EXPECT_TRUE(
+      ParseSimFlags({"replay", "--policies", "first-fit,best-fit+backfill"})
+          .ok());
+}
+
+TEST(SimFlagsTest, RefusesSuffixesTheExperimentCannotActOn) {
+  const std::string backfill = std::string(
+      ParseSimFlags({"saturation", "--policies", "fgd,best-fit+backfill"})
+          .status()
+          .message());
+  EXPECT_THAT(backfill, HasSubstr("--policies: best-fit+backfill: +backfill is "
+                                  "refused: saturation has no queue"));
+  for (const char* experiment : {"saturation", "replay"}) {
+    EXPECT_THAT(ParseSimFlags({experiment, "--policies", "fgd+preempt"})
+                    .status()
+                    .message(),
+                HasSubstr("fgd+preempt: +preempt is refused: the trace has no "
+                          "priorities"));
+    EXPECT_THAT(ParseSimFlags({experiment, "--policies", "best-fit+drf"})
+                    .status()
+                    .message(),
+                HasSubstr("best-fit+drf: +drf is refused: the trace has "
+                          "no tenants"));
+  }
+  EXPECT_THAT(ParseSimFlags({"replay", "--policies", "fgd+backfill+drf"})
+                  .status()
+                  .message(),
+              HasSubstr("+drf"));
+}
+
+TEST(SimFlagsTest, RefusesAPolicyNamedTwice) {
+  EXPECT_EQ(ParseSimFlags({"saturation", "--policies", "fgd,best-fit,fgd"})
+                .status()
+                .message(),
+            "--policies: \"fgd\" is named twice");
+}
+
+TEST(SimFlagsTest, HelpOnlyWhereAFlagOrTheExperimentStands) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"help"},
+           {"--help"},
+           {"-h"},
+           {"replay", "-h"},
+           {"saturation", "--seeds", "2", "--help"}}) {
+    auto f = ParseSimFlags(args);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_TRUE(f->help) << args.back();
+  }
+  // As a flag's value it is a value.
+  auto csv = ParseSimFlags({"replay", "--csv", "help"});
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  EXPECT_FALSE(csv->help);
+  EXPECT_EQ(csv->csv, "help");
+  csv = ParseSimFlags({"replay", "--csv", "-h"});
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  EXPECT_FALSE(csv->help);
+  EXPECT_EQ(csv->csv, "-h");
+  EXPECT_EQ(ParseSimFlags({"replay", "help"}).status().message(),
+            "unexpected argument help");
+}
+
+TEST(SimFlagsTest, UsageStatesExitCodesAndSuffixes) {
+  const std::string usage = SimUsage();
+  EXPECT_THAT(usage, HasSubstr("Exit status: 0"));
+  EXPECT_THAT(usage, HasSubstr("2 bad command line"));
+  EXPECT_THAT(usage, HasSubstr("+backfill"));
+  EXPECT_THAT(usage, HasSubstr("+preempt"));
+  EXPECT_THAT(usage, HasSubstr("gpu_spec"));
 }
 
 }  // namespace

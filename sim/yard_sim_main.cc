@@ -2,9 +2,7 @@
 // server runs — over a cluster trace and prints what each achieves: the
 // saturation experiment (saturation.h) and the timeline replay (replay.h) on
 // the Alibaba openb trace.
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,32 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_format.h"
 #include "scheduler/placement_policy.h"
 #include "sim/openb_trace.h"
 #include "sim/replay.h"
 #include "sim/saturation.h"
 #include "sim/sim_flags.h"
+#include "sim/sim_report.h"
 
 namespace trainyard::sim {
 namespace {
-
-struct Stat {
-  double sum = 0, sum_sq = 0;
-  int n = 0;
-  void Add(double v) { sum += v, sum_sq += v * v, ++n; }
-  double Mean() const { return n ? sum / n : 0; }
-  double Sd() const {
-    return n > 1 ? std::sqrt(std::max(0.0, (sum_sq - sum * sum / n) / (n - 1)))
-                 : 0;
-  }
-};
-
-struct PolicyRow {
-  std::vector<Stat> unallocated;  // percent, per load
-  Stat failed;                    // at the last load
-  Stat seconds;                   // per run
-};
 
 std::string TraceFile(const SimFlags& f, const std::string& name) {
   std::filesystem::path dir(f.trace);
@@ -48,37 +29,21 @@ std::string TraceFile(const SimFlags& f, const std::string& name) {
   return (dir / name).string();
 }
 
-void PrintTable(const SimFlags& f, const std::string& pods_file,
-                size_t pod_count, const std::vector<std::string>& names,
-                const std::map<std::string, PolicyRow>& rows) {
-  std::printf(
-      "\n%s (%zu pods), %d seeds: unallocated GPU share %% (mean "
-      "+- sd) at arrived load\n",
-      pods_file.c_str(), pod_count, f.seeds);
-  std::printf("%-10s", "policy");
-  for (double l : f.loads)
-    std::printf(" %13s", absl::StrFormat("%g%%", l * 100).c_str());
-  std::printf(" %16s %9s\n", "failed tasks", "s/run");
-  for (const std::string& name : names) {
-    const PolicyRow& r = rows.at(name);
-    std::printf("%-10s", name.c_str());
-    for (const Stat& s : r.unallocated) {
-      std::printf(" %13s",
-                  absl::StrFormat("%.2f+-%.2f", s.Mean(), s.Sd()).c_str());
-    }
-    std::printf(
-        " %16s %9.2f\n",
-        absl::StrFormat("%.0f+-%.0f", r.failed.Mean(), r.failed.Sd()).c_str(),
-        r.seconds.Mean());
+// Loads a pod list; prints why on failure, and a note when its pods name
+// GPU models, which the simulation cannot honour.
+std::optional<std::vector<TracePod>> LoadPods(const SimFlags& f,
+                                              const std::string& pods_file) {
+  auto pods = LoadOpenbPods(TraceFile(f, pods_file));
+  if (!pods.ok()) {
+    std::cerr << "yard-sim: " << pods.status().message() << "\n";
+    return std::nullopt;
   }
-  if (rows.contains("fgd") && rows.contains("best-fit")) {
-    const double bf = rows.at("best-fit").unallocated.back().Mean();
-    const double fgd = rows.at("fgd").unallocated.back().Mean();
-    if (bf > 0) {
-      std::printf("fgd vs best-fit at %g%% load: %.1f%% less unallocated\n",
-                  f.loads.back() * 100, 100 * (bf - fgd) / bf);
-    }
+  if (const int64_t n = CountGpuSpecPods(*pods); n > 0) {
+    std::cerr << "yard-sim: note: " << n << " pods of " << pods_file
+              << " name GPU models (gpu_spec); they may be placed on any GPU "
+                 "(the scheduler has no GPU models)\n";
   }
+  return *std::move(pods);
 }
 
 struct Setup {
@@ -127,11 +92,8 @@ int RunSaturationExperiment(const SimFlags& f) {
            "failed_tasks,failed_gpu_tasks\n";
   }
   for (const std::string& pods_file : f.pods) {
-    auto pods = LoadOpenbPods(TraceFile(f, pods_file));
-    if (!pods.ok()) {
-      std::cerr << "yard-sim: " << pods.status().message() << "\n";
-      return 1;
-    }
+    std::optional<std::vector<TracePod>> pods = LoadPods(f, pods_file);
+    if (!pods) return 1;
     std::map<std::string, PolicyRow> rows;
     for (const auto& policy : setup->policies) {
       PolicyRow& row = rows[std::string(policy->name())];
@@ -162,7 +124,8 @@ int RunSaturationExperiment(const SimFlags& f) {
         row.failed.Add(static_cast<double>(points->back().failed_tasks));
       }
     }
-    PrintTable(f, pods_file, pods->size(), names, rows);
+    std::fputs(SaturationTable(f, pods_file, pods->size(), names, rows).c_str(),
+               stdout);
   }
   return 0;
 }
@@ -212,11 +175,8 @@ int RunReplayExperiment(const SimFlags& f) {
     csv << "pods,policy,time_s,allocated_share,queued_jobs\n";
   }
   for (const std::string& pods_file : f.pods) {
-    auto pods = LoadOpenbPods(TraceFile(f, pods_file));
-    if (!pods.ok()) {
-      std::cerr << "yard-sim: " << pods.status().message() << "\n";
-      return 1;
-    }
+    std::optional<std::vector<TracePod>> pods = LoadPods(f, pods_file);
+    if (!pods) return 1;
     std::printf(
         "\n%s: timeline replay (queueing), arrivals %gx faster, "
         "times in seconds\n"
@@ -251,20 +211,19 @@ int RunReplayExperiment(const SimFlags& f) {
 }  // namespace
 }  // namespace trainyard::sim
 
+// Exit status: 0 done, 1 a run failed, 2 a bad command line (SimUsage).
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (std::any_of(args.begin(), args.end(), [](const std::string& a) {
-        return a == "--help" || a == "-h" || a == "help";
-      })) {
-    std::cout << trainyard::sim::SimUsage();
-    return 0;
-  }
   auto flags = trainyard::sim::ParseSimFlags(args);
   if (!flags.ok()) {
     // One line; the usage only when no experiment was named at all.
     std::cerr << (args.empty() ? trainyard::sim::SimUsage() : "")
               << "yard-sim: " << flags.status().message() << "\n";
     return 2;
+  }
+  if (flags->help) {
+    std::cout << trainyard::sim::SimUsage();
+    return 0;
   }
   if (flags->experiment == "replay") {
     return trainyard::sim::RunReplayExperiment(*flags);

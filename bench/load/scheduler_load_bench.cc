@@ -14,6 +14,12 @@
 // that counts). The pass count and time come from the server's
 // yard_scheduling_pass_duration_seconds.
 //
+// Every submission must succeed: a failed one has no latency, so the
+// figures would describe fewer requests than the rate claims. The bench
+// stops after the first phase with a failure, prints the first error and
+// exits 1 (2 for bad arguments, or a data root without the MNIST files the
+// jobs name: run it from the repository root or pass --data-root).
+//
 //   yard_scheduler_load_bench [--queued 50000] [--rate 200] [--duration-s 10]
 //       [--clients 16] [--workers 100] [--fill-clients 32] [--channels 4]
 //       [--data-root DIR] [--server-bin PATH]
@@ -23,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -139,6 +146,12 @@ class Submitter {
     }
   }
 
+  // The first failed submission's status, "" while none failed.
+  std::string FirstError() const {
+    absl::MutexLock l(&mu_);
+    return first_error_;
+  }
+
   grpc::Status Submit(int client) {
     grpc::ClientContext ctx;
     AddBearerToken(ctx, token_);
@@ -149,7 +162,16 @@ class Submitter {
     req.set_request_id(
         absl::StrCat("sched-", getpid(), "-", next_.fetch_add(1)));
     v1::SubmitJobResponse resp;
-    return stubs_[client % stubs_.size()]->SubmitJob(&ctx, req, &resp);
+    grpc::Status s =
+        stubs_[client % stubs_.size()]->SubmitJob(&ctx, req, &resp);
+    if (!s.ok()) {
+      absl::MutexLock l(&mu_);
+      if (first_error_.empty()) {
+        first_error_ =
+            absl::StrCat("code ", s.error_code(), ": ", s.error_message());
+      }
+    }
+    return s;
   }
 
   // `clients` threads submit as fast as they can until `total` are in.
@@ -206,6 +228,8 @@ class Submitter {
   const v1::JobSpec spec_ = TwoGpuSpec();
   std::vector<std::unique_ptr<v1::JobService::Stub>> stubs_;
   std::atomic<int64_t> next_{0};
+  mutable absl::Mutex mu_;
+  std::string first_error_ ABSL_GUARDED_BY(mu_);
 };
 
 // Scheduling passes the server finished so far, and the seconds they took.
@@ -286,6 +310,37 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
   return true;
 }
 
+// The MNIST files every job names, relative to the server's data root: a
+// missing one fails every submission.
+bool DataRootHasMnist(const std::string& data_root) {
+  const v1::JobSpec spec = TwoGpuSpec();
+  const v1::MnistData& mnist = spec.data().mnist();
+  for (const std::string& file : {mnist.images(), mnist.labels()}) {
+    const std::filesystem::path path = std::filesystem::path(data_root) / file;
+    if (!std::filesystem::is_regular_file(path)) {
+      std::fprintf(stderr,
+                   "yard_scheduler_load_bench: no %s: every job reads it; run "
+                   "from the repository root or pass --data-root REPO\n",
+                   path.string().c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+// When `errors` submissions of a phase failed, says so with the first
+// error's text and returns false.
+bool AllSubmitted(const char* phase, int64_t errors, int64_t tried,
+                  const Submitter& submit) {
+  if (errors == 0) return true;
+  std::fprintf(stderr,
+               "yard_scheduler_load_bench: %s: %lld of %lld submissions "
+               "failed; first: %s\n",
+               phase, static_cast<long long>(errors),
+               static_cast<long long>(tried), submit.FirstError().c_str());
+  return false;
+}
+
 // Waits until the server finished `n` more passes than `from` (60 s at most).
 void AwaitPasses(const ServerProcess& server, const Passes& from, int n) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -294,11 +349,41 @@ void AwaitPasses(const ServerProcess& server, const Passes& from, int n) {
   }
 }
 
+// The idle phase, the fill and the busy phase; false (having said why) at
+// the first with a failed submission.
+bool RunPhases(const Flags& f, const ServerProcess& s, Submitter& submit) {
+  int64_t errors = 0;
+  Passes before = Passes::Now(s);
+  std::vector<double> ms =
+      submit.AtRate(f.clients, f.rate, f.duration_s, &errors);
+  Report("idle", ms, errors, f.duration_s, before, Passes::Now(s));
+  if (!AllSubmitted("idle", errors, errors + static_cast<int64_t>(ms.size()),
+                    submit))
+    return false;
+
+  const absl::Time fill_start = absl::Now();
+  const int64_t fill_errors = submit.Fill(f.fill_clients, f.queued);
+  const double fill_s = absl::ToDoubleSeconds(absl::Now() - fill_start);
+  std::printf("fill  %d jobs queued in %.1f s (%.0f/s), %lld errors\n",
+              f.queued, fill_s, f.queued / fill_s,
+              static_cast<long long>(fill_errors));
+  if (!AllSubmitted("fill", fill_errors, f.queued, submit)) return false;
+  // Let the passes that began during the fill end, so the next ones see
+  // the whole queue.
+  AwaitPasses(s, Passes::Now(s), 2);
+
+  before = Passes::Now(s);
+  ms = submit.AtRate(f.clients, f.rate, f.duration_s, &errors);
+  Report("busy", ms, errors, f.duration_s, before, Passes::Now(s));
+  return AllSubmitted("busy", errors, errors + static_cast<int64_t>(ms.size()),
+                      submit);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f;
-  if (!ParseFlags(argc, argv, f)) return 2;
+  if (!ParseFlags(argc, argv, f) || !DataRootHasMnist(f.data_root)) return 2;
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::Start({f.server_bin, f.data_root, {}});
   if (!server.ok()) {
@@ -316,27 +401,9 @@ int main(int argc, char** argv) {
   Submitter submit(f, s.address(), s.Token("admin.token"));
   AwaitPasses(s, Passes::Now(s), 1);
 
-  int64_t errors = 0;
-  Passes before = Passes::Now(s);
-  std::vector<double> ms =
-      submit.AtRate(f.clients, f.rate, f.duration_s, &errors);
-  Report("idle", ms, errors, f.duration_s, before, Passes::Now(s));
-
-  const absl::Time fill_start = absl::Now();
-  const int64_t fill_errors = submit.Fill(f.fill_clients, f.queued);
-  const double fill_s = absl::ToDoubleSeconds(absl::Now() - fill_start);
-  std::printf("fill  %d jobs queued in %.1f s (%.0f/s), %lld errors\n",
-              f.queued, fill_s, f.queued / fill_s,
-              static_cast<long long>(fill_errors));
-  // Let the passes that began during the fill end, so the next ones see
-  // the whole queue.
-  AwaitPasses(s, Passes::Now(s), 2);
-
-  before = Passes::Now(s);
-  ms = submit.AtRate(f.clients, f.rate, f.duration_s, &errors);
-  Report("busy", ms, errors, f.duration_s, before, Passes::Now(s));
+  const bool ok = RunPhases(f, s, submit);
 
   workers.Stop();
   std::printf("yard-server exited with %d\n", s.Stop());
-  return 0;
+  return ok ? 0 : 1;
 }
