@@ -17,6 +17,8 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "engine/core/checkpoint.h"
+#include "engine/core/json.h"
+#include "server/job_state.h"
 
 namespace trainyard::server {
 namespace {
@@ -57,6 +59,33 @@ absl::StatusOr<Fd> OpenJobDir(const v1::Job& job) {
                                           Errno(errno)));
 }
 
+// checkpoint.keep_best's best of a job that ended without naming it (it
+// was cancelled, hit its time limit or failed: only a run that finishes
+// reports one): the best evaluation's step its newest checkpoint records
+// (meta.json's early_stopping.best_step). -1 when there is none.
+int64_t BestStepRecorded(const v1::Job& job, int root, int64_t newest) {
+  if (!IsTerminal(job.state()) || !job.spec().checkpoint().keep_best()) {
+    return -1;
+  }
+  const std::string path = absl::StrCat(engine::CheckpointDirName(newest), "/",
+                                        engine::kCheckpointMetaFile);
+  Fd meta(openat(root, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!meta.ok()) return -1;
+  constexpr size_t kMaxMetaBytes = size_t{1} << 20;
+  std::string text(kMaxMetaBytes, '\0');
+  const ssize_t n = pread(meta.get(), text.data(), text.size(), 0);
+  if (n <= 0) return -1;
+  text.resize(static_cast<size_t>(n));
+  absl::StatusOr<engine::Json> json = engine::ParseJson(text);
+  if (!json.ok()) return -1;
+  const engine::Json* stopping = json->Find("early_stopping");
+  const engine::Json* best =
+      stopping == nullptr ? nullptr : stopping->Find("best_step");
+  if (best == nullptr) return -1;
+  absl::StatusOr<int64_t> step = best->AsInt("best_step");
+  return step.ok() && *step > 0 ? *step : -1;
+}
+
 absl::Status Missing(const v1::Job& job, int64_t step) {
   return absl::AbortedError(absl::StrCat(
       "job ", job.id(), ": checkpoint step ", step,
@@ -77,8 +106,6 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListJobCheckpoints(
     return absl::InternalError(absl::StrCat(
         "job ", job.id(), ": cannot list its checkpoints: ", Errno(errno)));
   }
-  const int64_t best = job.result().best_step();
-  const bool has_best = !job.result().best_checkpoint_path().empty();
   while (const dirent* e = readdir(dir)) {
     const int64_t step = engine::StepFromDirName(e->d_name);
     if (step < 0) continue;
@@ -102,7 +129,6 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListJobCheckpoints(
       }
     }
     if (!complete) continue;
-    info.set_best(has_best && step == best);
     out.push_back(std::move(info));
   }
   closedir(dir);
@@ -110,6 +136,11 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> ListJobCheckpoints(
             [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) {
               return a.step() > b.step();
             });
+  if (out.empty()) return out;
+  const int64_t best = !job.result().best_checkpoint_path().empty()
+                           ? job.result().best_step()
+                           : BestStepRecorded(job, root.get(), out[0].step());
+  for (v1::CheckpointInfo& c : out) c.set_best(c.step() == best);
   return out;
 }
 
@@ -122,20 +153,26 @@ absl::StatusOr<int64_t> PickCheckpoint(
   if (request.best() && request.step() > 0) {
     return InvalidFieldError("best", "not with step: give one or the other");
   }
-  if (request.best() && job.result().best_checkpoint_path().empty()) {
+  ASSIGN_OR_RETURN(std::vector<v1::CheckpointInfo> all,
+                   ListJobCheckpoints(job));
+  const auto best = std::find_if(all.begin(), all.end(),
+                                 [](const auto& c) { return c.best(); });
+  // A best named by a finished run whose checkpoint is gone is NOT_FOUND
+  // below, as for any step.
+  if (request.best() && best == all.end() &&
+      job.result().best_checkpoint_path().empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job.id(),
                      " has no best checkpoint: one is named when a job with "
-                     "checkpoint.keep_best ends"));
+                     "checkpoint.keep_best ends after an evaluation"));
   }
-  ASSIGN_OR_RETURN(std::vector<v1::CheckpointInfo> all,
-                   ListJobCheckpoints(job));
   if (all.empty()) {
     return absl::NotFoundError(
         absl::StrCat("job ", job.id(), " has no checkpoint yet"));
   }
-  const int64_t want =
-      request.best() ? job.result().best_step() : request.step();
+  const int64_t want = !request.best()     ? request.step()
+                       : best != all.end() ? best->step()
+                                           : job.result().best_step();
   if (want == 0) return all.front().step();
   for (const v1::CheckpointInfo& c : all) {
     if (c.step() == want) return want;

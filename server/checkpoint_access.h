@@ -27,8 +27,11 @@ namespace trainyard::server {
 // The most bytes one CheckpointChunk carries.
 inline constexpr int64_t kCheckpointChunkBytes = int64_t{1} << 20;
 
-// The job's checkpoints, newest first; the best (job.result().best_step)
-// marked. Empty when it has none yet.
+// The job's checkpoints, newest first; the best marked: the one a finished
+// run named (job.result().best_step), or, for a job with
+// checkpoint.keep_best that ended otherwise (cancelled, time limit,
+// failed), the best evaluation's step its newest checkpoint records.
+// Empty when it has none yet.
 absl::StatusOr<std::vector<v1::CheckpointInfo>> ListJobCheckpoints(
     const v1::Job& job);
 

@@ -158,6 +158,35 @@ TEST_F(CheckpointAccessTest, PicksTheNewestAStepOrTheBest) {
   EXPECT_TRUE(absl::IsInvalidArgument(Pick(-1).status()));
 }
 
+// A keep_best job cancelled (or stopped by its time limit, or failed) names
+// no best in a result, but its newest checkpoint records the best
+// evaluation's step: that one is the best, once the job has ended.
+TEST_F(CheckpointAccessTest, AnEndedKeepBestJobsBestIsWhatItsNewestRecords) {
+  job_.mutable_spec()->mutable_checkpoint()->set_keep_best(true);
+  AddCheckpoint(300, "a");
+  AddCheckpoint(900, "b");
+  AddCheckpoint(1000, "c",
+                R"({"step": 1000, "early_stopping": {"best_loss": 0.12,
+                    "best_step": 300, "evals_since_best": 7}})");
+  job_.set_state(v1::RUNNING);  // not ended: no best yet
+  EXPECT_TRUE(absl::IsFailedPrecondition(Pick(0, true).status()));
+  job_.set_state(v1::CANCELLED);
+  EXPECT_EQ(*Pick(0, true), 300);
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> all =
+      ListJobCheckpoints(job_);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_FALSE((*all)[0].best());
+  EXPECT_TRUE((*all)[2].best());
+  // Without keep_best nothing is the best, whatever meta.json says.
+  job_.mutable_spec()->mutable_checkpoint()->set_keep_best(false);
+  EXPECT_TRUE(absl::IsFailedPrecondition(Pick(0, true).status()));
+  // A recorded best whose checkpoint is gone marks nothing.
+  job_.mutable_spec()->mutable_checkpoint()->set_keep_best(true);
+  std::filesystem::remove_all(job_.checkpoint_dir() + "/step-00000300");
+  EXPECT_TRUE(absl::IsFailedPrecondition(Pick(0, true).status()));
+}
+
 TEST_F(CheckpointAccessTest, StreamsMetaFirstThenTheTensorsInChunks) {
   std::string tensors(2 * kCheckpointChunkBytes + 5, '\0');
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i] = char(i * 7);
