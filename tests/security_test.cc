@@ -265,8 +265,9 @@ TEST_F(SecurityTest, EveryRpcRefusesAMissingWrongOrRevokedToken) {
 }
 
 // Revoking a worker's join token cuts off a worker already connected with
-// it (at its next heartbeat), and it cannot come back: no job is placed on
-// it any more.
+// it (at its next heartbeat), and it cannot come back: refused, it exits 3
+// (a supervisor shows it failing, not a worker that looks healthy and
+// never joins), and no job is placed on it any more.
 TEST_F(SecurityTest, ARevokedJoinTokenCutsOffItsConnectedWorker) {
   YARD_ASSERT_OK(StartServer());
   std::string id;
@@ -285,12 +286,12 @@ TEST_F(SecurityTest, ARevokedJoinTokenCutsOffItsConnectedWorker) {
                    "worker w3 disconnected") != std::string::npos;
       }));
   EXPECT_THAT(server().process().OutputTail(20000), HasSubstr("revoked"));
-  // It tries again and is refused.
-  YARD_ASSERT_OK(
-      PollUntil("the worker to be refused", Scaled(absl::Seconds(20)), [&] {
-        return w3->process().OutputTail().find("refused this worker") !=
-               std::string::npos;
-      }));
+  // It tries again, is refused and exits.
+  std::optional<ExitStatus> exited =
+      w3->process().WaitForExit(Scaled(absl::Seconds(30)));
+  ASSERT_TRUE(exited.has_value()) << w3->process().OutputTail();
+  EXPECT_TRUE(exited->Exited(3)) << exited->ToString();
+  EXPECT_THAT(w3->process().OutputTail(), HasSubstr("refused this worker"));
   // A job now waits: the revoked worker gets none.
   YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse sub,
                       Submit(MnistSpec{.steps = 20}.ToProto()));
@@ -847,6 +848,10 @@ TEST_F(SecurityTest, TlsAndWorkerMutualTls) {
                                         "refused this worker") !=
                                     std::string::npos;
                            }));
+  std::optional<ExitStatus> bare_exit =
+      bare->process().WaitForExit(Scaled(absl::Seconds(30)));
+  ASSERT_TRUE(bare_exit.has_value()) << "a refused worker exits";
+  EXPECT_TRUE(bare_exit->Exited(3)) << bare_exit->ToString();
   YARD_ASSERT_OK(PollUntil("the rogue worker to fail its handshake",
                            Scaled(absl::Seconds(20)), [&] {
                              return rogue->process().OutputTail().find(

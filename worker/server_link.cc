@@ -120,13 +120,19 @@ void ServerLink::Loop() {
       if (stopping_) break;
     }
     bool acked = false;
+    const absl::Time connected_at = absl::Now();
     const absl::Status status = RunConnection(acked);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) break;
     }
     if (acked) {
-      backoff = options_.initial_backoff;
+      // Only a connection that held starts the backoff over: one the server
+      // accepts and then ends at once (e.g. it cannot write this worker's
+      // reports: its disk is full) must not be retried ten times a second.
+      if (absl::Now() - connected_at >= options_.stable_connection) {
+        backoff = options_.initial_backoff;
+      }
       reported_failure = reported_refusal = false;
       YARD_LOG(WARNING) << "lost the connection to " << options_.server_address
                         << ": " << status << "; reconnecting";

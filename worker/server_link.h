@@ -47,7 +47,12 @@ struct ServerLinkOptions {
   std::string token;           // the worker join token (bearer)
   ClientTlsFiles tls;          // TLS/mTLS to the server; empty: plaintext
   absl::Duration initial_backoff = absl::Milliseconds(100);
-  absl::Duration max_backoff = absl::Seconds(2);
+  // Small enough that a worker is back within a second of a restarted
+  // server serving again, well inside its lease.
+  absl::Duration max_backoff = absl::Seconds(1);
+  // A connection the server accepted starts the backoff over only if it
+  // lasted this long.
+  absl::Duration stable_connection = absl::Seconds(10);
   // Until the server's HelloAck says otherwise.
   absl::Duration default_heartbeat_interval = absl::Seconds(1);
   // How long a new stream may wait for its HelloAck before the server's
@@ -118,7 +123,8 @@ class ServerLink {
 
   void Loop();
   // One stream from connect to failure or shutdown. `acked` tells whether
-  // the server answered the hello (then the backoff starts over).
+  // the server answered the hello (then, if it lasted, the backoff starts
+  // over).
   absl::Status RunConnection(bool& acked);
   // Writes queued reports and heartbeats until the stream breaks (false) or
   // the link is shut down and flushed (true).

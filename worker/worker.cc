@@ -80,6 +80,13 @@ std::vector<trainyard::v1::Device> Worker::DeviceFigures() {
   return config_.device_figures();
 }
 
+void Worker::OnConnectFailed(const absl::Status& status) {
+  if ((absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status)) &&
+      config_.on_refused) {
+    config_.on_refused(status);
+  }
+}
+
 void Worker::OnLeaseExpired() {
   // The server re-queues these jobs when the lease runs out; another worker
   // may resume them from their checkpoints at once, so they stop now.

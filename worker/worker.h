@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "trainyard/v1/cluster.pb.h"
 #include "trainyard/v1/worker.pb.h"
@@ -39,6 +40,11 @@ struct WorkerConfig {
   // The devices' live figures for each heartbeat (a cached reading, see
   // DeviceTelemetry); empty: heartbeats carry none.
   std::function<std::vector<trainyard::v1::Device>()> device_figures;
+  // The server refused this worker (UNAUTHENTICATED or PERMISSION_DENIED:
+  // its join token, role or client certificate): nothing but the operator
+  // can change that, so the process should end (worker_main: exit 3).
+  // Called from the link's thread, once per refusal.
+  std::function<void(const absl::Status&)> on_refused;
 };
 
 class Worker : public ServerLink::Delegate {
@@ -66,6 +72,7 @@ class Worker : public ServerLink::Delegate {
   std::vector<trainyard::v1::RunningJobRef> RunningJobs() override;
   std::vector<trainyard::v1::Device> DeviceFigures() override;
   void OnServerMessage(const trainyard::v1::ServerMessage& message) override;
+  void OnConnectFailed(const absl::Status& status) override;
   void OnLeaseExpired() override;
   void OnLeaseRenewed(absl::Time deadline) override;
 

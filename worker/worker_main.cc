@@ -3,13 +3,17 @@
 // Listens only for Prometheus scrapes (--metrics-listen, loopback; empty
 // turns it off). SIGTERM/SIGINT: the jobs checkpoint and stop, their
 // exits are reported, exit 0; a second signal kills the jobs at once.
-// Usage errors: one line on stderr, exit 2. GPUs: see gpu_discovery.h; a
+// Refused by the server (its join token, role or client certificate): the
+// same shutdown, then exit 3, so a supervisor shows it failing instead of a
+// worker that looks healthy and never joins. Usage errors: one line on
+// stderr, exit 2. GPUs: see gpu_discovery.h; a
 // machine without the NVIDIA driver runs CPU jobs only.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -100,13 +104,22 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetrics(
 }
 
 // Blocks in sigwait until the worker has shut down; see the file comment.
+// Serves until SIGTERM/SIGINT, or until `refused` is set (and SIGUSR1
+// sent), then shuts the worker down.
 void ServeUntilSignalled(Worker& worker, const sigset_t& signals,
-                         absl::Duration grace) {
+                         absl::Duration grace,
+                         const std::atomic<bool>& refused) {
   int sig = 0;
   do {
     sigwait(&signals, &sig);
-  } while (sig == SIGUSR1);
-  YARD_LOG(INFO) << "received SIG" << sigabbrev_np(sig) << ": shutting down";
+  } while (sig == SIGUSR1 && !refused);
+  if (sig == SIGUSR1) {
+    YARD_LOG(ERROR) << "the server refused this worker: shutting down; "
+                       "fix its join token (--token-file, $YARD_TOKEN) or "
+                       "client certificate and start it again";
+  } else {
+    YARD_LOG(INFO) << "received SIG" << sigabbrev_np(sig) << ": shutting down";
+  }
   std::thread shutdown([&worker, grace] {
     worker.Shutdown(grace, kFlushTimeout);
     kill(getpid(), SIGUSR1);  // wakes the sigwait below
@@ -283,6 +296,10 @@ int Main(int argc, char** argv) {
   config.link.server_address = flags->server;
   config.link.token = *token;
   config.link.tls = flags->tls;
+  std::atomic<bool> refused{false};
+  config.on_refused = [&refused](const absl::Status&) {
+    if (!refused.exchange(true)) kill(getpid(), SIGUSR1);
+  };
 
   // After the signal mask: the endpoint's threads must inherit it.
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
@@ -298,9 +315,9 @@ int Main(int argc, char** argv) {
                  << ", train binary " << flags->train_bin;
   Worker worker(config);
   worker.Start();
-  ServeUntilSignalled(worker, signals, flags->shutdown_grace);
+  ServeUntilSignalled(worker, signals, flags->shutdown_grace, refused);
   YARD_LOG(INFO) << "yard-worker stopped";
-  return 0;
+  return refused ? 3 : 0;
 }
 
 }  // namespace
