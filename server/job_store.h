@@ -82,6 +82,13 @@ enum class Durability {
   kTelemetry,   // synchronous=NORMAL (see the file comment)
 };
 
+// Whether `status` is a write the store could not commit (its disk full, an
+// I/O error): nothing of it was written, and it may succeed once the store
+// heals. Other errors of a write (a job not found, a failed check) are not.
+bool IsStoreWriteFailure(const absl::Status& status);
+// `status` marked as such a failure.
+absl::Status AsStoreWriteFailure(absl::Status status);
+
 struct JobStoreOptions {
   std::string path;  // the database file; created if missing
   int32_t trainer_events_kept = 1000;
@@ -94,6 +101,9 @@ struct JobStoreOptions {
   // Called after each successful write once per state change it recorded
   // (metrics count transitions here), under the same rules as on_commit.
   std::function<void(const v1::StateChange&)> on_state_change;
+  // Called after each batch that could not be committed (once per batch,
+  // with the failure), under the same rules as on_commit.
+  std::function<void(const absl::Status&)> on_commit_failure;
   // Tests inject failing writes here: called before each COMMIT with the
   // operation's name; a non-OK status rolls the write back and is returned.
   std::function<absl::Status(std::string_view operation)> fault_injector;

@@ -3,11 +3,27 @@
 // them with one COMMIT (one fsync of the WAL at synchronous=FULL).
 #include <algorithm>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/job_store.h"
 
 namespace trainyard::server {
+namespace {
+
+// The payload that marks a failed commit (IsStoreWriteFailure).
+constexpr char kStoreWriteFailure[] = "type.trainyard/store-write-failure";
+
+}  // namespace
+
+bool IsStoreWriteFailure(const absl::Status& status) {
+  return status.GetPayload(kStoreWriteFailure).has_value();
+}
+
+absl::Status AsStoreWriteFailure(absl::Status status) {
+  status.SetPayload(kStoreWriteFailure, absl::Cord("1"));
+  return status;
+}
 
 absl::Status JobStore::Commit(Durability durability, std::string_view operation,
                               const std::function<absl::Status()>& body) {
@@ -55,12 +71,13 @@ void JobStore::CommitBatch(const std::vector<Write*>& batch) {
   if (!s.ok()) {
     // After some failures SQLite has already rolled back; that is fine.
     db_->Exec("ROLLBACK").IgnoreError();
-    const absl::Status failed(
+    const absl::Status failed = AsStoreWriteFailure(absl::Status(
         s.code(), absl::StrCat("store: commit failed, nothing was written: ",
-                               s.message()));
+                               s.message())));
     for (Write* w : batch) {
       if (w->result.ok()) w->result = failed;
     }
+    if (options_.on_commit_failure) options_.on_commit_failure(failed);
     return;
   }
   if (options_.on_state_change) {

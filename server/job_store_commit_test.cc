@@ -32,6 +32,7 @@ class GroupCommitTest : public ::testing::Test {
     JobStoreOptions o;
     o.path = dir_.File("trainyard.db");
     o.clock = &clock_;
+    o.on_commit_failure = [this](const absl::Status&) { ++failed_batches_; };
     o.commit_fault = [this]() -> absl::Status {
       const int n = ++commits_;
       if (n == hold_batch_) {
@@ -74,6 +75,7 @@ class GroupCommitTest : public ::testing::Test {
   FakeClock clock_;
   std::unique_ptr<JobStore> store_;
   std::atomic<int> commits_{0};
+  std::atomic<int> failed_batches_{0};
   int hold_batch_ = 0;
   absl::Status second_commit_;
   absl::Notification in_hook_, release_;
@@ -112,7 +114,9 @@ TEST_F(GroupCommitTest, FailedCommitFailsItsWholeBatchAndNothingElse) {
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
     EXPECT_THAT(s.message(), HasSubstr("store: commit failed"));
     EXPECT_THAT(s.message(), HasSubstr("disk full"));
+    EXPECT_TRUE(IsStoreWriteFailure(s)) << s;
   }
+  EXPECT_EQ(failed_batches_, 1);
   // The held batch committed; the failed one left nothing behind, not even
   // a used job number.
   EXPECT_EQ(store_->ListJobs({})->jobs.size(), 2u);
@@ -142,6 +146,8 @@ TEST_F(GroupCommitTest, OneWritesOwnErrorLeavesTheRestOfItsBatch) {
   AwaitQueued(2);
   ReleaseAndJoin();
   EXPECT_EQ(failed_update.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(IsStoreWriteFailure(failed_update)) << "its own error";
+  EXPECT_EQ(failed_batches_, 0);
   EXPECT_TRUE(created.ok()) << created;
   auto first = store_->GetJob("j-000001");
   ASSERT_TRUE(first.ok());

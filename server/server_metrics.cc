@@ -31,7 +31,8 @@ const std::vector<std::pair<v1::WorkerState, const char*>> kWorkerStates = {
     {v1::WORKER_LOST, "lost"}};
 
 const char* const kRejectionReasons[] = {"invalid_spec", "request_id_conflict",
-                                         "quota", "unavailable", "internal"};
+                                         "quota",        "store",
+                                         "unavailable",  "internal"};
 
 pm::MetricFamily GaugeFamily(std::string name, std::string help) {
   pm::MetricFamily f;
@@ -78,9 +79,24 @@ absl::Time QueuedSince(const v1::Job& job) {
   return FromProtoTime(job.create_time());
 }
 
+// Whether a queued job waits for room on a worker, rather than for
+// something else first: a dependency to succeed, its warm start's source
+// to end, or its restart backoff to pass.
+bool WaitsForAWorker(const v1::Job& job, absl::Time now) {
+  if (job.spec().depends_on_size() > 0 && !job.dependencies_met()) {
+    return false;
+  }
+  if (job.spec().has_warm_start() && job.warm_start_checkpoint().empty()) {
+    return false;
+  }
+  return !job.has_restart_after() || FromProtoTime(job.restart_after()) <= now;
+}
+
 }  // namespace
 
 std::string RejectionReason(const absl::Status& status) {
+  // A full disk is RESOURCE_EXHAUSTED too, but no quota.
+  if (IsStoreWriteFailure(status)) return "store";
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
       return "invalid_spec";
@@ -173,6 +189,15 @@ ServerMetrics::ServerMetrics(Clock* clock, std::string version)
                                "time_limit_s (count).")
                            .Register(*registry_)
                            .Add({});
+  store_write_failures_ =
+      &pm::BuildCounter()
+           .Name("yard_store_write_failures_total")
+           .Help(
+               "Batches of writes the job store could not commit (disk "
+               "full, I/O error); their requests failed and nothing of "
+               "them was written (count).")
+           .Register(*registry_)
+           .Add({});
   scrape_errors_ = &pm::BuildCounter()
                         .Name("yard_metrics_scrape_errors_total")
                         .Help(
@@ -180,6 +205,10 @@ ServerMetrics::ServerMetrics(Clock* clock, std::string version)
                             "be read and were left out (count).")
                         .Register(*registry_)
                         .Add({});
+}
+
+void ServerMetrics::OnStoreWriteFailure() {
+  store_write_failures_->Increment();
 }
 
 void ServerMetrics::Watch(const JobStore* store,
@@ -257,18 +286,27 @@ void ServerMetrics::CollectJobs(std::vector<pm::MetricFamily>& out) const {
              {{"state", name}});
   }
   out.push_back(std::move(jobs));
-  out.push_back(SingleGauge("yard_queue_length",
-                            "Jobs waiting in the queue (count).",
-                            static_cast<double>(queued->size())));
-  double oldest = 0;
   const absl::Time now = clock_->Now();
+  double waiting = 0, waiting_for_gpus = 0, oldest = 0;
   for (const JobRecord& r : *queued) {
+    if (!WaitsForAWorker(r.job, now)) continue;
+    ++waiting;
+    if (r.job.spec().resources().gpus() > 0) ++waiting_for_gpus;
     oldest = std::max(oldest, absl::ToDoubleSeconds(now - QueuedSince(r.job)));
   }
   out.push_back(SingleGauge(
+      "yard_queue_length",
+      "Queued jobs waiting for a worker, not for a dependency, a warm "
+      "start's source or a restart backoff (count).",
+      waiting));
+  out.push_back(
+      SingleGauge("yard_queue_gpu_jobs",
+                  "Of yard_queue_length, the jobs asking for GPUs (count).",
+                  waiting_for_gpus));
+  out.push_back(SingleGauge(
       "yard_queue_oldest_age_seconds",
-      "How long the longest-waiting queued job has waited since it last "
-      "joined the queue; 0 when the queue is empty (seconds).",
+      "How long the longest-waiting job of yard_queue_length has waited "
+      "since it last joined the queue; 0 when there is none (seconds).",
       oldest));
 }
 
@@ -285,7 +323,8 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
   }
   const std::map<std::string, WorkerUsage> usage = UsageByWorker(*active);
   std::map<v1::WorkerState, int> by_state;
-  double gpus = 0, gpus_used = 0, mem = 0, mem_used = 0, cpu = 0, cpu_used = 0;
+  double gpus = 0, gpus_used = 0, gpus_free = 0, mem = 0, mem_used = 0, cpu = 0,
+         cpu_used = 0;
   for (const WorkerStatus& w : workers_->List()) {
     ++by_state[w.state];
     if (w.state == v1::WORKER_LOST) continue;  // its capacity is gone
@@ -299,6 +338,8 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
       if (used != nullptr && used->gpus.contains(d.index())) {
         gpus_used += 1;
         mem_used += static_cast<double>(d.memory_bytes());
+      } else if (w.schedulable) {
+        gpus_free += 1;
       }
     }
   }
@@ -315,6 +356,11 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
   out.push_back(SingleGauge("yard_gpus_allocated",
                             "GPUs held by scheduled or running jobs (count).",
                             gpus_used));
+  out.push_back(SingleGauge(
+      "yard_gpus_free",
+      "GPUs no job holds on workers taking jobs (connected, not draining) "
+      "(count).",
+      gpus_free));
   out.push_back(SingleGauge("yard_gpu_memory_total_bytes",
                             "Memory of the GPUs on workers not lost (bytes).",
                             mem));

@@ -37,7 +37,8 @@
 namespace trainyard::server {
 
 // The bounded `reason` label of yard_job_rejections_total for a refused
-// SubmitJob: invalid_spec, request_id_conflict, quota, unavailable, internal.
+// SubmitJob: invalid_spec, request_id_conflict, quota, store (the store
+// could not write it), unavailable, internal.
 std::string RejectionReason(const absl::Status& status);
 
 class ServerMetrics : public prometheus::Collectable {
@@ -59,6 +60,8 @@ class ServerMetrics : public prometheus::Collectable {
   void OnJobDeleted(DeletedBy by, int64_t checkpoint_bytes);
   // The scheduler cancelled a job that reached its time limit.
   void OnTimeLimitStop();
+  // The job store could not commit a batch of writes.
+  void OnStoreWriteFailure();
 
   // prometheus::Collectable: every family, hooks' and scrape-time ones.
   std::vector<prometheus::MetricFamily> Collect() const override;
@@ -89,6 +92,7 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Histogram* pass_seconds_;
   prometheus::Counter* scrape_errors_;
+  prometheus::Counter* store_write_failures_;
   prometheus::Family<prometheus::Counter>* deleted_;
   prometheus::Counter* deleted_bytes_;
   prometheus::Counter* time_limit_stops_;

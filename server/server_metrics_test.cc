@@ -91,6 +91,55 @@ TEST_F(ServerMetricsTest, JobGaugesFollowTransitions) {
   EXPECT_EQ(Value("yard_job_restarts_total"), 0);
 }
 
+// The queue gauges count the jobs waiting for a worker: not one waiting for
+// a dependency to succeed (yard_jobs{state="queued"} still counts it).
+TEST_F(ServerMetricsTest, TheQueueIsTheJobsWaitingForAWorker) {
+  const std::string first = Submit();
+  v1::SubmitJobRequest after;
+  *after.mutable_spec() = Spec(0, /*gpus=*/1);
+  after.mutable_spec()->add_depends_on(first);
+  ASSERT_TRUE(lifecycle_->Submit(after).ok());
+  clock_.Advance(absl::Seconds(30));
+  EXPECT_EQ(Jobs("queued"), 2);
+  EXPECT_EQ(Value("yard_queue_length"), 1);
+  EXPECT_EQ(Value("yard_queue_gpu_jobs"), 0);
+  Submit(0, /*gpus=*/2);
+  EXPECT_EQ(Value("yard_queue_length"), 2);
+  EXPECT_EQ(Value("yard_queue_gpu_jobs"), 1);
+  EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 30);
+}
+
+// Free GPUs are those a job could be placed on: a drained worker's are not.
+TEST_F(ServerMetricsTest, ADrainedWorkersGpusAreNotFree) {
+  Connect("g1", /*slots=*/1, /*gpus=*/2);
+  Connect("g2", /*slots=*/1, /*gpus=*/4);
+  EXPECT_EQ(Value("yard_gpus"), 6);
+  EXPECT_EQ(Value("yard_gpus_free"), 6);
+  v1::WorkerDrain drain;
+  drain.set_worker_id("g2");
+  registry_->SetDrain("g2", drain);
+  EXPECT_EQ(Value("yard_gpus"), 6);
+  EXPECT_EQ(Value("yard_gpus_free"), 2);
+  Submit(0, /*gpus=*/1);
+  Pass();
+  EXPECT_EQ(Value("yard_gpus_free"), 1);
+}
+
+// A full disk is no quota: rejections say which, and failed commits count.
+TEST_F(ServerMetricsTest, AStoreThatCannotWriteIsNotAQuota) {
+  EXPECT_EQ(RejectionReason(absl::ResourceExhaustedError("tenant a has 2")),
+            "quota");
+  const absl::Status full =
+      AsStoreWriteFailure(absl::ResourceExhaustedError("store: disk full"));
+  EXPECT_EQ(RejectionReason(full), "store");
+  metrics_.OnSubmitRejected(full);
+  EXPECT_EQ(Value("yard_job_rejections_total", {{"reason", "store"}}), 1);
+  EXPECT_EQ(Value("yard_job_rejections_total", {{"reason", "quota"}}), 0);
+  EXPECT_EQ(Value("yard_store_write_failures_total"), 0);
+  metrics_.OnStoreWriteFailure();
+  EXPECT_EQ(Value("yard_store_write_failures_total"), 1);
+}
+
 TEST_F(ServerMetricsTest, LostWorkerCountsARestartAndItsCapacityGoes) {
   const std::string a = Submit();
   FakeWorker& w = Connect("w1", /*slots=*/2);

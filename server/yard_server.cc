@@ -243,6 +243,9 @@ absl::Status YardServer::Parts::OpenState() {
   so.on_state_change = [m = metrics.get()](const v1::StateChange& c) {
     m->OnStateChange(c);
   };
+  so.on_commit_failure = [m = metrics.get()](const absl::Status&) {
+    m->OnStoreWriteFailure();
+  };
   ASSIGN_OR_RETURN(store, JobStore::Open(std::move(so)));
   return OpenAuth();
 }
