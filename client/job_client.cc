@@ -71,7 +71,9 @@ absl::Status Unreachable(grpc::Channel& channel, const std::string& server,
   if (absl::StrContains(lower, "certificate verify failed") ||
       absl::StrContains(lower, "certificate_verify_failed")) {
     return absl::UnavailableError(absl::StrCat(
-        head, ": its TLS certificate is not signed by the CA of --tls-ca (",
+        head,
+        ": its TLS certificate does not verify with the CA of --tls-ca "
+        "(signed by another CA, expired or not yet valid: ",
         why, ")"));
   }
   if (absl::StrContains(lower, "peer name")) {

@@ -6,6 +6,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/ascii.h"
@@ -64,6 +65,32 @@ absl::StatusOr<UniqueX509> FirstCertificate(const std::string& pem,
   return cert;
 }
 
+std::string TimeText(const ASN1_TIME* t) {
+  std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
+  ASN1_TIME_print(bio.get(), t);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(std::max(n, 0L)));
+}
+
+// A certificate outside its validity is refused where it is given, not
+// left to fail every handshake with a reason that cannot say which end is
+// wrong.
+absl::Status CheckValidNow(X509* cert, const std::string& path,
+                           const std::string& what) {
+  if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", path, ": the certificate expired on ",
+                     TimeText(X509_get0_notAfter(cert)), "; renew it"));
+  }
+  if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " ", path, ": the certificate is not valid before ",
+        TimeText(X509_get0_notBefore(cert)), " (is this clock right?)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadCertificates(const std::string& path,
                                              const std::string& what) {
   ASSIGN_OR_RETURN(std::string pem, ReadPem(path, what));
@@ -82,6 +109,7 @@ absl::StatusOr<KeyPair> ReadKeyPair(const std::string& cert_path,
   ASSIGN_OR_RETURN(pair.cert, ReadPem(cert_path, "--tls-cert"));
   ASSIGN_OR_RETURN(UniqueX509 cert,
                    FirstCertificate(pair.cert, cert_path, "--tls-cert"));
+  RETURN_IF_ERROR(CheckValidNow(cert.get(), cert_path, "--tls-cert"));
   ASSIGN_OR_RETURN(pair.key, ReadPem(key_path, "--tls-key"));
   if (absl::StrContains(pair.key, "ENCRYPTED")) {
     return absl::InvalidArgumentError(

@@ -1,10 +1,6 @@
 #include "server/auth_store.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/field_errors.h"
@@ -86,12 +82,6 @@ absl::Status InitAuthSchema(SqliteDb& db) {
 absl::StatusOr<std::unique_ptr<AuthStore>> AuthStore::Open(
     const std::string& path, Clock* clock) {
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path));
-  // Digests are no secret worth a password hash, but tenants and limits
-  // are nobody else's business either.
-  if (::chmod(path.c_str(), 0600) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot make ", path, " private: ", std::strerror(errno)));
-  }
   RETURN_IF_ERROR(InitAuthSchema(*db));
   RETURN_IF_ERROR(db->Exec("PRAGMA synchronous=FULL"));
   std::unique_ptr<AuthStore> store(new AuthStore(std::move(db), clock));

@@ -1,6 +1,7 @@
 #include "server/job_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -624,6 +625,27 @@ TEST_F(JobStoreTest, KeepsWorkerDrainsAcrossReopen) {
   EXPECT_EQ(store->ListWorkerDrains()->size(), 1u);
   EXPECT_EQ(store->PutWorkerDrain(DrainOf("", "x")).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The store is the owner's only (jobs' specs, logs, tenants), whatever the
+// umask; so is an older store's file, and its WAL, once reopened.
+TEST_F(JobStoreTest, TheStoreFilesAreTheOwnersOnly) {
+  const std::string db = dir_.File("trainyard.db");
+  auto mode = [](const std::string& f) {
+    struct stat st;
+    EXPECT_EQ(stat(f.c_str(), &st), 0) << f;
+    return st.st_mode & 0777;
+  };
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+    EXPECT_EQ(mode(db), 0600u);
+    EXPECT_EQ(mode(db + "-wal"), 0600u);
+    ASSERT_EQ(chmod(db.c_str(), 0644), 0);
+    ASSERT_EQ(chmod((db + "-wal").c_str(), 0644), 0);
+  }
+  auto store = Open();
+  EXPECT_EQ(mode(db), 0600u);
 }
 
 TEST_F(JobStoreTest, KeepsKnownWorkersAcrossReopen) {

@@ -1,5 +1,10 @@
 #include "server/sqlite_db.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 namespace trainyard::server {
@@ -99,6 +104,18 @@ absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(
         rc, path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
     sqlite3_close(db);
     return s;
+  }
+  // Jobs, specs, logs, tenants and token digests are nobody else's
+  // business: the file and its WAL companions (which SQLite creates with
+  // the file's mode) are the owner's only, whatever the umask made them.
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string file = path + suffix;
+    if (::chmod(file.c_str(), 0600) != 0 && (errno != ENOENT || !*suffix)) {
+      const int err = errno;
+      sqlite3_close(db);
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot make ", file, " private: ", std::strerror(err)));
+    }
   }
   sqlite3_extended_result_codes(db, 1);
   // Another process (an operator's sqlite3 shell) may hold a lock briefly.

@@ -50,7 +50,7 @@ class SqliteStatement {
 
 class SqliteDb {
  public:
-  // Opens (creating if missing) the database file at `path`.
+  // Opens (creating if missing) the database file at `path`, mode 0600.
   static absl::StatusOr<std::unique_ptr<SqliteDb>> Open(const std::string& path);
   ~SqliteDb();
 

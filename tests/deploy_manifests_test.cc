@@ -319,6 +319,16 @@ TEST_F(DeployManifestsTest, ComposeFileHoldsTogether) {
     shared |= v == "checkpoints:" + ckpt;
   }
   EXPECT_TRUE(shared) << "worker lacks checkpoints:" << ckpt;
+  // The worker sees its join token, copied by join-token, and never the
+  // state volume (the admin token, the stores).
+  const std::string state = Flag(server_cmd, "--state-dir");
+  for (const std::string& v : Strings(services["yard-worker"]["volumes"])) {
+    EXPECT_FALSE(absl::StartsWith(v, "state:")) << "the worker mounts " << v;
+  }
+  const std::string copy = Strings(services["join-token"]["command"]).at(0);
+  EXPECT_TRUE(absl::StrContains(
+      copy, state + "/worker.token " + Flag(worker_cmd, "--token-file")))
+      << copy;
   // Prometheus scrapes what the daemons listen on; bind mounts exist.
   const std::string prom_cfg =
       ReadAll(DeployDir() + "/prometheus/prometheus.yml");

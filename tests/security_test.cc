@@ -813,7 +813,7 @@ TEST_F(SecurityTest, TlsAndWorkerMutualTls) {
   CommandResult rogue_ca = Yard({"--tls-ca", c.rogue_ca, "ls"});
   EXPECT_EQ(rogue_ca.exit_code(), 6);
   EXPECT_THAT(rogue_ca.err,
-              HasSubstr("its TLS certificate is not signed by the CA of "
+              HasSubstr("its TLS certificate does not verify with the CA of "
                         "--tls-ca"));
   EXPECT_EQ(std::count(rogue_ca.err.begin(), rogue_ca.err.end(), '\n'), 1)
       << rogue_ca.err;
