@@ -447,10 +447,18 @@ absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
   RETURN_IF_ERROR(server->parts_->ServeSidePorts());
   server->parts_->loop->Start();
   if (server->parts_->retention) server->parts_->retention->Start();
+  // A wildcard bind is reached locally through loopback: say both.
+  const std::string& listen = server->parts_->options.listen;
+  const std::string bound_port =
+      server->address().substr(server->address().rfind(':') + 1);
+  const std::string bound_host = listen.substr(0, listen.rfind(':'));
   YARD_LOG(INFO) << "yard-server " << kServerVersion << " serving on "
-                 << server->address() << " (state dir "
-                 << server->parts_->options.state_dir << ", policy "
-                 << server->parts_->policy->name() << ")";
+                 << (bound_host == "0.0.0.0" || bound_host == "[::]"
+                         ? absl::StrCat(bound_host, ":", bound_port,
+                                        ", locally ", server->address())
+                         : server->address())
+                 << " (state dir " << server->parts_->options.state_dir
+                 << ", policy " << server->parts_->policy->name() << ")";
   return server;
 }
 
