@@ -22,6 +22,22 @@ absl::StatusOr<GptConfig> CheckpointGptConfig(const std::string& path,
   return config;
 }
 
+// `dir` is absent or an empty folder.
+absl::Status CheckNewFolder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const bool exists = fs::exists(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, ": ", error.message()));
+  }
+  if (!exists || (fs::is_directory(dir, error) && fs::is_empty(dir, error))) {
+    return absl::OkStatus();
+  }
+  return absl::AlreadyExistsError(
+      absl::StrCat(dir, " already exists: name a new or empty folder"));
+}
+
 }  // namespace
 
 absl::Status LoadHfWeights(const HfGpt2& hf, absl::string_view source,
@@ -70,6 +86,7 @@ absl::StatusOr<LoadedGpt> LoadGptCheckpoint(const std::string& dir,
 
 absl::Status ExportGptCheckpoint(const std::string& checkpoint_dir,
                                  const std::string& out_dir) {
+  RETURN_IF_ERROR(CheckNewFolder(out_dir));
   ASSIGN_OR_RETURN(auto found, ReadCheckpointOrNewest(checkpoint_dir));
   auto& [path, ckpt] = found;
   ASSIGN_OR_RETURN(GptConfig config, CheckpointGptConfig(path, ckpt));

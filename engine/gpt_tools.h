@@ -34,7 +34,10 @@ absl::StatusOr<LoadedGpt> LoadGptCheckpoint(const std::string& dir,
                                             int threads);
 
 // Writes the checkpoint at `checkpoint_dir` (as LoadGptCheckpoint finds
-// it) as a Hugging Face GPT-2 folder at `out_dir`.
+// it) as a Hugging Face GPT-2 folder at `out_dir`, which must not exist or
+// be an empty folder: ALREADY_EXISTS otherwise, before anything is read or
+// written (an export never mixes its files with others, nor replaces a
+// model). LoadGptCheckpoint's errors.
 absl::Status ExportGptCheckpoint(const std::string& checkpoint_dir,
                                  const std::string& out_dir);
 

@@ -98,6 +98,9 @@ TEST_F(GptToolsTest, ExportReadsBackBitwiseWithHuggingFaceLayout) {
     EXPECT_EQ(t.data, weights.at(t.name)) << t.name;
   }
   EXPECT_TRUE(Tokenizer::FromJson(back->tokenizer).ok());
+  // The folder is written new, never over another model.
+  EXPECT_EQ(ExportGptCheckpoint(dir_ + "/run", out).code(),
+            absl::StatusCode::kAlreadyExists);
 }
 
 TEST_F(GptToolsTest, InitFromStartsTrainingFromTheExportedWeights) {
@@ -113,6 +116,51 @@ TEST_F(GptToolsTest, InitFromStartsTrainingFromTheExportedWeights) {
   job.gpt.n_layer = 3;
   EXPECT_EQ(std::string(TrainJob::Create(job, &sink_).status().message()),
             "model.gpt.n_layer: 3 differs from the init_from model's 2");
+}
+
+// A CHAR job takes its characters' ids from the model it starts from;
+// without them (no tokenizer file, a checkpoint of token shards) it is
+// refused rather than trained on a vocabulary rebuilt from its own text.
+// A BYTE job needs none: its ids are the bytes.
+TEST_F(GptToolsTest, CharJobsNeedTheStartingModelsCharacters) {
+  Train("run");
+  ASSERT_TRUE(ExportGptCheckpoint(dir_ + "/run", dir_ + "/hf").ok());
+  std::filesystem::remove(dir_ + "/hf/" + kHfTokenizerFile);
+  EngineJob job = Job("finetune");
+  job.gpt_init_from = dir_ + "/hf";
+  absl::Status s = TrainJob::Create(job, &sink_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "model.gpt.init_from: " + dir_ +
+                             "/hf has no trainyard_tokenizer.json, and "
+                             "data.text.tokenizer CHAR needs the model's "
+                             "characters from it (yard-train export writes "
+                             "it)");
+
+  absl::StatusOr<Checkpoint> shards =
+      ReadCheckpoint(dir_ + "/run/step-00000003");
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  shards->meta.tokenizer = Json();
+  job.gpt_init_from.clear();
+  job.warm_start = *WriteCheckpoint(dir_ + "/shards", *shards);
+  s = TrainJob::Create(job, &sink_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "warm_start: ")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "has no tokenizer")) << s;
+
+  EngineJob bytes = Job("bytes");
+  bytes.gpt.vocab_size = 256;
+  bytes.text->char_tokenizer = false;
+  bytes.trainer.model_description = GptDescription(bytes.gpt);
+  ASSERT_EQ(*(*TrainJob::Create(bytes, &sink_))->Run(nullptr),
+            Trainer::Outcome::kFinished);
+  ASSERT_TRUE(ExportGptCheckpoint(dir_ + "/bytes", dir_ + "/hf-bytes").ok());
+  std::filesystem::remove(dir_ + "/hf-bytes/" + kHfTokenizerFile);
+  bytes.trainer.checkpoint.dir = dir_ + "/bytes-finetune";
+  bytes.gpt_init_from = dir_ + "/hf-bytes";
+  absl::StatusOr<std::unique_ptr<TrainJob>> finetune =
+      TrainJob::Create(bytes, &sink_);
+  ASSERT_TRUE(finetune.ok()) << finetune.status();
+  EXPECT_FALSE((*finetune)->tokenizer()->is_char());
 }
 
 TEST_F(GptToolsTest, WarmStartTakesACheckpointsWeightsAndVocabulary) {

@@ -166,6 +166,31 @@ absl::StatusOr<std::optional<StartingWeights>> ReadStartingWeights(
       {}};
 }
 
+// A CHAR text job takes the vocabulary of the model it starts from: one
+// rebuilt from this job's text would give characters other ids than the
+// model learned, and training would go on silently from a scrambled
+// embedding. BYTE needs no vocabulary (its ids are the bytes), nor do token
+// shards (their ids are the model's).
+absl::Status CheckStartingVocabulary(const EngineJob& job,
+                                     const StartingWeights& init) {
+  if (!init.gpt.has_value() ||
+      init.gpt->tokenizer.type() != Json::Type::kNull ||
+      !job.text.has_value() || !job.text->char_tokenizer) {
+    return absl::OkStatus();
+  }
+  if (!job.gpt_init_from.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.gpt.init_from: ", job.gpt_init_from, " has no ",
+        kHfTokenizerFile,
+        ", and data.text.tokenizer CHAR needs the model's characters from it "
+        "(yard-train export writes it)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "warm_start: ", job.warm_start,
+      " has no tokenizer (its model was trained on token shards), and "
+      "data.text.tokenizer CHAR needs the model's characters"));
+}
+
 }  // namespace
 
 absl::Status TrainJob::LoadMnistData(const EngineJob& job) {
@@ -461,6 +486,7 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
   TrainerConfig trainer_config = job.trainer;
   ASSIGN_OR_RETURN(std::optional<StartingWeights> init,
                    ReadStartingWeights(job));
+  if (init.has_value()) RETURN_IF_ERROR(CheckStartingVocabulary(job, *init));
   if (init.has_value() && init->gpt.has_value() &&
       init->gpt->tokenizer.type() != Json::Type::kNull) {
     absl::StatusOr<Tokenizer> tok = Tokenizer::FromJson(init->gpt->tokenizer);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -265,7 +266,8 @@ TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
         << r.stderr_text;
   }
   EXPECT_EQ(RunYardTrain({"--help"}, dir_).exit_code, 0);
-  // The message names what is wrong, a flag given last included.
+  // The message, alone on stderr (no usage block), names what is wrong, a
+  // flag given last included, and a bad value with its flag.
   const std::vector<std::pair<std::vector<std::string>, std::string>> said = {
       {{"run", spec, "--threads"}, "yard-train: --threads needs a value"},
       {{"run", spec, "--bogus"}, "yard-train: unknown flag --bogus"},
@@ -277,6 +279,11 @@ TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
        "yard-train: --top-k must be an integer of at least 0, got 'x'"},
       {{"sample", dir_, "--temperature", "nan"},
        "yard-train: --temperature must be a number in [0, 100], got 'nan'"},
+      {{"sample", dir_, "--temperature", "-1"},
+       "yard-train: --temperature must be a number in [0, 100], got '-1'"},
+      {{"train", spec},
+       "yard-train: unknown command 'train' (run, sample or export; see "
+       "yard-train --help)"},
       {{"sample", dir_, "other"}, "yard-train: unexpected argument 'other'"},
       {{"run", spec, "--bogus=1"}, "yard-train: unknown flag --bogus"},
       {{"run", spec, "--threads=0"},
@@ -290,7 +297,7 @@ TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
   for (const auto& [args, message] : said) {
     Result r = RunYardTrain(args, dir_);
     EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ");
-    EXPECT_EQ(r.last_stderr_line(), message) << r.stderr_text;
+    EXPECT_EQ(r.stderr_text, message + "\n");
   }
 }
 
@@ -380,13 +387,66 @@ TEST_F(YardTrainCliTest, TrainsAGptThenSamplesAndExports) {
   Result bad = RunYardTrain({"sample", dir_ + "/ck", "--prompt", "xyz"}, dir_);
   EXPECT_EQ(bad.exit_code, 2);  // 'x' is not in the vocabulary
   EXPECT_TRUE(absl::StrContains(bad.last_stderr_line(), "U+0078"));
-  EXPECT_EQ(RunYardTrain({"sample", dir_ + "/none"}, dir_).exit_code, 1);
 
-  Result e = RunYardTrain({"export", dir_ + "/ck", dir_ + "/hf"}, dir_);
+  const std::string hf = dir_ + "/root/hf";
+  Result e = RunYardTrain({"export", dir_ + "/ck", hf}, dir_);
   ASSERT_EQ(e.exit_code, 0) << e.stderr_text;
-  EXPECT_TRUE(fs::exists(dir_ + "/hf/config.json"));
-  EXPECT_TRUE(fs::exists(dir_ + "/hf/model.safetensors"));
+  EXPECT_TRUE(fs::exists(hf + "/config.json"));
+  EXPECT_TRUE(fs::exists(hf + "/model.safetensors"));
   EXPECT_EQ(RunYardTrain({"export", dir_ + "/ck"}, dir_).exit_code, 2);
+  // A folder is written new, never over another.
+  Result again = RunYardTrain({"export", dir_ + "/ck", hf}, dir_);
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_EQ(again.stderr_text, "yard-train: " + hf +
+                                   " already exists: name a new or empty "
+                                   "folder\n");
+  fs::create_directories(dir_ + "/empty");
+  EXPECT_EQ(
+      RunYardTrain({"export", dir_ + "/ck", dir_ + "/empty"}, dir_).exit_code,
+      0);
+
+  // Fine-tuning a CHAR model needs its characters' ids: refused at start,
+  // as a bad spec (not restarted), when the folder lost them.
+  fs::remove(hf + "/trainyard_tokenizer.json");
+  const std::string finetune = dir_ + "/finetune.yaml";
+  std::ofstream(finetune) << "model: {gpt: {n_layer: 1, n_head: 2, "
+                             "d_model: 16, seq_len: 16, vocab_size: 20, "
+                             "init_from: hf}}\n"
+                          << "data: {text: {train: t.txt, tokenizer: CHAR}}\n"
+                          << "batch: {micro_batch: 4}\nsteps: 2\n";
+  Result refused = RunYardTrain({"run", finetune, "--data-root", dir_ + "/root",
+                                 "--checkpoint-dir", dir_ + "/ck-finetune"},
+                                dir_);
+  EXPECT_EQ(refused.exit_code, 2) << refused.stderr_text;
+  EXPECT_TRUE(absl::StartsWith(refused.last_stderr_line(),
+                               "yard-train: model.gpt.init_from: "))
+      << refused.stderr_text;
+  EXPECT_TRUE(absl::StrContains(refused.last_stderr_line(),
+                                "has no trainyard_tokenizer.json"))
+      << refused.stderr_text;
+  EXPECT_TRUE(refused.stdout_lines.empty());
+}
+
+// What sample and export are pointed at must hold a GPT checkpoint: an
+// MLP's, an empty folder or none at all is a usage error (exit 2), said in
+// one line.
+TEST_F(YardTrainCliTest, SampleAndExportOfNoGptExitTwo) {
+  ASSERT_EQ(RunYardTrain(Args(WriteSpec(2)), dir_).exit_code, 0);
+  fs::create_directories(dir_ + "/empty");
+  for (const std::string& from :
+       {dir_ + "/ck", dir_ + "/empty", dir_ + "/none"}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"sample", from},
+          std::vector<std::string>{"export", from, dir_ + "/out"}}) {
+      Result r = RunYardTrain(args, dir_);
+      EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ");
+      EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1)
+          << r.stderr_text;
+      EXPECT_TRUE(absl::StartsWith(r.stderr_text, "yard-train: "))
+          << r.stderr_text;
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/out"));
 }
 
 // A GPT run killed with SIGKILL right after its step-4 checkpoint and

@@ -79,16 +79,40 @@ std::string MetaJson(const Checkpoint& ckpt,
   // (a resumed run then reports as an older checkpoint's would).
   if (m.figures.has_value() && std::isfinite(m.figures->train_loss) &&
       std::isfinite(m.figures->eval_loss) &&
-      std::isfinite(m.figures->eval_accuracy)) {
-    meta.Set("figures",
-             Json::MakeObject(
-                 {{"train_loss", Json::Number(m.figures->train_loss)},
-                  {"eval_loss", Json::Number(m.figures->eval_loss)},
-                  {"eval_accuracy", Json::Number(m.figures->eval_accuracy)},
-                  {"eval_examples", Json::Int(m.figures->eval_examples)}}));
+      std::isfinite(m.figures->eval_accuracy) &&
+      std::isfinite(m.figures->window_loss_sum)) {
+    meta.Set(
+        "figures",
+        Json::MakeObject(
+            {{"train_loss", Json::Number(m.figures->train_loss)},
+             {"eval_loss", Json::Number(m.figures->eval_loss)},
+             {"eval_accuracy", Json::Number(m.figures->eval_accuracy)},
+             {"eval_examples", Json::Int(m.figures->eval_examples)},
+             {"window_loss_sum", Json::Number(m.figures->window_loss_sum)},
+             {"window_loss_terms", Json::Int(m.figures->window_loss_terms)}}));
   }
   meta.Set("tensors", TensorList(ckpt.tensors));
   return meta.Serialize() + "\n";
+}
+
+// figures.window_loss_sum and window_loss_terms: both or neither (older
+// checkpoints have neither).
+absl::Status ParseLossWindow(const Json& figures, StepFigures* out) {
+  const Json* sum = figures.Find("window_loss_sum");
+  const Json* terms = figures.Find("window_loss_terms");
+  if (sum == nullptr && terms == nullptr) return absl::OkStatus();
+  if (sum == nullptr || terms == nullptr) {
+    return absl::DataLossError(
+        "figures: window_loss_sum and window_loss_terms come together");
+  }
+  ASSIGN_OR_RETURN(out->window_loss_sum,
+                   sum->AsNumber("figures.window_loss_sum"));
+  ASSIGN_OR_RETURN(out->window_loss_terms,
+                   terms->AsInt("figures.window_loss_terms"));
+  if (out->window_loss_terms < 0) {
+    return absl::DataLossError("figures.window_loss_terms is negative");
+  }
+  return absl::OkStatus();
 }
 
 struct ParsedMeta {
@@ -183,6 +207,7 @@ absl::StatusOr<ParsedMeta> ParseMeta(absl::string_view text) {
     }
     ASSIGN_OR_RETURN(const Json* n, RequireField(*f, "eval_examples"));
     ASSIGN_OR_RETURN(figures.eval_examples, n->AsInt("figures.eval_examples"));
+    RETURN_IF_ERROR(ParseLossWindow(*f, &figures));
     out.meta.figures = figures;
   }
   ASSIGN_OR_RETURN(const Json* tensors, RequireField(j, "tensors"));

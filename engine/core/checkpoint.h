@@ -46,13 +46,22 @@ inline constexpr int64_t kMaxCheckpointTensorsBytes = int64_t{64} << 30;
 
 // What a run that ends at the checkpoint's step reports, so that one
 // resumed at its last step ends with a straight run's figures (and does not
-// count that step's evaluation twice).
+// count that step's evaluation twice), and the train loss of the progress
+// report under way, so that one resumed between two reports makes the
+// straight run's next report.
 struct StepFigures {
   double train_loss = 0;  // the loss the run would report as its last
   // The evaluation made at this step, if one was (eval_examples > 0).
   double eval_loss = 0;
   double eval_accuracy = 0;
   int64_t eval_examples = 0;
+  // The loss summed over the steps since the last progress report, and the
+  // loss terms (examples or predicted tokens) it sums. Both 0 on a report's
+  // step, and in checkpoints written before they were kept: a run resumed
+  // from one of those averages its next report over the steps since the
+  // resume only.
+  double window_loss_sum = 0;
+  int64_t window_loss_terms = 0;
 };
 
 struct CheckpointMeta {

@@ -134,12 +134,12 @@ TEST_F(CheckpointTest, KeepsTheEarlyStoppingState) {
   }
 }
 
-// The figures a run ending at the step reports: kept exactly, and left out
-// when one is not finite (JSON has no infinity: the checkpoint must stay
-// readable).
+// The figures a run ending at the step reports and its report's loss so
+// far: kept exactly, and left out when one is not finite (JSON has no
+// infinity: the checkpoint must stay readable).
 TEST_F(CheckpointTest, KeepsTheStepsFiguresWhenFinite) {
   Checkpoint with = Sample(40);
-  with.meta.figures = StepFigures{0.1 + 0.2, 1.5, 0.25, 64};
+  with.meta.figures = StepFigures{0.1 + 0.2, 1.5, 0.25, 64, 7.0 / 3, 96};
   absl::StatusOr<Checkpoint> back =
       ReadCheckpoint(*WriteCheckpoint(root_, with));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -148,6 +148,8 @@ TEST_F(CheckpointTest, KeepsTheStepsFiguresWhenFinite) {
   EXPECT_EQ(back->meta.figures->eval_loss, 1.5);
   EXPECT_EQ(back->meta.figures->eval_accuracy, 0.25);
   EXPECT_EQ(back->meta.figures->eval_examples, 64);
+  EXPECT_EQ(back->meta.figures->window_loss_sum, 7.0 / 3);  // exactly
+  EXPECT_EQ(back->meta.figures->window_loss_terms, 96);
   with = Sample(41);
   with.meta.figures =
       StepFigures{2.0, std::numeric_limits<double>::infinity(), 0, 64};
@@ -156,6 +158,39 @@ TEST_F(CheckpointTest, KeepsTheStepsFiguresWhenFinite) {
   EXPECT_FALSE(back->meta.figures.has_value());
   EXPECT_FALSE(ReadCheckpoint(*WriteCheckpoint(root_, Sample(42)))
                    ->meta.figures.has_value());
+}
+
+// A checkpoint written before the report's loss so far was kept reads
+// with an empty window; one with half of it is corrupt.
+TEST_F(CheckpointTest, FiguresWithoutTheLossWindowReadAsAnEmptyWindow) {
+  Checkpoint with = Sample(40);
+  with.meta.figures = StepFigures{0.5, 1.5, 0.25, 64, 3.5, 96};
+  const std::string path = *WriteCheckpoint(root_, with);
+  const std::string meta_path = path + "/meta.json";
+  const std::string good = *ReadWholeFile(meta_path, 1 << 20);
+  // `text` less one member: `field` is its ,"name": (the value runs to the
+  // next , or }).
+  auto without = [](std::string text, const std::string& field) {
+    const size_t at = text.find(field);
+    EXPECT_NE(at, std::string::npos) << field;
+    if (at != std::string::npos)
+      text.erase(at, text.find_first_of(",}", at + 1) - at);
+    return text;
+  };
+  Overwrite(meta_path, without(without(good, R"(,"window_loss_sum":)"),
+                               R"(,"window_loss_terms":)"));
+  absl::StatusOr<Checkpoint> old = ReadCheckpoint(path);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_TRUE(old->meta.figures.has_value());
+  EXPECT_EQ(old->meta.figures->train_loss, 0.5);
+  EXPECT_EQ(old->meta.figures->window_loss_sum, 0);
+  EXPECT_EQ(old->meta.figures->window_loss_terms, 0);
+
+  Overwrite(meta_path, without(good, R"(,"window_loss_terms":)"));
+  absl::StatusOr<Checkpoint> half = ReadCheckpoint(path);
+  EXPECT_FALSE(half.ok());
+  EXPECT_TRUE(absl::StrContains(half.status().message(), "come together"))
+      << half.status();
 }
 
 TEST_F(CheckpointTest, RewritingAStepReplacesIt) {

@@ -94,6 +94,10 @@ Json ConfigJson(const GptConfig& c) {
       {"scale_attn_weights", Json::Bool(true)},
       {"tie_word_embeddings", Json::Bool(true)},
       {"torch_dtype", Json::String("float32")},
+      // Our tokenizers have no begin or end token. Left out, GPT2Config
+      // takes GPT-2's 50256, outside a small model's vocabulary.
+      {"bos_token_id", Json()},
+      {"eos_token_id", Json()},
   });
 }
 

@@ -1,7 +1,8 @@
 // Hugging Face GPT-2 folders, the exchange format for trained GPTs:
 //   config.json        GPT2Config (model_type "gpt2", n_layer, n_head,
 //                      n_embd, n_positions, vocab_size, activation
-//                      "gelu_new", tied embeddings)
+//                      "gelu_new", tied embeddings, bos_token_id and
+//                      eos_token_id null: our tokenizers have neither)
 //   model.safetensors  F32 tensors named as transformers' GPT2LMHeadModel
 //                      ("transformer.wte.weight", "transformer.h.0.ln_1.
 //                      weight", ...) with metadata {"format": "pt"}; the

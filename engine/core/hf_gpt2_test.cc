@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/file_io.h"
+#include "engine/core/json.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::engine {
@@ -80,6 +81,18 @@ TEST_F(HfGpt2Test, ParsesFromMemory) {
   const std::string bad_tok = "{";
   EXPECT_EQ(ParseHfGpt2(config_json_, weights_, &bad_tok, dir_).status().code(),
             absl::StatusCode::kDataLoss);
+}
+
+// Our tokenizers have no begin or end token: config.json says so, or
+// transformers takes GPT-2's 50256, outside this model's 8 ids.
+TEST_F(HfGpt2Test, TheConfigHasNoBeginOrEndToken) {
+  absl::StatusOr<Json> config = ParseJson(config_json_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (const char* key : {"bos_token_id", "eos_token_id"}) {
+    const Json* id = config->Find(key);
+    ASSERT_NE(id, nullptr) << key;
+    EXPECT_EQ(id->type(), Json::Type::kNull) << key;
+  }
 }
 
 TEST_F(HfGpt2Test, AbsurdConfigsAreRefusedBeforeAllocating) {

@@ -221,6 +221,10 @@ absl::Status Trainer::Restore(const std::string& path, const Checkpoint& ckpt) {
   cursor_ = ckpt.meta.cursor;
   if (ckpt.meta.figures.has_value()) {
     last_train_loss_ = ckpt.meta.figures->train_loss;
+    // The report under way goes on where it was, so its loss is the
+    // straight run's (the throughput counts from the resume only).
+    window_loss_sum_ = ckpt.meta.figures->window_loss_sum;
+    window_examples_ = ckpt.meta.figures->window_loss_terms;
     if (ckpt.meta.figures->eval_examples > 0) {
       // Evaluated (and seen by the early stopping) before it was saved.
       last_eval_ = {ckpt.meta.figures->eval_loss,
@@ -456,6 +460,8 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   }
   StepFigures figures;
   figures.train_loss = CurrentTrainLoss();
+  figures.window_loss_sum = window_loss_sum_;
+  figures.window_loss_terms = window_examples_;
   if (EvaluatedThisStep() && std::isfinite(last_eval_.loss)) {
     figures.eval_loss = last_eval_.loss;
     figures.eval_accuracy = last_eval_.accuracy;

@@ -4,8 +4,10 @@
 // progress, evaluates on the held-out set and writes a checkpoint.
 //
 // Resume is exact: a checkpoint holds the weights, the AdamW moments, the
-// step, the RNG state and the data cursor, so a run stopped at any
-// checkpoint and resumed ends bitwise equal to an uninterrupted run.
+// step, the RNG state, the data cursor and the loss summed since the last
+// progress report, so a run stopped at any checkpoint and resumed ends
+// bitwise equal to an uninterrupted run, having reported the same train
+// losses.
 //
 // Data parallel: with a Collective of N ranks, every rank draws the same
 // global micro-batch of micro_batch x N examples and trains on its own

@@ -162,6 +162,43 @@ TEST_P(ExactResumeTest, StoppedAndResumedEqualsStraight) {
                            1 << 24));
 }
 
+// Stopped inside a progress report's window (reports every 5 steps, stopped
+// after step 7) and resumed, a run reports the straight run's train loss
+// bit for bit at every later report and at the end: the checkpoint keeps
+// the window's loss so far.
+TEST_P(ExactResumeTest, StoppedBetweenReportsReportsTheStraightLosses) {
+  TrainerConfig config = Config(20, /*accum=*/GetParam());
+  config.log_every_steps = 5;
+  RecordingSink straight;
+  {
+    Rig r = Make(config, dir_ + "/straight", 2, &straight);
+    ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  }
+  {
+    RecordingSink sink;
+    Rig r = Make(config, dir_ + "/resumed", 2, &sink);
+    ASSERT_TRUE(r.trainer->Start().ok());
+    while (r.trainer->step() < 7) ASSERT_TRUE(r.trainer->Advance().ok());
+    ASSERT_TRUE(r.trainer->Interrupt().ok());
+  }
+  RecordingSink resumed;
+  Rig r = Make(config, dir_ + "/resumed", 2, &resumed);
+  ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  ASSERT_EQ(resumed.Of<TrainStartedEvent>()[0].start_step, 7);
+  auto losses_after_7 = [](const RecordingSink& sink) {
+    std::vector<std::pair<int64_t, double>> out;
+    for (const TrainProgressEvent& p : sink.Of<TrainProgressEvent>()) {
+      if (p.step > 7) out.emplace_back(p.step, p.loss);
+    }
+    return out;
+  };
+  const auto want = losses_after_7(straight);
+  ASSERT_EQ(want.size(), 3u);  // steps 10, 15 and 20
+  EXPECT_EQ(losses_after_7(resumed), want);
+  EXPECT_EQ(resumed.Of<TrainFinishedEvent>()[0].train_loss,
+            straight.Of<TrainFinishedEvent>()[0].train_loss);
+}
+
 INSTANTIATE_TEST_SUITE_P(GradAccum, ExactResumeTest, ::testing::Values(1, 3));
 
 // A run killed without warning (no final checkpoint) resumes from its last

@@ -125,8 +125,26 @@ def check_transformers(out, expected, tokens):
     model.eval()
     with torch.no_grad():
         logits = model(tokens).logits.reshape(-1, model.config.vocab_size)
-    return close(f"transformers {transformers.__version__} logits", logits,
-                 expected["logits"], 1e-5)
+    ok = close(f"transformers {transformers.__version__} logits", logits,
+               expected["logits"], 1e-5)
+    return ok & check_special_tokens(model)
+
+
+def check_special_tokens(model):
+    """The export names no begin or end token (ours have none): with
+    GPT2Config's default 50256, outside a small vocabulary, transformers
+    warns on every load and generate() never stops at an end."""
+    vocab = model.config.vocab_size
+    ok = True
+    for name in ("bos_token_id", "eos_token_id"):
+        for where, config in (("config", model.config),
+                              ("generation_config", model.generation_config)):
+            value = getattr(config, name)
+            good = value is None or 0 <= value < vocab
+            print(f"{'ok ' if good else 'BAD'} {where}.{name} {value} "
+                  f"(vocabulary 0-{vocab - 1})")
+            ok &= good
+    return ok
 
 
 if __name__ == "__main__":
