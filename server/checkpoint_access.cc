@@ -59,23 +59,56 @@ absl::StatusOr<Fd> OpenJobDir(const v1::Job& job) {
                                           Errno(errno)));
 }
 
+// File `name` of checkpoint `dir_name`, whose directory `step_dir` is open:
+// opened without following a symlink and checked to be a regular file (a
+// trainer writes these files, maybe a hostile one), with its size.
+// NOT_FOUND when it is not there, FAILED_PRECONDITION for a symlink or a
+// file of another kind (a FIFO would block the reader).
+absl::StatusOr<std::pair<Fd, int64_t>> OpenCheckpointFile(
+    int step_dir, const std::string& dir_name, const char* name,
+    const std::string& job_id) {
+  Fd f(openat(step_dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!f.ok() && errno == ELOOP) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, ": ", dir_name, "/", name,
+                     " is a symbolic link; it is not sent"));
+  }
+  struct stat st;
+  if (!f.ok() || fstat(f.get(), &st) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", job_id, ": ", dir_name, "/", name, " is gone"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, ": ", dir_name, "/", name, " is not a regular file"));
+  }
+  return std::make_pair(std::move(f), static_cast<int64_t>(st.st_size));
+}
+
 // checkpoint.keep_best's best of a job that ended without naming it (it
 // was cancelled, hit its time limit or failed: only a run that finishes
 // reports one): the best evaluation's step its newest checkpoint records
-// (meta.json's early_stopping.best_step). -1 when there is none.
+// (meta.json's early_stopping.best_step, at most that checkpoint's step).
+// -1 when there is none, or it cannot be read.
 int64_t BestStepRecorded(const v1::Job& job, int root, int64_t newest) {
   if (!IsTerminal(job.state()) || !job.spec().checkpoint().keep_best()) {
     return -1;
   }
-  const std::string path = absl::StrCat(engine::CheckpointDirName(newest), "/",
-                                        engine::kCheckpointMetaFile);
-  Fd meta(openat(root, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!meta.ok()) return -1;
-  constexpr size_t kMaxMetaBytes = size_t{1} << 20;
-  std::string text(kMaxMetaBytes, '\0');
-  const ssize_t n = pread(meta.get(), text.data(), text.size(), 0);
-  if (n <= 0) return -1;
-  text.resize(static_cast<size_t>(n));
+  const std::string dir_name = engine::CheckpointDirName(newest);
+  Fd step_dir(openat(root, dir_name.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!step_dir.ok()) return -1;
+  absl::StatusOr<std::pair<Fd, int64_t>> meta = OpenCheckpointFile(
+      step_dir.get(), dir_name, engine::kCheckpointMetaFile, job.id());
+  if (!meta.ok() || meta->second > engine::kMaxCheckpointMetaBytes) return -1;
+  std::string text(static_cast<size_t>(meta->second), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = pread(meta->first.get(), text.data() + got,
+                            text.size() - got, static_cast<off_t>(got));
+    if (n <= 0) return -1;
+    got += static_cast<size_t>(n);
+  }
   absl::StatusOr<engine::Json> json = engine::ParseJson(text);
   if (!json.ok()) return -1;
   const engine::Json* stopping = json->Find("early_stopping");
@@ -83,7 +116,7 @@ int64_t BestStepRecorded(const v1::Job& job, int root, int64_t newest) {
       stopping == nullptr ? nullptr : stopping->Find("best_step");
   if (best == nullptr) return -1;
   absl::StatusOr<int64_t> step = best->AsInt("best_step");
-  return step.ok() && *step > 0 ? *step : -1;
+  return step.ok() && *step > 0 && *step <= newest ? *step : -1;
 }
 
 absl::Status Missing(const v1::Job& job, int64_t step) {
@@ -214,21 +247,11 @@ absl::Status StreamCheckpoint(
   // checkpoint even if the trainer prunes it meanwhile.
   std::vector<std::pair<Fd, int64_t>> files;
   for (const char* name : kFiles) {
-    Fd f(openat(step_dir.get(), name,
-                O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    struct stat st;
-    if (!f.ok() && errno == ELOOP) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job.id(), ": ", dir_name, "/", name,
-                       " is a symbolic link; it is not sent"));
-    }
-    if (!f.ok() || fstat(f.get(), &st) != 0) return Missing(job, step);
-    if (!S_ISREG(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job.id(), ": ", dir_name, "/", name,
-                       " is not a regular file"));
-    }
-    files.emplace_back(std::move(f), st.st_size);
+    absl::StatusOr<std::pair<Fd, int64_t>> file =
+        OpenCheckpointFile(step_dir.get(), dir_name, name, job.id());
+    if (absl::IsNotFound(file.status())) return Missing(job, step);
+    if (!file.ok()) return file.status();
+    files.push_back(*std::move(file));
   }
   if (!from.file.empty() && from.offset > files[first].second) {
     return InvalidFieldError(

@@ -107,7 +107,8 @@ CREATE INDEX attempt_usage_by_end ON attempt_usage (end_ms);
 constexpr char kKnownWorkersTable[] = R"sql(
 CREATE TABLE known_workers (
   worker_id TEXT PRIMARY KEY,
-  hello BLOB NOT NULL
+  hello BLOB NOT NULL,
+  lost INTEGER NOT NULL DEFAULT 0
 );
 )sql";
 constexpr int64_t kOldestUpgradable = 1;
@@ -273,7 +274,8 @@ absl::Status JobStore::InitSchema() {
     if (fresh || version < 4) RETURN_IF_ERROR(db_->Exec(kNameColumn));
     if (fresh || version < 5) RETURN_IF_ERROR(db_->Exec(kAttemptUsageTable));
     if (fresh || version < 6) RETURN_IF_ERROR(db_->Exec(kKnownWorkersTable));
-    if (!fresh) RETURN_IF_ERROR(FillDerivedColumns());
+    // The columns and table versions before 5 added, filled from the jobs.
+    if (!fresh && version < 5) RETURN_IF_ERROR(FillDerivedColumns());
     return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
   });
 }

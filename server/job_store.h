@@ -246,13 +246,22 @@ class JobStore {
 
   // The workers that have connected and neither left (shut down) nor been
   // forgotten since, each with its latest hello (its running jobs left
-  // out): after a server restart they are still known, and one that does
-  // not come back within its lease is declared LOST.
+  // out) and whether it was declared lost: after a server restart they are
+  // still known, a lost one LOST at once and any other LOST if not back
+  // within its lease. Putting a hello (it connected) clears `lost`.
+  struct KnownWorker {
+    v1::WorkerHello hello;
+    bool lost = false;
+  };
   absl::Status PutKnownWorker(const v1::WorkerHello& hello);
+  absl::Status MarkKnownWorkerLost(std::string_view worker_id);
   // OK also when the worker is not there.
   absl::Status DeleteKnownWorker(std::string_view worker_id);
-  // By worker id.
-  absl::StatusOr<std::vector<v1::WorkerHello>> ListKnownWorkers() const;
+  // Deletes the worker's known row and its drain together (one commit);
+  // OK when it has neither.
+  absl::Status ForgetWorker(std::string_view worker_id);
+  // By worker id; a row that does not parse is skipped with a warning.
+  absl::StatusOr<std::vector<KnownWorker>> ListKnownWorkers() const;
 
  private:
   JobStore(JobStoreOptions options, std::unique_ptr<SqliteDb> db)

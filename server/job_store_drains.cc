@@ -2,6 +2,7 @@
 // per drained worker holding its WorkerDrain message, and the known
 // workers, one row each holding its latest WorkerHello.
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "server/job_store.h"
 
@@ -65,7 +66,7 @@ absl::Status JobStore::PutKnownWorker(const v1::WorkerHello& hello) {
   return Commit(Durability::kTransition, "put_known_worker", [&] {
     ASSIGN_OR_RETURN(SqliteStatement put,
                      db_->Prepare("INSERT OR REPLACE INTO known_workers "
-                                  "(worker_id, hello) VALUES (?, ?)"));
+                                  "(worker_id, hello, lost) VALUES (?, ?, 0)"));
     put.BindText(1, kept.worker_id()).BindBlob(2, kept.SerializeAsString());
     return put.Run();
   });
@@ -81,20 +82,48 @@ absl::Status JobStore::DeleteKnownWorker(std::string_view worker_id) {
   });
 }
 
-absl::StatusOr<std::vector<v1::WorkerHello>> JobStore::ListKnownWorkers()
+absl::Status JobStore::MarkKnownWorkerLost(std::string_view worker_id) {
+  return Commit(Durability::kTransition, "mark_known_worker_lost", [&] {
+    ASSIGN_OR_RETURN(SqliteStatement mark,
+                     db_->Prepare("UPDATE known_workers SET lost = 1 WHERE "
+                                  "worker_id = ?"));
+    mark.BindText(1, worker_id);
+    return mark.Run();
+  });
+}
+
+absl::Status JobStore::ForgetWorker(std::string_view worker_id) {
+  return Commit(Durability::kTransition, "forget_worker", [&] {
+    for (const char* sql : {"DELETE FROM known_workers WHERE worker_id = ?",
+                            "DELETE FROM worker_drains WHERE worker_id = ?"}) {
+      ASSIGN_OR_RETURN(SqliteStatement del, db_->Prepare(sql));
+      del.BindText(1, worker_id);
+      RETURN_IF_ERROR(del.Run());
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<JobStore::KnownWorker>> JobStore::ListKnownWorkers()
     const {
   Reader reader(this);
   ASSIGN_OR_RETURN(SqliteStatement q,
-                   reader.db().Prepare("SELECT hello FROM known_workers "
-                                       "ORDER BY worker_id"));
-  std::vector<v1::WorkerHello> out;
+                   reader.db().Prepare("SELECT worker_id, hello, lost FROM "
+                                       "known_workers ORDER BY worker_id"));
+  std::vector<KnownWorker> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) return out;
-    if (!out.emplace_back().ParseFromString(q.ColumnBlob(0))) {
-      return absl::DataLossError(
-          absl::StrCat(options_.path, ": a known worker does not parse"));
+    KnownWorker w;
+    if (!w.hello.ParseFromString(q.ColumnBlob(1))) {
+      // One bad row must not keep the server from starting: that worker
+      // is only unknown until it connects.
+      YARD_LOG(WARNING) << options_.path << ": the known worker "
+                        << q.ColumnText(0) << " does not parse; skipped";
+      continue;
     }
+    w.lost = q.ColumnInt64(2) != 0;
+    out.push_back(std::move(w));
   }
 }
 

@@ -667,10 +667,23 @@ TEST_F(JobStoreTest, KeepsKnownWorkersAcrossReopen) {
   auto known = store->ListKnownWorkers();
   ASSERT_TRUE(known.ok()) << known.status();
   ASSERT_EQ(known->size(), 2u);
-  EXPECT_EQ((*known)[0].worker_id(), "w1");
-  EXPECT_EQ((*known)[0].cpu_slots(), 4);
-  EXPECT_EQ((*known)[1].hostname(), "gpu-node-2");
-  EXPECT_EQ((*known)[1].running_size(), 0) << "its jobs are not kept";
+  EXPECT_EQ((*known)[0].hello.worker_id(), "w1");
+  EXPECT_EQ((*known)[0].hello.cpu_slots(), 4);
+  EXPECT_EQ((*known)[1].hello.hostname(), "gpu-node-2");
+  EXPECT_EQ((*known)[1].hello.running_size(), 0) << "its jobs are not kept";
+  EXPECT_FALSE((*known)[1].lost);
+  // Lost until it connects again.
+  ASSERT_TRUE(store->MarkKnownWorkerLost("w2").ok());
+  EXPECT_TRUE((*store->ListKnownWorkers())[1].lost);
+  ASSERT_TRUE(store->PutKnownWorker((*known)[1].hello).ok());
+  EXPECT_FALSE((*store->ListKnownWorkers())[1].lost);
+  // Forgotten: its row and its drain go together.
+  v1::WorkerDrain drain;
+  drain.set_worker_id("w2");
+  ASSERT_TRUE(store->PutWorkerDrain(drain).ok());
+  ASSERT_TRUE(store->ForgetWorker("w2").ok());
+  EXPECT_TRUE(store->ListWorkerDrains()->empty());
+  ASSERT_TRUE(store->PutKnownWorker((*known)[1].hello).ok());
 
   ASSERT_TRUE(store->DeleteKnownWorker("w1").ok());
   ASSERT_TRUE(store->DeleteKnownWorker("w1").ok());  // gone already: fine

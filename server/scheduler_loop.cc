@@ -92,7 +92,14 @@ void SchedulerLoop::Loop() {
 // unknown worker. Scanning the jobs (rather than only those of workers lost
 // just now) also settles jobs whose give-back failed in an earlier pass.
 absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
-  workers_->ExpireLeases();
+  // Remembered, so that a server restart lists them LOST at once (and
+  // their alert goes on) instead of granting them a lease again.
+  for (const std::string& id : workers_->ExpireLeases()) {
+    if (absl::Status s = store_->MarkKnownWorkerLost(id); !s.ok()) {
+      YARD_LOG(WARNING) << "worker " << id << " lost, not marked so in the "
+                        << "store: " << s;
+    }
+  }
   ASSIGN_OR_RETURN(
       std::vector<JobRecord> active,
       store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));

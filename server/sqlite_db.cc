@@ -1,6 +1,8 @@
 #include "server/sqlite_db.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -94,6 +96,27 @@ std::string SqliteStatement::ColumnBlob(int index) const {
 
 absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(
     const std::string& path) {
+  // Jobs, specs, logs, tenants and token digests are nobody else's
+  // business: the file is made 0600 before SQLite opens it (so no one can
+  // open it in between, whatever the umask), an older one is made so too,
+  // and so are its WAL companions, which SQLite creates with its mode.
+  {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || ::fchmod(fd, 0600) != 0) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot open ", path, " as a private file: ", std::strerror(err)));
+    }
+    ::close(fd);
+  }
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string file = path + suffix;
+    if (::chmod(file.c_str(), 0600) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot make ", file, " private: ", std::strerror(errno)));
+    }
+  }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
@@ -104,18 +127,6 @@ absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(
         rc, path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
     sqlite3_close(db);
     return s;
-  }
-  // Jobs, specs, logs, tenants and token digests are nobody else's
-  // business: the file and its WAL companions (which SQLite creates with
-  // the file's mode) are the owner's only, whatever the umask made them.
-  for (const char* suffix : {"", "-wal", "-shm"}) {
-    const std::string file = path + suffix;
-    if (::chmod(file.c_str(), 0600) != 0 && (errno != ENOENT || !*suffix)) {
-      const int err = errno;
-      sqlite3_close(db);
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot make ", file, " private: ", std::strerror(err)));
-    }
   }
   sqlite3_extended_result_codes(db, 1);
   // Another process (an operator's sqlite3 shell) may hold a lock briefly.

@@ -69,15 +69,14 @@ absl::Status WorkerDrains::Forget(const std::string& worker_id) {
   // The store first, as for drains: a failed write forgets nothing.
   RETURN_IF_ERROR(workers_->CheckForgettable(worker_id));
   const std::optional<WorkerStatus> before = workers_->Find(worker_id);
-  RETURN_IF_ERROR(store_->DeleteKnownWorker(worker_id));
-  absl::Status deleted = store_->DeleteWorkerDrain(worker_id);
-  if (!deleted.ok() && !absl::IsNotFound(deleted)) return deleted;
+  RETURN_IF_ERROR(store_->ForgetWorker(worker_id));
   if (absl::Status forgot = workers_->Forget(worker_id); !forgot.ok()) {
-    // It came back meanwhile: its drain is kept after all (and it is known
-    // again, its hello stored as it attached).
+    // It came back meanwhile: its drain is kept after all, and it is known
+    // with the hello it came back with.
     if (before && before->drain) (void)store_->PutWorkerDrain(*before->drain);
-    if (before && !before->hello.worker_id().empty()) {
-      (void)store_->PutKnownWorker(before->hello);
+    std::optional<WorkerStatus> now = workers_->Find(worker_id);
+    if (now && !now->hello.worker_id().empty()) {
+      (void)store_->PutKnownWorker(now->hello);
     }
     return forgot;
   }

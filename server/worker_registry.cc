@@ -26,12 +26,16 @@ void WorkerRegistry::Settle(Entry& e) {
 }
 
 void WorkerRegistry::AddRecovered(const std::string& worker_id,
-                                  v1::WorkerHello hello) {
+                                  v1::WorkerHello hello, bool lost) {
   absl::MutexLock lock(&mu_);
   if (workers_.contains(worker_id)) return;
   Entry& e = workers_[worker_id];
   e.status.id = worker_id;
   e.status.hello = std::move(hello);
+  if (lost) {
+    e.status.state = v1::WORKER_LOST;
+    return;
+  }
   e.status.state = v1::WORKER_READY;
   e.status.lease_deadline = clock_->Now() + lease_;
   Settle(e);
@@ -140,13 +144,14 @@ void WorkerRegistry::RecordDeviceFigures(
   }
 }
 
-void WorkerRegistry::Detach(const std::string& worker_id, int64_t session) {
+bool WorkerRegistry::Detach(const std::string& worker_id, int64_t session) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it == workers_.end() || it->second.session != session) return;
+  if (it == workers_.end() || it->second.session != session) return false;
   it->second.link.reset();
   it->second.status.connected = false;
   Settle(it->second);
+  return true;
 }
 
 std::vector<std::string> WorkerRegistry::ExpireLeases() {

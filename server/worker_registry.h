@@ -71,8 +71,10 @@ class WorkerRegistry {
 
   // A worker the store knows (its last `hello`, or empty when only jobs
   // held there name it), before it reconnects after a server restart: it
-  // gets a fresh lease from now. No-op for a worker the registry knows.
-  void AddRecovered(const std::string& worker_id, v1::WorkerHello hello = {});
+  // gets a fresh lease from now, or is LOST at once when it was declared
+  // lost before. No-op for a worker the registry knows.
+  void AddRecovered(const std::string& worker_id, v1::WorkerHello hello = {},
+                    bool lost = false);
 
   // A worker opened a stream and said hello. Closes an older link of the
   // same worker process (a reconnect: same instance_id). Returns the new
@@ -101,8 +103,9 @@ class WorkerRegistry {
   void RecordDeviceFigures(
       const std::string& worker_id, int64_t session,
       const google::protobuf::RepeatedPtrField<v1::Device>& figures);
-  // The session's stream ended; the lease keeps running.
-  void Detach(const std::string& worker_id, int64_t session);
+  // The session's stream ended; the lease keeps running. False, changing
+  // nothing, when `session` is no longer the worker's current one.
+  bool Detach(const std::string& worker_id, int64_t session);
 
   // Declares every worker whose lease has run out LOST, closes its link,
   // and returns their ids (only newly lost ones). A worker that was

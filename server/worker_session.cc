@@ -83,18 +83,25 @@ void WorkerSession::Close() {
   if (closed_) return;
   closed_ = true;
   if (session_ == 0) return;
-  workers_->Detach(worker_id_, session_);
+  const bool current = workers_->Detach(worker_id_, session_);
   YARD_LOG(INFO) << "worker " << worker_id_ << " disconnected";
   // It said it was shutting down: it left on purpose, and a server restart
-  // must not take it for lost.
-  if (said_draining_) {
-    if (absl::Status s = store_->DeleteKnownWorker(worker_id_); !s.ok()) {
-      YARD_LOG(WARNING) << "worker " << worker_id_ << " left but stays in "
-                        << "the store (after a server restart it is listed "
-                        << "lost until it comes back or is forgotten): " << s;
-    }
-  }
+  // must not take it for lost. Not when a newer session has it already.
+  if (said_draining_ && current) ForgetLeftWorker();
   if (wake_scheduler_) wake_scheduler_();
+}
+
+void WorkerSession::ForgetLeftWorker() {
+  if (absl::Status s = store_->DeleteKnownWorker(worker_id_); !s.ok()) {
+    YARD_LOG(WARNING) << "worker " << worker_id_ << " left but stays in the "
+                      << "store (after a server restart it is listed lost "
+                      << "until it comes back or is forgotten): " << s;
+    return;
+  }
+  // Connected again meanwhile (its hello stored before the delete): keep
+  // it known after all.
+  std::optional<WorkerStatus> now = workers_->Find(worker_id_);
+  if (now && now->connected) (void)store_->PutKnownWorker(now->hello);
 }
 
 absl::Status WorkerSession::Handle(const v1::WorkerMessage& message) {

@@ -74,6 +74,8 @@ class WorkerSession {
   const std::string& worker_id() const { return worker_id_; }
 
  private:
+  // Drops the store's record of a worker that shut down and left.
+  void ForgetLeftWorker();
   absl::Status OnHello(const v1::WorkerHello& hello);
   absl::Status Reattach(const v1::WorkerHello& hello);
   absl::Status OnHeartbeat(const v1::Heartbeat& heartbeat);

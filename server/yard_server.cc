@@ -169,6 +169,7 @@ absl::Status CheckListenAddress(const std::string& listen, bool tls,
 
 struct YardServer::Parts {
   YardServerOptions options;
+  bool wildcard_listen = false;  // --listen binds every address
   std::string address;
   std::string address_file;
   int lock_fd = -1;
@@ -283,11 +284,11 @@ absl::Status YardServer::Parts::OpenAuth() {
 // gets a lease from now to come back (and re-attach its jobs), or it is
 // declared lost and its jobs return to the queue.
 absl::Status YardServer::Parts::Recover() {
-  ASSIGN_OR_RETURN(std::vector<v1::WorkerHello> known,
+  ASSIGN_OR_RETURN(std::vector<JobStore::KnownWorker> known,
                    store->ListKnownWorkers());
-  for (v1::WorkerHello& hello : known) {
-    const std::string id = hello.worker_id();
-    workers->AddRecovered(id, std::move(hello));
+  for (JobStore::KnownWorker& w : known) {
+    const std::string id = w.hello.worker_id();
+    workers->AddRecovered(id, std::move(w.hello), w.lost);
   }
   if (!known.empty()) {
     YARD_LOG(INFO) << known.size() << " known workers have "
@@ -403,9 +404,9 @@ absl::Status YardServer::Parts::Serve() {
   MarkServicesServing(*grpc_server);
   ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(options.listen));
   // A wildcard bind is reached through loopback from this machine.
-  const bool wildcard = hp.host == "0.0.0.0" || hp.host == "[::]";
+  wildcard_listen = hp.host == "0.0.0.0" || hp.host == "[::]";
   address = absl::StrCat(
-      hp.host == "[::1]" || !(wildcard || IsLoopbackHost(hp.host))
+      hp.host == "[::1]" || !(wildcard_listen || IsLoopbackHost(hp.host))
           ? hp.host
           : "127.0.0.1",
       ":", port);
@@ -449,14 +450,13 @@ absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
   if (server->parts_->retention) server->parts_->retention->Start();
   // A wildcard bind is reached locally through loopback: say both.
   const std::string& listen = server->parts_->options.listen;
-  const std::string bound_port =
-      server->address().substr(server->address().rfind(':') + 1);
-  const std::string bound_host = listen.substr(0, listen.rfind(':'));
+  const std::string& address = server->address();
   YARD_LOG(INFO) << "yard-server " << kServerVersion << " serving on "
-                 << (bound_host == "0.0.0.0" || bound_host == "[::]"
-                         ? absl::StrCat(bound_host, ":", bound_port,
-                                        ", locally ", server->address())
-                         : server->address())
+                 << (server->parts_->wildcard_listen
+                         ? absl::StrCat(listen.substr(0, listen.rfind(':')),
+                                        address.substr(address.rfind(':')),
+                                        ", locally ", address)
+                         : address)
                  << " (state dir " << server->parts_->options.state_dir
                  << ", policy " << server->parts_->policy->name() << ")";
   return server;

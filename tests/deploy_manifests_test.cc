@@ -325,6 +325,23 @@ TEST_F(DeployManifestsTest, ComposeFileHoldsTogether) {
   for (const std::string& v : Strings(services["yard-worker"]["volumes"])) {
     EXPECT_FALSE(absl::StartsWith(v, "state:")) << "the worker mounts " << v;
   }
+  // A fresh named volume takes the owner of the image's directory at its
+  // mount point: each must be one the image makes (and gives its
+  // unprivileged user), or the daemons could not write it.
+  const std::string dockerfile = ReadAll(DeployDir() + "/Dockerfile");
+  const std::string made = dockerfile.substr(dockerfile.find("mkdir -p"));
+  for (const char* s : {"yard-server", "yard-worker", "join-token"}) {
+    for (const std::string& v : Strings(services[s]["volumes"])) {
+      if (absl::StartsWith(v, "./")) continue;  // a bind mount
+      std::string target = v.substr(v.find(':') + 1);
+      target = target.substr(0, target.find(':'));
+      EXPECT_TRUE(
+          absl::StrContains(made.substr(0, made.find("USER")), target + " ") ||
+          absl::StrContains(made.substr(0, made.find("USER")), target + "\\"))
+          << s << " mounts a volume at " << target
+          << ", which the image does not make";
+    }
+  }
   const std::string copy = Strings(services["join-token"]["command"]).at(0);
   EXPECT_TRUE(absl::StrContains(
       copy, state + "/worker.token " + Flag(worker_cmd, "--token-file")))

@@ -105,33 +105,42 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetrics(
 
 // Blocks in sigwait until the worker has shut down; see the file comment.
 // Serves until SIGTERM/SIGINT, or until `refused` is set (and SIGUSR1
-// sent), then shuts the worker down.
-void ServeUntilSignalled(Worker& worker, const sigset_t& signals,
-                         absl::Duration grace,
-                         const std::atomic<bool>& refused) {
+// sent), then shuts the worker down. Returns the exit status: 3 when the
+// refusal, not a signal, ended it. SIGUSR1 is also how the shutdown thread
+// says it is done: only its `done` flag counts as that.
+int ServeUntilSignalled(Worker& worker, const sigset_t& signals,
+                        absl::Duration grace,
+                        const std::atomic<bool>& refused) {
   int sig = 0;
   do {
     sigwait(&signals, &sig);
   } while (sig == SIGUSR1 && !refused);
-  if (sig == SIGUSR1) {
+  const bool was_refused = sig == SIGUSR1;
+  if (was_refused) {
     YARD_LOG(ERROR) << "the server refused this worker: shutting down; "
                        "fix its join token (--token-file, $YARD_TOKEN) or "
                        "client certificate and start it again";
   } else {
     YARD_LOG(INFO) << "received SIG" << sigabbrev_np(sig) << ": shutting down";
   }
-  std::thread shutdown([&worker, grace] {
+  std::atomic<bool> done{false};
+  std::thread shutdown([&worker, grace, &done] {
     worker.Shutdown(grace, kFlushTimeout);
+    done = true;
     kill(getpid(), SIGUSR1);  // wakes the sigwait below
   });
   while (true) {
     sigwait(&signals, &sig);
-    if (sig == SIGUSR1) break;
+    if (sig == SIGUSR1) {
+      if (done) break;
+      continue;  // a refusal while shutting down: nothing more to do
+    }
     YARD_LOG(WARNING) << "received SIG" << sigabbrev_np(sig)
                       << " again: killing the jobs now";
     worker.KillJobs();
   }
   shutdown.join();
+  return was_refused ? 3 : 0;
 }
 
 // Jobs are placed on GPUs by NVML's index (PCI bus order, as nvidia-smi);
@@ -315,9 +324,10 @@ int Main(int argc, char** argv) {
                  << ", train binary " << flags->train_bin;
   Worker worker(config);
   worker.Start();
-  ServeUntilSignalled(worker, signals, flags->shutdown_grace, refused);
+  const int status =
+      ServeUntilSignalled(worker, signals, flags->shutdown_grace, refused);
   YARD_LOG(INFO) << "yard-worker stopped";
-  return refused ? 3 : 0;
+  return status;
 }
 
 }  // namespace
