@@ -11,7 +11,7 @@ DependencyCheck CheckDependencies(const std::vector<JobRecord>& queued,
   DependencyCheck check;
   for (const JobRecord& r : queued) {
     const v1::Job& job = r.job;
-    if (job.spec().depends_on().empty() || job.dependencies_met()) continue;
+    if (!AwaitsDependencies(job)) continue;
     std::vector<std::string> pending;  // "j-000012 (RUNNING)"
     std::string failure;
     for (const std::string& id : job.spec().depends_on()) {

@@ -53,6 +53,18 @@ bool IsKnownState(JobState state) {
          IsTerminal(state);
 }
 
+bool AwaitsDependencies(const v1::Job& job) {
+  return !job.spec().depends_on().empty() && !job.dependencies_met();
+}
+
+bool AwaitsWarmStartSource(const v1::Job& job) {
+  return job.spec().has_warm_start() && job.warm_start_checkpoint().empty();
+}
+
+bool InRestartBackoff(const v1::Job& job, absl::Time now) {
+  return job.has_restart_after() && FromProtoTime(job.restart_after()) > now;
+}
+
 absl::Status CheckTransition(std::string_view job_id, JobState from,
                              JobState to) {
   if (Allowed(from, to)) return absl::OkStatus();

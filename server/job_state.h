@@ -38,6 +38,14 @@ bool IsActive(v1::JobState state);
 // The states a job in the store can be in (QUEUED through SUSPENDED).
 bool IsKnownState(v1::JobState state);
 
+// What a queued job may wait for before the scheduler looks for room for
+// it, each read from the job alone: a job of its depends_on to succeed (not
+// yet marked met), its warm start's source to end (no checkpoint picked
+// yet), the backoff of its last restart to pass.
+bool AwaitsDependencies(const v1::Job& job);
+bool AwaitsWarmStartSource(const v1::Job& job);
+bool InRestartBackoff(const v1::Job& job, absl::Time now);
+
 // OK when from -> to is a legal transition; else FAILED_PRECONDITION naming
 // the job and both states.
 absl::Status CheckTransition(std::string_view job_id, v1::JobState from,

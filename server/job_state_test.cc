@@ -115,5 +115,24 @@ TEST(JobStateTest, Predicates) {
   EXPECT_EQ(JobStateName(v1::RUNNING), "RUNNING");
 }
 
+TEST(JobStateTest, WhatAQueuedJobWaitsForFirst) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  v1::Job job;
+  EXPECT_FALSE(AwaitsDependencies(job));
+  EXPECT_FALSE(AwaitsWarmStartSource(job));
+  EXPECT_FALSE(InRestartBackoff(job, now));
+  job.mutable_spec()->add_depends_on("j-000001");
+  EXPECT_TRUE(AwaitsDependencies(job));
+  job.set_dependencies_met(true);
+  EXPECT_FALSE(AwaitsDependencies(job));
+  job.mutable_spec()->mutable_warm_start()->set_job("j-000002");
+  EXPECT_TRUE(AwaitsWarmStartSource(job));
+  job.set_warm_start_checkpoint("ckpt/j-000002/step-00000100");
+  EXPECT_FALSE(AwaitsWarmStartSource(job));
+  *job.mutable_restart_after() = ToProtoTime(now + absl::Seconds(2));
+  EXPECT_TRUE(InRestartBackoff(job, now));
+  EXPECT_FALSE(InRestartBackoff(job, now + absl::Seconds(2)));
+}
+
 }  // namespace
 }  // namespace trainyard::server

@@ -13,6 +13,7 @@
 #include "server/cluster_view.h"
 #include "server/concurrency_groups.h"
 #include "server/job_dependencies.h"
+#include "server/job_state.h"
 #include "server/scheduler_snapshot.h"
 #include "server/time_limits.h"
 #include "server/warm_starts.h"
@@ -257,10 +258,9 @@ std::vector<JobRecord> SchedulerLoop::WithoutBackoffs(
     std::vector<JobRecord> queued) {
   const absl::Time now = clock_->Now();
   std::erase_if(queued, [&](const JobRecord& r) {
-    if (!r.job.has_restart_after()) return false;
-    const absl::Time after = FromProtoTime(r.job.restart_after());
-    if (after <= now) return false;
-    next_deadline_ = std::min(next_deadline_, after);
+    if (!InRestartBackoff(r.job, now)) return false;
+    next_deadline_ =
+        std::min(next_deadline_, FromProtoTime(r.job.restart_after()));
     return true;
   });
   return queued;

@@ -8,6 +8,7 @@
 #include "common/proto_time.h"
 #include "server/attempt_usage.h"
 #include "server/cluster_view.h"
+#include "server/job_state.h"
 
 namespace trainyard::server {
 namespace {
@@ -80,16 +81,10 @@ absl::Time QueuedSince(const v1::Job& job) {
 }
 
 // Whether a queued job waits for room on a worker, rather than for
-// something else first: a dependency to succeed, its warm start's source
-// to end, or its restart backoff to pass.
+// something else first (job_state.h).
 bool WaitsForAWorker(const v1::Job& job, absl::Time now) {
-  if (job.spec().depends_on_size() > 0 && !job.dependencies_met()) {
-    return false;
-  }
-  if (job.spec().has_warm_start() && job.warm_start_checkpoint().empty()) {
-    return false;
-  }
-  return !job.has_restart_after() || FromProtoTime(job.restart_after()) <= now;
+  return !AwaitsDependencies(job) && !AwaitsWarmStartSource(job) &&
+         !InRestartBackoff(job, now);
 }
 
 }  // namespace

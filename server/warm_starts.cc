@@ -38,9 +38,7 @@ WarmStartCheck CheckWarmStarts(const std::vector<JobRecord>& queued,
   WarmStartCheck check;
   for (const JobRecord& r : queued) {
     const v1::Job& job = r.job;
-    if (!job.spec().has_warm_start() || !job.warm_start_checkpoint().empty()) {
-      continue;
-    }
+    if (!AwaitsWarmStartSource(job)) continue;
     const std::string& source_id = job.spec().warm_start().job();
     absl::StatusOr<v1::Job> source = job_of(source_id);
     if (absl::IsNotFound(source.status())) {
