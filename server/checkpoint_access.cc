@@ -17,7 +17,6 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "engine/core/checkpoint.h"
-#include "engine/core/json.h"
 #include "server/job_state.h"
 
 namespace trainyard::server {
@@ -109,14 +108,11 @@ int64_t BestStepRecorded(const v1::Job& job, int root, int64_t newest) {
     if (n <= 0) return -1;
     got += static_cast<size_t>(n);
   }
-  absl::StatusOr<engine::Json> json = engine::ParseJson(text);
-  if (!json.ok()) return -1;
-  const engine::Json* stopping = json->Find("early_stopping");
-  const engine::Json* best =
-      stopping == nullptr ? nullptr : stopping->Find("best_step");
-  if (best == nullptr) return -1;
-  absl::StatusOr<int64_t> step = best->AsInt("best_step");
-  return step.ok() && *step > 0 && *step <= newest ? *step : -1;
+  absl::StatusOr<engine::CheckpointMeta> read =
+      engine::ReadCheckpointMeta(text);
+  if (!read.ok() || !read->early_stopping.has_value()) return -1;
+  const int64_t best = read->early_stopping->best_step;
+  return best > 0 && best <= newest ? best : -1;
 }
 
 absl::Status Missing(const v1::Job& job, int64_t step) {

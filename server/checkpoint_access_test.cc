@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/core/checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/test_dir.h"
@@ -165,9 +166,12 @@ TEST_F(CheckpointAccessTest, AnEndedKeepBestJobsBestIsWhatItsNewestRecords) {
   job_.mutable_spec()->mutable_checkpoint()->set_keep_best(true);
   AddCheckpoint(300, "a");
   AddCheckpoint(900, "b");
-  AddCheckpoint(1000, "c",
-                R"({"step": 1000, "early_stopping": {"best_loss": 0.12,
-                    "best_step": 300, "evals_since_best": 7}})");
+  // The newest as the engine writes it, its early stopping's state inside.
+  engine::Checkpoint newest;
+  newest.meta.step = 1000;
+  newest.meta.early_stopping = engine::EarlyStoppingState{
+      .best_loss = 0.12, .best_step = 300, .evals_since_best = 7};
+  ASSERT_TRUE(engine::WriteCheckpoint(job_.checkpoint_dir(), newest).ok());
   job_.set_state(v1::RUNNING);  // not ended: no best yet
   EXPECT_TRUE(absl::IsFailedPrecondition(Pick(0, true).status()));
   job_.set_state(v1::CANCELLED);

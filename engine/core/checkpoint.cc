@@ -303,23 +303,36 @@ absl::StatusOr<Checkpoint> VerifyTensors(const ParsedMeta& meta,
 
 }  // namespace
 
+namespace {
+
+// ParseMeta with its errors named after meta.json: a newer format keeps
+// its code, anything else is a broken file.
+absl::StatusOr<ParsedMeta> ParseMetaJson(absl::string_view meta_json) {
+  absl::StatusOr<ParsedMeta> meta = ParseMeta(meta_json);
+  if (meta.ok()) return meta;
+  return absl::Status(absl::IsFailedPrecondition(meta.status())
+                          ? meta.status().code()
+                          : absl::StatusCode::kDataLoss,
+                      absl::StrCat("meta.json: ", meta.status().message()));
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(absl::string_view meta_json) {
+  ASSIGN_OR_RETURN(ParsedMeta meta, ParseMetaJson(meta_json));
+  return std::move(meta.meta);
+}
+
 absl::StatusOr<TensorsFileRecord> ReadTensorsFileRecord(
     absl::string_view meta_json) {
-  absl::StatusOr<ParsedMeta> meta = ParseMeta(meta_json);
-  if (!meta.ok()) {
-    // A newer format keeps its code; anything else is a broken file.
-    return absl::Status(absl::IsFailedPrecondition(meta.status())
-                            ? meta.status().code()
-                            : absl::StatusCode::kDataLoss,
-                        absl::StrCat("meta.json: ", meta.status().message()));
-  }
+  ASSIGN_OR_RETURN(ParsedMeta meta, ParseMetaJson(meta_json));
   TensorsFileRecord out;
-  out.step = meta->meta.step;
-  out.bytes = meta->file_bytes;
-  if (meta->file_crc.size() != 8 ||
-      !absl::SimpleHexAtoi(meta->file_crc, &out.crc32)) {
+  out.step = meta.meta.step;
+  out.bytes = meta.file_bytes;
+  if (meta.file_crc.size() != 8 ||
+      !absl::SimpleHexAtoi(meta.file_crc, &out.crc32)) {
     return absl::DataLossError(absl::StrCat("meta.json: tensors_file.crc32 \"",
-                                            meta->file_crc,
+                                            meta.file_crc,
                                             "\" is not 8 hex digits"));
   }
   return out;

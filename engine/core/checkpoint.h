@@ -116,6 +116,11 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(absl::string_view meta_json,
                                            absl::string_view tensors,
                                            const std::string& dir);
 
+// A checkpoint's meta.json alone, with the checks ReadCheckpoint makes of
+// it (e.g. to read the early stopping's best step without the tensors).
+// DATA_LOSS naming what is wrong; FAILED_PRECONDITION for a newer version.
+absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(absl::string_view meta_json);
+
 // What a checkpoint's meta.json records of its model.safetensors: enough
 // to check a copy of the checkpoint (e.g. one downloaded) while it is
 // written, without holding the tensors in memory.
