@@ -421,8 +421,10 @@ TEST_F(ServerLinkTest, AStreamWhoseHelloIsNotAnsweredIsOpenedAgain) {
 }
 
 // The server ends the stream with its verdict before the hello is even
-// written: every try must report that verdict, never a CANCELLED of its own
-// making (which hid the refusal from the operator).
+// written: every try that reached it must report that verdict, never a
+// CANCELLED of its own making (which hid the refusal from the operator). On
+// a loaded machine a try may also fail to connect at all (UNAVAILABLE from
+// the transport); that is not a refusal hidden.
 TEST_F(ServerLinkTest, ARefusalIsReportedAsTheServerSaidIt) {
   hub_.set_refuse(true);
   auto server = FakeServer::Start(hub_);
@@ -431,11 +433,15 @@ TEST_F(ServerLinkTest, ARefusalIsReportedAsTheServerSaidIt) {
   link->Start();
   const std::vector<absl::Status> failures = delegate_.WaitFailures(20);
   ASSERT_EQ(failures.size(), 20u);
+  int refusals = 0;
   for (const absl::Status& s : failures) {
+    if (absl::IsUnavailable(s)) continue;
     EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
     EXPECT_THAT(std::string(s.message()),
                 ::testing::HasSubstr("bad join token"));
+    ++refusals;
   }
+  EXPECT_GE(refusals, 10) << "most tries reach the server";
   EXPECT_FALSE(link->connected());
 }
 
