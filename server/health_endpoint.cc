@@ -55,7 +55,10 @@ absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
     return absl::UnavailableError(absl::StrCat(
         "--health-listen ", listen, ": cannot listen (address in use?)"));
   }
-  MarkServicesServing(*endpoint->server_);
+  if (grpc::HealthCheckServiceInterface* health =
+          endpoint->server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);  // until the API port serves
+  }
   endpoint->address_ = absl::StrCat(listen.substr(0, colon), ":", bound);
   if (!address_file.empty()) {
     const std::string tmp = address_file + ".tmp";
@@ -72,6 +75,13 @@ absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
 }
 
 HealthEndpoint::~HealthEndpoint() { Shutdown(); }
+
+void HealthEndpoint::SetServing() {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(true);
+  MarkServicesServing(*server_);
+}
 
 void HealthEndpoint::SetNotServing() {
   if (server_ != nullptr && server_->GetHealthCheckService() != nullptr) {

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -213,6 +214,39 @@ TEST(MetricsEndpointTest, HealthPortSaysNotServingThroughTheDrain) {
   EXPECT_EQ(reply, std::string("\x08\x02", 2));  // status: NOT_SERVING
   reply.clear();
   EXPECT_FALSE(HealthCheck(health, &reply).ok()) << "closed after the drain";
+}
+
+// A side port in use stops the start before anything is stored: no job
+// store, no tokens, no API port a worker could reach; the reason names the
+// flag.
+TEST(MetricsEndpointTest, ATakenSidePortStopsTheStartBeforeTheStoreOpens) {
+  TestDir dir;
+  YardServerOptions first;
+  first.listen = "127.0.0.1:0";
+  first.state_dir = dir.File("first");
+  first.metrics_listen = "127.0.0.1:0";
+  first.health_listen = "127.0.0.1:0";
+  auto server = YardServer::Start(first);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::string health = ReadFile(dir.File("first/yard-server.health-addr"));
+  health.pop_back();
+  for (const bool metrics_port : {true, false}) {
+    SCOPED_TRACE(metrics_port ? "--metrics-listen" : "--health-listen");
+    YardServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.state_dir = dir.File(metrics_port ? "m" : "h");
+    (metrics_port ? o.metrics_listen : o.health_listen) =
+        metrics_port ? (*server)->metrics_address() : health;
+    auto second = YardServer::Start(o);
+    ASSERT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(
+        second.status().message(),
+        HasSubstr(metrics_port ? "--metrics-listen" : "--health-listen"));
+    for (const char* file :
+         {"trainyard.db", "auth.db", "admin.token", "yard-server.addr"}) {
+      EXPECT_FALSE(std::filesystem::exists(o.state_dir + "/" + file)) << file;
+    }
+  }
 }
 
 TEST(MetricsEndpointTest, MetricsOffByDefaultInTheLibrary) {

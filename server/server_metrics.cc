@@ -210,6 +210,7 @@ void ServerMetrics::Watch(const JobStore* store,
                           const WorkerRegistry* workers) {
   store_ = store;
   workers_ = workers;
+  watching_.store(true, std::memory_order_release);
 }
 
 void ServerMetrics::OnStateChange(const v1::StateChange& change) {
@@ -256,7 +257,8 @@ std::vector<pm::MetricFamily> ServerMetrics::Collect() const {
       "yard_build_info", "The yard-server version; the value is always 1.");
   AddGauge(info, 1, {{"version", version_}});
   out.push_back(std::move(info));
-  if (store_ != nullptr && workers_ != nullptr) {
+  if (watching_.load(std::memory_order_acquire) && store_ != nullptr &&
+      workers_ != nullptr) {
     CollectJobs(out);
     CollectCapacity(out);
   }

@@ -9,7 +9,8 @@
 // as Prometheus expects.
 //
 // Thread-safe: hooks come from RPC and scheduler threads, Collect from the
-// scrape threads. Set the sources (Watch) before the first Collect.
+// scrape threads. Until the sources are set (Watch), a scrape has only the
+// hook-fed families: the endpoint may serve before the store is open.
 #ifndef TRAINYARD_SERVER_SERVER_METRICS_H_
 #define TRAINYARD_SERVER_SERVER_METRICS_H_
 
@@ -20,6 +21,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,7 +47,7 @@ class ServerMetrics : public prometheus::Collectable {
  public:
   ServerMetrics(Clock* clock, std::string version);
 
-  // The sources of the scrape-time gauges. Call once, before serving.
+  // The sources of the scrape-time gauges. Call once; scrapes may run.
   void Watch(const JobStore* store, const WorkerRegistry* workers);
 
   // --- Hooks ---
@@ -79,8 +81,10 @@ class ServerMetrics : public prometheus::Collectable {
 
   Clock* const clock_;
   const std::string version_;
+  // Written once by Watch, then read only after `watching_` reads true.
   const JobStore* store_ = nullptr;
   const WorkerRegistry* workers_ = nullptr;
+  std::atomic<bool> watching_{false};
 
   // prometheus-cpp's metrics are thread-safe; the registry owns them.
   std::shared_ptr<prometheus::Registry> registry_;

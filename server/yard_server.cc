@@ -201,15 +201,17 @@ struct YardServer::Parts {
     if (lock_fd >= 0) ::close(lock_fd);
   }
 
-  absl::Status OpenState();
+  absl::Status PrepareStateDir();  // directories, the lock, swept deletions
+  absl::Status OpenState();        // the job store
   absl::Status OpenAuth();  // auth.db; first start: the admin/worker tokens
   absl::Status Recover();
   void BuildLogic();
   absl::Status Serve();
   absl::Status ServeSidePorts();  // /metrics and the health-only port
+  void MarkServing();             // both ports say SERVING
 };
 
-absl::Status YardServer::Parts::OpenState() {
+absl::Status YardServer::Parts::PrepareStateDir() {
   YardServerOptions& o = options;
   std::error_code ec;
   fs::create_directories(o.state_dir, ec);
@@ -233,6 +235,11 @@ absl::Status YardServer::Parts::OpenState() {
     YARD_LOG(INFO) << "removed " << swept
                    << " checkpoint directories left by interrupted deletions";
   }
+  return absl::OkStatus();
+}
+
+absl::Status YardServer::Parts::OpenState() {
+  const YardServerOptions& o = options;
   JobStoreOptions so;
   so.commit_fault = o.store_commit_fault;
   so.path = o.state_dir + "/trainyard.db";
@@ -240,7 +247,6 @@ absl::Status YardServer::Parts::OpenState() {
   so.log_bytes_kept = o.log_bytes_kept;
   so.clock = o.clock;
   so.on_commit = [this] { notifier.Notify(); };
-  metrics = std::make_shared<ServerMetrics>(o.clock, kServerVersion);
   so.on_state_change = [m = metrics.get()](const v1::StateChange& c) {
     m->OnStateChange(c);
   };
@@ -401,7 +407,6 @@ absl::Status YardServer::Parts::Serve() {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", options.listen, " (address in use?)"));
   }
-  MarkServicesServing(*grpc_server);
   ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(options.listen));
   // A wildcard bind is reached through loopback from this machine.
   wildcard_listen = hp.host == "0.0.0.0" || hp.host == "[::]";
@@ -433,6 +438,11 @@ absl::Status YardServer::Parts::ServeSidePorts() {
   return absl::OkStatus();
 }
 
+void YardServer::Parts::MarkServing() {
+  MarkServicesServing(*grpc_server);
+  if (health_endpoint) health_endpoint->SetServing();
+}
+
 absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
     YardServerOptions options) {
   RETURN_IF_ERROR(CheckServerOptions(options));
@@ -440,12 +450,18 @@ absl::StatusOr<std::unique_ptr<YardServer>> YardServer::Start(
   parts->options = std::move(options);
   ASSIGN_OR_RETURN(parts->policy,
                    scheduler::MakePlacementPolicy(parts->options.policy));
+  RETURN_IF_ERROR(parts->PrepareStateDir());
+  parts->metrics =
+      std::make_shared<ServerMetrics>(parts->options.clock, kServerVersion);
+  // The side ports first: one in use stops the start before the store is
+  // opened (or created) and before workers can reach the API port.
+  RETURN_IF_ERROR(parts->ServeSidePorts());
   RETURN_IF_ERROR(parts->OpenState());
   parts->BuildLogic();
   RETURN_IF_ERROR(parts->Recover());
   std::unique_ptr<YardServer> server(new YardServer(std::move(parts)));
   RETURN_IF_ERROR(server->parts_->Serve());
-  RETURN_IF_ERROR(server->parts_->ServeSidePorts());
+  server->parts_->MarkServing();
   server->parts_->loop->Start();
   if (server->parts_->retention) server->parts_->retention->Start();
   // A wildcard bind is reached locally through loopback: say both.
