@@ -399,6 +399,18 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
                 return true;
               }
             }
+            // Failed while stopping for a suspend (its checkpoint could not
+            // be written, say): parked as asked, the attempt FAILED with its
+            // error, no restart spent; it resumes from its latest checkpoint.
+            const bool failed_suspending = to == v1::FAILED &&
+                                           r.job.state() == v1::PREEMPTING &&
+                                           !r.job.suspend_reason().empty();
+            if (failed_suspending) {
+              r.job.set_suspend_reason(
+                  absl::StrCat(r.job.suspend_reason(),
+                               "; the attempt failed while stopping: ", why));
+              to = v1::QUEUED;  // Transition parks it
+            }
             const bool restart =
                 to == v1::FAILED &&
                 RestartIfAllowed(update.exited(), options_.restart_backoff,
@@ -421,10 +433,13 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
             }
             ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                              Transition(r.job, to, why, clock_->Now()));
-            if (restart) {
-              // The job goes back to the queue, but this attempt failed.
-              r.job.mutable_attempts(r.job.attempts_size() - 1)
-                  ->set_outcome(v1::FAILED);
+            if (restart || failed_suspending) {
+              // The job goes back to the queue (or parks), but this attempt
+              // failed.
+              v1::Attempt* attempt =
+                  r.job.mutable_attempts(r.job.attempts_size() - 1);
+              attempt->set_outcome(v1::FAILED);
+              if (failed_suspending) attempt->set_reason(why);
             }
             if (to != v1::SUCCEEDED) r.job.clear_result();
             ReleaseHoldings(r);

@@ -156,22 +156,45 @@ TEST_F(JobSuspensionTest, ALostWorkerParksItsSuspendingJob) {
   EXPECT_EQ(Job(id).job.state(), v1::SUSPENDED);
 }
 
-TEST_F(JobSuspensionTest, AFailureWithRestartsLeftIsParkedNotRestarted) {
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = Spec();
-  req.mutable_spec()->set_max_restarts(2);
-  absl::StatusOr<SubmitResult> sub = lifecycle_->Submit(req);
-  ASSERT_TRUE(sub.ok()) << sub.status();
-  const std::string id = sub->job.id();
-  FakeWorker& w = Connect("w1");
-  Pass();
-  ASSERT_TRUE(w.Started(id, 1).ok());
-  ASSERT_TRUE(lifecycle_->Suspend(id, "").ok());
-  ASSERT_TRUE(Exit(w, id, 1, 1).ok());  // it crashed while stopping
-  const v1::Job job = Job(id).job;
-  EXPECT_EQ(job.state(), v1::SUSPENDED);
-  EXPECT_EQ(job.restarts(), 1);
-  EXPECT_EQ(job.attempts(0).outcome(), v1::FAILED);
+// A job that fails while stopping for a suspend (its checkpoint could not
+// be written: a full disk) is parked as asked, with or without restarts
+// left and without spending one; its attempt is FAILED with the error, and
+// the job's reason says both.
+TEST_F(JobSuspensionTest, AFailureWhileStoppingIsParkedWithItsErrorNoRestart) {
+  for (const int max_restarts : {2, 0}) {
+    SCOPED_TRACE(max_restarts);
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec();
+    req.mutable_spec()->set_max_restarts(max_restarts);
+    absl::StatusOr<SubmitResult> sub = lifecycle_->Submit(req);
+    ASSERT_TRUE(sub.ok()) << sub.status();
+    const std::string id = sub->job.id();
+    FakeWorker& w = Connect(absl::StrCat("w", max_restarts));
+    Pass();
+    ASSERT_TRUE(w.Started(id, 1).ok());
+    ASSERT_TRUE(lifecycle_->Suspend(id, "").ok());
+    ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                   u.mutable_exited()->set_exit_code(1);
+                   u.mutable_exited()->set_error(
+                       "cannot write checkpoint: No space left on device");
+                 }).ok());
+    const v1::Job job = Job(id).job;
+    EXPECT_EQ(job.state(), v1::SUSPENDED);
+    EXPECT_EQ(job.restarts(), 0);
+    EXPECT_FALSE(job.has_restart_after());
+    EXPECT_EQ(job.state_reason(),
+              "suspended by user; the attempt failed while stopping: cannot "
+              "write checkpoint: No space left on device");
+    ASSERT_EQ(job.attempts_size(), 1);
+    EXPECT_EQ(job.attempts(0).outcome(), v1::FAILED);
+    EXPECT_EQ(job.attempts(0).reason(),
+              "cannot write checkpoint: No space left on device");
+    // It resumes as any suspended job does.
+    absl::StatusOr<v1::Job> r = lifecycle_->Resume(id);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->state(), v1::QUEUED);
+    ASSERT_TRUE(lifecycle_->Cancel(id, "").ok());
+  }
 }
 
 TEST_F(JobSuspensionTest, FinishingWhileStoppingKeepsTheRealOutcome) {
