@@ -1,6 +1,7 @@
 #include "server/job_store.h"
 
 #include <sqlite3.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -201,6 +202,34 @@ TEST_F(JobStoreTest, ListsOldestFirstInPages) {
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->jobs.size(), 120u);
   EXPECT_TRUE(all->next_page_token.empty());
+}
+
+// Large specs (up to 1 MiB each) end a page early so that a response fits
+// gRPC's default 4 MiB, with a token to the rest; every job is still seen.
+TEST_F(JobStoreTest, APageEndsBeforeItsJobsPassTheByteBudget) {
+  auto store = Open();
+  for (int i = 0; i < 7; ++i) {
+    v1::Job job = NewJob();
+    job.mutable_spec()->mutable_data()->mutable_text()->set_train(
+        std::string(900 << 10, 'a'));  // ~900 KiB each
+    ASSERT_TRUE(store->CreateJob(std::move(job)).ok());
+  }
+  ListJobsQuery q;
+  q.page_size = 500;
+  std::vector<size_t> sizes;
+  size_t seen = 0;
+  do {
+    auto page = store->ListJobs(q);
+    ASSERT_TRUE(page.ok()) << page.status();
+    size_t bytes = 0;
+    for (const v1::Job& j : page->jobs) bytes += j.ByteSizeLong();
+    EXPECT_LE(bytes, static_cast<size_t>(JobStore::kMaxPageBytes));
+    sizes.push_back(page->jobs.size());
+    seen += page->jobs.size();
+    q.page_token = page->next_page_token;
+  } while (!q.page_token.empty());
+  EXPECT_EQ(seen, 7u);
+  EXPECT_EQ(sizes, (std::vector<size_t>{3, 3, 1}));
 }
 
 TEST_F(JobStoreTest, ListFiltersByStateAndTenant) {
@@ -646,6 +675,33 @@ TEST_F(JobStoreTest, TheStoreFilesAreTheOwnersOnly) {
   }
   auto store = Open();
   EXPECT_EQ(mode(db), 0600u);
+}
+
+// The store's connections keep SQLite's locks on its file while it is
+// open: were one dropped (closing any descriptor of the file drops all of a
+// process's POSIX locks), an operator's sqlite3 shell would take itself for
+// the last user on exit, checkpoint and delete the WAL under the server,
+// and later commits would be lost.
+TEST_F(JobStoreTest, AnotherProcessSeesTheOpenStoreLocked) {
+  auto store = Open();
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  ASSERT_TRUE(store->ListJobs({}).ok());
+  const std::string db = dir_.File("trainyard.db");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = open(db.c_str(), O_RDONLY | O_CLOEXEC);
+    struct flock lock = {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;  // the whole file
+    if (fd < 0 || fcntl(fd, F_GETLK, &lock) != 0) _exit(2);
+    _exit(lock.l_type == F_UNLCK ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "no lock held: another process could delete the WAL";
 }
 
 TEST_F(JobStoreTest, KeepsKnownWorkersAcrossReopen) {

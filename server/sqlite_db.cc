@@ -97,18 +97,29 @@ std::string SqliteStatement::ColumnBlob(int index) const {
 absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(
     const std::string& path) {
   // Jobs, specs, logs, tenants and token digests are nobody else's
-  // business: the file is made 0600 before SQLite opens it (so no one can
-  // open it in between, whatever the umask), an older one is made so too,
-  // and so are its WAL companions, which SQLite creates with its mode.
-  {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0 || ::fchmod(fd, 0600) != 0) {
-      const int err = errno;
-      if (fd >= 0) ::close(fd);
+  // business: a new file is created 0600 before SQLite opens it (so no one
+  // can open it in between, whatever the umask), an older one is made so
+  // too, and so are its WAL companions, which SQLite creates with its mode.
+  // An existing file is never opened here: closing any descriptor of it
+  // would drop every POSIX lock this process's connections hold on it, and
+  // another process (an operator's sqlite3 shell) could then take itself
+  // for the last user and delete the WAL under them.
+  const int fd =
+      ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    const bool made_private = ::fchmod(fd, 0600) == 0;
+    const int err = errno;
+    ::close(fd);  // a file new this instant: no connection has locks on it
+    if (!made_private) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "cannot open ", path, " as a private file: ", std::strerror(err)));
+          "cannot create ", path, " as a private file: ", std::strerror(err)));
     }
-    ::close(fd);
+  } else if (errno != EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create ", path, " as a private file: ", std::strerror(errno)));
+  } else if (::chmod(path.c_str(), 0600) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot make ", path, " private: ", std::strerror(errno)));
   }
   for (const char* suffix : {"-wal", "-shm"}) {
     const std::string file = path + suffix;
