@@ -95,8 +95,17 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   absl::StatusOr<Caller> caller = auth_->ForClient(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<SubmitResult> result = gate_->Submit(
-      caller->tenant, *request,
-      [&] { return lifecycle_->Submit(*request, caller->tenant); });
+      caller->tenant, *request, [&]() -> absl::StatusOr<SubmitResult> {
+        // A client that gave up (its deadline passed, it cancelled) sees a
+        // failure: store nothing for it. A retry with the same request_id
+        // gets the job if one was stored all the same.
+        if (context->IsCancelled()) {
+          return absl::CancelledError(
+              "the call was cancelled or its deadline passed before the job "
+              "was stored; nothing was submitted");
+        }
+        return lifecycle_->Submit(*request, caller->tenant);
+      });
   if (!result.ok()) {
     // A dry run refused is not a submission refused.
     if (on_submit_rejected_ && !request->validate_only()) {

@@ -591,6 +591,7 @@ absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
   q.Bind(index++, size + 1);  // one more tells whether another page exists
   JobPage page;
   int64_t last_seq = 0;
+  int64_t bytes = 0;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
@@ -599,6 +600,12 @@ absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
       break;
     }
     ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
+    const int64_t job_bytes = static_cast<int64_t>(r.job.ByteSizeLong());
+    if (!page.jobs.empty() && bytes + job_bytes > kMaxPageBytes) {
+      page.next_page_token = MakePageToken(last_seq, query);
+      break;
+    }
+    bytes += job_bytes;
     last_seq = r.create_seq;
     page.jobs.push_back(std::move(r.job));
   }

@@ -138,6 +138,10 @@ class JobStore {
   static constexpr int32_t kSchemaVersion = 6;
   static constexpr int32_t kDefaultPageSize = 50;
   static constexpr int32_t kMaxPageSize = 500;
+  // A page ends before the job that would take its jobs past this many
+  // encoded bytes (it always holds one), so that specs of up to 1 MiB never
+  // make a response larger than gRPC's default 4 MiB a client accepts.
+  static constexpr int64_t kMaxPageBytes = 3 << 20;
 
   // Opens or creates the store. A store of an older schema (1 to 4) is
   // brought up to date in one transaction. A file that is not a Trainyard

@@ -101,6 +101,8 @@ std::string RejectionReason(const absl::Status& status) {
       return "quota";
     case absl::StatusCode::kUnavailable:
       return "unavailable";
+    case absl::StatusCode::kCancelled:
+      return "cancelled";  // the client gave up first
     default:
       return "internal";
   }

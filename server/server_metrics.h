@@ -40,7 +40,8 @@ namespace trainyard::server {
 
 // The bounded `reason` label of yard_job_rejections_total for a refused
 // SubmitJob: invalid_spec, request_id_conflict, quota, store (the store
-// could not write it), unavailable, internal.
+// could not write it), unavailable, cancelled (the client gave up before
+// it was stored), internal.
 std::string RejectionReason(const absl::Status& status);
 
 class ServerMetrics : public prometheus::Collectable {

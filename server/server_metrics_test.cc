@@ -132,6 +132,8 @@ TEST_F(ServerMetricsTest, AStoreThatCannotWriteIsNotAQuota) {
   const absl::Status full =
       AsStoreWriteFailure(absl::ResourceExhaustedError("store: disk full"));
   EXPECT_EQ(RejectionReason(full), "store");
+  EXPECT_EQ(RejectionReason(absl::CancelledError("the client gave up")),
+            "cancelled");
   metrics_.OnSubmitRejected(full);
   EXPECT_EQ(Value("yard_job_rejections_total", {{"reason", "store"}}), 1);
   EXPECT_EQ(Value("yard_job_rejections_total", {{"reason", "quota"}}), 0);

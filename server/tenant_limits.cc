@@ -1,5 +1,7 @@
 #include "server/tenant_limits.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/field_errors.h"
 #include "common/status_macros.h"
@@ -39,6 +41,13 @@ absl::Mutex* TenantGate::TenantSubmitMutex(const std::string& tenant) {
 absl::StatusOr<SubmitResult> TenantGate::Submit(
     const std::string& tenant, const v1::SubmitJobRequest& request,
     const std::function<absl::StatusOr<SubmitResult>()>& submit) {
+  // A retried submission gets the job its first try made (or the request
+  // id's conflict) whatever the limits say now: they are for new jobs.
+  if (!request.request_id().empty()) {
+    ASSIGN_OR_RETURN(std::optional<JobRecord> earlier,
+                     store_->FindJobByRequest(tenant, request.request_id()));
+    if (earlier.has_value()) return submit();
+  }
   const v1::Tenant limits = auth_->GetTenant(tenant);
   RETURN_IF_ERROR(CheckJobFits(limits, request.spec()));
   return WithQueueRoom(limits, submit);

@@ -4,21 +4,22 @@
 // a FakeClock in worker_session_test.
 #include "server/yard_server.h"
 
-#include <filesystem>
-#include <fstream>
-#include <atomic>
-#include <thread>
-
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/grpc_credentials.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/grpc_credentials.h"
 #include "server/job_store.h"
 #include "server/test_dir.h"
+#include "trainyard/v1/admin.grpc.pb.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
 #include "trainyard/v1/worker.grpc.pb.h"
@@ -613,6 +614,65 @@ TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
   auto job = (*store)->GetJob(response.job().id());
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->job.state(), v1::QUEUED);
+}
+
+// A submission whose client gave up (its deadline passed) while the server
+// was still busy is not stored: the client saw a failure, and its retry
+// with the same request id makes the job once.
+TEST_F(YardServerTest, ASubmitWhoseClientGaveUpStoresNothing) {
+  std::atomic<bool> hold{false};
+  absl::Notification in_commit, release;
+  StartServer([&]() -> absl::Status {
+    if (hold.exchange(false)) {
+      in_commit.Notify();
+      release.WaitForNotification();
+    }
+    return absl::OkStatus();
+  });
+  // A queue limit makes the tenant's submissions take turns: the second
+  // waits behind the first's held commit.
+  auto admin = v1::AdminService::NewStub(channel_);
+  {
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, AdminToken());
+    v1::SetTenantRequest req;
+    req.mutable_tenant()->set_name("admin");
+    req.mutable_tenant()->set_max_queued_jobs(10);
+    v1::Tenant resp;
+    ASSERT_TRUE(admin->SetTenant(&ctx, req, &resp).ok());
+  }
+  auto submit = [&](const std::string& request_id, absl::Duration deadline,
+                    v1::SubmitJobResponse* response) {
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, AdminToken());
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec();
+    req.set_request_id(request_id);
+    return jobs_->SubmitJob(&ctx, req, response);
+  };
+  hold = true;
+  grpc::Status first_status, late_status;
+  v1::SubmitJobResponse first, late;
+  std::thread a([&] { first_status = submit("a", absl::Seconds(30), &first); });
+  in_commit.WaitForNotification();
+  std::thread b(
+      [&] { late_status = submit("b", absl::Milliseconds(300), &late); });
+  b.join();
+  EXPECT_EQ(late_status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  release.Notify();
+  a.join();
+  ASSERT_TRUE(first_status.ok()) << first_status.error_message();
+  v1::SubmitJobResponse retried;
+  grpc::Status retry = submit("b", absl::Seconds(30), &retried);
+  ASSERT_TRUE(retry.ok()) << retry.error_message();
+  EXPECT_FALSE(retried.already_existed()) << "the late try stored a job";
+  grpc::ClientContext ctx;
+  AddBearerToken(ctx, AdminToken());
+  v1::ListJobsRequest list;
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(jobs_->ListJobs(&ctx, list, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 2);
 }
 
 }  // namespace

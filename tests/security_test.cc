@@ -475,10 +475,28 @@ TEST_F(SecurityTest, QueuedJobAndGpuQuotasAreEnforced) {
 
   v1::SubmitJobResponse first;
   ASSERT_TRUE(SubmitAs(a, MnistSpec{}.ToProto(), &first).ok());
-  ASSERT_TRUE(SubmitAs(a, MnistSpec{}.ToProto()).ok());
+  v1::SubmitJobRequest with_id;
+  *with_id.mutable_spec() = MnistSpec{}.ToProto();
+  with_id.set_request_id("retry-me");
+  v1::SubmitJobResponse second;
+  ASSERT_TRUE(
+      jobs().SubmitJob(ContextWithToken(a).get(), with_id, &second).ok());
   EXPECT_TRUE(RpcFailedWith(SubmitAs(a, MnistSpec{}.ToProto()),
                             grpc::StatusCode::RESOURCE_EXHAUSTED,
                             {"team-a", "2 jobs queued", "limit is 2"}));
+  // A retry of a submission already made gets its job, full queue or not
+  // (its first answer may have been lost), and so does its dry run.
+  v1::SubmitJobResponse retried;
+  grpc::Status retry =
+      jobs().SubmitJob(ContextWithToken(a).get(), with_id, &retried);
+  ASSERT_TRUE(retry.ok()) << retry.error_message();
+  EXPECT_TRUE(retried.already_existed());
+  EXPECT_EQ(retried.job().id(), second.job().id());
+  with_id.set_validate_only(true);
+  retry = jobs().SubmitJob(ContextWithToken(a).get(), with_id, &retried);
+  ASSERT_TRUE(retry.ok()) << retry.error_message();
+  EXPECT_TRUE(retried.already_existed());
+  with_id.set_validate_only(false);
   // Other tenants are not affected.
   ASSERT_TRUE(SubmitAs(b, MnistSpec{}.ToProto()).ok());
   // A job asking for more GPUs than the tenant may ever hold.
