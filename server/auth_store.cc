@@ -156,6 +156,18 @@ absl::StatusOr<CreatedToken> AuthStore::CreateToken(
     return InvalidFieldError(
         "role", absl::StrCat(static_cast<int>(role), " is not a role"));
   }
+  // The first start's tenants are their roles' own: the admin's jobs
+  // belong to tenant "admin", so a tenant token there would see them.
+  for (const auto& [reserved, its_role] :
+       {std::pair<const char*, v1::TokenRole>{"admin", v1::ADMIN},
+        std::pair<const char*, v1::TokenRole>{"workers", v1::WORKER}}) {
+    if (tenant == reserved && role != its_role) {
+      return InvalidFieldError(
+          "tenant", absl::StrCat("\"", reserved, "\" is reserved for ",
+                                 v1::TokenRole_Name(its_role),
+                                 " tokens; pick another tenant name"));
+    }
+  }
   RETURN_IF_ERROR(
       CheckFreeText("description", description, kMaxTokenDescription));
   ASSIGN_OR_RETURN(NewToken fresh, GenerateToken());

@@ -126,6 +126,15 @@ TEST_F(AuthStoreTest, BadInputsAreNamed) {
                               .status()
                               .message()),
               HasSubstr("description"));
+  // The first start's tenants take only their own role's tokens.
+  EXPECT_EQ(std::string(
+                store->CreateToken("admin", v1::TENANT, "").status().message()),
+            "tenant: \"admin\" is reserved for ADMIN tokens; pick another "
+            "tenant name");
+  EXPECT_THAT(
+      std::string(
+          store->CreateToken("workers", v1::ADMIN, "").status().message()),
+      HasSubstr("reserved for WORKER tokens"));
   v1::Tenant t;
   t.set_name("a");
   t.set_weight(-1);

@@ -3,6 +3,9 @@
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/security/auth_context.h>
 
+#include <iterator>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -25,13 +28,22 @@ bool HasVerifiedClientCert(const grpc::ServerContext& context) {
 absl::StatusOr<std::string_view> BearerToken(
     const grpc::ServerContext& context) {
   const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
+  auto [first, end] = metadata.equal_range("authorization");
+  if (first == end) {
     return absl::UnauthenticatedError(
         "missing bearer token (metadata \"authorization: Bearer <token>\")");
   }
-  std::string_view value(it->second.data(), it->second.size());
-  if (value.substr(0, kBearer.size()) != kBearer) {
+  if (std::next(first) != end) {
+    return absl::UnauthenticatedError(
+        "more than one authorization metadata entry; send one \"Bearer "
+        "<token>\"");
+  }
+  std::string_view value(first->second.data(), first->second.size());
+  // The scheme is case-insensitive (RFC 7235), the token is not.
+  if (value.size() < kBearer.size() ||
+      !absl::EqualsIgnoreCase(
+          absl::string_view(value.data(), kBearer.size()),
+          absl::string_view(kBearer.data(), kBearer.size()))) {
     return absl::UnauthenticatedError(
         "the authorization metadata is not \"Bearer <token>\"");
   }

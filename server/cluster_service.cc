@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 #include "common/rpc_status.h"
+#include "server/worker_session.h"
 
 namespace trainyard::server {
 namespace {
@@ -70,6 +71,10 @@ grpc::Status ClusterServiceImpl::DrainWorker(
     v1::Worker* response) {
   absl::StatusOr<Caller> caller = auth_->ForAdmin(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status id = CheckWorkerId("worker_id", request->worker_id());
+      !id.ok()) {
+    return ToGrpcStatus(id);
+  }
   absl::StatusOr<v1::WorkerDrain> drain = drains_->Drain(
       request->worker_id(), request->reason(), request->keep_jobs());
   if (!drain.ok()) return ToGrpcStatus(drain.status());
@@ -83,6 +88,10 @@ grpc::Status ClusterServiceImpl::UndrainWorker(
     v1::Worker* response) {
   absl::StatusOr<Caller> caller = auth_->ForAdmin(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status id = CheckWorkerId("worker_id", request->worker_id());
+      !id.ok()) {
+    return ToGrpcStatus(id);
+  }
   absl::Status undrained = drains_->Undrain(request->worker_id());
   if (!undrained.ok()) return ToGrpcStatus(undrained);
   YARD_LOG(INFO) << "undrain of worker " << request->worker_id()
@@ -95,6 +104,10 @@ grpc::Status ClusterServiceImpl::ForgetWorker(
     v1::ForgetWorkerResponse*) {
   absl::StatusOr<Caller> caller = auth_->ForAdmin(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status id = CheckWorkerId("worker_id", request->worker_id());
+      !id.ok()) {
+    return ToGrpcStatus(id);
+  }
   absl::Status forgotten = drains_->Forget(request->worker_id());
   if (!forgotten.ok()) return ToGrpcStatus(forgotten);
   YARD_LOG(INFO) << "worker " << request->worker_id()

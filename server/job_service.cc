@@ -240,6 +240,10 @@ grpc::Status JobServiceImpl::WatchJob(
 grpc::Status JobServiceImpl::GetJobLogs(
     grpc::ServerContext* context, const v1::GetJobLogsRequest* request,
     grpc::ServerWriter<v1::LogChunk>* writer) {
+  // The caller first (as every call does), then its arguments, then a
+  // stream slot.
+  absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
+  if (!seen.ok()) return ToGrpcStatus(seen.status());
   if (request->tail_lines() < 0) {
     return ToGrpcStatus(InvalidFieldError(
         "tail_lines",
@@ -250,7 +254,7 @@ grpc::Status JobServiceImpl::GetJobLogs(
         "tail_lines", "not with offset: give one or the other"));
   }
   absl::StatusOr<TenantGate::StreamSlot> slot =
-      OpenJobStream(*context, request->job_id());
+      gate_->OpenStream(seen->caller.tenant);
   if (!slot.ok()) return ToGrpcStatus(slot.status());
   int64_t offset = request->offset();
   if (request->tail_lines() > 0) {

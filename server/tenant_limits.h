@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/auth_store.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
@@ -61,8 +62,11 @@ class TenantGate {
     TenantGate* gate_;
     std::string tenant_;
   };
-  // RESOURCE_EXHAUSTED when the tenant already has the maximum open.
-  absl::StatusOr<StreamSlot> OpenStream(const std::string& tenant);
+  // RESOURCE_EXHAUSTED when the tenant already has the maximum open and
+  // none closes within `wait` (a stream its client cancelled is closed at
+  // its handler's next wake, up to JobWatchOptions::recheck later).
+  absl::StatusOr<StreamSlot> OpenStream(const std::string& tenant,
+                                        absl::Duration wait = absl::Seconds(1));
   int open_streams(const std::string& tenant) const;
 
  private:

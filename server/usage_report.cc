@@ -68,8 +68,11 @@ absl::StatusOr<UsageQuery> UsageQueryOf(const v1::GetUsageRequest& request,
   q.end = request.has_end_time()
               ? std::min(FromProtoTime(request.end_time()), now)
               : now;
-  q.start = request.has_start_time() ? FromProtoTime(request.start_time())
-                                     : q.end - kDefaultUsageWindow;
+  // The default window starts no earlier than 1970 (a start the caller did
+  // not send is never the error).
+  q.start = request.has_start_time()
+                ? FromProtoTime(request.start_time())
+                : std::max(q.end - kDefaultUsageWindow, absl::UnixEpoch());
   if (q.start < absl::UnixEpoch()) {
     return InvalidFieldError("start_time",
                              absl::StrCat(Rfc3339(q.start), " is before 1970"));

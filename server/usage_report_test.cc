@@ -201,6 +201,15 @@ TEST(UsageQueryTest, DefaultsToTheLastWeekAndRefusesABackwardWindow) {
   EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(q.status().message(), HasSubstr("before 1970"));
 
+  // With only an end early in 1970, the default window starts at 1970.
+  req.clear_start_time();
+  req.mutable_end_time()->set_seconds(100);
+  q = UsageQueryOf(req, now);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->start, absl::UnixEpoch());
+  EXPECT_EQ(q->end, absl::FromUnixSeconds(100));
+  req.clear_end_time();
+
   // Timestamps outside their definition name the part that is wrong.
   req.mutable_start_time()->set_seconds(0);
   req.mutable_start_time()->set_nanos(2'000'000'000);

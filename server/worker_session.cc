@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/field_errors.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/job_state.h"
@@ -24,17 +26,26 @@ bool Lists(const google::protobuf::RepeatedPtrField<v1::RunningJobRef>& refs,
 
 }  // namespace
 
+absl::Status CheckWorkerId(absl::string_view field, std::string_view id) {
+  if (id.empty()) return InvalidFieldError(field, "required");
+  if (static_cast<int32_t>(id.size()) > kMaxWorkerIdLength) {
+    return InvalidFieldError(
+        field, absl::StrCat("at most ", kMaxWorkerIdLength, " characters, got ",
+                            id.size()));
+  }
+  if (!std::all_of(id.begin(), id.end(), IsIdChar)) {
+    return InvalidFieldError(
+        field,
+        absl::StrCat("only characters of [A-Za-z0-9._-], got \"",
+                     absl::CEscape(absl::string_view(id.data(), id.size())),
+                     "\""));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateHello(const v1::WorkerHello& hello,
                            const WorkerSessionOptions& options) {
-  const std::string& id = hello.worker_id();
-  if (id.empty())
-    return absl::InvalidArgumentError("hello.worker_id: required");
-  if (static_cast<int32_t>(id.size()) > options.max_worker_id_length ||
-      !std::all_of(id.begin(), id.end(), IsIdChar)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hello.worker_id: at most ", options.max_worker_id_length,
-                     " characters of [A-Za-z0-9._-], got \"", id, "\""));
-  }
+  RETURN_IF_ERROR(CheckWorkerId("hello.worker_id", hello.worker_id()));
   if (hello.cpu_slots() < 0 || hello.cpu_slots() > options.max_cpu_slots) {
     return absl::InvalidArgumentError(
         absl::StrCat("hello.cpu_slots: must be in [0, ", options.max_cpu_slots,

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
@@ -48,11 +49,18 @@
 
 namespace trainyard::server {
 
+// The longest worker id a worker may take (yard-worker --name).
+inline constexpr int32_t kMaxWorkerIdLength = 128;
+
+// A worker id as `field` of a request carries it: 1 to kMaxWorkerIdLength
+// characters of [A-Za-z0-9._-]; otherwise INVALID_ARGUMENT about `field`
+// (a long or odd id is not echoed whole).
+absl::Status CheckWorkerId(absl::string_view field, std::string_view id);
+
 struct WorkerSessionOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   int32_t max_cpu_slots = 4096;
   int32_t max_devices = 1024;
-  int32_t max_worker_id_length = 128;
 };
 
 class WorkerSession {

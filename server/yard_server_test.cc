@@ -419,6 +419,33 @@ TEST_F(YardServerTest, BadRequestsGetTheRightCodes) {
   s = jobs_->ListJobs(&list_ctx, list_req, &list);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
+  // A worker id no worker can have: the field named, the id not echoed
+  // whole (a 20,000-byte one overflowed the status metadata).
+  for (const std::string& id :
+       {std::string(20000, 'w'), std::string("w\n1"), std::string()}) {
+    v1::Worker worker;
+    v1::ForgetWorkerResponse forgotten;
+    grpc::ClientContext drain_ctx, undrain_ctx, forget_ctx;
+    for (grpc::ClientContext* ctx : {&drain_ctx, &undrain_ctx, &forget_ctx}) {
+      AddBearerToken(*ctx, AdminToken());
+    }
+    v1::DrainWorkerRequest drain;
+    drain.set_worker_id(id);
+    v1::UndrainWorkerRequest undrain;
+    undrain.set_worker_id(id);
+    v1::ForgetWorkerRequest forget;
+    forget.set_worker_id(id);
+    for (const grpc::Status& st :
+         {cluster_->DrainWorker(&drain_ctx, drain, &worker),
+          cluster_->UndrainWorker(&undrain_ctx, undrain, &worker),
+          cluster_->ForgetWorker(&forget_ctx, forget, &forgotten)}) {
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << st.error_message();
+      EXPECT_THAT(st.error_message(), HasSubstr("worker_id: "));
+      EXPECT_LT(st.error_message().size(), 200u);
+    }
+  }
+
   grpc::ClientContext name_ctx;
   AddBearerToken(name_ctx, AdminToken());
   v1::ListJobsRequest by_name;
