@@ -69,6 +69,30 @@ TEST_F(ConcurrencyGroupsTest, AtMostMaxRunningOfAGroupHoldWorkersAtOnce) {
   EXPECT_EQ(StateOf(d), v1::SCHEDULED);
 }
 
+// A pass that drops placements past a group's limit leaves their room to
+// no one; the loop runs the next pass at once, which gives it to the jobs
+// behind (here within 5 s, with a tick of an hour and a lease of 10 s).
+TEST_F(ConcurrencyGroupsTest, RoomDroppedByALimitGoesToTheNextJobsAtOnce) {
+  FakeWorker& w = Connect("w1", /*slots=*/2);
+  const std::string a1 = SubmitIn("g", 1);
+  const std::string a2 = SubmitIn("g", 1);
+  const std::string b = SubmitIn("", 0);
+  SchedulerLoopOptions o;
+  o.tick = absl::Hours(1);
+  loop_ = std::make_unique<SchedulerLoop>(
+      store_.get(), registry_.get(), lifecycle_.get(), &policy_, &clock_, o);
+  loop_->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (StateOf(b) != v1::SCHEDULED && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  loop_->Stop();
+  EXPECT_EQ(StateOf(a1), v1::SCHEDULED);
+  EXPECT_EQ(StateOf(a2), v1::QUEUED);
+  EXPECT_EQ(StateOf(b), v1::SCHEDULED) << "the free slot went to no one";
+  EXPECT_EQ(w.Assignments().size(), 2u);
+}
+
 TEST_F(ConcurrencyGroupsTest, EachJobStartsUnderItsOwnLimit) {
   FakeWorker& w = Connect("w1", /*slots=*/8);
   const std::string one = SubmitIn("g", 1);

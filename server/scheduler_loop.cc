@@ -384,11 +384,22 @@ absl::Status SchedulerLoop::RunPass() {
                      " made a bad plan: ", valid.message()));
   }
   NoteWorkersNotTakingJobs(workers, plan.waits);
+  const size_t proposed = plan.placements.size();
   if (options_.tenant_limits) {
     ApplyTenantQuotas(limits, std::move(held), by_id, plan);
     plan.waits.insert(plan.waits.end(), over_quota.begin(), over_quota.end());
   }
   DropPlacementsPastLimit(GroupLimit(group_running), by_id, plan);
+  // The room the policy gave to placements a limit dropped went to no one:
+  // the next pass, at once, leaves those jobs out before the policy (their
+  // group or tenant is at its limit now) and offers it to the jobs behind.
+  constexpr int kMaxPassesAfterDrops = 8;
+  if (plan.placements.size() < proposed &&
+      ++passes_after_drops_ <= kMaxPassesAfterDrops) {
+    Wake();
+  } else if (plan.placements.size() == proposed) {
+    passes_after_drops_ = 0;
+  }
   plan.waits.insert(plan.waits.end(), group_full.begin(), group_full.end());
   dispatcher_.Carry(plan, by_id);
   // A job stopping already may be chosen again, for another waiting job:

@@ -132,6 +132,10 @@ class SchedulerLoop {
   };
   std::map<std::string, PreemptionHold> preemption_holds_
       ABSL_GUARDED_BY(pass_mu_);
+  // Passes in a row that dropped placements past a start limit and asked
+  // for the next pass at once (bounded: a pass that keeps dropping then
+  // waits for the tick or an event).
+  int passes_after_drops_ ABSL_GUARDED_BY(pass_mu_) = 0;
 
   absl::Mutex mu_;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
