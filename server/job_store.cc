@@ -305,7 +305,7 @@ absl::Status JobStore::InTransaction(
     }
   }
   uncommitted_changes_.clear();
-  if (options_.on_commit) options_.on_commit();
+  if (options_.on_commit) options_.on_commit({});
   return absl::OkStatus();
 }
 
@@ -685,45 +685,51 @@ absl::StatusOr<JobRecord> JobStore::UpdateJob(std::string_view id,
                                               Durability durability,
                                               const Mutation& mutation) {
   JobRecord record;
-  RETURN_IF_ERROR(Commit(durability, "update", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(record, LoadJob(id));
-    const JobRecord before = record;
-    std::vector<v1::JobEvent> events;
-    ASSIGN_OR_RETURN(bool changed, mutation(record, events));
-    if (!changed) {
-      record = before;
-      return absl::OkStatus();  // commits an empty transaction: cheap
-    }
-    if (record.job.id() != before.job.id() ||
-        record.job.tenant() != before.job.tenant() ||
-        record.job.request_id() != before.job.request_id() ||
-        record.create_seq != before.create_seq) {
-      return absl::InternalError(absl::StrCat(
-          "job ", std::string(id), ": a mutation changed its identity"));
-    }
-    *record.job.mutable_update_time() = ToProtoTime(options_.clock->Now());
-    RETURN_IF_ERROR(InsertEvents(record, events));
-    RETURN_IF_ERROR(WriteJobRow(record));
-    return RecordEndedAttempts(before.job, record.job);
-  }));
+  RETURN_IF_ERROR(Commit(
+      durability, "update",
+      [&]() -> absl::Status {
+        ASSIGN_OR_RETURN(record, LoadJob(id));
+        const JobRecord before = record;
+        std::vector<v1::JobEvent> events;
+        ASSIGN_OR_RETURN(bool changed, mutation(record, events));
+        if (!changed) {
+          record = before;
+          return absl::OkStatus();  // commits an empty transaction: cheap
+        }
+        if (record.job.id() != before.job.id() ||
+            record.job.tenant() != before.job.tenant() ||
+            record.job.request_id() != before.job.request_id() ||
+            record.create_seq != before.create_seq) {
+          return absl::InternalError(absl::StrCat(
+              "job ", std::string(id), ": a mutation changed its identity"));
+        }
+        *record.job.mutable_update_time() = ToProtoTime(options_.clock->Now());
+        RETURN_IF_ERROR(InsertEvents(record, events));
+        RETURN_IF_ERROR(WriteJobRow(record));
+        return RecordEndedAttempts(before.job, record.job);
+      },
+      id));
   return record;
 }
 
 absl::Status JobStore::DeleteJob(
     std::string_view id,
     const std::function<absl::Status(const JobRecord&)>& check) {
-  return Commit(Durability::kTransition, "delete", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(JobRecord record, LoadJob(id));
-    RETURN_IF_ERROR(check(record));
-    for (const char* sql : {"DELETE FROM events WHERE job_seq = ?",
-                            "DELETE FROM logs WHERE job_seq = ?",
-                            "DELETE FROM jobs WHERE create_seq = ?"}) {
-      ASSIGN_OR_RETURN(SqliteStatement del, db_->Prepare(sql));
-      del.Bind(1, record.create_seq);
-      RETURN_IF_ERROR(del.Run());
-    }
-    return absl::OkStatus();
-  });
+  return Commit(
+      Durability::kTransition, "delete",
+      [&]() -> absl::Status {
+        ASSIGN_OR_RETURN(JobRecord record, LoadJob(id));
+        RETURN_IF_ERROR(check(record));
+        for (const char* sql : {"DELETE FROM events WHERE job_seq = ?",
+                                "DELETE FROM logs WHERE job_seq = ?",
+                                "DELETE FROM jobs WHERE create_seq = ?"}) {
+          ASSIGN_OR_RETURN(SqliteStatement del, db_->Prepare(sql));
+          del.Bind(1, record.create_seq);
+          RETURN_IF_ERROR(del.Run());
+        }
+        return absl::OkStatus();
+      },
+      id);
 }
 
 }  // namespace trainyard::server

@@ -94,10 +94,11 @@ struct JobStoreOptions {
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
   Clock* clock = Clock::Real();
-  // Called after every successful commit (once per batch), with the store's
-  // write lock held: it must not call back into the store (e.g. it notifies
-  // waiters).
-  std::function<void()> on_commit;
+  // Called after every successful commit (once per batch) with the ids of
+  // the jobs it updated, appended a log to or deleted (empty when it wrote
+  // none), with the store's write lock held: it must not call back into the
+  // store (e.g. it notifies waiters).
+  std::function<void(const std::vector<std::string>& job_ids)> on_commit;
   // Called after each successful write once per state change it recorded
   // (metrics count transitions here), under the same rules as on_commit.
   std::function<void(const v1::StateChange&)> on_state_change;
@@ -276,6 +277,7 @@ class JobStore {
     Durability durability;
     std::string_view operation;
     const std::function<absl::Status()>* body;
+    std::string_view job_id;  // the job it writes; empty for none or new
     absl::Status result = absl::OkStatus();
     bool done = false;  // its batch committed or failed
     bool lead = false;  // it runs the next batch
@@ -285,7 +287,8 @@ class JobStore {
   // Queues `body` for the next batch and returns once that batch committed
   // or failed. REQUIRES: mu_ and queue_mu_ not held.
   absl::Status Commit(Durability durability, std::string_view operation,
-                      const std::function<absl::Status()>& body)
+                      const std::function<absl::Status()>& body,
+                      std::string_view job_id = {})
       ABSL_LOCKS_EXCLUDED(mu_, queue_mu_);
   // Runs `batch` in one transaction; sets each write's result.
   void CommitBatch(const std::vector<Write*>& batch) ABSL_LOCKS_EXCLUDED(mu_);

@@ -26,8 +26,9 @@ absl::Status AsStoreWriteFailure(absl::Status status) {
 }
 
 absl::Status JobStore::Commit(Durability durability, std::string_view operation,
-                              const std::function<absl::Status()>& body) {
-  Write write{durability, operation, &body};
+                              const std::function<absl::Status()>& body,
+                              std::string_view job_id) {
+  Write write{durability, operation, &body, job_id};
   absl::MutexLock lock(&queue_mu_);
   queue_.push_back(&write);
   if (!leader_active_) {  // then the queue held only this write
@@ -83,7 +84,13 @@ void JobStore::CommitBatch(const std::vector<Write*>& batch) {
   if (options_.on_state_change) {
     for (const v1::StateChange& c : changes) options_.on_state_change(c);
   }
-  if (options_.on_commit) options_.on_commit();
+  if (options_.on_commit) {
+    std::vector<std::string> job_ids;
+    for (const Write* w : batch) {
+      if (!w->job_id.empty()) job_ids.emplace_back(w->job_id);
+    }
+    options_.on_commit(job_ids);
+  }
 }
 
 absl::Status JobStore::CommitBatchLocked(

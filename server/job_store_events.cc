@@ -140,38 +140,45 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ReadEvents(
 
 absl::Status JobStore::AppendLog(std::string_view id, std::string_view bytes) {
   if (bytes.empty()) return absl::OkStatus();
-  return Commit(Durability::kTelemetry, "append_log", [&] {
-    ASSIGN_OR_RETURN(JobCounters c, LoadCounters(*db_, id));
-    const int64_t cap = options_.log_bytes_kept;
-    int64_t start = c.log_end;
-    if (static_cast<int64_t>(bytes.size()) > cap) {  // keep only its tail
-      start += static_cast<int64_t>(bytes.size()) - cap;
-      bytes.remove_prefix(bytes.size() - cap);
-    }
-    const int64_t end = start + static_cast<int64_t>(bytes.size());
-    ASSIGN_OR_RETURN(SqliteStatement ins,
-                     db_->Prepare("INSERT INTO logs (job_seq, start, end, "
-                                  "data) VALUES (?, ?, ?, ?)"));
-    ins.Bind(1, c.create_seq).Bind(2, start).Bind(3, end).BindBlob(4, bytes);
-    RETURN_IF_ERROR(ins.Run());
-    // Drop whole chunks from the head until the log fits the cap again.
-    ASSIGN_OR_RETURN(SqliteStatement del,
-                     db_->Prepare("DELETE FROM logs WHERE job_seq = ? AND "
-                                  "end <= ? - ?"));
-    del.Bind(1, c.create_seq).Bind(2, end).Bind(3, cap);
-    RETURN_IF_ERROR(del.Run());
-    ASSIGN_OR_RETURN(SqliteStatement first,
-                     db_->Prepare("SELECT min(start) FROM logs WHERE "
-                                  "job_seq = ?"));
-    first.Bind(1, c.create_seq);
-    ASSIGN_OR_RETURN(bool row, first.Step());
-    const int64_t log_start = row ? first.ColumnInt64(0) : start;
-    ASSIGN_OR_RETURN(SqliteStatement upd,
-                     db_->Prepare("UPDATE jobs SET log_start = ?, log_end = ? "
-                                  "WHERE create_seq = ?"));
-    upd.Bind(1, log_start).Bind(2, end).Bind(3, c.create_seq);
-    return upd.Run();
-  });
+  return Commit(
+      Durability::kTelemetry, "append_log",
+      [&] {
+        ASSIGN_OR_RETURN(JobCounters c, LoadCounters(*db_, id));
+        const int64_t cap = options_.log_bytes_kept;
+        int64_t start = c.log_end;
+        if (static_cast<int64_t>(bytes.size()) > cap) {  // keep only its tail
+          start += static_cast<int64_t>(bytes.size()) - cap;
+          bytes.remove_prefix(bytes.size() - cap);
+        }
+        const int64_t end = start + static_cast<int64_t>(bytes.size());
+        ASSIGN_OR_RETURN(SqliteStatement ins,
+                         db_->Prepare("INSERT INTO logs (job_seq, start, end, "
+                                      "data) VALUES (?, ?, ?, ?)"));
+        ins.Bind(1, c.create_seq)
+            .Bind(2, start)
+            .Bind(3, end)
+            .BindBlob(4, bytes);
+        RETURN_IF_ERROR(ins.Run());
+        // Drop whole chunks from the head until the log fits the cap again.
+        ASSIGN_OR_RETURN(SqliteStatement del,
+                         db_->Prepare("DELETE FROM logs WHERE job_seq = ? AND "
+                                      "end <= ? - ?"));
+        del.Bind(1, c.create_seq).Bind(2, end).Bind(3, cap);
+        RETURN_IF_ERROR(del.Run());
+        ASSIGN_OR_RETURN(SqliteStatement first,
+                         db_->Prepare("SELECT min(start) FROM logs WHERE "
+                                      "job_seq = ?"));
+        first.Bind(1, c.create_seq);
+        ASSIGN_OR_RETURN(bool row, first.Step());
+        const int64_t log_start = row ? first.ColumnInt64(0) : start;
+        ASSIGN_OR_RETURN(
+            SqliteStatement upd,
+            db_->Prepare("UPDATE jobs SET log_start = ?, log_end = ? "
+                         "WHERE create_seq = ?"));
+        upd.Bind(1, log_start).Bind(2, end).Bind(3, c.create_seq);
+        return upd.Run();
+      },
+      id);
 }
 
 absl::StatusOr<LogRead> JobStore::ReadLog(std::string_view id, int64_t offset,

@@ -12,10 +12,11 @@ JobWatcher::JobWatcher(JobStore* store, ChangeNotifier* notifier,
                        JobWatchOptions options)
     : store_(store), notifier_(notifier), options_(options) {}
 
-absl::Status JobWatcher::WaitForChange(uint64_t seen,
+absl::Status JobWatcher::WaitForChange(const ChangeNotifier::Watch& watch,
+                                       uint64_t seen,
                                        const StreamCheck& check) const {
   while (true) {
-    switch (notifier_->WaitForChange(seen, options_.recheck)) {
+    switch (notifier_->WaitForChange(watch, seen, options_.recheck)) {
       case ChangeNotifier::Wake::kChanged:
         return absl::OkStatus();
       case ChangeNotifier::Wake::kShutdown:
@@ -32,9 +33,10 @@ absl::Status JobWatcher::WatchEvents(const std::string& job_id,
                                      const EmitEvent& emit,
                                      const StreamCheck& check) const {
   int64_t seen = after_sequence;
+  const ChangeNotifier::Watch watch = notifier_->WatchKey(job_id);
   while (true) {
     RETURN_IF_ERROR(check());
-    const uint64_t generation = notifier_->Generation();
+    const uint64_t generation = notifier_->Generation(watch);
     ASSIGN_OR_RETURN(std::vector<v1::JobEvent> events,
                      store_->ReadEvents(job_id, seen,
                                         options_.events_per_read));
@@ -53,7 +55,7 @@ absl::Status JobWatcher::WatchEvents(const std::string& job_id,
     if (IsTerminal(record.job.state()) && record.last_sequence <= seen) {
       return absl::OkStatus();
     }
-    RETURN_IF_ERROR(WaitForChange(generation, check));
+    RETURN_IF_ERROR(WaitForChange(watch, generation, check));
   }
 }
 
@@ -84,9 +86,10 @@ absl::StatusOr<int64_t> JobWatcher::TailOffset(const std::string& job_id,
 absl::Status JobWatcher::StreamLog(const std::string& job_id, int64_t offset,
                                    bool follow, const EmitLog& emit,
                                    const StreamCheck& check) const {
+  const ChangeNotifier::Watch watch = notifier_->WatchKey(job_id);
   while (true) {
     RETURN_IF_ERROR(check());
-    const uint64_t generation = notifier_->Generation();
+    const uint64_t generation = notifier_->Generation(watch);
     // Read the state before the log, so bytes written before the job ended
     // are always read once it is seen ended.
     ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
@@ -102,7 +105,7 @@ absl::Status JobWatcher::StreamLog(const std::string& job_id, int64_t offset,
     }
     offset = read.offset;
     if (!follow || IsTerminal(record.job.state())) return absl::OkStatus();
-    RETURN_IF_ERROR(WaitForChange(generation, check));
+    RETURN_IF_ERROR(WaitForChange(watch, generation, check));
   }
 }
 

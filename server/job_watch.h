@@ -60,8 +60,9 @@ class JobWatcher {
                          const EmitLog& emit, const StreamCheck& check) const;
 
  private:
-  // Waits for a commit after generation `seen`.
-  absl::Status WaitForChange(uint64_t seen, const StreamCheck& check) const;
+  // Waits for a commit to the watched job after its generation `seen`.
+  absl::Status WaitForChange(const ChangeNotifier::Watch& watch, uint64_t seen,
+                             const StreamCheck& check) const;
 
   JobStore* const store_;
   ChangeNotifier* const notifier_;

@@ -39,6 +39,39 @@ class JobWatchTest : public ServerLogicTest {
   }
 };
 
+// A commit wakes the watchers of the jobs it wrote and no others (idle
+// streams on other jobs cost nothing); NotifyAll and Shutdown wake all.
+TEST(ChangeNotifierTest, ACommitWakesOnlyTheWatchersOfItsJobs) {
+  ChangeNotifier n;
+  const ChangeNotifier::Watch a = n.WatchKey("j-000001");
+  const ChangeNotifier::Watch also_a = n.WatchKey("j-000001");
+  const ChangeNotifier::Watch b = n.WatchKey("j-000002");
+  const uint64_t seen_a = n.Generation(a);
+  const uint64_t seen_b = n.Generation(b);
+  n.Notify({"j-000002", "j-000404"});
+  EXPECT_EQ(n.WaitForChange(a, seen_a, absl::Milliseconds(20)),
+            ChangeNotifier::Wake::kTimeout);
+  EXPECT_EQ(n.WaitForChange(b, seen_b, absl::Milliseconds(20)),
+            ChangeNotifier::Wake::kChanged);
+  // A waiter blocked on its job wakes when that job changes.
+  std::thread notify([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    n.Notify({"j-000001"});
+  });
+  EXPECT_EQ(n.WaitForChange(a, seen_a, absl::Seconds(30)),
+            ChangeNotifier::Wake::kChanged);
+  notify.join();
+  EXPECT_EQ(n.Generation(also_a), n.Generation(a));
+  const uint64_t now_b = n.Generation(b);
+  n.NotifyAll();
+  EXPECT_EQ(n.WaitForChange(b, now_b, absl::Milliseconds(20)),
+            ChangeNotifier::Wake::kChanged);
+  EXPECT_EQ(n.Generation(), 3u) << "commits counted";
+  n.Shutdown();
+  EXPECT_EQ(n.WaitForChange(b, n.Generation(b), absl::Seconds(30)),
+            ChangeNotifier::Wake::kShutdown);
+}
+
 TEST_F(JobWatchTest, FollowsLiveUntilTheTerminalEvent) {
   const std::string id = Submit();
   JobWatcher watcher(store_.get(), &notifier_);

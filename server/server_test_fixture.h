@@ -133,7 +133,9 @@ class ServerLogicTest : public ::testing::Test {
     JobStoreOptions so;
     so.path = dir_.File("trainyard.db");
     so.clock = &clock_;
-    so.on_commit = [this] { notifier_.Notify(); };
+    so.on_commit = [this](const std::vector<std::string>& job_ids) {
+      notifier_.Notify(job_ids);
+    };
     so.on_state_change = [this](const v1::StateChange& c) {
       if (on_state_change_) on_state_change_(c);
     };

@@ -246,7 +246,9 @@ absl::Status YardServer::Parts::OpenState() {
   so.trainer_events_kept = o.trainer_events_kept;
   so.log_bytes_kept = o.log_bytes_kept;
   so.clock = o.clock;
-  so.on_commit = [this] { notifier.Notify(); };
+  so.on_commit = [this](const std::vector<std::string>& job_ids) {
+    notifier.Notify(job_ids);
+  };
   so.on_state_change = [m = metrics.get()](const v1::StateChange& c) {
     m->OnStateChange(c);
   };
