@@ -355,7 +355,8 @@ namespace {
 // names a file of cuBLASLt algorithm choices (LtGemm::SetChoices; made by
 // gemm_bench --choices on the GPU model they are for).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
-    const EngineJob& job, const Collective* collective, int cuda_device) {
+    const EngineJob& job, const Collective* collective,
+    [[maybe_unused]] int cuda_device) {
   if (job.gpus == 0) {
     CpuBackendOptions options;
     options.threads = job.threads;
