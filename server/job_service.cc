@@ -96,13 +96,14 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::StatusOr<SubmitResult> result = gate_->Submit(
       caller->tenant, *request, [&]() -> absl::StatusOr<SubmitResult> {
-        // A client that gave up (its deadline passed, it cancelled) sees a
-        // failure: store nothing for it. A retry with the same request_id
-        // gets the job if one was stored all the same.
-        if (context->IsCancelled()) {
+        // A client whose deadline passed has been told the call failed:
+        // store nothing for it. A retry with the same request_id gets the
+        // job if one was stored all the same. (The deadline, not
+        // IsCancelled(), which cost a tenth of a submission's CPU.)
+        if (absl::FromChrono(context->deadline()) <= absl::Now()) {
           return absl::CancelledError(
-              "the call was cancelled or its deadline passed before the job "
-              "was stored; nothing was submitted");
+              "the call's deadline passed before the job was stored; nothing "
+              "was submitted");
         }
         return lifecycle_->Submit(*request, caller->tenant);
       });

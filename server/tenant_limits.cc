@@ -41,16 +41,23 @@ absl::Mutex* TenantGate::TenantSubmitMutex(const std::string& tenant) {
 absl::StatusOr<SubmitResult> TenantGate::Submit(
     const std::string& tenant, const v1::SubmitJobRequest& request,
     const std::function<absl::StatusOr<SubmitResult>()>& submit) {
-  // A retried submission gets the job its first try made (or the request
-  // id's conflict) whatever the limits say now: they are for new jobs.
-  if (!request.request_id().empty()) {
-    ASSIGN_OR_RETURN(std::optional<JobRecord> earlier,
-                     store_->FindJobByRequest(tenant, request.request_id()));
-    if (earlier.has_value()) return submit();
-  }
   const v1::Tenant limits = auth_->GetTenant(tenant);
-  RETURN_IF_ERROR(CheckJobFits(limits, request.spec()));
-  return WithQueueRoom(limits, submit);
+  bool submitted = false;
+  const std::function<absl::StatusOr<SubmitResult>()> counted = [&] {
+    submitted = true;
+    return submit();
+  };
+  absl::Status fits = CheckJobFits(limits, request.spec());
+  absl::StatusOr<SubmitResult> result =
+      fits.ok() ? WithQueueRoom(limits, counted) : std::move(fits);
+  if (result.ok() || submitted || request.request_id().empty()) return result;
+  // Refused by a limit: a retried submission still gets the job its first
+  // try made (or the request id's conflict), whatever the limits say now,
+  // for they are for new jobs. Looked up only then: a submission within
+  // its limits pays nothing for it.
+  ASSIGN_OR_RETURN(std::optional<JobRecord> earlier,
+                   store_->FindJobByRequest(tenant, request.request_id()));
+  return earlier.has_value() ? submit() : result;
 }
 
 absl::StatusOr<v1::Job> TenantGate::Resume(
