@@ -134,6 +134,22 @@ class YardServerTest : public ::testing::Test {
     worker_stub_ = v1::WorkerService::NewStub(channel_);
   }
 
+  // The first commit after `hold` is set waits inside the store (having
+  // notified `in_commit`) until `release`.
+  struct HeldCommit {
+    std::atomic<bool> hold{false};
+    absl::Notification in_commit, release;
+  };
+  void StartServerHoldingCommits(HeldCommit& held) {
+    StartServer([&held]() -> absl::Status {
+      if (held.hold.exchange(false)) {
+        held.in_commit.Notify();
+        held.release.WaitForNotification();
+      }
+      return absl::OkStatus();
+    });
+  }
+
   static v1::JobSpec Spec() {
     v1::JobSpec spec;
     spec.set_name("grpc-test");
@@ -601,16 +617,9 @@ TEST_F(YardServerTest, RefusesNonLoopbackAndASecondServerOnOneStateDir) {
 }
 
 TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
-  std::atomic<bool> hold{false};
-  absl::Notification in_commit, release;
-  StartServer([&]() -> absl::Status {
-    if (hold.exchange(false)) {
-      in_commit.Notify();
-      release.WaitForNotification();
-    }
-    return absl::OkStatus();
-  });
-  hold = true;
+  HeldCommit held;
+  StartServerHoldingCommits(held);
+  held.hold = true;
   grpc::Status submitted;
   v1::SubmitJobResponse response;
   std::thread submit([&] {
@@ -620,7 +629,7 @@ TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
     *req.mutable_spec() = Spec();
     submitted = jobs_->SubmitJob(&ctx, req, &response);
   });
-  in_commit.WaitForNotification();
+  held.in_commit.WaitForNotification();
   std::thread stop([&] { server_->Shutdown(); });
   // Shutdown removes the address file first, then turns health off and
   // waits for calls in flight; let the held commit go only then.
@@ -629,7 +638,7 @@ TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
          absl::Now() < deadline) {
     std::this_thread::yield();
   }
-  release.Notify();
+  held.release.Notify();
   submit.join();
   stop.join();
   ASSERT_TRUE(submitted.ok()) << submitted.error_message();
@@ -647,15 +656,8 @@ TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
 // was still busy is not stored: the client saw a failure, and its retry
 // with the same request id makes the job once.
 TEST_F(YardServerTest, ASubmitWhoseClientGaveUpStoresNothing) {
-  std::atomic<bool> hold{false};
-  absl::Notification in_commit, release;
-  StartServer([&]() -> absl::Status {
-    if (hold.exchange(false)) {
-      in_commit.Notify();
-      release.WaitForNotification();
-    }
-    return absl::OkStatus();
-  });
+  HeldCommit held;
+  StartServerHoldingCommits(held);
   // A queue limit makes the tenant's submissions take turns: the second
   // waits behind the first's held commit.
   auto admin = v1::AdminService::NewStub(channel_);
@@ -678,16 +680,16 @@ TEST_F(YardServerTest, ASubmitWhoseClientGaveUpStoresNothing) {
     req.set_request_id(request_id);
     return jobs_->SubmitJob(&ctx, req, response);
   };
-  hold = true;
+  held.hold = true;
   grpc::Status first_status, late_status;
   v1::SubmitJobResponse first, late;
   std::thread a([&] { first_status = submit("a", absl::Seconds(30), &first); });
-  in_commit.WaitForNotification();
+  held.in_commit.WaitForNotification();
   std::thread b(
       [&] { late_status = submit("b", absl::Milliseconds(300), &late); });
   b.join();
   EXPECT_EQ(late_status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  release.Notify();
+  held.release.Notify();
   a.join();
   ASSERT_TRUE(first_status.ok()) << first_status.error_message();
   v1::SubmitJobResponse retried;
