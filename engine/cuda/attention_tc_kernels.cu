@@ -52,7 +52,12 @@ namespace {
 // caller's). Every row has an unmasked key in every tile it visits (every
 // key in tiles before the diagonal, and key i itself on it), so the
 // running max is finite from the first tile on: no inf - inf. Masked
-// scores are -inf, and 2^-inf is exactly 0.
+// scores are -inf, and 2^-inf is exactly 0. The scaling, l's update and
+// the log-sum-exp are rounded as written (__fmul_rn, __fmaf_rn), so every
+// tiling gives the same bits: left to the compiler, which products it
+// fused into the next add depended on the kernel around them, and the
+// 32x4 tiling's log-sum-exps differed from the 16x4 tiling's in the last
+// bit on an H100 (2026-11-24).
 template <int kD>
 __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
                                             float (&m)[2], float (&l)[2],
@@ -63,7 +68,7 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
   for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[n][e] *= scale2;
+      s[n][e] = __fmul_rn(s[n][e], scale2);
       tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
     }
   }
@@ -92,7 +97,7 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
   for (int r = 0; r < 2; ++r) {
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-    l[r] = l[r] * correction[r] + sum[r];
+    l[r] = __fmaf_rn(l[r], correction[r], sum[r]);
   }
 #pragma unroll
   for (int n = 0; n < kD / 8; ++n) {
@@ -116,7 +121,7 @@ __device__ void StoreForwardRows(bf16* out, float* lse, const HeadOffsets& h,
   if (lane % 4 == 0) {
     for (int r = 0; r < 2; ++r) {
       const int64_t row = row0 + lane / 4 + 8 * r;
-      if (row < g.seq) lse[h.stats + row] = m[r] * kLn2 + logf(l[r]);
+      if (row < g.seq) lse[h.stats + row] = __fmaf_rn(m[r], kLn2, logf(l[r]));
     }
   }
 }

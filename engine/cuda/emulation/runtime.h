@@ -172,6 +172,11 @@ inline int __all_sync(
       ::trainyard::cuda_emulation::kWarpAll, mask, predicate != 0, 0, site));
 }
 
+// The intrinsics that fix a float operation's rounding (the compiler never
+// fuses them into or out of a multiply-add); the host rounds the same.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
