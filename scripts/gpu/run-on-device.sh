@@ -3,13 +3,16 @@
 # made here by scripts/gpu/make-kit.sh (carried as .gpu-kit):
 #
 #   bash scripts/gpu/run-on-device.sh [tests|engine|packing|kernels|gemms|
-#                                      quick|tilings|first|all] [SECONDS]
+#                                      quick|tilings|first|profile|sass|all]
+#                                      [SECONDS]
 #
 #   tests    the gpu-labelled tests, then the kernel tests under
 #            compute-sanitizer memcheck if there is one (device.log)
 #   engine   gpt_train_bench fp32 + bf16 and the PyTorch peer eager +
 #            torch.compile, GPT-2 124M at the largest micro-batch and the
-#            shakespeare config (engine.log, engine.csv)
+#            shakespeare config (engine.log, engine.csv); where the kit
+#            carries gemm-choices.txt (from `gemms`), the 124M bf16 step
+#            again with YARD_GEMM_CHOICES right after the peer
 #   packing  bench/packing: four shakespeare jobs packed vs one after
 #            another, without and with MPS (packing.log, packing/*.csv,
 #            packing/summary.txt)
@@ -41,6 +44,15 @@
 #            step again with YARD_ATTENTION_TILING=wgmma, and with it
 #            YARD_ATTENTION_BACKWARD=ordered-dq if time is left (device.log,
 #            kernels.log, kernels.csv, engine.log, engine.csv)
+#   profile  Nsight Compute (ncu --set full) on attention_bench at a GPT-2
+#            124M layer's shape, one kernel at a time: the 16x4 forward,
+#            the warpgroup forward, the key side and the query gradient
+#            of the two-kernel backward (ncu-*.txt): where the attention
+#            kernels' time goes, for the next change to them
+#   sass     as profile for the 16x4 forward, the warpgroup forward and
+#            the key side, with ncu's source page: each SASS instruction
+#            with its counters (sass-*.csv), e.g. which loads or stores
+#            fetch the excess sectors that profile reports
 #   all      tests, engine and packing in that order, sharing one budget
 #
 # Every command runs under a timeout cut from SECONDS (default 540, so one
@@ -163,6 +175,13 @@ run_engine() {
   # Most wanted first: what the issue's target compares.
   bounded 110 "$elog" "${ours[@]}" --config 124m --precision bf16 --micro-batch max --profile-steps 2
   bounded 240 "$elog" "${torch[@]}" --config 124m --precision bf16 --micro-batch max
+  # With the cuBLASLt candidates gemm_bench found fastest on this GPU
+  # model, when the kit carries them (.gpu-kit/gemm-choices.txt).
+  if [[ -s "$kit/gemm-choices.txt" ]]; then
+    note "gpt_train_bench 124m bf16 with YARD_GEMM_CHOICES=$kit/gemm-choices.txt (next row of engine.csv)"
+    YARD_GEMM_CHOICES="$kit/gemm-choices.txt" bounded 110 "$elog" "${ours[@]}" \
+      --config 124m --precision bf16 --micro-batch max
+  fi
   bounded 110 "$elog" "${ours[@]}" --config 124m --precision fp32 --micro-batch max
   bounded 40 "$elog" "${ours[@]}" --config shakespeare --precision bf16 --steps 50 --warmup 10 --profile-steps 5
   bounded 40 "$elog" "${ours[@]}" --config shakespeare --precision fp32 --steps 50 --warmup 10
@@ -270,6 +289,37 @@ run_first() {
   column -s, -t "$csv" 2>/dev/null | tee -a "$log" || cat "$csv"
 }
 
+run_profile() {
+  local ncu k name
+  ncu="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
+  [[ -n "$ncu" && -x "$ncu" ]] || { note "profile: no ncu on this machine"; return; }
+  # name:kernel; each one's first launch in attention_bench is the one
+  # profiled: the default tiling's (16x4) where the kernel has several.
+  for k in fwd16x4:AttentionForwardTcKernel fwdwgmma:AttentionForwardWgKernel \
+    keyside:AttentionKeySideTcKernel querygrad:AttentionQueryGradTcKernel; do
+    IFS=: read -r name regex <<<"$k"
+    bounded 90 "$out/ncu-$name.txt" "$ncu" --set full \
+      -k "regex:$regex" -c 1 "$kit/bin/attention_bench" --batch 16 --seq 1024 \
+      --heads 12 --head-size 64
+    grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Executed Ipc A|Issue Slots Busy|No Eligible' \
+      "$out/ncu-$name.txt" | sed "s/^/$name /" | tee -a "$log"
+  done
+}
+
+run_sass() {
+  local ncu k
+  ncu="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
+  [[ -n "$ncu" && -x "$ncu" ]] || { note "sass: no ncu on this machine"; return; }
+  for k in AttentionForwardTcKernel AttentionForwardWgKernel AttentionKeySideTcKernel; do
+    bounded 90 "$log" "$ncu" --set full --import-source yes -k "regex:$k" -c 1 \
+      -o "/tmp/$k" "$kit/bin/attention_bench" --batch 16 --seq 1024 --heads 12 \
+      --head-size 64
+    bounded 60 "$out/sass-$k.csv" "$ncu" -i "/tmp/$k.ncu-rep" --page source \
+      --csv --print-source sass
+    wc -l "$out/sass-$k.csv" | tee -a "$log"
+  done
+}
+
 run_packing() {
   local plog="$out/packing.log"
   local left=$((deadline - SECONDS - 20))
@@ -302,7 +352,9 @@ case "$what" in
   quick) run_quick ;;
   tilings) run_tilings ;;
   first) run_first ;;
+  profile) run_profile ;;
+  sass) run_sass ;;
   all) run_tests; run_engine; run_packing ;;
-  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|gemms|quick|tilings|first|all] [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|gemms|quick|tilings|first|profile|sass|all] [SECONDS]" >&2; exit 2 ;;
 esac
 note "done in ${SECONDS}s; files in $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
