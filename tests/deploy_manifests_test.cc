@@ -7,6 +7,7 @@
 // so it cannot run here; Docker needs an engine: neither is attempted.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,11 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "tests/harness.h"
 #include "tests/metrics_scrape.h"
 
@@ -391,6 +394,41 @@ TEST_F(DeployManifestsTest, DockerfileIsMultiStageAndUnprivileged) {
   ASSERT_FALSE(user.empty());
   EXPECT_NE(user.back(), "root");
   EXPECT_FALSE(absl::StartsWith(user.back(), "0"));
+}
+
+// The build context holds tracked sources only: whatever .gitignore keeps
+// out of the repository (build trees such as build-fuzz/, virtual
+// environments, the GPU kit) deploy/Dockerfile.dockerignore keeps out of
+// `COPY . .`, where it would bloat the context or leak into the build.
+TEST_F(DeployManifestsTest, DockerIgnoreCoversGitIgnore) {
+  const std::string gitignore = ReadAll(SourceDir() + "/.gitignore");
+  const std::string dockerignore =
+      ReadAll(DeployDir() + "/Dockerfile.dockerignore");
+  std::vector<std::string> ignored;
+  for (absl::string_view line : absl::StrSplit(dockerignore, '\n')) {
+    if (line.empty() || absl::StartsWith(line, "#")) continue;
+    ignored.emplace_back(line);
+  }
+  int checked = 0;
+  for (absl::string_view line : absl::StrSplit(gitignore, '\n')) {
+    std::string entry(absl::StripAsciiWhitespace(line));
+    if (entry.empty() || absl::StartsWith(entry, "#") ||
+        absl::StartsWith(entry, "!")) {
+      continue;
+    }
+    ++checked;
+    // `/build/` (root) is `build` to Docker; `__pycache__/` (any depth)
+    // is `**/__pycache__`.
+    const bool rooted = absl::StartsWith(entry, "/");
+    std::string name = std::string(absl::StripPrefix(entry, "/"));
+    name = std::string(absl::StripSuffix(name, "/"));
+    const std::string want = rooted ? name : "**/" + name;
+    EXPECT_TRUE(std::find(ignored.begin(), ignored.end(), want) !=
+                ignored.end())
+        << ".gitignore ignores " << entry
+        << " but deploy/Dockerfile.dockerignore has no line " << want;
+  }
+  EXPECT_GE(checked, 3) << "found too few entries in .gitignore";
 }
 
 // The image builds with the same libraries as `make`: every -dev package the
