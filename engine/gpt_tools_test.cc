@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "engine/core/checkpoint.h"
@@ -228,6 +229,27 @@ TEST_F(GptToolsTest, SamplingIsReproducibleForASeed) {
   // A checkpoint dir of an MLP or nothing at all is refused.
   EXPECT_EQ(LoadGptCheckpoint(dir_ + "/nothing", 1).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// A model whose weights hold a NaN (training that diverged) has no
+// next-token distribution: sampling says so instead of printing the same
+// token over and over.
+TEST_F(GptToolsTest, SamplingFromBrokenWeightsIsAnError) {
+  Train("run");
+  absl::StatusOr<LoadedGpt> gpt = LoadGptCheckpoint(dir_ + "/run", 1);
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  for (const Parameter& p : gpt->model->parameters()) {
+    if (p.name == "wte") p.value[3] = std::numeric_limits<float>::quiet_NaN();
+  }
+  const std::vector<int32_t> prompt = *gpt->tokenizer->Encode("to be");
+  for (double temperature : {0.0, 0.8}) {
+    absl::StatusOr<std::vector<int32_t>> out =
+        SampleTokens(*gpt->model, prompt, {5, temperature, 0, 1});
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss) << temperature;
+    EXPECT_TRUE(
+        absl::StrContains(out.status().message(), "logit for token 0 is nan"))
+        << out.status();
+  }
 }
 
 TEST(SampleFromLogitsTest, TemperatureAndTopK) {

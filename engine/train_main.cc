@@ -403,6 +403,11 @@ int SampleMain(const std::vector<std::string>& argv) {
   if (!prompt.ok()) return Fail(kExitUsage, prompt.status().message());
   absl::StatusOr<std::vector<int32_t>> out =
       SampleTokens(*gpt->model, *prompt, args.options);
+  if (absl::IsDataLoss(out.status())) {
+    // The checkpoint read back intact but its model computes no numbers.
+    return Fail(kExitRuntime, absl::StrCat(gpt->checkpoint_path, ": ",
+                                           out.status().message()));
+  }
   if (!out.ok()) return Fail(kExitUsage, out.status().message());
   if (gpt->tokenizer.has_value()) {
     std::cout << args.prompt << gpt->tokenizer->Decode(*out) << std::endl;

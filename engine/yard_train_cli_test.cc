@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/core/checkpoint.h"
 #include "gtest/gtest.h"
 #include "trainyard/v1/trainer.pb.h"
 
@@ -425,6 +427,45 @@ TEST_F(YardTrainCliTest, TrainsAGptThenSamplesAndExports) {
                                 "has no trainyard_tokenizer.json"))
       << refused.stderr_text;
   EXPECT_TRUE(refused.stdout_lines.empty());
+}
+
+// A checkpoint that reads back intact but whose weights hold a NaN (its
+// training diverged) gives no text: sample exits 1 saying why, in one
+// line, instead of printing one token over and over.
+TEST_F(YardTrainCliTest, SampleOfBrokenWeightsExitsOne) {
+  fs::create_directories(dir_ + "/root");
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += "so shaken as we are, so wan with care\n";
+  std::ofstream(dir_ + "/root/t.txt") << text;
+  const std::string spec = dir_ + "/gpt.yaml";
+  std::ofstream(spec) << "model: {gpt: {n_layer: 1, n_head: 2, d_model: 16, "
+                         "seq_len: 16, vocab_size: 20}}\n"
+                      << "data: {text: {train: t.txt, tokenizer: CHAR}}\n"
+                      << "batch: {micro_batch: 4}\nsteps: 2\n";
+  ASSERT_EQ(RunYardTrain({"run", spec, "--data-root", dir_ + "/root",
+                          "--checkpoint-dir", dir_ + "/ck"},
+                         dir_)
+                .exit_code,
+            0);
+  const std::string path = dir_ + "/ck/step-00000002";
+  absl::StatusOr<trainyard::engine::Checkpoint> ckpt =
+      trainyard::engine::ReadCheckpoint(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  for (trainyard::engine::HostTensor& t : ckpt->tensors) {
+    if (t.name == "ln_f.weight") {
+      t.data[0] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+  ASSERT_TRUE(trainyard::engine::WriteCheckpoint(dir_ + "/ck", *ckpt).ok());
+  Result r = RunYardTrain({"sample", dir_ + "/ck", "--tokens", "5"}, dir_);
+  EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
+  EXPECT_TRUE(r.stdout_lines.empty());
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1)
+      << r.stderr_text;
+  EXPECT_TRUE(absl::StartsWith(r.stderr_text, "yard-train: " + path + ": "))
+      << r.stderr_text;
+  EXPECT_TRUE(absl::StrContains(r.stderr_text, "is nan")) << r.stderr_text;
 }
 
 // What sample and export are pointed at must hold a GPT checkpoint: an

@@ -63,8 +63,17 @@ absl::StatusOr<std::vector<int32_t>> SampleTokens(
     batch.tokens.assign(context.end() - window, context.end());
     batch.targets = batch.tokens;  // unused; the loss is ignored
     RETURN_IF_ERROR(model.Forward(batch).status());
-    const int32_t next = SampleFromLogits(
-        model.Logits(0, window - 1), options.temperature, options.top_k, rng);
+    const std::vector<float> logits = model.Logits(0, window - 1);
+    for (size_t t = 0; t < logits.size(); ++t) {
+      if (!std::isfinite(logits[t])) {
+        return absl::DataLossError(absl::StrCat(
+            "sample: the model's logit for token ", t, " is ", logits[t],
+            " at generated token ", i,
+            ": its weights are broken (did its training diverge?)"));
+      }
+    }
+    const int32_t next =
+        SampleFromLogits(logits, options.temperature, options.top_k, rng);
     context.push_back(next);
     out.push_back(next);
   }

@@ -22,14 +22,16 @@ struct SampleOptions {
 };
 
 // Returns only the generated tokens. INVALID_ARGUMENT for an empty context,
-// tokens outside the vocabulary, a negative count, top_k or temperature.
+// tokens outside the vocabulary, a negative count, top_k or temperature;
+// DATA_LOSS when the model's logits are not finite (its weights are broken,
+// e.g. by training that diverged) rather than text drawn from them.
 absl::StatusOr<std::vector<int32_t>> SampleTokens(GptModel& model,
                                                   std::vector<int32_t> context,
                                                   const SampleOptions& options);
 
 // Index drawn from `logits` / temperature restricted to the top_k largest
-// (ties to the lower index); argmax when temperature is 0. Exposed for
-// tests.
+// (ties to the lower index); argmax when temperature is 0. The logits must
+// be finite. Exposed for tests.
 int32_t SampleFromLogits(const std::vector<float>& logits, double temperature,
                          int64_t top_k, Rng& rng);
 
