@@ -5,6 +5,7 @@
 // folders are refused with errors naming the file.
 #include "engine/gpt_tools.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -250,6 +251,28 @@ TEST_F(GptToolsTest, SamplingFromBrokenWeightsIsAnError) {
         absl::StrContains(out.status().message(), "logit for token 0 is nan"))
         << out.status();
   }
+}
+
+// The model's vocab_size (16) is above its characters' (13): the ids past
+// them decode to no text, and sampling with vocab_limit never draws them.
+TEST_F(GptToolsTest, SamplingStaysInsideTheTokenizersVocabulary) {
+  Train("run");
+  absl::StatusOr<LoadedGpt> gpt = LoadGptCheckpoint(dir_ + "/run", 1);
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  const int64_t chars = gpt->tokenizer->vocab_size();
+  ASSERT_LT(chars, gpt->model->config().vocab_size);
+  const std::vector<int32_t> prompt = *gpt->tokenizer->Encode("to be");
+  SampleOptions o{300, 100.0, 0, 7};  // nearly uniform
+  auto past = [&](const std::vector<int32_t>& tokens) {
+    return std::count_if(tokens.begin(), tokens.end(),
+                         [&](int32_t t) { return t >= chars; });
+  };
+  EXPECT_GT(past(*SampleTokens(*gpt->model, prompt, o)), 0);
+  o.vocab_limit = chars;
+  EXPECT_EQ(past(*SampleTokens(*gpt->model, prompt, o)), 0);
+  o.vocab_limit = gpt->model->config().vocab_size + 1;
+  EXPECT_EQ(SampleTokens(*gpt->model, prompt, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SampleFromLogitsTest, TemperatureAndTopK) {

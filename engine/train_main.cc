@@ -18,6 +18,7 @@
 // worker's lease ran out untold (--lease-fd).
 #include <fcntl.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -401,6 +402,12 @@ int SampleMain(const std::vector<std::string>& argv) {
   if (!gpt.ok()) return FailModelCommand(gpt.status());
   absl::StatusOr<std::vector<int32_t>> prompt = PromptTokens(*gpt, args.prompt);
   if (!prompt.ok()) return Fail(kExitUsage, prompt.status().message());
+  if (gpt->tokenizer.has_value()) {
+    // Only tokens that decode to text: a vocab_size above the tokenizer's
+    // would otherwise print U+FFFD for the ids no character has.
+    args.options.vocab_limit = std::min<int64_t>(
+        gpt->tokenizer->vocab_size(), gpt->model->config().vocab_size);
+  }
   absl::StatusOr<std::vector<int32_t>> out =
       SampleTokens(*gpt->model, *prompt, args.options);
   if (absl::IsDataLoss(out.status())) {

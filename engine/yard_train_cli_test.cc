@@ -386,6 +386,14 @@ TEST_F(YardTrainCliTest, TrainsAGptThenSamplesAndExports) {
   ASSERT_FALSE(a.stdout_lines.empty());
   EXPECT_TRUE(absl::StartsWith(a.stdout_lines[0], "so "));
   EXPECT_EQ(RunYardTrain(sample, dir_).stdout_lines, a.stdout_lines);
+  // vocab_size 20 is above the text's 15 characters: even drawn almost
+  // uniformly, every token is one of them, never U+FFFD.
+  Result hot = RunYardTrain({"sample", dir_ + "/ck", "--tokens", "200",
+                             "--temperature", "100", "--seed", "1"},
+                            dir_);
+  ASSERT_EQ(hot.exit_code, 0) << hot.stderr_text;
+  EXPECT_FALSE(
+      absl::StrContains(absl::StrJoin(hot.stdout_lines, "\n"), "\xEF\xBF\xBD"));
   Result bad = RunYardTrain({"sample", dir_ + "/ck", "--prompt", "xyz"}, dir_);
   EXPECT_EQ(bad.exit_code, 2);  // 'x' is not in the vocabulary
   EXPECT_TRUE(absl::StrContains(bad.last_stderr_line(), "U+0078"));

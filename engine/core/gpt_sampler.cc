@@ -46,6 +46,13 @@ absl::StatusOr<std::vector<int32_t>> SampleTokens(
     return absl::InvalidArgumentError(
         "sample: tokens, top_k and temperature must be >= 0");
   }
+  if (options.vocab_limit < 0 || options.vocab_limit > c.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample: vocab_limit ", options.vocab_limit,
+                     " outside [0, ", c.vocab_size, "]"));
+  }
+  const int64_t drawable =
+      options.vocab_limit > 0 ? options.vocab_limit : c.vocab_size;
   for (int32_t t : context) {
     if (t < 0 || t >= c.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -63,7 +70,8 @@ absl::StatusOr<std::vector<int32_t>> SampleTokens(
     batch.tokens.assign(context.end() - window, context.end());
     batch.targets = batch.tokens;  // unused; the loss is ignored
     RETURN_IF_ERROR(model.Forward(batch).status());
-    const std::vector<float> logits = model.Logits(0, window - 1);
+    std::vector<float> logits = model.Logits(0, window - 1);
+    logits.resize(drawable);
     for (size_t t = 0; t < logits.size(); ++t) {
       if (!std::isfinite(logits[t])) {
         return absl::DataLossError(absl::StrCat(

@@ -19,10 +19,15 @@ struct SampleOptions {
   double temperature = 1.0;  // 0: always the most likely token
   int64_t top_k = 0;         // 0: no cut
   uint64_t seed = 0;
+  // Draw only tokens below this; 0: the whole vocabulary. A text model's
+  // tokenizer may know fewer tokens than its vocab_size (e.g. 65
+  // characters in a vocabulary of 128), and the ones past it are no text.
+  int64_t vocab_limit = 0;
 };
 
 // Returns only the generated tokens. INVALID_ARGUMENT for an empty context,
-// tokens outside the vocabulary, a negative count, top_k or temperature;
+// tokens outside the vocabulary, a negative count, top_k or temperature, a
+// vocab_limit outside [0, vocab_size];
 // DATA_LOSS when the model's logits are not finite (its weights are broken,
 // e.g. by training that diverged) rather than text drawn from them.
 absl::StatusOr<std::vector<int32_t>> SampleTokens(GptModel& model,
