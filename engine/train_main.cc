@@ -232,7 +232,7 @@ const ValueFlag<Args> kRunFlags[] = {
      [](S f, V v, Args* a) { return IntIn(f, v, 0, 4096, &a->ranks.rank); }},
     {"--world-size",
      [](S f, V v, Args* a) {
-       return IntIn(f, v, 0, 4096, &a->ranks.world_size);
+       return IntIn(f, v, 1, 4096, &a->ranks.world_size);
      }},
     {"--rendezvous",
      [](S, V v, Args* a) { return Set(v, &a->ranks.rendezvous_file); }},

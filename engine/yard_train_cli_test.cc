@@ -290,6 +290,8 @@ TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
       {{"run", spec, "--bogus=1"}, "yard-train: unknown flag --bogus"},
       {{"run", spec, "--threads=0"},
        "yard-train: --threads must be an integer in [1, 256], got '0'"},
+      {{"run", spec, "--world-size", "0"},
+       "yard-train: --world-size must be an integer in [1, 4096], got '0'"},
       {{"export", dir_, dir_ + "/out", "--foo"},
        "yard-train: unknown flag --foo (export takes CHECKPOINT_DIR OUT_DIR "
        "only)"},
