@@ -69,7 +69,8 @@ constexpr char kHelp[] =
     "\n"
     "Trains the JobSpec in SPEC_FILE (YAML or JSON) on CPU threads, resuming\n"
     "from the newest checkpoint in the checkpoint dir. SIGTERM or SIGINT\n"
-    "finishes the current step, writes a checkpoint and exits with 3.\n"
+    "finishes the current step, writes a checkpoint and exits with 3; a\n"
+    "second one ends it at once, without a checkpoint.\n"
     "\n"
     "  --data-root DIR       spec data paths are relative to DIR (default .)\n"
     "  --checkpoint-dir DIR  default checkpoints/<spec name>\n"
@@ -117,7 +118,16 @@ constexpr char kHelp[] =
 std::atomic<bool> g_stop{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
-extern "C" void OnStopSignal(int) { g_stop.store(true); }
+// The first SIGTERM or SIGINT asks for a checkpoint at the end of the
+// step; a second one (Ctrl-C again: a step can take minutes) ends the
+// process at once, by that signal, without one. The worker sends one
+// SIGTERM, then SIGKILL after its grace period.
+extern "C" void OnStopSignal(int sig) {
+  if (g_stop.exchange(true)) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
 
 struct Args {
   std::string spec_file;

@@ -162,6 +162,34 @@ TEST_F(YardTrainCliTest, DefaultCheckpointDirIsUnderTheWorkingDirectory) {
       << r.stdout_lines.back();
 }
 
+// A step can take minutes (here hours: 4,096 micro-batches of 4,096): the
+// first SIGTERM waits for its end to checkpoint, a second one ends the
+// process at once instead of being swallowed.
+TEST_F(YardTrainCliTest, SecondSigtermStopsAtOnce) {
+  const std::string spec = dir_ + "/slow.yaml";
+  std::ofstream(spec)
+      << "model: {mlp: {hidden: [2048, 2048]}}\n"
+      << "data: {mnist: {images: "
+         "examples/data/mnist/t10k-images-idx3-ubyte.gz,"
+      << " labels: examples/data/mnist/t10k-labels-idx1-ubyte.gz}}\n"
+      << "batch: {micro_batch: 4096, grad_accum: 4096}\n"
+      << "steps: 10\n";
+  auto term_twice = [](const std::string& line, pid_t pid) {
+    if (!absl::StrContains(line, "\"started\"")) return;
+    kill(pid, SIGTERM);
+    usleep(300'000);
+    kill(pid, SIGTERM);
+  };
+  Result r =
+      RunYardTrain({"run", spec, "--data-root", YARD_SOURCE_DIR, "--progress",
+                    "json", "--threads", "1", "--checkpoint-dir", dir_ + "/ck"},
+                   dir_, term_twice);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.stderr_text;
+  ASSERT_EQ(r.stdout_lines.size(), 1u);
+  EXPECT_TRUE(Parse(r.stdout_lines.front()).has_started());
+  EXPECT_FALSE(fs::exists(dir_ + "/ck/step-00000000"));
+}
+
 TEST_F(YardTrainCliTest, SigtermCheckpointsExitsThreeAndResumes) {
   // Far more steps than can run before the signal lands.
   const std::string spec = WriteSpec(1'000'000);
