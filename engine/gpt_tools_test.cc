@@ -120,6 +120,29 @@ TEST_F(GptToolsTest, InitFromStartsTrainingFromTheExportedWeights) {
             "model.gpt.n_layer: 3 differs from the init_from model's 2");
 }
 
+// A folder that will not parse (truncated weights, broken JSON, a dtype
+// this engine cannot read) would fail again on every try: INVALID_ARGUMENT
+// naming the field, as a corrupt data file is (yard-train exit 2, a job not
+// restarted).
+TEST_F(GptToolsTest, InitFromAFolderThatWillNotParseIsABadSpec) {
+  Train("run");
+  ASSERT_TRUE(ExportGptCheckpoint(dir_ + "/run", dir_ + "/hf").ok());
+  EngineJob job = Job("finetune");
+  job.gpt_init_from = dir_ + "/hf";
+  const std::string weights = dir_ + "/hf/" + kHfWeightsFile;
+  const std::string config = dir_ + "/hf/" + kHfConfigFile;
+  std::filesystem::resize_file(weights, 2000);
+  absl::Status s = TrainJob::Create(job, &sink_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StartsWith(s.message(), "model.gpt.init_from: " + weights))
+      << s;
+  std::ofstream(config, std::ios::trunc) << "{";
+  s = TrainJob::Create(job, &sink_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StartsWith(s.message(), "model.gpt.init_from: " + config))
+      << s;
+}
+
 // A CHAR job takes its characters' ids from the model it starts from;
 // without them (no tokenizer file, a checkpoint of token shards) it is
 // refused rather than trained on a vocabulary rebuilt from its own text.

@@ -130,12 +130,9 @@ struct StartingWeights {
 absl::StatusOr<std::optional<StartingWeights>> ReadStartingWeights(
     const EngineJob& job) {
   if (!job.gpt_init_from.empty()) {
+    // A folder that will not parse fails again, as a data file does.
     absl::StatusOr<HfGpt2> hf = ReadHfGpt2(job.gpt_init_from);
-    if (!hf.ok()) {
-      return absl::Status(
-          hf.status().code(),
-          absl::StrCat("model.gpt.init_from: ", hf.status().message()));
-    }
+    if (!hf.ok()) return AsDataError("model.gpt.init_from", hf.status());
     return StartingWeights{"init_from", *std::move(hf), {}};
   }
   if (job.warm_start.empty()) return std::nullopt;
