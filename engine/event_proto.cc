@@ -127,7 +127,14 @@ std::string ToTextLine(const TrainerEvent& event) {
                    (e.stopped_early.empty()
                         ? ""
                         : absl::StrCat(" (stopped early: ", e.stopped_early,
-                                       ")"));
+                                       ")")) +
+                   // checkpoint.keep_best: the one to sample or export.
+                   (e.best_checkpoint_path.empty()
+                        ? ""
+                        : absl::StrFormat(
+                              "; best checkpoint %s (step %d, eval loss %.4f)",
+                              e.best_checkpoint_path, e.best_step,
+                              e.best_eval_loss));
           },
           [](const TrainInterruptedEvent& e) {
             return absl::StrFormat("interrupted at step %d; checkpoint %s",

@@ -249,6 +249,16 @@ TEST(EventProtoTest, ConvertsEveryEvent) {
   EXPECT_TRUE(absl::StrContains(ToTextLine(f), "accuracy 97.00%"));
   f.eval_accuracy = 0;
   EXPECT_TRUE(absl::StrContains(ToTextLine(f), "eval accuracy 0.00%"));
+  // checkpoint.keep_best: the text names the best checkpoint, as JSON does.
+  EXPECT_FALSE(absl::StrContains(ToTextLine(f), "best")) << ToTextLine(f);
+  f.best_checkpoint_path = "ck/step-00000400";
+  f.best_step = 400;
+  f.best_eval_loss = 0.1271;
+  EXPECT_TRUE(
+      absl::EndsWith(ToTextLine(f),
+                     "; best checkpoint ck/step-00000400 (step 400, eval "
+                     "loss 0.1271)"))
+      << ToTextLine(f);
 }
 
 // TrainJob assembly: the spec must fit the data.
