@@ -195,6 +195,13 @@ TEST_F(GptJobTest, SpecsThatDoNotFitTheTextAreInvalidArgument) {
   job.trainer.checkpoint.keep_best = true;
   EXPECT_TRUE(absl::StartsWith(TrainJob::Create(job, &sink_).status().message(),
                                "checkpoint.keep_best: no evaluation set"));
+  // An evaluation file given but shorter than one window is refused by
+  // name, not trained past without evaluations.
+  job = Job("bad");
+  job.text->eval = Write("short-eval.txt", "the cat");
+  EXPECT_EQ(TrainJob::Create(job, &sink_).status().message(),
+            "data.text.eval: shorter than one window of 17 tokens "
+            "(model.gpt.seq_len + 1)");
   job = Job("bad");
   job.text->eval = Write("eval.txt", "the zebra");
   EXPECT_EQ(TrainJob::Create(job, &sink_).status().message(),

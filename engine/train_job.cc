@@ -321,7 +321,14 @@ absl::Status TrainJob::LoadTokenData(const EngineJob& job) {
   const std::string why =
       absl::StrCat(eval_field, " is shorter than one window of ", T + 1,
                    " tokens (model.gpt.seq_len + 1)");
-  // What needs evaluations cannot run without them: said now, by field.
+  // An evaluation file given but too short is a mistake in the spec, not a
+  // reason to train without evaluations; what needs evaluations cannot run
+  // without them either: both said now, by field.
+  if (!held_out) {
+    return InvalidFieldError(eval_field,
+                             absl::StrCat("shorter than one window of ", T + 1,
+                                          " tokens (model.gpt.seq_len + 1)"));
+  }
   if (job.trainer.early_stop_patience > 0) {
     return InvalidFieldError("eval.patience",
                              absl::StrCat("no evaluation set: ", why));
