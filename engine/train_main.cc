@@ -474,8 +474,14 @@ absl::StatusOr<EngineJob> LoadJob(const Args& args) {
 }
 
 int Main(const std::vector<std::string>& argv) {
-  if (!argv.empty() &&
-      (argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help")) {
+  // Help wherever it is asked for: `yard-train --help`, `yard-train help`,
+  // `yard-train run --help`, `yard-train sample DIR -h`.
+  const bool help =
+      (!argv.empty() && argv[0] == "help") ||
+      std::any_of(argv.begin(), argv.end(), [](const std::string& a) {
+        return a == "--help" || a == "-h";
+      });
+  if (help) {
     std::cout << kSynopsis << kHelp;
     return kExitOk;
   }

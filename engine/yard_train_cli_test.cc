@@ -295,7 +295,17 @@ TEST_F(YardTrainCliTest, UsageErrorsExitTwo) {
     EXPECT_TRUE(absl::StartsWith(r.last_stderr_line(), "yard-train: "))
         << r.stderr_text;
   }
-  EXPECT_EQ(RunYardTrain({"--help"}, dir_).exit_code, 0);
+  // Help wherever it is asked for, the command's included.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--help"},
+                                             {"help"},
+                                             {"run", "--help"},
+                                             {"sample", dir_, "-h"},
+                                             {"export", "--help"}}) {
+    Result r = RunYardTrain(args, dir_);
+    EXPECT_EQ(r.exit_code, 0) << absl::StrJoin(args, " ") << "\n"
+                              << r.stderr_text;
+  }
   // The message, alone on stderr (no usage block), names what is wrong, a
   // flag given last included, and a bad value with its flag.
   const std::vector<std::pair<std::vector<std::string>, std::string>> said = {
