@@ -31,9 +31,10 @@ const std::vector<std::pair<v1::WorkerState, const char*>> kWorkerStates = {
     {v1::WORKER_DRAINING, "draining"},
     {v1::WORKER_LOST, "lost"}};
 
-const char* const kRejectionReasons[] = {"invalid_spec", "request_id_conflict",
-                                         "quota",        "store",
-                                         "unavailable",  "internal"};
+// Every value RejectionReason returns, each series exported from the start.
+const char* const kRejectionReasons[] = {
+    "invalid_spec", "request_id_conflict", "quota",   "store",
+    "unavailable",  "cancelled",           "internal"};
 
 pm::MetricFamily GaugeFamily(std::string name, std::string help) {
   pm::MetricFamily f;

@@ -287,7 +287,7 @@ TEST_F(ServerMetricsTest, ASuspendIsCountedWhenTheJobIsParked) {
 
 TEST_F(ServerMetricsTest, RejectionsByBoundedReason) {
   for (const char* reason : {"invalid_spec", "request_id_conflict", "quota",
-                             "unavailable", "internal"}) {
+                             "store", "unavailable", "cancelled", "internal"}) {
     EXPECT_EQ(Value("yard_job_rejections_total", {{"reason", reason}}), 0)
         << reason;
   }
