@@ -149,8 +149,9 @@ void WorkerMetrics::CollectGpus(std::vector<pm::MetricFamily>& out) const {
 }
 
 void WorkerMetrics::CollectJobs(std::vector<pm::MetricFamily>& out) const {
-  pm::MetricFamily running =
-      Gauge("yard_worker_jobs_running", "Job processes running here (count).");
+  pm::MetricFamily running = Gauge("yard_worker_jobs_running",
+                                   "Jobs running here (count; a job of several "
+                                   "ranks on this worker counts once).");
   pm::MetricFamily step = Gauge("yard_job_step",
                                 "Optimizer steps the running job has completed "
                                 "(count).");
