@@ -634,7 +634,8 @@ Global flags:
                      this CA (default: $YARD_TLS_CA, else the config file)
   --tls-server-name NAME
                      name to check in the server certificate
-  -o, --output FMT   table (default) or json (protobuf JSON)
+  -o, --output FMT   table (default) or json (protobuf JSON, snake_case names,
+                     every field printed, zeros and empty lists included)
   -h, --help         show this help
 
 Exit codes:

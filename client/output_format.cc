@@ -455,6 +455,9 @@ std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = pretty;
   options.preserve_proto_field_names = true;
+  // Zeros too: GPU 0's index, 0% utilisation, a job at step 0. A field
+  // that is absent only when it is 0 makes every script test for both.
+  options.always_print_primitive_fields = true;
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   if (pretty && !out.empty() && out.back() == '\n') out.pop_back();

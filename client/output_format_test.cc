@@ -15,6 +15,7 @@
 namespace trainyard::client {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 namespace v1 = ::trainyard::v1;
@@ -565,9 +566,18 @@ TEST(FormatDeletedTest, NamesTheCheckpointsRemovedKeptOrAbsent) {
 TEST(ToJsonTest, ProtoFieldNames) {
   auto job =
       FromText<v1::Job>(R"pb(id: "j-1" state: SUCCEEDED worker_id: "w")pb");
-  EXPECT_EQ(ToJson(job, false),
-            R"({"id":"j-1","state":"SUCCEEDED","worker_id":"w"})");
+  EXPECT_THAT(ToJson(job, false), AllOf(HasSubstr(R"("id":"j-1")"),
+                                        HasSubstr(R"("state":"SUCCEEDED")"),
+                                        HasSubstr(R"("worker_id":"w")")));
   EXPECT_THAT(ToJson(job, true), HasSubstr("\n"));
+}
+
+// Fields at zero are printed too: GPU 0 has an index in the JSON.
+TEST(ToJsonTest, ZerosArePrinted) {
+  auto grant = FromText<v1::GpuGrant>(R"pb(memory_bytes: 1024)pb");
+  EXPECT_EQ(ToJson(grant, false),
+            R"({"index":0,"shared":false,"memory_bytes":"1024",)"
+            R"("compute_milli":0})");
 }
 
 v1::LogChunk Chunk(int64_t offset, const std::string& data) {

@@ -180,7 +180,8 @@ TEST_F(GpuSharingTest, WithoutMpsEachJobTakesTheGpuWhole) {
   }
   CommandResult workers = Yard({"-o", "json", "workers"});
   ASSERT_EQ(workers.exit_code(), 0) << workers.DebugString();
-  EXPECT_THAT(workers.out, Not(HasSubstr("\"mps\"")));
+  EXPECT_THAT(workers.out, HasSubstr("\"mps\": false"));
+  EXPECT_THAT(workers.out, Not(HasSubstr("\"mps\": true")));
   YARD_ASSERT_OK(ReleaseAndWait(ids).status());
 }
 
