@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "server/checkpoint_paths.h"
 #include "server/job_lifecycle.h"
 #include "server/job_state.h"
 
@@ -73,14 +74,16 @@ absl::StatusOr<DeletedJob> JobLifecycle::Delete(const std::string& job_id,
   absl::MutexLock one_at_a_time(&delete_mu_);
   ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
   RETURN_IF_ERROR(CheckDeletable(record.job));
-  // As Assign names it.
-  const fs::path own = absl::StrCat(options_.checkpoint_root, "/", job_id);
+  // As Assign names it, under the current root whatever root the job ran
+  // under (the state dir may have moved since). A job that never started
+  // has no directory: one of its id there is not its own.
+  const fs::path own = CheckpointDirOf(options_.checkpoint_root, job_id);
   const fs::path parked = fs::path(options_.checkpoint_root) /
                           absl::StrCat(kDeletingPrefix, job_id);
   std::error_code ec;
   const bool remove_dir = !keep_checkpoints &&
                           !options_.checkpoint_root.empty() &&
-                          record.job.checkpoint_dir() == own.string() &&
+                          !record.job.checkpoint_dir().empty() &&
                           fs::exists(fs::symlink_status(own, ec));
   if (remove_dir) {
     ASSIGN_OR_RETURN(std::optional<v1::Job> user,

@@ -129,8 +129,9 @@ TEST_F(JobDeletionTest, AFailedStoreWriteLeavesJobAndCheckpointsWhole) {
   ASSERT_TRUE(lifecycle_->Delete(id, false).ok());
 }
 
-// Only the directory the server named, CHECKPOINT_ROOT/<id>, is removed; a
-// symlink there is removed as a link, never followed.
+// Only the job's own directory, CHECKPOINT_ROOT/<id>, is removed, whatever
+// path its record holds; a symlink there is removed as a link, never
+// followed; and a job that never started owns no directory there.
 TEST_F(JobDeletionTest, NeverRemovesWhatTheServerDidNotName) {
   const std::string moved = FinishedJob();
   ASSERT_TRUE(store_
@@ -144,8 +145,18 @@ TEST_F(JobDeletionTest, NeverRemovesWhatTheServerDidNotName) {
   WriteFile(dir_.File("elsewhere/latest.json"), 10);
   absl::StatusOr<DeletedJob> deleted = lifecycle_->Delete(moved, false);
   ASSERT_TRUE(deleted.ok()) << deleted.status();
-  EXPECT_EQ(deleted->checkpoint_dir, "");
+  EXPECT_EQ(deleted->checkpoint_dir, dir_.File("ckpt/" + moved));
+  EXPECT_FALSE(fs::exists(dir_.File("ckpt/" + moved)));
   EXPECT_TRUE(fs::exists(dir_.File("elsewhere/latest.json")));
+
+  const std::string never_started = Submit();
+  ASSERT_TRUE(lifecycle_->Cancel(never_started, "").ok());
+  WriteFile(dir_.File("ckpt/" + never_started + "/latest.json"), 10);
+  deleted = lifecycle_->Delete(never_started, false);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->checkpoint_dir, "");
+  EXPECT_TRUE(fs::exists(dir_.File("ckpt/" + never_started + "/latest.json")));
+  fs::remove_all(dir_.File("ckpt/" + never_started));
 
   const std::string linked = FinishedJob();
   const fs::path own = dir_.File("ckpt/" + linked);
@@ -156,6 +167,21 @@ TEST_F(JobDeletionTest, NeverRemovesWhatTheServerDidNotName) {
   EXPECT_EQ(deleted->checkpoint_dir, own.string());
   EXPECT_FALSE(fs::exists(fs::symlink_status(own)));
   EXPECT_TRUE(fs::exists(dir_.File("target/latest.json")));
+}
+
+// The state dir moved (or --checkpoint-root changed) after the job ran:
+// deleting it removes its directory where it is now.
+TEST_F(JobDeletionTest, ADeletionAfterTheRootMovedRemovesTheDirectoryThere) {
+  const std::string id = FinishedJob();
+  fs::rename(dir_.File("ckpt"), dir_.File("moved"));
+  checkpoint_root_ = dir_.File("moved");
+  w1_ = nullptr;
+  Boot();
+  absl::StatusOr<DeletedJob> deleted = lifecycle_->Delete(id, false);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->checkpoint_dir, dir_.File("moved/" + id));
+  EXPECT_EQ(deleted->checkpoint_bytes, 3000);
+  EXPECT_TRUE(fs::is_empty(dir_.File("moved")));
 }
 
 TEST(SweepDeletedCheckpointsTest, RemovesOnlyDirectoriesMovedAsideToDelete) {

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/attempt_usage.h"
+#include "server/checkpoint_paths.h"
 #include "server/job_state.h"
 #include "server/warm_starts.h"
 
@@ -294,12 +295,9 @@ absl::StatusOr<JobRecord> JobLifecycle::Assign(
           std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
         ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                          StartAttempt(r.job, worker_id, clock_->Now()));
-        // Set once: every attempt resumes from the same directory, even if
-        // the server later restarts with another checkpoint root.
-        if (r.job.checkpoint_dir().empty()) {
-          r.job.set_checkpoint_dir(
-              absl::StrCat(options_.checkpoint_root, "/", job_id));
-        }
+        // Every attempt resumes from ROOT/<id> under the current root.
+        r.job.set_checkpoint_dir(
+            CheckpointDirOf(options_.checkpoint_root, job_id));
         ReleaseHoldings(r);
         r.gpu_indices = gpu_indices;
         add_grants(shares, r.job.mutable_gpu_grants());

@@ -51,7 +51,8 @@ absl::Duration RestartBackoff(absl::Duration base, int32_t k);
 
 struct JobLifecycleOptions {
   std::string tenant = "default";  // the tenant of Submit(request)
-  // Absolute; each job checkpoints under CHECKPOINT_ROOT/<job id>.
+  // Absolute; each job checkpoints under CHECKPOINT_ROOT/<job id>, the
+  // root given now (server/checkpoint_paths.h).
   std::string checkpoint_root;
   spec::ValidationOptions validation;  // data root for spec paths
   int32_t cancel_grace_ms = 10'000;    // SIGTERM, then SIGKILL after this

@@ -2,6 +2,8 @@
 // scheduler pass, fake workers' reports, cancellation.
 #include "server/job_lifecycle.h"
 
+#include <filesystem>
+
 #include "common/field_errors.h"
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
@@ -12,6 +14,7 @@
 namespace trainyard::server {
 namespace {
 
+namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -436,6 +439,36 @@ TEST_F(JobLifecycleTest, InterruptedRunGoesBackToTheQueue) {
   auto again = w.Assignments();
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].attempt(), 2);
+}
+
+// The state dir moved (or --checkpoint-root changed) while a job was
+// queued between attempts: it resumes from its checkpoints where they are
+// now, not from its old path (which the worker would create empty).
+TEST_F(JobLifecycleTest, AResumedJobFollowsTheCheckpointRootWhereItMoved) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  auto first = w.Assignments();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].checkpoint_dir(), dir_.File("ckpt/" + id));
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  fs::create_directories(dir_.File("ckpt/" + id + "/step-00000005"));
+  ASSERT_TRUE(w.Exited(id, 1, 3).ok());  // interrupted: queued again
+  ASSERT_EQ(Job(id).job.state(), v1::QUEUED);
+
+  fs::rename(dir_.File("ckpt"), dir_.File("moved"));
+  checkpoint_root_ = dir_.File("moved");
+  Boot();
+  EXPECT_EQ(Job(id).job.checkpoint_dir(), dir_.File("moved/" + id));
+  FakeWorker& back = Connect("w1");
+  Pass();
+  auto again = back.Assignments();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt(), 2);
+  EXPECT_EQ(again[0].checkpoint_dir(), dir_.File("moved/" + id));
+  // Its own checkpoints, so not set aside.
+  EXPECT_TRUE(fs::exists(dir_.File("moved/" + id + "/step-00000005")));
+  EXPECT_FALSE(fs::exists(dir_.File("ckpt")));
 }
 
 TEST_F(JobLifecycleTest, CancelQueuedIsImmediateAndTerminalIsRefused) {

@@ -106,6 +106,24 @@ TEST_F(JobRetentionTest, KeepingCheckpointsDeletesOnlyTheRecord) {
   EXPECT_TRUE(fs::exists(CheckpointFile(id)));
 }
 
+// The state dir moved after the job ran: the retention frees its
+// checkpoints where they are now.
+TEST_F(JobRetentionTest, ExpiredJobsCheckpointsGoAfterTheRootMoved) {
+  const std::string id = FinishedJob();
+  fs::rename(dir_.File("ckpt"), dir_.File("moved"));
+  checkpoint_root_ = dir_.File("moved");
+  w1_ = nullptr;
+  Boot();
+  JobRetention retention = Retention(absl::Minutes(5), false);
+  clock_.Advance(absl::Minutes(5));
+  RetentionSweep sweep = Sweep(retention);
+  EXPECT_EQ(sweep.deleted, 1);
+  EXPECT_EQ(sweep.checkpoint_bytes, 1000);
+  EXPECT_EQ(deleted_bytes_, 1000);
+  EXPECT_FALSE(Exists(id));
+  EXPECT_TRUE(fs::is_empty(dir_.File("moved")));
+}
+
 TEST_F(JobRetentionTest, AFailedDeletionKeepsTheJobWholeAndIsRetried) {
   const std::string id = FinishedJob();
   JobRetention retention = Retention(absl::Minutes(5), false);

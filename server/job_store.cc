@@ -13,6 +13,7 @@
 #include "common/field_errors.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "server/checkpoint_paths.h"
 #include "server/job_state.h"
 
 namespace trainyard::server {
@@ -125,7 +126,10 @@ int64_t EndMillis(const v1::Job& job) {
 constexpr char kJobColumns[] =
     "create_seq, cancel_reason, gpu_indices, last_sequence, job";
 
-absl::StatusOr<JobRecord> RecordFromRow(const SqliteStatement& row) {
+// The job of a row read with kJobColumns, its checkpoint paths under
+// `checkpoint_root` (server/checkpoint_paths.h).
+absl::StatusOr<JobRecord> RecordFromRow(const SqliteStatement& row,
+                                        const std::string& checkpoint_root) {
   JobRecord r;
   r.create_seq = row.ColumnInt64(0);
   r.cancel_reason = row.ColumnText(1);
@@ -143,6 +147,7 @@ absl::StatusOr<JobRecord> RecordFromRow(const SqliteStatement& row) {
     return absl::DataLossError(
         absl::StrCat("job row ", r.create_seq, ": cannot parse the job"));
   }
+  PlaceCheckpointsUnder(checkpoint_root, r.job);
   return r;
 }
 
@@ -309,8 +314,8 @@ absl::Status JobStore::InTransaction(
   return absl::OkStatus();
 }
 
-static absl::StatusOr<JobRecord> LoadJobFrom(SqliteDb& db,
-                                              std::string_view id) {
+static absl::StatusOr<JobRecord> LoadJobFrom(SqliteDb& db, std::string_view id,
+                                             const std::string& root) {
   ASSIGN_OR_RETURN(
       SqliteStatement q,
       db.Prepare(absl::StrCat("SELECT ", kJobColumns,
@@ -321,12 +326,13 @@ static absl::StatusOr<JobRecord> LoadJobFrom(SqliteDb& db,
     return absl::NotFoundError(
         absl::StrCat("job ", std::string(id), " not found"));
   }
-  return RecordFromRow(q);
+  return RecordFromRow(q, root);
 }
 
 // The job `tenant` created with `request_id` (not empty), if any.
 static absl::StatusOr<std::optional<JobRecord>> FindJobByRequestIn(
-    SqliteDb& db, std::string_view tenant, std::string_view request_id) {
+    SqliteDb& db, std::string_view tenant, std::string_view request_id,
+    const std::string& root) {
   ASSIGN_OR_RETURN(SqliteStatement q,
                    db.Prepare(absl::StrCat(
                        "SELECT ", kJobColumns,
@@ -337,11 +343,11 @@ static absl::StatusOr<std::optional<JobRecord>> FindJobByRequestIn(
   q.BindText(1, tenant).BindText(2, request_id);
   ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return std::nullopt;
-  return RecordFromRow(q);
+  return RecordFromRow(q, root);
 }
 
 absl::StatusOr<JobRecord> JobStore::LoadJob(std::string_view id) const {
-  return LoadJobFrom(*db_, id);
+  return LoadJobFrom(*db_, id, options_.checkpoint_root);
 }
 
 absl::Status JobStore::WriteJobRow(const JobRecord& r) {
@@ -374,7 +380,7 @@ absl::Status JobStore::FillDerivedColumns() {
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
-    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
+    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q, options_.checkpoint_root));
     rows.push_back({r.create_seq, EndMillis(r.job), r.job.name()});
     jobs.push_back(std::move(r.job));
   }
@@ -503,9 +509,9 @@ absl::StatusOr<JobStore::Created> JobStore::CreateJob(
   Created out;
   RETURN_IF_ERROR(Commit(Durability::kTransition, "create", [&] {
     if (!job.request_id().empty()) {
-      ASSIGN_OR_RETURN(
-          std::optional<JobRecord> earlier,
-          FindJobByRequestIn(*db_, job.tenant(), job.request_id()));
+      ASSIGN_OR_RETURN(std::optional<JobRecord> earlier,
+                       FindJobByRequestIn(*db_, job.tenant(), job.request_id(),
+                                          options_.checkpoint_root));
       if (earlier.has_value()) {
         out.record = *std::move(earlier);
         out.already_existed = true;
@@ -551,12 +557,13 @@ absl::StatusOr<std::optional<JobRecord>> JobStore::FindJobByRequest(
     std::string_view tenant, std::string_view request_id) const {
   if (request_id.empty()) return std::nullopt;
   Reader reader(this);
-  return FindJobByRequestIn(reader.db(), tenant, request_id);
+  return FindJobByRequestIn(reader.db(), tenant, request_id,
+                            options_.checkpoint_root);
 }
 
 absl::StatusOr<JobRecord> JobStore::GetJob(std::string_view id) const {
   Reader reader(this);
-  return LoadJobFrom(reader.db(), id);
+  return LoadJobFrom(reader.db(), id, options_.checkpoint_root);
 }
 
 absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
@@ -599,7 +606,7 @@ absl::StatusOr<JobPage> JobStore::ListJobs(const ListJobsQuery& query) const {
       page.next_page_token = MakePageToken(last_seq, query);
       break;
     }
-    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
+    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q, options_.checkpoint_root));
     const int64_t job_bytes = static_cast<int64_t>(r.job.ByteSizeLong());
     if (!page.jobs.empty() && bytes + job_bytes > kMaxPageBytes) {
       page.next_page_token = MakePageToken(last_seq, query);
@@ -624,7 +631,7 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::JobsInStates(
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) return out;
-    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q));
+    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q, options_.checkpoint_root));
     out.push_back(std::move(r));
   }
 }

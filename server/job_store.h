@@ -91,6 +91,10 @@ absl::Status AsStoreWriteFailure(absl::Status status);
 
 struct JobStoreOptions {
   std::string path;  // the database file; created if missing
+  // Jobs are read with their checkpoint paths under this root, whatever
+  // root they were stored under (server/checkpoint_paths.h). Empty: as
+  // stored.
+  std::string checkpoint_root;
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
   Clock* clock = Clock::Real();

@@ -622,6 +622,47 @@ TEST_F(JobStoreTest, RefusesAForeignOrNewerSchemaWithoutTouchingIt) {
   EXPECT_THAT(newer.status().message(), HasSubstr("schema version 7"));
 }
 
+// Jobs are read with their checkpoint paths under the root the store is
+// opened with, whatever root they were written under (the state dir
+// moved); an update writes the current path back.
+TEST_F(JobStoreTest, JobsAreReadWithTheirCheckpointsUnderTheCurrentRoot) {
+  std::string id;
+  {
+    auto store = Open();
+    id = store->CreateJob(NewJob("r"))->record.job.id();
+    ASSERT_TRUE(store
+                    ->UpdateJob(id, Durability::kTransition,
+                                [&](JobRecord& r, auto&) {
+                                  r.job.set_checkpoint_dir("/old/ckpt/" + id);
+                                  r.job.mutable_last_checkpoint()->set_path(
+                                      "/old/ckpt/" + id + "/step-00000010");
+                                  return true;
+                                })
+                    .ok());
+    EXPECT_EQ(store->GetJob(id)->job.checkpoint_dir(), "/old/ckpt/" + id);
+  }
+  JobStoreOptions o;
+  o.checkpoint_root = "/new/ckpt";
+  auto store = Open(o);
+  const std::string now = "/new/ckpt/" + id;
+  EXPECT_EQ(store->GetJob(id)->job.checkpoint_dir(), now);
+  EXPECT_EQ(store->GetJob(id)->job.last_checkpoint().path(),
+            now + "/step-00000010");
+  EXPECT_EQ(store->ListJobs({})->jobs.at(0).checkpoint_dir(), now);
+  EXPECT_EQ((*store->FindJobByRequest("default", "r"))->job.checkpoint_dir(),
+            now);
+  EXPECT_EQ(store->JobsInStates({v1::QUEUED})->at(0).job.checkpoint_dir(), now);
+  auto updated =
+      store->UpdateJob(id, Durability::kTransition, [&](JobRecord& r, auto&) {
+        EXPECT_EQ(r.job.checkpoint_dir(), now);
+        r.job.set_state_reason("touched");
+        return true;
+      });
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  store.reset();
+  EXPECT_EQ(Open()->GetJob(id)->job.checkpoint_dir(), now);
+}
+
 v1::WorkerDrain DrainOf(const std::string& worker, const std::string& reason) {
   v1::WorkerDrain d;
   d.set_worker_id(worker);

@@ -132,6 +132,7 @@ class ServerLogicTest : public ::testing::Test {
     store_.reset();
     JobStoreOptions so;
     so.path = dir_.File("trainyard.db");
+    so.checkpoint_root = checkpoint_root_;
     so.clock = &clock_;
     so.on_commit = [this](const std::vector<std::string>& job_ids) {
       notifier_.Notify(job_ids);
@@ -149,7 +150,7 @@ class ServerLogicTest : public ::testing::Test {
     store_ = *std::move(store);
     registry_ = std::make_unique<WorkerRegistry>(&clock_, kLease);
     JobLifecycleOptions lo;
-    lo.checkpoint_root = dir_.File("ckpt");
+    lo.checkpoint_root = checkpoint_root_;
     lo.validation.data_root = dir_.path();
     lo.validation.check_files_exist = false;
     lifecycle_ = std::make_unique<JobLifecycle>(store_.get(), registry_.get(),
@@ -247,6 +248,8 @@ class ServerLogicTest : public ::testing::Test {
   }
 
   TestDir dir_;
+  // The server's checkpoint root; a test may change it before a Boot().
+  std::string checkpoint_root_ = dir_.File("ckpt");
   FakeClock clock_;
   ChangeNotifier notifier_;
   scheduler::FirstFitPolicy policy_;

@@ -243,6 +243,7 @@ absl::Status YardServer::Parts::OpenState() {
   JobStoreOptions so;
   so.commit_fault = o.store_commit_fault;
   so.path = o.state_dir + "/trainyard.db";
+  so.checkpoint_root = o.checkpoint_root;
   so.trainer_events_kept = o.trainer_events_kept;
   so.log_bytes_kept = o.log_bytes_kept;
   so.clock = o.clock;

@@ -27,6 +27,7 @@
 namespace trainyard::server {
 namespace {
 
+namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 // The tokens of the server under test (read when it starts).
@@ -115,13 +116,24 @@ class YardServerTest : public ::testing::Test {
     std::ofstream(dir_.File("labels.gz")) << "x";
   }
 
-  void StartServer(std::function<absl::Status()> commit_fault = nullptr) {
+  static std::string Normal(const std::string& path) {
+    return fs::path(path).lexically_normal().string();
+  }
+
+  // The options StartServer starts the server with.
+  YardServerOptions Options() const {
     YardServerOptions o;
-    o.store_commit_fault = std::move(commit_fault);
     o.listen = "127.0.0.1:0";
-    o.state_dir = dir_.File("state");
+    o.state_dir = state_dir_;
+    o.checkpoint_root = checkpoint_root_;
     o.data_root = dir_.path();
     o.worker_lease = absl::Minutes(10);
+    return o;
+  }
+
+  void StartServer(std::function<absl::Status()> commit_fault = nullptr) {
+    YardServerOptions o = Options();
+    o.store_commit_fault = std::move(commit_fault);
     auto server = YardServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -247,6 +259,9 @@ class YardServerTest : public ::testing::Test {
   }
 
   TestDir dir_;
+  // Normalized, as the server names them in messages and paths.
+  std::string state_dir_ = Normal(dir_.File("state"));
+  std::string checkpoint_root_;  // empty: STATE_DIR/checkpoints
   std::unique_ptr<YardServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
@@ -702,6 +717,56 @@ TEST_F(YardServerTest, ASubmitWhoseClientGaveUpStoresNothing) {
   v1::ListJobsResponse jobs;
   ASSERT_TRUE(jobs_->ListJobs(&ctx, list, &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 2);
+}
+
+// The whole state dir moved (mv, or restored at another path): each job
+// keeps its checkpoints, shown where they are now, listed, and removed
+// with the job.
+TEST_F(YardServerTest, MovingTheStateDirKeepsEveryJobsCheckpoints) {
+  StartServer();
+  auto worker = ConnectWorker();
+  const std::string id = Submit();
+  v1::ServerMessage assigned = worker->Next();
+  ASSERT_TRUE(assigned.has_assignment());
+  const std::string old_dir = assigned.assignment().checkpoint_dir();
+  EXPECT_EQ(old_dir, state_dir_ + "/checkpoints/" + id);
+  fs::create_directories(old_dir + "/step-00000010");
+  std::ofstream(old_dir + "/step-00000010/meta.json") << "{\"step\": 10}";
+  std::ofstream(old_dir + "/step-00000010/model.safetensors") << "weights";
+  auto watch = StartWatch(id, 0);
+  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.mutable_started(); }));
+  ASSERT_TRUE(worker->Update(id, 1, [](auto& u) { u.mutable_exited(); }));
+  watch->Join();
+  ASSERT_EQ(Get(id).state(), v1::SUCCEEDED);
+  worker->stream->WritesDone();
+  worker->stream->Finish();
+  server_->Shutdown();
+  server_.reset();
+
+  state_dir_ = Normal(dir_.File("moved"));
+  fs::rename(Normal(dir_.File("state")), state_dir_);
+  StartServer();
+  const std::string new_dir = state_dir_ + "/checkpoints/" + id;
+  EXPECT_EQ(Get(id).checkpoint_dir(), new_dir);
+  {
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, AdminToken());
+    v1::ListCheckpointsRequest req;
+    req.set_job_id(id);
+    v1::ListCheckpointsResponse resp;
+    ASSERT_TRUE(jobs_->ListCheckpoints(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.checkpoints_size(), 1);
+    EXPECT_EQ(resp.checkpoints(0).step(), 10);
+  }
+  grpc::ClientContext ctx;
+  AddBearerToken(ctx, AdminToken());
+  v1::DeleteJobRequest req;
+  req.set_job_id(id);
+  v1::DeleteJobResponse resp;
+  ASSERT_TRUE(jobs_->DeleteJob(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.deleted_checkpoint_dir(), new_dir);
+  EXPECT_FALSE(fs::exists(new_dir));
+  EXPECT_FALSE(fs::exists(old_dir));
 }
 
 }  // namespace
