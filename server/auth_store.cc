@@ -1,6 +1,8 @@
 #include "server/auth_store.h"
 
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "common/field_errors.h"
@@ -55,7 +57,9 @@ v1::Tenant DefaultTenant(const std::string& name) {
   return t;
 }
 
-absl::Status InitAuthSchema(SqliteDb& db) {
+// Whether `db` is an auth store (false: a new file, with no tables yet);
+// FAILED_PRECONDITION for anything else. Reads only.
+absl::StatusOr<bool> IsAuthStore(SqliteDb& db) {
   absl::StatusOr<int64_t> app_id = db.QueryInt64("PRAGMA application_id");
   ASSIGN_OR_RETURN(int64_t tables,
                    db.QueryInt64("SELECT count(*) FROM sqlite_master"));
@@ -64,7 +68,12 @@ absl::Status InitAuthSchema(SqliteDb& db) {
     return absl::FailedPreconditionError(absl::StrCat(
         db.path(), " is not a Trainyard auth store; refusing to use it"));
   }
-  if (*app_id == kAuthApplicationId) {
+  return *app_id == kAuthApplicationId;
+}
+
+absl::Status InitAuthSchema(SqliteDb& db) {
+  ASSIGN_OR_RETURN(bool ours, IsAuthStore(db));
+  if (ours) {
     ASSIGN_OR_RETURN(int64_t has_column,
                      db.QueryInt64("SELECT count(*) FROM pragma_table_info("
                                    "'tenants') WHERE name = 'max_priority'"));
@@ -87,6 +96,15 @@ absl::StatusOr<std::unique_ptr<AuthStore>> AuthStore::Open(
   std::unique_ptr<AuthStore> store(new AuthStore(std::move(db), clock));
   RETURN_IF_ERROR(store->Load());
   return store;
+}
+
+absl::StatusOr<int64_t> AuthStore::CountTokens(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) return 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path));
+  ASSIGN_OR_RETURN(bool ours, IsAuthStore(*db));
+  if (!ours) return 0;
+  return db->QueryInt64("SELECT count(*) FROM tokens");
 }
 
 absl::Status AuthStore::Load() {

@@ -49,6 +49,10 @@ class AuthStore {
   // refused with FAILED_PRECONDITION and left untouched.
   static absl::StatusOr<std::unique_ptr<AuthStore>> Open(
       const std::string& path, Clock* clock);
+  // The number of tokens (revoked ones too) in the auth store at `path`,
+  // read without writing anything: 0 for a missing file or a new one.
+  // FAILED_PRECONDITION, as Open, for a file that is not ours.
+  static absl::StatusOr<int64_t> CountTokens(const std::string& path);
 
   // UNAUTHENTICATED for a malformed, unknown or revoked token; the message
   // never says which, nor echoes the token.

@@ -3,6 +3,8 @@
 #include "server/job_store.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -184,6 +186,17 @@ absl::StatusOr<int64_t> ParsePageToken(const ListJobsQuery& q) {
   return seq;
 }
 
+// WAL: readers never block the writer, and a commit is one append+fsync.
+absl::Status UseWal(SqliteDb& db) {
+  ASSIGN_OR_RETURN(SqliteStatement wal, db.Prepare("PRAGMA journal_mode=WAL"));
+  ASSIGN_OR_RETURN(bool row, wal.Step());
+  if (!row || wal.ColumnText(0) != "wal") {
+    return absl::FailedPreconditionError(
+        absl::StrCat(db.path(), ": cannot switch the database to WAL mode"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string JobIdForNumber(int64_t number) {
@@ -199,12 +212,24 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
     return absl::InvalidArgumentError(
         "job store: retention limits must be positive");
   }
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(options.path, ec) || ec;
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(options.path));
   std::unique_ptr<JobStore> store(
       new JobStore(std::move(options), std::move(db)));
+  absl::Status init;
   {
     absl::MutexLock lock(&store->mu_);
-    RETURN_IF_ERROR(store->InitSchema());
+    init = store->InitSchema();
+  }
+  if (!init.ok()) {
+    // A start refused before the store existed leaves no file behind.
+    if (!existed) {
+      const std::string path = store->options_.path;
+      store.reset();
+      std::filesystem::remove(path, ec);
+    }
+    return init;
   }
   for (int i = 0; i < kReadConnections; ++i) {
     ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> reader,
@@ -255,19 +280,38 @@ absl::Status JobStore::InitSchema() {
         " is not supported by this yard-server (it knows version ",
         kSchemaVersion, "); refusing to modify it"));
   }
-  // WAL: readers never block the writer, and a commit is one append+fsync.
-  {
-    ASSIGN_OR_RETURN(SqliteStatement wal,
-                     db_->Prepare("PRAGMA journal_mode=WAL"));
-    ASSIGN_OR_RETURN(bool row, wal.Step());
-    if (!row || wal.ColumnText(0) != "wal") {
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, ": cannot switch the database to WAL mode"));
+  std::vector<JobRecord> jobs;
+  if (!fresh && version < 5) {
+    absl::StatusOr<std::vector<JobRecord>> read = ReadEveryJob();
+    if (!read.ok()) {
+      return absl::Status(
+          read.status().code(),
+          absl::StrCat(path,
+                       ": cannot upgrade the job store from schema "
+                       "version ",
+                       version, ": ", read.status().message(),
+                       "; the file was not modified"));
     }
-  }  // the statement must be finished before the schema transaction
+    jobs = *std::move(read);
+  }
+  if (options_.before_write) {
+    RETURN_IF_ERROR(options_.before_write(
+        JobStoreFound{.is_new = fresh, .version = fresh ? 0 : version}));
+  }
   RETURN_IF_ERROR(db_->Exec("PRAGMA synchronous=FULL"));
   current_durability_ = Durability::kTransition;
-  if (!fresh && version == kSchemaVersion) return absl::OkStatus();
+  // A new store is in WAL mode before its schema is written; an older one
+  // switches only once its upgrade committed, so that a failed upgrade
+  // leaves the file in the journal mode it had.
+  if (fresh) RETURN_IF_ERROR(UseWal(*db_));
+  if (fresh || version < kSchemaVersion) {
+    RETURN_IF_ERROR(CreateOrUpgradeSchema(fresh, version, jobs));
+  }
+  return fresh ? absl::OkStatus() : UseWal(*db_);
+}
+
+absl::Status JobStore::CreateOrUpgradeSchema(
+    bool fresh, int64_t version, const std::vector<JobRecord>& jobs) {
   return InTransaction(Durability::kTransition, "init", [&] {
     if (fresh) {
       RETURN_IF_ERROR(db_->Exec(kSchema));
@@ -280,7 +324,7 @@ absl::Status JobStore::InitSchema() {
     if (fresh || version < 5) RETURN_IF_ERROR(db_->Exec(kAttemptUsageTable));
     if (fresh || version < 6) RETURN_IF_ERROR(db_->Exec(kKnownWorkersTable));
     // The columns and table versions before 5 added, filled from the jobs.
-    if (!fresh && version < 5) RETURN_IF_ERROR(FillDerivedColumns());
+    if (!fresh && version < 5) RETURN_IF_ERROR(FillDerivedColumns(jobs));
     return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
   });
 }
@@ -366,33 +410,29 @@ absl::Status JobStore::WriteJobRow(const JobRecord& r) {
   return u.Run();
 }
 
-absl::Status JobStore::FillDerivedColumns() {
+absl::StatusOr<std::vector<JobRecord>> JobStore::ReadEveryJob() {
   ASSIGN_OR_RETURN(
       SqliteStatement q,
       db_->Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs")));
-  struct Derived {
-    int64_t create_seq;
-    int64_t end_ms;
-    std::string name;
-  };
-  std::vector<Derived> rows;
-  std::vector<v1::Job> jobs;
+  std::vector<JobRecord> jobs;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q, options_.checkpoint_root));
-    rows.push_back({r.create_seq, EndMillis(r.job), r.job.name()});
-    jobs.push_back(std::move(r.job));
+    if (!row) return jobs;
+    ASSIGN_OR_RETURN(JobRecord r, RecordFromRow(q, ""));
+    jobs.push_back(std::move(r));
   }
-  for (const Derived& d : rows) {
+}
+
+absl::Status JobStore::FillDerivedColumns(const std::vector<JobRecord>& jobs) {
+  for (const JobRecord& r : jobs) {
     ASSIGN_OR_RETURN(SqliteStatement u,
                      db_->Prepare("UPDATE jobs SET end_ms = ?, name = ? "
                                   "WHERE create_seq = ?"));
-    u.Bind(1, d.end_ms).BindText(2, d.name).Bind(3, d.create_seq);
+    u.Bind(1, EndMillis(r.job)).BindText(2, r.job.name()).Bind(3, r.create_seq);
     RETURN_IF_ERROR(u.Run());
   }
-  for (const v1::Job& job : jobs) {
-    RETURN_IF_ERROR(RecordEndedAttempts(v1::Job(), job));
+  for (const JobRecord& r : jobs) {
+    RETURN_IF_ERROR(RecordEndedAttempts(v1::Job(), r.job));
   }
   return absl::OkStatus();
 }

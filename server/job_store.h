@@ -89,12 +89,25 @@ bool IsStoreWriteFailure(const absl::Status& status);
 // `status` marked as such a failure.
 absl::Status AsStoreWriteFailure(absl::Status status);
 
+// What JobStore::Open found in its file, before it wrote anything.
+struct JobStoreFound {
+  // No schema at all: a missing, 0-byte or empty SQLite file. (A copy of
+  // a live store's trainyard.db without its -wal file looks like this.)
+  bool is_new = false;
+  int64_t version = 0;  // the schema version (0 when new)
+};
+
 struct JobStoreOptions {
   std::string path;  // the database file; created if missing
   // Jobs are read with their checkpoint paths under this root, whatever
   // root they were stored under (server/checkpoint_paths.h). Empty: as
   // stored.
   std::string checkpoint_root;
+  // Called once the file has passed the store's own checks and before
+  // anything is written to it (a new store's schema, an upgrade, the switch
+  // to WAL): an error stops the opening, is returned, and leaves the file
+  // as it was (one this opening created is removed).
+  std::function<absl::Status(const JobStoreFound&)> before_write;
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
   Clock* clock = Clock::Real();
@@ -148,10 +161,13 @@ class JobStore {
   // make a response larger than gRPC's default 4 MiB a client accepts.
   static constexpr int64_t kMaxPageBytes = 3 << 20;
 
-  // Opens or creates the store. A store of an older schema (1 to 4) is
-  // brought up to date in one transaction. A file that is not a Trainyard
-  // job store, or one with a schema version this build does not know, is
-  // refused with FAILED_PRECONDITION and left untouched.
+  // Opens or creates the store. A store of an older schema (1 to 5) is
+  // brought up to date in one transaction, and switched to WAL only once
+  // that committed. A file that is not a Trainyard job store, one with a
+  // schema version this build does not know, or one whose upgrade would
+  // need a job record that cannot be read, is refused with
+  // FAILED_PRECONDITION (DATA_LOSS for the record) and left untouched;
+  // every check runs before anything is written.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(JobStoreOptions options);
 
   struct Created {
@@ -329,10 +345,19 @@ class JobStore {
   // not in `before`.
   absl::Status RecordEndedAttempts(const v1::Job& before, const v1::Job& after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Upgrade of an older store: what is derived from each job's record
-  // (end_ms since schema 3, name since 4, its ended attempts' usage since
-  // 5), for every job.
-  absl::Status FillDerivedColumns() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Upgrade of an older store: every job, read before anything is written
+  // (a record that cannot be parsed stops the upgrade there), then what is
+  // derived from each record (end_ms since schema 3, name since 4, its
+  // ended attempts' usage since 5) written for each.
+  absl::StatusOr<std::vector<JobRecord>> ReadEveryJob()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FillDerivedColumns(const std::vector<JobRecord>& jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The schema of a new store, or the upgrade of one of `version`, in one
+  // transaction.
+  absl::Status CreateOrUpgradeSchema(bool fresh, int64_t version,
+                                     const std::vector<JobRecord>& jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobStoreOptions options_;
   // Lock order: queue_mu_ is never held while taking mu_ or read_mu_.

@@ -1,12 +1,13 @@
 #include "server/job_store.h"
 
-#include <sqlite3.h>
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -620,6 +621,82 @@ TEST_F(JobStoreTest, RefusesAForeignOrNewerSchemaWithoutTouchingIt) {
   auto newer = JobStore::Open(AtPath(ours));
   EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(newer.status().message(), HasSubstr("schema version 7"));
+}
+
+// The server decides, before anything is written, whether it may create or
+// upgrade the store; refused, the file is as it was (a missing one is not
+// left behind).
+TEST_F(JobStoreTest, ARefusalBeforeTheFirstWriteLeavesTheFileAsItWas) {
+  const std::string path = dir_.File("trainyard.db");
+  std::vector<JobStoreFound> seen;
+  auto refused = [&] {
+    JobStoreOptions o = AtPath(path);
+    o.before_write = [&](const JobStoreFound& found) {
+      seen.push_back(found);
+      return absl::FailedPreconditionError("not now");
+    };
+    return JobStore::Open(std::move(o)).status();
+  };
+  EXPECT_EQ(refused().message(), "not now");
+  EXPECT_FALSE(std::filesystem::exists(path));
+  std::ofstream{path};  // 0 bytes
+  EXPECT_EQ(refused().message(), "not now");
+  EXPECT_EQ(ReadFile(path), "");
+  std::filesystem::remove(path);
+  ASSERT_NE(Open(), nullptr);
+  const std::string current = ReadFile(path);
+  EXPECT_EQ(refused().message(), "not now");
+  EXPECT_EQ(ReadFile(path), current);
+  AsWrittenBy(3, "");
+  const std::string older = ReadFile(path);
+  EXPECT_EQ(refused().message(), "not now");
+  EXPECT_EQ(ReadFile(path), older);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_TRUE(seen[0].is_new);
+  EXPECT_TRUE(seen[1].is_new);
+  EXPECT_FALSE(seen[2].is_new);
+  EXPECT_EQ(seen[2].version, JobStore::kSchemaVersion);
+  EXPECT_EQ(seen[3].version, 3);
+}
+
+// An upgrade that cannot go through (a write fails, or a job record cannot
+// be read) leaves the file byte for byte as it was: its version and its
+// journal mode (here the rollback journal a copy may have), so an older
+// server still opens it.
+TEST_F(JobStoreTest, AFailedUpgradeLeavesTheFileAsItWas) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->CreateJob(Named("a")).ok());
+    ASSERT_TRUE(store->CreateJob(Named("b")).ok());
+  }
+  AsWrittenBy(4, "PRAGMA journal_mode=DELETE; ");
+  const std::string path = dir_.File("trainyard.db");
+  const std::string before = ReadFile(path);
+  JobStoreOptions failing = AtPath(path);
+  failing.fault_injector = [](std::string_view op) {
+    return op == "init" ? absl::UnavailableError("injected: disk on fire")
+                        : absl::OkStatus();
+  };
+  auto failed = JobStore::Open(std::move(failing));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ReadFile(path), before);
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "UPDATE jobs SET job = x'ffffffff' WHERE id = "
+                         "'j-000002'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const std::string unreadable = ReadFile(path);
+  auto refused = JobStore::Open(AtPath(path));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("cannot upgrade the job store from schema version 4"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("job row 2"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("not modified"));
+  EXPECT_EQ(ReadFile(path), unreadable);
 }
 
 // Jobs are read with their checkpoint paths under the root the store is

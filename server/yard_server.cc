@@ -202,7 +202,7 @@ struct YardServer::Parts {
   }
 
   absl::Status PrepareStateDir();  // directories, the lock, swept deletions
-  absl::Status OpenState();        // the job store
+  absl::Status OpenState();        // both stores, checked before written
   absl::Status OpenAuth();  // auth.db; first start: the admin/worker tokens
   absl::Status Recover();
   void BuildLogic();
@@ -238,8 +238,13 @@ absl::Status YardServer::Parts::PrepareStateDir() {
   return absl::OkStatus();
 }
 
+// Nothing is written to either store before both files have passed their
+// checks: auth.db is read first (a file that is not an auth store stops the
+// start here), then the job store checks its own file before it creates or
+// upgrades it; auth.db is opened (created or upgraded) last.
 absl::Status YardServer::Parts::OpenState() {
   const YardServerOptions& o = options;
+  RETURN_IF_ERROR(AuthStore::CountTokens(o.state_dir + "/auth.db").status());
   JobStoreOptions so;
   so.commit_fault = o.store_commit_fault;
   so.path = o.state_dir + "/trainyard.db";

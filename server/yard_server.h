@@ -90,6 +90,9 @@ absl::Status CheckServerOptions(const YardServerOptions& o);
 
 class YardServer {
  public:
+  // Every check that can refuse the start (the options, the state dir's
+  // lock, both stores' files) runs before either store is created or
+  // upgraded.
   static absl::StatusOr<std::unique_ptr<YardServer>> Start(
       YardServerOptions options);
   ~YardServer();

@@ -6,6 +6,7 @@
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <filesystem>
@@ -717,6 +718,54 @@ TEST_F(YardServerTest, ASubmitWhoseClientGaveUpStoresNothing) {
   v1::ListJobsResponse jobs;
   ASSERT_TRUE(jobs_->ListJobs(&ctx, list, &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 2);
+}
+
+// Runs `sql` on the SQLite file at `path` (as an operator's sqlite3 would).
+void Sql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
+      << (error != nullptr ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+int64_t UserVersion(const std::string& path) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, nullptr),
+            SQLITE_OK);
+  EXPECT_EQ(sqlite3_step(q), SQLITE_ROW);
+  const int64_t version = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  return version;
+}
+
+// A start refused for auth.db (here not a database at all) upgrades
+// nothing: the job store an older server wrote stays byte for byte as it
+// was, so that server can still open it.
+TEST_F(YardServerTest, AStartRefusedForAuthDbLeavesTheJobStoreAsItWas) {
+  StartServer();
+  Submit();
+  server_->Shutdown();
+  server_.reset();
+  const std::string db = state_dir_ + "/trainyard.db";
+  // What a version 4 server wrote.
+  Sql(db,
+      "DROP TABLE known_workers; DROP TABLE attempt_usage; "
+      "PRAGMA user_version=4");
+  ASSERT_FALSE(fs::exists(db + "-wal"));
+  const std::string before = ReadAll(db);
+  std::ofstream(state_dir_ + "/auth.db", std::ios::trunc)
+      << "somebody's notes, not a database\n";
+  auto refused = YardServer::Start(Options());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("auth.db"));
+  EXPECT_EQ(ReadAll(db), before);
+  EXPECT_EQ(UserVersion(db), 4);
 }
 
 // The whole state dir moved (mv, or restored at another path): each job
