@@ -1,8 +1,13 @@
 #include "server/checkpoint_paths.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <system_error>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/job_store.h"
 
 namespace trainyard::server {
 namespace {
@@ -27,6 +32,25 @@ std::string Rebased(const std::string& path, const std::string& old_dir,
 std::string CheckpointDirOf(const std::string& root,
                             const std::string& job_id) {
   return absl::StrCat(root, "/", job_id);
+}
+
+std::optional<int64_t> JobNumberOf(const std::string& name) {
+  if (!name.starts_with("j-")) return std::nullopt;
+  const std::string digits = name.substr(2);
+  // Any number the store could reach; more digits could overflow a next
+  // number (a job may make a directory of any name in the shared root).
+  if (digits.size() > 18) return std::nullopt;
+  int64_t number = 0;
+  for (char c : digits) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) {
+      return std::nullopt;
+    }
+  }
+  if (!absl::SimpleAtoi(digits, &number) || number <= 0 ||
+      JobIdForNumber(number) != name) {
+    return std::nullopt;
+  }
+  return number;
 }
 
 void PlaceCheckpointsUnder(const std::string& root, v1::Job& job) {
@@ -58,6 +82,47 @@ void PlaceCheckpointsUnder(const std::string& root, v1::Job& job) {
           CheckpointDirOf(root, source), "/", picked.filename().string()));
     }
   }
+}
+
+absl::StatusOr<JobDirs> FindJobDirs(const std::string& root) {
+  JobDirs found;
+  std::error_code ec;
+  fs::directory_iterator it(root, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::optional<int64_t> number =
+        JobNumberOf(it->path().filename().string());
+    if (!number.has_value()) continue;
+    ++found.count;
+    found.highest = std::max(found.highest, *number);
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot list the checkpoint root ", root, ": ", ec.message()));
+  }
+  return found;
+}
+
+absl::StatusOr<std::string> SetAsideStaleCheckpoints(
+    const std::string& root, const std::string& job_id) {
+  const fs::path dir = CheckpointDirOf(root, job_id);
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(dir, ec);
+  if (!fs::exists(status)) return std::string();
+  if (fs::is_directory(status) && fs::is_empty(dir, ec) && !ec) {
+    return std::string();
+  }
+  for (int n = 1; n < 1000; ++n) {
+    const fs::path aside = absl::StrCat(dir.string(), ".stale-", n);
+    if (fs::exists(fs::symlink_status(aside, ec))) continue;
+    fs::rename(dir, aside, ec);
+    if (ec) break;
+    return aside.string();
+  }
+  return absl::InternalError(absl::StrCat(
+      "job ", job_id, ": ", dir.string(),
+      " holds checkpoints this job did not write, and they cannot be moved "
+      "aside",
+      ec ? absl::StrCat(": ", ec.message()) : std::string()));
 }
 
 }  // namespace trainyard::server

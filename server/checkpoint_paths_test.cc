@@ -1,9 +1,32 @@
 #include "server/checkpoint_paths.h"
 
+#include <filesystem>
+#include <fstream>
+
 #include "gtest/gtest.h"
+#include "server/test_dir.h"
 
 namespace trainyard::server {
 namespace {
+
+namespace fs = std::filesystem;
+
+void WriteFile(const fs::path& path) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << "x";
+}
+
+TEST(CheckpointPathsTest, JobNumbersAreReadOnlyFromJobIds) {
+  EXPECT_EQ(JobNumberOf("j-000042"), 42);
+  EXPECT_EQ(JobNumberOf("j-1234567"), 1234567);
+  EXPECT_EQ(JobNumberOf("j-42"), std::nullopt);  // not how ids are written
+  EXPECT_EQ(JobNumberOf("j-000000"), std::nullopt);
+  EXPECT_EQ(JobNumberOf(".deleting-j-000001"), std::nullopt);
+  EXPECT_EQ(JobNumberOf("j-000001.stale-1"), std::nullopt);
+  EXPECT_EQ(JobNumberOf("j-00000x"), std::nullopt);
+  EXPECT_EQ(JobNumberOf(".yard-server.lock"), std::nullopt);
+  EXPECT_EQ(JobNumberOf("j-9223372036854775807"), std::nullopt);
+}
 
 // A store that moved with its state dir: the job's directory and its
 // checkpoints' paths follow the root it runs under now.
@@ -44,6 +67,50 @@ TEST(CheckpointPathsTest, AJobsPathsFollowTheCurrentRoot) {
   job.set_checkpoint_dir("/old/j-000007");
   PlaceCheckpointsUnder("", job);
   EXPECT_EQ(job.checkpoint_dir(), "/old/j-000007");
+}
+
+TEST(CheckpointPathsTest, FindsTheJobDirectoriesOfARoot) {
+  TestDir dir;
+  WriteFile(dir.File("j-000002/step-00000010/meta.json"));
+  WriteFile(dir.File("j-000011/latest.json"));
+  WriteFile(dir.File(".deleting-j-000099/x"));
+  WriteFile(dir.File("j-000050.stale-1/x"));
+  WriteFile(dir.File(".yard-server.lock"));
+  absl::StatusOr<JobDirs> found = FindJobDirs(dir.path());
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->count, 2);
+  EXPECT_EQ(found->highest, 11);
+  found = FindJobDirs(dir.File("missing"));
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->count, 0);
+  EXPECT_EQ(found->highest, 0);
+}
+
+TEST(CheckpointPathsTest, AFirstAttemptNeverStartsOnAnotherJobsCheckpoints) {
+  TestDir dir;
+  // Nothing there, or an empty directory: nothing to move.
+  EXPECT_EQ(*SetAsideStaleCheckpoints(dir.path(), "j-000001"), "");
+  fs::create_directory(dir.File("j-000001"));
+  EXPECT_EQ(*SetAsideStaleCheckpoints(dir.path(), "j-000001"), "");
+  EXPECT_TRUE(fs::exists(dir.File("j-000001")));
+
+  WriteFile(dir.File("j-000002/step-00000300/model.safetensors"));
+  WriteFile(dir.File("j-000002.stale-1/kept"));  // set aside before
+  absl::StatusOr<std::string> aside =
+      SetAsideStaleCheckpoints(dir.path(), "j-000002");
+  ASSERT_TRUE(aside.ok()) << aside.status();
+  EXPECT_EQ(*aside, dir.File("j-000002.stale-2"));
+  EXPECT_FALSE(fs::exists(dir.File("j-000002")));
+  EXPECT_TRUE(fs::exists(dir.File("j-000002.stale-2/step-00000300")));
+  EXPECT_TRUE(fs::exists(dir.File("j-000002.stale-1/kept")));
+
+  // A symlink planted there is moved as a link, never followed.
+  WriteFile(dir.File("target/file"));
+  fs::create_directory_symlink(dir.File("target"), dir.File("j-000003"));
+  aside = SetAsideStaleCheckpoints(dir.path(), "j-000003");
+  ASSERT_TRUE(aside.ok()) << aside.status();
+  EXPECT_TRUE(fs::is_symlink(*aside));
+  EXPECT_TRUE(fs::exists(dir.File("target/file")));
 }
 
 }  // namespace

@@ -295,6 +295,23 @@ absl::StatusOr<JobRecord> JobLifecycle::Assign(
           std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
         ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                          StartAttempt(r.job, worker_id, clock_->Now()));
+        // The first attempt starts on an empty directory: one left there
+        // under this id (by a job of an older or a discarded store) is not
+        // this job's to resume from.
+        if (r.job.checkpoint_dir().empty() &&
+            !options_.checkpoint_root.empty()) {
+          ASSIGN_OR_RETURN(
+              std::string aside,
+              SetAsideStaleCheckpoints(options_.checkpoint_root, job_id));
+          if (!aside.empty()) {
+            YARD_LOG(WARNING)
+                << "job " << job_id << " starts its first attempt, but "
+                << CheckpointDirOf(options_.checkpoint_root, job_id)
+                << " already held checkpoints it did not write; moved them "
+                   "to "
+                << aside;
+          }
+        }
         // Every attempt resumes from ROOT/<id> under the current root.
         r.job.set_checkpoint_dir(
             CheckpointDirOf(options_.checkpoint_root, job_id));

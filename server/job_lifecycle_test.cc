@@ -471,6 +471,29 @@ TEST_F(JobLifecycleTest, AResumedJobFollowsTheCheckpointRootWhereItMoved) {
   EXPECT_FALSE(fs::exists(dir_.File("ckpt")));
 }
 
+// A directory of the new job's id that it did not write (left by a job of
+// an older or discarded store) is moved aside before its first attempt: a
+// job never resumes from another job's checkpoints.
+TEST_F(JobLifecycleTest, AFirstAttemptSetsAsideCheckpointsItDidNotWrite) {
+  const std::string id = Submit();
+  fs::create_directories(dir_.File("ckpt/" + id + "/step-00000300"));
+  FakeWorker& w = Connect("w1");
+  Pass();
+  auto first = w.Assignments();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].checkpoint_dir(), dir_.File("ckpt/" + id));
+  EXPECT_FALSE(fs::exists(dir_.File("ckpt/" + id)));
+  EXPECT_TRUE(fs::exists(dir_.File("ckpt/" + id + ".stale-1/step-00000300")));
+  // What its first attempt writes stays for the next one.
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  fs::create_directories(dir_.File("ckpt/" + id + "/step-00000010"));
+  ASSERT_TRUE(w.Exited(id, 1, 3).ok());
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  EXPECT_TRUE(fs::exists(dir_.File("ckpt/" + id + "/step-00000010")));
+  EXPECT_FALSE(fs::exists(dir_.File("ckpt/" + id + ".stale-2")));
+}
+
 TEST_F(JobLifecycleTest, CancelQueuedIsImmediateAndTerminalIsRefused) {
   const std::string id = Submit();
   auto cancelled = lifecycle_->Cancel(id, "");

@@ -544,6 +544,20 @@ absl::StatusOr<std::optional<absl::Time>> JobStore::FirstEndAfter(
   return absl::FromUnixMillis(q.ColumnInt64(0));
 }
 
+absl::StatusOr<int64_t> JobStore::SkipJobNumbersThrough(int64_t number) {
+  int64_t skipped = 0;
+  RETURN_IF_ERROR(Commit(Durability::kTransition, "skip numbers", [&] {
+    ASSIGN_OR_RETURN(int64_t next,
+                     db_->QueryInt64("SELECT value FROM meta WHERE key = "
+                                     "'next_job_number'"));
+    if (next > number) return absl::OkStatus();
+    skipped = number + 1 - next;
+    return db_->Exec(absl::StrCat("UPDATE meta SET value = ", number + 1,
+                                  " WHERE key = 'next_job_number'"));
+  }));
+  return skipped;
+}
+
 absl::StatusOr<JobStore::Created> JobStore::CreateJob(
     v1::Job job, const std::function<absl::Status()>& check_new) {
   Created out;

@@ -208,6 +208,12 @@ class JobStore {
   // When the first job that ended after `after` ended; nullopt when none.
   absl::StatusOr<std::optional<absl::Time>> FirstEndAfter(
       absl::Time after) const;
+  // Makes the next job numbers start after `number` when they would not
+  // already (job numbers are never handed out twice); returns how many
+  // numbers that skipped (0: none). The server uses it so that no new job
+  // takes the id of a directory already in the checkpoint root.
+  absl::StatusOr<int64_t> SkipJobNumbersThrough(int64_t number);
+
   // The number of jobs of `tenant` in `state` (committed ones).
   absl::StatusOr<int64_t> CountJobs(std::string_view tenant,
                                     v1::JobState state) const;

@@ -740,6 +740,17 @@ TEST_F(JobStoreTest, JobsAreReadWithTheirCheckpointsUnderTheCurrentRoot) {
   EXPECT_EQ(Open()->GetJob(id)->job.checkpoint_dir(), now);
 }
 
+TEST_F(JobStoreTest, SkippedJobNumbersAreNeverHandedOut) {
+  auto store = Open();
+  EXPECT_EQ(store->CreateJob(NewJob())->record.job.id(), "j-000001");
+  EXPECT_EQ(*store->SkipJobNumbersThrough(1), 0);
+  EXPECT_EQ(*store->SkipJobNumbersThrough(41), 40);
+  EXPECT_EQ(*store->SkipJobNumbersThrough(7), 0);
+  EXPECT_EQ(store->CreateJob(NewJob())->record.job.id(), "j-000042");
+  store.reset();
+  EXPECT_EQ(Open()->CreateJob(NewJob())->record.job.id(), "j-000043");
+}
+
 v1::WorkerDrain DrainOf(const std::string& worker, const std::string& reason) {
   v1::WorkerDrain d;
   d.set_worker_id(worker);

@@ -156,6 +156,7 @@ std::string ServerUsage() {
          "                   [--job-retention 0 (e.g. 30d: delete jobs that "
          "ended 30 days ago)]\n"
          "                   [--job-retention-keeps-checkpoints]\n"
+         "                   [--new-job-store]\n"
          "--listen HOST:0 picks a free port; the address is written to "
          "STATE_DIR/yard-server.addr.\n"
          "--share-gpus: the packing policies (best-fit, fgd) share a GPU "
@@ -178,7 +179,11 @@ std::string ServerUsage() {
          "long after it ended:\nits record, events, log and checkpoint "
          "directory (the directory stays with\n"
          "--job-retention-keeps-checkpoints). 0 (the default) keeps them until "
-         "`yard delete`.\n";
+         "`yard delete`.\n"
+         "--new-job-store starts with a new, empty job store although an "
+         "earlier start left tokens,\nadmin.token or job directories in the "
+         "checkpoint root (refused without it: the store\nwas most likely "
+         "lost, or copied without its -wal file).\n";
 }
 
 absl::StatusOr<ServerCommandLine> ParseServerFlags(
@@ -205,6 +210,10 @@ absl::StatusOr<ServerCommandLine> ParseServerFlags(
     }
     if (name == "--insecure-plaintext" && !has_value) {
       cl.options.insecure_plaintext = true;
+      continue;
+    }
+    if (name == "--new-job-store" && !has_value) {
+      cl.options.new_job_store = true;
       continue;
     }
     if (name == "--job-retention-keeps-checkpoints" && !has_value) {

@@ -61,6 +61,9 @@ TEST(ServerFlagsTest, DefaultsMatchTheDocumentedOnes) {
   EXPECT_EQ(cl->options.restart_backoff, absl::Seconds(10));
   EXPECT_EQ(cl->options.job_retention, absl::ZeroDuration()) << "forever";
   EXPECT_FALSE(cl->options.job_retention_keeps_checkpoints);
+  EXPECT_FALSE(cl->options.new_job_store);
+  EXPECT_TRUE(ParseServerFlags({"--state-dir=/s", "--new-job-store"})
+                  ->options.new_job_store);
   EXPECT_FALSE(cl->options.share_gpus_without_mps) << "--share-gpus mps";
   EXPECT_FALSE(ParseServerFlags({"--state-dir=/s", "--share-gpus=mps"})
                    ->options.share_gpus_without_mps);

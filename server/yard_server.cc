@@ -11,10 +11,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/grpc_credentials.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -23,6 +25,7 @@
 #include "server/auth_store.h"
 #include "server/authenticator.h"
 #include "server/change_notifier.h"
+#include "server/checkpoint_paths.h"
 #include "server/cluster_service.h"
 #include "server/cluster_view.h"
 #include "server/health_endpoint.h"
@@ -93,25 +96,57 @@ absl::Status WriteFileAtomically(const std::string& path,
   return absl::OkStatus();
 }
 
-// One server per state dir: a second one would fight over the jobs.
-absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
-  const std::string path = state_dir + "/yard-server.lock";
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Takes the lock file at `path` for this process, writing `owner` into it;
+// `refusal` (with what the holder wrote) when another process holds it.
+absl::StatusOr<int> LockFile(const std::string& path, const std::string& owner,
+                             const std::string& refusal) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    std::string holder(256, '\0');
+    const ssize_t n = ::pread(fd, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
     ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "another yard-server is using the state dir ", state_dir));
+    holder = Trimmed(holder);
+    return absl::FailedPreconditionError(
+        holder.empty() ? refusal
+                       : absl::StrCat(refusal, " (its lock file ", path,
+                                      " says: ", holder, ")"));
   }
-  const std::string pid = absl::StrCat(::getpid(), "\n");
-  if (::ftruncate(fd, 0) != 0 ||
-      ::write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
-    YARD_LOG(WARNING) << "cannot record the pid in " << path;
+  const std::string line = owner + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::write(fd, line.data(), line.size()) !=
+                                     static_cast<ssize_t>(line.size())) {
+    YARD_LOG(WARNING) << "cannot record the owner in " << path;
   }
   return fd;
+}
+
+// One server per state dir: a second one would fight over the jobs.
+absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
+  return LockFile(
+      state_dir + "/yard-server.lock", absl::StrCat(::getpid()),
+      absl::StrCat("another yard-server is using the state dir ", state_dir));
+}
+
+// One server per checkpoint root too: two would number their jobs
+// independently and write (and resume from) each other's directories.
+absl::StatusOr<int> LockCheckpointRoot(const std::string& root,
+                                       const std::string& state_dir) {
+  return LockFile(
+      root + "/.yard-server.lock",
+      absl::StrCat("pid ", ::getpid(), ", state dir ", state_dir),
+      absl::StrCat("another yard-server is using the checkpoint root ", root,
+                   ": two servers would give their jobs the same ids, and "
+                   "so the same checkpoint directories; give each server "
+                   "its own --checkpoint-root"));
 }
 
 std::string Absolute(const std::string& path) {
@@ -172,7 +207,8 @@ struct YardServer::Parts {
   bool wildcard_listen = false;  // --listen binds every address
   std::string address;
   std::string address_file;
-  int lock_fd = -1;
+  int lock_fd = -1;             // the state dir's lock
+  int checkpoint_lock_fd = -1;  // the checkpoint root's
   ChangeNotifier notifier;
   std::unique_ptr<JobStore> store;
   std::unique_ptr<AuthStore> auth_store;
@@ -199,10 +235,15 @@ struct YardServer::Parts {
 
   ~Parts() {
     if (lock_fd >= 0) ::close(lock_fd);
+    if (checkpoint_lock_fd >= 0) ::close(checkpoint_lock_fd);
   }
 
   absl::Status PrepareStateDir();  // directories, the lock, swept deletions
   absl::Status OpenState();        // both stores, checked before written
+  // A new job store beside state an old one left: refused (see Start).
+  absl::Status CheckNewJobStore(int64_t tokens, const JobStoreFound& found);
+  // New job ids start after the job directories in the checkpoint root.
+  absl::Status NumberPastCheckpointDirs();
   absl::Status OpenAuth();  // auth.db; first start: the admin/worker tokens
   absl::Status Recover();
   void BuildLogic();
@@ -231,6 +272,8 @@ absl::Status YardServer::Parts::PrepareStateDir() {
         ec.message()));
   }
   ASSIGN_OR_RETURN(lock_fd, LockStateDir(o.state_dir));
+  ASSIGN_OR_RETURN(checkpoint_lock_fd,
+                   LockCheckpointRoot(o.checkpoint_root, o.state_dir));
   if (const int swept = SweepDeletedCheckpoints(o.checkpoint_root)) {
     YARD_LOG(INFO) << "removed " << swept
                    << " checkpoint directories left by interrupted deletions";
@@ -238,17 +281,22 @@ absl::Status YardServer::Parts::PrepareStateDir() {
   return absl::OkStatus();
 }
 
-// Nothing is written to either store before both files have passed their
-// checks: auth.db is read first (a file that is not an auth store stops the
-// start here), then the job store checks its own file before it creates or
-// upgrades it; auth.db is opened (created or upgraded) last.
+// Nothing is written to either store before every check that can refuse
+// the start has passed: auth.db is read first (a file that is not one
+// stops the start), the job store runs its own checks, then
+// CheckNewJobStore; only then is the job store created or upgraded, and
+// auth.db after it.
 absl::Status YardServer::Parts::OpenState() {
   const YardServerOptions& o = options;
-  RETURN_IF_ERROR(AuthStore::CountTokens(o.state_dir + "/auth.db").status());
+  ASSIGN_OR_RETURN(int64_t tokens,
+                   AuthStore::CountTokens(o.state_dir + "/auth.db"));
   JobStoreOptions so;
   so.commit_fault = o.store_commit_fault;
   so.path = o.state_dir + "/trainyard.db";
   so.checkpoint_root = o.checkpoint_root;
+  so.before_write = [this, tokens](const JobStoreFound& found) {
+    return CheckNewJobStore(tokens, found);
+  };
   so.trainer_events_kept = o.trainer_events_kept;
   so.log_bytes_kept = o.log_bytes_kept;
   so.clock = o.clock;
@@ -262,7 +310,68 @@ absl::Status YardServer::Parts::OpenState() {
     m->OnStoreWriteFailure();
   };
   ASSIGN_OR_RETURN(store, JobStore::Open(std::move(so)));
-  return OpenAuth();
+  RETURN_IF_ERROR(OpenAuth());
+  return NumberPastCheckpointDirs();
+}
+
+absl::Status YardServer::Parts::CheckNewJobStore(int64_t tokens,
+                                                 const JobStoreFound& found) {
+  const YardServerOptions& o = options;
+  if (!found.is_new || o.new_job_store) return absl::OkStatus();
+  ASSIGN_OR_RETURN(JobDirs dirs, FindJobDirs(o.checkpoint_root));
+  // Written at the first start, after the job store was made (a copy of
+  // auth.db without its -wal holds no tokens either).
+  std::error_code ec;
+  const bool token_file = fs::exists(o.state_dir + "/admin.token", ec);
+  if (tokens == 0 && dirs.count == 0 && !token_file) {
+    return absl::OkStatus();  // a first start
+  }
+  std::vector<std::string> left;
+  if (tokens > 0) {
+    left.push_back(absl::StrCat(o.state_dir, "/auth.db holds ", tokens,
+                                tokens == 1 ? " token" : " tokens"));
+  }
+  if (token_file) {
+    left.push_back(
+        absl::StrCat(o.state_dir, "/admin.token is there from a first start"));
+  }
+  if (dirs.count > 0) {
+    left.push_back(absl::StrCat(
+        "the checkpoint root ", o.checkpoint_root, " holds ", dirs.count,
+        dirs.count == 1 ? " job directory" : " job directories", " (up to ",
+        JobIdForNumber(dirs.highest), ")"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      o.state_dir,
+      "/trainyard.db is not a job store yet (it is missing, empty, or a copy "
+      "made without its trainyard.db-wal file), but this is not a first "
+      "start: ",
+      absl::StrJoin(left, ", "),
+      ". Starting on it would forget every earlier job and number new jobs "
+      "from j-000001 again. Restore the whole state dir together (trainyard.db "
+      "with its "
+      "-wal file, copied while the server was stopped, or a copy made with "
+      "sqlite3's .backup); or, to start with no jobs on purpose, pass "
+      "--new-job-store (new job ids then start after the directories in "
+      "the checkpoint root)."));
+}
+
+absl::Status YardServer::Parts::NumberPastCheckpointDirs() {
+  const std::string& root = options.checkpoint_root;
+  ASSIGN_OR_RETURN(JobDirs dirs, FindJobDirs(root));
+  if (dirs.highest == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(int64_t skipped, store->SkipJobNumbersThrough(dirs.highest));
+  if (skipped > 0) {
+    YARD_LOG(WARNING) << "the checkpoint root " << root
+                      << " holds directories of jobs up to "
+                      << JobIdForNumber(dirs.highest)
+                      << " that the job store has not numbered yet (the "
+                         "store is older than the checkpoints, or new): new "
+                         "jobs start at "
+                      << JobIdForNumber(dirs.highest + 1)
+                      << ", so that none takes over their checkpoints";
+  }
+  return absl::OkStatus();
 }
 
 absl::Status YardServer::Parts::OpenAuth() {

@@ -41,6 +41,11 @@ struct YardServerOptions {
   std::string state_dir;                  // required; created if missing
   std::string data_root = ".";            // spec data paths resolve here
   std::string checkpoint_root;            // default STATE_DIR/checkpoints
+  // Start with a new, empty job store although the state dir is not new
+  // (auth.db holds tokens, admin.token is there, or the checkpoint root
+  // holds job directories). Without it such a start is refused: the store
+  // was most likely lost or copied without its -wal file (Start).
+  bool new_job_store = false;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration worker_lease = absl::Seconds(10);
   std::string policy = "first-fit";
@@ -90,9 +95,15 @@ absl::Status CheckServerOptions(const YardServerOptions& o);
 
 class YardServer {
  public:
-  // Every check that can refuse the start (the options, the state dir's
-  // lock, both stores' files) runs before either store is created or
-  // upgraded.
+  // Every check that can refuse the start (the options, the locks on the
+  // state dir and on the checkpoint root, both stores' files) runs before
+  // either store is created or upgraded. Refused with FAILED_PRECONDITION:
+  // a state dir or checkpoint root another server uses, and a job store
+  // that is new (missing, empty, or a copy of trainyard.db without its
+  // -wal) beside what an earlier start left (tokens in auth.db,
+  // STATE_DIR/admin.token, job directories in the checkpoint root), unless
+  // options.new_job_store. New job ids always start after the job
+  // directories already in the checkpoint root.
   static absl::StatusOr<std::unique_ptr<YardServer>> Start(
       YardServerOptions options);
   ~YardServer();

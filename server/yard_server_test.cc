@@ -127,6 +127,7 @@ class YardServerTest : public ::testing::Test {
     o.listen = "127.0.0.1:0";
     o.state_dir = state_dir_;
     o.checkpoint_root = checkpoint_root_;
+    o.new_job_store = new_job_store_;
     o.data_root = dir_.path();
     o.worker_lease = absl::Minutes(10);
     return o;
@@ -263,6 +264,7 @@ class YardServerTest : public ::testing::Test {
   // Normalized, as the server names them in messages and paths.
   std::string state_dir_ = Normal(dir_.File("state"));
   std::string checkpoint_root_;  // empty: STATE_DIR/checkpoints
+  bool new_job_store_ = false;
   std::unique_ptr<YardServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
@@ -744,6 +746,78 @@ int64_t UserVersion(const std::string& path) {
   return version;
 }
 
+// What `cp state/trainyard.db` of a running server copies: the file
+// without its -wal, which holds nearly everything (no tables at all; a
+// 0-byte file acts the same), beside the old auth.db and checkpoints. The
+// server refuses to start on it, saying what happened, rather than number
+// jobs from j-000001 again and let them take the old jobs' checkpoints;
+// told to start anew, it numbers new jobs past the old directories.
+TEST_F(YardServerTest, ANewJobStoreBesideOldStateIsRefusedUnlessAsked) {
+  StartServer();
+  Submit();
+  server_->Shutdown();
+  server_.reset();
+  const std::string db = state_dir_ + "/trainyard.db";
+  ASSERT_FALSE(fs::exists(db + "-wal"));
+  { std::ofstream truncate(db, std::ios::trunc); }
+  fs::create_directories(state_dir_ + "/checkpoints/j-000001/step-00000300");
+  auto refused = YardServer::Start(Options());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("trainyard.db is not a job store yet"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("auth.db holds 2 tokens"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("holds 1 job directory (up to j-000001)"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--new-job-store"));
+  EXPECT_EQ(ReadAll(db), "");
+
+  // Any one of them is enough: the job directories (no auth.db)...
+  fs::remove(state_dir_ + "/auth.db");
+  refused = YardServer::Start(Options());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(fs::exists(state_dir_ + "/auth.db"));
+  // ... and even with no trainyard.db at all, which is not created.
+  fs::remove(db);
+  refused = YardServer::Start(Options());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(fs::exists(db));
+  // ... and the admin token file of a first start alone (auth.db too was
+  // copied without its -wal), with no checkpoints yet.
+  fs::remove_all(state_dir_ + "/checkpoints/j-000001");
+  refused = YardServer::Start(Options());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("admin.token is there from a first start"));
+  fs::create_directories(state_dir_ + "/checkpoints/j-000001/step-00000300");
+
+  new_job_store_ = true;
+  StartServer();
+  EXPECT_EQ(Submit(), "j-000002");
+  EXPECT_TRUE(fs::exists(state_dir_ + "/checkpoints/j-000001/step-00000300"));
+}
+
+// A store restored from a backup older than the checkpoint root beside it
+// (sqlite3 .backup, or another copy) does not know the jobs created since:
+// new jobs are numbered past their directories, never taking over their
+// checkpoints.
+TEST_F(YardServerTest, ARestoredOlderStoreNumbersNewJobsPastNewerCheckpoints) {
+  StartServer();
+  EXPECT_EQ(Submit(), "j-000001");
+  server_->Shutdown();
+  server_.reset();
+  const std::string db = state_dir_ + "/trainyard.db";
+  const std::string backup = ReadAll(db);  // the server stopped: all in it
+  StartServer();
+  EXPECT_EQ(Submit(), "j-000002");
+  EXPECT_EQ(Submit(), "j-000003");
+  fs::create_directories(state_dir_ + "/checkpoints/j-000003/step-00000010");
+  server_->Shutdown();
+  server_.reset();
+  std::ofstream(db, std::ios::binary | std::ios::trunc) << backup;
+  StartServer();
+  EXPECT_EQ(Submit(), "j-000004");
+}
+
 // A start refused for auth.db (here not a database at all) upgrades
 // nothing: the job store an older server wrote stays byte for byte as it
 // was, so that server can still open it.
@@ -766,6 +840,25 @@ TEST_F(YardServerTest, AStartRefusedForAuthDbLeavesTheJobStoreAsItWas) {
   EXPECT_THAT(refused.status().message(), HasSubstr("auth.db"));
   EXPECT_EQ(ReadAll(db), before);
   EXPECT_EQ(UserVersion(db), 4);
+}
+
+TEST_F(YardServerTest, TwoServersCannotShareACheckpointRoot) {
+  checkpoint_root_ = Normal(dir_.File("shared"));
+  StartServer();
+  YardServerOptions o = Options();
+  o.state_dir = dir_.File("state2");
+  auto second = YardServer::Start(o);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("another yard-server is using the checkpoint root " +
+                        checkpoint_root_));
+  EXPECT_THAT(second.status().message(), HasSubstr("state dir " + state_dir_));
+  EXPECT_FALSE(fs::exists(dir_.File("state2/trainyard.db")));
+  // Once the first has stopped, the second may use it.
+  server_->Shutdown();
+  server_.reset();
+  state_dir_ = dir_.File("state2");
+  StartServer();
 }
 
 // The whole state dir moved (mv, or restored at another path): each job

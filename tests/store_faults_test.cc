@@ -1,13 +1,15 @@
 // Store faults with a real yard-server: a full disk under the state dir
 // fails writes with RESOURCE_EXHAUSTED while reads and health go on, and
 // writes succeed again once space returns, with nothing acknowledged lost;
-// a corrupt or foreign state file is refused at start and left untouched.
+// a corrupt or foreign state file is refused at start and left untouched,
+// and so is a copy of the live store made without its WAL.
 //
 // The full disk is a small tmpfs mounted for the test; where the test may
 // not mount (no CAP_SYS_ADMIN) that test skips.
 #include <sys/mount.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -156,6 +158,38 @@ TEST_F(StoreFaultsTest, CorruptOrForeignStateFileIsRefusedAndLeftAlone) {
   EXPECT_NE(r.err.find("not a Trainyard job store"), std::string::npos)
       << r.DebugString();
   EXPECT_EQ(ReadAll(foreign + "/trainyard.db"), before) << "never overwrite";
+}
+
+// `cp state/trainyard.db` of a running server copies the file without its
+// WAL, which holds nearly everything (the copy has no tables at all). Put
+// back beside the old auth.db and checkpoints it must not start as a new
+// store numbering jobs from j-000001 again, whose first job would resume
+// from the old j-000001's checkpoints: the server refuses, saying how to
+// proceed, and leaves the copy as it is.
+TEST_F(StoreFaultsTest, ACopyOfTheLiveStoreWithoutItsWalIsRefused) {
+  YARD_ASSERT_OK(StartServer());
+  const std::string state = server().options().state_dir;
+  const v1::JobSpec spec = MnistSpec{.name = "copied"}.ToProto();
+  for (int i = 0; i < 3; ++i) {
+    YARD_ASSERT_OK(Submit(spec).status());
+  }
+  const std::string copy = ReadAll(state + "/trainyard.db");  // the cp
+  ASSERT_TRUE(server().process().Signal(SIGTERM));
+  ASSERT_TRUE(server().process().WaitForExit(StartTimeout()).has_value());
+  std::ofstream(state + "/trainyard.db", std::ios::binary | std::ios::trunc)
+      << copy;
+  // What the old j-000001 left.
+  std::filesystem::create_directories(state +
+                                      "/checkpoints/j-000001/step-00000300");
+  CommandResult r = StartRefused(dir(), state);
+  EXPECT_NE(r.exit_code(), 0) << r.DebugString();
+  EXPECT_FALSE(r.timed_out) << r.DebugString();
+  EXPECT_NE(r.err.find("trainyard.db is not a job store yet"),
+            std::string::npos)
+      << r.DebugString();
+  EXPECT_NE(r.err.find("--new-job-store"), std::string::npos)
+      << r.DebugString();
+  EXPECT_EQ(ReadAll(state + "/trainyard.db"), copy) << "never overwrite";
 }
 
 }  // namespace
