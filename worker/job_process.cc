@@ -89,7 +89,13 @@ void JobProcess::Run() {
   auto [status, error] = GangExit();
   YARD_LOG(INFO) << "job " << launch_.job_id << " attempt " << launch_.attempt
                  << " " << DescribeExit(status);
-  ReportExit(status, error);
+  // A rank that died of its own before the server's stop reached it
+  // (it may be noticed only after that stop came) was not stopped as asked.
+  const Rank* speaker = Speaker();
+  ReportExit(status, error,
+             speaker != nullptr && !speaker->stop_reached_it
+                 ? std::optional<bool>(false)
+                 : std::nullopt);
 }
 
 absl::Status JobProcess::SpawnRanks() {
@@ -116,8 +122,8 @@ absl::Status JobProcess::SpawnRanks() {
   return absl::OkStatus();
 }
 
-void JobProcess::ReportExit(const ExitStatus& status,
-                            const std::string& error) {
+void JobProcess::ReportExit(const ExitStatus& status, const std::string& error,
+                            std::optional<bool> cancelled) {
   trainyard::v1::JobUpdate update;
   trainyard::v1::JobExited* exited = update.mutable_exited();
   exited->set_exit_code(status.exit_code);
@@ -125,7 +131,7 @@ void JobProcess::ReportExit(const ExitStatus& status,
   exited->set_error(error);
   {
     absl::MutexLock lock(&mu_);
-    exited->set_cancelled(control_.cancelled);
+    exited->set_cancelled(cancelled.value_or(control_.cancelled));
     exited->set_lost_server(control_.lost_server);
   }
   Report(std::move(update));
@@ -215,16 +221,21 @@ void JobProcess::OnRankExit(Rank& rank) {
   SignalAll(SIGKILL);
 }
 
+const JobProcess::Rank* JobProcess::Speaker() const {
+  if (first_failure_ >= 0) return &ranks_[first_failure_];
+  for (const Rank& r : ranks_) {
+    if (!r.exit->ok()) return &r;
+  }
+  return nullptr;
+}
+
 std::pair<ExitStatus, std::string> JobProcess::GangExit() const {
   // The first failure speaks for the gang; else the first rank that did
   // not simply finish (all stopped as asked); else all finished.
-  const Rank* speaker = first_failure_ >= 0 ? &ranks_[first_failure_] : nullptr;
-  for (const Rank& r : ranks_) {
-    if (speaker == nullptr && !r.exit->ok()) speaker = &r;
-  }
+  const Rank* speaker = Speaker();
   if (speaker == nullptr) return {ExitStatus{}, ""};
   std::string error = DescribeExit(*speaker->exit);
-  if (ranks_.size() > 1 || launch_.first_rank > 0) {
+  if (ranks_.size() > 1 || launch_.first_rank > 0 || launch_.spread) {
     error = absl::StrCat("rank ", speaker->index, " ", error);
   }
   if (!speaker->stderr_tail.empty()) {
@@ -237,11 +248,11 @@ absl::Time JobProcess::ApplyControl() {
   absl::MutexLock lock(&mu_);
   Control& c = control_;
   if (c.kill && !c.kill_sent) {
-    SignalAll(SIGKILL);
+    SignalAll(SIGKILL, /*asked=*/true);
     c.kill_sent = true;
   }
   if (c.terminate && !c.term_sent && !c.kill_sent) {
-    SignalAll(SIGTERM);
+    SignalAll(SIGTERM, /*asked=*/true);
     c.term_sent = true;
   }
   if (!c.lease_told && !c.kill_sent) {
@@ -254,15 +265,18 @@ absl::Time JobProcess::ApplyControl() {
   if (!c.kill_sent && absl::Now() >= c.kill_at) {
     YARD_LOG(INFO) << "job " << launch_.job_id << " attempt " << launch_.attempt
                    << " still running after its grace period: SIGKILL";
-    SignalAll(SIGKILL);
+    SignalAll(SIGKILL, /*asked=*/true);
     c.kill_sent = true;
   }
   return c.kill_sent ? absl::InfiniteFuture() : c.kill_at;
 }
 
-void JobProcess::SignalAll(int sig) {
+void JobProcess::SignalAll(int sig, bool asked) {
   for (Rank& r : ranks_) {
-    if (!r.exit.has_value()) r.child->SignalGroup(sig);
+    if (r.exit.has_value()) continue;
+    // Dead but not yet reaped (its end not noticed yet): not stopped by us.
+    if (asked && !r.child->HasExited()) r.stop_reached_it = true;
+    r.child->SignalGroup(sig);
   }
 }
 

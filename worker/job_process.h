@@ -55,6 +55,9 @@ struct JobLaunch {
   // workers and this one runs later ones. Only rank 0 reports the trainer
   // events; the others' output goes to the log prefixed "[rank N] ".
   int first_rank = 0;
+  // Whether other workers run some of the job's ranks: a failure then
+  // names the rank even when only one runs here (it may be rank 0).
+  bool spread = false;
   // When the worker's lease runs out, as known when the job starts
   // (InfiniteFuture: no lease); RenewLease moves it.
   absl::Time lease_deadline = absl::InfiniteFuture();
@@ -116,6 +119,11 @@ class JobProcess {
     LineSplitter stderr_lines;
     TailBuffer stderr_tail;
     std::optional<ExitStatus> exit;
+    // A stop the server asked for (cancel, preempt, StopAttempt) was
+    // signalled to it while it still ran. A rank that died of its own
+    // before is not reported cancelled, or the server would take its crash
+    // for a rank stopped as asked and blame another.
+    bool stop_reached_it = false;
   };
 
   // Spawns every rank; on failure kills those already started.
@@ -123,12 +131,17 @@ class JobProcess {
   void Pump();
   // Records a rank that exited; the first failure kills the rest.
   void OnRankExit(Rank& rank);
+  // The rank that speaks for the attempt's exit: the first that failed,
+  // else the first that did not simply finish; null when all finished.
+  const Rank* Speaker() const;
   // The exit of the attempt as a whole, and its error text.
   std::pair<ExitStatus, std::string> GangExit() const;
   // Sends the signals asked for; returns when it must look again (the
   // SIGKILL escalation deadline).
   absl::Time ApplyControl();
-  void SignalAll(int sig);
+  // Signals every rank still running; `asked`: a stop the server asked
+  // for (Rank::stop_reached_it).
+  void SignalAll(int sig, bool asked = false);
   // Reads what is ready on `fd`; false at end of file.
   bool ReadFrom(Rank& rank, int fd, bool is_stdout);
   void OnStdoutLine(Rank& rank, std::string_view line);
@@ -136,7 +149,10 @@ class JobProcess {
   void FlushLog();
   void Wake();
   void Report(trainyard::v1::JobUpdate update);
-  void ReportExit(const ExitStatus& status, const std::string& error);
+  // `cancelled`: whether the exit counts as stopped as the server asked
+  // (unset: whether it asked at all).
+  void ReportExit(const ExitStatus& status, const std::string& error,
+                  std::optional<bool> cancelled = std::nullopt);
 
   const JobLaunch launch_;
   const ReportFn report_;

@@ -291,6 +291,7 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
   // All the job's ranks, here or on other workers.
   const int world = a.world_size() > 0 ? a.world_size() : ranks;
   launch.first_rank = a.world_size() > 0 ? a.first_rank() : 0;
+  launch.spread = a.world_size() > 0;
   // The ranks of one attempt meet through a file: in its directory when
   // they all run here, else beside its checkpoints, which every worker
   // shares. Either way a new attempt has a new file, so no rank finds an

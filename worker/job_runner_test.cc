@@ -204,6 +204,50 @@ TEST_F(JobRunnerTest, ARankThatFailsTakesTheGangDownAtOnce) {
                         "other ranks"));
 }
 
+// A rank that failed of its own before the server asked to stop the
+// attempt is reported as a failure, not as stopped as asked: the server
+// must blame it, not a rank elsewhere that only saw it go.
+TEST_F(JobRunnerTest, ARankFailingBeforeAStopIsNotReportedCancelled) {
+  trainyard::v1::Assignment a = Job("dp", "rank_fails_lingering", 1);
+  a.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
+  runner().Start(a);
+  // The failure is seen (and the gang stopped) before the exit is reported.
+  ASSERT_TRUE(reports_.WaitFor([](const std::vector<v1::JobUpdate>& updates) {
+    for (const v1::JobUpdate& u : updates) {
+      if (u.log().find("[worker] rank 1 exited") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }));
+  EXPECT_TRUE(runner().Stop("dp", 1));
+  const std::string log = reports_.Log("dp", 1);
+  const size_t cwd = log.find("[rank 1] cwd: ");
+  ASSERT_NE(cwd, std::string::npos) << log;
+  const size_t from = cwd + std::string("[rank 1] cwd: ").size();
+  std::ofstream(log.substr(from, log.find('\n', from) - from) + "/go") << "";
+  auto exit = reports_.WaitExit("dp", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code(), 1);
+  EXPECT_THAT(exit->error(), HasSubstr("rank 1 exited with code 1"));
+  EXPECT_FALSE(exit->cancelled());
+}
+
+// The ranks of a job spread over workers are named in a failure, rank 0's
+// too when it runs alone on this worker.
+TEST_F(JobRunnerTest, AFailureOfASpreadJobNamesItsRank) {
+  trainyard::v1::Assignment a = Job("spread", "fail", 1);
+  a.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
+  a.set_world_size(2);
+  a.set_first_rank(0);
+  a.set_ranks(1);
+  runner().Start(a);
+  auto exit = reports_.WaitExit("spread", 1);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_THAT(exit->error(),
+              ::testing::StartsWith("rank 0 exited with code 1"));
+}
+
 TEST_F(JobRunnerTest, RefusesMoreRanksThanFreeSlots) {
   trainyard::v1::Assignment a = Job("dp", "ranks", 1);
   a.mutable_spec()->mutable_resources()->set_cpu_ranks(3);

@@ -66,6 +66,20 @@ rank_fails)
   if [ "$YARD_RANK" = 1 ]; then echo 'rank one gives up' >&2; exit 1; fi
   echo '{"started":{"totalSteps":"10"}}'
   exec sleep 1000 ;;
+rank_fails_lingering)
+  # Rank 1 fails, leaving behind (in a session of its own, which the
+  # worker's kill of the rank's group misses) a process that keeps the
+  # rank's stderr open and ticks on it until a file "go" appears in the
+  # working directory: the worker then waits, draining the pipes, before
+  # it reports the exit. The rank fails once that process has its session.
+  if [ "$YARD_RANK" = 1 ]; then
+    setsid sh -c 'touch lingering; i=0; while [ ! -e go ] && [ $i -lt 100 ]
+      do echo tick >&2; sleep 0.05; i=$((i+1)); done' &
+    while [ ! -e lingering ]; do sleep 0.01; done
+    echo 'rank one gives up' >&2; exit 1
+  fi
+  echo '{"started":{"totalSteps":"10"}}'
+  exec sleep 1000 ;;
 lease)
   read first
   echo "lease: $first" >&2
