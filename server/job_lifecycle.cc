@@ -84,7 +84,9 @@ std::vector<std::string> WorkersOf(const JobRecord& record,
                                    const std::string& except) {
   std::vector<std::string> out;
   if (!IsActive(record.job.state())) return out;
-  if (record.job.worker_id() != except) out.push_back(record.job.worker_id());
+  if (record.job.worker_id() != except && !record.job.own_ranks_exited()) {
+    out.push_back(record.job.worker_id());
+  }
   for (const v1::GangPart& part : record.job.gang_parts()) {
     if (!part.exited() && part.worker_id() != except) {
       out.push_back(part.worker_id());
@@ -98,6 +100,9 @@ void ReleaseHoldings(JobRecord& record) {
   record.job.clear_gpu_grants();
   record.job.clear_gang_parts();
   record.job.clear_pending_failure();
+  record.job.clear_pending_failure_echoes();
+  record.job.clear_pending_failure_final();
+  record.job.clear_own_ranks_exited();
 }
 
 void StopAttemptOn(WorkerRegistry* workers, const std::string& job_id,

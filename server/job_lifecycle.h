@@ -11,10 +11,12 @@
 //
 // A data-parallel job may spread its ranks over several workers (its
 // placement's parts, Job.gang_parts). Its own worker (Job.worker_id) runs
-// rank 0, which reports the trainer's events and whose exit ends the
-// attempt; the others report only their start and exit. A part failing
-// ends the attempt for all: when an attempt ends, every other worker still
-// running some of its ranks is told to stop them.
+// rank 0, which reports the trainer's events; the others report only their
+// start and exit. A rank failing on any worker gets every other worker
+// running ranks of the attempt told to stop them, and the attempt ends once
+// all have reported or a worker of theirs is lost (exit_decision.h says
+// which exit decides what); when an attempt ends for any reason, the same
+// stop goes to every worker still running some of its ranks.
 // No gRPC inside; safe for concurrent use (the store serializes commits).
 #ifndef TRAINYARD_SERVER_JOB_LIFECYCLE_H_
 #define TRAINYARD_SERVER_JOB_LIFECYCLE_H_
@@ -36,6 +38,8 @@
 #include "trainyard/v1/worker.pb.h"
 
 namespace trainyard::server {
+
+struct ExitDecision;  // exit_decision.h
 
 // The longest wait before a restart, unless the base backoff is longer.
 inline constexpr absl::Duration kMaxRestartBackoff = absl::Minutes(5);
@@ -211,6 +215,12 @@ class JobLifecycle {
                                                const v1::JobUpdate& update);
   absl::StatusOr<ReportOutcome> OnExited(const std::string& worker_id,
                                          const v1::JobUpdate& update);
+  // Ends the current attempt of `r` as `d` says (an exit reported by
+  // `worker_id`): restarts a failure under max_restarts, delays a refused
+  // job, parks one that failed while stopping for a suspend.
+  absl::Status EndAttempt(JobRecord& r, ExitDecision d,
+                          const std::string& worker_id,
+                          std::vector<v1::JobEvent>& events);
   absl::StatusOr<ReportOutcome> OnLog(const std::string& worker_id,
                                       const v1::JobUpdate& update);
   void WakeScheduler() const;
@@ -235,7 +245,8 @@ bool IsCurrentAttempt(const JobRecord& record, const std::string& worker_id,
 const v1::GangPart* PartOn(const JobRecord& record,
                            const std::string& worker_id);
 // Workers running some of the current attempt's ranks, other than
-// `except`: the job's own, then its parts not yet exited.
+// `except`: the job's own (unless its ranks exited: Job.own_ranks_exited),
+// then its parts not yet exited.
 std::vector<std::string> WorkersOf(const JobRecord& record,
                                    const std::string& except = "");
 // Forgets what the attempt holds (its GPUs, grants and parts): it ended.

@@ -20,13 +20,17 @@ absl::StatusOr<JobRecord> JobLifecycle::Preempt(const std::string& job_id,
           job_id, Durability::kTransition,
           [&](JobRecord& r,
               std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
+            // A spread job whose ranks are stopping after a failure is
+            // ending already: stopping it again frees nothing sooner.
+            const bool failing = !r.job.pending_failure().empty();
             if (r.job.state() != v1::RUNNING ||
                 !IsCurrentAttempt(r, worker_id, r.job.attempt()) ||
-                r.cancel_requested()) {
-              return absl::FailedPreconditionError(absl::StrCat(
-                  "job ", job_id, " is not running on worker ", worker_id, " (",
-                  JobStateName(r.job.state()),
-                  r.cancel_requested() ? ", cancel pending" : "", ")"));
+                r.cancel_requested() || failing) {
+              return absl::FailedPreconditionError(
+                  absl::StrCat("job ", job_id, " is not running on worker ",
+                               worker_id, " (", JobStateName(r.job.state()),
+                               r.cancel_requested() ? ", cancel pending" : "",
+                               failing ? ", a rank failed" : "", ")"));
             }
             ASSIGN_OR_RETURN(
                 *events.emplace_back().mutable_state_change(),

@@ -4,73 +4,17 @@
 // (Attempt.last_report_sequence), and a report the worker sends again after
 // a broken stream or a server restart, numbered at or below it, is dropped.
 #include <algorithm>
-#include <tuple>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "server/exit_decision.h"
 #include "server/job_lifecycle.h"
 #include "server/job_state.h"
 
 namespace trainyard::server {
 namespace {
-
-// yard-train's exit code after SIGTERM with a checkpoint written.
-constexpr int32_t kExitInterrupted = 3;
-// yard-train's exit code for a bad spec, config or data file.
-constexpr int32_t kExitUsage = 2;
-// yard-train's exit code when it stopped itself because its worker's lease
-// ran out untold (the worker frozen or cut off).
-constexpr int32_t kExitLeaseLost = 4;
-// JobExited.exit_code of an assignment the worker refused without starting
-// it (no free slot yet, shutting down, ...).
-constexpr int32_t kExitRefused = -1;
-// A job refused this many times in a row fails instead of going round.
-constexpr int kMaxRefusals = 3;
-// A refused job waits this long in the queue before it is offered again,
-// doubling with each refusal in a row: a worker refuses for a state that
-// passes (a slot still held by a rank it is reaping, a GPU that is not
-// free yet), and without a wait the next passes would use up every
-// refusal within milliseconds.
-constexpr absl::Duration kRefusalWait = absl::Seconds(1);
-constexpr char kRefusedBy[] = "refused by worker ";
-
-// How many attempts before the current one were refused, counting back.
-int RefusalsInARow(const v1::Job& job) {
-  int n = 0;
-  for (int i = job.attempts_size() - 2; i >= 0; --i) {
-    const v1::Attempt& a = job.attempts(i);
-    if (a.outcome() != v1::QUEUED ||
-        !absl::StartsWith(a.reason(), kRefusedBy)) {
-      break;
-    }
-    ++n;
-  }
-  return n;
-}
-
-// The outcome of a refused assignment: the job never ran, so it goes back
-// to the queue, unless workers keep refusing it (a job no worker will take
-// must not go round forever).
-std::pair<v1::JobState, std::string> RefusalOutcome(
-    const JobRecord& r, const v1::JobExited& exit,
-    const std::string& worker_id) {
-  const std::string why =
-      absl::StrCat(kRefusedBy, worker_id, ": ",
-                   exit.error().empty() ? "no reason given" : exit.error());
-  if (RefusalsInARow(r.job) + 1 >= kMaxRefusals) {
-    return {v1::FAILED,
-            absl::StrCat(why, " (", kMaxRefusals, " refusals in a row)")};
-  }
-  return {v1::QUEUED, why};
-}
-
-// How long a job refused just now waits before it is offered again.
-absl::Duration RefusalWait(const v1::Job& job) {
-  return kRefusalWait * (1 << RefusalsInARow(job));
-}
 
 // The record of `update`'s attempt in `job`, or null.
 v1::Attempt* AttemptOf(v1::Job& job, const v1::JobUpdate& update) {
@@ -138,65 +82,14 @@ void ApplyTrainerEvent(const v1::TrainerEvent& e, v1::Job& job) {
   }
 }
 
-// The state a job's exit leads to, and why.
-std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
-                                                 const v1::JobExited& exit,
-                                                 const std::string& worker_id) {
-  if (exit.exit_code() == 0 && exit.signal() == 0 && !exit.cancelled()) {
-    if (!r.job.result().stopped_early().empty()) {
-      return {v1::SUCCEEDED,
-              absl::StrCat("finished: stopped early at step ",
-                           r.job.result().step(), " (eval.patience)")};
-    }
-    return {v1::SUCCEEDED, "finished"};
-  }
-  if (exit.cancelled() || r.cancel_requested()) {
-    return {v1::CANCELLED,
-            r.cancel_requested() ? r.cancel_reason : "stopped by the worker"};
-  }
-  if (exit.exit_code() == kExitRefused && exit.signal() == 0 &&
-      r.job.state() == v1::SCHEDULED) {
-    return RefusalOutcome(r, exit, worker_id);
-  }
-  if (r.job.state() == v1::PREEMPTING &&
-      (exit.exit_code() == kExitInterrupted || exit.signal() != 0)) {
-    // Checkpointed and stopped, or killed after the grace period: it
-    // resumes from its latest checkpoint. The reason names the preemptor.
-    return {v1::QUEUED, r.job.state_reason()};
-  }
-  if (exit.exit_code() == kExitLeaseLost && exit.signal() == 0 &&
-      (r.job.state() == v1::RUNNING || r.job.state() == v1::PREEMPTING)) {
-    // Not the job's fault: its worker stopped renewing the lease (and
-    // was not declared lost yet). It resumes from its latest checkpoint.
-    return {v1::QUEUED,
-            absl::StrCat("stopped on worker ", worker_id,
-                         ": the worker stopped renewing its lease (frozen or "
-                         "cut off?); will resume from its checkpoint")};
-  }
-  if (exit.exit_code() == kExitInterrupted && exit.signal() == 0 &&
-      r.job.state() == v1::RUNNING) {
-    // Stopped by someone else's SIGTERM after checkpointing: run it again.
-    return {v1::QUEUED, absl::StrCat("interrupted on worker ", worker_id,
-                                     "; will resume from its checkpoint")};
-  }
-  if (!exit.error().empty()) return {v1::FAILED, exit.error()};
-  if (exit.signal() != 0) {
-    return {v1::FAILED, absl::StrCat("killed by signal ", exit.signal())};
-  }
-  return {v1::FAILED, absl::StrCat("exited with code ", exit.exit_code())};
-}
-
 // A failed attempt of a job with restarts left goes back to the queue, to
 // resume from its latest checkpoint once its backoff (RestartBackoff of
 // `base_backoff`) has passed; `to` and `why` say so, and the result is
-// true. A usage error (yard-train exit 2: the spec or its files are wrong)
-// would fail again, and a job refused by workers in a row has its own
-// limit (kMaxRefusals), so those fail the job at once.
-bool RestartIfAllowed(const v1::JobExited& exit, absl::Duration base_backoff,
-                      absl::Time now, v1::Job& job, v1::JobState& to,
-                      std::string& why) {
-  const bool final = exit.signal() == 0 && (exit.exit_code() == kExitUsage ||
-                                            exit.exit_code() == kExitRefused);
+// true. A `final` failure (a usage error, yard-train exit 2: the spec or
+// its files are wrong) would fail again, and a job refused by workers in a
+// row has its own limit, so those fail the job at once.
+bool RestartIfAllowed(bool final, absl::Duration base_backoff, absl::Time now,
+                      v1::Job& job, v1::JobState& to, std::string& why) {
   if (final || job.restarts() >= job.spec().max_restarts()) return false;
   job.set_restarts(job.restarts() + 1);
   const absl::Duration wait = RestartBackoff(base_backoff, job.restarts());
@@ -211,58 +104,12 @@ bool RestartIfAllowed(const v1::JobExited& exit, absl::Duration base_backoff,
   return true;
 }
 
-// The part of a spread job on `worker_id` (not the job's own worker).
-v1::GangPart* MutablePartOn(v1::Job& job, const std::string& worker_id) {
-  for (v1::GangPart& part : *job.mutable_gang_parts()) {
-    if (part.worker_id() == worker_id) return &part;
-  }
-  return nullptr;
-}
-
-// Whether some part of a spread job has not reported its exit yet.
-bool PartsRunning(const JobRecord& r) {
-  for (const v1::GangPart& part : r.job.gang_parts()) {
-    if (!part.exited()) return true;
-  }
-  return false;
-}
-
 // Whether some ranks of the job's latest attempt ran on `worker_id`.
 bool LatestAttemptRanOn(const v1::Job& job, const std::string& worker_id) {
   if (job.worker_id() == worker_id) return true;
   if (job.attempts_size() == 0) return false;
   const auto& more = job.attempts(job.attempts_size() - 1).more_workers();
   return std::find(more.begin(), more.end(), worker_id) != more.end();
-}
-
-// The exit of a part of a spread job: true when it ends the attempt (with
-// `to` and `why`); false when it is only recorded. A part that finished or
-// stopped after its checkpoint (exit 0 or 3), or any part of a job being
-// preempted, leaves the outcome to rank 0's exit.
-bool PartExitEndsAttempt(const JobRecord& r, v1::GangPart& part,
-                         const v1::JobExited& exit,
-                         const std::string& worker_id, v1::JobState& to,
-                         std::string& why) {
-  const bool clean =
-      exit.signal() == 0 &&
-      (exit.exit_code() == 0 || exit.exit_code() == kExitInterrupted);
-  if (clean || r.job.state() == v1::PREEMPTING) {
-    part.set_exited(true);
-    // Rank 0 failed before, waiting for this report: with every part
-    // done and none failing, its own failure is the outcome.
-    if (!r.job.pending_failure().empty() && !PartsRunning(r)) {
-      to = v1::FAILED;
-      why = r.job.pending_failure();
-      return true;
-    }
-    return false;
-  }
-  std::tie(to, why) = ExitOutcome(r, exit, worker_id);
-  // A refusal keeps its own wording: refusals in a row are counted by it.
-  if (exit.exit_code() != kExitRefused) {
-    why = absl::StrCat("worker ", worker_id, ": ", why);
-  }
-  return true;
 }
 
 }  // namespace
@@ -362,6 +209,7 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
   ReportOutcome outcome = ReportOutcome::kApplied;
   bool duplicate = false;
   bool ended = false;
+  bool rank_failed = false;         // a spread job's rank: stop the others
   std::vector<std::string> others;  // workers of the attempt's other ranks
   ASSIGN_OR_RETURN(
       JobRecord record,
@@ -373,90 +221,87 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
               outcome = ReportOutcome::kStale;
               return false;
             }
-            if (AlreadyApplied(r.job, update, worker_id)) {
+            const bool spread = !r.job.gang_parts().empty();
+            if (AlreadyApplied(r.job, update, worker_id) ||
+                (spread && RanksExitedOn(r.job, worker_id))) {
               duplicate = true;
               return false;
             }
-            v1::JobState to;
-            std::string why;
-            if (v1::GangPart* part = MutablePartOn(r.job, worker_id)) {
-              if (part->exited()) {
-                duplicate = true;
-                return false;
-              }
-              if (!PartExitEndsAttempt(r, *part, update.exited(), worker_id, to,
-                                       why)) {
-                return true;
-              }
-            } else {
-              std::tie(to, why) = ExitOutcome(r, update.exited(), worker_id);
-              // Rank 0 of a spread job failing often only echoes another
-              // rank's end (its peer closed): wait for the other workers'
-              // reports, or their loss, to tell a crash from a lost node.
-              if (to == v1::FAILED && !r.job.gang_parts().empty() &&
-                  r.job.pending_failure().empty() && PartsRunning(r)) {
-                r.job.set_pending_failure(why);
-                return true;
-              }
+            ExitDecision d =
+                spread ? DecideSpreadExit(r, update.exited(), worker_id)
+                       : DecideExit(r, update.exited(), worker_id);
+            if (!d.ends) {
+              rank_failed = d.stop_others;
+              if (rank_failed) others = WorkersOf(r, worker_id);
+              return true;
             }
-            // Failed while stopping for a suspend (its checkpoint could not
-            // be written, say): parked as asked, the attempt FAILED with its
-            // error, no restart spent; it resumes from its latest checkpoint.
-            const bool failed_suspending = to == v1::FAILED &&
-                                           r.job.state() == v1::PREEMPTING &&
-                                           !r.job.suspend_reason().empty();
-            if (failed_suspending) {
-              r.job.set_suspend_reason(
-                  absl::StrCat(r.job.suspend_reason(),
-                               "; the attempt failed while stopping: ", why));
-              to = v1::QUEUED;  // Transition parks it
-            }
-            const bool restart =
-                to == v1::FAILED &&
-                RestartIfAllowed(update.exited(), options_.restart_backoff,
-                                 clock_->Now(), r.job, to, why);
             others = WorkersOf(r, worker_id);
             ended = true;
-            // A refused attempt never started: it does not pass RUNNING.
-            const bool refused = update.exited().exit_code() == kExitRefused;
-            if (refused && to == v1::QUEUED) {
-              const absl::Duration wait = RefusalWait(r.job);
-              *r.job.mutable_restart_after() =
-                  ToProtoTime(clock_->Now() + wait);
-              absl::StrAppend(&why, "; offered again in ",
-                              absl::FormatDuration(wait));
-            }
-            if (to != v1::QUEUED && !refused) {
-              RETURN_IF_ERROR(EnsureRunning(
-                  r, absl::StrCat("started on worker ", worker_id),
-                  clock_->Now(), events));
-            }
-            ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
-                             Transition(r.job, to, why, clock_->Now()));
-            if (restart || failed_suspending) {
-              // The job goes back to the queue (or parks), but this attempt
-              // failed.
-              v1::Attempt* attempt =
-                  r.job.mutable_attempts(r.job.attempts_size() - 1);
-              attempt->set_outcome(v1::FAILED);
-              if (failed_suspending) attempt->set_reason(why);
-            }
-            if (to != v1::SUCCEEDED) r.job.clear_result();
-            ReleaseHoldings(r);
+            RETURN_IF_ERROR(EndAttempt(r, d, worker_id, events));
             return true;
           }));
-  if (!ended) return outcome;
-  // The ranks elsewhere cannot go on without these (after a clean finish
-  // they are exiting anyway).
-  StopAttemptOn(workers_, update.job_id(), update.attempt(), others);
-  if (outcome == ReportOutcome::kApplied && !duplicate) {
+  if (ended || rank_failed) {
+    // The ranks elsewhere cannot go on without these (after a clean finish
+    // they are exiting anyway).
+    StopAttemptOn(workers_, update.job_id(), update.attempt(), others);
+  }
+  if (outcome != ReportOutcome::kApplied || duplicate) return outcome;
+  if (ended) {
     YARD_LOG(INFO) << "job " << update.job_id() << " attempt "
                    << update.attempt() << " exited on " << worker_id << ": "
                    << JobStateName(record.job.state()) << " ("
                    << record.job.state_reason() << ")";
-    WakeScheduler();
+  } else if (rank_failed) {
+    YARD_LOG(INFO) << "job " << update.job_id() << " attempt "
+                   << update.attempt() << ": ranks on " << worker_id
+                   << " failed; stopping those on " << others.size()
+                   << " other workers (" << record.job.state_reason() << ")";
   }
+  // Slots were freed: the attempt's, or those of ranks that exited.
+  WakeScheduler();
   return outcome;
+}
+
+absl::Status JobLifecycle::EndAttempt(JobRecord& r, ExitDecision d,
+                                      const std::string& worker_id,
+                                      std::vector<v1::JobEvent>& events) {
+  // Failed while stopping for a suspend (its checkpoint could not be
+  // written, say): parked as asked, the attempt FAILED with its error, no
+  // restart spent; it resumes from its latest checkpoint.
+  const bool failed_suspending = d.to == v1::FAILED &&
+                                 r.job.state() == v1::PREEMPTING &&
+                                 !r.job.suspend_reason().empty();
+  if (failed_suspending) {
+    r.job.set_suspend_reason(
+        absl::StrCat(r.job.suspend_reason(),
+                     "; the attempt failed while stopping: ", d.why));
+    d.to = v1::QUEUED;  // Transition parks it
+  }
+  const bool restart =
+      d.to == v1::FAILED && RestartIfAllowed(d.final, options_.restart_backoff,
+                                             clock_->Now(), r.job, d.to, d.why);
+  // A refused attempt never started: it does not pass RUNNING.
+  if (d.refused && d.to == v1::QUEUED) {
+    const absl::Duration wait = RefusalWait(r.job);
+    *r.job.mutable_restart_after() = ToProtoTime(clock_->Now() + wait);
+    absl::StrAppend(&d.why, "; offered again in ", absl::FormatDuration(wait));
+  }
+  if (d.to != v1::QUEUED && !d.refused) {
+    RETURN_IF_ERROR(EnsureRunning(r,
+                                  absl::StrCat("started on worker ", worker_id),
+                                  clock_->Now(), events));
+  }
+  ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
+                   Transition(r.job, d.to, d.why, clock_->Now()));
+  if (restart || failed_suspending) {
+    // The job goes back to the queue (or parks), but this attempt failed.
+    v1::Attempt* attempt = r.job.mutable_attempts(r.job.attempts_size() - 1);
+    attempt->set_outcome(v1::FAILED);
+    if (failed_suspending) attempt->set_reason(d.why);
+  }
+  if (d.to != v1::SUCCEEDED) r.job.clear_result();
+  ReleaseHoldings(r);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ReportOutcome> JobLifecycle::OnLog(const std::string& worker_id,

@@ -179,6 +179,13 @@ absl::Status WorkerSession::Reattach(const v1::WorkerHello& hello) {
     absl::StatusOr<JobRecord> r = store_->GetJob(ref.job_id());
     if (r.ok() && r->cancel_requested()) {
       link_->Send(lifecycle_->CancelFor(*r));
+    } else if (r.ok() && !r->job.pending_failure().empty()) {
+      // A rank failed elsewhere: the StopAttempt sent for it may have been
+      // lost with the old stream (or the server restarted before sending).
+      v1::ServerMessage stop;
+      stop.mutable_stop_attempt()->set_job_id(ref.job_id());
+      stop.mutable_stop_attempt()->set_attempt(ref.attempt());
+      link_->Send(stop);
     } else if (r.ok() && r->job.state() == v1::PREEMPTING) {
       // The Preempt may have been lost with the old stream: send it again.
       link_->Send(lifecycle_->PreemptFor(*r));
@@ -191,7 +198,8 @@ absl::Status WorkerSession::Reattach(const v1::WorkerHello& hello) {
   for (const JobRecord& r : held) {
     const v1::GangPart* part = PartOn(r, worker_id_);
     const bool here =
-        r.job.worker_id() == worker_id_ || (part != nullptr && !part->exited());
+        (r.job.worker_id() == worker_id_ && !r.job.own_ranks_exited()) ||
+        (part != nullptr && !part->exited());
     if (!here || Lists(hello.running(), r.job.id(), r.job.attempt())) {
       continue;
     }
@@ -222,6 +230,8 @@ absl::Status WorkerSession::OnHeartbeat(const v1::Heartbeat& heartbeat) {
     said_draining_ = true;
   }
   for (const v1::RunningJobRef& ref : unconfirmed_) {
+    // Its exit came after the hello: nothing was lost.
+    if (exited_.contains({ref.job_id(), ref.attempt()})) continue;
     if (Lists(heartbeat.running(), ref.job_id(), ref.attempt())) continue;
     RETURN_IF_ERROR(lifecycle_->ReturnToQueue(
         ref.job_id(), ref.attempt(), worker_id_,

@@ -3,7 +3,9 @@
 // once and frees its slots; a job of more ranks than any worker has slots
 // is marked unschedulable at once; a job whose ranks no single worker can
 // hold spreads them over several, ending with the very weights of the same
-// job on one worker, and dies everywhere when one of its ranks dies.
+// job on one worker, and dies everywhere when one of its ranks dies (rank 0
+// blamed when it is the one), but moves when a worker is lost (rank 0's
+// too).
 #include <signal.h>
 
 #include <algorithm>
@@ -207,6 +209,56 @@ TEST_F(DataParallelTest, LosingTheWorkerOfSomeRanksRequeuesTheJob) {
   ASSERT_EQ(job.attempts_size(), 2) << job.DebugString();
   EXPECT_THAT(job.attempts(0).reason(),
               HasSubstr(absl::StrCat("worker ", follower->name(), " lost")));
+  EXPECT_GT(job.attempts(1).resumed_from_step(), 0) << job.DebugString();
+}
+
+// The rank whose death ends the job is the one blamed, rank 0 too: its
+// peer's "rank 0 closed its connection" may reach the server first.
+TEST_F(DataParallelTest, RankZeroDyingIsBlamedForTheFailure) {
+  YARD_ASSIGN_OR_FAIL(const std::string id,
+                      StartSpreadJob("spread-rank0", 100000));
+  pid_t rank0 = 0, rank1 = 0;
+  WorkerProcess* leader = WorkerOfRank({a_, b_}, 0, &rank0);
+  ASSERT_NE(leader, nullptr);
+  ASSERT_NE(WorkerOfRank({a_, b_}, 1, &rank1), nullptr);
+  ASSERT_EQ(kill(rank0, SIGKILL), 0);
+
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  EXPECT_EQ(job.state(), v1::FAILED) << job.DebugString();
+  EXPECT_THAT(job.state_reason(),
+              HasSubstr(absl::StrCat("worker ", leader->name(),
+                                     ": rank 0 killed by signal 9")))
+      << job.DebugString();
+  YARD_ASSERT_OK(PollUntil("rank 1 to be gone too", StartTimeout(),
+                           [&] { return !ProcessAlive(rank1); }));
+}
+
+// Losing the worker of rank 0 is not a failed job either: the other rank
+// fails at once ("rank 0 closed its connection"), but the job goes back to
+// the queue when the worker is found lost, spending no restart.
+TEST_F(DataParallelTest, LosingTheWorkerOfRankZeroRequeuesTheJob) {
+  YARD_ASSIGN_OR_FAIL(
+      const std::string id,
+      StartSpreadJob("spread-leader-lost", 400,
+                     {.heartbeat_interval_ms = 300, .worker_lease_ms = 1500}));
+  pid_t rank0 = 0;
+  WorkerProcess* leader = WorkerOfRank({a_, b_}, 0, &rank0);
+  ASSERT_NE(leader, nullptr);
+  leader->process().Kill();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "back to the queue", JobTimeout(),
+                              [](const v1::JobEvent& e) {
+                                return e.has_state_change() &&
+                                       e.state_change().to() == v1::QUEUED;
+                              })
+                     .status());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "c", .cpu_slots = 1}).status());
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  ASSERT_EQ(job.attempts_size(), 2) << job.DebugString();
+  EXPECT_EQ(job.attempts(0).outcome(), v1::QUEUED) << job.DebugString();
+  EXPECT_THAT(job.attempts(0).reason(),
+              HasSubstr(absl::StrCat("worker ", leader->name())));
+  EXPECT_EQ(job.restarts(), 0);
   EXPECT_GT(job.attempts(1).resumed_from_step(), 0) << job.DebugString();
 }
 
