@@ -104,6 +104,21 @@ bool RestartIfAllowed(bool final, absl::Duration base_backoff, absl::Time now,
   return true;
 }
 
+// The reason of a job's first start: a spread job names where rank 0 runs
+// besides the worker that started first.
+std::string StartReason(const v1::Job& job, const std::string& worker_id,
+                        int32_t pid) {
+  if (job.gang_parts().empty()) {
+    return absl::StrCat("started on worker ", worker_id, " (pid ", pid, ")");
+  }
+  if (worker_id == job.worker_id()) {
+    return absl::StrCat("started: rank 0 on worker ", worker_id, " first (pid ",
+                        pid, ")");
+  }
+  return absl::StrCat("started: worker ", worker_id, " first (pid ", pid,
+                      "); rank 0 on worker ", job.worker_id());
+}
+
 // Whether some ranks of the job's latest attempt ran on `worker_id`.
 bool LatestAttemptRanOn(const v1::Job& job, const std::string& worker_id) {
   if (job.worker_id() == worker_id) return true;
@@ -157,14 +172,11 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnStarted(
                         }
                         // A job spread over workers runs once the first
                         // of them has started its ranks.
-                        RETURN_IF_ERROR(EnsureRunning(
-                            r,
-                            absl::StrCat(r.job.gang_parts().empty()
-                                             ? "started on worker "
-                                             : "started: first on worker ",
-                                         worker_id, " (pid ",
-                                         update.started().pid(), ")"),
-                            clock_->Now(), events));
+                        RETURN_IF_ERROR(
+                            EnsureRunning(r,
+                                          StartReason(r.job, worker_id,
+                                                      update.started().pid()),
+                                          clock_->Now(), events));
                         return true;
                       })
           .status());

@@ -13,6 +13,7 @@ namespace trainyard::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // What a rank whose peer vanished says (socket_collective.cc).
 constexpr char kEchoOfRank0[] =
@@ -351,6 +352,17 @@ TEST_F(SpreadJobsTest, CleanExitsSucceedOnRankZerosWord) {
   EXPECT_EQ(Job(id).job.state(), v1::RUNNING);
   ASSERT_TRUE(Exit(W(0), id, 1, 0, 0, "").ok());
   EXPECT_EQ(Job(id).job.state(), v1::SUCCEEDED);
+}
+
+// The reason of RUNNING names the worker that started first and where
+// rank 0 runs.
+TEST_F(SpreadJobsTest, TheStartNamesRankZerosWorker) {
+  const std::string id = PlaceSpreadJob(2);
+  ASSERT_TRUE(W(1).Started(id, 1).ok());
+  const std::string reason = Job(id).job.state_reason();
+  EXPECT_THAT(reason, HasSubstr("worker b"));
+  EXPECT_THAT(reason, HasSubstr("rank 0 on worker a"));
+  EXPECT_THAT(reason, Not(HasSubstr("first on worker b")));
 }
 
 }  // namespace
