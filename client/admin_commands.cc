@@ -45,7 +45,9 @@ int TokenCreate(const CliArgs& args, AdminClient& admin, std::ostream& out,
   absl::StatusOr<v1::CreateTokenResponse> r = admin.CreateToken(request);
   if (!r.ok()) return ReportError(r.status(), err);
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*r, true) << "\n";
+    if (absl::Status s = PrintJson(out, *r, true); !s.ok()) {
+      return ReportError(s, err);
+    }
     return kExitOk;
   }
   out << "token " << r->info().id() << " (" << RoleName(r->info().role())
@@ -62,7 +64,9 @@ int TokenList(const CliArgs& args, AdminClient& admin, std::ostream& out,
   absl::StatusOr<v1::ListTokensResponse> r = admin.ListTokens(request);
   if (!r.ok()) return ReportError(r.status(), err);
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*r, true) << "\n";
+    if (absl::Status s = PrintJson(out, *r, true); !s.ok()) {
+      return ReportError(s, err);
+    }
     return kExitOk;
   }
   const absl::Time now = absl::Now();
@@ -82,7 +86,9 @@ int TokenRevoke(const CliArgs& args, AdminClient& admin, std::ostream& out,
   absl::StatusOr<v1::TokenInfo> r = admin.RevokeToken(args.target);
   if (!r.ok()) return ReportError(r.status(), err);
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*r, true) << "\n";
+    if (absl::Status s = PrintJson(out, *r, true); !s.ok()) {
+      return ReportError(s, err);
+    }
   } else {
     out << "token " << r->id() << " of tenant " << r->tenant()
         << " revoked\n";
@@ -112,7 +118,9 @@ int TenantSet(const CliArgs& args, AdminClient& admin, std::ostream& out,
   absl::StatusOr<v1::Tenant> r = admin.SetTenant(t);
   if (!r.ok()) return ReportError(r.status(), err);
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*r, true) << "\n";
+    if (absl::Status s = PrintJson(out, *r, true); !s.ok()) {
+      return ReportError(s, err);
+    }
   } else {
     out << "tenant " << r->name() << ": weight " << r->weight() << ", max GPUs "
         << Limit(r->max_gpus()) << ", max queued jobs "
@@ -128,7 +136,9 @@ int TenantList(const CliArgs& args, AdminClient& admin, std::ostream& out,
   absl::StatusOr<v1::ListTenantsResponse> r = admin.ListTenants();
   if (!r.ok()) return ReportError(r.status(), err);
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*r, true) << "\n";
+    if (absl::Status s = PrintJson(out, *r, true); !s.ok()) {
+      return ReportError(s, err);
+    }
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows;

@@ -71,13 +71,17 @@ absl::StatusOr<v1::Job> WaitForEnd(
 // Follows a job to its end, printing each event as it comes.
 int Follow(const std::string& job_id, OutputFormat format, JobClient& client,
            std::ostream& out, std::ostream& err) {
+  absl::Status unprinted;  // the first event that could not be printed
   absl::StatusOr<v1::Job> job =
       WaitForEnd(job_id, client, [&](const v1::JobEvent& event) {
-        out << (format == OutputFormat::kJson ? ToJson(event, false)
-                                              : FormatEvent(event))
-            << std::endl;
+        if (format == OutputFormat::kTable) {
+          out << FormatEvent(event) << std::endl;
+        } else if (absl::Status s = PrintJson(out, event, false); !s.ok()) {
+          unprinted.Update(s);
+        }
       });
   if (!job.ok()) return ReportError(job.status(), err);
+  if (!unprinted.ok()) return ReportError(unprinted, err);
   if (format == OutputFormat::kTable) out << FormatOutcome(*job) << "\n";
   return job->state() == v1::SUCCEEDED ? kExitOk : kExitJobNotSucceeded;
 }
@@ -94,7 +98,9 @@ int RunList(const CliArgs& args, JobClient& client, std::ostream& out,
   if (args.output == OutputFormat::kJson) {
     v1::ListJobsResponse all;
     for (v1::Job& job : *jobs) *all.add_jobs() = std::move(job);
-    out << ToJson(all, true) << "\n";
+    if (absl::Status s = PrintJson(out, all, true); !s.ok()) {
+      return ReportError(s, err);
+    }
   } else if (args.quiet) {
     for (const v1::Job& job : *jobs) out << job.id() << "\n";
   } else {
@@ -111,9 +117,11 @@ int RunGet(const CliArgs& args, JobClient& client, std::ostream& out,
            std::ostream& err) {
   absl::StatusOr<v1::Job> job = client.Get(args.job_id);
   if (!job.ok()) return ReportError(AboutJob(job.status(), args.job_id), err);
-  out << (args.output == OutputFormat::kJson
-              ? ToJson(*job, true) + "\n"
-              : FormatJobDetails(*job, absl::Now()));
+  if (args.output == OutputFormat::kTable) {
+    out << FormatJobDetails(*job, absl::Now());
+  } else if (absl::Status s = PrintJson(out, *job, true); !s.ok()) {
+    return ReportError(s, err);
+  }
   return kExitOk;
 }
 
@@ -154,7 +162,7 @@ int RunCancel(const CliArgs& args, JobClient& client, std::ostream& out,
   return ForEachJobId(args, err, [&](const std::string& id) -> absl::Status {
     ASSIGN_OR_RETURN(v1::Job job, client.Cancel(id, args.reason));
     if (args.output == OutputFormat::kJson) {
-      out << ToJson(job, true) << "\n";
+      RETURN_IF_ERROR(PrintJson(out, job, true));
     } else if (IsTerminal(job.state())) {
       out << "job " << job.id() << " " << StateName(job.state()) << "\n";
     } else {
@@ -172,7 +180,7 @@ int RunSuspend(const CliArgs& args, JobClient& client, std::ostream& out,
   return ForEachJobId(args, err, [&](const std::string& id) -> absl::Status {
     ASSIGN_OR_RETURN(v1::Job job, client.Suspend(id, args.reason));
     if (args.output == OutputFormat::kJson) {
-      out << ToJson(job, true) << "\n";
+      RETURN_IF_ERROR(PrintJson(out, job, true));
     } else if (job.state() == v1::SUSPENDED) {
       out << "job " << job.id() << " SUSPENDED\n";
     } else {
@@ -189,7 +197,7 @@ int RunResume(const CliArgs& args, JobClient& client, std::ostream& out,
   return ForEachJobId(args, err, [&](const std::string& id) -> absl::Status {
     ASSIGN_OR_RETURN(v1::Job job, client.Resume(id));
     if (args.output == OutputFormat::kJson) {
-      out << ToJson(job, true) << "\n";
+      RETURN_IF_ERROR(PrintJson(out, job, true));
     } else if (job.state() == v1::QUEUED) {
       out << "job " << job.id() << " QUEUED"
           << (job.queue_position() > 0
@@ -213,7 +221,7 @@ int RunDelete(const CliArgs& args, JobClient& client, std::ostream& out,
     ASSIGN_OR_RETURN(v1::DeleteJobResponse response,
                      client.Delete(id, args.keep_checkpoints));
     if (args.output == OutputFormat::kJson) {
-      out << ToJson(response, true) << "\n";
+      RETURN_IF_ERROR(PrintJson(out, response, true));
       return absl::OkStatus();
     }
     if (response.job_id().empty()) response.set_job_id(id);
@@ -230,7 +238,9 @@ int RunCheckpoints(const CliArgs& args, JobClient& client, std::ostream& out,
   if (args.output == OutputFormat::kJson) {
     v1::ListCheckpointsResponse response;
     for (const v1::CheckpointInfo& c : *all) *response.add_checkpoints() = c;
-    out << ToJson(response, true) << "\n";
+    if (absl::Status s = PrintJson(out, response, true); !s.ok()) {
+      return ReportError(s, err);
+    }
   } else if (all->empty()) {
     out << "job " << args.job_id << " has no checkpoint yet\n";
   } else {
@@ -268,7 +278,9 @@ int RunDownload(const CliArgs& args, JobClient& client, std::ostream& out,
     fields["step"].set_number_value(static_cast<double>(done->step));
     fields["dir"].set_string_value(done->dir);
     fields["bytes"].set_number_value(static_cast<double>(done->bytes));
-    out << ToJson(result, true) << "\n";
+    if (absl::Status s = PrintJson(out, result, true); !s.ok()) {
+      return ReportError(s, err);
+    }
   } else {
     out << "job " << args.job_id << " step " << done->step << " -> "
         << done->dir << " (" << absl::StrJoin(done->files, ", ") << "; "
@@ -282,7 +294,9 @@ int RunWorkers(const CliArgs& args, JobClient& client, std::ostream& out,
   absl::StatusOr<v1::ListWorkersResponse> workers = client.ListWorkers();
   if (!workers.ok()) return ReportError(workers.status(), err);
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*workers, true) << "\n";
+    if (absl::Status s = PrintJson(out, *workers, true); !s.ok()) {
+      return ReportError(s, err);
+    }
     return kExitOk;
   }
   absl::StatusOr<v1::ClusterStatus> status = client.GetClusterStatus();
@@ -402,11 +416,12 @@ int RunSweep(const CliArgs& args, const SubmitPlan& sweep, JobClient& client,
     absl::StatusOr<v1::SubmitJobResponse> checked = client.Submit(
         plan.specs[i], SweepRequestId(base, i), /*validate_only=*/true);
     if (!checked.ok()) return ReportError(about_job(i, checked.status()), err);
-    if (args.dry_run) {
-      out << (args.output == OutputFormat::kJson
-                  ? ToJson(*checked, false)
-                  : absl::StrCat("would submit: ", plan.specs[i].name()))
-          << "\n";
+    if (args.dry_run && args.output == OutputFormat::kTable) {
+      out << "would submit: " << plan.specs[i].name() << "\n";
+    } else if (args.dry_run) {
+      if (absl::Status s = PrintJson(out, *checked, false); !s.ok()) {
+        return ReportError(s, err);
+      }
     }
   }
   if (args.dry_run) {
@@ -440,11 +455,11 @@ int RunSweep(const CliArgs& args, const SubmitPlan& sweep, JobClient& client,
     }
     existed += response->already_existed() ? 1 : 0;
     ids.push_back(response->job().id());
-    out << (args.output == OutputFormat::kJson
-                ? ToJson(*response, false)
-                : absl::StrCat(response->job().id(), "  ",
-                               plan.specs[i].name()))
-        << std::endl;
+    if (args.output == OutputFormat::kTable) {
+      out << response->job().id() << "  " << plan.specs[i].name() << std::endl;
+    } else if (absl::Status s = PrintJson(out, *response, false); !s.ok()) {
+      return ReportError(s, err);
+    }
   }
   if (existed > 0) {
     err << "yard: " << existed << " of the " << n
@@ -457,7 +472,9 @@ int RunSweep(const CliArgs& args, const SubmitPlan& sweep, JobClient& client,
         WaitForEnd(id, client, [](const v1::JobEvent&) {});
     if (!job.ok()) return ReportError(job.status(), err);
     if (args.output == OutputFormat::kJson) {
-      out << ToJson(*job, false) << std::endl;
+      if (absl::Status s = PrintJson(out, *job, false); !s.ok()) {
+        return ReportError(s, err);
+      }
     } else {
       out << FormatOutcome(*job) << std::endl;
     }
@@ -487,7 +504,9 @@ int RunSubmit(const CliArgs& args, const SubmitPlan& plan, JobClient& client,
     return ReportError(AboutSpec(response.status(), args), err);
   const v1::Job& job = response->job();
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*response, false) << std::endl;
+    if (absl::Status s = PrintJson(out, *response, false); !s.ok()) {
+      return ReportError(s, err);
+    }
   } else if (args.dry_run) {
     out << "the server accepts this job; nothing was submitted\n";
   } else {

@@ -4,6 +4,7 @@
 #include "client/output_format.h"
 
 #include <algorithm>
+#include <ostream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -451,7 +452,8 @@ std::string LogLinesToJson::Finish() {
   return out;
 }
 
-std::string ToJson(const google::protobuf::Message& message, bool pretty) {
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
+                                   bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = pretty;
   options.preserve_proto_field_names = true;
@@ -459,9 +461,23 @@ std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   // that is absent only when it is 0 makes every script test for both.
   options.always_print_primitive_fields = true;
   std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  const auto status =
+      google::protobuf::util::MessageToJsonString(message, &out, options);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "cannot print the server's ", message.GetDescriptor()->name(),
+        " as JSON: ", std::string(status.message())));
+  }
   if (pretty && !out.empty() && out.back() == '\n') out.pop_back();
   return out;
+}
+
+absl::Status PrintJson(std::ostream& out,
+                       const google::protobuf::Message& message, bool pretty) {
+  absl::StatusOr<std::string> json = ToJson(message, pretty);
+  if (!json.ok()) return json.status();
+  out << *json << std::endl;
+  return absl::OkStatus();
 }
 
 }  // namespace trainyard::client

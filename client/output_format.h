@@ -5,9 +5,12 @@
 #define TRAINYARD_CLIENT_OUTPUT_FORMAT_H_
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
@@ -92,8 +95,15 @@ std::string FormatDeleted(const trainyard::v1::DeleteJobResponse& response,
 // gone). "no usage ..." when no job held anything in the window.
 std::string FormatUsageReport(const trainyard::v1::UsageReport& report);
 
-// Protobuf JSON with the proto field names (as in spec files).
-std::string ToJson(const google::protobuf::Message& message, bool pretty);
+// Protobuf JSON with the proto field names (as in spec files). INTERNAL
+// naming the message type, never partial JSON, when protobuf cannot print
+// it (a time past year 9999 from an older server, say).
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
+                                   bool pretty);
+// Writes ToJson(message) and a newline to `out` (flushed); on error writes
+// nothing and returns it, for the command to exit non-zero.
+absl::Status PrintJson(std::ostream& out,
+                       const google::protobuf::Message& message, bool pretty);
 
 // `yard -o json logs`: the log as JSON Lines, an object a line of text,
 // {"offset":N,"line":"..."}: N the line's first byte in the job's log, the

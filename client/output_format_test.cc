@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <sstream>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -566,16 +567,41 @@ TEST(FormatDeletedTest, NamesTheCheckpointsRemovedKeptOrAbsent) {
 TEST(ToJsonTest, ProtoFieldNames) {
   auto job =
       FromText<v1::Job>(R"pb(id: "j-1" state: SUCCEEDED worker_id: "w")pb");
-  EXPECT_THAT(ToJson(job, false), AllOf(HasSubstr(R"("id":"j-1")"),
-                                        HasSubstr(R"("state":"SUCCEEDED")"),
-                                        HasSubstr(R"("worker_id":"w")")));
-  EXPECT_THAT(ToJson(job, true), HasSubstr("\n"));
+  EXPECT_THAT(ToJson(job, false).value_or(""),
+              AllOf(HasSubstr(R"("id":"j-1")"),
+                    HasSubstr(R"("state":"SUCCEEDED")"),
+                    HasSubstr(R"("worker_id":"w")")));
+  EXPECT_THAT(ToJson(job, true).value_or(""), HasSubstr("\n"));
+}
+
+// A time past year 9999 (which an older server could send as a delete
+// time) cannot be printed as JSON: an error naming the message, and
+// nothing printed, rather than the JSON cut off where protobuf stopped.
+TEST(ToJsonTest, AMessageProtobufCannotPrintIsAnErrorNotPartialJson) {
+  auto job = FromText<v1::Job>(R"pb(
+    id: "j-1"
+    state: SUCCEEDED
+    end_time { seconds: 253402214400 }
+    delete_time { seconds: 253717747200 }
+  )pb");
+  absl::StatusOr<std::string> json = ToJson(job, true);
+  ASSERT_FALSE(json.ok());
+  EXPECT_EQ(json.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(json.status().message(),
+              HasSubstr("cannot print the server's Job as JSON"));
+  std::ostringstream out;
+  EXPECT_FALSE(PrintJson(out, job, true).ok());
+  EXPECT_EQ(out.str(), "");
+
+  job.clear_delete_time();
+  EXPECT_TRUE(PrintJson(out, job, false).ok());
+  EXPECT_THAT(out.str(), HasSubstr("\"end_time\":\"9999-12-31T00:00:00Z\""));
 }
 
 // Fields at zero are printed too: GPU 0 has an index in the JSON.
 TEST(ToJsonTest, ZerosArePrinted) {
   auto grant = FromText<v1::GpuGrant>(R"pb(memory_bytes: 1024)pb");
-  EXPECT_EQ(ToJson(grant, false),
+  EXPECT_EQ(ToJson(grant, false).value_or(""),
             R"({"index":0,"shared":false,"memory_bytes":"1024",)"
             R"("compute_milli":0})");
 }

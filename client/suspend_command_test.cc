@@ -1,6 +1,7 @@
-// Tests of `yard suspend` and `yard resume` against an in-process fake
-// JobService on a loopback port chosen at run time: what is sent, the line
-// printed for each state the server answers with, and the exit codes.
+// Tests of `yard suspend` and `yard resume` (and `get`, for JSON output)
+// against an in-process fake JobService on a loopback port chosen at run
+// time: what is sent, the line printed for each state the server answers
+// with, and the exit codes.
 #include <grpcpp/grpcpp.h>
 
 #include <map>
@@ -37,6 +38,11 @@ class FakeJobs final : public v1::JobService::Service {
                          v1::Job* resp) override {
     absl::MutexLock lock(&mu);
     resumes.push_back(req->job_id());
+    return Answer(req->job_id(), resp);
+  }
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+                      v1::Job* resp) override {
+    absl::MutexLock lock(&mu);
     return Answer(req->job_id(), resp);
   }
 
@@ -145,6 +151,29 @@ TEST_F(SuspendCommandTest, JsonPrintsTheJob) {
   args.output = OutputFormat::kJson;
   EXPECT_EQ(RunCommand(args, *client_, out_, err_), kExitOk);
   EXPECT_THAT(out_.str(), HasSubstr("\"state\": \"SUSPENDED\""));
+}
+
+// A job with a time JSON cannot hold (past year 9999, as an older server
+// could send for the delete time of a job ending on 9999-12-31): `-o json`
+// prints nothing and exits non-zero, never cut-off JSON with exit 0.
+TEST_F(SuspendCommandTest, JsonThatCannotBePrintedIsAnError) {
+  {
+    absl::MutexLock lock(&jobs_.mu);
+    v1::Job& job = jobs_.answers["j-1"];
+    job.set_state(v1::CANCELLED);
+    job.mutable_delete_time()->set_seconds(253'717'747'200);
+  }
+  for (Command command : {Command::kGet, Command::kSuspend}) {
+    CliArgs args;
+    args.command = command;
+    args.job_id = "j-1";
+    args.output = OutputFormat::kJson;
+    EXPECT_EQ(RunCommand(args, *client_, out_, err_), kExitServerError);
+    EXPECT_EQ(out_.str(), "");
+    EXPECT_THAT(err_.str(), HasSubstr("cannot print the server's Job as "
+                                      "JSON"));
+    err_.str("");
+  }
 }
 
 }  // namespace

@@ -50,7 +50,9 @@ int RunUsageCommand(const CliArgs& args, JobClient& client, const Clock& clock,
   absl::StatusOr<v1::UsageReport> report = client.GetUsage(request);
   if (!report.ok()) return ReportError(report.status(), err);
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*report, true) << "\n";
+    if (absl::Status s = PrintJson(out, *report, true); !s.ok()) {
+      return ReportError(s, err);
+    }
   } else {
     out << FormatUsageReport(*report);
   }

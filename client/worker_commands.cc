@@ -100,7 +100,13 @@ int RunDrain(const CliArgs& args, JobClient& client, Clock& clock,
   const bool json = args.output == OutputFormat::kJson;
   const bool keep_jobs =
       w->has_drain() ? w->drain().keep_jobs() : args.keep_jobs;
-  out << (json ? ToJson(*w, true) : DrainLine(*w, keep_jobs)) << std::endl;
+  if (json) {
+    if (absl::Status s = PrintJson(out, *w, true); !s.ok()) {
+      return ReportError(s, err);
+    }
+  } else {
+    out << DrainLine(*w, keep_jobs) << std::endl;
+  }
   if (!args.wait) return kExitOk;
   return WaitUntilDrained(args.worker_id, w->jobs_size(), client, clock,
                           json ? err : out, err);
@@ -111,7 +117,9 @@ int RunUndrain(const CliArgs& args, JobClient& client, std::ostream& out,
   absl::StatusOr<v1::Worker> w = client.UndrainWorker(args.worker_id);
   if (!w.ok()) return ReportError(AboutWorker(w.status(), args.worker_id), err);
   if (args.output == OutputFormat::kJson) {
-    out << ToJson(*w, true) << "\n";
+    if (absl::Status s = PrintJson(out, *w, true); !s.ok()) {
+      return ReportError(s, err);
+    }
   } else if (w->state() == v1::WORKER_READY) {
     out << "worker " << w->id() << " ready: takes jobs again\n";
   } else if (w->state() == v1::WORKER_DRAINING) {
