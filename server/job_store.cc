@@ -466,14 +466,18 @@ absl::Status JobStore::RecordEndedAttempts(const v1::Job& before,
 }
 
 absl::StatusOr<std::map<std::string, JobStore::UsageTotal>>
-JobStore::EndedUsageByTenant() const {
+JobStore::EndedUsageByTenant(absl::Time now) const {
   Reader reader(this);
   // TOTAL sums in floating point: no overflow, however long the history.
-  ASSIGN_OR_RETURN(SqliteStatement q,
-                   reader.db().Prepare(
-                       "SELECT tenant, TOTAL((end_ms - start_ms) * gpu_milli), "
-                       "TOTAL((end_ms - start_ms) * cpu_slots) "
-                       "FROM attempt_usage GROUP BY tenant"));
+  // Each attempt's end is cut to now (?1), never before its start.
+  ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      reader.db().Prepare(
+          "SELECT tenant, "
+          "TOTAL((MAX(MIN(end_ms, ?1), start_ms) - start_ms) * gpu_milli), "
+          "TOTAL((MAX(MIN(end_ms, ?1), start_ms) - start_ms) * cpu_slots) "
+          "FROM attempt_usage GROUP BY tenant"));
+  q.Bind(1, absl::ToUnixMillis(now));
   std::map<std::string, UsageTotal> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());

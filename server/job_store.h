@@ -260,13 +260,16 @@ class JobStore {
   absl::StatusOr<std::vector<AttemptUsage>> EndedAttempts(
       absl::Time start, absl::Time end, std::string_view tenant) const;
 
-  // What every ended attempt held, summed by tenant over all time
-  // (deleted jobs' attempts included), summed by the database.
+  // What every ended attempt held up to `now`, summed by tenant over all
+  // time (deleted jobs' attempts included), summed by the database. An
+  // attempt recorded as ending after `now` (a clock set back) counts up to
+  // `now`, as in GetUsage.
   struct UsageTotal {
     double gpu_seconds = 0;
     double cpu_slot_seconds = 0;
   };
-  absl::StatusOr<std::map<std::string, UsageTotal>> EndedUsageByTenant() const;
+  absl::StatusOr<std::map<std::string, UsageTotal>> EndedUsageByTenant(
+      absl::Time now) const;
 
   // Creates or replaces the drain of drain.worker_id.
   absl::Status PutWorkerDrain(const v1::WorkerDrain& drain);

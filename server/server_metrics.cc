@@ -314,7 +314,7 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
   // The ended attempts first: one that ends before `active` is read is then
   // in neither, never in both (see reported_usage_).
   absl::StatusOr<std::map<std::string, JobStore::UsageTotal>> ended =
-      store_->EndedUsageByTenant();
+      store_->EndedUsageByTenant(clock_->Now());
   absl::StatusOr<std::vector<JobRecord>> active =
       store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING});
   if (!ended.ok() || !active.ok()) {

@@ -247,6 +247,30 @@ TEST_F(ServerMetricsTest, TenantUsageCountersAddUpHeldTime) {
       Value("yard_tenant_gpu_seconds_total", {{"tenant", "team-a"}}), 30);
 }
 
+// An attempt recorded as ending after now (a clock set back) counts up to
+// now, as `yard usage` counts it.
+TEST_F(ServerMetricsTest, UsageEndingInTheFutureCountsUpToNow) {
+  FakeWorker& w = Connect("g1", /*slots=*/1, /*gpus=*/1);
+  const std::string a = Submit(0, /*gpus=*/1);
+  Pass();
+  ASSERT_TRUE(w.Started(a, 1).ok());
+  AdvanceWithHeartbeats(absl::Seconds(10));
+  ASSERT_TRUE(w.Exited(a, 1, 0).ok());
+  EXPECT_DOUBLE_EQ(
+      Value("yard_tenant_gpu_seconds_total", {{"tenant", "default"}}), 10);
+  // The same usage seen from a clock 4 s behind the one that wrote it: up
+  // to that now only.
+  FakeClock behind(clock_.Now() - absl::Seconds(4));
+  ServerMetrics earlier(&behind, "test");
+  earlier.Watch(store_.get(), registry_.get());
+  double seen = std::nan("");
+  for (const pm::MetricFamily& f : earlier.Collect()) {
+    if (f.name != "yard_tenant_gpu_seconds_total") continue;
+    for (const pm::ClientMetric& m : f.metric) seen = m.counter.value;
+  }
+  EXPECT_DOUBLE_EQ(seen, 6);
+}
+
 TEST_F(ServerMetricsTest, PreemptionThroughTheLifecycleCountedOnce) {
   const std::string a = Submit();
   FakeWorker& w = Connect("w1", /*slots=*/1);
