@@ -32,11 +32,21 @@ Holding PlacementHolding(const v1::Job& job, int64_t own_gpus) {
   return h;
 }
 
-Holding AttemptHolding(const v1::JobSpec& spec, const v1::Attempt& attempt) {
+Holding AttemptHolding(const v1::Job& job, const v1::Attempt& attempt) {
   if (attempt.gpu_milli() > 0 || attempt.cpu_slots() > 0) {
     return Holding{attempt.gpu_milli(), attempt.cpu_slots()};
   }
+  const v1::JobSpec& spec = job.spec();
   const int64_t gpus = spec.resources().gpus();
+  if (attempt.number() == job.attempt() &&
+      (!job.gpu_grants().empty() || !job.gang_parts().empty())) {
+    // The GPUs not on a part's worker are on the job's own.
+    int64_t own = gpus;
+    for (const v1::GangPart& part : job.gang_parts()) {
+      own -= part.gpu_indices_size();
+    }
+    return PlacementHolding(job, std::max<int64_t>(own, 0));
+  }
   const int64_t each = spec.resources().has_gpu_compute_milli()
                            ? spec.resources().gpu_compute_milli()
                            : scheduler::kWholeGpuMilli;
@@ -53,7 +63,7 @@ AttemptUsage UsageOf(const v1::Job& job, const v1::Attempt& attempt,
   u.start = FromProtoTime(attempt.start_time());
   u.end = attempt.has_end_time() ? FromProtoTime(attempt.end_time()) : now;
   u.end = std::max(u.end, u.start);
-  u.held = AttemptHolding(job.spec(), attempt);
+  u.held = AttemptHolding(job, attempt);
   u.outcome = attempt.outcome();
   return u;
 }

@@ -41,9 +41,12 @@ inline double CpuSlotSeconds(const Holding& held, double seconds) {
 // gang part's; a CPU job its slots (one per rank, all parts together).
 Holding PlacementHolding(const v1::Job& job, int64_t own_gpus);
 
-// What `attempt` held: as recorded, or for an attempt recorded before
-// accounting existed (both fields 0), what `spec` asks for.
-Holding AttemptHolding(const v1::JobSpec& spec, const v1::Attempt& attempt);
+// What `attempt` of `job` held: as recorded. For an attempt recorded
+// before accounting existed (both fields 0, in a store a server before
+// schema 5 wrote): when it is the job's current attempt and the record
+// still carries its placement's shares (Job.gpu_grants, gang parts), what
+// they grant, a shared GPU at its share; else what the spec asks for.
+Holding AttemptHolding(const v1::Job& job, const v1::Attempt& attempt);
 
 // One attempt's usage.
 struct AttemptUsage {

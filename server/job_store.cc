@@ -445,7 +445,11 @@ absl::Status JobStore::RecordEndedAttempts(const v1::Job& before,
         (i < before.attempts_size() && before.attempts(i).has_end_time())) {
       continue;
     }
-    const AttemptUsage u = UsageOf(after, a, absl::InfinitePast());
+    AttemptUsage u = UsageOf(after, a, absl::InfinitePast());
+    // An attempt from before accounting recorded holdings is charged its
+    // grants, which the record loses as the attempt ends (ReleaseHoldings):
+    // read them from the record before.
+    if (i < before.attempts_size()) u.held = AttemptHolding(before, a);
     ASSIGN_OR_RETURN(
         SqliteStatement insert,
         db_->Prepare("INSERT OR REPLACE INTO attempt_usage (job_id, attempt, "

@@ -1052,6 +1052,77 @@ TEST_F(JobStoreTest, UpgradesAVersionFourStoreFillingInAttemptUsage) {
   EXPECT_EQ(store->EndedAttempts(t0, t0 + absl::Hours(1), "b")->size(), 1u);
 }
 
+// Shared-GPU jobs in a store that version 4 wrote: their share was granted
+// by the scheduler (the spec names none), and their records carry the
+// grants. An attempt that ended with them, and one still running, are
+// charged the grant's share, not whole GPUs: after the upgrade, and when
+// the running one ends (the same write that ends it drops its grants).
+TEST_F(JobStoreTest, UpgradeChargesOldSharedGpuAttemptsTheirGrants) {
+  const absl::Time t0 = absl::FromUnixSeconds(1'800'000'000);
+  std::string ended, running;
+  {
+    auto store = Open();
+    auto shared = [&](const std::string& name, v1::JobState state,
+                      bool end) -> std::string {
+      v1::Job job = Named(name, "a");
+      job.mutable_spec()->mutable_resources()->set_gpus(1);
+      const std::string id = store->CreateJob(job)->record.job.id();
+      EXPECT_TRUE(store
+                      ->UpdateJob(id, Durability::kTransition,
+                                  [&](JobRecord& r, auto&) {
+                                    v1::Attempt* a = r.job.add_attempts();
+                                    a->set_number(1);
+                                    *a->mutable_start_time() = ToProtoTime(t0);
+                                    if (end) {
+                                      *a->mutable_end_time() =
+                                          ToProtoTime(t0 + absl::Minutes(10));
+                                      a->set_outcome(state);
+                                    }
+                                    r.job.set_attempt(1);
+                                    r.job.add_gpu_grants()->set_compute_milli(
+                                        100);
+                                    r.job.set_state(state);
+                                    return true;
+                                  })
+                      .ok());
+      return id;
+    };
+    ended = shared("ended", v1::SUCCEEDED, true);
+    running = shared("running", v1::RUNNING, false);
+  }
+  AsWrittenBy(4, "");
+  auto store = Open();
+  auto usage = store->EndedAttempts(t0, t0 + absl::Hours(1), "");
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  ASSERT_EQ(usage->size(), 1u);
+  EXPECT_EQ((*usage)[0].job_id, ended);
+  EXPECT_EQ((*usage)[0].held, (Holding{100, 0}));
+
+  ASSERT_TRUE(store
+                  ->UpdateJob(running, Durability::kTransition,
+                              [&](JobRecord& r, auto&) {
+                                *r.job.mutable_attempts(0)->mutable_end_time() =
+                                    ToProtoTime(t0 + absl::Minutes(20));
+                                r.job.mutable_attempts(0)->set_outcome(
+                                    v1::FAILED);
+                                r.job.set_state(v1::FAILED);
+                                r.job.clear_gpu_grants();
+                                return true;
+                              })
+                  .ok());
+  usage = store->EndedAttempts(t0, t0 + absl::Hours(1), "");
+  ASSERT_EQ(usage->size(), 2u);
+  for (const AttemptUsage& u : *usage) {
+    EXPECT_EQ(u.held, (Holding{100, 0})) << u.job_id;
+  }
+  auto total = store->EndedUsageByTenant(t0 + absl::Hours(1));
+  ASSERT_TRUE(total.ok()) << total.status();
+  EXPECT_DOUBLE_EQ((*total)["a"].gpu_seconds, 0.1 * 30 * 60);
+  // Seen from before the second attempt ended: only up to then.
+  total = store->EndedUsageByTenant(t0 + absl::Minutes(15));
+  EXPECT_DOUBLE_EQ((*total)["a"].gpu_seconds, 0.1 * 25 * 60);
+}
+
 TEST_F(JobStoreTest, EndedByListsEndedJobsLongestEndedFirst) {
   auto store = Open();
   std::vector<std::string> ids;

@@ -387,7 +387,7 @@ void ServerMetrics::CollectTenantHoldings(
   std::map<std::string, Holding> by_tenant;
   for (const JobRecord& r : active) {
     if (r.job.attempts().empty()) continue;
-    const Holding h = AttemptHolding(r.job.spec(), *r.job.attempts().rbegin());
+    const Holding h = AttemptHolding(r.job, *r.job.attempts().rbegin());
     Holding& sum = by_tenant[r.job.tenant()];
     sum.gpu_milli += h.gpu_milli;
     sum.cpu_slots += h.cpu_slots;

@@ -66,19 +66,47 @@ TEST(PlacementHoldingTest, CountsWholeAndSharedGpusOnEveryPartAndCpuRanks) {
 }
 
 TEST(AttemptHoldingTest, AnAttemptFromBeforeAccountingIsChargedItsSpec) {
-  v1::JobSpec spec;
-  spec.mutable_resources()->set_gpus(2);
+  v1::Job job;
+  job.mutable_spec()->mutable_resources()->set_gpus(2);
   v1::Attempt old;
-  EXPECT_EQ(AttemptHolding(spec, old), (Holding{2000, 0}));
-  spec.mutable_resources()->set_gpu_compute_milli(300);
-  EXPECT_EQ(AttemptHolding(spec, old), (Holding{600, 0}));
+  EXPECT_EQ(AttemptHolding(job, old), (Holding{2000, 0}));
+  job.mutable_spec()->mutable_resources()->set_gpu_compute_milli(300);
+  EXPECT_EQ(AttemptHolding(job, old), (Holding{600, 0}));
   v1::Attempt recorded;
   recorded.set_gpu_milli(500);
-  EXPECT_EQ(AttemptHolding(spec, recorded), (Holding{500, 0}));
+  EXPECT_EQ(AttemptHolding(job, recorded), (Holding{500, 0}));
 
-  v1::JobSpec cpu;
-  cpu.mutable_resources()->set_cpu_ranks(3);
+  v1::Job cpu;
+  cpu.mutable_spec()->mutable_resources()->set_cpu_ranks(3);
   EXPECT_EQ(AttemptHolding(cpu, old), (Holding{0, 3}));
+}
+
+// A shared GPU's share was granted by the scheduler (in proportion to the
+// job's memory when the spec names none): an attempt from before
+// accounting is charged the grants its job's record carries, not whole
+// GPUs.
+TEST(AttemptHoldingTest, AnAttemptFromBeforeAccountingIsChargedItsGrants) {
+  v1::Job job;
+  job.mutable_spec()->mutable_resources()->set_gpus(2);
+  job.set_attempt(3);
+  job.add_gpu_grants()->set_compute_milli(100);
+  job.add_gpu_grants()->set_compute_milli(100);
+  v1::Attempt current;
+  current.set_number(3);
+  EXPECT_EQ(AttemptHolding(job, current), (Holding{200, 0}));
+
+  // A part on another worker with a grant of its own.
+  job.mutable_spec()->mutable_resources()->set_gpus(3);
+  v1::GangPart* part = job.add_gang_parts();
+  part->add_gpu_indices(1);
+  part->add_gpu_grants()->set_compute_milli(250);
+  EXPECT_EQ(AttemptHolding(job, current), (Holding{200 + 250, 0}));
+
+  // The grants are the current attempt's: an earlier one is charged what
+  // its spec asks for.
+  v1::Attempt earlier;
+  earlier.set_number(2);
+  EXPECT_EQ(AttemptHolding(job, earlier), (Holding{3000, 0}));
 }
 
 TEST(SumUsageTest, CutsAttemptsToTheWindowBySplittingTenantsAndJobs) {
