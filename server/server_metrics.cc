@@ -325,6 +325,7 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
   std::map<v1::WorkerState, int> by_state;
   double gpus = 0, gpus_used = 0, gpus_free = 0, mem = 0, mem_used = 0, cpu = 0,
          cpu_used = 0;
+  double compute_used = 0;  // in GPUs: a shared GPU counts its grants' sum
   for (const WorkerStatus& w : workers_->List()) {
     ++by_state[w.state];
     if (w.state == v1::WORKER_LOST) continue;  // its capacity is gone
@@ -338,6 +339,13 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
       if (used != nullptr && used->gpus.contains(d.index())) {
         gpus_used += 1;
         mem_used += static_cast<double>(d.memory_bytes());
+        auto use = used->gpu_use.find(d.index());
+        compute_used +=
+            use == used->gpu_use.end() || use->second.whole
+                ? 1.0
+                : std::min(use->second.compute_milli,
+                           scheduler::kWholeGpuMilli) /
+                      static_cast<double>(scheduler::kWholeGpuMilli);
       } else if (w.schedulable) {
         gpus_free += 1;
       }
@@ -370,7 +378,7 @@ void ServerMetrics::CollectCapacity(std::vector<pm::MetricFamily>& out) const {
   out.push_back(SingleGauge(
       "yard_gpu_compute_allocated_ratio",
       "Allocated GPU compute over total GPU compute, 0 without GPUs (ratio).",
-      gpus > 0 ? gpus_used / gpus : 0));
+      gpus > 0 ? compute_used / gpus : 0));
   out.push_back(SingleGauge("yard_cpu_slots",
                             "CPU job slots on workers not lost (count).", cpu));
   out.push_back(SingleGauge("yard_cpu_slots_allocated",

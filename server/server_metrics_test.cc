@@ -175,6 +175,27 @@ TEST_F(ServerMetricsTest, GpuAllocationFollowsPlacement) {
   EXPECT_EQ(Value("yard_jobs_finished_total", {{"state", "cancelled"}}), 1);
 }
 
+// Two jobs share one of two GPUs at 500 and 250 milli-GPU: the compute
+// allocated is 0.75 of a GPU over 2, though one GPU is held (in part).
+TEST_F(ServerMetricsTest, ASharedGpuCountsItsGrantsInTheComputeRatio) {
+  Connect("g1", /*slots=*/2, /*gpus=*/2);
+  const std::string a = Submit(0, /*gpus=*/1);
+  const std::string b = Submit(0, /*gpus=*/1);
+  for (auto [id, milli] : {std::pair{a, 500}, std::pair{b, 250}}) {
+    ASSERT_TRUE(lifecycle_
+                    ->Assign(id, "g1", {0},
+                             {scheduler::GpuShare{0, int64_t{1} << 30, milli}})
+                    .ok());
+  }
+  EXPECT_EQ(Value("yard_gpus_allocated"), 1);
+  EXPECT_EQ(Value("yard_tenant_gpus_allocated", {{"tenant", "default"}}), 0.75);
+  EXPECT_DOUBLE_EQ(Value("yard_gpu_compute_allocated_ratio"), 0.75 / 2);
+  // A GPU held whole beside it counts whole.
+  const std::string c = Submit(0, /*gpus=*/1);
+  ASSERT_TRUE(lifecycle_->Assign(c, "g1", {1}).ok());
+  EXPECT_DOUBLE_EQ(Value("yard_gpu_compute_allocated_ratio"), 1.75 / 2);
+}
+
 TEST_F(ServerMetricsTest, TenantHoldingsFollowTheirJobs) {
   EXPECT_TRUE(std::isnan(Value("yard_tenant_gpus_allocated")))
       << "no tenant holds anything: no series";
