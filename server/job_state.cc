@@ -104,6 +104,7 @@ absl::StatusOr<v1::StateChange> Transition(v1::Job& job, JobState to,
   }
   if (to == v1::RUNNING && !job.has_start_time()) *job.mutable_start_time() = ts;
   if (IsTerminal(to)) *job.mutable_end_time() = ts;
+  if (to == v1::QUEUED) *job.mutable_queue_time() = ts;
   if (to == v1::QUEUED || to == v1::SUSPENDED) {
     job.clear_worker_id();  // no current attempt
   }
@@ -146,6 +147,15 @@ absl::Duration TimeHeld(const v1::Job& job, absl::Time now) {
     held += std::max(end - FromProtoTime(a.start_time()), absl::ZeroDuration());
   }
   return held;
+}
+
+absl::Time QueuedSince(const v1::Job& job) {
+  if (job.has_queue_time()) return FromProtoTime(job.queue_time());
+  if (job.attempts_size() > 0 &&
+      job.attempts(job.attempts_size() - 1).has_end_time()) {
+    return FromProtoTime(job.attempts(job.attempts_size() - 1).end_time());
+  }
+  return FromProtoTime(job.create_time());
 }
 
 absl::Status CheckNotEnded(const v1::Job& job) {

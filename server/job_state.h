@@ -74,6 +74,10 @@ absl::Status CheckNotEnded(const v1::Job& job);
 // to its end, the open one up to `now`): what spec.time_limit_s limits.
 absl::Duration TimeHeld(const v1::Job& job, absl::Time now);
 
+// When a job in the queue joined it: Job.queue_time, or for a record from
+// before that field, its last attempt's end or its creation.
+absl::Time QueuedSince(const v1::Job& job);
+
 }  // namespace trainyard::server
 
 #endif  // TRAINYARD_SERVER_JOB_STATE_H_

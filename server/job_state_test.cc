@@ -134,5 +134,24 @@ TEST(JobStateTest, WhatAQueuedJobWaitsForFirst) {
   EXPECT_FALSE(InRestartBackoff(job, now + absl::Seconds(2)));
 }
 
+// The queue's age counts from when the job last became QUEUED, not from
+// its last attempt's end: time spent suspended does not count.
+TEST(JobStateTest, QueuedSinceIsWhenTheJobLastBecameQueued) {
+  v1::Job job = NewJob();
+  *job.mutable_create_time() = ToProtoTime(kT0);
+  EXPECT_EQ(QueuedSince(job), kT0) << "a record from before queue_time";
+  ASSERT_TRUE(
+      Transition(job, v1::SUSPENDED, "user", kT0 + absl::Seconds(5)).ok());
+  ASSERT_TRUE(
+      Transition(job, v1::QUEUED, "resumed", kT0 + absl::Seconds(20)).ok());
+  EXPECT_EQ(QueuedSince(job), kT0 + absl::Seconds(20));
+
+  ASSERT_TRUE(StartAttempt(job, "w1", kT0 + absl::Seconds(21)).ok());
+  ASSERT_TRUE(Transition(job, v1::RUNNING, "", kT0 + absl::Seconds(22)).ok());
+  ASSERT_TRUE(
+      Transition(job, v1::QUEUED, "lost", kT0 + absl::Seconds(40)).ok());
+  EXPECT_EQ(QueuedSince(job), kT0 + absl::Seconds(40)) << "handed back";
+}
+
 }  // namespace
 }  // namespace trainyard::server

@@ -591,6 +591,7 @@ absl::StatusOr<JobStore::Created> JobStore::CreateJob(
     job.set_state(v1::QUEUED);
     *job.mutable_create_time() = ToProtoTime(now);
     *job.mutable_update_time() = ToProtoTime(now);
+    *job.mutable_queue_time() = ToProtoTime(now);
     ASSIGN_OR_RETURN(SqliteStatement ins,
                      db_->Prepare("INSERT INTO jobs (create_seq, id, tenant, "
                                   "state, request_id, name, job) "

@@ -72,15 +72,6 @@ pm::MetricFamily SingleGauge(std::string name, std::string help, double value) {
   return f;
 }
 
-// When a queued job joined the queue: its last attempt's end, or creation.
-absl::Time QueuedSince(const v1::Job& job) {
-  if (job.attempts_size() > 0 &&
-      job.attempts(job.attempts_size() - 1).has_end_time()) {
-    return FromProtoTime(job.attempts(job.attempts_size() - 1).end_time());
-  }
-  return FromProtoTime(job.create_time());
-}
-
 // Whether a queued job waits for room on a worker, rather than for
 // something else first (job_state.h).
 bool WaitsForAWorker(const v1::Job& job, absl::Time now) {

@@ -160,6 +160,24 @@ TEST_F(ServerMetricsTest, LostWorkerCountsARestartAndItsCapacityGoes) {
   EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 0);
 }
 
+// The queue's age counts from when a job (re)joined it: time it spent
+// suspended meanwhile does not count.
+TEST_F(ServerMetricsTest, TheQueueAgeLeavesOutTimeSuspended) {
+  const std::string a = Submit();
+  FakeWorker& w = Connect("w1", /*slots=*/1);
+  Pass();
+  ASSERT_TRUE(w.Started(a, 1).ok());
+  const std::string b = Submit();
+  AdvanceWithHeartbeats(absl::Seconds(1));
+  ASSERT_TRUE(lifecycle_->Suspend(b, "").ok());
+  AdvanceWithHeartbeats(absl::Seconds(15));
+  EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 0);
+  ASSERT_TRUE(lifecycle_->Resume(b).ok());
+  EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 0);
+  AdvanceWithHeartbeats(absl::Seconds(2));
+  EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 2);
+}
+
 TEST_F(ServerMetricsTest, GpuAllocationFollowsPlacement) {
   EXPECT_EQ(Value("yard_gpus"), 0);
   EXPECT_EQ(Value("yard_gpu_compute_allocated_ratio"), 0);
