@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 
 namespace trainyard::worker {
 namespace {
@@ -68,7 +69,7 @@ void JobProcess::Run() {
                       << launch_.attempt << " did not start: " << error;
     pending_log_ = error + "\n";
     FlushLog();
-    ReportExit(ExitStatus{kExecFailedExitCode, 0}, error);
+    ReportExit(ExitStatus{kExecFailedExitCode, 0}, error, absl::Now());
     return;
   }
   std::vector<std::string> pids;
@@ -80,8 +81,15 @@ void JobProcess::Run() {
   Report(std::move(started));
 
   Pump();
+  // The attempt ended with its last process, not when its pipes were
+  // drained or its exit reached the server.
+  absl::Time exited = absl::InfinitePast();
   for (Rank& r : ranks_) {
-    if (!r.exit.has_value()) r.exit = r.child->Wait();
+    if (!r.exit.has_value()) {
+      r.exit = r.child->Wait();
+      r.exit_time = absl::Now();
+    }
+    exited = std::max(exited, r.exit_time);
     r.stdout_lines.Flush([&](std::string_view l) { OnStdoutLine(r, l); });
     r.stderr_lines.Flush([&](std::string_view l) { OnStderrLine(r, l); });
   }
@@ -92,7 +100,7 @@ void JobProcess::Run() {
   // A rank that died of its own before the server's stop reached it
   // (it may be noticed only after that stop came) was not stopped as asked.
   const Rank* speaker = Speaker();
-  ReportExit(status, error,
+  ReportExit(status, error, exited,
              speaker != nullptr && !speaker->stop_reached_it
                  ? std::optional<bool>(false)
                  : std::nullopt);
@@ -123,12 +131,14 @@ absl::Status JobProcess::SpawnRanks() {
 }
 
 void JobProcess::ReportExit(const ExitStatus& status, const std::string& error,
+                            absl::Time exited_at,
                             std::optional<bool> cancelled) {
   trainyard::v1::JobUpdate update;
   trainyard::v1::JobExited* exited = update.mutable_exited();
   exited->set_exit_code(status.exit_code);
   exited->set_signal(status.signal);
   exited->set_error(error);
+  *exited->mutable_exit_time() = ToProtoTime(exited_at);
   {
     absl::MutexLock lock(&mu_);
     exited->set_cancelled(cancelled.value_or(control_.cancelled));
@@ -208,6 +218,7 @@ void JobProcess::OnRankExit(Rank& rank) {
   // before reaping, while the group id cannot have been reused.
   rank.child->SignalGroup(SIGKILL);
   rank.exit = rank.child->Wait();
+  rank.exit_time = absl::Now();
   const bool stopped_as_asked =
       rank.exit->signal == 0 && rank.exit->exit_code == kInterruptedExitCode;
   if (rank.exit->ok() || stopped_as_asked || first_failure_ >= 0) return;

@@ -124,6 +124,7 @@ class JobProcess {
     // before is not reported cancelled, or the server would take its crash
     // for a rank stopped as asked and blame another.
     bool stop_reached_it = false;
+    absl::Time exit_time;  // when `exit` was seen
   };
 
   // Spawns every rank; on failure kills those already started.
@@ -149,9 +150,11 @@ class JobProcess {
   void FlushLog();
   void Wake();
   void Report(trainyard::v1::JobUpdate update);
+  // `exited`: when the attempt's last process ended (JobExited.exit_time).
   // `cancelled`: whether the exit counts as stopped as the server asked
   // (unset: whether it asked at all).
   void ReportExit(const ExitStatus& status, const std::string& error,
+                  absl::Time exited,
                   std::optional<bool> cancelled = std::nullopt);
 
   const JobLaunch launch_;

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "worker/attempt_dirs.h"
 #include "worker/gpu_selection.h"
@@ -381,6 +382,7 @@ void JobRunner::Refuse(const trainyard::v1::Assignment& a,
   update.set_attempt(a.attempt());
   update.mutable_exited()->set_exit_code(kRefusedExitCode);
   update.mutable_exited()->set_error(std::string(reason));
+  *update.mutable_exited()->mutable_exit_time() = ToProtoTime(absl::Now());
   report_(std::move(update));
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/test_scripts.h"
@@ -64,9 +65,13 @@ class JobRunnerTest : public ::testing::Test {
 };
 
 TEST_F(JobRunnerTest, RunsJobAndReportsEventsLogAndExit) {
+  const absl::Time before = absl::Now();
   Start("j1", "succeed");
   auto exit = reports_.WaitExit("j1", 1);
   ASSERT_TRUE(exit.has_value());
+  // When it ended, by this worker's clock: the attempt's end.
+  EXPECT_GE(FromProtoTime(exit->exit_time()), before);
+  EXPECT_LE(FromProtoTime(exit->exit_time()), absl::Now());
   EXPECT_EQ(exit->exit_code(), 0);
   EXPECT_EQ(exit->signal(), 0);
   EXPECT_EQ(exit->error(), "");
@@ -251,10 +256,12 @@ TEST_F(JobRunnerTest, AFailureOfASpreadJobNamesItsRank) {
 TEST_F(JobRunnerTest, RefusesMoreRanksThanFreeSlots) {
   trainyard::v1::Assignment a = Job("dp", "ranks", 1);
   a.mutable_spec()->mutable_resources()->set_cpu_ranks(3);
+  const absl::Time before = absl::Now();
   runner().Start(a);
   auto exit = reports_.WaitExit("dp", 1);
   ASSERT_TRUE(exit.has_value());
   EXPECT_EQ(exit->exit_code(), JobRunner::kRefusedExitCode);
+  EXPECT_GE(FromProtoTime(exit->exit_time()), before);
   EXPECT_THAT(exit->error(),
               HasSubstr("not enough free CPU slots on this worker (3 asked"));
 }

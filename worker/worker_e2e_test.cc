@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/fake_worker_service.h"
@@ -214,8 +215,10 @@ TEST_F(WorkerE2eTest, ExitWhileDisconnectedIsReportedAfterReconnect) {
   ASSERT_TRUE(WaitStarted("j1"));
   const int port = server_->port();
   server_->Kill();
+  const absl::Time cancelled_at = absl::Now();
   ASSERT_TRUE(worker_->runner().Cancel("j1", 1, absl::Seconds(30)));
   ASSERT_TRUE(worker_->runner().WaitIdle(absl::Now() + absl::Seconds(20)));
+  const absl::Time idle_at = absl::Now();
   server_ = FakeServer::Start(hub_, port);
   ASSERT_NE(server_, nullptr);
   ASSERT_TRUE(hub_.WaitFor([](const auto& r) {
@@ -225,6 +228,12 @@ TEST_F(WorkerE2eTest, ExitWhileDisconnectedIsReportedAfterReconnect) {
   const int exit_at = FindUpdate(r, "j1", 1, JobUpdate::kExited);
   EXPECT_EQ(r[exit_at].stream, 2);
   EXPECT_EQ(r[exit_at].message.update().exited().exit_code(), 3);
+  // It says when the process ended, not when the report could be sent:
+  // the server charges the attempt up to then.
+  const absl::Time exited =
+      FromProtoTime(r[exit_at].message.update().exited().exit_time());
+  EXPECT_GE(exited, cancelled_at);
+  EXPECT_LE(exited, idle_at);
   for (const Received& m : r) {
     if (m.stream == 2 && m.message.has_hello()) {
       ASSERT_EQ(m.message.hello().running_size(), 1);  // exit not yet heard
@@ -247,6 +256,9 @@ TEST_F(WorkerE2eTest, JobsStopWhenTheServerNoLongerHearsTheWorker) {
   EXPECT_EQ(exit->signal(), SIGKILL);
   EXPECT_TRUE(exit->lost_server()) << exit->DebugString();
   EXPECT_FALSE(exit->cancelled());
+  EXPECT_GE(FromProtoTime(exit->exit_time()),
+            silent_at + absl::Milliseconds(1800));
+  EXPECT_LE(FromProtoTime(exit->exit_time()), absl::Now());
   EXPECT_TRUE(worker_->runner().Running().empty());
   // The worker gave up the silent stream and opened another.
   ASSERT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 2); }));
