@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/field_errors.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/attempt_usage.h"
 #include "server/checkpoint_paths.h"
@@ -93,6 +94,23 @@ std::vector<std::string> WorkersOf(const JobRecord& record,
     }
   }
   return out;
+}
+
+absl::Time HeldUntil(const WorkerRegistry& workers, const JobRecord& record) {
+  absl::Time until = absl::InfinitePast();
+  for (const std::string& worker : WorkersOf(record)) {
+    until = std::max(until, workers.HeldUntil(worker));
+  }
+  // No worker (not active): as a worker not known would be.
+  return until == absl::InfinitePast() ? workers.HeldUntil("") : until;
+}
+
+absl::Time JobLifecycle::HeldUntil(const JobRecord& record) const {
+  return server::HeldUntil(*workers_, record);
+}
+
+absl::Time ExitTimeOf(const v1::JobExited& exit, absl::Time now) {
+  return exit.has_exit_time() ? FromProtoTime(exit.exit_time()) : now;
 }
 
 void ReleaseHoldings(JobRecord& record) {
@@ -378,7 +396,8 @@ v1::ServerMessage JobLifecycle::AssignmentFor(
 absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
                                          int32_t attempt,
                                          const std::string& worker_id,
-                                         const std::string& reason) {
+                                         const std::string& reason,
+                                         absl::Time ended) {
   bool changed = false;
   std::vector<std::string> others;  // workers of the attempt's other ranks
   absl::StatusOr<JobRecord> r = store_->UpdateJob(
@@ -401,7 +420,7 @@ absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
                                       " before reporting the exit)")
                        : reason;
         ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
-                         Transition(r.job, to, why, clock_->Now()));
+                         Transition(r.job, to, why, clock_->Now(), ended));
         ReleaseHoldings(r);
         changed = true;
         return true;
@@ -421,9 +440,11 @@ absl::StatusOr<int> JobLifecycle::RecoverHeldJobs() {
   ASSIGN_OR_RETURN(
       std::vector<JobRecord> held,
       store_->JobsInStates({v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
+  ASSIGN_OR_RETURN(std::optional<absl::Time> alive, store_->LastAlive());
   for (const JobRecord& r : held) {
     for (const std::string& worker : WorkersOf(r)) {
-      workers_->AddRecovered(worker);
+      workers_->AddRecovered(worker, {}, false,
+                             alive.value_or(absl::InfinitePast()));
     }
   }
   return static_cast<int>(held.size());

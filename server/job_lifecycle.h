@@ -151,10 +151,14 @@ class JobLifecycle {
                                   const std::string& worker_id) const;
   // Gives the job back to the queue (or CANCELLED if a cancel is pending,
   // SUCCEEDED if its trainer already reported TrainFinished) when
-  // (attempt, worker_id) is still its current attempt; else no-op.
+  // (attempt, worker_id) is still its current attempt; else no-op. The
+  // attempt ends at `ended` when that is before now: when its worker
+  // reported it stopped, or the last the server heard of the worker plus
+  // the lease (HeldUntil).
   absl::Status ReturnToQueue(const std::string& job_id, int32_t attempt,
                              const std::string& worker_id,
-                             const std::string& reason);
+                             const std::string& reason,
+                             absl::Time ended = absl::InfiniteFuture());
   // RUNNING -> PREEMPTING on worker_id, `reason` naming the job it makes
   // room for. FAILED_PRECONDITION when the job is not RUNNING there (it
   // moved on, is already stopping, or a cancel is pending): nothing to do.
@@ -178,7 +182,9 @@ class JobLifecycle {
 
   // After a server restart: every worker that the store says holds a job
   // gets a fresh lease from now, to reconnect and re-attach its jobs before
-  // they go back to the queue. Returns the number of such jobs.
+  // they go back to the queue (last heard from, at the latest, when the
+  // previous server last marked itself alive). Returns the number of such
+  // jobs.
   absl::StatusOr<int> RecoverHeldJobs();
 
   // --- Workers ---
@@ -191,6 +197,8 @@ class JobLifecycle {
                                          const std::string& job_id);
   // The Cancel message for a running job whose cancel is pending.
   v1::ServerMessage CancelFor(const JobRecord& record) const;
+  // HeldUntil (below) from this lifecycle's registry.
+  absl::Time HeldUntil(const JobRecord& record) const;
 
  private:
   absl::StatusOr<v1::Job> OwnJob(const std::string& id,
@@ -217,9 +225,11 @@ class JobLifecycle {
                                          const v1::JobUpdate& update);
   // Ends the current attempt of `r` as `d` says (an exit reported by
   // `worker_id`): restarts a failure under max_restarts, delays a refused
-  // job, parks one that failed while stopping for a suspend.
+  // job, parks one that failed while stopping for a suspend. The attempt
+  // ends at `ended` (the reported exit time; Transition keeps it within the
+  // attempt).
   absl::Status EndAttempt(JobRecord& r, ExitDecision d,
-                          const std::string& worker_id,
+                          const std::string& worker_id, absl::Time ended,
                           std::vector<v1::JobEvent>& events);
   absl::StatusOr<ReportOutcome> OnLog(const std::string& worker_id,
                                       const v1::JobUpdate& update);
@@ -249,6 +259,13 @@ const v1::GangPart* PartOn(const JobRecord& record,
 // then its parts not yet exited.
 std::vector<std::string> WorkersOf(const JobRecord& record,
                                    const std::string& except = "");
+// Until when the job's current attempt counts as holding its workers: the
+// latest WorkerRegistry::HeldUntil of its workers (now while the server
+// hears any of them).
+absl::Time HeldUntil(const WorkerRegistry& workers, const JobRecord& record);
+// When a reported exit happened: its exit_time, or `now` when the worker
+// sent none (Transition keeps it within the attempt).
+absl::Time ExitTimeOf(const v1::JobExited& exit, absl::Time now);
 // Forgets what the attempt holds (its GPUs, grants and parts): it ended.
 void ReleaseHoldings(JobRecord& record);
 // Tells each of `workers` to stop the attempt.

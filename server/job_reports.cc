@@ -249,7 +249,11 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
             }
             others = WorkersOf(r, worker_id);
             ended = true;
-            RETURN_IF_ERROR(EndAttempt(r, d, worker_id, events));
+            // The attempt ended when the worker saw it end, not when this
+            // report came (it may come again after a reconnect).
+            RETURN_IF_ERROR(
+                EndAttempt(r, d, worker_id,
+                           ExitTimeOf(update.exited(), clock_->Now()), events));
             return true;
           }));
   if (ended || rank_failed) {
@@ -276,6 +280,7 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
 
 absl::Status JobLifecycle::EndAttempt(JobRecord& r, ExitDecision d,
                                       const std::string& worker_id,
+                                      absl::Time ended,
                                       std::vector<v1::JobEvent>& events) {
   // Failed while stopping for a suspend (its checkpoint could not be
   // written, say): parked as asked, the attempt FAILED with its error, no
@@ -304,7 +309,7 @@ absl::Status JobLifecycle::EndAttempt(JobRecord& r, ExitDecision d,
                                   clock_->Now(), events));
   }
   ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
-                   Transition(r.job, d.to, d.why, clock_->Now()));
+                   Transition(r.job, d.to, d.why, clock_->Now(), ended));
   if (restart || failed_suspending) {
     // The job goes back to the queue (or parks), but this attempt failed.
     v1::Attempt* attempt = r.job.mutable_attempts(r.job.attempts_size() - 1);

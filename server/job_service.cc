@@ -317,7 +317,11 @@ grpc::Status JobServiceImpl::GetUsage(grpc::ServerContext* context,
       TenantFilter(*caller, request->tenant(), "see the usage");
   if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   query->tenant = *std::move(tenant);
-  absl::StatusOr<v1::UsageReport> report = ReportUsage(*store_, *query, now);
+  // A running attempt as far as its workers were heard from: all of it
+  // while they are, no more than it will be charged when it ends.
+  absl::StatusOr<v1::UsageReport> report = ReportUsage(
+      *store_, *query, now,
+      [this](const JobRecord& r) { return lifecycle_->HeldUntil(r); });
   if (!report.ok()) return ToGrpcStatus(report.status());
   *response = *std::move(report);
   return grpc::Status::OK;

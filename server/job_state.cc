@@ -76,6 +76,12 @@ absl::Status CheckTransition(std::string_view job_id, JobState from,
 absl::StatusOr<v1::StateChange> Transition(v1::Job& job, JobState to,
                                            std::string reason,
                                            absl::Time now) {
+  return Transition(job, to, std::move(reason), now, now);
+}
+
+absl::StatusOr<v1::StateChange> Transition(v1::Job& job, JobState to,
+                                           std::string reason, absl::Time now,
+                                           absl::Time attempt_end) {
   if (to == v1::SCHEDULED) {
     return absl::InvalidArgumentError(
         "Transition: use StartAttempt to schedule a job");
@@ -96,14 +102,23 @@ absl::StatusOr<v1::StateChange> Transition(v1::Job& job, JobState to,
   change.set_worker_id(job.worker_id());
 
   const google::protobuf::Timestamp ts = ToProtoTime(now);
+  google::protobuf::Timestamp end = ts;  // of the job, when it ends
   if (IsActive(job.state()) && !IsActive(to) && job.attempts_size() > 0) {
     v1::Attempt* attempt = job.mutable_attempts(job.attempts_size() - 1);
-    *attempt->mutable_end_time() = ts;
+    absl::Time ended = std::min(attempt_end, now);
+    if (attempt->has_start_time()) {
+      ended = std::max(ended, FromProtoTime(attempt->start_time()));
+    }
+    // The job ends with it, though never before it started.
+    end = ToProtoTime(job.has_start_time()
+                          ? std::max(ended, FromProtoTime(job.start_time()))
+                          : ended);
+    *attempt->mutable_end_time() = ToProtoTime(ended);
     attempt->set_outcome(to);
     attempt->set_reason(reason);
   }
   if (to == v1::RUNNING && !job.has_start_time()) *job.mutable_start_time() = ts;
-  if (IsTerminal(to)) *job.mutable_end_time() = ts;
+  if (IsTerminal(to)) *job.mutable_end_time() = end;
   if (to == v1::QUEUED) *job.mutable_queue_time() = ts;
   if (to == v1::QUEUED || to == v1::SUSPENDED) {
     job.clear_worker_id();  // no current attempt

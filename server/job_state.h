@@ -60,6 +60,15 @@ absl::Status CheckTransition(std::string_view job_id, v1::JobState from,
 // Use StartAttempt for QUEUED -> SCHEDULED.
 absl::StatusOr<v1::StateChange> Transition(v1::Job& job, v1::JobState to,
                                            std::string reason, absl::Time now);
+// The same, for a job whose current attempt ended at `attempt_end` rather
+// than now: the time its worker reported, or the last the server heard of
+// the worker plus the lease. The attempt (and a job that ends with it)
+// ends then, brought within [the attempt's start, now] so that a skewed
+// worker clock cannot make an attempt end before it began or in the
+// future.
+absl::StatusOr<v1::StateChange> Transition(v1::Job& job, v1::JobState to,
+                                           std::string reason, absl::Time now,
+                                           absl::Time attempt_end);
 
 // QUEUED -> SCHEDULED on `worker_id`: starts attempt job.attempt + 1.
 absl::StatusOr<v1::StateChange> StartAttempt(v1::Job& job,
@@ -72,6 +81,7 @@ absl::Status CheckNotEnded(const v1::Job& job);
 
 // How long the job's attempts have held workers (each from its assignment
 // to its end, the open one up to `now`): what spec.time_limit_s limits.
+// Pass for `now` how far an open attempt counts (WorkerRegistry::HeldUntil).
 absl::Duration TimeHeld(const v1::Job& job, absl::Time now);
 
 // When a job in the queue joined it: Job.queue_time, or for a record from

@@ -134,6 +134,47 @@ TEST(JobStateTest, WhatAQueuedJobWaitsForFirst) {
   EXPECT_FALSE(InRestartBackoff(job, now + absl::Seconds(2)));
 }
 
+// An attempt ends when its worker saw it end (a reported exit, perhaps
+// heard of much later), kept within [its assignment, now] whatever the
+// worker's clock says; the job, when it ends with it, too.
+TEST(JobStateTest, AnAttemptEndsWhenItsWorkerSawItEndWithinItsSpan) {
+  v1::Job job = NewJob();
+  ASSERT_TRUE(StartAttempt(job, "w1", kT0).ok());
+  ASSERT_TRUE(Transition(job, v1::RUNNING, "", kT0 + absl::Seconds(1)).ok());
+  const absl::Time heard = kT0 + absl::Seconds(100);
+  ASSERT_TRUE(
+      Transition(job, v1::QUEUED, "lost", heard, kT0 + absl::Seconds(10)).ok());
+  EXPECT_EQ(FromProtoTime(job.attempts(0).end_time()), kT0 + absl::Seconds(10));
+  EXPECT_EQ(TimeHeld(job, heard), absl::Seconds(10));
+
+  // A worker clock ahead: the end is now, not in the future.
+  ASSERT_TRUE(StartAttempt(job, "w1", heard).ok());
+  ASSERT_TRUE(Transition(job, v1::RUNNING, "", heard).ok());
+  const absl::Time now = heard + absl::Seconds(30);
+  ASSERT_TRUE(Transition(job, v1::QUEUED, "x", now, now + absl::Hours(1)).ok());
+  EXPECT_EQ(FromProtoTime(job.attempts(1).end_time()), now);
+
+  // A worker clock behind: not before the assignment. The job's end is
+  // that too, though never before it first ran.
+  ASSERT_TRUE(StartAttempt(job, "w1", now + absl::Seconds(5)).ok());
+  ASSERT_TRUE(Transition(job, v1::RUNNING, "", now + absl::Seconds(6)).ok());
+  ASSERT_TRUE(Transition(job, v1::SUCCEEDED, "finished",
+                         now + absl::Seconds(20), now - absl::Hours(1))
+                  .ok());
+  EXPECT_EQ(FromProtoTime(job.attempts(2).end_time()), now + absl::Seconds(5));
+  EXPECT_EQ(FromProtoTime(job.end_time()), now + absl::Seconds(5));
+  EXPECT_EQ(TimeHeld(job, now + absl::Hours(2)), absl::Seconds(10 + 30));
+
+  // Ending at a reported time between its start and now.
+  v1::Job other = NewJob();
+  ASSERT_TRUE(StartAttempt(other, "w1", kT0).ok());
+  ASSERT_TRUE(Transition(other, v1::RUNNING, "", kT0 + absl::Seconds(2)).ok());
+  ASSERT_TRUE(Transition(other, v1::FAILED, "boom", kT0 + absl::Seconds(50),
+                         kT0 + absl::Seconds(7))
+                  .ok());
+  EXPECT_EQ(FromProtoTime(other.end_time()), kT0 + absl::Seconds(7));
+}
+
 // The queue's age counts from when the job last became QUEUED, not from
 // its last attempt's end: time spent suspended does not count.
 TEST(JobStateTest, QueuedSinceIsWhenTheJobLastBecameQueued) {
@@ -148,9 +189,11 @@ TEST(JobStateTest, QueuedSinceIsWhenTheJobLastBecameQueued) {
 
   ASSERT_TRUE(StartAttempt(job, "w1", kT0 + absl::Seconds(21)).ok());
   ASSERT_TRUE(Transition(job, v1::RUNNING, "", kT0 + absl::Seconds(22)).ok());
-  ASSERT_TRUE(
-      Transition(job, v1::QUEUED, "lost", kT0 + absl::Seconds(40)).ok());
-  EXPECT_EQ(QueuedSince(job), kT0 + absl::Seconds(40)) << "handed back";
+  ASSERT_TRUE(Transition(job, v1::QUEUED, "lost", kT0 + absl::Seconds(40),
+                         kT0 + absl::Seconds(30))
+                  .ok());
+  EXPECT_EQ(QueuedSince(job), kT0 + absl::Seconds(40))
+      << "it joined the queue when handed back, not when the attempt ended";
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // JobStore: what it keeps of workers: the administrators' drains, one row
-// per drained worker holding its WorkerDrain message, and the known
-// workers, one row each holding its latest WorkerHello.
+// per drained worker holding its WorkerDrain message, the known workers,
+// one row each holding its latest WorkerHello, and the server's last sign
+// of life (a row of the meta table), the latest it can have heard them.
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -125,6 +126,26 @@ absl::StatusOr<std::vector<JobStore::KnownWorker>> JobStore::ListKnownWorkers()
     w.lost = q.ColumnInt64(2) != 0;
     out.push_back(std::move(w));
   }
+}
+
+absl::Status JobStore::MarkAlive(absl::Time now) {
+  return Commit(Durability::kTelemetry, "mark_alive", [&] {
+    ASSIGN_OR_RETURN(SqliteStatement put,
+                     db_->Prepare("INSERT OR REPLACE INTO meta (key, value) "
+                                  "VALUES ('alive_ms', ?)"));
+    put.Bind(1, absl::ToUnixMillis(now));
+    return put.Run();
+  });
+}
+
+absl::StatusOr<std::optional<absl::Time>> JobStore::LastAlive() const {
+  Reader reader(this);
+  ASSIGN_OR_RETURN(
+      SqliteStatement q,
+      reader.db().Prepare("SELECT value FROM meta WHERE key = 'alive_ms'"));
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::nullopt;
+  return absl::FromUnixMillis(q.ColumnInt64(0));
 }
 
 }  // namespace trainyard::server

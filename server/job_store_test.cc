@@ -1123,6 +1123,21 @@ TEST_F(JobStoreTest, UpgradeChargesOldSharedGpuAttemptsTheirGrants) {
   EXPECT_DOUBLE_EQ((*total)["a"].gpu_seconds, 0.1 * 25 * 60);
 }
 
+// The server's last sign of life outlives it: the next start reads it.
+TEST_F(JobStoreTest, KeepsTheServersLastSignOfLife) {
+  const absl::Time t0 = absl::FromUnixSeconds(1'800'000'000);
+  {
+    auto store = Open();
+    auto alive = store->LastAlive();
+    ASSERT_TRUE(alive.ok()) << alive.status();
+    EXPECT_EQ(*alive, std::nullopt);
+    ASSERT_TRUE(store->MarkAlive(t0).ok());
+    ASSERT_TRUE(store->MarkAlive(t0 + absl::Milliseconds(1500)).ok());
+  }
+  auto store = Open();
+  EXPECT_EQ(*store->LastAlive(), t0 + absl::Milliseconds(1500));
+}
+
 TEST_F(JobStoreTest, EndedByListsEndedJobsLongestEndedFirst) {
   auto store = Open();
   std::vector<std::string> ids;

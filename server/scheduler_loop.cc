@@ -122,13 +122,27 @@ absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
       still_held.push_back(std::move(r));
       continue;
     }
-    absl::Status s =
-        lifecycle_->ReturnToQueue(r.job.id(), r.job.attempt(), lost,
-                                  absl::StrCat("worker ", lost, " lost"));
+    // Charged until its workers were last heard from plus the lease, not
+    // until now: a server that was down does not bill its own downtime.
+    absl::Status s = lifecycle_->ReturnToQueue(
+        r.job.id(), r.job.attempt(), lost,
+        absl::StrCat("worker ", lost, " lost"), HeldUntil(*workers_, r));
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   if (!first_error.ok()) return first_error;
   return still_held;
+}
+
+void SchedulerLoop::MarkAlive() {
+  const absl::Time now = clock_->Now();
+  if (now - alive_marked_ < kAliveMarkEvery) return;
+  if (absl::Status s = store_->MarkAlive(now); !s.ok()) {
+    YARD_LOG(WARNING) << "cannot mark the server alive in the store (after "
+                      << "a restart, workers that never come back are "
+                      << "charged from an older mark): " << s;
+    return;
+  }
+  alive_marked_ = now;
 }
 
 // Cancels every job past its time limit; returns the queued jobs left.
@@ -136,7 +150,8 @@ absl::StatusOr<std::vector<JobRecord>> SchedulerLoop::SettleLostWorkers() {
 std::vector<JobRecord> SchedulerLoop::StopJobsPastTimeLimits(
     const std::vector<JobRecord>& active, std::vector<JobRecord> queued) {
   const absl::Time now = clock_->Now();
-  TimeLimitCheck check = CheckTimeLimits(active, now);
+  TimeLimitCheck check = CheckTimeLimits(
+      active, now, [&](const JobRecord& r) { return HeldUntil(*workers_, r); });
   next_deadline_ = check.next;  // queued jobs hold no worker: no deadline
   for (TimeLimitStop& stop : CheckTimeLimits(queued, now).stops) {
     check.stops.push_back(std::move(stop));
@@ -311,6 +326,7 @@ absl::Status SchedulerLoop::RunPass() {
   // A pass that fails early must not leave a past deadline behind: the loop
   // would then run a failing pass every millisecond instead of every tick.
   next_deadline_ = absl::InfiniteFuture();
+  MarkAlive();
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, SettleLostWorkers());
   // Preempting changes no worker: one list serves the drains and capacity.
   const std::vector<WorkerStatus> workers = workers_->List();

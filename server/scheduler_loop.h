@@ -1,6 +1,9 @@
-// SchedulerLoop: the thread that keeps the cluster busy. Each pass declares
-// workers whose lease ran out lost and gives back the jobs of lost workers
-// (to the queue, or CANCELLED when a cancel was pending), preempts the jobs
+// SchedulerLoop: the thread that keeps the cluster busy. Each pass marks
+// the server alive in the store (at most every second: after a restart,
+// the latest it can have heard its workers), declares workers whose lease
+// ran out lost and gives back the jobs of lost workers (to the queue, or
+// CANCELLED when a cancel was pending; their attempts charged until the
+// workers were last heard from plus the lease), preempts the jobs
 // still running on workers an administrator drains (worker_drains.h), takes
 // an immutable ClusterSnapshot (queued jobs from the store, free capacity of
 // schedulable workers, the jobs running on them with their tenant, priority
@@ -84,6 +87,9 @@ class SchedulerLoop {
  private:
   void Loop();
   absl::StatusOr<std::vector<JobRecord>> SettleLostWorkers();
+  // Records in the store that the server is alive (JobStore::MarkAlive),
+  // at most every kAliveMarkEvery.
+  void MarkAlive() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   std::vector<JobRecord> WithoutBackoffs(std::vector<JobRecord> queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   // The queued jobs whose dependencies (spec.depends_on) let them start:
@@ -115,7 +121,12 @@ class SchedulerLoop {
   const SchedulerLoopOptions options_;
   Dispatcher dispatcher_;
 
+  // How stale the store's alive mark may get: after a restart, a worker
+  // that never came back is charged up to this much less than it held.
+  static constexpr absl::Duration kAliveMarkEvery = absl::Seconds(1);
+
   absl::Mutex pass_mu_;  // one pass at a time
+  absl::Time alive_marked_ ABSL_GUARDED_BY(pass_mu_) = absl::InfinitePast();
   // Queued jobs' resource needs with their memory estimate, kept per job.
   PendingJobCache pending_jobs_ ABSL_GUARDED_BY(pass_mu_);
   // When the next pass has work that no event announces: the earliest end

@@ -8,6 +8,7 @@
 #include "common/proto_time.h"
 #include "server/attempt_usage.h"
 #include "server/cluster_view.h"
+#include "server/job_lifecycle.h"
 #include "server/job_state.h"
 
 namespace trainyard::server {
@@ -409,12 +410,14 @@ void ServerMetrics::CollectTenantHoldings(
   // Usage accounting's figures (yard usage) as counters: their increase
   // over a range is the GPU- and CPU-slot-seconds held in it.
   std::map<std::string, JobStore::UsageTotal> totals = ended;
-  const absl::Time now = clock_->Now();
   for (const JobRecord& r : active) {
     if (r.job.attempts().empty()) continue;
     const v1::Attempt& a = *r.job.attempts().rbegin();
     if (a.has_end_time()) continue;  // in `ended` once its row is written
-    const AttemptUsage u = UsageOf(r.job, a, now);
+    // Up to now, or, on workers not heard since (the server was down),
+    // only as far as it will be charged when it ends: a counter must not
+    // count what it would then have to take back.
+    const AttemptUsage u = UsageOf(r.job, a, HeldUntil(*workers_, r));
     const double seconds = absl::ToDoubleSeconds(u.end - u.start);
     JobStore::UsageTotal& t = totals[r.job.tenant()];
     t.gpu_seconds += GpuSeconds(u.held, seconds);

@@ -156,7 +156,8 @@ TEST_F(ServerMetricsTest, LostWorkerCountsARestartAndItsCapacityGoes) {
   EXPECT_EQ(Value("yard_job_restarts_total"), 1);
   EXPECT_EQ(Jobs("queued"), 1);
   EXPECT_EQ(Value("yard_cpu_slots"), 0);
-  // Re-queued just now: the queue age restarts from the attempt's end.
+  // Re-queued just now: the queue age restarts from then (though its
+  // attempt ended at the last heartbeat plus the lease, a second earlier).
   EXPECT_EQ(Value("yard_queue_oldest_age_seconds"), 0);
 }
 
@@ -308,6 +309,28 @@ TEST_F(ServerMetricsTest, UsageEndingInTheFutureCountsUpToNow) {
     for (const pm::ClientMetric& m : f.metric) seen = m.counter.value;
   }
   EXPECT_DOUBLE_EQ(seen, 6);
+}
+
+// A running attempt on a worker the server has not heard since it came
+// back counts up to its last contact plus the lease: no more than it will
+// be charged if the worker reports it stopped, or never comes back.
+TEST_F(ServerMetricsTest, AWorkerNotHeardSinceARestartIsNotCountedFurther) {
+  FakeWorker& w = Connect("g1", /*slots=*/1, /*gpus=*/1);
+  const std::string a = Submit(0, /*gpus=*/1);
+  Pass();
+  ASSERT_TRUE(w.Started(a, 1).ok());
+  AdvanceWithHeartbeats(absl::Seconds(10));
+  Pass();  // the server's last sign of life
+  clock_.Advance(absl::Minutes(5));
+  Boot();
+  ServerMetrics restarted(&clock_, "test");
+  restarted.Watch(store_.get(), registry_.get());
+  double seen = std::nan("");
+  for (const pm::MetricFamily& f : restarted.Collect()) {
+    if (f.name != "yard_tenant_gpu_seconds_total") continue;
+    for (const pm::ClientMetric& m : f.metric) seen = m.counter.value;
+  }
+  EXPECT_DOUBLE_EQ(seen, 10 + absl::ToDoubleSeconds(kLease));
 }
 
 TEST_F(ServerMetricsTest, PreemptionThroughTheLifecycleCountedOnce) {

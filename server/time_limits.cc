@@ -7,8 +7,9 @@
 
 namespace trainyard::server {
 
-TimeLimitCheck CheckTimeLimits(const std::vector<JobRecord>& jobs,
-                               absl::Time now) {
+TimeLimitCheck CheckTimeLimits(
+    const std::vector<JobRecord>& jobs, absl::Time now,
+    const std::function<absl::Time(const JobRecord&)>& held_until) {
   TimeLimitCheck check;
   for (const JobRecord& r : jobs) {
     const int64_t limit_s = r.job.spec().time_limit_s();
@@ -16,7 +17,9 @@ TimeLimitCheck CheckTimeLimits(const std::vector<JobRecord>& jobs,
       continue;
     }
     const absl::Duration limit = absl::Seconds(limit_s);
-    const absl::Duration held = TimeHeld(r.job, now);
+    const absl::Time until =
+        held_until && IsActive(r.job.state()) ? held_until(r) : now;
+    const absl::Duration held = TimeHeld(r.job, std::min(until, now));
     if (held >= limit) {
       check.stops.push_back(
           {r.job.id(), absl::StrCat("time limit reached: held workers for ",

@@ -1,10 +1,14 @@
 // Time limits (spec.time_limit_s): which jobs have held workers for as long
 // as their spec allows, and when the next running one will have. The
 // scheduler loop cancels the former each pass and wakes for the latter.
+// Held time is what usage accounting charges (attempt_usage.h): from each
+// attempt's assignment to its end, the time a server was down not counted
+// against an attempt whose worker stopped it meanwhile.
 // Pure functions; thread-safe.
 #ifndef TRAINYARD_SERVER_TIME_LIMITS_H_
 #define TRAINYARD_SERVER_TIME_LIMITS_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,8 +31,13 @@ struct TimeLimitCheck {
   absl::Time next = absl::InfiniteFuture();
 };
 
-TimeLimitCheck CheckTimeLimits(const std::vector<JobRecord>& jobs,
-                               absl::Time now);
+// `held_until`, when given, says how far each job's open attempt counts
+// (HeldUntil in job_lifecycle.h: now while its workers are heard; their
+// last contact plus the lease when the server has not heard them since,
+// e.g. after it was down); unset, up to `now`.
+TimeLimitCheck CheckTimeLimits(
+    const std::vector<JobRecord>& jobs, absl::Time now,
+    const std::function<absl::Time(const JobRecord&)>& held_until = nullptr);
 
 }  // namespace trainyard::server
 

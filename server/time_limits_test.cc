@@ -5,6 +5,7 @@
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/job_state.h"
 #include "server/server_test_fixture.h"
 
 namespace trainyard::server {
@@ -68,6 +69,23 @@ TEST(CheckTimeLimitsTest, SkipsUnlimitedEndedAndAlreadyCancelledJobs) {
   EXPECT_EQ(c.next, absl::InfiniteFuture());
 }
 
+// An open attempt counts only as far as its workers were heard from (plus
+// the lease): `held_until`.
+TEST(CheckTimeLimitsTest, AnOpenAttemptCountsUpToWhereItsWorkerWasHeard) {
+  const JobRecord r = Held(v1::RUNNING, 60, {40}, 30);
+  auto until = [](absl::Duration before_now) {
+    return [before_now](const JobRecord&) { return kNow - before_now; };
+  };
+  TimeLimitCheck c = CheckTimeLimits({r}, kNow, until(absl::Seconds(15)));
+  EXPECT_TRUE(c.stops.empty()) << "held 40 + 15 s";
+  c = CheckTimeLimits({r}, kNow, until(absl::ZeroDuration()));
+  EXPECT_EQ(c.stops.size(), 1u);
+  // Never past now, whatever it says.
+  c = CheckTimeLimits({Held(v1::RUNNING, 60, {40}, 15)}, kNow,
+                      until(-absl::Hours(1)));
+  EXPECT_TRUE(c.stops.empty());
+}
+
 class TimeLimitPassTest : public ServerLogicTest {
  protected:
   TimeLimitPassTest() {
@@ -117,6 +135,48 @@ TEST_F(TimeLimitPassTest, ARunningJobIsCancelledWhenItReachesItsLimit) {
   const JobRecord r = Job(id);
   EXPECT_EQ(r.job.state(), v1::CANCELLED);
   EXPECT_THAT(r.job.state_reason(), HasSubstr("time limit reached"));
+}
+
+// The server is down 40 s while a job limited to 40 s runs: its worker
+// stops it when its lease runs out, and reports that once the server is
+// back. Neither the pass before the worker is back nor the one after
+// counts the server's downtime as time held: the job runs again.
+TEST_F(TimeLimitPassTest, TimeTheServerWasDownDoesNotCountAgainstTheLimit) {
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec();
+  req.mutable_spec()->set_time_limit_s(40);
+  absl::StatusOr<SubmitResult> submitted = lifecycle_->Submit(req);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string id = submitted->job.id();
+  const absl::Time t0 = clock_.Now();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  AdvanceWithHeartbeats(absl::Seconds(10));
+  Pass();  // the server's last sign of life: t0 + 10 s
+
+  // Down for 40 s. The worker, unheard, stopped the job 8 s after its last
+  // answered heartbeat; it reconnects a little after the restart.
+  clock_.Advance(absl::Seconds(40));
+  Boot();
+  Pass();
+  EXPECT_EQ(Job(id).job.state(), v1::RUNNING)
+      << Job(id).job.state_reason() << ": held up to t0 + 20 s at most";
+  FakeWorker& back = Connect("w1", 1, 0, {{id, 1}});
+  ASSERT_TRUE(back.Update(id, 1,
+                          [&](v1::JobUpdate& u) {
+                            u.mutable_exited()->set_exit_code(4);
+                            u.mutable_exited()->set_lost_server(true);
+                            *u.mutable_exited()->mutable_exit_time() =
+                                ToProtoTime(t0 + absl::Seconds(18));
+                          })
+                  .ok());
+  const JobRecord queued = Job(id);
+  EXPECT_EQ(queued.job.state(), v1::QUEUED);
+  EXPECT_EQ(TimeHeld(queued.job, clock_.Now()), absl::Seconds(18));
+  Pass();
+  EXPECT_EQ(Job(id).job.state(), v1::SCHEDULED) << Job(id).job.state_reason();
 }
 
 }  // namespace

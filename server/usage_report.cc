@@ -150,9 +150,9 @@ v1::UsageReport SumUsage(const std::vector<AttemptUsage>& attempts,
   return report;
 }
 
-absl::StatusOr<v1::UsageReport> ReportUsage(const JobStore& store,
-                                            const UsageQuery& query,
-                                            absl::Time now) {
+absl::StatusOr<v1::UsageReport> ReportUsage(
+    const JobStore& store, const UsageQuery& query, absl::Time now,
+    const std::function<absl::Time(const JobRecord&)>& held_until) {
   // The running attempts first: one that ends meanwhile is then also in
   // the usage table read next, and counts once, as it ended. Read the other
   // way round, it could be in neither.
@@ -162,8 +162,9 @@ absl::StatusOr<v1::UsageReport> ReportUsage(const JobStore& store,
   ASSIGN_OR_RETURN(std::vector<AttemptUsage> attempts,
                    store.EndedAttempts(query.start, query.end, query.tenant));
   for (const JobRecord& r : active) {
+    const absl::Time until = held_until ? std::min(held_until(r), now) : now;
     for (const v1::Attempt& a : r.job.attempts()) {
-      if (!a.has_end_time()) attempts.push_back(UsageOf(r.job, a, now));
+      if (!a.has_end_time()) attempts.push_back(UsageOf(r.job, a, until));
     }
   }
   v1::UsageReport report = SumUsage(attempts, query);

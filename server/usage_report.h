@@ -7,6 +7,7 @@
 #ifndef TRAINYARD_SERVER_USAGE_REPORT_H_
 #define TRAINYARD_SERVER_USAGE_REPORT_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,10 +44,12 @@ v1::UsageReport SumUsage(const std::vector<AttemptUsage>& attempts,
                          const UsageQuery& query);
 
 // The report for `query` from `store`, running attempts charged up to
-// `now`, with each listed job's state (unset for a deleted job).
-absl::StatusOr<v1::UsageReport> ReportUsage(const JobStore& store,
-                                            const UsageQuery& query,
-                                            absl::Time now);
+// `now` (or, with `held_until`, up to what it says of the job, never past
+// now: how far its workers were heard from), with each listed job's state
+// (unset for a deleted job).
+absl::StatusOr<v1::UsageReport> ReportUsage(
+    const JobStore& store, const UsageQuery& query, absl::Time now,
+    const std::function<absl::Time(const JobRecord&)>& held_until = nullptr);
 
 }  // namespace trainyard::server
 

@@ -7,6 +7,7 @@
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/job_state.h"
 #include "server/server_test_fixture.h"
 
 namespace trainyard::server {
@@ -256,8 +257,9 @@ class UsageReportTest : public ServerLogicTest {
  protected:
   v1::UsageReport Report(absl::Time start, std::string tenant = "") {
     const absl::Time now = clock_.Now();
-    auto r =
-        ReportUsage(*store_, Window(start, now, true, std::move(tenant)), now);
+    auto r = ReportUsage(
+        *store_, Window(start, now, true, std::move(tenant)), now,
+        [this](const JobRecord& job) { return lifecycle_->HeldUntil(job); });
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : v1::UsageReport{};
   }
@@ -333,6 +335,101 @@ TEST_F(UsageReportTest, AttemptsAreChargedFromAssignmentToEndAndOutliveTheJob) {
       ReportUsage(*store_, Window(t0, t0 + absl::Minutes(5)), clock_.Now());
   ASSERT_TRUE(before.ok()) << before.status();
   EXPECT_EQ(before->tenants_size(), 0);
+}
+
+// The server is stopped while a one-GPU job runs and comes back 30 s
+// later; the worker had stopped the job when its lease ran out (8 s after
+// the last heartbeat the server answered) and reports that, with when it
+// happened, once it reconnects. The attempt is charged until then.
+TEST_F(UsageReportTest, AnExitReportedAfterARestartEndsWhenTheWorkerSawIt) {
+  const absl::Time t0 = clock_.Now();
+  FakeWorker& w = Connect("w1", 1, /*gpus=*/1);
+  const std::string id = Submit(0, /*gpus=*/1);
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  AdvanceWithHeartbeats(absl::Seconds(5));
+
+  clock_.Advance(absl::Seconds(30));  // the server is down
+  Boot();
+  FakeWorker& back = Connect("w1", 1, 1, {{id, 1}});
+  ASSERT_TRUE(back.Update(id, 1,
+                          [&](v1::JobUpdate& u) {
+                            u.mutable_exited()->set_exit_code(4);
+                            u.mutable_exited()->set_lost_server(true);
+                            *u.mutable_exited()->mutable_exit_time() =
+                                ToProtoTime(t0 + absl::Seconds(13));
+                          })
+                  .ok());
+  const JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::QUEUED);
+  EXPECT_EQ(FromProtoTime(r.job.attempts(0).end_time()),
+            t0 + absl::Seconds(13));
+  EXPECT_EQ(QueuedSince(r.job), clock_.Now());
+  EXPECT_DOUBLE_EQ(Report(t0).total().gpu_seconds(), 13);
+
+  // Its next attempt fails; the exit, reported late too, ends it then.
+  Pass();
+  ASSERT_EQ(back.Assignments().size(), 1u);
+  ASSERT_TRUE(back.Started(id, 2).ok());
+  const absl::Time second = clock_.Now();
+  AdvanceWithHeartbeats(absl::Seconds(20));
+  ASSERT_TRUE(back.Update(id, 2,
+                          [&](v1::JobUpdate& u) {
+                            u.mutable_exited()->set_exit_code(1);
+                            *u.mutable_exited()->mutable_exit_time() =
+                                ToProtoTime(second + absl::Seconds(7));
+                          })
+                  .ok());
+  EXPECT_EQ(Job(id).job.state(), v1::FAILED);
+  EXPECT_EQ(FromProtoTime(Job(id).job.end_time()), second + absl::Seconds(7));
+  EXPECT_DOUBLE_EQ(Report(t0).total().gpu_seconds(), 13 + 7);
+}
+
+// A worker whose lease runs out is charged until it was last heard from
+// plus the lease, however late the pass that declares it lost runs.
+TEST_F(UsageReportTest, ALostWorkerIsChargedUntilLastHeardPlusTheLease) {
+  const absl::Time t0 = clock_.Now();
+  FakeWorker& w = Connect("w1", 1, /*gpus=*/1);
+  const std::string id = Submit(0, /*gpus=*/1);
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  AdvanceWithHeartbeats(absl::Seconds(10));  // the last heartbeat: t0 + 10 s
+  clock_.Advance(absl::Seconds(25));
+  Pass();
+  const JobRecord r = Job(id);
+  ASSERT_EQ(r.job.state(), v1::QUEUED) << r.job.state_reason();
+  EXPECT_EQ(FromProtoTime(r.job.attempts(0).end_time()),
+            t0 + absl::Seconds(10) + kLease);
+}
+
+// The server and its workers crash together; the server comes back long
+// after, and the workers never do. Their jobs are charged until the server
+// last knew itself alive plus the lease, not for the time it was down.
+TEST_F(UsageReportTest, AWorkerThatNeverCameBackIsNotChargedTheDowntime) {
+  const absl::Time t0 = clock_.Now();
+  FakeWorker& w = Connect("w1", 1, /*gpus=*/1);
+  const std::string id = Submit(0, /*gpus=*/1);
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  AdvanceWithHeartbeats(absl::Seconds(10));
+  Pass();  // marks the server alive at t0 + 10 s
+
+  clock_.Advance(absl::Seconds(150));
+  Boot();
+  Pass();
+  EXPECT_EQ(Job(id).job.state(), v1::RUNNING) << "the worker has its lease";
+  EXPECT_DOUBLE_EQ(Report(t0).total().gpu_seconds(), 20)
+      << "while running, no more than it is charged once it ends";
+  clock_.Advance(kLease);
+  Pass();
+  const JobRecord r = Job(id);
+  ASSERT_EQ(r.job.state(), v1::QUEUED) << r.job.state_reason();
+  EXPECT_EQ(FromProtoTime(r.job.attempts(0).end_time()),
+            t0 + absl::Seconds(10) + kLease);
+  EXPECT_DOUBLE_EQ(Report(t0).total().gpu_seconds(), 20);
 }
 
 }  // namespace

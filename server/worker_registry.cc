@@ -1,5 +1,7 @@
 #include "server/worker_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -26,12 +28,14 @@ void WorkerRegistry::Settle(Entry& e) {
 }
 
 void WorkerRegistry::AddRecovered(const std::string& worker_id,
-                                  v1::WorkerHello hello, bool lost) {
+                                  v1::WorkerHello hello, bool lost,
+                                  absl::Time last_heard) {
   absl::MutexLock lock(&mu_);
   if (workers_.contains(worker_id)) return;
   Entry& e = workers_[worker_id];
   e.status.id = worker_id;
   e.status.hello = std::move(hello);
+  e.last_heard = last_heard;
   if (lost) {
     e.status.state = v1::WORKER_LOST;
     return;
@@ -76,6 +80,7 @@ absl::StatusOr<int64_t> WorkerRegistry::Attach(
     e.status.connect_time = now;
     e.status.last_heartbeat = now;
     e.status.lease_deadline = now + lease_;
+    e.last_heard = now;
     Settle(e);
   }
   if (old) {
@@ -126,7 +131,18 @@ bool WorkerRegistry::Renew(const std::string& worker_id, int64_t session) {
   const absl::Time now = clock_->Now();
   it->second.status.last_heartbeat = now;
   it->second.status.lease_deadline = now + lease_;
+  it->second.last_heard = now;
   return true;
+}
+
+absl::Time WorkerRegistry::HeldUntil(const std::string& worker_id) const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.last_heard == absl::InfinitePast()) {
+    return now;
+  }
+  return std::min(now, it->second.last_heard + lease_);
 }
 
 void WorkerRegistry::RecordDeviceFigures(

@@ -19,6 +19,12 @@
 // store after a server restart (JobStore::ListKnownWorkers, and those its
 // jobs are held by) get a fresh lease from the registry's start: those not
 // back by then are LOST, listed until they return or are forgotten.
+//
+// Held time: an attempt on a worker the server no longer hears (lost, or
+// not back since a server restart) is charged until the worker was last
+// heard from plus the lease, since a worker cut off stops its jobs within
+// its lease (HeldUntil); time the server itself was down is not counted
+// against a worker that never came back.
 // Safe for concurrent use.
 #ifndef TRAINYARD_SERVER_WORKER_REGISTRY_H_
 #define TRAINYARD_SERVER_WORKER_REGISTRY_H_
@@ -72,9 +78,12 @@ class WorkerRegistry {
   // A worker the store knows (its last `hello`, or empty when only jobs
   // held there name it), before it reconnects after a server restart: it
   // gets a fresh lease from now, or is LOST at once when it was declared
-  // lost before. No-op for a worker the registry knows.
+  // lost before. `last_heard`: the latest the previous server can have
+  // heard from it (JobStore::LastAlive), InfinitePast when not known. No-op
+  // for a worker the registry knows.
   void AddRecovered(const std::string& worker_id, v1::WorkerHello hello = {},
-                    bool lost = false);
+                    bool lost = false,
+                    absl::Time last_heard = absl::InfinitePast());
 
   // A worker opened a stream and said hello. Closes an older link of the
   // same worker process (a reconnect: same instance_id). Returns the new
@@ -132,6 +141,12 @@ class WorkerRegistry {
   bool Knows(const std::string& worker_id) const;
   // The earliest lease deadline of a worker not yet lost, if any.
   std::optional<absl::Time> NextLeaseDeadline() const;
+  // Until when a job's attempt on the worker counts as holding it: now
+  // while the server hears the worker; for one it does not (lost, or not
+  // back since a server restart) when it was last heard from plus the
+  // lease, when the worker has stopped its jobs, never later than now. Now
+  // for a worker not known, or recovered with no time it was last heard.
+  absl::Time HeldUntil(const std::string& worker_id) const;
 
   // Closes every link (server shutdown).
   void CloseAll(const absl::Status& status);
@@ -143,6 +158,9 @@ class WorkerRegistry {
     std::shared_ptr<WorkerLink> link;
     bool reattached = false;     // MarkReady in this session
     bool shutting_down = false;  // MarkDraining in this session
+    // Its last message; for a recovered worker, the latest the previous
+    // server can have heard from it (InfinitePast: not known).
+    absl::Time last_heard = absl::InfinitePast();
   };
 
   absl::Status Forgettable(const std::string& worker_id) const

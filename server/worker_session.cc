@@ -139,6 +139,9 @@ absl::Status WorkerSession::Handle(const v1::WorkerMessage& message) {
 
 absl::Status WorkerSession::OnHello(const v1::WorkerHello& hello) {
   RETURN_IF_ERROR(ValidateHello(hello, options_));
+  // Read before the hello renews it: jobs the worker no longer has were
+  // lost with its previous session (or process) at this time.
+  unconfirmed_until_ = workers_->HeldUntil(hello.worker_id());
   ASSIGN_OR_RETURN(session_, workers_->Attach(hello, link_));
   worker_id_ = hello.worker_id();
   // Remembered so that a server restart knows it even when it runs
@@ -236,7 +239,8 @@ absl::Status WorkerSession::OnHeartbeat(const v1::Heartbeat& heartbeat) {
     RETURN_IF_ERROR(lifecycle_->ReturnToQueue(
         ref.job_id(), ref.attempt(), worker_id_,
         absl::StrCat("worker ", worker_id_,
-                     " reconnected without it (assignment or process lost)")));
+                     " reconnected without it (assignment or process lost)"),
+        unconfirmed_until_));
   }
   unconfirmed_.clear();
   for (const v1::RunningJobRef& ref : heartbeat.running()) {
@@ -295,7 +299,8 @@ absl::Status WorkerSession::OnLostServerExit(const v1::JobUpdate& update) {
   absl::Status s = lifecycle_->ReturnToQueue(
       update.job_id(), update.attempt(), worker_id_,
       absl::StrCat("worker ", worker_id_,
-                   " lost contact with the server and stopped it"));
+                   " lost contact with the server and stopped it"),
+      ExitTimeOf(update.exited(), lifecycle_->clock()->Now()));
   if (absl::IsNotFound(s)) return absl::OkStatus();
   return s;
 }

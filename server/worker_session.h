@@ -106,8 +106,10 @@ class WorkerSession {
   bool closed_ = false;
   bool said_draining_ = false;  // a heartbeat said it is shutting down
   // Held by this worker in the store but missing from its hello; settled
-  // at the first heartbeat.
+  // at the first heartbeat, each attempt ended when the worker's previous
+  // session held it until (WorkerRegistry::HeldUntil before the hello).
   std::vector<v1::RunningJobRef> unconfirmed_;
+  absl::Time unconfirmed_until_ = absl::InfiniteFuture();
   std::set<std::pair<std::string, int32_t>> stopped_;
   // Highest sequence processed per attempt since the last HeartbeatAck.
   std::map<std::pair<std::string, int32_t>, int64_t> to_ack_;

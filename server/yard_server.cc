@@ -409,9 +409,12 @@ absl::Status YardServer::Parts::OpenAuth() {
 absl::Status YardServer::Parts::Recover() {
   ASSIGN_OR_RETURN(std::vector<JobStore::KnownWorker> known,
                    store->ListKnownWorkers());
+  // The previous server heard no worker after its last mark.
+  ASSIGN_OR_RETURN(std::optional<absl::Time> alive, store->LastAlive());
   for (JobStore::KnownWorker& w : known) {
     const std::string id = w.hello.worker_id();
-    workers->AddRecovered(id, std::move(w.hello), w.lost);
+    workers->AddRecovered(id, std::move(w.hello), w.lost,
+                          alive.value_or(absl::InfinitePast()));
   }
   if (!known.empty()) {
     YARD_LOG(INFO) << known.size() << " known workers have "

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/exact_resume.h"
@@ -152,6 +153,56 @@ TEST_F(FaultsTest, ServerKilledAndRestartedLosesNothingAndWatchResumes) {
                       ParseJsonEventLines(follower->Stdout()));
   EXPECT_TRUE(ConsecutiveToTerminal(printed, 1, v1::SUCCEEDED))
       << "yard watch lost or repeated events across the restart";
+}
+
+// The server is down well past the lease: the worker stops the job when
+// its lease runs out and reports that, with the time it happened, once the
+// server is back. The attempt is charged until the job stopped, not for
+// the time the server was down; the job then resumes.
+TEST_F(FaultsTest, AServerDownPastTheLeaseChargesOnlyWhatTheJobRan) {
+  constexpr int kLeaseMs = 2000;
+  YARD_ASSERT_OK(
+      StartServer({.heartbeat_interval_ms = 300, .worker_lease_ms = kLeaseMs}));
+  YARD_ASSIGN_OR_FAIL(WorkerProcess * worker,
+                      StartReadyWorker({.name = "steady"}));
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse r,
+                      Submit(OutlivesALeaseSpec("through-outage").ToProto()));
+  const std::string id = r.job().id();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "training progress", JobTimeout(),
+                              IsTrainProgress)
+                     .status());
+  std::vector<pid_t> trainers = worker->TrainerPids();
+  ASSERT_EQ(trainers.size(), 1u);
+
+  absl::Time stopped_at, restarted_at;
+  YARD_ASSERT_OK(KillAndRestartServer([&]() -> absl::Status {
+    RETURN_IF_ERROR(PollUntil("the worker to stop its job", JobTimeout(),
+                              [&] { return !ProcessAlive(trainers[0]); }));
+    stopped_at = absl::Now();
+    // The outage goes on well after that.
+    RETURN_IF_ERROR(PollUntil("the outage to last", absl::Seconds(30), [&] {
+      return absl::Now() >= stopped_at + absl::Seconds(6);
+    }));
+    restarted_at = absl::Now();
+    return absl::OkStatus();
+  }));
+
+  v1::Job job;
+  YARD_ASSERT_OK(PollUntil("the first attempt to end", JobTimeout(), [&] {
+    absl::StatusOr<v1::Job> j = GetJob(jobs(), id);
+    if (!j.ok()) return false;
+    job = *std::move(j);
+    return job.attempts_size() > 0 && job.attempts(0).has_end_time();
+  }));
+  const v1::Attempt& first = job.attempts(0);
+  EXPECT_EQ(first.outcome(), v1::QUEUED) << first.DebugString();
+  // (The test sees the trainer gone a little after the worker does.)
+  EXPECT_LE(FromProtoTime(first.end_time()), stopped_at + absl::Seconds(1))
+      << "charged past the job's stop, into the outage: "
+      << first.DebugString();
+  EXPECT_LT(FromProtoTime(first.end_time()), restarted_at);
+  YARD_ASSIGN_OR_FAIL(v1::Job ended, WaitForTerminal(jobs(), id, JobTimeout()));
+  EXPECT_EQ(ended.state(), v1::SUCCEEDED) << ended.DebugString();
 }
 
 // A server restart forgets no worker: one that died while idle (running

@@ -161,7 +161,8 @@ absl::Status ClusterTest::StartServer(ServerOptions options) {
   return absl::OkStatus();
 }
 
-absl::Status ClusterTest::KillAndRestartServer() {
+absl::Status ClusterTest::KillAndRestartServer(
+    const std::function<absl::Status()>& while_down) {
   ServerOptions options = server_->options();
   options.port = server_->port();
   ExitStatus killed = server_->process().Kill();
@@ -172,6 +173,7 @@ absl::Status ClusterTest::KillAndRestartServer() {
   }
   // Keep the dead one's logs: a new ServerProcess logs to new files.
   server_.reset();
+  if (while_down) RETURN_IF_ERROR(while_down());
   return StartServer(options);
 }
 

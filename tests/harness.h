@@ -10,6 +10,7 @@
 #define TRAINYARD_TESTS_HARNESS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,8 +81,11 @@ class ClusterTest : public ::testing::Test {
   // Starts yard-server with state dir `options.state_dir` (default
   // dir/state) and points stubs() at it.
   absl::Status StartServer(ServerOptions options = {});
-  // SIGKILLs the server and starts it again on the same port and state dir.
-  absl::Status KillAndRestartServer();
+  // SIGKILLs the server and starts it again on the same port and state dir;
+  // `while_down`, when given, runs in between (an outage to wait out), and
+  // its error is returned without restarting.
+  absl::Status KillAndRestartServer(
+      const std::function<absl::Status()>& while_down = nullptr);
   absl::StatusOr<WorkerProcess*> StartWorker(WorkerOptions options);
   // Starts the worker and waits until the server lists it READY.
   absl::StatusOr<WorkerProcess*> StartReadyWorker(WorkerOptions options);
