@@ -97,12 +97,15 @@ std::vector<std::string> WorkersOf(const JobRecord& record,
 }
 
 absl::Time HeldUntil(const WorkerRegistry& workers, const JobRecord& record) {
-  absl::Time until = absl::InfinitePast();
-  for (const std::string& worker : WorkersOf(record)) {
-    until = std::max(until, workers.HeldUntil(worker));
-  }
+  const std::vector<std::string> held_by = WorkersOf(record);
   // No worker (not active): as a worker not known would be.
-  return until == absl::InfinitePast() ? workers.HeldUntil("") : until;
+  if (held_by.empty()) return workers.HeldUntil("");
+  absl::Time until = absl::InfinitePast();
+  for (const std::string& worker : held_by) {
+    until = std::max(until, workers.HeldUntil(worker, record.job.id(),
+                                              record.job.attempt()));
+  }
+  return until;
 }
 
 absl::Time JobLifecycle::HeldUntil(const JobRecord& record) const {

@@ -260,8 +260,8 @@ const v1::GangPart* PartOn(const JobRecord& record,
 std::vector<std::string> WorkersOf(const JobRecord& record,
                                    const std::string& except = "");
 // Until when the job's current attempt counts as holding its workers: the
-// latest WorkerRegistry::HeldUntil of its workers (now while the server
-// hears any of them).
+// latest WorkerRegistry::HeldUntil of its workers for it (now while the
+// server hears any of them and none said it ended).
 absl::Time HeldUntil(const WorkerRegistry& workers, const JobRecord& record);
 // When a reported exit happened: its exit_time, or `now` when the worker
 // sent none (Transition keeps it within the attempt).

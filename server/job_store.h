@@ -298,10 +298,10 @@ class JobStore {
   absl::StatusOr<std::vector<KnownWorker>> ListKnownWorkers() const;
 
   // The server's latest sign of life (the scheduler marks it about every
-  // second): after a restart, the latest the previous server can have
-  // heard from any worker, so that a worker that never comes back is not
-  // charged for the time the server was down. MarkAlive commits without
-  // waiting for the disk (a mark lost with a crash only makes the next
+  // second while jobs hold workers): after a restart, the latest the previous
+  // server can have heard from any worker, so that a worker that never comes
+  // back is not charged for the time the server was down. MarkAlive commits
+  // without waiting for the disk (a mark lost with a crash only makes the next
   // start charge a little less). nullopt before the first mark.
   absl::Status MarkAlive(absl::Time now);
   absl::StatusOr<std::optional<absl::Time>> LastAlive() const;

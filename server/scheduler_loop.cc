@@ -326,8 +326,10 @@ absl::Status SchedulerLoop::RunPass() {
   // A pass that fails early must not leave a past deadline behind: the loop
   // would then run a failing pass every millisecond instead of every tick.
   next_deadline_ = absl::InfiniteFuture();
-  MarkAlive();
   ASSIGN_OR_RETURN(std::vector<JobRecord> active, SettleLostWorkers());
+  // Only an attempt holding a worker can be charged for a downtime: an
+  // idle server writes nothing.
+  if (!active.empty()) MarkAlive();
   // Preempting changes no worker: one list serves the drains and capacity.
   const std::vector<WorkerStatus> workers = workers_->List();
   for (const DrainPreemption& p : DrainPreemptions(active, workers)) {

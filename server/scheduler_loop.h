@@ -1,15 +1,15 @@
-// SchedulerLoop: the thread that keeps the cluster busy. Each pass marks
-// the server alive in the store (at most every second: after a restart,
-// the latest it can have heard its workers), declares workers whose lease
-// ran out lost and gives back the jobs of lost workers (to the queue, or
-// CANCELLED when a cancel was pending; their attempts charged until the
-// workers were last heard from plus the lease), preempts the jobs
-// still running on workers an administrator drains (worker_drains.h), takes
-// an immutable ClusterSnapshot (queued jobs from the store, free capacity of
-// schedulable workers, the jobs running on them with their tenant, priority
-// and work at risk), asks the PlacementPolicy for a plan, checks the plan
-// never over-commits, hands it to the Dispatcher, and records the waiting
-// jobs' queue positions.
+// SchedulerLoop: the thread that keeps the cluster busy. Each pass
+// declares workers whose lease ran out lost and gives back the jobs of lost
+// workers (to the queue, or CANCELLED when a cancel was pending; their
+// attempts charged until the workers were last heard from plus the lease),
+// marks the server alive in the store while jobs hold workers (at most
+// every second: after a restart, the latest it can have heard them),
+// preempts the jobs still running on workers an administrator drains
+// (worker_drains.h), takes an immutable ClusterSnapshot (queued jobs from
+// the store, free capacity of schedulable workers, the jobs running on them
+// with their tenant, priority and work at risk), asks the PlacementPolicy
+// for a plan, checks the plan never over-commits, hands it to the
+// Dispatcher, and records the waiting jobs' queue positions.
 //
 // A pass runs when woken (submit, cancel, job end, worker joins or leaves,
 // a drain)
@@ -88,7 +88,8 @@ class SchedulerLoop {
   void Loop();
   absl::StatusOr<std::vector<JobRecord>> SettleLostWorkers();
   // Records in the store that the server is alive (JobStore::MarkAlive),
-  // at most every kAliveMarkEvery.
+  // at most every kAliveMarkEvery; a pass calls it while jobs hold
+  // workers.
   void MarkAlive() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   std::vector<JobRecord> WithoutBackoffs(std::vector<JobRecord> queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/proto_time.h"
 #include "gtest/gtest.h"
 #include "scheduler/first_fit_policy.h"
 #include "server/change_notifier.h"
@@ -186,9 +187,11 @@ class ServerLogicTest : public ::testing::Test {
   }
 
   // Connects a worker with `slots` CPU slots and `gpus` GPUs, listing
-  // `running` (job, attempt) pairs in its hello.
+  // `running` (job, attempt) pairs in its hello; those of the jobs in
+  // `ended` as ended then, their exit to come (RunningJobRef.exit_time).
   FakeWorker& Connect(const std::string& id, int slots = 1, int gpus = 0,
-                      std::vector<std::pair<std::string, int>> running = {}) {
+                      std::vector<std::pair<std::string, int>> running = {},
+                      const std::map<std::string, absl::Time>& ended = {}) {
     FakeWorker& w = workers_map_[id];
     w.id = id;
     w.link = std::make_shared<FakeWorkerLink>();
@@ -205,6 +208,9 @@ class ServerLogicTest : public ::testing::Test {
       auto* r = hello.mutable_hello()->add_running();
       r->set_job_id(job);
       r->set_attempt(attempt);
+      if (auto it = ended.find(job); it != ended.end()) {
+        *r->mutable_exit_time() = ToProtoTime(it->second);
+      }
     }
     absl::Status s = w.session->Handle(hello);
     EXPECT_TRUE(s.ok()) << s;

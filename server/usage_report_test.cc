@@ -412,10 +412,13 @@ TEST_F(UsageReportTest, AWorkerThatNeverCameBackIsNotChargedTheDowntime) {
   FakeWorker& w = Connect("w1", 1, /*gpus=*/1);
   const std::string id = Submit(0, /*gpus=*/1);
   Pass();
+  EXPECT_EQ(*store_->LastAlive(), std::nullopt)
+      << "no job held a worker yet: nothing to mark";
   ASSERT_EQ(w.Assignments().size(), 1u);
   ASSERT_TRUE(w.Started(id, 1).ok());
   AdvanceWithHeartbeats(absl::Seconds(10));
   Pass();  // marks the server alive at t0 + 10 s
+  EXPECT_EQ(*store_->LastAlive(), t0 + absl::Seconds(10));
 
   clock_.Advance(absl::Seconds(150));
   Boot();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 
 namespace trainyard::server {
@@ -81,6 +82,12 @@ absl::StatusOr<int64_t> WorkerRegistry::Attach(
     e.status.last_heartbeat = now;
     e.status.lease_deadline = now + lease_;
     e.last_heard = now;
+    e.ended.clear();
+    for (const v1::RunningJobRef& ref : hello.running()) {
+      if (ref.has_exit_time()) {
+        e.ended[{ref.job_id(), ref.attempt()}] = FromProtoTime(ref.exit_time());
+      }
+    }
     Settle(e);
   }
   if (old) {
@@ -135,14 +142,21 @@ bool WorkerRegistry::Renew(const std::string& worker_id, int64_t session) {
   return true;
 }
 
-absl::Time WorkerRegistry::HeldUntil(const std::string& worker_id) const {
+absl::Time WorkerRegistry::HeldUntil(const std::string& worker_id,
+                                     const std::string& job_id,
+                                     int32_t attempt) const {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it == workers_.end() || it->second.last_heard == absl::InfinitePast()) {
-    return now;
+  if (it == workers_.end()) return now;
+  const Entry& e = it->second;
+  absl::Time until = e.last_heard == absl::InfinitePast()
+                         ? now
+                         : std::min(now, e.last_heard + lease_);
+  if (auto ended = e.ended.find({job_id, attempt}); ended != e.ended.end()) {
+    until = std::min(until, ended->second);
   }
-  return std::min(now, it->second.last_heard + lease_);
+  return until;
 }
 
 void WorkerRegistry::RecordDeviceFigures(

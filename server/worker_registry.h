@@ -146,7 +146,12 @@ class WorkerRegistry {
   // back since a server restart) when it was last heard from plus the
   // lease, when the worker has stopped its jobs, never later than now. Now
   // for a worker not known, or recovered with no time it was last heard.
-  absl::Time HeldUntil(const std::string& worker_id) const;
+  // With `job_id` and `attempt`: no later than when the worker's latest
+  // hello said that attempt ended (RunningJobRef.exit_time; its exit
+  // report follows the hello).
+  absl::Time HeldUntil(const std::string& worker_id,
+                       const std::string& job_id = "",
+                       int32_t attempt = 0) const;
 
   // Closes every link (server shutdown).
   void CloseAll(const absl::Status& status);
@@ -161,6 +166,9 @@ class WorkerRegistry {
     // Its last message; for a recovered worker, the latest the previous
     // server can have heard from it (InfinitePast: not known).
     absl::Time last_heard = absl::InfinitePast();
+    // The attempts its latest hello listed as ended, their exit to come:
+    // when they ended.
+    std::map<std::pair<std::string, int32_t>, absl::Time> ended;
   };
 
   absl::Status Forgettable(const std::string& worker_id) const

@@ -99,6 +99,9 @@ std::vector<trainyard::v1::RunningJobRef> ReportQueue::PendingExits() const {
     trainyard::v1::RunningJobRef& ref = out.emplace_back();
     ref.set_job_id(e.update.job_id());
     ref.set_attempt(e.update.attempt());
+    if (e.update.exited().has_exit_time()) {
+      *ref.mutable_exit_time() = e.update.exited().exit_time();
+    }
   }
   return out;
 }

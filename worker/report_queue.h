@@ -64,7 +64,8 @@ class ReportQueue {
   void Ack(const std::string& job_id, int32_t attempt, int64_t sequence);
 
   // Attempts whose JobExited is still here (unsent or unacknowledged): they
-  // count as running until the server has heard of their end.
+  // count as running until the server has heard of their end, each with
+  // its exit_time (RunningJobRef.exit_time: ended, the report to come).
   std::vector<trainyard::v1::RunningJobRef> PendingExits() const;
 
   bool has_unsent() const { return sent_ < entries_.size(); }

@@ -194,13 +194,18 @@ TEST(ReportQueueTest, DropsUnackedProgressFirstWhenFull) {
 TEST(ReportQueueTest, ListsPendingExits) {
   ReportQueue q;
   q.Push(Progress("a", 1));
-  q.Push(Exit("b", 2));
+  JobUpdate b = Exit("b", 2);
+  b.mutable_exited()->mutable_exit_time()->set_seconds(1'800'000'000);
+  q.Push(b);
   q.Push(Exit("c", 1));
   auto pending = q.PendingExits();
   ASSERT_EQ(pending.size(), 2u);
   EXPECT_EQ(pending[0].job_id(), "b");
   EXPECT_EQ(pending[0].attempt(), 2);
+  // When it ended: the server need not count it as running meanwhile.
+  EXPECT_EQ(pending[0].exit_time().seconds(), 1'800'000'000);
   EXPECT_EQ(pending[1].job_id(), "c");
+  EXPECT_FALSE(pending[1].has_exit_time());
 }
 
 TEST(ReportQueueTest, DroppableKinds) {

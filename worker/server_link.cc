@@ -212,10 +212,15 @@ std::vector<RunningJobRef> ServerLink::Running() {
   std::vector<RunningJobRef> running = delegate_->RunningJobs();
   absl::MutexLock lock(&mu_);
   for (RunningJobRef& ref : queue_.PendingExits()) {
-    const bool known =
-        std::any_of(running.begin(), running.end(),
-                    [&](const RunningJobRef& r) { return SameRef(r, ref); });
-    if (!known) running.push_back(std::move(ref));
+    auto known =
+        std::find_if(running.begin(), running.end(),
+                     [&](const RunningJobRef& r) { return SameRef(r, ref); });
+    if (known == running.end()) {
+      running.push_back(std::move(ref));
+    } else if (ref.has_exit_time()) {
+      // Still leaving the runner, but its processes have ended.
+      *known->mutable_exit_time() = ref.exit_time();
+    }
   }
   return running;
 }

@@ -238,6 +238,10 @@ TEST_F(WorkerE2eTest, ExitWhileDisconnectedIsReportedAfterReconnect) {
     if (m.stream == 2 && m.message.has_hello()) {
       ASSERT_EQ(m.message.hello().running_size(), 1);  // exit not yet heard
       EXPECT_EQ(m.message.hello().running(0).job_id(), "j1");
+      // ... but ended, and when: the server need not count it as running
+      // until the report comes.
+      EXPECT_EQ(FromProtoTime(m.message.hello().running(0).exit_time()),
+                exited);
     }
   }
 }
