@@ -176,6 +176,9 @@ TEST_F(YardTrainCliTest, SecondSigtermStopsAtOnce) {
       << "steps: 10\n";
   auto term_twice = [](const std::string& line, pid_t pid) {
     if (!absl::StrContains(line, "\"started\"")) return;
+    // Into the first step: a signal before its stop check would stop the
+    // run there, cleanly, with a checkpoint at step 0.
+    usleep(300'000);
     kill(pid, SIGTERM);
     usleep(300'000);
     kill(pid, SIGTERM);
