@@ -3,7 +3,7 @@
 # made here by scripts/gpu/make-kit.sh (carried as .gpu-kit):
 #
 #   bash scripts/gpu/run-on-device.sh [tests|engine|packing|kernels|gemms|
-#                                      quick|tilings|first|profile|sass|all]
+#                                      quick|tilings|first|profile|sass|batches|all]
 #                                      [SECONDS]
 #
 #   tests    the gpu-labelled tests, then the kernel tests under
@@ -53,6 +53,9 @@
 #            the key side, with ncu's source page: each SASS instruction
 #            with its counters (sass-*.csv), e.g. which loads or stores
 #            fetch the excess sectors that profile reports
+#   batches  gpt_train_bench 124M bf16 at micro-batches 64, 96, 128, 160
+#            and the largest (engine.log, engine.csv): whether the largest
+#            that fits is also the fastest
 #   all      tests, engine and packing in that order, sharing one budget
 #
 # Every command runs under a timeout cut from SECONDS (default 540, so one
@@ -320,6 +323,15 @@ run_sass() {
   done
 }
 
+run_batches() {
+  local elog="$out/engine.log" csv="$out/engine.csv" mb
+  for mb in 64 96 128 160 max; do
+    bounded 110 "$elog" "$kit/bin/gpt_train_bench" --data-root "$root" \
+      --csv "$csv" --config 124m --precision bf16 --micro-batch "$mb"
+    grep -E '^step ' "$elog" | tail -n 1 | sed "s/^/micro-batch $mb: /" | tee -a "$log"
+  done
+}
+
 run_packing() {
   local plog="$out/packing.log"
   local left=$((deadline - SECONDS - 20))
@@ -354,7 +366,8 @@ case "$what" in
   first) run_first ;;
   profile) run_profile ;;
   sass) run_sass ;;
+  batches) run_batches ;;
   all) run_tests; run_engine; run_packing ;;
-  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|gemms|quick|tilings|first|profile|sass|all] [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: run-on-device.sh [tests|engine|packing|kernels|gemms|quick|tilings|first|profile|sass|batches|all] [SECONDS]" >&2; exit 2 ;;
 esac
 note "done in ${SECONDS}s; files in $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
