@@ -406,17 +406,24 @@ TEST_F(YardTrainCliTest, CorruptDataExitsTwoNamingTheField) {
       << r.stderr_text;
 }
 
-TEST_F(YardTrainCliTest, TrainsAGptThenSamplesAndExports) {
-  fs::create_directories(dir_ + "/root");
+// A tiny CHAR GPT's spec of `steps` steps over a line of text repeated, in
+// dir/root; returns the spec's path.
+std::string WriteTinyGptSpec(const std::string& dir, int steps) {
+  fs::create_directories(dir + "/root");
   std::string text;
   for (int i = 0; i < 40; ++i)
     text += "so shaken as we are, so wan with care\n";
-  std::ofstream(dir_ + "/root/t.txt") << text;
-  const std::string spec = dir_ + "/gpt.yaml";
+  std::ofstream(dir + "/root/t.txt") << text;
+  const std::string spec = dir + "/gpt.yaml";
   std::ofstream(spec) << "model: {gpt: {n_layer: 1, n_head: 2, d_model: 16, "
                          "seq_len: 16, vocab_size: 20}}\n"
                       << "data: {text: {train: t.txt, tokenizer: CHAR}}\n"
-                      << "batch: {micro_batch: 4}\nsteps: 6\n";
+                      << "batch: {micro_batch: 4}\nsteps: " << steps << "\n";
+  return spec;
+}
+
+TEST_F(YardTrainCliTest, TrainsAGptThenSamplesAndExports) {
+  const std::string spec = WriteTinyGptSpec(dir_, 6);
   Result r = RunYardTrain({"run", spec, "--data-root", dir_ + "/root",
                            "--checkpoint-dir", dir_ + "/ck"},
                           dir_);
@@ -484,16 +491,7 @@ TEST_F(YardTrainCliTest, TrainsAGptThenSamplesAndExports) {
 // training diverged) gives no text: sample exits 1 saying why, in one
 // line, instead of printing one token over and over.
 TEST_F(YardTrainCliTest, SampleOfBrokenWeightsExitsOne) {
-  fs::create_directories(dir_ + "/root");
-  std::string text;
-  for (int i = 0; i < 40; ++i)
-    text += "so shaken as we are, so wan with care\n";
-  std::ofstream(dir_ + "/root/t.txt") << text;
-  const std::string spec = dir_ + "/gpt.yaml";
-  std::ofstream(spec) << "model: {gpt: {n_layer: 1, n_head: 2, d_model: 16, "
-                         "seq_len: 16, vocab_size: 20}}\n"
-                      << "data: {text: {train: t.txt, tokenizer: CHAR}}\n"
-                      << "batch: {micro_batch: 4}\nsteps: 2\n";
+  const std::string spec = WriteTinyGptSpec(dir_, 2);
   ASSERT_EQ(RunYardTrain({"run", spec, "--data-root", dir_ + "/root",
                           "--checkpoint-dir", dir_ + "/ck"},
                          dir_)

@@ -55,6 +55,12 @@ class DataParallelTest : public ClusterTest {
     return r.job().id();
   }
 
+  // Kills the worker of `rank` of a long spread job (`name`): the job goes
+  // back to the queue once the server finds that worker lost (a short lease:
+  // within 1.5 s), spending no restart, whatever the other rank said first,
+  // and resumes from its checkpoint on the worker left and a new one.
+  void LosingTheWorkerOfRankRequeues(int rank, const std::string& name);
+
   WorkerProcess* a_ = nullptr;
   WorkerProcess* b_ = nullptr;
 };
@@ -116,6 +122,33 @@ WorkerProcess* WorkerOfRank(const std::vector<WorkerProcess*>& workers,
     }
   }
   return nullptr;
+}
+
+void DataParallelTest::LosingTheWorkerOfRankRequeues(int rank,
+                                                     const std::string& name) {
+  YARD_ASSIGN_OR_FAIL(
+      const std::string id,
+      StartSpreadJob(name, 400,
+                     {.heartbeat_interval_ms = 300, .worker_lease_ms = 1500}));
+  pid_t pid = 0;
+  WorkerProcess* lost = WorkerOfRank({a_, b_}, rank, &pid);
+  ASSERT_NE(lost, nullptr);
+  lost->process().Kill();
+  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "back to the queue", JobTimeout(),
+                              [](const v1::JobEvent& e) {
+                                return e.has_state_change() &&
+                                       e.state_change().to() == v1::QUEUED;
+                              })
+                     .status());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "c", .cpu_slots = 1}).status());
+  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+  ASSERT_EQ(job.attempts_size(), 2) << job.DebugString();
+  EXPECT_EQ(job.attempts(0).outcome(), v1::QUEUED) << job.DebugString();
+  EXPECT_THAT(job.attempts(0).reason(),
+              HasSubstr(absl::StrCat("worker ", lost->name())));
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_GT(job.attempts(1).resumed_from_step(), 0) << job.DebugString();
 }
 
 TEST_F(DataParallelTest, RanksSpreadOverWorkersEndLikeOnOneWorker) {
@@ -188,28 +221,14 @@ TEST_F(DataParallelTest, ARankDyingOnOneWorkerStopsTheJobOnAll) {
 // but the server waits for the other worker's word, learns it is lost, and
 // the job resumes from its checkpoint on the workers left.
 TEST_F(DataParallelTest, LosingTheWorkerOfSomeRanksRequeuesTheJob) {
-  // A short lease: the server learns of the loss within 1.5 s.
-  YARD_ASSIGN_OR_FAIL(
-      const std::string id,
-      StartSpreadJob("spread-moves", 400,
-                     {.heartbeat_interval_ms = 300, .worker_lease_ms = 1500}));
-  pid_t rank1 = 0;
-  WorkerProcess* follower = WorkerOfRank({a_, b_}, 1, &rank1);
-  ASSERT_NE(follower, nullptr);
-  follower->process().Kill();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "back to the queue", JobTimeout(),
-                              [](const v1::JobEvent& e) {
-                                return e.has_state_change() &&
-                                       e.state_change().to() == v1::QUEUED;
-                              })
-                     .status());
-  YARD_ASSERT_OK(StartReadyWorker({.name = "c", .cpu_slots = 1}).status());
-  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
-  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
-  ASSERT_EQ(job.attempts_size(), 2) << job.DebugString();
-  EXPECT_THAT(job.attempts(0).reason(),
-              HasSubstr(absl::StrCat("worker ", follower->name(), " lost")));
-  EXPECT_GT(job.attempts(1).resumed_from_step(), 0) << job.DebugString();
+  LosingTheWorkerOfRankRequeues(1, "spread-moves");
+}
+
+// Losing the worker of rank 0 is not a failed job either: the other rank
+// fails at once ("rank 0 closed its connection"), but the job goes back to
+// the queue when the worker is found lost, spending no restart.
+TEST_F(DataParallelTest, LosingTheWorkerOfRankZeroRequeuesTheJob) {
+  LosingTheWorkerOfRankRequeues(0, "spread-leader-lost");
 }
 
 // The rank whose death ends the job is the one blamed, rank 0 too: its
@@ -231,35 +250,6 @@ TEST_F(DataParallelTest, RankZeroDyingIsBlamedForTheFailure) {
       << job.DebugString();
   YARD_ASSERT_OK(PollUntil("rank 1 to be gone too", StartTimeout(),
                            [&] { return !ProcessAlive(rank1); }));
-}
-
-// Losing the worker of rank 0 is not a failed job either: the other rank
-// fails at once ("rank 0 closed its connection"), but the job goes back to
-// the queue when the worker is found lost, spending no restart.
-TEST_F(DataParallelTest, LosingTheWorkerOfRankZeroRequeuesTheJob) {
-  YARD_ASSIGN_OR_FAIL(
-      const std::string id,
-      StartSpreadJob("spread-leader-lost", 400,
-                     {.heartbeat_interval_ms = 300, .worker_lease_ms = 1500}));
-  pid_t rank0 = 0;
-  WorkerProcess* leader = WorkerOfRank({a_, b_}, 0, &rank0);
-  ASSERT_NE(leader, nullptr);
-  leader->process().Kill();
-  YARD_ASSERT_OK(WaitForEvent(jobs(), id, "back to the queue", JobTimeout(),
-                              [](const v1::JobEvent& e) {
-                                return e.has_state_change() &&
-                                       e.state_change().to() == v1::QUEUED;
-                              })
-                     .status());
-  YARD_ASSERT_OK(StartReadyWorker({.name = "c", .cpu_slots = 1}).status());
-  YARD_ASSIGN_OR_FAIL(v1::Job job, WaitForTerminal(jobs(), id, JobTimeout()));
-  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
-  ASSERT_EQ(job.attempts_size(), 2) << job.DebugString();
-  EXPECT_EQ(job.attempts(0).outcome(), v1::QUEUED) << job.DebugString();
-  EXPECT_THAT(job.attempts(0).reason(),
-              HasSubstr(absl::StrCat("worker ", leader->name())));
-  EXPECT_EQ(job.restarts(), 0);
-  EXPECT_GT(job.attempts(1).resumed_from_step(), 0) << job.DebugString();
 }
 
 TEST_F(DataParallelTest, MoreRanksThanAnyWorkerHasSlotsIsUnschedulable) {
