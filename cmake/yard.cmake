@@ -43,6 +43,14 @@ function(yard_cc_test NAME)
   target_link_libraries(${NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock
                         GTest::gtest_main)
   add_test(NAME ${NAME} COMMAND ${NAME})
+  # Each test's scratch files (gtest's TempDir(), tests/cluster.h) in a
+  # folder of its own and of this build tree's, so two trees' test runs on
+  # one machine (a checkout and a CI clone, say) never share one.
+  string(MD5 _yard_tree "${CMAKE_BINARY_DIR}")
+  string(SUBSTRING "${_yard_tree}" 0 8 _yard_tree)
+  set(_yard_tmp "/tmp/yt-${_yard_tree}/${NAME}")
+  file(MAKE_DIRECTORY "${_yard_tmp}")
+  set_tests_properties(${NAME} PROPERTIES ENVIRONMENT "TEST_TMPDIR=${_yard_tmp}")
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()

@@ -54,6 +54,8 @@ absl::StatusOr<std::unique_ptr<TestDir>> TestDir::Create(
   std::string root = base != nullptr && base[0] != '\0' ? base : "/tmp";
   std::string name = absl::StrReplaceAll(test_name, {{"/", "_"}, {".", "_"}});
   std::string templ = absl::StrCat(root, "/yard-", name, "-XXXXXX");
+  std::error_code ec;
+  fs::create_directories(root, ec);  // a TEST_TMPDIR /tmp's cleaner took
   if (mkdtemp(templ.data()) == nullptr) {
     return absl::InternalError(absl::StrCat("mkdtemp ", templ, " failed"));
   }
