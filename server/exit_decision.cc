@@ -99,6 +99,16 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
     // resumes from its latest checkpoint. The reason names the preemptor.
     return {v1::QUEUED, r.job.state_reason()};
   }
+  if (exit.worker_shutdown() && exit.signal() != 0 &&
+      (r.job.state() == v1::SCHEDULED || r.job.state() == v1::RUNNING)) {
+    // Not the job's fault: its worker shut down, and the stop came before
+    // the job could checkpoint (still starting, or past the grace period).
+    return {v1::QUEUED,
+            absl::StrCat("stopped on worker ", worker_id,
+                         " as it shut down (signal ", exit.signal(),
+                         ", before the job checkpointed); will resume from "
+                         "its latest checkpoint")};
+  }
   if (exit.exit_code() == kExitLeaseLost && exit.signal() == 0 &&
       (r.job.state() == v1::RUNNING || r.job.state() == v1::PREEMPTING)) {
     // Not the job's fault: its worker stopped renewing the lease (and

@@ -205,6 +205,38 @@ TEST_F(JobLifecycleTest, ALeaseLostExitRequeuesWithoutARestart) {
   EXPECT_EQ(r.job.restarts(), 0);
 }
 
+// The worker shut down, and its stop killed the job before the job could
+// checkpoint (yard-train still loading, or past the grace period): not the
+// job's failure either. Its own crash meanwhile still is one.
+TEST_F(JobLifecycleTest, AWorkerShutdownKillRequeuesWithoutARestart) {
+  const std::string id = Submit();
+  FakeWorker& w = Connect("w1");
+  Pass();
+  ASSERT_EQ(w.Assignments().size(), 1u);
+  ASSERT_TRUE(w.Started(id, 1).ok());
+  ASSERT_TRUE(w.Update(id, 1, [](v1::JobUpdate& u) {
+                 u.mutable_exited()->set_signal(15);
+                 u.mutable_exited()->set_error("killed by signal 15");
+                 u.mutable_exited()->set_worker_shutdown(true);
+               }).ok());
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::QUEUED);
+  EXPECT_EQ(r.job.state_reason(),
+            "stopped on worker w1 as it shut down (signal 15, before the job "
+            "checkpointed); will resume from its latest checkpoint");
+  EXPECT_EQ(r.job.restarts(), 0);
+
+  Pass();
+  ASSERT_TRUE(w.Started(id, 2).ok());
+  ASSERT_TRUE(w.Update(id, 2, [](v1::JobUpdate& u) {
+                 u.mutable_exited()->set_signal(11);
+                 u.mutable_exited()->set_error("killed by signal 11");
+               }).ok());
+  r = Job(id);
+  EXPECT_EQ(r.job.state(), v1::FAILED);
+  EXPECT_EQ(r.job.state_reason(), "killed by signal 11");
+}
+
 TEST_F(JobLifecycleTest, RunsToSuccessThroughTheWholeProtocol) {
   const std::string id = Submit();
   FakeWorker& w = Connect("w1");

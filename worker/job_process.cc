@@ -69,7 +69,8 @@ void JobProcess::Run() {
                       << launch_.attempt << " did not start: " << error;
     pending_log_ = error + "\n";
     FlushLog();
-    ReportExit(ExitStatus{kExecFailedExitCode, 0}, error, absl::Now());
+    ReportExit(ExitStatus{kExecFailedExitCode, 0}, error, absl::Now(),
+               /*own_end=*/false);
     return;
   }
   std::vector<std::string> pids;
@@ -97,13 +98,11 @@ void JobProcess::Run() {
   auto [status, error] = GangExit();
   YARD_LOG(INFO) << "job " << launch_.job_id << " attempt " << launch_.attempt
                  << " " << DescribeExit(status);
-  // A rank that died of its own before the server's stop reached it
-  // (it may be noticed only after that stop came) was not stopped as asked.
+  // A rank that died of its own before a stop reached it (it may be
+  // noticed only after that stop came) was not stopped as asked.
   const Rank* speaker = Speaker();
   ReportExit(status, error, exited,
-             speaker != nullptr && !speaker->stop_reached_it
-                 ? std::optional<bool>(false)
-                 : std::nullopt);
+             /*own_end=*/speaker != nullptr && !speaker->stop_reached_it);
 }
 
 absl::Status JobProcess::SpawnRanks() {
@@ -131,8 +130,7 @@ absl::Status JobProcess::SpawnRanks() {
 }
 
 void JobProcess::ReportExit(const ExitStatus& status, const std::string& error,
-                            absl::Time exited_at,
-                            std::optional<bool> cancelled) {
+                            absl::Time exited_at, bool own_end) {
   trainyard::v1::JobUpdate update;
   trainyard::v1::JobExited* exited = update.mutable_exited();
   exited->set_exit_code(status.exit_code);
@@ -141,7 +139,8 @@ void JobProcess::ReportExit(const ExitStatus& status, const std::string& error,
   *exited->mutable_exit_time() = ToProtoTime(exited_at);
   {
     absl::MutexLock lock(&mu_);
-    exited->set_cancelled(cancelled.value_or(control_.cancelled));
+    exited->set_cancelled(!own_end && control_.cancelled);
+    exited->set_worker_shutdown(!own_end && control_.shutdown);
     exited->set_lost_server(control_.lost_server);
   }
   Report(std::move(update));
@@ -353,21 +352,23 @@ void JobProcess::FlushLog() {
   Report(std::move(update));
 }
 
-void JobProcess::Terminate(absl::Duration grace, bool cancelled) {
+void JobProcess::Terminate(absl::Duration grace, StopFor why) {
   {
     absl::MutexLock lock(&mu_);
     control_.terminate = true;
-    control_.cancelled = control_.cancelled || cancelled;
+    control_.cancelled = control_.cancelled || why == StopFor::kCancel;
+    control_.shutdown = control_.shutdown || why == StopFor::kShutdown;
     control_.kill_at = std::min(control_.kill_at, absl::Now() + grace);
   }
   Wake();
 }
 
-void JobProcess::Kill(bool cancelled) {
+void JobProcess::Kill(StopFor why) {
   {
     absl::MutexLock lock(&mu_);
     control_.kill = true;
-    control_.cancelled = control_.cancelled || cancelled;
+    control_.cancelled = control_.cancelled || why == StopFor::kCancel;
+    control_.shutdown = control_.shutdown || why == StopFor::kShutdown;
   }
   Wake();
 }

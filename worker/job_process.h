@@ -84,11 +84,17 @@ class JobProcess {
   // Runs the attempt to its end; see the file comment.
   void Run();
 
+  // Who wants the job stopped, which the exit report says: kCancel marks
+  // it cancelled (asked for by the server); kShutdown marks it
+  // worker_shutdown when the stop is what ended it (the server re-queues
+  // the job); kPreempt marks nothing (the server knows it preempted).
+  enum class StopFor { kPreempt, kCancel, kShutdown };
+
   // SIGTERM to the job's process group, then SIGKILL if it still runs after
-  // `grace`. `cancelled` marks the exit as asked for by the server.
-  void Terminate(absl::Duration grace, bool cancelled);
+  // `grace`.
+  void Terminate(absl::Duration grace, StopFor why);
   // SIGKILL to the process group now.
-  void Kill(bool cancelled);
+  void Kill(StopFor why);
   // SIGKILL now because the server can no longer hear this worker; the exit
   // is reported with lost_server (the server re-queues the job).
   void Abandon();
@@ -105,6 +111,7 @@ class JobProcess {
     bool kill = false;
     bool kill_sent = false;
     bool cancelled = false;
+    bool shutdown = false;  // the worker itself is shutting down
     bool lost_server = false;
     absl::Time kill_at = absl::InfiniteFuture();
     absl::Time lease_deadline = absl::InfiniteFuture();
@@ -119,10 +126,10 @@ class JobProcess {
     LineSplitter stderr_lines;
     TailBuffer stderr_tail;
     std::optional<ExitStatus> exit;
-    // A stop the server asked for (cancel, preempt, StopAttempt) was
-    // signalled to it while it still ran. A rank that died of its own
-    // before is not reported cancelled, or the server would take its crash
-    // for a rank stopped as asked and blame another.
+    // A stop (the server's cancel, preempt or StopAttempt, or the
+    // worker's shutdown) was signalled to it while it still ran. A rank that
+    // died of its own before is not reported cancelled, or the server would
+    // take its crash for a rank stopped as asked and blame another.
     bool stop_reached_it = false;
     absl::Time exit_time;  // when `exit` was seen
   };
@@ -151,11 +158,11 @@ class JobProcess {
   void Wake();
   void Report(trainyard::v1::JobUpdate update);
   // `exited`: when the attempt's last process ended (JobExited.exit_time).
-  // `cancelled`: whether the exit counts as stopped as the server asked
-  // (unset: whether it asked at all).
+  // `own_end`: the rank that speaks for the exit ended of its own before a
+  // stop reached it, so the exit is neither cancelled nor worker_shutdown
+  // (else each says whether such a stop was asked for).
   void ReportExit(const ExitStatus& status, const std::string& error,
-                  absl::Time exited,
-                  std::optional<bool> cancelled = std::nullopt);
+                  absl::Time exited, bool own_end);
 
   const JobLaunch launch_;
   const ReportFn report_;

@@ -424,7 +424,7 @@ bool JobRunner::Cancel(const std::string& job_id, int32_t attempt,
   if (grace <= absl::ZeroDuration()) grace = options_.default_cancel_grace;
   YARD_LOG(INFO) << "cancelling job " << job_id << " attempt " << attempt
                  << " (SIGKILL after " << grace << ")";
-  process->Terminate(grace, /*cancelled=*/true);
+  process->Terminate(grace, JobProcess::StopFor::kCancel);
   return true;
 }
 
@@ -435,7 +435,7 @@ bool JobRunner::Preempt(const std::string& job_id, int32_t attempt,
   if (grace <= absl::ZeroDuration()) grace = options_.default_cancel_grace;
   YARD_LOG(INFO) << "preempting job " << job_id << " attempt " << attempt
                  << " (SIGKILL after " << grace << ")";
-  process->Terminate(grace, /*cancelled=*/false);
+  process->Terminate(grace, JobProcess::StopFor::kPreempt);
   return true;
 }
 
@@ -443,7 +443,7 @@ bool JobRunner::Stop(const std::string& job_id, int32_t attempt) {
   std::shared_ptr<JobProcess> process = Find(job_id, attempt);
   if (process == nullptr) return false;
   YARD_LOG(INFO) << "stopping stale job " << job_id << " attempt " << attempt;
-  process->Kill(/*cancelled=*/true);
+  process->Kill(JobProcess::StopFor::kCancel);
   return true;
 }
 
@@ -454,12 +454,14 @@ void JobRunner::StopAccepting() {
 
 void JobRunner::TerminateAll(absl::Duration grace) {
   absl::MutexLock lock(&mu_);
-  for (auto& [key, entry] : jobs_) entry.process->Terminate(grace, false);
+  for (auto& [key, entry] : jobs_)
+    entry.process->Terminate(grace, JobProcess::StopFor::kShutdown);
 }
 
 void JobRunner::KillAll() {
   absl::MutexLock lock(&mu_);
-  for (auto& [key, entry] : jobs_) entry.process->Kill(false);
+  for (auto& [key, entry] : jobs_)
+    entry.process->Kill(JobProcess::StopFor::kShutdown);
 }
 
 void JobRunner::RenewLeases(absl::Time deadline) {

@@ -446,6 +446,7 @@ TEST_F(JobRunnerTest, CancelEscalatesToSigkillAfterGrace) {
   ASSERT_TRUE(exit.has_value());
   EXPECT_GE(absl::Now() - start, grace);
   EXPECT_EQ(exit->signal(), SIGKILL);
+  EXPECT_FALSE(exit->worker_shutdown());
   EXPECT_TRUE(exit->cancelled());
 }
 
@@ -470,6 +471,7 @@ TEST_F(JobRunnerTest, PreemptEscalatesToSigkillAfterGrace) {
   ASSERT_TRUE(exit.has_value());
   EXPECT_GE(absl::Now() - start, grace);
   EXPECT_EQ(exit->signal(), SIGKILL);
+  EXPECT_FALSE(exit->worker_shutdown());
   EXPECT_FALSE(exit->cancelled());
 }
 
@@ -591,6 +593,28 @@ TEST_F(JobRunnerTest, TerminateAllStopsEveryJob) {
     ASSERT_TRUE(exit.has_value());
     EXPECT_EQ(exit->exit_code(), 3);
     EXPECT_FALSE(exit->cancelled());  // the worker stopped, nobody cancelled
+    EXPECT_TRUE(exit->worker_shutdown());
+  }
+}
+
+// Killed by the shutdown's SIGTERM (no handler yet) or by the SIGKILL
+// after the grace period: the exit says the worker's shutdown did it, so
+// the server re-queues the job instead of failing it.
+TEST_F(JobRunnerTest, TerminateAllMarksWhatItsStopKilled) {
+  Start("a", "die_on_term");
+  Start("b", "ignore_term");
+  ASSERT_TRUE(WaitEvent("a", TrainerEvent::kStarted));
+  ASSERT_TRUE(WaitEvent("b", TrainerEvent::kStarted));
+  runner().TerminateAll(absl::Milliseconds(300));
+  EXPECT_TRUE(runner().WaitIdle(absl::Now() + absl::Seconds(20)));
+  auto a = reports_.WaitExit("a", 1);
+  auto b = reports_.WaitExit("b", 1);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(a->signal(), SIGTERM);
+  EXPECT_EQ(b->signal(), SIGKILL);
+  for (const auto& exit : {*a, *b}) {
+    EXPECT_TRUE(exit.worker_shutdown());
+    EXPECT_FALSE(exit.cancelled());
   }
 }
 

@@ -88,6 +88,10 @@ lease)
   echo "lease: $second" >&2
   echo '{"finished":{"step":"10"}}'
   exit 0 ;;
+die_on_term)
+  # SIGTERM's default action, as yard-train before its handler is set.
+  echo '{"started":{"totalSteps":"10"}}'
+  exec sleep 1000 ;;
 ignore_term)
   trap '' TERM
   echo '{"started":{"totalSteps":"10"}}'
