@@ -32,6 +32,7 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "cancel") return Command::kCancel;
   if (name == "suspend") return Command::kSuspend;
   if (name == "resume") return Command::kResume;
+  if (name == "set-priority") return Command::kSetPriority;
   if (name == "delete") return Command::kDelete;
   if (name == "checkpoints") return Command::kCheckpoints;
   if (name == "download") return Command::kDownload;
@@ -93,6 +94,9 @@ class ArgParser {
     }
     if (out_.best && out_.step > 0) {
       return Usage("--step and --best exclude each other");
+    }
+    if (out_.command == Command::kSetPriority && !out_.priority.has_value()) {
+      return Usage("'set-priority': missing --priority P");
     }
     return out_;
   }
@@ -252,6 +256,19 @@ class ArgParser {
       absl::StatusOr<std::string> v = Value(name, inline_v);
       if (!v.ok()) return v.status();
       out_.reason = *v;
+      return absl::OkStatus();
+    }
+    if (c == Command::kSetPriority && name == "--priority") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      int32_t p = 0;
+      if (!absl::SimpleAtoi(*v, &p) || p < -spec::kMaxPriority ||
+          p > spec::kMaxPriority) {
+        return Usage(absl::StrCat("--priority: must be an integer from ",
+                                  -spec::kMaxPriority, " to ",
+                                  spec::kMaxPriority, ", got \"", *v, "\""));
+      }
+      out_.priority = p;
       return absl::OkStatus();
     }
     if (c == Command::kDelete && name == "--keep-checkpoints") {
@@ -477,6 +494,7 @@ class ArgParser {
       case Command::kCancel:
       case Command::kSuspend:
       case Command::kResume:
+      case Command::kSetPriority:
       case Command::kDelete:
       case Command::kCheckpoints:
       case Command::kDownload:
@@ -493,9 +511,11 @@ class ArgParser {
         break;
     }
     size_t want = target != nullptr ? 1 : 0;
-    const bool many =
-        out_.command == Command::kCancel || out_.command == Command::kSuspend ||
-        out_.command == Command::kResume || out_.command == Command::kDelete;
+    const bool many = out_.command == Command::kCancel ||
+                      out_.command == Command::kSuspend ||
+                      out_.command == Command::kResume ||
+                      out_.command == Command::kSetPriority ||
+                      out_.command == Command::kDelete;
     if (many) {
       want = std::max<size_t>(1, positional_.size());
       for (const std::string& id : positional_) {
@@ -587,6 +607,10 @@ Commands:
                      none is scheduled again until resumed
   resume ID...       queue suspended jobs again; they go on from their
                      latest checkpoint
+  set-priority ID... --priority P
+                     change jobs' priority (-1000..1000, at most the
+                     tenant's max priority) while they have not ended: the
+                     next scheduling pass queues, and preempts, by it
   delete ID... [--keep-checkpoints]
                      delete ended jobs for good: their records, events, logs
                      and (unless --keep-checkpoints) their checkpoints
@@ -643,15 +667,15 @@ Exit codes:
   2 usage error        3 invalid spec or argument
   4 job or worker not found
   5 failed precondition (e.g. cancel of a job that already ended, delete
-    of one that has not, resume of one that is not suspended, forget of
-    a worker that is not lost)
+    of one that has not, resume of one that is not suspended,
+    set-priority of one that ended, forget of a worker that is not lost)
   6 server unreachable 7 other server error
   8 not authenticated or not allowed (missing, wrong or revoked token;
     an admin command or another tenant's usage with a tenant token;
     another tenant's job is "not found", 4)
   9 quota or limit reached (RESOURCE_EXHAUSTED)
-  cancel, suspend, resume and delete of several IDs go on past a failed
-  one and exit with the first failure's code.
+  cancel, suspend, resume, set-priority and delete of several IDs go on
+  past a failed one and exit with the first failure's code.
 )";
 }
 

@@ -29,6 +29,7 @@ enum class Command {
   kCancel,
   kSuspend,
   kResume,
+  kSetPriority,  // set-priority ID... --priority P
   kDelete,
   kCheckpoints,  // checkpoints ID
   kDownload,     // download ID
@@ -69,13 +70,15 @@ struct CliArgs {
   std::string request_id;
   // get, logs, watch, cancel, suspend, resume, delete
   std::string job_id;
-  // cancel, suspend, resume and delete take several: every ID, in order
+  // cancel, suspend, resume, set-priority and delete take several: every
+  // ID, in order
   // (job_id is the first).
   std::vector<std::string> job_ids;
   bool follow = false;            // logs -f
   int32_t tail_lines = 0;         // logs --tail N; 0: the whole log
   std::string reason;             // cancel/suspend --reason, drain --reason
   bool keep_checkpoints = false;  // delete --keep-checkpoints
+  std::optional<int32_t> priority;  // set-priority --priority P (required)
   // download
   int64_t step = 0;   // --step N; 0: the newest
   bool best = false;  // --best

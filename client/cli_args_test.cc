@@ -298,6 +298,25 @@ TEST(CliArgsTest, ParsesDrainAndUndrain) {
   EXPECT_THAT(UsageText(), HasSubstr("undrain WORKER"));
 }
 
+TEST(CliArgsTest, ParsesSetPriority) {
+  CliArgs a = Parse({"set-priority", "j-1", "j-2", "--priority", "-5"});
+  EXPECT_EQ(a.command, Command::kSetPriority);
+  EXPECT_EQ(a.job_ids, (std::vector<std::string>{"j-1", "j-2"}));
+  EXPECT_EQ(a.priority, -5);
+  EXPECT_EQ(Parse({"set-priority", "--priority=1000", "j-1"}).priority, 1000);
+  EXPECT_EQ(Error({"set-priority", "j-1"}),
+            "'set-priority': missing --priority P");
+  EXPECT_EQ(Error({"set-priority", "--priority", "1"}),
+            "'set-priority': missing job ID");
+  EXPECT_EQ(Error({"set-priority", "j-1", "--priority", "high"}),
+            "--priority: must be an integer from -1000 to 1000, got \"high\"");
+  EXPECT_EQ(Error({"set-priority", "j-1", "--priority", "-1001"}),
+            "--priority: must be an integer from -1000 to 1000, got \"-1001\"");
+  EXPECT_EQ(Error({"cancel", "j-1", "--priority", "1"}),
+            "unknown flag \"--priority\" for 'cancel'");
+  EXPECT_THAT(UsageText(), HasSubstr("set-priority ID... --priority P"));
+}
+
 TEST(CliArgsTest, ParsesATenantsPriorityCap) {
   EXPECT_FALSE(Parse({"tenant", "set", "a"}).max_priority.has_value());
   EXPECT_EQ(Parse({"tenant", "set", "a", "--max-priority", "-3"}).max_priority,

@@ -212,6 +212,21 @@ int RunResume(const CliArgs& args, JobClient& client, std::ostream& out,
   });
 }
 
+int RunSetPriority(const CliArgs& args, JobClient& client, std::ostream& out,
+                   std::ostream& err) {
+  return ForEachJobId(args, err, [&](const std::string& id) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::Job job, client.SetPriority(id, *args.priority));
+    if (args.output == OutputFormat::kJson) {
+      RETURN_IF_ERROR(PrintJson(out, job, true));
+    } else {
+      // No queue position: the next scheduling pass places it anew.
+      out << "job " << job.id() << " priority " << job.spec().priority() << " ("
+          << StateName(job.state()) << ")\n";
+    }
+    return absl::OkStatus();
+  });
+}
+
 // The server refuses a job that has not ended (FAILED_PRECONDITION); delete
 // does not cancel it first: deleting is for good, so stopping a job stays a
 // separate, deliberate step.
@@ -541,6 +556,8 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
       return RunDownload(args, client, out, err);
     case Command::kResume:
       return RunResume(args, client, out, err);
+    case Command::kSetPriority:
+      return RunSetPriority(args, client, out, err);
     case Command::kDelete:
       return RunDelete(args, client, out, err);
     case Command::kWorkers:

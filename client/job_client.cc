@@ -323,6 +323,19 @@ absl::StatusOr<v1::Job> JobClient::Resume(const std::string& job_id) {
   return job;
 }
 
+absl::StatusOr<v1::Job> JobClient::SetPriority(const std::string& job_id,
+                                               int32_t priority) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::SetJobPriorityRequest request;
+  request.set_job_id(job_id);
+  request.set_priority(priority);
+  v1::Job job;
+  grpc::Status s = jobs_->SetJobPriority(&context, request, &job);
+  if (!s.ok()) return Annotate(s);
+  return job;
+}
+
 absl::StatusOr<v1::DeleteJobResponse> JobClient::Delete(
     const std::string& job_id, bool keep_checkpoints) {
   grpc::ClientContext context;

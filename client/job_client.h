@@ -82,6 +82,8 @@ class JobClient {
   absl::StatusOr<trainyard::v1::Job> Suspend(const std::string& job_id,
                                              const std::string& reason);
   absl::StatusOr<trainyard::v1::Job> Resume(const std::string& job_id);
+  absl::StatusOr<trainyard::v1::Job> SetPriority(const std::string& job_id,
+                                                 int32_t priority);
   // Deletes an ended job for good, and unless keep_checkpoints its
   // checkpoint directory. FAILED_PRECONDITION for a job that has not ended.
   absl::StatusOr<trainyard::v1::DeleteJobResponse> Delete(

@@ -16,6 +16,7 @@
 #include "server/checkpoint_paths.h"
 #include "server/job_state.h"
 #include "server/warm_starts.h"
+#include "spec/limits.h"
 
 namespace trainyard::server {
 namespace {
@@ -145,6 +146,33 @@ void JobLifecycle::WakeScheduler() const {
   if (wake_scheduler_) wake_scheduler_();
 }
 
+absl::StatusOr<v1::Job> JobLifecycle::SetPriority(const std::string& job_id,
+                                                  int32_t priority) {
+  if (priority < -spec::kMaxPriority || priority > spec::kMaxPriority) {
+    return InvalidFieldError(
+        "priority", absl::StrCat("must be in [", -spec::kMaxPriority, ", ",
+                                 spec::kMaxPriority, "], got ", priority));
+  }
+  int32_t before = 0;
+  ASSIGN_OR_RETURN(JobRecord record,
+                   store_->UpdateJob(
+                       job_id, Durability::kTransition,
+                       [&](JobRecord& r,
+                           std::vector<v1::JobEvent>&) -> absl::StatusOr<bool> {
+                         RETURN_IF_ERROR(CheckNotEnded(r.job));
+                         before = r.job.spec().priority();
+                         if (before == priority) return false;
+                         r.job.mutable_spec()->set_priority(priority);
+                         return true;
+                       }));
+  if (before != priority) {
+    YARD_LOG(INFO) << "job " << job_id << " priority " << before << " -> "
+                   << priority;
+    WakeScheduler();
+  }
+  return std::move(record.job);
+}
+
 absl::StatusOr<SubmitResult> JobLifecycle::Submit(
     const v1::SubmitJobRequest& request, const std::string& tenant) {
   if (!request.has_spec()) {
@@ -163,9 +191,11 @@ absl::StatusOr<SubmitResult> JobLifecycle::Submit(
   *job.mutable_spec() = spec;
   // A request id used before with another spec is refused (the check and
   // the submission alike); with the same spec it names the earlier job.
+  // Its priority may have been changed since (SetPriority): not compared.
   auto reuse = [&](const JobRecord& earlier) -> absl::Status {
-    if (google::protobuf::util::MessageDifferencer::Equals(earlier.job.spec(),
-                                                           spec)) {
+    v1::JobSpec stored = earlier.job.spec();
+    stored.set_priority(spec.priority());
+    if (google::protobuf::util::MessageDifferencer::Equals(stored, spec)) {
       return absl::OkStatus();
     }
     return FieldError(

@@ -127,6 +127,12 @@ class JobLifecycle {
   // instead of parked once stopped. Otherwise FAILED_PRECONDITION naming
   // the state.
   absl::StatusOr<v1::Job> Resume(const std::string& job_id);
+  // Sets spec.priority of a job that has not ended (ended:
+  // FAILED_PRECONDITION naming the state; outside -1000..1000:
+  // INVALID_ARGUMENT on priority) and wakes the scheduler. The tenant's
+  // max_priority is the caller's to check (TenantGate::CheckPriority).
+  absl::StatusOr<v1::Job> SetPriority(const std::string& job_id,
+                                      int32_t priority);
   // Deletes a terminal job for good (job_deletion.cc): its record, events
   // and log, and unless `keep_checkpoints` its checkpoint directory when
   // that is CHECKPOINT_ROOT/<job id> (a directory the server did not name

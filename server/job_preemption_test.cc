@@ -280,5 +280,79 @@ TEST_F(JobPreemptionTest, QueuePositionsFollowPriorityAndAreFilledOnRead) {
   EXPECT_EQ(placed.queue_position(), 0) << "only QUEUED jobs have one";
 }
 
+// SetPriority: the next pass queues and preempts by the new priority.
+TEST_F(JobPreemptionTest, ARaisedQueuedJobStartsFirstAndMayPreempt) {
+  FakeWorker& w = Connect("w1", /*slots=*/1);
+  const std::string running = RunLowJob(w);
+  const std::string first = Submit(/*priority=*/0);
+  const std::string second = Submit(/*priority=*/0);
+  Pass();
+  EXPECT_EQ(Job(running).job.state(), v1::RUNNING) << "equal: no preemption";
+  EXPECT_EQ(positions_.Of(second), 2);
+
+  absl::StatusOr<v1::Job> raised = lifecycle_->SetPriority(second, 5);
+  ASSERT_TRUE(raised.ok()) << raised.status();
+  EXPECT_EQ(raised->spec().priority(), 5);
+  EXPECT_EQ(raised->state(), v1::QUEUED);
+  Pass();
+  EXPECT_EQ(Job(running).job.state(), v1::PREEMPTING);
+  EXPECT_EQ(Job(running).job.state_reason(),
+            absl::StrCat("preempted by ", second, " (priority 5)"));
+  EXPECT_EQ(positions_.Of(second), 1);
+  EXPECT_EQ(positions_.Of(first), 2);
+}
+
+TEST_F(JobPreemptionTest, ALoweredRunningJobBecomesAVictim) {
+  FakeWorker& w = Connect("w1", /*slots=*/1);
+  const std::string running = RunJobOn(w, /*priority=*/10);
+  const std::string waiting = Submit(/*priority=*/5);
+  Pass();
+  EXPECT_EQ(Job(running).job.state(), v1::RUNNING);
+  ASSERT_TRUE(lifecycle_->SetPriority(running, 0).ok());
+  Pass();
+  EXPECT_EQ(Job(running).job.state(), v1::PREEMPTING);
+  EXPECT_EQ(Job(running).job.spec().priority(), 0);
+}
+
+TEST_F(JobPreemptionTest, SetPriorityRefusesBadInput) {
+  const std::string id = Submit(/*priority=*/3);
+  absl::StatusOr<v1::Job> r = lifecycle_->SetPriority(id, 1001);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "priority: must be in [-1000, 1000], got 1001");
+  r = lifecycle_->SetPriority(id, -1001);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  r = lifecycle_->SetPriority("j-999999", 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("j-999999"));
+  EXPECT_EQ(Job(id).job.spec().priority(), 3) << "nothing stored";
+
+  // The same priority: the job as it is.
+  r = lifecycle_->SetPriority(id, 3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->spec().priority(), 3);
+
+  ASSERT_TRUE(lifecycle_->Cancel(id, "").ok());
+  r = lifecycle_->SetPriority(id, 7);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("CANCELLED"));
+  EXPECT_EQ(Job(id).job.spec().priority(), 3);
+}
+
+// A submit retried with its request id after the priority was changed
+// still names the job it made.
+TEST_F(JobPreemptionTest, ARetriedSubmitIgnoresAChangedPriority) {
+  const std::string id = Submit(/*priority=*/0, /*gpus=*/0, "req-1");
+  ASSERT_TRUE(lifecycle_->SetPriority(id, 9).ok());
+  v1::SubmitJobRequest again;
+  *again.mutable_spec() = Spec(/*priority=*/0, /*gpus=*/0);
+  again.set_request_id("req-1");
+  absl::StatusOr<SubmitResult> r = lifecycle_->Submit(again);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->already_existed);
+  EXPECT_EQ(r->job.id(), id);
+  EXPECT_EQ(r->job.spec().priority(), 9);
+}
+
 }  // namespace
 }  // namespace trainyard::server

@@ -209,6 +209,25 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::SetJobPriority(
+    grpc::ServerContext* context, const v1::SetJobPriorityRequest* request,
+    v1::Job* response) {
+  absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
+  if (!seen.ok()) return ToGrpcStatus(seen.status());
+  // The job's tenant's cap, whoever asks (an admin raises the cap first).
+  if (absl::Status s = gate_->CheckPriority(seen->record.job.tenant(),
+                                            request->priority(), "priority");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<v1::Job> job =
+      lifecycle_->SetPriority(request->job_id(), request->priority());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  FillOutputFields(*response);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::DeleteJob(grpc::ServerContext* context,
                                        const v1::DeleteJobRequest* request,
                                        v1::DeleteJobResponse* response) {

@@ -73,6 +73,9 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status ResumeJob(grpc::ServerContext* context,
                          const v1::ResumeJobRequest* request,
                          v1::Job* response) override;
+  grpc::Status SetJobPriority(grpc::ServerContext* context,
+                              const v1::SetJobPriorityRequest* request,
+                              v1::Job* response) override;
   grpc::Status DeleteJob(grpc::ServerContext* context,
                          const v1::DeleteJobRequest* request,
                          v1::DeleteJobResponse* response) override;

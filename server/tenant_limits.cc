@@ -10,13 +10,18 @@
 namespace trainyard::server {
 namespace {
 
-absl::Status CheckJobFits(const v1::Tenant& t, const v1::JobSpec& spec) {
-  if (t.has_max_priority() && spec.priority() > t.max_priority()) {
+absl::Status PriorityFits(const v1::Tenant& t, int32_t priority,
+                          const std::string& field) {
+  if (t.has_max_priority() && priority > t.max_priority()) {
     return InvalidFieldError(
-        "spec.priority",
-        absl::StrCat("at most ", t.max_priority(), " for tenant ", t.name(),
-                     " (its max_priority), got ", spec.priority()));
+        field, absl::StrCat("at most ", t.max_priority(), " for tenant ",
+                            t.name(), " (its max_priority), got ", priority));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckJobFits(const v1::Tenant& t, const v1::JobSpec& spec) {
+  RETURN_IF_ERROR(PriorityFits(t, spec.priority(), "spec.priority"));
   // Past the quota for good: the spec must change (or the quota), so it is
   // the spec's field that is wrong, not a limit reached for now.
   const std::string never = NeverFitsQuota(t, spec);
@@ -58,6 +63,12 @@ absl::StatusOr<SubmitResult> TenantGate::Submit(
   ASSIGN_OR_RETURN(std::optional<JobRecord> earlier,
                    store_->FindJobByRequest(tenant, request.request_id()));
   return earlier.has_value() ? submit() : result;
+}
+
+absl::Status TenantGate::CheckPriority(const std::string& tenant,
+                                       int32_t priority,
+                                       const std::string& field) const {
+  return PriorityFits(auth_->GetTenant(tenant), priority, field);
 }
 
 absl::StatusOr<v1::Job> TenantGate::Resume(

@@ -46,6 +46,11 @@ class TenantGate {
       const std::string& tenant,
       const std::function<absl::StatusOr<v1::Job>()>& resume);
 
+  // OK when a job of `tenant` may have `priority` (at most the tenant's
+  // max_priority), else INVALID_ARGUMENT on `field`.
+  absl::Status CheckPriority(const std::string& tenant, int32_t priority,
+                             const std::string& field) const;
+
   // Holds one of the tenant's stream slots until destroyed.
   class StreamSlot {
    public:

@@ -623,6 +623,44 @@ TEST_F(SecurityTest, ATenantsPriorityCapIsEnforcedAtSubmit) {
       YardExit::kUsage, {"--max-priority: must be an integer from -1000"}));
 }
 
+// yard set-priority: a tenant changes its own job's priority up to its
+// cap; another tenant's job is not found; an ended job's is refused; each
+// refusal leaves the stored priority as it was.
+TEST_F(SecurityTest, SetPriorityKeepsToTheTenantsCap) {
+  YARD_ASSERT_OK(StartServer());
+  const std::string a = NewToken("team-a", v1::TENANT);
+  const std::string b = NewToken("team-b", v1::TENANT);
+  ASSERT_EQ(
+      Yard({"tenant", "set", "team-a", "--max-priority", "10"}).exit_code(), 0);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(SubmitAs(a, MnistSpec{}.ToProto(), &submitted).ok());
+  const std::string id = submitted.job().id();
+
+  CommandResult set =
+      Yard({"--token", a, "set-priority", id, "--priority", "10"});
+  ASSERT_EQ(set.exit_code(), 0) << set.DebugString();
+  EXPECT_EQ(set.out, absl::StrCat("job ", id, " priority 10 (QUEUED)\n"));
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"--token", a, "set-priority", id, "--priority", "11"}),
+      YardExit::kInvalidArgument,
+      {"priority: at most 10 for tenant team-a", "got 11"}));
+  EXPECT_TRUE(
+      CliFailedWith(Yard({"--token", b, "set-priority", id, "--priority", "1"}),
+                    YardExit::kNotFound, {id}));
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"--token", a, "set-priority", id, "--priority", "1001"}),
+      YardExit::kUsage, {"--priority: must be an integer from -1000 to 1000"}));
+  EXPECT_TRUE(CliFailedWith(Yard({"--token", a, "set-priority", id}),
+                            YardExit::kUsage, {"missing --priority"}));
+  CommandResult get = Yard({"--token", a, "-o", "json", "get", id});
+  EXPECT_THAT(get.out, HasSubstr("\"priority\": 10")) << get.out;
+
+  ASSERT_EQ(Yard({"--token", a, "cancel", id}).exit_code(), 0);
+  EXPECT_TRUE(CliFailedWith(
+      Yard({"--token", a, "set-priority", id, "--priority", "-5"}),
+      YardExit::kFailedPrecondition, {"already CANCELLED"}));
+}
+
 TEST_F(SecurityTest, ARunningQuotaHoldsATenantsJobsBack) {
   YARD_ASSERT_OK(StartServer());
   YARD_ASSERT_OK(StartReadyWorker({.name = "w1"}).status());
