@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "engine/checkpoint_match.h"
 #include "engine/core/memory_estimate.h"
 #ifdef YARD_CUDA
 #include "engine/cuda/cuda_backend.h"
@@ -541,6 +542,9 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
         t->model_,
         MlpModel::Create(job.mlp, job.trainer.micro_batch, t->backend_.get()));
   }
+  // Before the trainer: a checkpoint of another spec is refused as the
+  // spec's mistake, naming what differs, not found out when the run starts.
+  RETURN_IF_ERROR(CheckCheckpointMatchesSpec(job, t->model_->parameters()));
   ASSIGN_OR_RETURN(t->loader_,
                    ShuffledLoader::Create(t->train_.get(), loader_options));
   ASSIGN_OR_RETURN(

@@ -12,7 +12,8 @@
 //
 // Exit codes: 0 finished (TrainFinished was the last event); 1 runtime
 // error (the reason is the last line on stderr); 2 usage error or invalid
-// spec (one line on stderr), for sample and export also a CHECKPOINT_DIR
+// spec (one line on stderr; also a checkpoint dir whose newest checkpoint
+// was written for another spec), for sample and export also a CHECKPOINT_DIR
 // without a GPT checkpoint and an OUT_DIR that is taken; 3 stopped by
 // SIGTERM/SIGINT after writing a checkpoint; 4 stopped because the
 // worker's lease ran out untold (--lease-fd).
@@ -102,7 +103,8 @@ constexpr char kHelp[] =
     "                        at once (exit 4): the worker was cut off and the\n"
     "                        server starts the job elsewhere\n"
     "\n"
-    "Exit codes: 0 finished, 1 runtime error, 2 usage or invalid spec,\n"
+    "Exit codes: 0 finished, 1 runtime error, 2 usage or invalid spec (a\n"
+    "checkpoint in the checkpoint dir written for another spec too),\n"
     "3 interrupted after a checkpoint, 4 stopped: the worker's lease ran out.\n"
     "sample and export exit 2 as well when CHECKPOINT_DIR holds no GPT\n"
     "checkpoint, and export when OUT_DIR exists and is not empty.\n"

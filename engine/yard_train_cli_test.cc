@@ -585,3 +585,53 @@ TEST_F(YardTrainCliTest, GptKilledAndResumedEndsBitwiseEqual) {
 }
 
 }  // namespace
+
+// A checkpoint dir written by a run of another model is the request's
+// mistake: refused before training (exit 2), naming what differs, and the
+// checkpoint is left as it was.
+TEST_F(YardTrainCliTest, CheckpointOfAnotherModelExitsTwoNamingTheDifference) {
+  const std::string gpt = WriteTinyGptSpec(dir_, 2);
+  const std::vector<std::string> args = {
+      "run",           gpt, "--data-root", dir_ + "/root", "--checkpoint-dir",
+      dir_ + "/gpt-ck"};
+  Result first = RunYardTrain(args, dir_);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  const std::string meta = dir_ + "/gpt-ck/step-00000002/meta.json";
+  ASSERT_TRUE(fs::exists(meta));
+  const auto written = fs::last_write_time(meta);
+  {
+    std::ifstream in(gpt);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string yaml = ss.str();
+    yaml.replace(yaml.find("n_layer: 1"), 10, "n_layer: 2");
+    std::ofstream(gpt) << yaml;
+  }
+  Result deeper = RunYardTrain(args, dir_);
+  EXPECT_EQ(deeper.exit_code, 2) << deeper.stderr_text;
+  EXPECT_TRUE(
+      absl::StrContains(deeper.last_stderr_line(), "does not match the spec"))
+      << deeper.stderr_text;
+  EXPECT_TRUE(absl::StrContains(deeper.last_stderr_line(),
+                                "model.gpt.n_layer is 1 there, 2 here"))
+      << deeper.stderr_text;
+  EXPECT_TRUE(deeper.stdout_lines.empty());
+  EXPECT_EQ(fs::last_write_time(meta), written);
+
+  // An MLP has no sizes in its checkpoint: the tensor that differs.
+  Result mlp = RunYardTrain(Args(WriteSpec(2)), dir_);
+  ASSERT_EQ(mlp.exit_code, 0) << mlp.stderr_text;
+  std::vector<std::string> wide_args = Args(WriteSpec(2));
+  wide_args[1] = dir_ + "/wide.yaml";
+  std::ofstream(wide_args[1])
+      << "name: cli-test\nmodel: {mlp: {hidden: [16]}}\n"
+      << "data: {mnist: {images: examples/data/mnist/t10k-images-idx3-ubyte.gz,"
+      << " labels: examples/data/mnist/t10k-labels-idx1-ubyte.gz}}\n"
+      << "batch: {micro_batch: 16}\nsteps: 2\n";
+  Result wider = RunYardTrain(wide_args, dir_);
+  EXPECT_EQ(wider.exit_code, 2) << wider.stderr_text;
+  EXPECT_TRUE(
+      absl::StrContains(wider.last_stderr_line(),
+                        "fc0.weight has shape [8, 784] there, [16, 784]"))
+      << wider.stderr_text;
+}
