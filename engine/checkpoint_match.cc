@@ -118,15 +118,26 @@ std::string TensorsDiffer(const Json& meta,
 }  // namespace
 
 absl::Status CheckCheckpointMatchesSpec(
-    const EngineJob& job, const std::vector<Parameter>& parameters) {
+    const EngineJob& job, const std::vector<Parameter>& parameters,
+    int world_size) {
   const TrainerConfig& t = job.trainer;
   if (t.checkpoint.dir.empty() || t.fingerprint.empty()) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(std::optional<FoundMeta> found,
                    NewestMeta(t.checkpoint.dir));
-  if (!found.has_value() || found->meta.fingerprint == t.fingerprint) {
-    return absl::OkStatus();
+  if (!found.has_value()) return absl::OkStatus();
+  if (found->meta.fingerprint == t.fingerprint) {
+    const int64_t theirs = found->meta.world_size;
+    if (theirs == 0 || theirs == world_size) return absl::OkStatus();
+    const int64_t per_rank = t.micro_batch * t.grad_accum;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.dir: ", found->path, " was written by a run of ", theirs,
+        " data-parallel ranks (a global batch of ", per_rank * theirs,
+        " examples), this one has ", world_size, " (", per_rank * world_size,
+        "): resuming would change the global batch mid-run. Run it with ",
+        theirs, " ranks, or start a new checkpoint dir with --warm-start ",
+        found->path));
   }
   std::string what = GptSizesDiffer(found->meta.model, job.gpt, job.is_gpt);
   if (what.empty()) what = TensorsDiffer(found->json, parameters);

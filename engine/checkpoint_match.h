@@ -21,9 +21,17 @@ namespace trainyard::engine {
 // INVALID_ARGUMENT otherwise, naming the checkpoint and what differs: the
 // model's sizes (model.gpt.*), else the first tensor whose shape differs
 // from `parameters`' (this job's model), else the parts of the spec the
-// fingerprint covers. Errors listing the dir are returned as they are.
+// fingerprint covers. Also INVALID_ARGUMENT when it was written by a run of
+// another number of data-parallel ranks than `world_size`: every rank holds
+// the whole AdamW state and the data cursor counts examples, so such a
+// resume would run, but on a global batch (micro_batch x grad_accum x
+// ranks) other than the one the run so far trained with, silently; a run
+// that means to change it warm-starts from the checkpoint instead.
+// Checkpoints written before the rank count was kept pass. Errors listing
+// the dir are returned as they are.
 absl::Status CheckCheckpointMatchesSpec(
-    const EngineJob& job, const std::vector<Parameter>& parameters);
+    const EngineJob& job, const std::vector<Parameter>& parameters,
+    int world_size);
 
 }  // namespace trainyard::engine
 

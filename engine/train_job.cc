@@ -544,7 +544,8 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
   }
   // Before the trainer: a checkpoint of another spec is refused as the
   // spec's mistake, naming what differs, not found out when the run starts.
-  RETURN_IF_ERROR(CheckCheckpointMatchesSpec(job, t->model_->parameters()));
+  RETURN_IF_ERROR(
+      CheckCheckpointMatchesSpec(job, t->model_->parameters(), world));
   ASSIGN_OR_RETURN(t->loader_,
                    ShuffledLoader::Create(t->train_.get(), loader_options));
   ASSIGN_OR_RETURN(

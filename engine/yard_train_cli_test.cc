@@ -15,6 +15,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -634,4 +635,41 @@ TEST_F(YardTrainCliTest, CheckpointOfAnotherModelExitsTwoNamingTheDifference) {
       absl::StrContains(wider.last_stderr_line(),
                         "fc0.weight has shape [8, 784] there, [16, 784]"))
       << wider.stderr_text;
+}
+
+// The checkpoint of two ranks holds the whole AdamW state, so one rank
+// could go on from it, but on half the global batch: refused (exit 2),
+// saying how to go on.
+TEST_F(YardTrainCliTest, ResumeWithAnotherWorldSizeExitsTwo) {
+  std::vector<std::string> args = Args(WriteSpec(2));
+  std::vector<std::string> rank0 = args, rank1 = args;
+  for (auto* a : {&rank0, &rank1}) {
+    a->insert(a->end(), {"--world-size", "2", "--rendezvous",
+                         dir_ + "/rendezvous", "--rank"});
+  }
+  rank0.push_back("0");
+  rank1.push_back("1");
+  fs::create_directories(dir_ + "/r1");
+  Result second;
+  std::thread other([&] { second = RunYardTrain(rank1, dir_ + "/r1"); });
+  Result first = RunYardTrain(rank0, dir_);
+  other.join();
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  ASSERT_EQ(second.exit_code, 0) << second.stderr_text;
+  ASSERT_TRUE(fs::exists(dir_ + "/ck/step-00000002/meta.json"));
+
+  Result alone = RunYardTrain(args, dir_);
+  EXPECT_EQ(alone.exit_code, 2) << alone.stderr_text;
+  EXPECT_TRUE(absl::StrContains(alone.last_stderr_line(),
+                                "was written by a run of 2 data-parallel ranks "
+                                "(a global batch of 32 examples), this one has "
+                                "1 (16)"))
+      << alone.stderr_text;
+  EXPECT_TRUE(alone.stdout_lines.empty());
+  // The same two ranks resume (and at the last step, finish at once).
+  std::thread again([&] { second = RunYardTrain(rank1, dir_ + "/r1"); });
+  first = RunYardTrain(rank0, dir_);
+  again.join();
+  EXPECT_EQ(first.exit_code, 0) << first.stderr_text;
+  EXPECT_EQ(second.exit_code, 0) << second.stderr_text;
 }

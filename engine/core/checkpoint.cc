@@ -64,6 +64,7 @@ std::string MetaJson(const Checkpoint& ckpt,
                 {"bytes", Json::Int(file.bytes)},
                 {"crc32", Json::String(absl::StrFormat("%08x", file.crc32))}}));
   if (m.model.type() != Json::Type::kNull) meta.Set("model", m.model);
+  if (m.world_size > 0) meta.Set("world_size", Json::Int(m.world_size));
   if (m.tokenizer.type() != Json::Type::kNull) {
     meta.Set("tokenizer", m.tokenizer);
   }
@@ -178,6 +179,13 @@ absl::StatusOr<ParsedMeta> ParseMeta(absl::string_view text) {
   ASSIGN_OR_RETURN(const Json* crc, RequireField(*file, "crc32"));
   ASSIGN_OR_RETURN(out.file_crc, crc->AsString("tensors_file.crc32"));
   if (const Json* model = j.Find("model")) out.meta.model = *model;
+  if (const Json* world = j.Find("world_size")) {
+    ASSIGN_OR_RETURN(out.meta.world_size, world->AsInt("world_size"));
+    if (out.meta.world_size < 1) {
+      return absl::DataLossError(
+          absl::StrCat("world_size ", out.meta.world_size, " is below 1"));
+    }
+  }
   if (const Json* tok = j.Find("tokenizer")) out.meta.tokenizer = *tok;
   if (const Json* es = j.Find("early_stopping")) {
     EarlyStoppingState state;

@@ -80,6 +80,10 @@ struct CheckpointMeta {
   std::optional<EarlyStoppingState> early_stopping;
   // Absent in checkpoints written before it was kept.
   std::optional<StepFigures> figures;
+  // The data-parallel ranks of the run that wrote it (their global batch is
+  // micro_batch x grad_accum x world_size); 0 in checkpoints written before
+  // it was kept.
+  int64_t world_size = 0;
 };
 
 struct Checkpoint {

@@ -468,6 +468,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
     figures.eval_examples = last_eval_.examples;
   }
   ckpt.meta.figures = figures;
+  ckpt.meta.world_size = world_size();
   ckpt.tensors = StateTensors();
   RETURN_IF_ERROR(backend_->Synchronize());
   ASSIGN_OR_RETURN(std::string path,
