@@ -140,8 +140,14 @@ absl::Status CheckCheckpointMatchesSpec(
         found->path));
   }
   std::string what = GptSizesDiffer(found->meta.model, job.gpt, job.is_gpt);
-  if (what.empty()) what = TensorsDiffer(found->json, parameters);
-  if (what.empty()) {
+  if (what.empty() && !parameters.empty()) {
+    what = TensorsDiffer(found->json, parameters);
+  }
+  if (what.empty() && parameters.empty()) {
+    what = absl::StrCat("it was written for another spec (fingerprint ",
+                        found->meta.fingerprint, " there, ", t.fingerprint,
+                        " here)");
+  } else if (what.empty()) {
     what = absl::StrCat(
         "the model's shape agrees, but its data, optimizer, batch, steps, "
         "precision, seed or warm_start differ (spec fingerprint ",

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/field_errors.h"
 #include "common/log.h"
 #include "common/read_file.h"
@@ -31,6 +32,7 @@
 #include "engine/data/mnist.h"
 #include "engine/data/token_data.h"
 #include "engine/gpt_tools.h"
+#include "engine/host_memory.h"
 
 namespace trainyard::engine {
 namespace {
@@ -118,6 +120,8 @@ absl::Status LoadShards(const TokenFiles& files, int64_t vocab_size,
   return absl::OkStatus();
 }
 
+}  // namespace
+
 // Weights trained elsewhere that replace the fresh initialization: a
 // Hugging Face folder (model.gpt.init_from) or a checkpoint (warm_start).
 struct StartingWeights {
@@ -127,6 +131,43 @@ struct StartingWeights {
   std::optional<HfGpt2> gpt;
   std::vector<HostTensor> tensors;  // an MLP checkpoint's
 };
+
+namespace {
+
+std::string Bytes(int64_t n) {
+  return n >= (int64_t{1} << 30)
+             ? absl::StrFormat("%.1f GiB", static_cast<double>(n) / (1 << 30))
+             : absl::StrFormat("%.1f MiB", static_cast<double>(n) / (1 << 20));
+}
+
+// A CPU job whose memory estimate is above what the host has free is
+// refused before anything is loaded: it would thrash, or be killed by the
+// kernel hours in. Returns the figures, for a dry run's report; "" when the
+// host tells nothing to check against.
+absl::StatusOr<std::string> CheckHostMemory(const EngineJob& job) {
+  const MemoryEstimate need =
+      job.is_gpt
+          ? EstimateGptMemory(job.gpt, job.trainer.micro_batch, job.threads,
+                              DeviceKind::kCpu, job.activation_dtype)
+          : EstimateMlpMemory(job.mlp, job.trainer.micro_batch, job.threads,
+                              DeviceKind::kCpu, job.activation_dtype);
+  absl::StatusOr<HostMemory> have = AvailableHostMemory();
+  if (absl::IsNotFound(have.status())) return std::string();
+  if (!have.ok()) return have.status();
+  const std::string figures =
+      absl::StrCat("memory estimate ", Bytes(need.total()), ", ",
+                   Bytes(have->available), " available (", have->source, ")");
+  if (need.total() > have->available) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory: the job needs more host memory than is available: ", figures,
+        "; the estimate is weights ", Bytes(need.weights), ", gradients ",
+        Bytes(need.gradients), ", AdamW state ", Bytes(need.optimizer),
+        ", activations of batch.micro_batch ", job.trainer.micro_batch, " ",
+        Bytes(need.activations), ", other ",
+        Bytes(need.workspace + need.overhead)));
+  }
+  return figures;
+}
 
 absl::StatusOr<std::optional<StartingWeights>> ReadStartingWeights(
     const EngineJob& job) {
@@ -485,31 +526,74 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateGpuCollective(
 
 }  // namespace
 
+absl::StatusOr<std::string> TrainJob::LoadInputs(
+    const EngineJob& job, std::optional<StartingWeights>* init) {
+  std::string memory;
+  if (job.gpus == 0) {
+    ASSIGN_OR_RETURN(memory, CheckHostMemory(job));
+  }
+  ASSIGN_OR_RETURN(*init, ReadStartingWeights(job));
+  if (init->has_value()) RETURN_IF_ERROR(CheckStartingVocabulary(job, **init));
+  if (init->has_value() && (*init)->gpt.has_value() &&
+      (*init)->gpt->tokenizer.type() != Json::Type::kNull) {
+    absl::StatusOr<Tokenizer> tok =
+        Tokenizer::FromJson((*init)->gpt->tokenizer);
+    if (!tok.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat((*init)->source, ": ", tok.status().message()));
+    }
+    tokenizer_ = *std::move(tok);
+    tokenizer_source_ = (*init)->source;
+  }
+  RETURN_IF_ERROR(job.is_gpt ? LoadTokenData(job) : LoadMnistData(job));
+  // Trainer::Create's check, made here for a dry run too.
+  if ((job.trainer.early_stop_patience > 0 ||
+       job.trainer.checkpoint.keep_best) &&
+      eval_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "trainer: early stopping and keep_best need an evaluation set");
+  }
+  return memory;
+}
+
+absl::StatusOr<std::string> TrainJob::DryRun(const EngineJob& job,
+                                             int world_size) {
+  std::unique_ptr<TrainJob> t(new TrainJob());
+  std::optional<StartingWeights> init;
+  ASSIGN_OR_RETURN(std::string memory, t->LoadInputs(job, &init));
+  std::vector<Parameter> parameters;
+  if (job.gpus == 0) {
+    // The model's tensors, for naming one a checkpoint holds in another
+    // shape; its memory was found to fit above.
+    ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, nullptr, 0));
+    if (job.is_gpt) {
+      ASSIGN_OR_RETURN(t->model_,
+                       GptModel::Create(job.gpt, job.trainer.micro_batch,
+                                        t->backend_.get()));
+    } else {
+      ASSIGN_OR_RETURN(t->model_,
+                       MlpModel::Create(job.mlp, job.trainer.micro_batch,
+                                        t->backend_.get()));
+    }
+    parameters = t->model_->parameters();
+  }
+  RETURN_IF_ERROR(CheckCheckpointMatchesSpec(job, parameters, world_size));
+  return absl::StrCat("dry run: the job would start: ", t->train_->size(),
+                      job.is_gpt ? " training windows" : " training examples",
+                      ", ", t->eval_ == nullptr ? 0 : t->eval_->size(),
+                      " for evaluation",
+                      memory.empty() ? "" : absl::StrCat("; ", memory));
+}
+
 absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
     const EngineJob& job, TrainerEventSink* sink, SocketCollective* ranks,
     int cuda_device) {
   std::unique_ptr<TrainJob> t(new TrainJob());
   TrainerConfig trainer_config = job.trainer;
-  ASSIGN_OR_RETURN(std::optional<StartingWeights> init,
-                   ReadStartingWeights(job));
-  if (init.has_value()) RETURN_IF_ERROR(CheckStartingVocabulary(job, *init));
-  if (init.has_value() && init->gpt.has_value() &&
-      init->gpt->tokenizer.type() != Json::Type::kNull) {
-    absl::StatusOr<Tokenizer> tok = Tokenizer::FromJson(init->gpt->tokenizer);
-    if (!tok.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(init->source, ": ", tok.status().message()));
-    }
-    t->tokenizer_ = *std::move(tok);
-    t->tokenizer_source_ = init->source;
-  }
-  if (job.is_gpt) {
-    RETURN_IF_ERROR(t->LoadTokenData(job));
-    if (t->tokenizer_.has_value()) {
-      trainer_config.tokenizer = t->tokenizer_->ToJson();
-    }
-  } else {
-    RETURN_IF_ERROR(t->LoadMnistData(job));
+  std::optional<StartingWeights> init;
+  RETURN_IF_ERROR(t->LoadInputs(job, &init).status());
+  if (t->tokenizer_.has_value()) {
+    trainer_config.tokenizer = t->tokenizer_->ToJson();
   }
   ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, ranks, cuda_device));
   Collective* collective = ranks;

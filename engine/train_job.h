@@ -27,6 +27,8 @@
 
 namespace trainyard::engine {
 
+struct StartingWeights;  // train_job.cc
+
 class TrainJob {
  public:
   // Errors: INVALID_ARGUMENT (message starts with the spec field) when the
@@ -42,6 +44,16 @@ class TrainJob {
   static absl::StatusOr<std::unique_ptr<TrainJob>> Create(
       const EngineJob& job, TrainerEventSink* sink,
       SocketCollective* ranks = nullptr, int cuda_device = 0);
+
+  // The checks Create makes before training, without training or joining
+  // other ranks: the spec against the data (sizes, vocabulary), the starting
+  // weights, a CPU job's memory estimate against the host's available
+  // memory (see host_memory.h), and the checkpoint dir's newest checkpoint
+  // against the spec and `world_size` (checkpoint_match.h; a GPU job's
+  // tensors are not compared, as no GPU is taken). Returns one line saying
+  // what was found; Create's errors otherwise.
+  static absl::StatusOr<std::string> DryRun(const EngineJob& job,
+                                            int world_size);
 
   // Trains to the end (resuming from the job's checkpoint dir when it holds
   // a checkpoint) or until *stop turns true.
@@ -60,6 +72,11 @@ class TrainJob {
 
  private:
   TrainJob() = default;
+  // The host memory check, the starting weights (into *init) and the data;
+  // returns the memory figures (memory estimate and available), "" when
+  // none were checked.
+  absl::StatusOr<std::string> LoadInputs(const EngineJob& job,
+                                         std::optional<StartingWeights>* init);
   absl::Status LoadMnistData(const EngineJob& job);
   absl::Status LoadTokenData(const EngineJob& job);
   absl::Status LoadText(const TextFiles& files, const GptConfig& gpt,

@@ -5,7 +5,7 @@
 //                            [--threads N] [--progress text|json]
 //                            [--rank R --world-size N --rendezvous FILE
 //                             [--rendezvous-host ADDR]] [--device D]
-//                            [--allreduce-bucket-mb MB]
+//                            [--allreduce-bucket-mb MB] [--dry-run]
 //   yard-train sample CHECKPOINT_DIR [--tokens N] [--temperature T]
 //                     [--top-k K] [--seed S] [--prompt TEXT] [--threads N]
 //   yard-train export CHECKPOINT_DIR OUT_DIR
@@ -61,6 +61,7 @@ constexpr char kSynopsis[] =
     "                                 [--rendezvous-host ADDR]] [--device D]\n"
     "                                [--allreduce-bucket-mb MB] [--lease-fd "
     "FD]\n"
+    "                                [--dry-run]\n"
     "       yard-train sample CHECKPOINT_DIR [--tokens N] [--temperature T]\n"
     "                         [--top-k K] [--seed S] [--prompt TEXT]\n"
     "                         [--threads N]\n"
@@ -102,6 +103,13 @@ constexpr char kHelp[] =
     "                        none); past them with no new line, the run stops\n"
     "                        at once (exit 4): the worker was cut off and the\n"
     "                        server starts the job elsewhere\n"
+    "  --dry-run             check, do not train: the spec, its data (sizes\n"
+    "                        included), the starting weights, a CPU job's\n"
+    "                        memory estimate against the host's available\n"
+    "                        memory, and the checkpoint dir's checkpoint\n"
+    "                        against the spec and --world-size; exit 0 and\n"
+    "                        one line on stdout, or what the run would\n"
+    "                        exit with before training\n"
     "\n"
     "Exit codes: 0 finished, 1 runtime error, 2 usage or invalid spec (a\n"
     "checkpoint in the checkpoint dir written for another spec too),\n"
@@ -142,6 +150,7 @@ struct Args {
   int device = 0;
   int64_t bucket_mb = -1;  // -1: the trainer's default
   int lease_fd = -1;       // -1: no lease to watch
+  bool dry_run = false;
 };
 
 // A flag taking a value, and how the value lands in the arguments T: the
@@ -275,7 +284,16 @@ std::string ParseArgs(const std::vector<std::string>& argv, Args* args) {
                             : absl::StrCat("unknown command '", argv[0], "'"),
                         " (run, sample or export; see yard-train --help)");
   }
-  if (std::string error = ParseFlags<Args>(argv, kRunFlags, args, "SPEC_FILE",
+  // The one flag without a value.
+  std::vector<std::string> rest;
+  for (const std::string& a : argv) {
+    if (a == "--dry-run") {
+      args->dry_run = true;
+    } else {
+      rest.push_back(a);
+    }
+  }
+  if (std::string error = ParseFlags<Args>(rest, kRunFlags, args, "SPEC_FILE",
                                            &args->spec_file);
       !error.empty()) {
     return error;
@@ -475,6 +493,23 @@ absl::StatusOr<EngineJob> LoadJob(const Args& args) {
   return EngineJobFromSpec(full, options);
 }
 
+// --dry-run: what would refuse the run before training (exit 2 as the run
+// would), or one line on stdout saying what it found.
+int DryRunMain(const Args& args) {
+  absl::StatusOr<EngineJob> job = LoadJob(args);
+  if (!job.ok()) return Fail(kExitUsage, job.status().message());
+  absl::StatusOr<std::string> found =
+      TrainJob::DryRun(*job, args.ranks.world_size);
+  if (!found.ok()) {
+    const bool spec_error =
+        found.status().code() == absl::StatusCode::kInvalidArgument;
+    return Fail(spec_error ? kExitUsage : kExitRuntime,
+                found.status().message());
+  }
+  std::cout << *found << std::endl;
+  return kExitOk;
+}
+
 int Main(const std::vector<std::string>& argv) {
   // Help wherever it is asked for: `yard-train --help`, `yard-train help`,
   // `yard-train run --help`, `yard-train sample DIR -h`.
@@ -493,6 +528,7 @@ int Main(const std::vector<std::string>& argv) {
   if (std::string error = ParseArgs(argv, &args); !error.empty()) {
     return Fail(kExitUsage, error);
   }
+  if (args.dry_run) return DryRunMain(args);
   // From here on a stop request is honoured: a signal during setup stops
   // the run before its first step, after a checkpoint.
   InstallSignalHandlers();

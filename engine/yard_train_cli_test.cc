@@ -673,3 +673,60 @@ TEST_F(YardTrainCliTest, ResumeWithAnotherWorldSizeExitsTwo) {
   EXPECT_EQ(first.exit_code, 0) << first.stderr_text;
   EXPECT_EQ(second.exit_code, 0) << second.stderr_text;
 }
+
+// A CPU job whose memory estimate is above the host's available memory is
+// refused at start (exit 2) with both figures, by --dry-run too; the
+// override stands in for a small host.
+TEST_F(YardTrainCliTest, ModelTooBigForTheHostExitsTwoWithTheFigures) {
+  const std::vector<std::string> args = Args(WriteSpec(2));
+  std::vector<std::string> dry = args;
+  dry.push_back("--dry-run");
+  Result fits = RunYardTrain(dry, dir_);
+  EXPECT_EQ(fits.exit_code, 0) << fits.stderr_text;
+  ASSERT_EQ(fits.stdout_lines.size(), 1u);
+  EXPECT_TRUE(
+      absl::StartsWith(fits.stdout_lines[0],
+                       "dry run: the job would start: 9500 training "
+                       "examples, 500 for evaluation; memory estimate "))
+      << fits.stdout_lines[0];
+  EXPECT_FALSE(fs::exists(dir_ + "/ck"));
+
+  setenv("YARD_HOST_MEMORY_BYTES", "1048576", 1);
+  Result run = RunYardTrain(args, dir_);
+  Result checked = RunYardTrain(dry, dir_);
+  unsetenv("YARD_HOST_MEMORY_BYTES");
+  for (const Result* r : {&run, &checked}) {
+    EXPECT_EQ(r->exit_code, 2) << r->stderr_text;
+    EXPECT_TRUE(absl::StartsWith(
+        r->last_stderr_line(),
+        "yard-train: memory: the job needs more host memory than is "
+        "available: memory estimate 65."))
+        << r->stderr_text;
+    EXPECT_TRUE(absl::StrContains(r->last_stderr_line(),
+                                  " MiB, 1.0 MiB available "
+                                  "(YARD_HOST_MEMORY_BYTES); the estimate is "
+                                  "weights "))
+        << r->stderr_text;
+    EXPECT_TRUE(r->stdout_lines.empty());
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/ck"));
+}
+
+// --dry-run makes the run's own data checks: what fails the run before
+// training fails the dry run the same way.
+TEST_F(YardTrainCliTest, DryRunRefusesWhatTheRunRefuses) {
+  const std::string gpt = WriteTinyGptSpec(dir_, 2);
+  std::ofstream(dir_ + "/root/t.txt") << "so shaken\n";
+  std::vector<std::string> args = {
+      "run",       gpt, "--data-root", dir_ + "/root", "--checkpoint-dir",
+      dir_ + "/ck"};
+  Result run = RunYardTrain(args, dir_);
+  args.push_back("--dry-run");
+  Result dry = RunYardTrain(args, dir_);
+  for (const Result* r : {&run, &dry}) {
+    EXPECT_EQ(r->exit_code, 2) << r->stderr_text;
+    EXPECT_EQ(r->last_stderr_line(),
+              "yard-train: data.text.train: 9 training tokens are fewer than "
+              "model.gpt.seq_len + 1 (17)");
+  }
+}
