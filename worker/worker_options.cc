@@ -52,12 +52,22 @@ absl::Status SetFlag(WorkerFlags& flags, const std::string& name,
   } else if (name == "train-bin") {
     flags.train_bin = value;
   } else if (name == "rank-address") {
-    in_addr parsed;
-    if (inet_pton(AF_INET, value.c_str(), &parsed) != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--rank-address must be an IPv4 address, got \"", value, "\""));
+    // A literal, not a hostname: rank 0 binds to it, so it must be one
+    // address of this node, and a name may resolve to another one (or to
+    // several) on the other workers. IPv6 may come in brackets, as in URLs.
+    std::string host = value;
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
     }
-    flags.rank_address = value;
+    in6_addr parsed;
+    if (inet_pton(AF_INET, host.c_str(), &parsed) != 1 &&
+        inet_pton(AF_INET6, host.c_str(), &parsed) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rank-address must be an IPv4 or IPv6 address of this node (not "
+          "a hostname), got \"",
+          value, "\""));
+    }
+    flags.rank_address = host;
   } else if (name == "cpu-slots") {
     absl::StatusOr<int> n = ParseIntFlag(name, value, 0, 1024);
     if (!n.ok()) return n.status();
@@ -141,10 +151,10 @@ Runs the training jobs the Trainyard server assigns to this node.
   --data-root DIR         root of the jobs' data paths (default: current dir)
   --name ID               worker id (default: generated, kept in WORK_DIR/worker_id)
   --train-bin PATH        the yard-train executable (default: beside yard-worker)
-  --rank-address IPV4     where rank 0 of a job spread over several workers
-                          listens for its other ranks: an address of this
-                          node the other workers reach (default 127.0.0.1,
-                          a one-machine cluster)
+  --rank-address ADDR     where rank 0 of a job spread over several workers
+                          listens for its other ranks: an IPv4 or IPv6
+                          address of this node the other workers reach
+                          (default 127.0.0.1, a one-machine cluster)
   --shutdown-grace-ms N   on SIGTERM, how long jobs get to checkpoint (default 30000)
   --keep-attempt-dirs N   ended attempts whose directory (spec and a copy of
                           the log) stays in WORK_DIR/jobs, the most recent

@@ -26,8 +26,9 @@ struct WorkerFlags {
   std::string data_root;  // empty: the current directory
   std::string name;       // the worker id; empty: WORK_DIR/worker_id
   std::string train_bin;  // empty: yard-train beside our own executable
-  // The IPv4 address on which a job's rank 0 here waits for its ranks on
-  // other workers (a job spread over several); it must reach this node.
+  // The IPv4 or IPv6 address (no brackets) on which a job's rank 0 here waits
+  // for its ranks on other workers (a job spread over several); it must reach
+  // this node.
   std::string rank_address = "127.0.0.1";
   // SIGTERM to the worker: how long its jobs get to checkpoint and exit.
   absl::Duration shutdown_grace = absl::Seconds(30);

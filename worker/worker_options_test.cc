@@ -67,6 +67,23 @@ TEST(ParseWorkerFlagsTest, ServerFromEnvironment) {
   EXPECT_EQ(explicit_flag->server, "h:1");
 }
 
+// IPv6 as well as IPv4, bare or in brackets; kept bare, as yard-train's
+// --rendezvous-host takes it.
+TEST(ParseWorkerFlagsTest, RankAddressTakesIpv4AndIpv6) {
+  for (const auto& [given, kept] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"10.0.0.5", "10.0.0.5"},
+           {"::1", "::1"},
+           {"fd00::5", "fd00::5"},
+           {"[fd00::5]", "fd00::5"},
+           {"::ffff:10.0.0.5", "::ffff:10.0.0.5"}}) {
+    auto flags =
+        Parse({"--server=h:1", "--work-dir=w", "--rank-address", given});
+    ASSERT_TRUE(flags.ok()) << given << ": " << flags.status();
+    EXPECT_EQ(flags->rank_address, kept);
+  }
+}
+
 TEST(ParseWorkerFlagsTest, Help) {
   auto flags = Parse({"--help"});
   ASSERT_TRUE(flags.ok());
@@ -105,6 +122,12 @@ TEST(ParseWorkerFlagsTest, BadInputsNameTheFlag) {
       {{"--server=h:1", "--work-dir=w", "extra"},
        "unexpected argument \"extra\""},
       {{"--server=h:1", "--work-dir=w", "--"}, "unexpected argument \"--\""},
+      {{"--server=h:1", "--work-dir=w", "--rank-address=node-a"},
+       "--rank-address must be an IPv4 or IPv6 address of this node (not a "
+       "hostname), got \"node-a\""},
+      {{"--server=h:1", "--work-dir=w", "--rank-address=[::1]:7000"},
+       "got \"[::1]:7000\""},
+      {{"--server=h:1", "--work-dir=w", "--rank-address=::g"}, "got \"::g\""},
   };
   for (const Case& c : cases) {
     auto flags = Parse(c.args);

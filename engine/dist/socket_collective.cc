@@ -149,6 +149,13 @@ struct Address {
   std::string nonce;
 };
 
+// "10.0.0.5:4000", "[fd00::5]:4000".
+std::string HostPort(const Address& a) {
+  return a.host.find(':') == std::string::npos
+             ? absl::StrCat(a.host, ":", a.port)
+             : absl::StrCat("[", a.host, "]:", a.port);
+}
+
 std::optional<Address> ReadAddress(const std::string& path) {
   absl::StatusOr<std::string> text = ReadWholeFile(path, 4096);
   if (!text.ok()) return std::nullopt;
@@ -239,29 +246,40 @@ void SocketCollective::ShutDownSockets() {
 absl::Status SocketCollective::ServeRendezvous(
     const SocketCollectiveOptions& options) {
   peers_.assign(world_size_, -1);
-  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listener < 0) return absl::InternalError(Errno("socket"));
-  absl::Cleanup close_listener = [listener] { close(listener); };
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  if (inet_pton(AF_INET, options.listen_host.c_str(), &addr.sin_addr) != 1) {
+  // An IPv4 or IPv6 literal (no hostname: rank 0 binds to it, so it must
+  // name one address of this node).
+  sockaddr_storage addr{};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  socklen_t len = 0;
+  if (inet_pton(AF_INET, options.listen_host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    len = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, options.listen_host.c_str(), &v6->sin6_addr) ==
+             1) {
+    v6->sin6_family = AF_INET6;
+    len = sizeof(*v6);
+  } else {
     return absl::InvalidArgumentError(
         absl::StrCat("rendezvous host \"", options.listen_host,
-                     "\" is not an IPv4 address"));
+                     "\" is not an IPv4 or IPv6 address"));
   }
-  socklen_t len = sizeof(addr);
+  const int listener = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener < 0) return absl::InternalError(Errno("socket"));
+  absl::Cleanup close_listener = [listener] { close(listener); };
   if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
       listen(listener, world_size_) != 0 ||
       getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     return absl::UnavailableError(
         Errno(absl::StrCat("listening on ", options.listen_host)));
   }
+  const int port =
+      ntohs(addr.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
   const std::string nonce = NewNonce();
   const std::string temp = options.rendezvous_file + ".tmp";
+  // "host port nonce": the host needs no brackets, the port is its own word.
   RETURN_IF_ERROR(WriteFileDurably(
-      temp, absl::StrCat(options.listen_host, " ", ntohs(addr.sin_port), " ",
-                         nonce, "\n")));
+      temp, absl::StrCat(options.listen_host, " ", port, " ", nonce, "\n")));
   if (rename(temp.c_str(), options.rendezvous_file.c_str()) != 0) {
     return absl::InternalError(Errno(absl::StrCat("renaming ", temp)));
   }
@@ -334,11 +352,11 @@ absl::Status SocketCollective::JoinRendezvous(
         return absl::OkStatus();
       }
       close(fd);
-      last_problem = absl::StrCat("rank 0 at ", address->host, ":",
-                                  address->port, " turned this rank away");
+      last_problem = absl::StrCat("rank 0 at ", HostPort(*address),
+                                  " turned this rank away");
     } else if (address) {
-      last_problem = absl::StrCat("cannot connect to rank 0 at ", address->host,
-                                  ":", address->port);
+      last_problem =
+          absl::StrCat("cannot connect to rank 0 at ", HostPort(*address));
     }
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(kRetryPeriod));
   }

@@ -45,7 +45,8 @@ struct SocketCollectiveOptions {
   // A path every rank can read and rank 0 can write: the same file on a
   // shared directory when ranks run on several machines.
   std::string rendezvous_file;
-  // The address rank 0 listens on and publishes; the other ranks connect to
+  // The address rank 0 listens on and publishes, an IPv4 or IPv6 literal
+  // without brackets ("10.0.0.5", "fd00::5"); the other ranks connect to
   // it. Loopback suits ranks on one machine.
   std::string listen_host = "127.0.0.1";
   // How long Connect waits for every rank to be there.

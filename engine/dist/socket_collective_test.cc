@@ -77,6 +77,29 @@ TEST(SocketCollectiveTest, SumsInRankOrderAndEveryRankGetsTheSameBits) {
   EXPECT_EQ(b[0][999], 3.0f * 999);
 }
 
+// Rank 0 listens on an IPv6 address as well: here the loopback.
+TEST(SocketCollectiveTest, RanksMeetOverIpv6) {
+  const std::string dir = FreshDir("ipv6");
+  std::vector<float> x(2);
+  std::vector<absl::Status> status(2);
+  OnEveryRank(2, [&](int r) {
+    SocketCollectiveOptions o = Options(dir, r, 2);
+    o.listen_host = "::1";
+    auto c = SocketCollective::Connect(o);
+    if (!c.ok()) {
+      status[r] = c.status();
+      return;
+    }
+    x[r] = static_cast<float>(r + 1);
+    const FloatSpan span{&x[r], 1};
+    status[r] = (*c)->AllReduceSum({&span, 1});
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    EXPECT_EQ(x[r], 3.0f);
+  }
+}
+
 TEST(SocketCollectiveTest, OneRankNeedsNoRendezvous) {
   SocketCollectiveOptions o;
   auto c = SocketCollective::Connect(o);
@@ -103,7 +126,7 @@ TEST(SocketCollectiveTest, RefusesBadRanksAndMissingRendezvous) {
   o.rank = 0;
   o.listen_host = "not-an-address";
   EXPECT_THAT(SocketCollective::Connect(o).status().message(),
-              HasSubstr("is not an IPv4 address"));
+              HasSubstr("is not an IPv4 or IPv6 address"));
 }
 
 TEST(SocketCollectiveTest, AMissingRankTimesOutWithTheCount) {
