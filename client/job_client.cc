@@ -65,29 +65,12 @@ absl::Status Unreachable(grpc::Channel& channel, const std::string& server,
       channel.GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE
           ? LastConnectError(channel)
           : "";
-  const std::string lower = absl::AsciiStrToLower(why);  // for matching
   const std::string head =
       absl::StrCat("cannot reach yard-server at ", server, within);
-  if (absl::StrContains(lower, "certificate verify failed") ||
-      absl::StrContains(lower, "certificate_verify_failed")) {
-    return absl::UnavailableError(absl::StrCat(
-        head,
-        ": its TLS certificate does not verify with the CA of --tls-ca "
-        "(signed by another CA, expired or not yet valid: ",
-        why, ")"));
-  }
-  if (absl::StrContains(lower, "peer name")) {
-    return absl::UnavailableError(
-        absl::StrCat(head, ": its TLS certificate is not for that name (", why,
-                     "); --tls-server-name names the one it holds"));
-  }
-  if (tls && absl::StrContains(lower, "wrong version number")) {
-    return absl::UnavailableError(
-        absl::StrCat(head, ": it does not speak TLS (leave out --tls-ca)"));
-  }
-  if (!tls && absl::StrContains(lower, "socket closed")) {
-    return absl::UnavailableError(absl::StrCat(
-        head, ": it closed the connection (a TLS server? give --tls-ca)"));
+  // yard presents no client certificate.
+  const std::string hint = TlsFailureHint(why, tls, /*client_cert=*/false);
+  if (!hint.empty()) {
+    return absl::UnavailableError(absl::StrCat(head, ": ", why, "; ", hint));
   }
   return absl::UnavailableError(
       absl::StrCat(head, why.empty() ? "" : absl::StrCat(": ", why),

@@ -247,4 +247,33 @@ void AddBearerToken(grpc::ClientContext& context, const std::string& token) {
   if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
 }
 
+std::string TlsFailureHint(absl::string_view error, bool tls,
+                           bool client_cert) {
+  const std::string lower = absl::AsciiStrToLower(error);
+  if (absl::StrContains(lower, "certificate verify failed") ||
+      absl::StrContains(lower, "certificate_verify_failed")) {
+    return "its TLS certificate does not verify with the CA of --tls-ca "
+           "(signed by another CA, expired or not yet valid)";
+  }
+  if (absl::StrContains(lower, "peer name")) {
+    return "its TLS certificate is not for that name; --tls-server-name "
+           "names the one it holds";
+  }
+  if (tls && absl::StrContains(lower, "wrong version number")) {
+    return "it does not speak TLS (leave out --tls-ca)";
+  }
+  if (absl::StrContains(lower, "socket closed")) {
+    if (!tls) {
+      return "it closed the connection (a TLS server? give --tls-ca)";
+    }
+    // The handshake verified the server, which then hung up: it did not
+    // take the client's certificate.
+    if (client_cert) {
+      return "it closed the connection in the TLS handshake (does it "
+             "trust the CA that signed --tls-cert? its --tls-client-ca)";
+    }
+  }
+  return "";
+}
+
 }  // namespace trainyard

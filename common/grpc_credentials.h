@@ -54,6 +54,15 @@ MakeChannelCredentials(const ClientTlsFiles& files);
 void ApplyTlsChannelArgs(const ClientTlsFiles& files,
                          grpc::ChannelArguments& args);
 
+// Why a client's connection failed, in words that name the flag to fix,
+// from the error gRPC gave (a status message such as "failed to connect to
+// all addresses; last error: ...: Ssl handshake failed: ... certificate
+// verify failed"), so that a TLS handshake that failed is told apart from a
+// server that is not there. `tls`: the client speaks TLS; `client_cert`:
+// it presents a certificate (mTLS). Empty when the error is none of the
+// TLS failures it knows.
+std::string TlsFailureHint(absl::string_view error, bool tls, bool client_cert);
+
 // The whole of a small text file (PEM, token); `what` names it in errors.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           const std::string& what);

@@ -112,5 +112,39 @@ TEST_F(GrpcCredentialsTest, ACertificateNotValidYetIsRefused) {
   EXPECT_THAT(s.message(), HasSubstr("is not valid before"));
 }
 
+// The messages gRPC 1.51 (Debian 12) gave a worker in each case, verbatim.
+TEST(TlsFailureHintTest, NamesTheFlagToFix) {
+  constexpr char kHead[] =
+      "failed to connect to all addresses; last error: UNKNOWN: "
+      "ipv4:127.0.0.1:40167: ";
+  EXPECT_EQ(TlsFailureHint(absl::StrCat(kHead,
+                                        "Ssl handshake failed: SSL_ERROR_SSL: "
+                                        "error:0A000086:SSL routines::"
+                                        "certificate verify failed"),
+                           true, true),
+            "its TLS certificate does not verify with the CA of --tls-ca "
+            "(signed by another CA, expired or not yet valid)");
+  EXPECT_EQ(TlsFailureHint(absl::StrCat(kHead,
+                                        "Peer name other.example is not in "
+                                        "peer certificate"),
+                           true, false),
+            "its TLS certificate is not for that name; --tls-server-name names "
+            "the one it holds");
+  const std::string closed = absl::StrCat(kHead, "Socket closed");
+  EXPECT_EQ(TlsFailureHint(closed, false, false),
+            "it closed the connection (a TLS server? give --tls-ca)");
+  EXPECT_EQ(TlsFailureHint(closed, true, true),
+            "it closed the connection in the TLS handshake (does it trust "
+            "the CA that signed --tls-cert? its --tls-client-ca)");
+  EXPECT_EQ(TlsFailureHint(closed, true, false), "");
+  EXPECT_EQ(TlsFailureHint("Ssl handshake failed: WRONG_VERSION_NUMBER "
+                           "wrong version number",
+                           true, false),
+            "it does not speak TLS (leave out --tls-ca)");
+  EXPECT_EQ(
+      TlsFailureHint(absl::StrCat(kHead, "Connection refused"), true, true),
+      "");
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -942,6 +942,9 @@ TEST_F(SecurityTest, TlsAndWorkerMutualTls) {
                              return rogue->process().OutputTail().find(
                                         "cannot reach") != std::string::npos;
                            }));
+  EXPECT_THAT(rogue->process().OutputTail(),
+              HasSubstr("closed the connection in the TLS handshake (does it "
+                        "trust the CA that signed --tls-cert?"));
   v1::ListWorkersResponse workers;
   ASSERT_TRUE(cluster()
                   .ListWorkers(ContextWithTimeout().get(),

@@ -152,9 +152,12 @@ void ServerLink::Loop() {
                                     "certificate");
       } else if (!reported_failure) {
         reported_failure = true;
+        const std::string hint =
+            TlsFailureHint(status.message(), options_.tls.enabled(),
+                           !options_.tls.cert.empty());
         YARD_LOG(WARNING) << "cannot reach the server at "
                           << options_.server_address << ": " << status
-                          << "; retrying";
+                          << (hint.empty() ? "" : "; ") << hint << "; retrying";
       }
     }
     WaitBackoff(backoff);
