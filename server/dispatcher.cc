@@ -7,9 +7,10 @@ namespace trainyard::server {
 
 bool Dispatcher::Preempt(const std::string& job_id,
                          const std::string& worker_id,
-                         const std::string& reason) {
+                         const std::string& reason,
+                         const PreemptedFor& for_job) {
   absl::StatusOr<JobRecord> record =
-      lifecycle_->Preempt(job_id, worker_id, reason);
+      lifecycle_->Preempt(job_id, worker_id, reason, for_job);
   if (!record.ok()) {
     // Already stopping (an earlier pass preempted it), or it moved on.
     if (!absl::IsFailedPrecondition(record.status())) {
@@ -36,7 +37,10 @@ void Dispatcher::CarryPreemptions(
             ? absl::StrCat("preempted by ", p.for_job_id)
             : absl::StrCat("preempted by ", p.for_job_id, " (priority ",
                            it->second.job.spec().priority(), ")");
-    if (Preempt(p.job_id, p.worker_id, reason)) ++counts.preempted;
+    if (Preempt(p.job_id, p.worker_id, reason,
+                PreemptedFor{p.for_job_id, p.room_on})) {
+      ++counts.preempted;
+    }
   }
 }
 

@@ -46,7 +46,7 @@ class Dispatcher {
   // RUNNING -> PREEMPTING, then tells every worker of its ranks. False when
   // the job is not running on worker_id (already stopping, or moved on).
   bool Preempt(const std::string& job_id, const std::string& worker_id,
-               const std::string& reason);
+               const std::string& reason, const PreemptedFor& for_job = {});
 
  private:
   void CarryPreemptions(const scheduler::Plan& plan,

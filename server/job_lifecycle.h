@@ -86,6 +86,13 @@ enum class ReportOutcome {
   kStale,    // not the current attempt (or unknown job): stop it
 };
 
+// The waiting job a preemption makes room for and the workers held for it
+// (Job.preempted_for, preempted_room_on).
+struct PreemptedFor {
+  std::string job_id;
+  std::vector<std::string> room_on;
+};
+
 class JobLifecycle {
  public:
   JobLifecycle(JobStore* store, WorkerRegistry* workers, Clock* clock,
@@ -166,13 +173,15 @@ class JobLifecycle {
                              const std::string& reason,
                              absl::Time ended = absl::InfiniteFuture());
   // RUNNING -> PREEMPTING on worker_id, `reason` naming the job it makes
-  // room for. FAILED_PRECONDITION when the job is not RUNNING there (it
+  // room for, `for_job` recording it (Job.preempted_for; none for a
+  // drain's). FAILED_PRECONDITION when the job is not RUNNING there (it
   // moved on, is already stopping, or a cancel is pending): nothing to do.
   // Its exit then makes it QUEUED; it resumes from its checkpoint
   // (job_preemption.cc).
   absl::StatusOr<JobRecord> Preempt(const std::string& job_id,
                                     const std::string& worker_id,
-                                    const std::string& reason);
+                                    const std::string& reason,
+                                    const PreemptedFor& for_job = {});
   // The Preempt message for a PREEMPTING job.
   v1::ServerMessage PreemptFor(const JobRecord& record) const;
   // Records that every job the job depends on has SUCCEEDED

@@ -13,7 +13,8 @@ namespace trainyard::server {
 
 absl::StatusOr<JobRecord> JobLifecycle::Preempt(const std::string& job_id,
                                                 const std::string& worker_id,
-                                                const std::string& reason) {
+                                                const std::string& reason,
+                                                const PreemptedFor& for_job) {
   ASSIGN_OR_RETURN(
       JobRecord record,
       store_->UpdateJob(
@@ -35,6 +36,10 @@ absl::StatusOr<JobRecord> JobLifecycle::Preempt(const std::string& job_id,
             ASSIGN_OR_RETURN(
                 *events.emplace_back().mutable_state_change(),
                 Transition(r.job, v1::PREEMPTING, reason, clock_->Now()));
+            r.job.set_preempted_for(for_job.job_id);
+            for (const std::string& w : for_job.room_on) {
+              r.job.add_preempted_room_on(w);
+            }
             return true;
           }));
   YARD_LOG(INFO) << "job " << job_id << " attempt " << record.job.attempt()

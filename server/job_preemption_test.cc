@@ -200,6 +200,42 @@ TEST_F(JobPreemptionTest, RoomOfTheFirstVictimIsHeldUntilTheLastHasStopped) {
   EXPECT_EQ(Job(low2).job.attempts_size(), 1);
 }
 
+// The hold outlives a server restart: the victims' records name the job
+// they stop for and the workers held for it.
+TEST_F(JobPreemptionTest, TheHoldIsRestoredAfterARestart) {
+  FakeWorker& w = Connect("w1", 2);
+  const std::string low1 = RunLowJob(w);
+  const std::string low2 = Submit(0);
+  Pass();
+  ASSERT_TRUE(w.Started(low2, 1).ok());
+  w.link->Take();
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec(/*priority=*/10);
+  req.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
+  absl::StatusOr<SubmitResult> submitted = lifecycle_->Submit(req);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string high = submitted->job.id();
+  Pass();
+  const v1::Job victim = Job(low2).job;
+  EXPECT_EQ(victim.state(), v1::PREEMPTING);
+  EXPECT_EQ(victim.preempted_for(), high);
+  EXPECT_THAT(victim.preempted_room_on(), ::testing::ElementsAre("w1"));
+
+  ASSERT_TRUE(Exit(w, low1, 3, 0).ok());
+  EXPECT_TRUE(Job(low1).job.preempted_for().empty()) << "cleared once stopped";
+  UsePreemptingLoop();  // a new server: nothing held in memory
+  Pass();
+  EXPECT_TRUE(w.Assignments().empty()) << "low1 must not take high's room";
+  EXPECT_THAT(Job(low1).job.state_reason(),
+              HasSubstr("worker w1 has room for it but is held for " + high));
+
+  ASSERT_TRUE(Exit(w, low2, 3, 0).ok());
+  Pass();
+  std::vector<v1::Assignment> a = w.Assignments();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].job_id(), high);
+}
+
 TEST_F(JobPreemptionTest, PreemptIsSentAgainWhenTheWorkerReattaches) {
   FakeWorker& w = Connect("w1", 1);
   const std::string low = RunLowJob(w);

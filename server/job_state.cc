@@ -93,7 +93,11 @@ absl::StatusOr<v1::StateChange> Transition(v1::Job& job, JobState to,
   }
   absl::Status s = CheckTransition(job.id(), job.state(), to);
   if (!s.ok()) return s;
-  if (to != v1::PREEMPTING) job.clear_suspend_reason();
+  if (to != v1::PREEMPTING) {
+    job.clear_suspend_reason();
+    job.clear_preempted_for();
+    job.clear_preempted_room_on();
+  }
   v1::StateChange change;
   change.set_from(job.state());
   change.set_to(to);

@@ -321,6 +321,25 @@ void NoteWorkersNotTakingJobs(const std::vector<WorkerStatus>& workers,
 
 }  // namespace
 
+void SchedulerLoop::RestoreHolds(const std::vector<JobRecord>& active) {
+  std::set<std::string> held;
+  for (const auto& [job, hold] : preemption_holds_) {
+    held.insert(hold.victims.begin(), hold.victims.end());
+  }
+  for (const JobRecord& r : active) {
+    if (r.job.state() != v1::PREEMPTING || r.job.preempted_for().empty() ||
+        held.contains(r.job.id())) {
+      continue;
+    }
+    PreemptionHold& hold = preemption_holds_[r.job.preempted_for()];
+    hold.victims.insert(r.job.id());
+    if (hold.room_on.empty()) {
+      hold.room_on.assign(r.job.preempted_room_on().begin(),
+                          r.job.preempted_room_on().end());
+    }
+  }
+}
+
 absl::Status SchedulerLoop::RunPass() {
   absl::MutexLock pass(&pass_mu_);
   // A pass that fails early must not leave a past deadline behind: the loop
@@ -377,6 +396,7 @@ absl::Status SchedulerLoop::RunPass() {
   for (const JobRecord& r : active) {
     if (r.job.state() == v1::PREEMPTING) preempting.insert(r.job.id());
   }
+  RestoreHolds(active);
   scheduler::PreemptionHolds holds;
   for (auto it = preemption_holds_.begin(); it != preemption_holds_.end();) {
     std::erase_if(it->second.victims, [&](const std::string& victim) {

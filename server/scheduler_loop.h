@@ -91,6 +91,10 @@ class SchedulerLoop {
   // at most every kAliveMarkEvery; a pass calls it while jobs hold
   // workers.
   void MarkAlive() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  // Puts each PREEMPTING job of `active` that no hold lists back into the
+  // one its record names (after a server restart).
+  void RestoreHolds(const std::vector<JobRecord>& active)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   std::vector<JobRecord> WithoutBackoffs(std::vector<JobRecord> queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   // The queued jobs whose dependencies (spec.depends_on) let them start:
@@ -136,8 +140,9 @@ class SchedulerLoop {
   absl::Time next_deadline_ ABSL_GUARDED_BY(pass_mu_) = absl::InfiniteFuture();
   // By waiting job: the jobs this server preempted for it that may still be
   // stopping, and the workers it is to run on, held for it while any of
-  // them stops (scheduler::PreemptionHolds). Kept in memory: after a server
-  // restart no room is held.
+  // them stops (scheduler::PreemptionHolds). A PREEMPTING job missing from
+  // every hold (the server restarted) is put back into the hold its record
+  // names (Job.preempted_for, preempted_room_on; RestoreHolds).
   struct PreemptionHold {
     std::set<std::string> victims;
     std::vector<std::string> room_on;
