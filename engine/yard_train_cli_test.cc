@@ -197,10 +197,16 @@ TEST_F(YardTrainCliTest, SecondSigtermStopsAtOnce) {
 TEST_F(YardTrainCliTest, SigtermCheckpointsExitsThreeAndResumes) {
   // Far more steps than can run before the signal lands.
   const std::string spec = WriteSpec(1'000'000);
-  auto term_after_progress = [](const std::string& line, pid_t pid) {
-    if (absl::StrContains(line, "\"progress\"")) kill(pid, SIGTERM);
+  // Once: progress lines already in the pipe must not send a second
+  // SIGTERM, which stops the run at once (SecondSigtermStopsAtOnce).
+  auto term_after_progress = [] {
+    return [sent = false](const std::string& line, pid_t pid) mutable {
+      if (sent || !absl::StrContains(line, "\"progress\"")) return;
+      sent = true;
+      kill(pid, SIGTERM);
+    };
   };
-  Result first = RunYardTrain(Args(spec), dir_, term_after_progress);
+  Result first = RunYardTrain(Args(spec), dir_, term_after_progress());
   ASSERT_EQ(first.exit_code, 3) << first.stderr_text;
   const auto interrupted = Parse(first.stdout_lines.back());
   ASSERT_TRUE(interrupted.has_interrupted()) << first.stdout_lines.back();
@@ -209,7 +215,7 @@ TEST_F(YardTrainCliTest, SigtermCheckpointsExitsThreeAndResumes) {
   EXPECT_TRUE(
       fs::exists(interrupted.interrupted().checkpoint_path() + "/meta.json"));
 
-  Result second = RunYardTrain(Args(spec), dir_, term_after_progress);
+  Result second = RunYardTrain(Args(spec), dir_, term_after_progress());
   ASSERT_EQ(second.exit_code, 3) << second.stderr_text;
   const auto started = Parse(second.stdout_lines.front());
   ASSERT_TRUE(started.has_started());
