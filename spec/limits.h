@@ -65,6 +65,10 @@ inline constexpr int64_t kMaxHoldout = 10'000'000;  // MNIST examples
 inline constexpr int64_t kMaxGpus = 1'024;
 inline constexpr int64_t kMaxCpuThreads = 256;
 inline constexpr int64_t kMaxCpuRanks = 64;
+// resources.gpu_models: entries, and bytes per entry (NVML names are at
+// most 96 bytes; a model worth naming is far shorter).
+inline constexpr int kMaxGpuModels = 16;
+inline constexpr int64_t kMaxGpuModelLength = 64;
 
 // The largest products computed from accepted sizes stay far below 2^63:
 // a GPT's weights (layers x 12 d^2), its attention scores for a micro-batch

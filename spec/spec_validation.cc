@@ -424,6 +424,35 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   CheckConcurrency(spec, p);
 }
 
+// Entries are matched against NVML names as substrings without regard to
+// case (scheduler/gpu_models.h): an empty one would match every GPU, and
+// a control character or non-ASCII byte no NVML name has.
+void CheckGpuModels(const trainyard::v1::Resources& r, Problems* p) {
+  if (r.gpu_models_size() == 0) return;
+  if (r.gpus() == 0) {
+    p->Add("resources.gpu_models", "needs a GPU (resources.gpus >= 1)");
+  }
+  if (r.gpu_models_size() > kMaxGpuModels) {
+    p->Add("resources.gpu_models",
+           absl::StrCat("at most ", kMaxGpuModels, " models, got ",
+                        r.gpu_models_size()));
+    return;
+  }
+  for (int i = 0; i < r.gpu_models_size(); ++i) {
+    const std::string& m = r.gpu_models(i);
+    const std::string field = absl::StrCat("resources.gpu_models[", i, "]");
+    if (m.empty()) {
+      p->Add(field, "must not be empty");
+    } else if (static_cast<int64_t>(m.size()) > kMaxGpuModelLength) {
+      p->Add(field, absl::StrCat("at most ", kMaxGpuModelLength, " bytes, got ",
+                                 m.size()));
+    } else if (!std::all_of(m.begin(), m.end(),
+                            [](char c) { return c >= 0x20 && c < 0x7f; })) {
+      p->Add(field, "printable ASCII only (as NVML names are)");
+    }
+  }
+}
+
 void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {
   const auto& r = spec.resources();
   p->Range("resources.gpus", r.gpus(), 0, limits.max_gpus);
@@ -444,6 +473,7 @@ void CheckResources(const JobSpec& spec, const Limits& limits, Problems* p) {
     p->Range("resources.max_nodes", r.max_nodes(), 0,
              std::max<int64_t>(limits.max_gpus, kMaxCpuRanks));
   }
+  CheckGpuModels(r, p);
   if (r.has_gpu_compute_milli()) {
     p->Range("resources.gpu_compute_milli", r.gpu_compute_milli(), 1, 1000);
     if (r.gpus() == 0) {

@@ -444,5 +444,48 @@ TEST_F(ValidationTest, ResolveDataPathReturnsTheRealPath) {
       HasSubstr("is not accessible"));
 }
 
+TEST_F(ValidationTest, GpuModels) {
+  JobSpec spec = Good();
+  auto* r = spec.mutable_resources();
+  r->set_gpus(2);
+  r->add_gpu_models("H100");
+  r->add_gpu_models("a100-sxm4-80gb");
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  r->add_gpu_models("");
+  EXPECT_EQ(ErrorOf(spec), "resources.gpu_models[2]: must not be empty");
+  r->set_gpu_models(2, std::string(65, 'x'));
+  EXPECT_EQ(ErrorOf(spec), "resources.gpu_models[2]: at most 64 bytes, got 65");
+  r->set_gpu_models(2, std::string(64, 'x'));
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  r->set_gpu_models(2, "H100\n");
+  EXPECT_EQ(
+      ErrorOf(spec),
+      "resources.gpu_models[2]: printable ASCII only (as NVML names are)");
+  r->set_gpu_models(2, "L40S");
+  for (int i = 3; i < 17; ++i) r->add_gpu_models("L4");
+  EXPECT_EQ(ErrorOf(spec), "resources.gpu_models: at most 16 models, got 17");
+  r->mutable_gpu_models()->RemoveLast();
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  r->clear_gpu_models();
+  r->add_gpu_models("H100");
+  r->set_gpus(0);
+  EXPECT_EQ(ErrorOf(spec),
+            "resources.gpu_models: needs a GPU (resources.gpus >= 1)");
+}
+
+TEST_F(ValidationTest, GpuModelsFromYamlAndJson) {
+  std::string yaml =
+      std::string(kGood) +
+      "resources: {gpus: 1, gpu_models: [H100, \"A100 80GB\"]}\n";
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(yaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->resources().gpu_models(),
+              ::testing::ElementsAre("H100", "A100 80GB"));
+  spec = ParseJobSpec(
+      R"({"name": "j", "steps": 1, "resources": {"gpuModels": ["L4"]}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->resources().gpu_models(), ::testing::ElementsAre("L4"));
+}
+
 }  // namespace
 }  // namespace trainyard::spec
