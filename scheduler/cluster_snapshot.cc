@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "scheduler/gpu_models.h"
 
 namespace trainyard::scheduler {
 namespace {
@@ -141,6 +142,62 @@ absl::Status CheckRunning(const RunningJob& r, const ClusterSnapshot& s) {
   return absl::OkStatus();
 }
 
+// The mask of the name classes (see Create) a job asking `models` may use.
+uint64_t MaskOf(const std::vector<std::string>& models,
+                const std::vector<std::string>& names) {
+  if (models.empty()) return ~uint64_t{0};
+  constexpr size_t kOverflow = 63;
+  uint64_t mask = 0;
+  bool all_past = true;  // every name sharing the overflow bit is allowed
+  for (size_t i = 0; i < names.size(); ++i) {
+    const bool ok = AllowsGpu(models, names[i]);
+    if (i < kOverflow) {
+      if (ok) mask |= uint64_t{1} << i;
+    } else if (!ok) {
+      all_past = false;
+    }
+  }
+  if (names.size() > kOverflow && all_past) mask |= uint64_t{1} << kOverflow;
+  return mask;
+}
+
+// Gives each GPU the bit of its name and each job naming models its mask;
+// nothing to do (every bit 1, every mask full) when no job names models.
+void AssignModelBits(std::vector<WorkerCapacity>& workers,
+                     std::vector<PendingJob>& pending,
+                     std::vector<TaskClass>& workload) {
+  const auto names_models = [](const PendingJob& j) {
+    return !j.gpu_models.empty();
+  };
+  if (std::none_of(pending.begin(), pending.end(), names_models) &&
+      std::none_of(workload.begin(), workload.end(),
+                   [&](const TaskClass& c) { return names_models(c.shape); })) {
+    return;
+  }
+  std::vector<std::string> names;
+  absl::flat_hash_map<std::string, uint64_t> bit_of;
+  for (WorkerCapacity& w : workers) {
+    for (GpuCapacity& g : w.devices) {
+      auto [it, added] = bit_of.try_emplace(g.name, 0);
+      if (added) {
+        it->second = uint64_t{1} << std::min<size_t>(names.size(), 63);
+        names.push_back(g.name);
+      }
+      g.model_bit = it->second;
+    }
+  }
+  // A workload may list thousands of tasks naming the same few model lists.
+  absl::flat_hash_map<std::vector<std::string>, uint64_t> mask_of;
+  const auto assign = [&](PendingJob& j) {
+    if (j.gpu_models.empty()) return;
+    auto [it, added] = mask_of.try_emplace(j.gpu_models, 0);
+    if (added) it->second = MaskOf(j.gpu_models, names);
+    j.gpu_model_mask = it->second;
+  };
+  for (PendingJob& j : pending) assign(j);
+  for (TaskClass& c : workload) assign(c.shape);
+}
+
 }  // namespace
 
 absl::StatusOr<ClusterSnapshot> ClusterSnapshot::Create(
@@ -168,6 +225,7 @@ absl::StatusOr<ClusterSnapshot> ClusterSnapshot::Create(
       return absl::InvalidArgumentError("workload: a class weight is not > 0");
     }
   }
+  AssignModelBits(workers, pending, workload);
   s.workers_ = std::move(workers);
   std::set<std::string> running_ids;
   for (const RunningJob& r : running) {

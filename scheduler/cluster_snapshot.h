@@ -15,7 +15,8 @@
 // estimate needs more than half of, or whose memory is unknown, is taken
 // whole; a larger one gives the estimate and the declared compute share, or
 // a share in proportion to the memory when none is declared; a GPU that is
-// not `shareable` is always taken whole. A worker
+// not `shareable` is always taken whole. A job naming gpu_models takes
+// only GPUs whose name matches one of them (gpu_models.h). A worker
 // described only by `gpus`/`free_gpus` (no `devices`) gets one device per
 // index with unknown memory (0), wholly free or wholly taken.
 #ifndef TRAINYARD_SCHEDULER_CLUSTER_SNAPSHOT_H_
@@ -42,6 +43,12 @@ struct GpuCapacity {
   // time-sliced rather than run side by side (no NVIDIA MPS) unless told
   // to share such GPUs too: each job asking part of one then takes it whole.
   bool shareable = true;
+  // The name its worker reports (NVML's, e.g. "NVIDIA H100 80GB HBM3"), which
+  // PendingJob::gpu_models is matched against; empty = unknown.
+  std::string name = {};
+  // Set by Create(): one bit standing for this GPU's name, set in the
+  // gpu_model_mask of every job that may use it.
+  uint64_t model_bit = 1;
 
   bool wholly_free() const {
     return free_compute_milli == kWholeGpuMilli &&
@@ -86,6 +93,12 @@ struct PendingJob {
   // GPUs); 1 = one node only, 0 = any number. Each node then gives its ranks'
   // share of cpu_milli and memory_bytes (PartOf, node_fit.h).
   int32_t max_nodes = 1;
+  // GPU models the job may run on, matched as gpu_models.h says; empty =
+  // any GPU. Every GPU of the job, on every node, must match.
+  std::vector<std::string> gpu_models = {};
+  // Set by Create() from gpu_models: the model_bits of the GPUs the job may
+  // use (all bits when gpu_models is empty).
+  uint64_t gpu_model_mask = ~uint64_t{0};
 
   bool whole_gpus() const { return gpu_memory_bytes == 0; }
 };
@@ -159,7 +172,12 @@ class ClusterSnapshot {
   // them; worker and job order is kept. `workload` is optional (FGD falls
   // back to the pending jobs). Running jobs, and each of their parts, name
   // a known worker and GPUs of it; their resources are already taken out of
-  // the workers' free capacity. Tenant weights are > 0.
+  // the workers' free capacity. Tenant weights are > 0. When a pending job
+  // or task class names gpu_models, each GPU's model_bit and each job's
+  // gpu_model_mask are derived from them: one bit per distinct GPU name,
+  // the 64th standing for all names past the 63rd (a job may use those
+  // only if it allows every one of them: rarely too strict, never too
+  // lax).
   static absl::StatusOr<ClusterSnapshot> Create(
       std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending,
       std::vector<TaskClass> workload = {},

@@ -33,10 +33,11 @@ FgdChooser::FgdChooser(const ClusterSnapshot& snapshot,
     size_t d = 0;
     while (d < demands_.size() &&
            std::make_tuple(demands_[d].whole, demands_[d].estimated,
-                           demands_[d].compute_milli,
-                           demands_[d].memory_bytes) !=
+                           demands_[d].compute_milli, demands_[d].memory_bytes,
+                           demands_[d].models) !=
                std::make_tuple(c.demand.whole, c.demand.estimated,
-                               c.demand.compute_milli, c.demand.memory_bytes)) {
+                               c.demand.compute_milli, c.demand.memory_bytes,
+                               c.demand.models)) {
       ++d;
     }
     if (d == demands_.size()) demands_.push_back(c.demand);
@@ -57,7 +58,7 @@ FgdChooser::FgdChooser(const ClusterSnapshot& snapshot,
 std::string FgdChooser::Signature(const WorkerCapacity& w,
                                   const NodeSummary& s) const {
   std::string out;
-  out.reserve(32 + w.devices.size() * 24);
+  out.reserve(32 + w.devices.size() * 32);
   Append(out, std::min(w.free_cpu_milli, cpu_cap_));
   Append(out, std::min(w.free_memory_bytes, memory_cap_));
   Append(out, std::min(w.free_cpu_slots, slots_cap_));
@@ -69,6 +70,8 @@ std::string FgdChooser::Signature(const WorkerCapacity& w,
     Append(out, g.free_memory_bytes);
     Append(out, g.memory_bytes);
     Append(out, g.shareable ? 1 : 0);
+    // Jobs naming GPU models fit only GPUs of those models.
+    Append(out, static_cast<int64_t>(g.model_bit));
   }
   return out;
 }
@@ -242,7 +245,8 @@ std::optional<FgdChooser::Placed> FgdChooser::BestIn(const Group& g,
       seen = GpuFits(o, demand) &&
              o.free_compute_milli == d.free_compute_milli &&
              o.free_memory_bytes == d.free_memory_bytes &&
-             o.memory_bytes == d.memory_bytes && o.shareable == d.shareable;
+             o.memory_bytes == d.memory_bytes && o.shareable == d.shareable &&
+             o.model_bit == d.model_bit;
     }
     if (seen) continue;
     scratch_devices_.assign(1, i);
@@ -397,10 +401,14 @@ void FgdChooser::CatchUp(CandidateOrder& order, const FreeCapacity& free) {
 FgdChooser::CandidateOrder* FgdChooser::OrderFor(const PendingJob& job,
                                                  const GpuDemand& demand,
                                                  const FreeCapacity& free) {
-  const GpuKey key = job.gpus == 0
-                         ? GpuKey{0, true, false, kWholeGpuMilli, 0}
-                         : GpuKey{job.gpus, demand.whole, demand.estimated,
-                                  demand.compute_milli, demand.memory_bytes};
+  const GpuKey key =
+      job.gpus == 0 ? GpuKey{0, true, false, kWholeGpuMilli, 0, ~uint64_t{0}}
+                    : GpuKey{job.gpus,
+                             demand.whole,
+                             demand.estimated,
+                             demand.compute_milli,
+                             demand.memory_bytes,
+                             demand.models};
   auto it = orders_.find(key);
   if (it == orders_.end()) {
     if (orders_.size() >= kMaxOrders) return nullptr;
@@ -410,6 +418,7 @@ FgdChooser::CandidateOrder* FgdChooser::OrderFor(const PendingJob& job,
     order->shape.gpu_memory_bytes = job.gpu_memory_bytes;
     order->shape.gpu_compute_milli = job.gpu_compute_milli;
     order->shape.gpu_memory_estimated = job.gpu_memory_estimated;
+    order->shape.gpu_model_mask = job.gpu_model_mask;
     order->demand = demand;
     it = orders_.emplace(key, std::move(order)).first;
   }

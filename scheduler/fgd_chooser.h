@@ -77,7 +77,9 @@ class FgdChooser : public NodeChooser {
   };
   struct CandidateOrder;
   // What a job asks of GPUs: gpus, whole, estimated, compute, memory.
-  using GpuKey = std::tuple<int32_t, bool, bool, int32_t, int64_t>;
+  // A need's GPU side: gpus, whole, estimated, compute, memory and the
+  // models it may use.
+  using GpuKey = std::tuple<int32_t, bool, bool, int32_t, int64_t, uint64_t>;
 
   std::string Signature(const WorkerCapacity& w, const NodeSummary& s) const;
   void Join(size_t worker, const FreeCapacity& free);

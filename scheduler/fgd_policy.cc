@@ -15,7 +15,8 @@ namespace {
 constexpr double kCoveredWeight = 0.99;
 constexpr size_t kMaxClasses = 64;
 
-using ClassKey = std::tuple<int32_t, int64_t, int32_t, int64_t, int64_t, bool>;
+using ClassKey =
+    std::tuple<int32_t, int64_t, int32_t, int64_t, int64_t, bool, uint64_t>;
 
 // Kinds by key, each with its first job (or workload class) and weight; a
 // hash map, as the pending queue can be long and nearly every job may be a
@@ -32,8 +33,9 @@ struct KindsByKey {
   void Add(const PendingJob& shape, double weight) {
     if (shape.gpus == 0) return;
     const ClassKey key{
-        shape.gpus,      shape.gpu_memory_bytes, shape.gpu_compute_milli,
-        shape.cpu_milli, shape.memory_bytes,     shape.gpu_memory_estimated};
+        shape.gpus,          shape.gpu_memory_bytes, shape.gpu_compute_milli,
+        shape.cpu_milli,     shape.memory_bytes,     shape.gpu_memory_estimated,
+        shape.gpu_model_mask};
     auto [it, added] = at.try_emplace(key, kinds.size());
     if (added) kinds.push_back({key, &shape, 0});
     kinds[it->second].weight += weight;
@@ -72,6 +74,7 @@ std::vector<FragClass> FragClassesFor(const ClusterSnapshot& snapshot) {
     PendingJob shape = *k.shape;
     shape.id.clear();
     shape.tenant.clear();
+    shape.gpu_models.clear();  // the mask says it all
     classes.push_back({shape, DemandOf(shape, /*exclusive=*/false), k.weight});
     kept += k.weight;
   }

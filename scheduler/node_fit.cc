@@ -4,10 +4,12 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/gpu_models.h"
 
 namespace trainyard::scheduler {
 
 bool GpuFitsWhenIdle(const GpuCapacity& gpu, const GpuDemand& demand) {
+  if (!ModelAllowed(gpu, demand)) return false;
   const GpuDemand d = OnGpu(gpu, demand);
   return (d.whole && gpu.memory_bytes == 0) ||
          gpu.memory_bytes >= d.memory_bytes;
@@ -167,6 +169,9 @@ std::string DescribeNeed(const PendingJob& job, const GpuDemand& demand) {
     out = absl::StrCat(job.gpus, job.gpus == 1 ? " GPU with " : " GPUs with ",
                        Bytes(demand.memory_bytes), " and ",
                        demand.compute_milli, " milli-GPU free", each);
+  }
+  if (job.gpus > 0 && !job.gpu_models.empty()) {
+    absl::StrAppend(&out, " of model ", DescribeGpuModels(job.gpu_models));
   }
   const std::string host = HostPart(job);
   if (!host.empty()) absl::StrAppend(&out, out.empty() ? "" : ", ", host);

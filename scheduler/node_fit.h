@@ -28,15 +28,27 @@ struct GpuDemand {
   int32_t compute_milli = kWholeGpuMilli;
   bool whole = true;
   bool estimated = false;
+  // GpuCapacity::model_bits of the GPUs the job may use at all.
+  uint64_t models = ~uint64_t{0};
 };
 
 inline GpuDemand DemandOf(const PendingJob& job, bool exclusive) {
+  const uint64_t m = job.gpu_model_mask;
   if (job.gpu_memory_estimated && job.gpus > 0) {
-    if (exclusive) return {job.gpu_memory_bytes, kWholeGpuMilli, true, false};
-    return {job.gpu_memory_bytes, job.gpu_compute_milli, false, true};
+    if (exclusive) {
+      return {job.gpu_memory_bytes, kWholeGpuMilli, true, false, m};
+    }
+    return {job.gpu_memory_bytes, job.gpu_compute_milli, false, true, m};
   }
-  if (exclusive || job.whole_gpus()) return {0, kWholeGpuMilli, true};
-  return {job.gpu_memory_bytes, job.gpu_compute_milli, false};
+  if (exclusive || job.whole_gpus()) {
+    return {0, kWholeGpuMilli, true, false, m};
+  }
+  return {job.gpu_memory_bytes, job.gpu_compute_milli, false, false, m};
+}
+
+// Whether the job the demand is for may use `gpu` at all (its model).
+inline bool ModelAllowed(const GpuCapacity& gpu, const GpuDemand& demand) {
+  return (gpu.model_bit & demand.models) != 0;
 }
 
 // The compute share of a GPU with `gpu_memory` bytes for a job using
@@ -63,21 +75,22 @@ inline int32_t ProportionalShare(int64_t memory, int64_t gpu_memory) {
 inline GpuDemand OnGpu(const GpuCapacity& gpu, const GpuDemand& demand) {
   if (demand.whole) return demand;
   if (!gpu.shareable) {
-    return {demand.memory_bytes, kWholeGpuMilli, true, false};
+    return {demand.memory_bytes, kWholeGpuMilli, true, false, demand.models};
   }
   if (!demand.estimated) return demand;
   if (gpu.memory_bytes == 0 || demand.memory_bytes > gpu.memory_bytes / 2) {
-    return {demand.memory_bytes, kWholeGpuMilli, true, false};
+    return {demand.memory_bytes, kWholeGpuMilli, true, false, demand.models};
   }
   const int32_t share =
       demand.compute_milli > 0
           ? demand.compute_milli
           : ProportionalShare(demand.memory_bytes, gpu.memory_bytes);
-  return {demand.memory_bytes, share, false, false};
+  return {demand.memory_bytes, share, false, false, demand.models};
 }
 
 // Inline: the innermost test of every policy.
 inline bool GpuFits(const GpuCapacity& gpu, const GpuDemand& demand) {
+  if (!ModelAllowed(gpu, demand)) return false;
   const GpuDemand d = OnGpu(gpu, demand);
   if (d.whole) {
     return gpu.wholly_free() &&
@@ -86,7 +99,8 @@ inline bool GpuFits(const GpuCapacity& gpu, const GpuDemand& demand) {
   return gpu.free_compute_milli >= d.compute_milli &&
          gpu.free_memory_bytes >= d.memory_bytes;
 }
-// Whether the device could hold the demand if it were idle.
+// Whether the device could hold the demand if it were idle (and is of a
+// model the job may use).
 bool GpuFitsWhenIdle(const GpuCapacity& gpu, const GpuDemand& demand);
 
 // CPU slots (jobs without GPUs only), CPU and host memory free now.

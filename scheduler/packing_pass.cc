@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "scheduler/fair_share.h"
+#include "scheduler/gpu_models.h"
 #include "scheduler/preemption.h"
 
 namespace trainyard::scheduler {
@@ -15,7 +16,7 @@ namespace {
 
 // Jobs with equal keys fit exactly the same places.
 using ShapeKey = std::tuple<int32_t, int32_t, int64_t, int32_t, int64_t,
-                            int64_t, bool, int32_t>;
+                            int64_t, bool, int32_t, uint64_t>;
 
 ShapeKey KeyOf(const PendingJob& j) {
   const bool gpu = j.gpus > 0;
@@ -26,7 +27,8 @@ ShapeKey KeyOf(const PendingJob& j) {
           j.cpu_milli,
           j.memory_bytes,
           gpu && j.gpu_memory_estimated,
-          j.max_nodes};
+          j.max_nodes,
+          gpu ? j.gpu_model_mask : ~uint64_t{0}};
 }
 
 // How many of the job's ranks the idle cluster holds on the `NodeLimit`
@@ -47,20 +49,53 @@ int64_t SpreadRoomWhenIdle(const PendingJob& job, const GpuDemand& demand,
 }
 
 std::string LargestWorker(const std::vector<WorkerCapacity>& workers,
-                          const PendingJob& job) {
-  size_t gpus = 0;
+                          const PendingJob& job, const GpuDemand& demand) {
+  int32_t gpus = 0;  // of a model the job may use
   int32_t slots = 0;
   for (const WorkerCapacity& w : workers) {
-    gpus = std::max(gpus, w.devices.size());
+    int32_t allowed = 0;
+    for (const GpuCapacity& g : w.devices) allowed += ModelAllowed(g, demand);
+    gpus = std::max(gpus, allowed);
     slots = std::max(slots, w.cpu_slots);
   }
-  if (job.gpus > static_cast<int32_t>(gpus)) {
-    return absl::StrCat("; the largest worker has ", gpus, " GPUs");
+  if (job.gpus > gpus) {
+    return absl::StrCat("; the largest worker has ", gpus,
+                        job.gpu_models.empty() ? " GPUs" : " GPUs of them");
   }
   if (job.gpus == 0 && job.cpu_slots > slots) {
     return absl::StrCat("; the largest worker has ", slots, " CPU slots");
   }
   return "; no worker can hold it even when idle";
+}
+
+// The wait of a job naming GPU models no worker's GPU is of, naming them
+// and the models the cluster has (the first few).
+std::optional<JobWait> NoGpuOfModel(const PendingJob& job,
+                                    const GpuDemand& demand,
+                                    const std::vector<WorkerCapacity>& all) {
+  std::vector<std::string> names;
+  for (const WorkerCapacity& w : all) {
+    for (const GpuCapacity& g : w.devices) {
+      if (ModelAllowed(g, demand)) return std::nullopt;
+      if (std::find(names.begin(), names.end(), g.name) == names.end()) {
+        names.push_back(g.name);
+      }
+    }
+  }
+  constexpr size_t kShown = 4;
+  const size_t n = names.size();
+  if (n > kShown) names.resize(kShown);
+  for (std::string& name : names) {
+    name = name.empty() ? "unnamed" : absl::StrCat("\"", name, "\"");
+  }
+  return JobWait{
+      job.id, WaitKind::kInfeasible,
+      absl::StrCat(
+          "infeasible: no connected worker has a GPU of model ",
+          DescribeGpuModels(job.gpu_models),
+          n == 0 ? std::string(" (no worker has GPUs)")
+                 : absl::StrCat(" (GPUs here: ", absl::StrJoin(names, ", "),
+                                n > kShown ? ", ..." : "", ")"))};
 }
 
 std::optional<JobWait> Infeasibility(const PendingJob& job,
@@ -72,10 +107,15 @@ std::optional<JobWait> Infeasibility(const PendingJob& job,
   for (const WorkerCapacity& w : all) {
     if (FitsWhenIdle(w, job, demand)) return std::nullopt;
   }
+  if (job.gpus > 0 && !job.gpu_models.empty()) {
+    if (std::optional<JobWait> none = NoGpuOfModel(job, demand, all)) {
+      return none;
+    }
+  }
   if (!MaySpread(job)) {
     return JobWait{job.id, WaitKind::kInfeasible,
                    absl::StrCat("infeasible: needs ", DescribeNeed(job, demand),
-                                LargestWorker(all, job))};
+                                LargestWorker(all, job, demand))};
   }
   const int64_t room = SpreadRoomWhenIdle(job, demand, all);
   if (room >= RanksOf(job)) return std::nullopt;
@@ -101,6 +141,8 @@ bool AsksAtLeast(const PendingJob& a, const GpuDemand& ad, const PendingJob& b,
     return false;
   }
   if (a.gpus == 0) return a.cpu_slots >= b.cpu_slots;
+  // `a` may use only GPUs `b` may use.
+  if ((ad.models & ~bd.models) != 0) return false;
   if (ad.whole != bd.whole || ad.estimated != bd.estimated) return false;
   if (ad.estimated) {
     // A larger estimate takes more of every GPU, and whole GPUs sooner; a

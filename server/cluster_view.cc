@@ -31,6 +31,7 @@ scheduler::GpuCapacity FreeOf(const v1::Device& device, const WorkerUsage& used,
   scheduler::GpuCapacity g;
   g.index = device.index();
   g.shareable = device.mps() || share_without_mps;
+  g.name = device.name();
   g.memory_bytes = std::max<int64_t>(0, device.memory_bytes());
   g.free_memory_bytes = g.memory_bytes;
   g.free_compute_milli = scheduler::kWholeGpuMilli;

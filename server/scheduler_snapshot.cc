@@ -75,6 +75,10 @@ scheduler::PendingJob PendingJobOf(const JobRecord& record,
   p.tenant = record.job.tenant();
   // Unset: as many workers as it takes (one preferred).
   p.max_nodes = record.job.spec().resources().max_nodes();
+  if (p.gpus > 0) {
+    const auto& models = record.job.spec().resources().gpu_models();
+    p.gpu_models.assign(models.begin(), models.end());
+  }
   if (p.gpus > 0 && gpu_memory_estimate > 0) {
     p.gpu_memory_bytes = gpu_memory_estimate;
     p.gpu_memory_estimated = true;

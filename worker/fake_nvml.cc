@@ -13,7 +13,9 @@
 // initialized (1 between a successful init and its shutdown). A process
 // that cannot call fake_nvml_set (yard-worker under test) sets a key in the
 // environment instead: FAKE_NVML_INIT_RESULT=9, FAKE_NVML_DEVICE_COUNT=1,
-// FAKE_NVML_BAD_UUID_1=1.
+// FAKE_NVML_BAD_UUID_1=1. FAKE_NVML_NAME_N (a string, environment only)
+// is the name GPU N reports instead of its own (GPUs 0-1 are H100s, 2-3
+// A100s), e.g. FAKE_NVML_NAME_0="NVIDIA L4" for a worker of other models.
 // GPU 1 reports no temperature unless told otherwise. Thread-safe.
 #include <cctype>
 #include <cstdio>
@@ -162,6 +164,10 @@ nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(
     nvmlDevice_t device, char* name, unsigned int length) {
+  const std::string key = "FAKE_NVML_NAME_" + std::to_string(device - devices);
+  if (const char* env = std::getenv(key.c_str()); env != nullptr) {
+    return CopyString(env, name, length);
+  }
   return CopyString(device->name, name, length);
 }
 

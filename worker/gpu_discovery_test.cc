@@ -6,6 +6,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/nvml_library.h"
@@ -90,6 +92,13 @@ TEST_F(GpuDiscoveryTest, LoaderDescribesAndReadsTheFakeGpus) {
   EXPECT_EQ(r0.utilization_percent, 75);
   EXPECT_EQ(r0.temperature_celsius, 61);
   EXPECT_EQ(r0.power_milliwatts, 350500);
+  // A chosen name, for tests of clusters of other GPU models.
+  ASSERT_EQ(::setenv("FAKE_NVML_NAME_1", "NVIDIA L4", 1), 0);
+  absl::StatusOr<NvmlDeviceInfo> d1 = (*nvml)->Describe(1);
+  ASSERT_EQ(::unsetenv("FAKE_NVML_NAME_1"), 0);
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  EXPECT_EQ(d1->name, "NVIDIA L4");
+
   // GPU 1 cannot tell its temperature: that figure stays unknown.
   const DeviceReading r1 = (*nvml)->Read(1);
   EXPECT_EQ(r1.temperature_celsius, std::nullopt);
