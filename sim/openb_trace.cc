@@ -1,5 +1,6 @@
 #include "sim/openb_trace.h"
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 
@@ -156,6 +157,22 @@ int64_t GpuMemoryBytesOf(const std::string& model) {
   return kSmallestGpu;
 }
 
+std::string WorkerGpuNameOf(const std::string& model) {
+  static const auto* const kNames =
+      new absl::flat_hash_map<std::string, std::string>{
+          {"A10", "NVIDIA A10"},
+          {"T4", "Tesla T4"},
+          {"P100", "Tesla P100-PCIE-16GB"},
+          {"V100M16", "Tesla V100-SXM2-16GB"},
+          {"V100M32", "Tesla V100-SXM2-32GB"},
+          {"G1", "Alibaba G1"},
+          {"G2", "Alibaba G2"},
+          {"G3", "Alibaba G3"},
+      };
+  auto it = kNames->find(model);
+  return it == kNames->end() ? model : it->second;
+}
+
 int64_t PodGpuMemoryBytes(int32_t gpu_milli) {
   return kSmallestGpu * gpu_milli / scheduler::kWholeGpuMilli;
 }
@@ -176,7 +193,11 @@ absl::StatusOr<std::vector<scheduler::WorkerCapacity>> LoadOpenbNodes(
         w.free_cpu_milli = w.cpu_milli;
         w.memory_bytes = w.free_memory_bytes = mib * kMiB;
         const int64_t mem = GpuMemoryBytesOf(row[4]);
-        for (int32_t g = 0; g < gpus; ++g) w.devices.push_back({g, mem, mem});
+        const std::string name = WorkerGpuNameOf(row[4]);
+        for (int32_t g = 0; g < gpus; ++g) {
+          w.devices.push_back({g, mem, mem});
+          w.devices.back().name = name;
+        }
         nodes.push_back(std::move(w));
         return absl::OkStatus();
       }));
@@ -211,6 +232,19 @@ absl::StatusOr<std::vector<TracePod>> LoadOpenbPods(const std::string& path) {
         j.gpu_memory_bytes =
             milli >= scheduler::kWholeGpuMilli ? 0 : PodGpuMemoryBytes(milli);
         if (row.size() > 5) pod.gpu_spec = row[5];
+        if (!pod.gpu_spec.empty() && gpus > 0) {
+          for (absl::string_view m : absl::StrSplit(pod.gpu_spec, '|')) {
+            if (m.empty()) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "gpu_spec \"", pod.gpu_spec, "\" has an empty model"));
+            }
+            std::string name = WorkerGpuNameOf(std::string(m));
+            if (std::find(j.gpu_models.begin(), j.gpu_models.end(), name) ==
+                j.gpu_models.end()) {
+              j.gpu_models.push_back(std::move(name));
+            }
+          }
+        }
         RETURN_IF_ERROR(ReadTimes(row, pod));
         pods.push_back(std::move(pod));
         return absl::OkStatus();

@@ -32,6 +32,13 @@ inline constexpr int64_t kMaxTraceSeconds = 315'360'000;
 // such as the undisclosed G1/G2/G3, get the smallest: 16 GiB).
 int64_t GpuMemoryBytesOf(const std::string& model);
 
+// The name a worker would report for a GPU of the trace's `model`, as
+// NVML names it ("V100M16" -> "Tesla V100-SXM2-16GB", "T4" -> "Tesla T4");
+// the undisclosed G1/G2/G3 become "Alibaba G1" etc., any other model its
+// own name. No name of a known model is a substring of another's, so a
+// pod's gpu_spec entry, given as such a name, matches exactly its model.
+std::string WorkerGpuNameOf(const std::string& model);
+
 // Per-GPU memory a pod asking `gpu_milli` of a GPU is given: the same share
 // of the smallest GPU (16 GiB), so memory binds no earlier than compute on
 // any GPU — the trace models a GPU share as one number.
@@ -42,21 +49,24 @@ struct TracePod {
   int64_t creation_time = -1;   // seconds; -1 when the file has no times
   int64_t deletion_time = -1;
   int64_t scheduled_time = -1;
-  // The GPU models the pod may run on ("V100M16|V100M32"), "" for any.
-  // Kept but not honoured: the scheduler has no notion of GPU models, so
-  // yard-sim places such a pod on any GPU (and says so).
+  // The GPU models the pod may run on ("V100M16|V100M32"), "" for any, as
+  // the trace has it; shape.gpu_models holds them as worker GPU names
+  // (WorkerGpuNameOf), so that the pod goes only to nodes of those models.
   std::string gpu_spec = {};
 };
 
-// `sn,cpu_milli,memory_mib,gpu,model` -> idle workers, in file order.
+// `sn,cpu_milli,memory_mib,gpu,model` -> idle workers, in file order, each
+// GPU named WorkerGpuNameOf(model).
 absl::StatusOr<std::vector<scheduler::WorkerCapacity>> LoadOpenbNodes(
     const std::string& path);
 
 // `name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,qos,pod_phase,
-// creation_time,deletion_time,scheduled_time]` -> pods, in file order.
+// creation_time,deletion_time,scheduled_time]` -> pods, in file order. A
+// GPU pod's gpu_spec ('|'-separated models) becomes its shape.gpu_models
+// (WorkerGpuNameOf each, repeats dropped); an empty entry is an error.
 absl::StatusOr<std::vector<TracePod>> LoadOpenbPods(const std::string& path);
 
-// How many of `pods` name GPU models (gpu_spec), which yard-sim ignores.
+// How many of `pods` name GPU models (gpu_spec).
 int64_t CountGpuSpecPods(const std::vector<TracePod>& pods);
 
 }  // namespace trainyard::sim

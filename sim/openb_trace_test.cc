@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/gpu_models.h"
 #include "sim/test_files.h"
 
 namespace trainyard::sim {
@@ -178,15 +179,50 @@ TEST(OpenbTraceTest, EveryNumericFieldIsBounded) {
   EXPECT_EQ((*at_bounds)[0].shape.memory_bytes, int64_t{1} << 44);
 }
 
-TEST(OpenbTraceTest, KeepsGpuSpecForTheNote) {
+TEST(OpenbTraceTest, GpuSpecBecomesWorkerGpuNames) {
   TempDir dir;
-  auto pods = LoadOpenbPods(
-      dir.Write("p.csv", std::string(kPodHeader) +
-                             "A,1,1,1,1000,V100M16|V100M32,LS,R,0,100,0\n"
-                             "B,1,1,1,1000,,LS,R,0,100,0\n"));
+  auto pods = LoadOpenbPods(dir.Write(
+      "p.csv", std::string(kPodHeader) +
+                   "A,1,1,1,1000,V100M16|V100M32|V100M32,LS,R,0,100,0\n"
+                   "B,1,1,1,1000,,LS,R,0,100,0\n"
+                   "C,1,1,1,500,G2|X9,LS,R,0,100,0\n"));
   ASSERT_TRUE(pods.ok()) << pods.status();
-  EXPECT_EQ((*pods)[0].gpu_spec, "V100M16|V100M32");
-  EXPECT_EQ(CountGpuSpecPods(*pods), 1);
+  EXPECT_EQ((*pods)[0].gpu_spec, "V100M16|V100M32|V100M32");
+  EXPECT_EQ((*pods)[0].shape.gpu_models,
+            (std::vector<std::string>{"Tesla V100-SXM2-16GB",
+                                      "Tesla V100-SXM2-32GB"}));
+  EXPECT_TRUE((*pods)[1].shape.gpu_models.empty());
+  EXPECT_EQ((*pods)[2].shape.gpu_models,
+            (std::vector<std::string>{"Alibaba G2", "X9"}));
+  EXPECT_EQ(CountGpuSpecPods(*pods), 2);
+
+  auto empty = LoadOpenbPods(dir.Write(
+      "e.csv", std::string(kPodHeader) + "A,1,1,1,1000,T4||P100,LS,R,0,1,0\n"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(std::string(empty.status().message()),
+              HasSubstr("gpu_spec \"T4||P100\" has an empty model"));
+}
+
+// Every model of the trace's node list gets a name no other one's contains,
+// so a gpu_spec entry matches only nodes of its own model.
+TEST(OpenbTraceTest, NodesGpusCarryTheirModelsName) {
+  TempDir dir;
+  auto nodes = LoadOpenbNodes(
+      dir.Write("n.csv",
+                "sn,cpu_milli,memory_mib,gpu,model\na,8000,8192,2,P100\n"
+                "b,8000,8192,0,\n"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_EQ((*nodes)[0].devices.size(), 2u);
+  EXPECT_EQ((*nodes)[0].devices[1].name, "Tesla P100-PCIE-16GB");
+  const std::vector<std::string> models = {"A10",     "T4", "P100", "V100M16",
+                                           "V100M32", "G1", "G2",   "G3"};
+  for (const std::string& a : models) {
+    for (const std::string& b : models) {
+      EXPECT_EQ(scheduler::AllowsGpu({WorkerGpuNameOf(a)}, WorkerGpuNameOf(b)),
+                a == b)
+          << a << " vs " << b;
+    }
+  }
 }
 
 }  // namespace

@@ -54,6 +54,30 @@ TEST(ReplayTest, QueuesWhatDoesNotFitAndMeasuresWaits) {
   EXPECT_THAT(bf->mean_allocated_share, DoubleNear(1.0, 1e-9));
 }
 
+// A T4 node and a V100 node: the two pods asking a V100 take turns on it
+// although the T4 is idle, and the pod asking an A10 can never run.
+TEST(ReplayTest, PodsGoOnlyToNodesOfTheirGpuSpec) {
+  TempDir dir;
+  auto nodes =
+      LoadOpenbNodes(dir.Write("n.csv",
+                               "sn,cpu_milli,memory_mib,gpu,model\n"
+                               "t,8000,8192,1,T4\nv,8000,8192,1,V100M16\n"));
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  std::vector<TracePod> pods = Pods(
+      "a,1000,1024,1,1000,V100M16|V100M32,LS,Succeeded,0,100,0\n"
+      "b,1000,1024,1,1000,V100M16,LS,Succeeded,0,100,0\n"
+      "c,1000,1024,1,1000,A10,LS,Succeeded,0,100,0\n");
+  for (bool exclusive : {true, false}) {
+    auto r = exclusive ? RunReplay(*nodes, pods, scheduler::FirstFitPolicy())
+                       : RunReplay(*nodes, pods, scheduler::BestFitPolicy());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->jobs, 3);
+    EXPECT_EQ(r->infeasible, 1);
+    EXPECT_THAT(r->mean_wait_s, DoubleNear(50, 1e-9));
+    EXPECT_EQ(r->makespan_s, 200);
+  }
+}
+
 TEST(ReplayTest, DropsPodsThatCanNeverFit) {
   std::vector<TracePod> pods = Pods(
       "big,1000,1024,2,1000,,LS,Succeeded,0,100,0\n"

@@ -29,19 +29,13 @@ std::string TraceFile(const SimFlags& f, const std::string& name) {
   return (dir / name).string();
 }
 
-// Loads a pod list; prints why on failure, and a note when its pods name
-// GPU models, which the simulation cannot honour.
+// Loads a pod list; prints why on failure.
 std::optional<std::vector<TracePod>> LoadPods(const SimFlags& f,
                                               const std::string& pods_file) {
   auto pods = LoadOpenbPods(TraceFile(f, pods_file));
   if (!pods.ok()) {
     std::cerr << "yard-sim: " << pods.status().message() << "\n";
     return std::nullopt;
-  }
-  if (const int64_t n = CountGpuSpecPods(*pods); n > 0) {
-    std::cerr << "yard-sim: note: " << n << " pods of " << pods_file
-              << " name GPU models (gpu_spec); they may be placed on any GPU "
-                 "(the scheduler has no GPU models)\n";
   }
   return *std::move(pods);
 }
