@@ -198,6 +198,13 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
     d.Add("Time limit",
           absl::FormatDuration(absl::Seconds(job.spec().time_limit_s())));
   }
+  if (const auto& models = job.spec().resources().gpu_models();
+      !models.empty()) {
+    // The server's rule (scheduler/gpu_models.h), so users need not guess.
+    d.Add("GPU models",
+          absl::StrCat(absl::StrJoin(models, ", "),
+                       " (only GPUs whose name contains one, case ignored)"));
+  }
   for (const v1::GpuGrant& g : job.gpu_grants()) {
     d.Add("GPU share", GrantLine(g));
   }

@@ -108,6 +108,21 @@ TEST(FormatJobDetailsTest, QueuedJobSaysWhereAndWhyItWaits) {
   job.set_queue_position(0);  // not known yet (no pass since a restart)
   text = FormatJobDetails(job, kNow);
   EXPECT_THAT(text, HasSubstr("State:    QUEUED\n"));
+  EXPECT_THAT(text, Not(HasSubstr("GPU models")));
+}
+
+TEST(FormatJobDetailsTest, ShowsTheGpuModelsAJobMayRunOn) {
+  auto job = FromText<v1::Job>(R"pb(
+    id: "j-8"
+    state: QUEUED
+    state_reason: "infeasible: no connected worker has a GPU of model \"H100\" (GPUs here: \"Tesla T4\")"
+    spec { resources { gpus: 2 gpu_models: "H100" gpu_models: "A100" } }
+  )pb");
+  const std::string text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("GPU models:  H100, A100 (only GPUs whose name "
+                              "contains one, case ignored)\n"));
+  EXPECT_THAT(text, HasSubstr("no connected worker has a GPU of model "
+                              "\"H100\""));
 }
 
 TEST(FormatEventTest, Progress) {
