@@ -24,23 +24,14 @@ class JobGpuModelsTest : public ServerLogicTest {
   // A worker whose GPU i reports names[i].
   FakeWorker& ConnectNamed(const std::string& id,
                            const std::vector<std::string>& names) {
-    FakeWorker& w = workers_map_[id];
-    w.id = id;
-    w.link = std::make_shared<FakeWorkerLink>();
-    w.session = std::make_unique<WorkerSession>(
-        store_.get(), registry_.get(), lifecycle_.get(), w.link,
-        WorkerSessionOptions{}, [this] { ++wakes_; });
-    v1::WorkerMessage hello;
-    hello.mutable_hello()->set_worker_id(id);
-    hello.mutable_hello()->set_cpu_slots(1);
+    v1::WorkerHello hello;
+    hello.set_cpu_slots(1);
     for (size_t g = 0; g < names.size(); ++g) {
-      v1::Device* d = hello.mutable_hello()->add_devices();
+      v1::Device* d = hello.add_devices();
       d->set_index(static_cast<int32_t>(g));
       d->set_name(names[g]);
     }
-    absl::Status s = w.session->Handle(hello);
-    EXPECT_TRUE(s.ok()) << s;
-    return w;
+    return ConnectWith(id, std::move(hello));
   }
 
   std::string SubmitWanting(int32_t gpus,

@@ -31,6 +31,28 @@ class JobPreemptionTest : public ServerLogicTest {
   // Runs a low-priority job on a connected one-slot worker.
   std::string RunLowJob(FakeWorker& w) { return RunJobOn(w, /*priority=*/0); }
 
+  struct TwoForOne {
+    std::string low1, low2, high;
+  };
+  // Two low jobs run on two-slot worker `w`, then a job of priority 10
+  // needing both slots arrives, and a pass preempts both for it.
+  TwoForOne PreemptTwoForOne(FakeWorker& w) {
+    TwoForOne jobs;
+    jobs.low1 = RunLowJob(w);
+    jobs.low2 = Submit(0);
+    Pass();
+    EXPECT_TRUE(w.Started(jobs.low2, 1).ok());
+    w.link->Take();
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec(/*priority=*/10);
+    req.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
+    absl::StatusOr<SubmitResult> submitted = lifecycle_->Submit(req);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    if (submitted.ok()) jobs.high = submitted->job.id();
+    Pass();
+    return jobs;
+  }
+
   absl::Status Exit(FakeWorker& w, const std::string& job, int code,
                     int signal) {
     return w.Update(job, 1, [&](v1::JobUpdate& u) {
@@ -164,18 +186,7 @@ TEST_F(JobPreemptionTest, OneVictimPerWaitingJobAcrossPasses) {
 // preempted again: a livelock for as long as victims stopped one by one.)
 TEST_F(JobPreemptionTest, RoomOfTheFirstVictimIsHeldUntilTheLastHasStopped) {
   FakeWorker& w = Connect("w1", 2);
-  const std::string low1 = RunLowJob(w);
-  const std::string low2 = Submit(0);
-  Pass();
-  ASSERT_TRUE(w.Started(low2, 1).ok());
-  w.link->Take();
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = Spec(/*priority=*/10);
-  req.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
-  absl::StatusOr<SubmitResult> submitted = lifecycle_->Submit(req);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  const std::string high = submitted->job.id();
-  Pass();
+  const auto [low1, low2, high] = PreemptTwoForOne(w);
   EXPECT_EQ(Job(low1).job.state(), v1::PREEMPTING);
   EXPECT_EQ(Job(low2).job.state(), v1::PREEMPTING);
   EXPECT_EQ(w.Preempts().size(), 2u);
@@ -204,18 +215,7 @@ TEST_F(JobPreemptionTest, RoomOfTheFirstVictimIsHeldUntilTheLastHasStopped) {
 // they stop for and the workers held for it.
 TEST_F(JobPreemptionTest, TheHoldIsRestoredAfterARestart) {
   FakeWorker& w = Connect("w1", 2);
-  const std::string low1 = RunLowJob(w);
-  const std::string low2 = Submit(0);
-  Pass();
-  ASSERT_TRUE(w.Started(low2, 1).ok());
-  w.link->Take();
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = Spec(/*priority=*/10);
-  req.mutable_spec()->mutable_resources()->set_cpu_ranks(2);
-  absl::StatusOr<SubmitResult> submitted = lifecycle_->Submit(req);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  const std::string high = submitted->job.id();
-  Pass();
+  const auto [low1, low2, high] = PreemptTwoForOne(w);
   const v1::Job victim = Job(low2).job;
   EXPECT_EQ(victim.state(), v1::PREEMPTING);
   EXPECT_EQ(victim.preempted_for(), high);

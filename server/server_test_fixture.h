@@ -192,27 +192,32 @@ class ServerLogicTest : public ::testing::Test {
   FakeWorker& Connect(const std::string& id, int slots = 1, int gpus = 0,
                       std::vector<std::pair<std::string, int>> running = {},
                       const std::map<std::string, absl::Time>& ended = {}) {
-    FakeWorker& w = workers_map_[id];
-    w.id = id;
-    w.link = std::make_shared<FakeWorkerLink>();
-    w.session = std::make_unique<WorkerSession>(
-        store_.get(), registry_.get(), lifecycle_.get(), w.link,
-        WorkerSessionOptions{}, [this] { ++wakes_; });
-    v1::WorkerMessage hello;
-    hello.mutable_hello()->set_worker_id(id);
-    hello.mutable_hello()->set_cpu_slots(slots);
-    for (int g = 0; g < gpus; ++g) {
-      hello.mutable_hello()->add_devices()->set_index(g);
-    }
+    v1::WorkerHello hello;
+    hello.set_cpu_slots(slots);
+    for (int g = 0; g < gpus; ++g) hello.add_devices()->set_index(g);
     for (auto& [job, attempt] : running) {
-      auto* r = hello.mutable_hello()->add_running();
+      auto* r = hello.add_running();
       r->set_job_id(job);
       r->set_attempt(attempt);
       if (auto it = ended.find(job); it != ended.end()) {
         *r->mutable_exit_time() = ToProtoTime(it->second);
       }
     }
-    absl::Status s = w.session->Handle(hello);
+    return ConnectWith(id, std::move(hello));
+  }
+
+  // Connects worker `id` with `hello` (its worker_id set here).
+  FakeWorker& ConnectWith(const std::string& id, v1::WorkerHello hello) {
+    FakeWorker& w = workers_map_[id];
+    w.id = id;
+    w.link = std::make_shared<FakeWorkerLink>();
+    w.session = std::make_unique<WorkerSession>(
+        store_.get(), registry_.get(), lifecycle_.get(), w.link,
+        WorkerSessionOptions{}, [this] { ++wakes_; });
+    v1::WorkerMessage message;
+    *message.mutable_hello() = std::move(hello);
+    message.mutable_hello()->set_worker_id(id);
+    absl::Status s = w.session->Handle(message);
     EXPECT_TRUE(s.ok()) << s;
     return w;
   }
