@@ -87,10 +87,11 @@ __device__ void LoadQueryStats(unsigned char* smem, int it, const float* lse,
 // diagonal on, double-buffered: queries and dout (`stages`, at kOther0 /
 // kOther1) with their statistics (LoadQueryStats). All core tiles where
 // kCoreTiles (for warpgroup products, keys and values as their A), else
-// padded rows (for ldmatrix). Block-wide members.
-template <int kD, bool kCoreTiles, typename L>
+// rows in the Tile layout kSwizzled names (for ldmatrix). Block-wide
+// members.
+template <int kD, bool kCoreTiles, typename L, bool kSwizzled = false>
 struct KeySideStages {
-  TileStages<kD, kThreads, kCoreTiles> stages;
+  TileStages<kD, kThreads, kCoreTiles, kSwizzled> stages;
   const float* lse;
   const float* delta;
 
@@ -111,9 +112,10 @@ struct KeySideStages {
       AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOwn1), keys + g.channels,
                             h.qkv_row, k0, g.seq);
     } else {
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kOwn0), keys, h.qkv_row, k0, g.seq);
-      AsyncLoadRows<kD>(At<bf16>(smem, L::kOwn1), keys + g.channels, h.qkv_row,
-                        k0, g.seq);
+      AsyncLoadRows<kD, kTile, kThreads, kSwizzled>(At<bf16>(smem, L::kOwn0),
+                                                    keys, h.qkv_row, k0, g.seq);
+      AsyncLoadRows<kD, kTile, kThreads, kSwizzled>(
+          At<bf16>(smem, L::kOwn1), keys + g.channels, h.qkv_row, k0, g.seq);
     }
     stages.Load(0, k0);
     CpAsyncCommit();
@@ -179,8 +181,9 @@ __device__ __forceinline__ void KeyRowGradients(float (&st)[kTile / 8][4],
 
 // dq for one query tile of kWarpsN x 16 kM rows (warp w: rows 16 kM w..,
 // as kM row tiles of 16; a warp skips the key tiles after its last row,
-// wholly masked); also writes delta for the key-side kernel.
-template <int kD, int kM, int kWarpsN>
+// wholly masked); also writes delta for the key-side kernel. Tiles in the
+// kSwz layout (Tile).
+template <int kD, int kM, int kWarpsN, bool kSwz>
 __global__ void __launch_bounds__(32 * kWarpsN,
                                   kM == 1 ? BackwardBlocksPerSm(kD) : 1)
     AttentionQueryGradTcKernel(bf16* dqkv, float* delta, const bf16* dout,
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   constexpr int kQRows = Q::kRows, kBlock = Q::kBlockThreads;
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
-  using L = BackwardSmem<kD, kQRows>;
+  using L = BackwardSmem<kD, kQRows, kSwz>;
   bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1);
   float *s_lse = At<float>(smem, L::kLse),
         *s_delta = At<float>(smem, L::kDelta);
@@ -198,10 +201,12 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   const Q rows(g.tiles);
   const int q0 = rows.q0;
   const int lane = threadIdx.x % 32;
-  const auto kv = KeyValueStages<kD, kBlock, false>(
+  const auto kv = KeyValueStages<kD, kBlock, false, kSwz>(
       smem, L::kOther0, L::kOther1, L::kT, qkv, h, g);
-  AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  AsyncLoadRows<kD, kQRows, kBlock>(sdo, dout + h.out, h.out_row, q0, g.seq);
+  AsyncLoadRows<kD, kQRows, kBlock, kSwz>(sq, qkv + h.qkv, h.qkv_row, q0,
+                                          g.seq);
+  AsyncLoadRows<kD, kQRows, kBlock, kSwz>(sdo, dout + h.out, h.out_row, q0,
+                                          g.seq);
   kv.Load(0, 0);
   CpAsyncCommit();
   LoadRowStats<kQRows, kBlock>(s_lse, lse + h.stats, q0, g.seq);
@@ -228,11 +233,15 @@ __global__ void __launch_bounds__(32 * kWarpsN,
       {
         uint32_t a[kM][kD / 16][4];
 #pragma unroll
-        for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sq, rows.RowTile(t));
-        ProductABt<kD, kM>(s, a, sk);
+        for (int t = 0; t < kM; ++t) {
+          LoadA<kD, kSwz>(a[t], sq, rows.RowTile(t));
+        }
+        ProductABt<kD, kM, kSwz>(s, a, sk);
 #pragma unroll
-        for (int t = 0; t < kM; ++t) LoadA<kD>(a[t], sdo, rows.RowTile(t));
-        ProductABt<kD, kM>(dp, a, kv.Second(kt));
+        for (int t = 0; t < kM; ++t) {
+          LoadA<kD, kSwz>(a[t], sdo, rows.RowTile(t));
+        }
+        ProductABt<kD, kM, kSwz>(dp, a, kv.Second(kt));
       }
       uint32_t ds[kM][kTile / 16][4];
 #pragma unroll
@@ -241,7 +250,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
         QueryRowGradients(s[t], dp[t], lse2[t], d_row[t], scale2);
         ToA(ds[t], s[t]);
       }
-      MmaAB<kD, kM>(dq, ds, sk);
+      MmaAB<kD, kM, kSwz>(dq, ds, sk);
     }
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
@@ -249,8 +258,8 @@ __global__ void __launch_bounds__(32 * kWarpsN,
 #pragma unroll
   for (int t = 0; t < kM; ++t) {
     const int wt = rows.RowTile(t);
-    StoreRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + wt, g.seq, dq[t], scale,
-                  sq + wt * Tile<kD>::kLd);
+    StoreRows<kD, kSwz>(dqkv + h.qkv, h.qkv_row, q0 + wt, g.seq, dq[t], scale,
+                        RowsFrom<kD, kSwz>(sq, wt));
   }
 }
 
@@ -368,21 +377,26 @@ __device__ __forceinline__ void AddInTurn(int* turns, const TcGeometry& g,
 // bits either way. Block (bh, kt) waits only on (bh, kt - 1), a lower
 // linear index. REQUIRES: delta written (the query-side or the delta
 // kernel runs first on the same stream); with kWithDq the turns zeroed
-// (without, dq_sums and turns are not read).
-template <int kD, bool kWithDq>
+// (without, dq_sums and turns are not read). Tiles in the kSwz layout
+// (Tile; the ordered backward's are padded).
+template <int kD, bool kWithDq, bool kSwz = false>
 __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     AttentionKeySideTcKernel(bf16* dqkv, float* dq_sums, int* turns,
                              const float* delta, const bf16* dout,
                              const bf16* qkv, const float* lse, TcGeometry g) {
+  static_assert(!(kWithDq && kSwz), "the ordered backward's tiles: padded");
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
-  using L = OrderedSmem<kD>;  // kDs only with kWithDq
+  // kDs only with kWithDq
+  using L =
+      std::conditional_t<kSwz, BackwardSmem<kD, kTile, true>, OrderedSmem<kD>>;
   bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  const KeySideStages<kD, false, L> qdo(smem, h, g, qkv, dout, lse, delta, k0);
+  const KeySideStages<kD, false, L, kSwz> qdo(smem, h, g, qkv, dout, lse, delta,
+                                              k0);
   const float scale2 = g.scale * kLog2e;
   float dk[1][kD / 8][4] = {}, dv[1][kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
@@ -392,10 +406,10 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     float st_tiles[1][kTile / 8][4], dpt_tiles[1][kTile / 8][4];
     {
       uint32_t a[1][kD / 16][4];
-      LoadA<kD>(a[0], sk, w0);
-      ProductABt<kD, 1>(st_tiles, a, sq);
-      LoadA<kD>(a[0], sv, w0);
-      ProductABt<kD, 1>(dpt_tiles, a, sdo);
+      LoadA<kD, kSwz>(a[0], sk, w0);
+      ProductABt<kD, 1, kSwz>(st_tiles, a, sq);
+      LoadA<kD, kSwz>(a[0], sv, w0);
+      ProductABt<kD, 1, kSwz>(dpt_tiles, a, sdo);
     }
     float(&st)[kTile / 8][4] = st_tiles[0];
     float(&dpt)[kTile / 8][4] = dpt_tiles[0];
@@ -404,9 +418,9 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     {
       uint32_t a[1][kTile / 16][4];
       ToA(a[0], st);
-      MmaAB<kD, 1>(dv, a, sdo);
+      MmaAB<kD, 1, kSwz>(dv, a, sdo);
       ToA(a[0], dpt);
-      MmaAB<kD, 1>(dk, a, sq);
+      MmaAB<kD, 1, kSwz>(dk, a, sq);
     }
     if constexpr (kWithDq) {
       bf16* sds = At<bf16>(smem, L::kDs);
@@ -426,10 +440,10 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   }
   const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
   bf16* dk_base = dqkv + h.qkv + g.channels;
-  StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk[0], scale,
-                sk + w0 * Tile<kD>::kLd);
-  StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv[0], one,
-                sv + w0 * Tile<kD>::kLd);
+  StoreRows<kD, kSwz>(dk_base, h.qkv_row, k0 + w0, g.seq, dk[0], scale,
+                      RowsFrom<kD, kSwz>(sk, w0));
+  StoreRows<kD, kSwz>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv[0],
+                      one, RowsFrom<kD, kSwz>(sv, w0));
 }
 
 // The warpgroup tiling's backward (AttentionTcTiling::warpgroup): the
@@ -496,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
   }
   const float scale[2] = {g.scale, g.scale};
   StoreRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + w0, g.seq, dq, scale,
-                sq + w0 * Tile<kD>::kLd);
+                RowsFrom<kD, false>(sq, w0));
 }
 
 // Keys and values are the first products' A straight from shared memory
@@ -566,9 +580,9 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
   bf16* dk_base = dqkv + h.qkv + g.channels;
   StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk, scale,
-                sk + w0 * Tile<kD>::kLd);
+                RowsFrom<kD, false>(sk, w0));
   StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv, one,
-                sv + w0 * Tile<kD>::kLd);
+                RowsFrom<kD, false>(sv, w0));
 }
 
 // Where the ordered backward's scratch keeps what: delta, a turn counter
@@ -611,8 +625,9 @@ cudaError_t OrderedBackwardTc(bool warpgroup, bf16* dqkv,
                         dout, qkv, lse, g);
 }
 
-// The query side in one tiling, then the key side.
-template <int kD, int kM, int kWarpsN>
+// The query side in one tiling, then the key side (in the tiling's
+// layout).
+template <int kD, int kM, int kWarpsN, bool kSwz>
 cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
                        const bf16* out, const bf16* qkv, const float* lse,
                        const TcGeometry& g, dim3 grid, cudaStream_t stream) {
@@ -620,13 +635,13 @@ cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
   dim3 query_grid = grid;
   query_grid.y = static_cast<unsigned>((g.seq + kQRows - 1) / kQRows);
   const cudaError_t e =
-      LaunchWithSmem(AttentionQueryGradTcKernel<kD, kM, kWarpsN>,
-                     BackwardSmem<kD, kQRows>::kBytes, query_grid, 32 * kWarpsN,
-                     stream, dqkv, delta, dout, out, qkv, lse, g);
+      LaunchWithSmem(AttentionQueryGradTcKernel<kD, kM, kWarpsN, kSwz>,
+                     BackwardSmem<kD, kQRows, kSwz>::kBytes, query_grid,
+                     32 * kWarpsN, stream, dqkv, delta, dout, out, qkv, lse, g);
   if (e != cudaSuccess) return e;
-  return LaunchWithSmem(AttentionKeySideTcKernel<kD, false>,
-                        BackwardSmem<kD>::kBytes, grid, kThreads, stream, dqkv,
-                        static_cast<float*>(nullptr),
+  return LaunchWithSmem(AttentionKeySideTcKernel<kD, false, kSwz>,
+                        BackwardSmem<kD, kTile, kSwz>::kBytes, grid, kThreads,
+                        stream, dqkv, static_cast<float*>(nullptr),
                         static_cast<int*>(nullptr),
                         static_cast<const float*>(delta), dout, qkv, lse, g);
 }
@@ -684,9 +699,10 @@ cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
     });
   }
   return attention_tc::WithTiling(
-      tiling, channels / heads, [&](auto d, auto m, auto w) {
+      tiling, channels / heads, [&](auto d, auto m, auto w, auto swz) {
         return attention_tc::BackwardTc<decltype(d)::value, decltype(m)::value,
-                                        decltype(w)::value>(
+                                        decltype(w)::value,
+                                        decltype(swz)::value>(
             dx, delta, dy, y, x, lse, g, grid, stream);
       });
 }

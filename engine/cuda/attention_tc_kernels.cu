@@ -107,16 +107,17 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
 }
 
 // Warp-wide, the end of a forward for the warp's 16 rows from row0: out =
-// o / l, staged through `stage` (the warp's rows of a padded tile, free
-// by now), and each row's log-sum-exp m ln 2 + ln l (m the base-2 max).
-template <int kD>
+// o / l, staged through `stage` (the warp's rows of a tile in the kSwizzled
+// layout, free by now), and each row's log-sum-exp m ln 2 + ln l (m the
+// base-2 max).
+template <int kD, bool kSwizzled = false>
 __device__ void StoreForwardRows(bf16* out, float* lse, const HeadOffsets& h,
                                  const TcGeometry& g, int64_t row0,
                                  const float (&o)[kD / 8][4],
                                  const float (&m)[2], const float (&l)[2],
                                  bf16* stage) {
   const float inv[2] = {1.f / l[0], 1.f / l[1]};
-  StoreRows<kD>(out + h.out, h.out_row, row0, g.seq, o, inv, stage);
+  StoreRows<kD, kSwizzled>(out + h.out, h.out_row, row0, g.seq, o, inv, stage);
   const int lane = threadIdx.x % 32;
   if (lane % 4 == 0) {
     for (int r = 0; r < 2; ++r) {
@@ -131,7 +132,8 @@ __device__ void StoreForwardRows(bf16* out, float* lse, const HeadOffsets& h,
 // the first to the one holding the tile's last row. A warp skips the key
 // tiles after its own last row, so each row visits the key tiles
 // 0..(its row) / 64 whatever the tiling: the same bits from every tiling.
-template <int kD, int kM, int kWarpsN>
+// Tiles in the kSwizzled layout (Tile).
+template <int kD, int kM, int kWarpsN, bool kSwz>
 __global__ void __launch_bounds__(32 * kWarpsN)
     AttentionForwardTcKernel(bf16* out, float* lse, const bf16* qkv,
                              TcGeometry g) {
@@ -139,14 +141,15 @@ __global__ void __launch_bounds__(32 * kWarpsN)
   constexpr int kQRows = Q::kRows, kBlock = Q::kBlockThreads;
   extern __shared__ __align__(128) unsigned char smem[];
   CheckSmemAlignment(smem);
-  using L = ForwardSmem<kD, kQRows>;
+  using L = ForwardSmem<kD, kQRows, kSwz>;
   bf16* sq = At<bf16>(smem, L::kQ);
   const HeadOffsets h = HeadOf(g, kD);
   const Q rows(g.tiles);
   const int q0 = rows.q0;
-  const auto kv =
-      KeyValueStages<kD, kBlock, false>(smem, L::kK, L::kV, L::kT, qkv, h, g);
-  AsyncLoadRows<kD, kQRows, kBlock>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  const auto kv = KeyValueStages<kD, kBlock, false, kSwz>(smem, L::kK, L::kV,
+                                                          L::kT, qkv, h, g);
+  AsyncLoadRows<kD, kQRows, kBlock, kSwz>(sq, qkv + h.qkv, h.qkv_row, q0,
+                                          g.seq);
   kv.Load(0, 0);
   CpAsyncCommit();
   const float scale2 = g.scale * kLog2e;
@@ -163,11 +166,11 @@ __global__ void __launch_bounds__(32 * kWarpsN)
     __syncthreads();  // this tile (and on the first, Q) is whole
     if (kt == 0) {
 #pragma unroll
-      for (int t = 0; t < kM; ++t) LoadA<kD>(q[t], sq, rows.RowTile(t));
+      for (int t = 0; t < kM; ++t) LoadA<kD, kSwz>(q[t], sq, rows.RowTile(t));
     }
     if (rows.Visits(kt)) {
       float s[kM][kTile / 8][4];
-      ProductABt<kD, kM>(s, q, kv.First(kt));
+      ProductABt<kD, kM, kSwz>(s, q, kv.First(kt));
       uint32_t p[kM][kTile / 16][4];
 #pragma unroll
       for (int t = 0; t < kM; ++t) {
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(32 * kWarpsN)
         SoftmaxStep<kD>(s[t], m[t], l[t], o[t], scale2);
         ToA(p[t], s[t]);
       }
-      MmaAB<kD, kM>(o, p, kv.Second(kt));
+      MmaAB<kD, kM, kSwz>(o, p, kv.Second(kt));
     }
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
@@ -183,8 +186,8 @@ __global__ void __launch_bounds__(32 * kWarpsN)
   for (int t = 0; t < kM; ++t) {
     // The warp's own rows of sq are free (Q is in registers): the stage.
     const int wt = rows.RowTile(t);
-    StoreForwardRows<kD>(out, lse, h, g, q0 + wt, o[t], m[t], l[t],
-                         sq + wt * Tile<kD>::kLd);
+    StoreForwardRows<kD, kSwz>(out, lse, h, g, q0 + wt, o[t], m[t], l[t],
+                               RowsFrom<kD, kSwz>(sq, wt));
   }
 }
 
@@ -236,7 +239,7 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   }
   const int wt = rows.RowTile(0);
   StoreForwardRows<kD>(out, lse, h, g, q0 + wt, o, m, l,
-                       sq + wt * Tile<kD>::kLd);
+                       RowsFrom<kD, false>(sq, wt));
 }
 
 // The bytes of shared memory the product check takes: B's tile and room
@@ -338,14 +341,14 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   }
 }
 
-template <int kD, int kM, int kWarpsN>
+template <int kD, int kM, int kWarpsN, bool kSwz>
 cudaError_t ForwardTc(bf16* out, float* lse, const bf16* qkv,
                       const TcGeometry& g, dim3 grid, cudaStream_t stream) {
   constexpr int kQRows = kWarpsN * kM * kWarpRows;
   grid.y = static_cast<unsigned>((g.seq + kQRows - 1) / kQRows);
-  return LaunchWithSmem(AttentionForwardTcKernel<kD, kM, kWarpsN>,
-                        ForwardSmem<kD, kQRows>::kBytes, grid, 32 * kWarpsN,
-                        stream, out, lse, qkv, g);
+  return LaunchWithSmem(AttentionForwardTcKernel<kD, kM, kWarpsN, kSwz>,
+                        ForwardSmem<kD, kQRows, kSwz>::kBytes, grid,
+                        32 * kWarpsN, stream, out, lse, qkv, g);
 }
 
 }  // namespace
@@ -358,7 +361,7 @@ bool AttentionTcSupportsHeadSize(int64_t head_size) {
 bool IsAttentionTcTiling(AttentionTcTiling tiling) {
   for (const AttentionTcTiling& t : kAttentionTcTilings) {
     if (t.warp_rows == tiling.warp_rows && t.warps == tiling.warps &&
-        t.warpgroup == tiling.warpgroup) {
+        t.warpgroup == tiling.warpgroup && t.swizzled == tiling.swizzled) {
       return true;
     }
   }
@@ -366,11 +369,13 @@ bool IsAttentionTcTiling(AttentionTcTiling tiling) {
 }
 
 std::string AttentionTcTilingName(AttentionTcTiling tiling) {
-  if (tiling.warpgroup && tiling.warp_rows == 16 && tiling.warps == 4) {
+  if (tiling.warpgroup && tiling.warp_rows == 16 && tiling.warps == 4 &&
+      !tiling.swizzled) {
     return "wgmma";
   }
   return std::to_string(tiling.warp_rows) + "x" + std::to_string(tiling.warps) +
-         (tiling.warpgroup ? " warpgroup" : "");
+         (tiling.warpgroup ? " warpgroup" : "") +
+         (tiling.swizzled ? "-swizzled" : "");
 }
 
 bool AttentionTcWarpgroupBuilt() { return warpgroup_mma::kBuilt; }
@@ -457,10 +462,11 @@ cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
     });
   }
   return attention_tc::WithTiling(
-      tiling, channels / heads, [&](auto d, auto m, auto w) {
+      tiling, channels / heads, [&](auto d, auto m, auto w, auto swz) {
         return attention_tc::ForwardTc<decltype(d)::value, decltype(m)::value,
-                                       decltype(w)::value>(o, lse, x, g, grid,
-                                                           stream);
+                                       decltype(w)::value,
+                                       decltype(swz)::value>(o, lse, x, g, grid,
+                                                             stream);
       });
 }
 

@@ -40,19 +40,27 @@ bool AttentionTcSupportsHeadSize(int64_t head_size);
 // emulation it gives the other tilings' bits; on the GPU the tensor
 // cores' summation order may differ (cuda_attention_test holds it to the
 // reference's bounds).
+//
+// `swizzled`: the 16 x 4 tiling with its shared-memory tiles, on both
+// sides of the backward too, in rows of exactly the head size with
+// 16-byte units XOR-permuted (attention_tc_tiles.cuh, Tile) instead of
+// rows padded by 16 bytes: each row's copy fills whole 128-byte lines of
+// shared memory, and the tiles take 1/9 less of it. The same operations
+// in the same order: the same bits as 16 x 4.
 struct AttentionTcTiling {
   int warp_rows = 16;
   int warps = 4;
   bool warpgroup = false;
+  bool swizzled = false;
 };
 
 // The tilings the query-side kernels have, the one the launchers without
 // a tiling use first.
 inline constexpr AttentionTcTiling kAttentionTcTilings[] = {
-    {16, 4}, {32, 2}, {32, 4}, {16, 4, true}};
+    {16, 4}, {32, 2}, {32, 4}, {16, 4, true}, {16, 4, false, true}};
 
-// A tiling's name: "RxW" (rows a warp x warps a block, e.g. "32x4"), or
-// "wgmma" for the warpgroup tiling.
+// A tiling's name: "RxW" (rows a warp x warps a block, e.g. "32x4"),
+// "wgmma" for the warpgroup tiling, "16x4-swizzled" for the swizzled one.
 std::string AttentionTcTilingName(AttentionTcTiling tiling);
 
 // Whether this build has the warpgroup kernels (built for sm_90a, or the

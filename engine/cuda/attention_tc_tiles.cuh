@@ -28,13 +28,15 @@
 // 8 because the head size is), so every row and head starts aligned.
 //
 // Shared memory (dynamic; per block; each region 128-byte aligned): bf16
-// tiles of 64 rows of hs + 8 elements. The 16 padding bytes make the row
-// stride an odd number of 16-byte units, so the 8 rows one ldmatrix reads
-// (16 bytes each) fall in 8 different groups of 4 banks: no conflicts.
+// tiles of 64 rows, padded to hs + 8 elements, or of hs elements swizzled
+// (the "16x4 swizzled" tiling; Tile says how both read without bank
+// conflicts).
 //                       hs = 32     hs = 64     hs = 128
 //   forward (5 tiles)    25,600      46,080      87,040
+//     swizzled           20,480      40,960      81,920
 //   forward, 128 queries 30,720      55,296           -
 //   backward (6 tiles)   31,744      56,320     105,472
+//     swizzled           25,600      50,176      99,328
 //   query side, 128 rows 41,984      74,752           -
 //   warpgroup forward    21,504      41,984      82,944
 // (the backward's figure counts two stages of the rows' statistics, 1,024
@@ -77,15 +79,84 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr size_t AlignUp(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
-// A bf16 tile of kRows rows of kD + 8 elements.
-template <int kD, int kRows = kTile>
+// A bf16 tile of kRows rows of kD elements, in one of two layouts that
+// ldmatrix reads without bank conflicts (8 lanes give the addresses of 8
+// consecutive rows' 16-byte units at the same column; each unit must fall
+// in a different group of 4 banks):
+//  - padded (kSwizzled false): rows of kD + 8 elements, the 16 padding
+//    bytes making the row stride an odd number of 16-byte units. A row's
+//    copy (cp.async, 16 bytes a lane) then straddles two 128-byte lines of
+//    shared memory, which on the H100 costs shared wavefronts and sectors
+//    beyond the data's (docs/BENCHMARKS.md, 2026-11-24).
+//  - swizzled (kSwizzled true): rows of exactly kD elements, unit u of row
+//    r stored at unit u ^ Phase(r) of the row: Phase(r) = r % 8 where a row
+//    has 8 or more units (hs >= 64: the rows are whole 128-byte lines, and
+//    8 rows' unit u land in the 8 bank groups), (r / 2) % 4 where it has 4
+//    (hs = 32: two rows a line, their halves already apart). The XOR stays
+//    within a row's aligned groups of 8 (or 4) units. Row offsets that are
+//    multiples of 8 keep the phase, so a pointer to row 8j of a tile is a
+//    tile of the same layout (RowsFrom).
+// At(r, c): the element offset of (r, c), c's 8-element unit kept whole.
+template <int kD, int kRows = kTile, bool kSwizzled = false>
 struct Tile {
-  static constexpr int kLd = kD + 8;
+  static constexpr int kLd = kSwizzled ? kD : kD + 8;
   static constexpr size_t kBytes = AlignUp(size_t{kRows} * kLd * 2);
   static_assert(kD % 16 == 0, "head size: whole 16-wide k-steps");
-  static_assert(kLd * 2 % 16 == 0 && kLd * 2 / 16 % 2 == 1,
+  static_assert(kSwizzled || (kLd * 2 % 16 == 0 && kLd * 2 / 16 % 2 == 1),
                 "rows 16-byte aligned, an odd number of 16-byte units apart");
+  static_assert(!kSwizzled || kD == 32 || kD % 64 == 0,
+                "swizzled rows: 4 units, or whole groups of 8");
+  __host__ __device__ static constexpr int Phase(int r) {
+    return kD == 32 ? r / 2 % 4 : r % 8;
+  }
+  __host__ __device__ static constexpr int Unit(int r, int u) {
+    return kSwizzled ? u ^ Phase(r) : u;
+  }
+  __host__ __device__ static constexpr int At(int r, int c) {
+    return r * kLd + Unit(r, c / 8) * 8 + c % 8;
+  }
 };
+
+// Whether a layout reads and writes without bank conflicts, as Tile says:
+// in every 8 consecutive rows from a multiple of 8 (an ldmatrix's 8
+// addresses), each column unit lies in 8 different groups of 4 banks
+// (16-byte units of a 128-byte line), and each row holds its units once
+// (At a permutation of the row).
+template <typename T, int kD>
+constexpr bool ConflictFree() {
+  for (int r0 = 0; r0 < kTile; r0 += 8) {
+    for (int u = 0; u < kD / 8; ++u) {
+      int groups = 0;  // bit g: bank group g taken
+      for (int r = r0; r < r0 + 8; ++r) {
+        const int bit = 1 << (T::At(r, 8 * u) * 2 / 16 % 8);
+        if ((groups & bit) != 0) return false;
+        groups |= bit;
+      }
+    }
+    for (int r = r0; r < r0 + 8; ++r) {
+      unsigned long long units = 0;
+      for (int u = 0; u < kD / 8; ++u) {
+        const int at = T::At(r, 8 * u) - r * T::kLd;
+        if (at % 8 != 0 || at < 0 || at >= kD) return false;
+        units |= 1ull << (at / 8);
+      }
+      if (units != (1ull << (kD / 8)) - 1) return false;
+    }
+  }
+  return true;
+}
+static_assert(ConflictFree<Tile<32>, 32>() && ConflictFree<Tile<64>, 64>() &&
+                  ConflictFree<Tile<128>, 128>() &&
+                  ConflictFree<Tile<32, kTile, true>, 32>() &&
+                  ConflictFree<Tile<64, kTile, true>, 64>() &&
+                  ConflictFree<Tile<128, kTile, true>, 128>(),
+              "tile layouts: conflict-free ldmatrix, whole rows");
+
+// Rows r0.. of a tile as a tile of the same layout. REQUIRES: r0 % 8 == 0.
+template <int kD, bool kSwizzled, typename T>
+__device__ __forceinline__ T* RowsFrom(T* tile, int r0) {
+  return tile + r0 * Tile<kD, kTile, kSwizzled>::kLd;
+}
 
 // A bf16 tile of kRows rows of kD elements in the layout the warpgroup
 // products read (warpgroup_mma.h): 8 x 8 core matrices of 128 contiguous
@@ -103,22 +174,23 @@ struct CoreTile {
 // sizes the launch with kBytes and the kernel carves the same offsets.
 // "Own" tiles are the block's rows, "other" tiles (two stages each) the
 // side it loops over.
-template <int kD, int kQueryRows = kTile>
+template <int kD, int kQueryRows = kTile, bool kSwizzled = false>
 struct ForwardSmem {
-  static constexpr size_t kT = Tile<kD>::kBytes;
+  static constexpr size_t kT = Tile<kD, kTile, kSwizzled>::kBytes;
   static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + Tile<kD, kQueryRows>::kBytes;  // 2 stages
+  static constexpr size_t kK =
+      kQ + Tile<kD, kQueryRows, kSwizzled>::kBytes;  // 2 stages
   static constexpr size_t kV = kK + 2 * kT;  // stages at kV, kV + kT
   static constexpr size_t kBytes = kV + 2 * kT;
 };
 
-template <int kD, int kOwnRows = kTile>
+template <int kD, int kOwnRows = kTile, bool kSwizzled = false>
 struct BackwardSmem {
-  static constexpr size_t kT = Tile<kD>::kBytes;
+  static constexpr size_t kT = Tile<kD, kTile, kSwizzled>::kBytes;
   static constexpr size_t kOwn0 = 0;
-  static constexpr size_t kOwn1 = kOwn0 + Tile<kD, kOwnRows>::kBytes;
+  static constexpr size_t kOwn1 = kOwn0 + Tile<kD, kOwnRows, kSwizzled>::kBytes;
   static constexpr size_t kOther0 =
-      kOwn1 + Tile<kD, kOwnRows>::kBytes;              // two stages
+      kOwn1 + Tile<kD, kOwnRows, kSwizzled>::kBytes;   // two stages
   static constexpr size_t kOther1 = kOther0 + 2 * kT;  // two stages
   static constexpr size_t kLse = kOther1 + 2 * kT;     // two stages
   static constexpr size_t kDelta = kLse + 2 * kTile * sizeof(float);
@@ -144,6 +216,13 @@ static_assert(ForwardSmem<32>::kBytes == 25600 &&
                   ForwardSmem<32, 128>::kBytes == 30720 &&
                   ForwardSmem<64, 128>::kBytes == 55296,
               "forward smem budget");
+static_assert(ForwardSmem<32, kTile, true>::kBytes == 20480 &&
+                  ForwardSmem<64, kTile, true>::kBytes == 40960 &&
+                  ForwardSmem<128, kTile, true>::kBytes == 81920 &&
+                  BackwardSmem<32, kTile, true>::kBytes == 25600 &&
+                  BackwardSmem<64, kTile, true>::kBytes == 50176 &&
+                  BackwardSmem<128, kTile, true>::kBytes == 99328,
+              "swizzled smem budget");
 static_assert(ForwardWgSmem<32>::kBytes == 21504 &&
                   ForwardWgSmem<64>::kBytes == 41984 &&
                   ForwardWgSmem<128>::kBytes == 82944,
@@ -210,17 +289,20 @@ __device__ __forceinline__ void LoadRowStats(float* dst, const float* src,
 // row0..row0+kRows-1 of src (kD bf16 each, row r at src + r * stride)
 // into the tile dst, zeros for rows at or past `seq`; the caller commits
 // the group. Consecutive threads take consecutive 16-byte packs of a row
-// (coalesced). REQUIRES: src and stride * 2 bytes 16-byte aligned.
-template <int kD, int kRows = kTile, int kBlockThreads = kThreads>
+// (coalesced); in the swizzled layout each warp's copies of a row fill its
+// 128-byte lines of shared memory whole. REQUIRES: src and stride * 2
+// bytes 16-byte aligned.
+template <int kD, int kRows = kTile, int kBlockThreads = kThreads,
+          bool kSwizzled = false>
 __device__ void AsyncLoadRows(bf16* dst, const bf16* src, int64_t stride,
                               int64_t row0, int64_t seq) {
-  constexpr int kLd = Tile<kD>::kLd;
+  using T = Tile<kD, kRows, kSwizzled>;
   constexpr int kRowPacks = kD / 8;
   for (int e = threadIdx.x; e < kRows * kRowPacks; e += kBlockThreads) {
     const int r = e / kRowPacks, c = e % kRowPacks * 8;
     const int64_t row = row0 + r;
     const bool inside = row < seq;
-    CpAsync16(dst + r * kLd + c, src + (inside ? row : 0) * stride + c, inside);
+    CpAsync16(dst + T::At(r, c), src + (inside ? row : 0) * stride + c, inside);
   }
 }
 
@@ -248,8 +330,9 @@ __device__ void AsyncLoadCoreRows(bf16* dst, const bf16* src, int64_t stride,
 // byte `first`, the second's at `second`, each `stage_bytes` apart): step
 // `it` reads stage it % 2 while the copies for step it + 1 fill the other.
 // kCoreTiles: stored as core tiles (AsyncLoadCoreRows) for warpgroup
-// products, else as padded rows (AsyncLoadRows). Block-wide members.
-template <int kD, int kBlockThreads, bool kCoreTiles>
+// products, else as rows (AsyncLoadRows) in the Tile layout kSwizzled
+// names. Block-wide members.
+template <int kD, int kBlockThreads, bool kCoreTiles, bool kSwizzled = false>
 struct TileStages {
   unsigned char* smem;
   size_t first, second, stage_bytes;
@@ -274,10 +357,10 @@ struct TileStages {
       AsyncLoadCoreRows<kD, kTile, kBlockThreads>(Second(it), b, b_stride, row0,
                                                   seq);
     } else {
-      AsyncLoadRows<kD, kTile, kBlockThreads>(First(it), a, a_stride, row0,
-                                              seq);
-      AsyncLoadRows<kD, kTile, kBlockThreads>(Second(it), b, b_stride, row0,
-                                              seq);
+      AsyncLoadRows<kD, kTile, kBlockThreads, kSwizzled>(First(it), a, a_stride,
+                                                         row0, seq);
+      AsyncLoadRows<kD, kTile, kBlockThreads, kSwizzled>(Second(it), b,
+                                                         b_stride, row0, seq);
     }
   }
   // At the top of step `it`: if `next_row` >= 0 (there is a next step,
@@ -305,8 +388,8 @@ struct TileStages {
 
 // The query-side kernels' stages: the keys and values of the (sequence,
 // head) pair at h, their stages at byte offsets `first` and `second`.
-template <int kD, int kBlockThreads, bool kCoreTiles>
-__device__ TileStages<kD, kBlockThreads, kCoreTiles> KeyValueStages(
+template <int kD, int kBlockThreads, bool kCoreTiles, bool kSwizzled = false>
+__device__ TileStages<kD, kBlockThreads, kCoreTiles, kSwizzled> KeyValueStages(
     unsigned char* smem, size_t first, size_t second, size_t stage_bytes,
     const bf16* qkv, const HeadOffsets& h, const TcGeometry& g) {
   const bf16* keys = qkv + h.qkv + g.channels;
@@ -372,16 +455,20 @@ __device__ __forceinline__ void CompleteProducts(Acc&... acc) {
 }
 
 // Warp-wide: the A fragments of the tile's rows r0..r0+15 (all kD
-// columns), one per 16-wide k-step.
-template <int kD>
+// columns), one per 16-wide k-step. REQUIRES: r0 % 8 == 0.
+template <int kD, bool kSwizzled = false>
 __device__ __forceinline__ void LoadA(uint32_t (&a)[kD / 16][4],
                                       const bf16* tile, int r0) {
-  constexpr int kLd = Tile<kD>::kLd;
+  using T = Tile<kD, kTile, kSwizzled>;
   const int lane = threadIdx.x % 32, i = lane / 8;
-  // Matrix i: rows r0 + (i % 2) * 8.., columns (i / 2) * 8.. of the k-step.
-  const bf16* row = tile + (r0 + i % 2 * 8 + lane % 8) * kLd + i / 2 * 8;
+  // Matrix i: rows r0 + (i % 2) * 8.., units 2k + i / 2 of the row (the
+  // k-step's columns (i / 2) * 8..).
+  const int r = i % 2 * 8 + lane % 8;
+  const bf16* row = RowsFrom<kD, kSwizzled>(tile, r0) + r * T::kLd;
 #pragma unroll
-  for (int k = 0; k < kD / 16; ++k) LdMatrixX4(a[k], row + k * 16);
+  for (int k = 0; k < kD / 16; ++k) {
+    LdMatrixX4(a[k], row + T::Unit(r, 2 * k + i / 2) * 8);
+  }
 }
 
 // c0 += a b0 and c1 += a b1, with r the x4 ldmatrix that holds the B
@@ -423,11 +510,12 @@ __device__ __forceinline__ void MmaRowTiles(float (&acc)[kM][kBlocks][4],
 // the warp's kM row tiles of 16 (a[m]: kD/16 A fragments) and b the other
 // side's tile (kTile rows of kD): s[m][n] holds columns 8n..8n+7, the
 // other side's rows.
-template <int kD, int kM>
+template <int kD, int kM, bool kSwizzled = false>
 __device__ __forceinline__ void ProductABt(float (&s)[kM][kTile / 8][4],
                                            const uint32_t (&a)[kM][kD / 16][4],
                                            const bf16* b) {
-  constexpr int kLd = Tile<kD>::kLd;
+  using T = Tile<kD, kTile, kSwizzled>;
+  constexpr int kLd = T::kLd;
   const int lane = threadIdx.x % 32, i = lane / 8;
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
@@ -437,10 +525,12 @@ __device__ __forceinline__ void ProductABt(float (&s)[kM][kTile / 8][4],
       for (int e = 0; e < 4; ++e) s[m][n][e] = 0.f;
     }
   }
-  // Matrix i: b's rows (n + i / 2) * 8.., columns k + (i % 2) * 8..
-  const bf16* row = b + (i / 2 * 8 + lane % 8) * kLd + i % 2 * 8;
-  MmaRowTiles(s, a, [row](uint32_t(&r)[4], int k, int n) {
-    LdMatrixX4(r, row + n * 8 * kLd + k * 16);
+  // Matrix i: b's rows (n + i / 2) * 8.., units 2k + i % 2 (the k-step's
+  // columns (i % 2) * 8..); rows 8 apart have the same phase.
+  const int rr = i / 2 * 8 + lane % 8;
+  const bf16* row = b + rr * kLd;
+  MmaRowTiles(s, a, [row, rr, i](uint32_t(&r)[4], int k, int n) {
+    LdMatrixX4(r, row + n * 8 * kLd + T::Unit(rr, 2 * k + i % 2) * 8);
   });
 }
 
@@ -474,17 +564,19 @@ __device__ __forceinline__ void CompleteMmaABOfScores(
 // Warp-wide: acc[m] (16 x kD, kD/8 C fragments) += a[m] b for the warp's
 // kM row tiles of 16, with a[m] (16 x kTile) as A fragments and b the
 // other side's tile read as kTile x kD (its rows are the product's k).
-template <int kD, int kM>
+template <int kD, int kM, bool kSwizzled = false>
 __device__ __forceinline__ void MmaAB(float (&acc)[kM][kD / 8][4],
                                       const uint32_t (&a)[kM][kTile / 16][4],
                                       const bf16* b) {
-  constexpr int kLd = Tile<kD>::kLd;
+  using T = Tile<kD, kTile, kSwizzled>;
+  constexpr int kLd = T::kLd;
   const int lane = threadIdx.x % 32, i = lane / 8;
-  // Matrix i (transposed): b's rows k + (i % 2) * 8.., columns
-  // (n + i / 2) * 8..
-  const bf16* row = b + (i % 2 * 8 + lane % 8) * kLd + i / 2 * 8;
-  MmaRowTiles(acc, a, [row](uint32_t(&r)[4], int k, int n) {
-    LdMatrixX4Trans(r, row + k * 16 * kLd + n * 8);
+  // Matrix i (transposed): b's rows 16k + (i % 2) * 8.., unit n + i / 2
+  // (columns (n + i / 2) * 8..); rows 16 apart have the same phase.
+  const int rr = i % 2 * 8 + lane % 8;
+  const bf16* row = b + rr * kLd;
+  MmaRowTiles(acc, a, [row, rr, i](uint32_t(&r)[4], int k, int n) {
+    LdMatrixX4Trans(r, row + k * 16 * kLd + T::Unit(rr, n + i / 2) * 8);
   });
 }
 
@@ -565,13 +657,14 @@ struct QueryRows {
 // Warp-wide: writes the warp's 16 x kD result rows, row g of the lane's
 // two (g = lane / 4 and g + 8) times scale[0] or scale[1], as bf16 to dst
 // + (row0 + r) * stride for rows before `seq`, staging them in `stage`
-// (16 rows of a tile, the warp's own); 16-byte packs, so dst and stride *
-// 2 bytes must be 16-byte aligned.
-template <int kD>
+// (16 rows of a tile in the kSwizzled layout, the warp's own, as RowsFrom
+// gives them); 16-byte packs, so dst and stride * 2 bytes must be 16-byte
+// aligned.
+template <int kD, bool kSwizzled = false>
 __device__ void StoreRows(bf16* dst, int64_t stride, int64_t row0, int64_t seq,
                           const float (&acc)[kD / 8][4],
                           const float (&scale)[2], bf16* stage) {
-  constexpr int kLd = Tile<kD>::kLd;
+  using T = Tile<kD, kTile, kSwizzled>;
   constexpr int kRowPacks = kD / 8;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   __syncwarp();  // every lane is done reading the stage's old rows
@@ -581,14 +674,14 @@ __device__ void StoreRows(bf16* dst, int64_t stride, int64_t row0, int64_t seq,
     for (int h = 0; h < 2; ++h) {
       const uint32_t pair =
           PackBf16(acc[n][2 * h] * scale[h], acc[n][2 * h + 1] * scale[h]);
-      memcpy(stage + (g + 8 * h) * kLd + n * 8 + 2 * t, &pair, 4);
+      memcpy(stage + T::At(g + 8 * h, n * 8 + 2 * t), &pair, 4);
     }
   }
   __syncwarp();
   for (int e = lane; e < kWarpRows * kRowPacks; e += 32) {
     const int r = e / kRowPacks, c = e % kRowPacks * 8;
     if (row0 + r < seq)
-      Copy16(dst + (row0 + r) * stride + c, stage + r * kLd + c);
+      Copy16(dst + (row0 + r) * stride + c, stage + T::At(r, c));
   }
 }
 
@@ -609,9 +702,12 @@ inline bool MakeTcGeometry(int64_t batch, int64_t seq, int64_t channels,
 
 // The one place that maps a tiling and a head size the kernels take
 // (AttentionTcTakesTiling) to their template arguments: returns
-// f(Int<kD>, Int<kM>, Int<kWarpsN>), kM the warp's row tiles of 16.
+// f(Int<kD>, Int<kM>, Int<kWarpsN>, Bool<kSwizzled>), kM the warp's row
+// tiles of 16 (only the 16 x 4 tiling has the swizzled layout).
 template <int kN>
 using Int = std::integral_constant<int, kN>;
+template <bool kB>
+using Bool = std::integral_constant<bool, kB>;
 
 // f(Int<kD>) for a head size the kernels take.
 template <typename F>
@@ -629,23 +725,26 @@ cudaError_t WithHeadSize(int64_t head_size, const F& f) {
 template <typename F>
 cudaError_t WithTiling(AttentionTcTiling tiling, int64_t head_size,
                        const F& f) {
-  const auto with_rows = [&](auto m, auto w) -> cudaError_t {
+  const auto with_rows = [&](auto m, auto w, auto swz) -> cudaError_t {
     switch (head_size) {
       case 32:
-        return f(Int<32>{}, m, w);
+        return f(Int<32>{}, m, w, swz);
       case 64:
-        return f(Int<64>{}, m, w);
+        return f(Int<64>{}, m, w, swz);
       default:
         if constexpr (decltype(m)::value == 1) {
-          return f(Int<128>{}, m, w);
+          return f(Int<128>{}, m, w, swz);
         } else {
           return cudaErrorInvalidValue;  // 32-row warps: up to 64 channels
         }
     }
   };
-  if (tiling.warp_rows == 16) return with_rows(Int<1>{}, Int<4>{});
-  if (tiling.warps == 2) return with_rows(Int<2>{}, Int<2>{});
-  return with_rows(Int<2>{}, Int<4>{});
+  if (tiling.warp_rows == 16) {
+    return tiling.swizzled ? with_rows(Int<1>{}, Int<4>{}, Bool<true>{})
+                           : with_rows(Int<1>{}, Int<4>{}, Bool<false>{});
+  }
+  if (tiling.warps == 2) return with_rows(Int<2>{}, Int<2>{}, Bool<false>{});
+  return with_rows(Int<2>{}, Int<4>{}, Bool<false>{});
 }
 
 // Kernels above 48 KB of dynamic shared memory must opt in, per device;

@@ -360,6 +360,7 @@ TEST(AttentionTcLaunchTest, TakesItsTilingsAndNoOthers) {
   EXPECT_EQ(cuda::kAttentionTcTilings[0].warp_rows, 16);
   EXPECT_EQ(cuda::kAttentionTcTilings[0].warps, 4);
   EXPECT_FALSE(cuda::kAttentionTcTilings[0].warpgroup);
+  EXPECT_FALSE(cuda::kAttentionTcTilings[0].swizzled);
   for (int64_t hs : {32, 64, 128}) {
     for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
       EXPECT_EQ(cuda::AttentionTcTakesTiling(t, hs),
@@ -373,11 +374,24 @@ TEST(AttentionTcLaunchTest, TakesItsTilingsAndNoOthers) {
 #endif
   EXPECT_FALSE(cuda::AttentionTcTakesTiling({32, 4}, 48));
   EXPECT_FALSE(cuda::AttentionTcTakesTiling({16, 4, true}, 48));
+  EXPECT_FALSE(cuda::AttentionTcTakesTiling({16, 4, false, true}, 48));
   // Not tilings the kernels have, at any head size; the launchers refuse
   // them and a 32-row warp at 128 channels before touching any buffer.
   const cuda::AttentionTcTiling bad[] = {
-      {16, 2},  {8, 4},        {32, 8},       {64, 1},       {0, 0},
-      {-16, 4}, {32, 4, true}, {32, 2, true}, {16, 2, true}, {64, 1, true}};
+      {16, 2},
+      {8, 4},
+      {32, 8},
+      {64, 1},
+      {0, 0},
+      {-16, 4},
+      {32, 4, true},
+      {32, 2, true},
+      {16, 2, true},
+      {64, 1, true},
+      // Only the 16 x 4 tiling has the swizzled layout.
+      {32, 4, false, true},
+      {32, 2, false, true},
+      {16, 4, true, true}};
   for (const cuda::AttentionTcTiling& t : bad) {
     for (int64_t hs : {32, 64, 128}) {
       EXPECT_FALSE(cuda::AttentionTcTakesTiling(t, hs))
@@ -617,8 +631,7 @@ TEST_P(CudaAttentionTcTest, EveryTilingGivesTheSameBits) {
     const std::vector<uint16_t> want_ordered =
         RunBackward(pb, want, Kernels::kOrdered);
     for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
-      SCOPED_TRACE(::testing::Message() << t.warp_rows << "x" << t.warps
-                                        << (t.warpgroup ? " warpgroup" : "")
+      SCOPED_TRACE(::testing::Message() << cuda::AttentionTcTilingName(t)
                                         << (climbing ? " climbing" : ""));
       if (!cuda::AttentionTcTakesTiling(t, s.head_size)) {
         Bf16Array out(s.act_size());

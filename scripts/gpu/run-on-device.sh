@@ -32,7 +32,7 @@
 #            YARD_GEMM_CHOICES=gemm-choices.txt (engine.log, engine.csv):
 #            whether the epilogue and choosing among the candidates pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
-#            tiling 16x4, wgmma (the warpgroup forward), 16x4 and wgmma
+#            tiling 16x4, 16x4-swizzled, wgmma (the warpgroup forward), 16x4 and wgmma
 #            with YARD_ATTENTION_BACKWARD=ordered-dq, 32x2 and 32x4
 #            (YARD_ATTENTION_TILING; engine.log, engine.csv in that order):
 #            which tiling and backward the backend should run by default
@@ -40,15 +40,17 @@
 #            a GPU: cuda_attention_test (the warpgroup product check
 #            first), attention_bench at a GPT-2 124M layer's shape (every
 #            tiling), gpt_train_bench 124M bf16 as it is (with its op
-#            profile), the PyTorch peer (eager, torch.compile), then the
+#            profile) and with YARD_ATTENTION_TILING=16x4-swizzled, the
+#            PyTorch peer (eager, torch.compile), then the
 #            step again with YARD_ATTENTION_TILING=wgmma, and with it
 #            YARD_ATTENTION_BACKWARD=ordered-dq if time is left (device.log,
 #            kernels.log, kernels.csv, engine.log, engine.csv)
 #   profile  Nsight Compute (ncu --set full) on attention_bench at a GPT-2
 #            124M layer's shape, one kernel at a time: the 16x4 forward,
 #            the warpgroup forward, the key side and the query gradient
-#            of the two-kernel backward (ncu-*.txt): where the attention
-#            kernels' time goes, for the next change to them
+#            of the two-kernel backward, then the swizzled tiling's three
+#            (ncu-*.txt): where the attention kernels' time goes, for the
+#            next change to them
 #   sass     as profile for the 16x4 forward, the warpgroup forward and
 #            the key side, with ncu's source page: each SASS instruction
 #            with its counters (sass-*.csv), e.g. which loads or stores
@@ -245,7 +247,7 @@ run_tilings() {
   # The warpgroup forward and the ordered backward right after the default
   # tiling they are measured against, before the other tilings in case the
   # budget runs out.
-  for t in 16x4 wgmma ordered-dq ordered-wgmma 32x2 32x4; do
+  for t in 16x4 16x4-swizzled wgmma ordered-dq ordered-wgmma 32x2 32x4; do
     note "$t: gpt_train_bench 124m bf16"
     if [[ "$t" == ordered-dq ]]; then
       export YARD_ATTENTION_BACKWARD=ordered-dq YARD_ATTENTION_TILING=16x4
@@ -280,6 +282,9 @@ run_first() {
   note "gpt_train_bench 124m bf16 as it is"
   bounded 110 "$elog" "${ours[@]}"
   grep -E '^step |^PROFILE' "$elog" | tee -a "$log"
+  note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=16x4-swizzled"
+  YARD_ATTENTION_TILING=16x4-swizzled bounded 110 "$elog" "${ours[@]}"
+  grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
   bounded 240 "$elog" python3 "$root/bench/engine/gpt_torch_gpu_bench.py" \
     --csv "$csv" --config 124m --precision bf16 --micro-batch max
   note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=wgmma"
@@ -298,10 +303,15 @@ run_profile() {
   [[ -n "$ncu" && -x "$ncu" ]] || { note "profile: no ncu on this machine"; return; }
   # name:kernel; each one's first launch in attention_bench is the one
   # profiled: the default tiling's (16x4) where the kernel has several.
+  # The swizzled tiling's kernels are the ones whose last template
+  # argument is true (matched on the demangled name).
+  local swz='<[^<>]*(true|\(bool\)1)>'
   for k in fwd16x4:AttentionForwardTcKernel fwdwgmma:AttentionForwardWgKernel \
-    keyside:AttentionKeySideTcKernel querygrad:AttentionQueryGradTcKernel; do
+    keyside:AttentionKeySideTcKernel querygrad:AttentionQueryGradTcKernel \
+    "fwdswz:AttentionForwardTcKernel$swz" "keysideswz:AttentionKeySideTcKernel$swz" \
+    "querygradswz:AttentionQueryGradTcKernel$swz"; do
     IFS=: read -r name regex <<<"$k"
-    bounded 90 "$out/ncu-$name.txt" "$ncu" --set full \
+    bounded 90 "$out/ncu-$name.txt" "$ncu" --set full --kernel-name-base demangled \
       -k "regex:$regex" -c 1 "$kit/bin/attention_bench" --batch 16 --seq 1024 \
       --heads 12 --head-size 64
     grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Executed Ipc A|Issue Slots Busy|No Eligible' \
@@ -313,13 +323,17 @@ run_sass() {
   local ncu k
   ncu="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
   [[ -n "$ncu" && -x "$ncu" ]] || { note "sass: no ncu on this machine"; return; }
-  for k in AttentionForwardTcKernel AttentionForwardWgKernel AttentionKeySideTcKernel; do
-    bounded 90 "$log" "$ncu" --set full --import-source yes -k "regex:$k" -c 1 \
-      -o "/tmp/$k" "$kit/bin/attention_bench" --batch 16 --seq 1024 --heads 12 \
+  local swz='<[^<>]*(true|\(bool\)1)>' name regex
+  for k in fwd16x4:AttentionForwardTcKernel fwdwgmma:AttentionForwardWgKernel \
+    keyside:AttentionKeySideTcKernel "fwdswz:AttentionForwardTcKernel$swz"; do
+    IFS=: read -r name regex <<<"$k"
+    bounded 90 "$log" "$ncu" --set full --import-source yes \
+      --kernel-name-base demangled -k "regex:$regex" -c 1 \
+      -o "/tmp/$name" "$kit/bin/attention_bench" --batch 16 --seq 1024 --heads 12 \
       --head-size 64
-    bounded 60 "$out/sass-$k.csv" "$ncu" -i "/tmp/$k.ncu-rep" --page source \
+    bounded 60 "$out/sass-$name.csv" "$ncu" -i "/tmp/$name.ncu-rep" --page source \
       --csv --print-source sass
-    wc -l "$out/sass-$k.csv" | tee -a "$log"
+    wc -l "$out/sass-$name.csv" | tee -a "$log"
   done
 }
 
