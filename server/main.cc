@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/grpc_log.h"
 #include "common/log.h"
 #include "server/server_flags.h"
 #include "server/yard_server.h"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  trainyard::RouteGrpcLogs();
 
   auto server = trainyard::server::YardServer::Start(std::move(cl->options));
   if (!server.ok()) {

@@ -23,6 +23,7 @@
 
 #include "absl/strings/string_view.h"
 #include "common/grpc_credentials.h"
+#include "common/grpc_log.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/metrics_endpoint.h"
@@ -287,6 +288,7 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  trainyard::RouteGrpcLogs();
 
   absl::StatusOr<OfferedDevices> offered = DiscoverDevices(*flags);
   if (!offered.ok()) return Fail(2, offered.status().message());
