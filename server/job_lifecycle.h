@@ -175,9 +175,11 @@ class JobLifecycle {
   // RUNNING -> PREEMPTING on worker_id, `reason` naming the job it makes
   // room for, `for_job` recording it (Job.preempted_for; none for a
   // drain's). FAILED_PRECONDITION when the job is not RUNNING there (it
-  // moved on, is already stopping, or a cancel is pending): nothing to do.
-  // Its exit then makes it QUEUED; it resumes from its checkpoint
-  // (job_preemption.cc).
+  // moved on, is already stopping, or a cancel is pending): nothing to do,
+  // except that a job already stopping there for another waiting job is
+  // now recorded as stopping for `for_job` (the scheduler's latest choice,
+  // which a restarted server's hold follows). Its exit then makes it
+  // QUEUED; it resumes from its checkpoint (job_preemption.cc).
   absl::StatusOr<JobRecord> Preempt(const std::string& job_id,
                                     const std::string& worker_id,
                                     const std::string& reason,

@@ -236,6 +236,32 @@ TEST_F(JobPreemptionTest, TheHoldIsRestoredAfterARestart) {
   EXPECT_EQ(a[0].job_id(), high);
 }
 
+// A job already stopping for one waiting job may be chosen again for
+// another of higher priority: its record follows the latest choice, so a
+// restarted server holds the room for that one.
+TEST_F(JobPreemptionTest, ARechosenVictimsRecordNamesTheLatestJob) {
+  FakeWorker& w = Connect("w1", 1);
+  const std::string low = RunLowJob(w);
+  const std::string mid = Submit(5);
+  Pass();
+  ASSERT_EQ(Job(low).job.state(), v1::PREEMPTING);
+  ASSERT_EQ(Job(low).job.preempted_for(), mid);
+  const std::string high = Submit(10);
+  Pass();
+  const v1::Job victim = Job(low).job;
+  EXPECT_EQ(victim.state(), v1::PREEMPTING);
+  EXPECT_EQ(victim.preempted_for(), high);
+  EXPECT_THAT(victim.preempted_room_on(), ::testing::ElementsAre("w1"));
+  EXPECT_EQ(w.Preempts().size(), 1u) << "told to stop once";
+
+  UsePreemptingLoop();  // a new server: nothing held in memory
+  ASSERT_TRUE(Exit(w, low, 3, 0).ok());
+  Pass();
+  std::vector<v1::Assignment> a = w.Assignments();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].job_id(), high);
+}
+
 TEST_F(JobPreemptionTest, PreemptIsSentAgainWhenTheWorkerReattaches) {
   FakeWorker& w = Connect("w1", 1);
   const std::string low = RunLowJob(w);
