@@ -106,7 +106,7 @@ struct KeySideStages {
         lse(lse_all + h.stats),
         delta(delta_all + h.stats) {
     const bf16* keys = stages.a + g.channels;
-    if constexpr (kCoreTiles) {
+    if constexpr (kCoreTiles && !kSwizzled) {
       AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOwn0), keys, h.qkv_row, k0,
                             g.seq);
       AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOwn1), keys + g.channels,
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
                                const float* lse, TcGeometry g) {
   using Q = QueryRows<kM, kWarpsN>;
   constexpr int kQRows = Q::kRows, kBlock = Q::kBlockThreads;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   CheckSmemAlignment(smem);
   using L = BackwardSmem<kD, kQRows, kSwz>;
   bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1);
@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
                              const float* delta, const bf16* dout,
                              const bf16* qkv, const float* lse, TcGeometry g) {
   static_assert(!(kWithDq && kSwz), "the ordered backward's tiles: padded");
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   CheckSmemAlignment(smem);
   // kDs only with kWithDq
   using L =
@@ -457,17 +457,19 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
 // The query side's own Q and dout are core tiles too, Q K^T's and
 // dout V^T's A straight from shared memory (no A fragments held across
 // the key tiles): 124 registers at hs 64, four blocks an SM. The same
-// bits as the 16 x 4 kernels on the emulation.
-template <int kD>
+// bits as the 16 x 4 kernels on the emulation. With kSwz (hs 32 or 64),
+// every tile is a swizzled one (Tile<kD, 64, true>) read through
+// swizzled descriptors instead of a core tile.
+template <int kD, bool kSwz>
 __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
     AttentionQueryGradWgKernel(bf16* dqkv, float* delta, const bf16* dout,
                                const bf16* out, const bf16* qkv,
                                const float* lse, TcGeometry g) {
   namespace wg = warpgroup_mma;
   using Q = QueryRows<1, 4>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  CheckSmemAlignmentSilently(smem);
-  using L = BackwardSmem<kD>;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  CheckSmemAlignmentSilently<kSwz ? 1024 : 128>(smem);
+  using L = BackwardSmem<kD, kTile, kSwz>;
   bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1);
   float *s_lse = At<float>(smem, L::kLse),
         *s_delta = At<float>(smem, L::kDelta);
@@ -475,10 +477,17 @@ __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
   const Q rows(g.tiles);
   const int q0 = rows.q0, w0 = rows.RowTile(0);
   const int lane = threadIdx.x % 32;
-  const auto kv = KeyValueStages<kD, kThreads, true>(
+  const auto kv = KeyValueStages<kD, kThreads, true, kSwz>(
       smem, L::kOther0, L::kOther1, L::kT, qkv, h, g);
-  AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  AsyncLoadCoreRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
+  if constexpr (kSwz) {
+    AsyncLoadRows<kD, kTile, kThreads, true>(sq, qkv + h.qkv, h.qkv_row, q0,
+                                             g.seq);
+    AsyncLoadRows<kD, kTile, kThreads, true>(sdo, dout + h.out, h.out_row, q0,
+                                             g.seq);
+  } else {
+    AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+    AsyncLoadCoreRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
+  }
   kv.Load(0, 0);
   CpAsyncCommit();
   LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
@@ -500,17 +509,17 @@ __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
     const bf16* sv = kv.Second(kt);
     float s[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
     wg::Fence();
-    IssueSharedProductABt<kD>(s, sq, sk);
-    IssueSharedProductABt<kD>(dp, sdo, sv);
+    IssueSharedProductABt<kD, kSwz>(s, sq, sk);
+    IssueSharedProductABt<kD, kSwz>(dp, sdo, sv);
     CompleteProducts(s, dp);
     rows.MaskIfDiagonal(s, 0, kt);
     QueryRowGradients(s, dp, lse2, d_row, scale2);
-    CompleteMmaABOfScores<kD>(dq, s, sk);  // s is dS by now
+    CompleteMmaABOfScores<kD, kSwz>(dq, s, sk);  // s is dS by now
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const float scale[2] = {g.scale, g.scale};
-  StoreRows<kD>(dqkv + h.qkv, h.qkv_row, q0 + w0, g.seq, dq, scale,
-                RowsFrom<kD, false>(sq, w0));
+  StoreRows<kD, kSwz>(dqkv + h.qkv, h.qkv_row, q0 + w0, g.seq, dq, scale,
+                      RowsFrom<kD, kSwz>(sq, w0));
 }
 
 // Keys and values are the first products' A straight from shared memory
@@ -521,22 +530,28 @@ __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
 // backward as AttentionKeySideTcKernel takes it (dS through shared
 // memory, the block's partial dQ added in its turn), its dS K a
 // warpgroup product too, issued while dV's and dK's are still in flight
-// (the turn is awaited meanwhile).
-template <int kD, bool kWithDq>
+// (the turn is awaited meanwhile). With kSwz (hs 32 or 64; not with
+// kWithDq), every tile is a swizzled one read through swizzled
+// descriptors.
+template <int kD, bool kWithDq, bool kSwz = false>
 __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     AttentionKeySideWgKernel(bf16* dqkv, float* dq_sums, int* turns,
                              const float* delta, const bf16* dout,
                              const bf16* qkv, const float* lse, TcGeometry g) {
+  static_assert(!(kWithDq && kSwz), "the ordered backward's tiles: core");
   namespace wg = warpgroup_mma;
-  extern __shared__ __align__(128) unsigned char smem[];
-  CheckSmemAlignmentSilently(smem);
-  using L = OrderedSmem<kD>;  // kDs only with kWithDq
+  extern __shared__ __align__(1024) unsigned char smem[];
+  CheckSmemAlignmentSilently<kSwz ? 1024 : 128>(smem);
+  // kDs only with kWithDq
+  using L =
+      std::conditional_t<kSwz, BackwardSmem<kD, kTile, true>, OrderedSmem<kD>>;
   bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);
   const int64_t k0 = static_cast<int64_t>(kt) * kTile;
   const int w0 = static_cast<int>(threadIdx.x / 32) * kWarpRows;
-  const KeySideStages<kD, true, L> qdo(smem, h, g, qkv, dout, lse, delta, k0);
+  const KeySideStages<kD, true, L, kSwz> qdo(smem, h, g, qkv, dout, lse, delta,
+                                             k0);
   const float scale2 = g.scale * kLog2e;
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int qt = kt; qt < g.tiles; ++qt) {
@@ -545,8 +560,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
         qdo.Begin(it, qt + 1 < g.tiles ? int64_t{qt + 1} * kTile : -1);
     float st[kTile / 8][4] = {}, dpt[kTile / 8][4] = {};
     wg::Fence();
-    IssueSharedProductABt<kD>(st, sk, sq);
-    IssueSharedProductABt<kD>(dpt, sv, sdo);
+    IssueSharedProductABt<kD, kSwz>(st, sk, sq);
+    IssueSharedProductABt<kD, kSwz>(dpt, sv, sdo);
     CompleteProducts(st, dpt);
     if (qt == kt) MaskDiagonalTile(st, w0, /*rows_are_queries=*/false);
     KeyRowGradients(st, dpt, s_lse2, s_delta, scale2);
@@ -557,8 +572,8 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
     wg::FenceOperand(dv);
     wg::FenceOperand(dk);
     wg::Fence();
-    IssueMmaAB<kD>(dv, pa, sdo);
-    IssueMmaAB<kD>(dk, dsa, sq);
+    IssueMmaAB<kD, kSwz>(dv, pa, sdo);
+    IssueMmaAB<kD, kSwz>(dk, dsa, sq);
     if constexpr (kWithDq) {
       wg::Commit();
       AddInTurn(turns, g, qt, kt, [&] {
@@ -579,10 +594,10 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   }
   const float scale[2] = {g.scale, g.scale}, one[2] = {1.f, 1.f};
   bf16* dk_base = dqkv + h.qkv + g.channels;
-  StoreRows<kD>(dk_base, h.qkv_row, k0 + w0, g.seq, dk, scale,
-                RowsFrom<kD, false>(sk, w0));
-  StoreRows<kD>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv, one,
-                RowsFrom<kD, false>(sv, w0));
+  StoreRows<kD, kSwz>(dk_base, h.qkv_row, k0 + w0, g.seq, dk, scale,
+                      RowsFrom<kD, kSwz>(sk, w0));
+  StoreRows<kD, kSwz>(dk_base + g.channels, h.qkv_row, k0 + w0, g.seq, dv, one,
+                      RowsFrom<kD, kSwz>(sv, w0));
 }
 
 // Where the ordered backward's scratch keeps what: delta, a turn counter
@@ -647,19 +662,19 @@ cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
 }
 
 // The warpgroup tiling's query side, then its key side.
-template <int kD>
+template <int kD, bool kSwz>
 cudaError_t BackwardWg(bf16* dqkv, float* delta, const bf16* dout,
                        const bf16* out, const bf16* qkv, const float* lse,
                        const TcGeometry& g, dim3 grid, cudaStream_t stream) {
-  const cudaError_t e = LaunchWithSmem(
-      AttentionQueryGradWgKernel<kD>, BackwardSmem<kD>::kBytes, grid, kThreads,
-      stream, dqkv, delta, dout, out, qkv, lse, g);
+  using L = BackwardSmem<kD, kTile, kSwz>;
+  const cudaError_t e =
+      LaunchWithSmem(AttentionQueryGradWgKernel<kD, kSwz>, L::kBytes, grid,
+                     kThreads, stream, dqkv, delta, dout, out, qkv, lse, g);
   if (e != cudaSuccess) return e;
-  return LaunchWithSmem(AttentionKeySideWgKernel<kD, false>,
-                        BackwardSmem<kD>::kBytes, grid, kThreads, stream, dqkv,
-                        static_cast<float*>(nullptr),
-                        static_cast<int*>(nullptr),
-                        static_cast<const float*>(delta), dout, qkv, lse, g);
+  return LaunchWithSmem(
+      AttentionKeySideWgKernel<kD, false, kSwz>, L::kBytes, grid, kThreads,
+      stream, dqkv, static_cast<float*>(nullptr), static_cast<int*>(nullptr),
+      static_cast<const float*>(delta), dout, qkv, lse, g);
 }
 
 }  // namespace
@@ -693,10 +708,12 @@ cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
   bf16* dx = As<bf16>(dqkv);
   const bf16 *dy = As<bf16>(dout), *y = As<bf16>(out), *x = As<bf16>(qkv);
   if (tiling.warpgroup) {
-    return attention_tc::WithHeadSize(channels / heads, [&](auto d) {
-      return attention_tc::BackwardWg<decltype(d)::value>(dx, delta, dy, y, x,
-                                                          lse, g, grid, stream);
-    });
+    return attention_tc::WithWarpgroupLayout(
+        tiling, channels / heads, [&](auto d, auto swz) {
+          return attention_tc::BackwardWg<decltype(d)::value,
+                                          decltype(swz)::value>(
+              dx, delta, dy, y, x, lse, g, grid, stream);
+        });
   }
   return attention_tc::WithTiling(
       tiling, channels / heads, [&](auto d, auto m, auto w, auto swz) {

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(32 * kWarpsN)
                              TcGeometry g) {
   using Q = QueryRows<kM, kWarpsN>;
   constexpr int kQRows = Q::kRows, kBlock = Q::kBlockThreads;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   CheckSmemAlignment(smem);
   using L = ForwardSmem<kD, kQRows, kSwz>;
   bf16* sq = At<bf16>(smem, L::kQ);
@@ -199,8 +199,11 @@ __global__ void __launch_bounds__(32 * kWarpsN)
 // products of 64 x kD x 16, P from registers and V's tile read as it lies
 // (MN-major). Queries, keys and values sit in shared memory as core tiles
 // (CoreTile), which the products read without ldmatrix; Q's tile (in
-// the padded tile's room) stages the output rows at the end.
-template <int kD>
+// the padded tile's room) stages the output rows at the end. With kSwz
+// (hs 32 or 64), all are swizzled tiles instead (Tile<kD, 64, true>, read
+// through swizzled descriptors: RowsAsN), which the copies fill in whole
+// 128-byte lines.
+template <int kD, bool kSwz>
 __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     AttentionForwardWgKernel(bf16* out, float* lse, const bf16* qkv,
                              TcGeometry g) {
@@ -208,16 +211,21 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   using Q = QueryRows<1, 4>;
   static_assert(Q::kRows == wg::kRows && Q::kBlockThreads == wg::kThreads,
                 "a block is one warpgroup of 64 query rows");
-  extern __shared__ __align__(128) unsigned char smem[];
-  CheckSmemAlignmentSilently(smem);
-  using L = ForwardWgSmem<kD>;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  CheckSmemAlignmentSilently<kSwz ? 1024 : 128>(smem);
+  using L = ForwardWgSmem<kD, kSwz>;
   bf16* sq = At<bf16>(smem, L::kQ);
   const HeadOffsets h = HeadOf(g, kD);
   const Q rows(g.tiles);
   const int q0 = rows.q0;
-  const auto kv =
-      KeyValueStages<kD, kThreads, true>(smem, L::kK, L::kV, L::kT, qkv, h, g);
-  AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  const auto kv = KeyValueStages<kD, kThreads, true, kSwz>(smem, L::kK, L::kV,
+                                                           L::kT, qkv, h, g);
+  if constexpr (kSwz) {
+    AsyncLoadRows<kD, kTile, kThreads, true>(sq, qkv + h.qkv, h.qkv_row, q0,
+                                             g.seq);
+  } else {
+    AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
+  }
   kv.Load(0, 0);
   CpAsyncCommit();
   const float scale2 = g.scale * kLog2e;
@@ -230,16 +238,16 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     const bf16* v_tile = kv.Second(kt);
     float s[kTile / 8][4] = {};
     wg::Fence();
-    IssueSharedProductABt<kD>(s, sq, k_tile);
+    IssueSharedProductABt<kD, kSwz>(s, sq, k_tile);
     CompleteProducts(s);
     rows.MaskIfDiagonal(s, 0, kt);
     SoftmaxStep<kD>(s, m, l, o, scale2);
-    CompleteMmaABOfScores<kD>(o, s, v_tile);
+    CompleteMmaABOfScores<kD, kSwz>(o, s, v_tile);
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const int wt = rows.RowTile(0);
-  StoreForwardRows<kD>(out, lse, h, g, q0 + wt, o, m, l,
-                       RowsFrom<kD, false>(sq, wt));
+  StoreForwardRows<kD, kSwz>(out, lse, h, g, q0 + wt, o, m, l,
+                             RowsFrom<kD, kSwz>(sq, wt));
 }
 
 // The bytes of shared memory the product check takes: B's tile and room
@@ -264,28 +272,43 @@ __device__ __forceinline__ uint64_t SwapStrides(uint64_t desc) {
 // kTransposeB (the kernels' reading: kLayout) and the descriptors with
 // their byte offsets exchanged if `swap_strides`: WarpgroupReading. A
 // from registers, or with kAShared (kN = 64) from shared memory as a core
-// tile (MmaAsyncShared).
-template <int kN, int kLayout, int kTransposeB, bool kAShared = false>
+// tile (MmaAsyncShared). With kSwz, the tiles are swizzled ones
+// (Tile<..., true>) read through swizzled descriptors, as the
+// "wgmma-swizzled" tiling's (MN-major: kN 32 or 64).
+template <int kN, int kLayout, int kTransposeB, bool kAShared = false,
+          bool kSwz = false>
 __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     WarpgroupProductKernel(float* d, const bf16* a, const bf16* b,
                            bool swap_strides) {
   namespace wg = warpgroup_mma;
   constexpr int kK = 64;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
+  CheckSmemAlignmentSilently<kSwz ? 1024 : 128>(smem);
   // Zeros beyond the tile, where another reading may reach.
   for (size_t i = threadIdx.x * 4; i < kProductCheckB; i += 4 * 128) {
     *At<uint32_t>(smem, i) = 0;
   }
   __syncthreads();
   bf16* tile = At<bf16>(smem, 0);
-  if constexpr (kLayout == 0) {
-    AsyncLoadCoreRows<kK, kN, wg::kThreads>(tile, b, kK, 0, kN);
-  } else {
-    AsyncLoadCoreRows<kN, kK, wg::kThreads>(tile, b, kN, 0, kK);
-  }
   bf16* a_tile = At<bf16>(smem, kProductCheckB);
-  if constexpr (kAShared) {
-    AsyncLoadCoreRows<kK, wg::kRows, wg::kThreads>(a_tile, a, kK, 0, 64);
+  if constexpr (kSwz) {
+    if constexpr (kLayout == 0) {
+      AsyncLoadRows<kK, kN, wg::kThreads, true>(tile, b, kK, 0, kN);
+    } else {
+      AsyncLoadRows<kN, kK, wg::kThreads, true>(tile, b, kN, 0, kK);
+    }
+    if constexpr (kAShared) {
+      AsyncLoadRows<kK, wg::kRows, wg::kThreads, true>(a_tile, a, kK, 0, 64);
+    }
+  } else {
+    if constexpr (kLayout == 0) {
+      AsyncLoadCoreRows<kK, kN, wg::kThreads>(tile, b, kK, 0, kN);
+    } else {
+      AsyncLoadCoreRows<kN, kK, wg::kThreads>(tile, b, kN, 0, kK);
+    }
+    if constexpr (kAShared) {
+      AsyncLoadCoreRows<kK, wg::kRows, wg::kThreads>(a_tile, a, kK, 0, 64);
+    }
   }
   CpAsyncCommit();
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -317,11 +340,15 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
     for (int ks = 2 * half; ks < 2 * half + 2; ++ks) {
-      const uint64_t desc =
-          kLayout ? RowsAsK<kN>(tile, ks) : RowsAsN<kK>(tile, ks);
+      uint64_t desc;
+      if constexpr (kLayout == 1) {
+        desc = RowsAsK<kN, kSwz>(tile, ks);
+      } else {
+        desc = RowsAsN<kK, kSwz>(tile, ks);
+      }
       const uint64_t b_desc = swap_strides ? SwapStrides(desc) : desc;
       if constexpr (kAShared) {
-        wg::MmaAsyncShared<kN, kTransposeB>(acc, RowsAsN<kK>(a_tile, ks),
+        wg::MmaAsyncShared<kN, kTransposeB>(acc, RowsAsN<kK, kSwz>(a_tile, ks),
                                             b_desc, ks > 0);
       } else {
         wg::MmaAsync<kN, kTransposeB>(acc, frag[ks], b_desc, ks > 0);
@@ -369,9 +396,8 @@ bool IsAttentionTcTiling(AttentionTcTiling tiling) {
 }
 
 std::string AttentionTcTilingName(AttentionTcTiling tiling) {
-  if (tiling.warpgroup && tiling.warp_rows == 16 && tiling.warps == 4 &&
-      !tiling.swizzled) {
-    return "wgmma";
+  if (tiling.warpgroup && tiling.warp_rows == 16 && tiling.warps == 4) {
+    return tiling.swizzled ? "wgmma-swizzled" : "wgmma";
   }
   return std::to_string(tiling.warp_rows) + "x" + std::to_string(tiling.warps) +
          (tiling.warpgroup ? " warpgroup" : "") +
@@ -384,16 +410,18 @@ bool AttentionTcTakesTiling(AttentionTcTiling tiling, int64_t head_size) {
   return IsAttentionTcTiling(tiling) &&
          AttentionTcSupportsHeadSize(head_size) &&
          (tiling.warp_rows == 16 || head_size <= 64) &&
-         (!tiling.warpgroup || AttentionTcWarpgroupBuilt());
+         (!tiling.warpgroup || AttentionTcWarpgroupBuilt()) &&
+         (!tiling.warpgroup || !tiling.swizzled || head_size <= 64);
 }
 
 cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
                                         int n, bool b_rows_are_n,
                                         bool a_in_shared,
                                         WarpgroupReading reading,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream, bool swizzled) {
   if (!AttentionTcWarpgroupBuilt() || (n != 32 && n != 64 && n != 128) ||
-      (a_in_shared && n != 64) || !Aligned16(a) || !Aligned16(b)) {
+      (a_in_shared && n != 64) || !Aligned16(a) || !Aligned16(b) ||
+      (swizzled && !b_rows_are_n && n == 128)) {
     return cudaErrorInvalidValue;
   }
   const bf16* x = As<bf16>(a);
@@ -410,22 +438,31 @@ cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
           warpgroup_mma::kThreads, stream, d, x, y, swap);
     };
     using attention_tc::WarpgroupProductKernel;
-    if constexpr (kN == 64) {
-      if (a_in_shared) {
-        if (b_rows_are_n) {
-          return flip ? launch(WarpgroupProductKernel<kN, 0, 1, true>)
-                      : launch(WarpgroupProductKernel<kN, 0, 0, true>);
+    const auto with = [&](auto swz) -> cudaError_t {
+      constexpr bool kSwz = decltype(swz)::value;
+      if constexpr (kN == 64) {
+        if (a_in_shared) {
+          if (b_rows_are_n) {
+            return flip ? launch(WarpgroupProductKernel<kN, 0, 1, true, kSwz>)
+                        : launch(WarpgroupProductKernel<kN, 0, 0, true, kSwz>);
+          }
+          return flip ? launch(WarpgroupProductKernel<kN, 1, 0, true, kSwz>)
+                      : launch(WarpgroupProductKernel<kN, 1, 1, true, kSwz>);
         }
-        return flip ? launch(WarpgroupProductKernel<kN, 1, 0, true>)
-                    : launch(WarpgroupProductKernel<kN, 1, 1, true>);
       }
-    }
-    if (b_rows_are_n) {
-      return flip ? launch(WarpgroupProductKernel<kN, 0, 1>)
-                  : launch(WarpgroupProductKernel<kN, 0, 0>);
-    }
-    return flip ? launch(WarpgroupProductKernel<kN, 1, 0>)
-                : launch(WarpgroupProductKernel<kN, 1, 1>);
+      if (b_rows_are_n) {
+        return flip ? launch(WarpgroupProductKernel<kN, 0, 1, false, kSwz>)
+                    : launch(WarpgroupProductKernel<kN, 0, 0, false, kSwz>);
+      }
+      if constexpr (kSwz && kN == 128) {
+        return cudaErrorInvalidValue;  // refused above
+      } else {
+        return flip ? launch(WarpgroupProductKernel<kN, 1, 0, false, kSwz>)
+                    : launch(WarpgroupProductKernel<kN, 1, 1, false, kSwz>);
+      }
+    };
+    return swizzled ? with(attention_tc::Bool<true>{})
+                    : with(attention_tc::Bool<false>{});
   });
 }
 
@@ -452,14 +489,16 @@ cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
   bf16* o = As<bf16>(out);
   const bf16* x = As<bf16>(qkv);
   if (tiling.warpgroup) {
-    return attention_tc::WithHeadSize(channels / heads, [&](auto d) {
-      constexpr int kD = decltype(d)::value;
-      grid.y = static_cast<unsigned>(g.tiles);
-      return attention_tc::LaunchWithSmem(
-          attention_tc::AttentionForwardWgKernel<kD>,
-          attention_tc::ForwardWgSmem<kD>::kBytes, grid,
-          warpgroup_mma::kThreads, stream, o, lse, x, g);
-    });
+    return attention_tc::WithWarpgroupLayout(
+        tiling, channels / heads, [&](auto d, auto swz) {
+          constexpr int kD = decltype(d)::value;
+          constexpr bool kSwz = decltype(swz)::value;
+          grid.y = static_cast<unsigned>(g.tiles);
+          return attention_tc::LaunchWithSmem(
+              attention_tc::AttentionForwardWgKernel<kD, kSwz>,
+              attention_tc::ForwardWgSmem<kD, kSwz>::kBytes, grid,
+              warpgroup_mma::kThreads, stream, o, lse, x, g);
+        });
   }
   return attention_tc::WithTiling(
       tiling, channels / heads, [&](auto d, auto m, auto w, auto swz) {

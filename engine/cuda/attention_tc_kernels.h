@@ -46,7 +46,11 @@ bool AttentionTcSupportsHeadSize(int64_t head_size);
 // 16-byte units XOR-permuted (attention_tc_tiles.cuh, Tile) instead of
 // rows padded by 16 bytes: each row's copy fills whole 128-byte lines of
 // shared memory, and the tiles take 1/9 less of it. The same operations
-// in the same order: the same bits as 16 x 4.
+// in the same order: the same bits as 16 x 4. With `warpgroup` too
+// ("wgmma-swizzled", head sizes 32 and 64): the warpgroup tiling with its
+// tiles so, read by the tensor cores through descriptors of the 128- or
+// 64-byte swizzle (warpgroup_mma.h) instead of as core matrices, whose
+// copies fetch twice the sectors they use.
 struct AttentionTcTiling {
   int warp_rows = 16;
   int warps = 4;
@@ -57,10 +61,16 @@ struct AttentionTcTiling {
 // The tilings the query-side kernels have, the one the launchers without
 // a tiling use first.
 inline constexpr AttentionTcTiling kAttentionTcTilings[] = {
-    {16, 4}, {32, 2}, {32, 4}, {16, 4, true}, {16, 4, false, true}};
+    {16, 4},
+    {32, 2},
+    {32, 4},
+    {16, 4, true},
+    {16, 4, false, true},
+    {16, 4, true, true}};
 
 // A tiling's name: "RxW" (rows a warp x warps a block, e.g. "32x4"),
-// "wgmma" for the warpgroup tiling, "16x4-swizzled" for the swizzled one.
+// "wgmma" for the warpgroup tiling, "16x4-swizzled" and "wgmma-swizzled"
+// for the swizzled ones.
 std::string AttentionTcTilingName(AttentionTcTiling tiling);
 
 // Whether this build has the warpgroup kernels (built for sm_90a, or the
@@ -111,12 +121,15 @@ enum class WarpgroupReading {
 // K Q^T); b read as `reading` says (anything but kAsBuilt gives a wrong
 // product where the kernels' reading is right). The launch error, or
 // cudaErrorInvalidValue for another n, a or b not 16-byte aligned, or a
-// build without the warpgroup kernels.
+// build without the warpgroup kernels. `swizzled`: b (and a in shared
+// memory) as the "wgmma-swizzled" tiling keeps its tiles, swizzled rows
+// read through swizzled descriptors (b_rows_are_n, or n 32 or 64).
 cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
                                         int n, bool b_rows_are_n,
                                         bool a_in_shared,
                                         WarpgroupReading reading,
-                                        cudaStream_t stream);
+                                        cudaStream_t stream,
+                                        bool swizzled = false);
 
 // dqkv [B, T, 3C] (bf16, overwritten) from dout [B, T, C] (bf16), given the
 // forward's qkv, out and lse; `delta` [B, NH, T] is scratch. The contract

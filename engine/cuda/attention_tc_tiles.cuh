@@ -152,6 +152,14 @@ static_assert(ConflictFree<Tile<32>, 32>() && ConflictFree<Tile<64>, 64>() &&
                   ConflictFree<Tile<128, kTile, true>, 128>(),
               "tile layouts: conflict-free ldmatrix, whole rows");
 
+// The descriptor swizzle of a swizzled tile's rows (warpgroup_mma.h): the
+// 128-byte one for rows of 64 elements, the 64-byte one for 32.
+template <int kD>
+__host__ __device__ constexpr warpgroup_mma::Swizzle TileSwizzle() {
+  static_assert(kD == 32 || kD == 64, "warpgroup reads of swizzled tiles");
+  return kD == 64 ? warpgroup_mma::Swizzle::k128 : warpgroup_mma::Swizzle::k64;
+}
+
 // Rows r0.. of a tile as a tile of the same layout. REQUIRES: r0 % 8 == 0.
 template <int kD, bool kSwizzled, typename T>
 __device__ __forceinline__ T* RowsFrom(T* tile, int r0) {
@@ -199,14 +207,20 @@ struct BackwardSmem {
 };
 
 // The warpgroup forward: queries, keys and values as core tiles, the
-// query tile in a padded tile's room (where the output rows are staged).
-template <int kD>
+// query tile in a padded tile's room (where the output rows are staged);
+// or with kSwizzled all as swizzled tiles (Tile), each region 1024-byte
+// aligned as the swizzled descriptors need.
+template <int kD, bool kSwizzled = false>
 struct ForwardWgSmem {
-  static constexpr size_t kT = CoreTile<kD>::kBytes;
+  static constexpr size_t kT =
+      kSwizzled ? Tile<kD, kTile, true>::kBytes : CoreTile<kD>::kBytes;
   static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + Tile<kD>::kBytes;  // 2 stages
-  static constexpr size_t kV = kK + 2 * kT;            // 2 stages
+  static constexpr size_t kK =
+      kQ + Tile<kD, kTile, kSwizzled>::kBytes;  // 2 stages
+  static constexpr size_t kV = kK + 2 * kT;     // 2 stages
   static constexpr size_t kBytes = kV + 2 * kT;
+  static_assert(!kSwizzled || (kK % 1024 == 0 && kT % 1024 == 0),
+                "swizzled regions 1024-byte aligned");
 };
 
 // The budget in the header comment.
@@ -223,6 +237,13 @@ static_assert(ForwardSmem<32, kTile, true>::kBytes == 20480 &&
                   BackwardSmem<64, kTile, true>::kBytes == 50176 &&
                   BackwardSmem<128, kTile, true>::kBytes == 99328,
               "swizzled smem budget");
+// The warpgroup kernels' swizzled descriptors need each tile 1024-byte
+// aligned (the 8-row swizzle pattern starts there).
+static_assert(BackwardSmem<32, kTile, true>::kOwn1 % 1024 == 0 &&
+                  BackwardSmem<32, kTile, true>::kT % 1024 == 0 &&
+                  BackwardSmem<64, kTile, true>::kOwn1 % 1024 == 0 &&
+                  BackwardSmem<64, kTile, true>::kT % 1024 == 0,
+              "swizzled tiles 1024-byte aligned");
 static_assert(ForwardWgSmem<32>::kBytes == 21504 &&
                   ForwardWgSmem<64>::kBytes == 41984 &&
                   ForwardWgSmem<128>::kBytes == 82944,
@@ -242,6 +263,10 @@ __device__ __forceinline__ T* At(unsigned char* smem, size_t offset) {
 }
 
 // The region offsets assume a 128-byte aligned base; stop loudly if not.
+// (The kernels declare their shared memory 1024-byte aligned, as the
+// swizzled warpgroup tiles need it, so that the host emulation places it
+// so; on the GPU the base is where the hardware puts it, and the kernels
+// with swizzled descriptors check it: CheckSmemAlignmentSilently<1024>.)
 __device__ __forceinline__ void CheckSmemAlignment(const void* smem) {
   if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) {
     if (threadIdx.x == 0) printf("attention_tc: smem base misaligned\n");
@@ -251,9 +276,12 @@ __device__ __forceinline__ void CheckSmemAlignment(const void* smem) {
 
 // The same check without the message, for kernels with warpgroup
 // products: printf is a call, and ptxas serializes a kernel's warpgroup
-// products when one is in it.
+// products when one is in it. Swizzled tiles (kAlign 1024) need the base
+// aligned to the swizzle's 8-row pattern, which the hardware takes from
+// the address.
+template <int kAlign = 128>
 __device__ __forceinline__ void CheckSmemAlignmentSilently(const void* smem) {
-  if ((reinterpret_cast<uintptr_t>(smem) & 127) != 0) __trap();
+  if ((reinterpret_cast<uintptr_t>(smem) & (kAlign - 1)) != 0) __trap();
 }
 
 // One (sequence, head) pair: rows of q at qkv + t * qkv_row (k at + C, v at
@@ -329,9 +357,9 @@ __device__ void AsyncLoadCoreRows(bf16* dst, const bf16* src, int64_t stride,
 // step, double-buffered in shared memory (the first matrix's stages at
 // byte `first`, the second's at `second`, each `stage_bytes` apart): step
 // `it` reads stage it % 2 while the copies for step it + 1 fill the other.
-// kCoreTiles: stored as core tiles (AsyncLoadCoreRows) for warpgroup
-// products, else as rows (AsyncLoadRows) in the Tile layout kSwizzled
-// names. Block-wide members.
+// kCoreTiles: for warpgroup products, stored as core tiles
+// (AsyncLoadCoreRows) or, with kSwizzled, as swizzled rows; else as rows
+// (AsyncLoadRows) in the Tile layout kSwizzled names. Block-wide members.
 template <int kD, int kBlockThreads, bool kCoreTiles, bool kSwizzled = false>
 struct TileStages {
   unsigned char* smem;
@@ -351,7 +379,7 @@ struct TileStages {
   // Starts copying both matrices' rows row0.. into step it's stage; the
   // caller commits.
   __device__ void Load(int it, int64_t row0) const {
-    if constexpr (kCoreTiles) {
+    if constexpr (kCoreTiles && !kSwizzled) {
       AsyncLoadCoreRows<kD, kTile, kBlockThreads>(First(it), a, a_stride, row0,
                                                   seq);
       AsyncLoadCoreRows<kD, kTile, kBlockThreads>(Second(it), b, b_stride, row0,
@@ -398,50 +426,67 @@ __device__ TileStages<kD, kBlockThreads, kCoreTiles, kSwizzled> KeyValueStages(
       h.qkv_row, g.seq};
 }
 
-// Descriptors of a core tile's k-step ks (16-wide) for a warpgroup
-// product: with the tile's rows as the product's N and its columns as K
-// (K-major: the product takes the tile's transpose), or its rows as K and
-// columns as N (MN-major: the tile itself).
-template <int kD>
-__device__ __forceinline__ uint64_t RowsAsN(const bf16* core_tile, int ks) {
-  return warpgroup_mma::Descriptor(core_tile + ks * 128, 128, kD * 16);
+// Descriptors of a tile's k-step ks (16-wide) for a warpgroup product:
+// with the tile's rows as the product's N and its columns as K (K-major:
+// the product takes the tile's transpose), or its rows as K and columns
+// as N (MN-major: the tile itself). A core tile (CoreTile), or with
+// kSwizzled a swizzled one (Tile<kD, rows, true>, hs 32 or 64: rows of 64
+// or 128 bytes, the 64- or 128-byte swizzle, 8 rows SBO apart; a k-step
+// starts 32 bytes into the rows K-major, 16 rows down MN-major; LBO is
+// unused at these extents and given as 16 bytes, as CUTLASS does).
+template <int kD, bool kSwizzled = false>
+__device__ __forceinline__ uint64_t RowsAsN(const bf16* tile, int ks) {
+  if constexpr (kSwizzled) {
+    return warpgroup_mma::Descriptor(tile + ks * 16, 16, 8 * kD * 2,
+                                     TileSwizzle<kD>());
+  } else {
+    return warpgroup_mma::Descriptor(tile + ks * 128, 128, kD * 16);
+  }
 }
-template <int kD>
-__device__ __forceinline__ uint64_t RowsAsK(const bf16* core_tile, int ks) {
-  return warpgroup_mma::Descriptor(core_tile + ks * 16 * kD, kD * 16, 128);
+template <int kD, bool kSwizzled = false>
+__device__ __forceinline__ uint64_t RowsAsK(const bf16* tile, int ks) {
+  if constexpr (kSwizzled) {
+    return warpgroup_mma::Descriptor(tile + ks * 16 * kD, 16, 8 * kD * 2,
+                                     TileSwizzle<kD>());
+  } else {
+    return warpgroup_mma::Descriptor(tile + ks * 16 * kD, kD * 16, 128);
+  }
 }
 
 // Warpgroup-wide, the warpgroup tiling's two products, issued (then
 // CompleteProducts): s = a b^T as ProductABt for the warp's 16 rows, b a
 // core tile read transposed; acc += a b as MmaAB, b a core tile read as
 // it lies. The caller runs warpgroup_mma::Fence() before a batch.
-template <int kD>
+template <int kD, bool kSwizzled = false>
 __device__ __forceinline__ void IssueProductABt(float (&s)[kTile / 8][4],
                                                 const uint32_t (&a)[kD / 16][4],
                                                 const bf16* b) {
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
-    warpgroup_mma::MmaAsync<kTile, 0>(s, a[ks], RowsAsN<kD>(b, ks), ks > 0);
+    warpgroup_mma::MmaAsync<kTile, 0>(s, a[ks], RowsAsN<kD, kSwizzled>(b, ks),
+                                      ks > 0);
   }
 }
-// As IssueProductABt with a (64 rows) a core tile in shared memory too.
-template <int kD>
+// As IssueProductABt with a (64 rows) a tile in shared memory too.
+template <int kD, bool kSwizzled = false>
 __device__ __forceinline__ void IssueSharedProductABt(float (&s)[kTile / 8][4],
                                                       const bf16* a,
                                                       const bf16* b) {
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
-    warpgroup_mma::MmaAsyncShared<kTile, 0>(s, RowsAsN<kD>(a, ks),
-                                            RowsAsN<kD>(b, ks), ks > 0);
+    warpgroup_mma::MmaAsyncShared<kTile, 0>(s, RowsAsN<kD, kSwizzled>(a, ks),
+                                            RowsAsN<kD, kSwizzled>(b, ks),
+                                            ks > 0);
   }
 }
-template <int kD>
+template <int kD, bool kSwizzled = false>
 __device__ __forceinline__ void IssueMmaAB(float (&acc)[kD / 8][4],
                                            const uint32_t (&a)[kTile / 16][4],
                                            const bf16* b) {
 #pragma unroll
   for (int ks = 0; ks < kTile / 16; ++ks) {
-    warpgroup_mma::MmaAsync<kD, 1>(acc, a[ks], RowsAsK<kD>(b, ks), 1);
+    warpgroup_mma::MmaAsync<kD, 1>(acc, a[ks], RowsAsK<kD, kSwizzled>(b, ks),
+                                   1);
   }
 }
 
@@ -550,14 +595,14 @@ __device__ __forceinline__ void ToA(uint32_t (&a)[kTile / 16][4],
 // Warpgroup-wide: acc += P b, complete on return, with P the scores (or
 // their gradients) c rounded to bf16 A fragments (ToA) and b a core tile
 // read as it lies (IssueMmaAB): the forward's P V, the query side's dS K.
-template <int kD>
+template <int kD, bool kSwizzled = false>
 __device__ __forceinline__ void CompleteMmaABOfScores(
     float (&acc)[kD / 8][4], const float (&c)[kTile / 8][4], const bf16* b) {
   uint32_t a[kTile / 16][4];
   ToA(a, c);
   warpgroup_mma::FenceOperand(acc);
   warpgroup_mma::Fence();
-  IssueMmaAB<kD>(acc, a, b);
+  IssueMmaAB<kD, kSwizzled>(acc, a, b);
   CompleteProducts(acc);
 }
 
@@ -720,6 +765,21 @@ cudaError_t WithHeadSize(int64_t head_size, const F& f) {
     default:
       return f(Int<128>{});
   }
+}
+
+// f(Int<kD>, Bool<kSwizzled>) for a warpgroup tiling and a head size it
+// takes (the swizzled layout: hs 32 and 64 only).
+template <typename F>
+cudaError_t WithWarpgroupLayout(AttentionTcTiling tiling, int64_t head_size,
+                                const F& f) {
+  return WithHeadSize(head_size, [&](auto d) -> cudaError_t {
+    if (!tiling.swizzled) return f(d, Bool<false>{});
+    if constexpr (decltype(d)::value == 128) {
+      return cudaErrorInvalidValue;
+    } else {
+      return f(d, Bool<true>{});
+    }
+  });
 }
 
 template <typename F>

@@ -100,7 +100,7 @@ absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
   return absl::InvalidArgumentError(absl::StrCat(
       "attention tiling '", text, "' is not one of ", TilingChoices(),
       " (rows a warp x warps a block; wgmma: 16x4 as warpgroup products; "
-      "16x4-swizzled: 16x4 with swizzled shared-memory tiles)"));
+      "-swizzled: with swizzled shared-memory tiles)"));
 }
 
 absl::StatusOr<cuda::AttentionTcBackward> ParseAttentionBackward(

@@ -39,9 +39,10 @@ TEST(CudaBackendCreateTest, RefusesAnArenaSmallerThanItsWorkspace) {
 TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
     const std::string name = cuda::AttentionTcTilingName(t);
-    EXPECT_EQ(name, t.warpgroup ? std::string("wgmma")
-                                : absl::StrCat(t.warp_rows, "x", t.warps,
-                                               t.swizzled ? "-swizzled" : ""));
+    EXPECT_EQ(name, absl::StrCat(t.warpgroup
+                                     ? std::string("wgmma")
+                                     : absl::StrCat(t.warp_rows, "x", t.warps),
+                                 t.swizzled ? "-swizzled" : ""));
     const auto parsed = ParseAttentionTiling(name);
     ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
     EXPECT_EQ(parsed->warp_rows, t.warp_rows) << name;
@@ -58,7 +59,8 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
     EXPECT_TRUE(absl::StrContains(
         parsed.status().message(),
         absl::StrCat("'", bad,
-                     "' is not one of 16x4, 32x2, 32x4, wgmma, 16x4-swizzled")))
+                     "' is not one of 16x4, 32x2, 32x4, wgmma, 16x4-swizzled, "
+                     "wgmma-swizzled")))
         << parsed.status();
   }
 }

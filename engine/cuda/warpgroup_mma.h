@@ -31,6 +31,22 @@
 // "Shared Memory Matrix Layout", canonical layouts ((8,m),(T,2k)) and
 // ((T,1,m),(8,k)) without swizzle).
 //
+// Or in a swizzled layout (Swizzle::k128, k64: descriptor bits 62-63 = 1,
+// 2), rows of R = 128 or 64 bytes: of B's element (k, n), in bytes from
+// the start, before the swizzle,
+//   K-major:   (n % 8) R + (n / 8) SBO + 2 k            (k < 16: one
+//              instruction's K; LBO unused)
+//   MN-major:  (k % 8) R + (k / 8) SBO + 2 (n % (R / 2)) + (n / (R / 2)) LBO
+// (canonical layouts ((8,m),(T,2k)) : ((8T or 4T, SBO), (1, T)) and
+// ((T,8 or 4,m),(8,k)) : ((1, T, LBO), (8T or 4T, SBO)), T = 8 elements),
+// and then the 16-byte unit of the absolute shared address (bits 4-6) is
+// XORed with its bits 7-9 (k128) or the unit's bits 4-5 with bits 7-8
+// (k64). Rows written as Tile<kD, rows, true> in attention_tc_tiles.cuh
+// (unit u of row r at u ^ (r % 8) with 128-byte rows, u ^ (r / 2 % 4)
+// with 64-byte rows) are that layout where the tile starts 1024-byte
+// aligned: the layout the 128-byte and 64-byte swizzles of CUTLASS and
+// FlashAttention 3 give, which tile copies fill in whole 128-byte lines.
+//
 // Ordering, as the PTX ISA requires: Fence() before the first product of a
 // batch whose accumulators or A registers other instructions wrote;
 // FenceSharedForAsync() after shared-memory writes (stores, completed
@@ -85,12 +101,27 @@ inline constexpr bool kBuilt = false;
 inline constexpr int kThreads = 128;
 inline constexpr int kRows = 64;
 
+// A shared-memory layout's swizzle, as descriptor bits 62-63 give it.
+enum class Swizzle : uint32_t { kNone = 0, k128 = 1, k64 = 2 };
+
+// Bytes of a swizzled layout's rows (R above); 16 without a swizzle.
+constexpr uint32_t SwizzleRowBytes(Swizzle s) {
+  return s == Swizzle::k128 ? 128 : s == Swizzle::k64 ? 64 : 16;
+}
+
+// The shared address `address` refers to under swizzle s.
+constexpr uint32_t Swizzled(uint32_t address, Swizzle s) {
+  const uint32_t mask = s == Swizzle::k128 ? 7 : s == Swizzle::k64 ? 3 : 0;
+  return address ^ ((address >> 7 & mask) << 4);
+}
+
 #if defined(TRAINYARD_CUDA_EMULATION)
 
 using Site = std::source_location;
 
 inline uint64_t Descriptor(const void* start, uint32_t leading_bytes,
                            uint32_t stride_bytes,
+                           Swizzle swizzle = Swizzle::kNone,
                            const Site& site = Site::current()) {
   const uint32_t address =
       ::trainyard::cuda_emulation::DynamicSharedAddress(start, site);
@@ -103,33 +134,44 @@ inline uint64_t Descriptor(const void* start, uint32_t leading_bytes,
         ", stride " + std::to_string(stride_bytes) + ")");
   }
   return uint64_t{address >> 4} | uint64_t{leading_bytes >> 4} << 16 |
-         uint64_t{stride_bytes >> 4} << 32;
+         uint64_t{stride_bytes >> 4} << 32 |
+         uint64_t{static_cast<uint32_t>(swizzle)} << 62;
 }
 
 // An operand a product reads from shared memory (B, or A for
-// MmaAsyncShared): where (the start and the descriptor's offsets, as
-// Decode takes them), and a checksum of the values one thread's results
-// depend on, which the Wait takes again: the hardware may read the
-// operand at any time until then, so it must not change in between.
+// MmaAsyncShared): where (the start and the descriptor's offsets and
+// swizzle, as Decode takes them), and a checksum of the values one
+// thread's results depend on, which the Wait takes again: the hardware
+// may read the operand at any time until then, so it must not change in
+// between.
 struct SharedRead {
-  const unsigned char* base;
+  const unsigned char* smem;  // the block's dynamic shared memory
+  uint32_t start;             // its address there
   uint32_t lbo, sbo;
+  Swizzle swizzle;
   int n;  // extent besides K: B's N, or A's 64 rows
   bool transpose;
   bool is_a;
   Site site;
   uint64_t sum = 0;
 
-  // Byte offset of the operand's (k, col) from the start (col: B's n or
-  // A's row m).
+  // Byte offset of the operand's (k, col) from the start before any
+  // swizzle (col: B's n or A's row m).
   uint32_t Offset(int k, int col) const {
-    return transpose
-               ? (col % 8) * 2 + (col / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
-               : (col % 8) * 16 + (col / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+    if (swizzle == Swizzle::kNone) {
+      return transpose ? (col % 8) * 2 + (col / 8) * sbo + (k % 8) * 16 +
+                             (k / 8) * lbo
+                       : (col % 8) * 16 + (col / 8) * sbo + (k % 8) * 2 +
+                             (k / 8) * lbo;
+    }
+    const uint32_t row = SwizzleRowBytes(swizzle), half = row / 2;
+    return transpose ? (k % 8) * row + (k / 8) * sbo + (col % half) * 2 +
+                           (col / half) * lbo
+                     : (col % 8) * row + (col / 8) * sbo + k * 2;
   }
   uint16_t At(int k, int col) const {
     uint16_t bits;
-    memcpy(&bits, base + Offset(k, col), 2);
+    memcpy(&bits, smem + Swizzled(start + Offset(k, col), swizzle), 2);
     return bits;
   }
   // FNV-1a over the values thread `tid`'s accumulators depend on, all 16
@@ -191,25 +233,36 @@ inline int ThreadIndex(const Site& site) {
 
 // The operand of extent n x 16 (k) that descriptor `desc` points at, with
 // thread tid's checksum; fails the kernel unless it is in the layout
-// without swizzling and inside the block's dynamic shared memory.
+// without swizzling or with the 128- or 64-byte swizzle (base offset 0),
+// inside the block's dynamic shared memory (whose start the emulation
+// takes as 1024-byte aligned, as the kernels check it is on the GPU).
 inline SharedRead Decode(uint64_t desc, int n, bool transpose, bool is_a,
                          int tid, const Site& site) {
-  if ((desc >> 46) != 0) {
+  const uint32_t mode = static_cast<uint32_t>(desc >> 62);
+  if ((desc >> 46 & 0xffff) != 0 || mode > 2) {
     ::trainyard::cuda_emulation::FailKernel(
-        "wgmma descriptor: only the layout without swizzling (and base "
-        "offset 0) is emulated");
+        "wgmma descriptor: only the layouts without swizzling and with the "
+        "128- or 64-byte swizzle (and base offset 0) are emulated");
   }
   const uint32_t start = static_cast<uint32_t>(desc & 0x3fff) << 4;
   SharedRead r{nullptr,
+               start,
                static_cast<uint32_t>(desc >> 16 & 0x3fff) << 4,
                static_cast<uint32_t>(desc >> 32 & 0x3fff) << 4,
+               static_cast<Swizzle>(mode),
                n,
                transpose,
                is_a,
                site};
-  r.base = static_cast<const unsigned char*>(
-      ::trainyard::cuda_emulation::DynamicSharedAt(
-          start, r.Offset(15, n - 1) + 2, site));
+  // A swizzle moves a unit within its 128-byte line: the lines from the
+  // start's to the last element's are read.
+  const uint32_t first = start & ~127u;
+  const uint32_t end = r.Offset(15, n - 1) + start + 2;
+  const uint32_t last = r.swizzle == Swizzle::kNone ? end : (end + 127) & ~127u;
+  r.smem = static_cast<const unsigned char*>(
+               ::trainyard::cuda_emulation::DynamicSharedAt(first, last - first,
+                                                            site)) -
+           first;
   r.sum = r.Checksum(tid);
   return r;
 }
@@ -339,15 +392,16 @@ inline void FenceOperand(float (&)[kBlocks][4]) {}
 #endif
 
 // A descriptor of B at `start` (16-byte aligned shared memory) in the
-// layout without swizzling, with its leading and stride byte offsets.
-__device__ __forceinline__ uint64_t Descriptor(const void* start,
-                                               uint32_t leading_bytes,
-                                               uint32_t stride_bytes) {
+// layout `swizzle` names, with its leading and stride byte offsets.
+__device__ __forceinline__ uint64_t
+Descriptor(const void* start, uint32_t leading_bytes, uint32_t stride_bytes,
+           Swizzle swizzle = Swizzle::kNone) {
   const uint32_t address =
       static_cast<uint32_t>(__cvta_generic_to_shared(start));
   return uint64_t{(address >> 4) & 0x3fff} |
          uint64_t{(leading_bytes >> 4) & 0x3fff} << 16 |
-         uint64_t{(stride_bytes >> 4) & 0x3fff} << 32;
+         uint64_t{(stride_bytes >> 4) & 0x3fff} << 32 |
+         uint64_t{static_cast<uint32_t>(swizzle)} << 62;
 }
 
 __device__ __forceinline__ void Fence() {

@@ -32,7 +32,7 @@
 #            YARD_GEMM_CHOICES=gemm-choices.txt (engine.log, engine.csv):
 #            whether the epilogue and choosing among the candidates pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
-#            tiling 16x4, 16x4-swizzled, wgmma (the warpgroup forward), 16x4 and wgmma
+#            tiling 16x4, 16x4-swizzled, wgmma-swizzled, wgmma (the warpgroup forward), 16x4 and wgmma
 #            with YARD_ATTENTION_BACKWARD=ordered-dq, 32x2 and 32x4
 #            (YARD_ATTENTION_TILING; engine.log, engine.csv in that order):
 #            which tiling and backward the backend should run by default
@@ -40,17 +40,17 @@
 #            a GPU: cuda_attention_test (the warpgroup product check
 #            first), attention_bench at a GPT-2 124M layer's shape (every
 #            tiling), gpt_train_bench 124M bf16 as it is (with its op
-#            profile) and with YARD_ATTENTION_TILING=16x4-swizzled, the
-#            PyTorch peer (eager, torch.compile), then the
+#            profile) and with YARD_ATTENTION_TILING=16x4-swizzled and
+#            wgmma-swizzled, the PyTorch peer (eager, torch.compile), then the
 #            step again with YARD_ATTENTION_TILING=wgmma, and with it
 #            YARD_ATTENTION_BACKWARD=ordered-dq if time is left (device.log,
 #            kernels.log, kernels.csv, engine.log, engine.csv)
 #   profile  Nsight Compute (ncu --set full) on attention_bench at a GPT-2
 #            124M layer's shape, one kernel at a time: the 16x4 forward,
 #            the warpgroup forward, the key side and the query gradient
-#            of the two-kernel backward, then the swizzled tiling's three
-#            (ncu-*.txt): where the attention kernels' time goes, for the
-#            next change to them
+#            of the two-kernel backward, then the 16x4-swizzled tiling's
+#            three and the wgmma-swizzled forward (ncu-*.txt): where the
+#            attention kernels' time goes, for the next change to them
 #   sass     as profile for the 16x4 forward, the warpgroup forward and
 #            the key side, with ncu's source page: each SASS instruction
 #            with its counters (sass-*.csv), e.g. which loads or stores
@@ -247,7 +247,7 @@ run_tilings() {
   # The warpgroup forward and the ordered backward right after the default
   # tiling they are measured against, before the other tilings in case the
   # budget runs out.
-  for t in 16x4 16x4-swizzled wgmma ordered-dq ordered-wgmma 32x2 32x4; do
+  for t in 16x4 16x4-swizzled wgmma-swizzled wgmma ordered-dq ordered-wgmma 32x2 32x4; do
     note "$t: gpt_train_bench 124m bf16"
     if [[ "$t" == ordered-dq ]]; then
       export YARD_ATTENTION_BACKWARD=ordered-dq YARD_ATTENTION_TILING=16x4
@@ -282,9 +282,12 @@ run_first() {
   note "gpt_train_bench 124m bf16 as it is"
   bounded 110 "$elog" "${ours[@]}"
   grep -E '^step |^PROFILE' "$elog" | tee -a "$log"
-  note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=16x4-swizzled"
-  YARD_ATTENTION_TILING=16x4-swizzled bounded 110 "$elog" "${ours[@]}"
-  grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
+  local t
+  for t in 16x4-swizzled wgmma-swizzled; do
+    note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=$t"
+    YARD_ATTENTION_TILING=$t bounded 110 "$elog" "${ours[@]}"
+    grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
+  done
   bounded 240 "$elog" python3 "$root/bench/engine/gpt_torch_gpu_bench.py" \
     --csv "$csv" --config 124m --precision bf16 --micro-batch max
   note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=wgmma"
@@ -309,7 +312,8 @@ run_profile() {
   for k in fwd16x4:AttentionForwardTcKernel fwdwgmma:AttentionForwardWgKernel \
     keyside:AttentionKeySideTcKernel querygrad:AttentionQueryGradTcKernel \
     "fwdswz:AttentionForwardTcKernel$swz" "keysideswz:AttentionKeySideTcKernel$swz" \
-    "querygradswz:AttentionQueryGradTcKernel$swz"; do
+    "querygradswz:AttentionQueryGradTcKernel$swz" \
+    "fwdwgswz:AttentionForwardWgKernel$swz"; do
     IFS=: read -r name regex <<<"$k"
     bounded 90 "$out/ncu-$name.txt" "$ncu" --set full --kernel-name-base demangled \
       -k "regex:$regex" -c 1 "$kit/bin/attention_bench" --batch 16 --seq 1024 \
@@ -325,7 +329,8 @@ run_sass() {
   [[ -n "$ncu" && -x "$ncu" ]] || { note "sass: no ncu on this machine"; return; }
   local swz='<[^<>]*(true|\(bool\)1)>' name regex
   for k in fwd16x4:AttentionForwardTcKernel fwdwgmma:AttentionForwardWgKernel \
-    keyside:AttentionKeySideTcKernel "fwdswz:AttentionForwardTcKernel$swz"; do
+    keyside:AttentionKeySideTcKernel "fwdswz:AttentionForwardTcKernel$swz" \
+    "fwdwgswz:AttentionForwardWgKernel$swz"; do
     IFS=: read -r name regex <<<"$k"
     bounded 90 "$log" "$ncu" --set full --import-source yes \
       --kernel-name-base demangled -k "regex:$regex" -c 1 \
