@@ -1,6 +1,7 @@
 #include "scheduler/cluster_snapshot.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "absl/status/status.h"
@@ -64,6 +65,11 @@ absl::Status CheckDevices(WorkerCapacity& w) {
         CheckRange(w.id, "gpu memory", d.free_memory_bytes, d.memory_bytes));
     RETURN_IF_ERROR(
         CheckRange(w.id, "gpu compute", d.free_compute_milli, kWholeGpuMilli));
+    if (d.name_id > w.gpu_names.size()) {
+      return Bad("worker", w.id,
+                 absl::StrCat("gpu ", d.index, " has name_id ", d.name_id,
+                              " past its ", w.gpu_names.size(), " gpu_names"));
+    }
     w.gpus.push_back(d.index);
     if (d.wholly_free()) w.free_gpus.push_back(d.index);
   }
@@ -72,6 +78,9 @@ absl::Status CheckDevices(WorkerCapacity& w) {
 
 absl::Status CheckWorker(WorkerCapacity& w) {
   if (w.id.empty()) return absl::InvalidArgumentError("worker: empty id");
+  if (w.gpu_names.size() > std::numeric_limits<uint16_t>::max()) {
+    return Bad("worker", w.id, "more than 65535 gpu_names");
+  }
   RETURN_IF_ERROR(CheckRange(w.id, "cpu_slots", w.free_cpu_slots, w.cpu_slots));
   RETURN_IF_ERROR(CheckRange(w.id, "cpu_milli", w.free_cpu_milli, w.cpu_milli));
   RETURN_IF_ERROR(
@@ -142,57 +151,82 @@ absl::Status CheckRunning(const RunningJob& r, const ClusterSnapshot& s) {
   return absl::OkStatus();
 }
 
-// The mask of the name classes (see Create) a job asking `models` may use.
-uint64_t MaskOf(const std::vector<std::string>& models,
-                const std::vector<std::string>& names) {
-  if (models.empty()) return ~uint64_t{0};
-  constexpr size_t kOverflow = 63;
+// GPUs share a slot when every list of models treats their names alike
+// (see Create); the kinds from the 64th on share the last slot.
+constexpr size_t kSharedSlot = 63;
+
+// Which of `lists` allow `name`, one '1' or '0' per list: GPUs with equal
+// patterns are of one kind.
+std::string KindOf(const std::vector<const std::vector<std::string>*>& lists,
+                   const std::string& name) {
+  std::string pattern(lists.size(), '0');
+  for (size_t i = 0; i < lists.size(); ++i) {
+    if (AllowsGpu(*lists[i], name)) pattern[i] = '1';
+  }
+  return pattern;
+}
+
+// The mask of list `list` over `kinds` (KindOf patterns, in slot order): a
+// kind past the shared slot counts only if the list allows all of them.
+uint64_t MaskOf(size_t list, const std::vector<std::string>& kinds) {
   uint64_t mask = 0;
-  bool all_past = true;  // every name sharing the overflow bit is allowed
-  for (size_t i = 0; i < names.size(); ++i) {
-    const bool ok = AllowsGpu(models, names[i]);
-    if (i < kOverflow) {
-      if (ok) mask |= uint64_t{1} << i;
-    } else if (!ok) {
-      all_past = false;
+  bool all_shared = true;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const bool allowed = kinds[k][list] == '1';
+    if (k < kSharedSlot) {
+      if (allowed) mask |= uint64_t{1} << k;
+    } else if (!allowed) {
+      all_shared = false;
     }
   }
-  if (names.size() > kOverflow && all_past) mask |= uint64_t{1} << kOverflow;
+  if (kinds.size() > kSharedSlot && all_shared) mask |= uint64_t{1} << 63;
   return mask;
 }
 
-// Gives each GPU the bit of its name and each job naming models its mask;
-// nothing to do (every bit 1, every mask full) when no job names models.
-void AssignModelBits(std::vector<WorkerCapacity>& workers,
-                     std::vector<PendingJob>& pending,
-                     std::vector<TaskClass>& workload) {
-  const auto names_models = [](const PendingJob& j) {
-    return !j.gpu_models.empty();
+// Gives each GPU the slot of its kind and each job naming models its mask;
+// nothing to do (every slot 0, every mask full) when no job names models.
+void AssignModelSlots(std::vector<WorkerCapacity>& workers,
+                      std::vector<PendingJob>& pending,
+                      std::vector<TaskClass>& workload) {
+  // The distinct lists (a workload may list thousands of tasks naming the
+  // same few), each with its position.
+  absl::flat_hash_map<std::vector<std::string>, size_t> list_at;
+  std::vector<const std::vector<std::string>*> lists;
+  const auto note = [&](PendingJob& j) {
+    j.gpu_model_mask = ~uint64_t{0};  // not one a caller left there
+    if (j.gpu_models.empty()) return;
+    if (list_at.try_emplace(j.gpu_models, lists.size()).second) {
+      lists.push_back(&j.gpu_models);
+    }
   };
-  if (std::none_of(pending.begin(), pending.end(), names_models) &&
-      std::none_of(workload.begin(), workload.end(),
-                   [&](const TaskClass& c) { return names_models(c.shape); })) {
-    return;
-  }
-  std::vector<std::string> names;
-  absl::flat_hash_map<std::string, uint64_t> bit_of;
+  for (PendingJob& j : pending) note(j);
+  for (TaskClass& c : workload) note(c.shape);
+  if (lists.empty()) return;
+  absl::flat_hash_map<std::string, uint8_t> slot_of_name;
+  absl::flat_hash_map<std::string, size_t> kind_at;  // by KindOf pattern
+  std::vector<std::string> kinds;
   for (WorkerCapacity& w : workers) {
     for (GpuCapacity& g : w.devices) {
-      auto [it, added] = bit_of.try_emplace(g.name, 0);
+      const std::string& name = w.GpuName(g);
+      auto [slot, added] = slot_of_name.try_emplace(name, 0);
       if (added) {
-        it->second = uint64_t{1} << std::min<size_t>(names.size(), 63);
-        names.push_back(g.name);
+        auto [kind, new_kind] = kind_at.try_emplace(KindOf(lists, name), 0);
+        if (new_kind) {
+          kind->second = kinds.size();
+          kinds.push_back(kind->first);
+        }
+        slot->second =
+            static_cast<uint8_t>(std::min(kind->second, kSharedSlot));
       }
-      g.model_bit = it->second;
+      g.model_slot = slot->second;
     }
   }
-  // A workload may list thousands of tasks naming the same few model lists.
-  absl::flat_hash_map<std::vector<std::string>, uint64_t> mask_of;
+  std::vector<uint64_t> mask_of(lists.size());
+  for (size_t i = 0; i < lists.size(); ++i) mask_of[i] = MaskOf(i, kinds);
   const auto assign = [&](PendingJob& j) {
-    if (j.gpu_models.empty()) return;
-    auto [it, added] = mask_of.try_emplace(j.gpu_models, 0);
-    if (added) it->second = MaskOf(j.gpu_models, names);
-    j.gpu_model_mask = it->second;
+    if (!j.gpu_models.empty()) {
+      j.gpu_model_mask = mask_of[list_at.find(j.gpu_models)->second];
+    }
   };
   for (PendingJob& j : pending) assign(j);
   for (TaskClass& c : workload) assign(c.shape);
@@ -225,7 +259,7 @@ absl::StatusOr<ClusterSnapshot> ClusterSnapshot::Create(
       return absl::InvalidArgumentError("workload: a class weight is not > 0");
     }
   }
-  AssignModelBits(workers, pending, workload);
+  AssignModelSlots(workers, pending, workload);
   s.workers_ = std::move(workers);
   std::set<std::string> running_ids;
   for (const RunningJob& r : running) {
@@ -244,6 +278,22 @@ absl::StatusOr<ClusterSnapshot> ClusterSnapshot::Create(
   s.running_ = std::move(running);
   s.tenant_weights_ = std::move(tenant_weights);
   return s;
+}
+
+const std::string& WorkerCapacity::GpuName(const GpuCapacity& gpu) const {
+  static const std::string* const kUnknown = new std::string();
+  return gpu.name_id == 0 || gpu.name_id > gpu_names.size()
+             ? *kUnknown
+             : gpu_names[gpu.name_id - 1];
+}
+
+uint16_t WorkerCapacity::GpuNameId(absl::string_view name) {
+  if (name.empty()) return 0;
+  auto it = std::find(gpu_names.begin(), gpu_names.end(), name);
+  if (it == gpu_names.end()) {
+    it = gpu_names.emplace(gpu_names.end(), name.data(), name.size());
+  }
+  return static_cast<uint16_t>(it - gpu_names.begin() + 1);
 }
 
 double ClusterSnapshot::TenantWeight(const std::string& tenant) const {

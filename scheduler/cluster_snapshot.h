@@ -28,12 +28,16 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace trainyard::scheduler {
 
 inline constexpr int32_t kWholeGpuMilli = 1000;
 
-// One GPU of a worker and what of it is not used by any job now.
+// One GPU of a worker and what of it is not used by any job now. Trivially
+// copyable and 32 bytes: policies copy every worker's GPUs while they try
+// placements, so it holds no name, only which of its worker's gpu_names it
+// has (docs/BENCHMARKS.md, "One scheduling pass", 2026-11-24).
 struct GpuCapacity {
   int32_t index = 0;         // device index on its worker
   int64_t memory_bytes = 0;  // total; 0 = unknown
@@ -43,18 +47,18 @@ struct GpuCapacity {
   // time-sliced rather than run side by side (no NVIDIA MPS) unless told
   // to share such GPUs too: each job asking part of one then takes it whole.
   bool shareable = true;
-  // The name its worker reports (NVML's, e.g. "NVIDIA H100 80GB HBM3"), which
-  // PendingJob::gpu_models is matched against; empty = unknown.
-  std::string name = {};
-  // Set by Create(): one bit standing for this GPU's name, set in the
-  // gpu_model_mask of every job that may use it.
-  uint64_t model_bit = 1;
+  // Set by Create(): the bit (0-63) of PendingJob::gpu_model_mask that says
+  // whether a job may use this GPU (ModelAllowed, node_fit.h).
+  uint8_t model_slot = 0;
+  // Its name: 0 = unknown, k = its worker's gpu_names[k - 1].
+  uint16_t name_id = 0;
 
   bool wholly_free() const {
     return free_compute_milli == kWholeGpuMilli &&
            free_memory_bytes == memory_bytes;
   }
 };
+static_assert(sizeof(GpuCapacity) == 32);
 
 // Capacity of one worker. Fields past `free_gpus` are the fine-grained
 // model; a worker that leaves them at zero offers no CPU/host memory beyond
@@ -70,6 +74,16 @@ struct WorkerCapacity {
   int64_t free_cpu_milli = 0;
   int64_t memory_bytes = 0;  // total host memory
   int64_t free_memory_bytes = 0;
+  // The names its GPUs report (NVML's, e.g. "NVIDIA H100 80GB HBM3"), each
+  // once, which PendingJob::gpu_models is matched against; GpuCapacity::
+  // name_id points here. Usually one, so a copy of the worker costs little.
+  std::vector<std::string> gpu_names = {};
+
+  // The name of `gpu`, one of its devices; "" when unknown.
+  const std::string& GpuName(const GpuCapacity& gpu) const;
+  // The name_id that stands for `name` here, adding it to gpu_names when it
+  // is new; 0 for "".
+  uint16_t GpuNameId(absl::string_view name);
 };
 
 // A job waiting in the queue.
@@ -96,8 +110,8 @@ struct PendingJob {
   // GPU models the job may run on, matched as gpu_models.h says; empty =
   // any GPU. Every GPU of the job, on every node, must match.
   std::vector<std::string> gpu_models = {};
-  // Set by Create() from gpu_models: the model_bits of the GPUs the job may
-  // use (all bits when gpu_models is empty).
+  // Set by Create() from gpu_models: bit k set when the job may use GPUs of
+  // model_slot k (all bits when gpu_models is empty).
   uint64_t gpu_model_mask = ~uint64_t{0};
 
   bool whole_gpus() const { return gpu_memory_bytes == 0; }
@@ -172,12 +186,17 @@ class ClusterSnapshot {
   // them; worker and job order is kept. `workload` is optional (FGD falls
   // back to the pending jobs). Running jobs, and each of their parts, name
   // a known worker and GPUs of it; their resources are already taken out of
-  // the workers' free capacity. Tenant weights are > 0. When a pending job
-  // or task class names gpu_models, each GPU's model_bit and each job's
-  // gpu_model_mask are derived from them: one bit per distinct GPU name,
-  // the 64th standing for all names past the 63rd (a job may use those
-  // only if it allows every one of them: rarely too strict, never too
-  // lax).
+  // the workers' free capacity. Tenant weights are > 0. A GPU's name_id is
+  // 0 or one of its worker's gpu_names. When a pending job or task class
+  // names gpu_models, each GPU's model_slot and each job's gpu_model_mask
+  // are derived from them. GPUs whose names every list of models in the
+  // snapshot treats alike (allows all or none of them) are of one kind and
+  // share a slot, so matching by slot is exact for up to 64 kinds, however
+  // many names there are. Past that, the kinds from the 64th on (in worker
+  // and device order) share slot 63, and a job may use their GPUs only if
+  // its models allow every one of those kinds: never too lax (a job never
+  // gets a GPU its models do not allow), but a job allowing only some of
+  // them cannot use any, and waits as infeasible saying why (packing_pass).
   static absl::StatusOr<ClusterSnapshot> Create(
       std::vector<WorkerCapacity> workers, std::vector<PendingJob> pending,
       std::vector<TaskClass> workload = {},

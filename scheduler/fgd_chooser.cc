@@ -71,7 +71,7 @@ std::string FgdChooser::Signature(const WorkerCapacity& w,
     Append(out, g.memory_bytes);
     Append(out, g.shareable ? 1 : 0);
     // Jobs naming GPU models fit only GPUs of those models.
-    Append(out, static_cast<int64_t>(g.model_bit));
+    Append(out, g.model_slot);
   }
   return out;
 }
@@ -246,7 +246,7 @@ std::optional<FgdChooser::Placed> FgdChooser::BestIn(const Group& g,
              o.free_compute_milli == d.free_compute_milli &&
              o.free_memory_bytes == d.free_memory_bytes &&
              o.memory_bytes == d.memory_bytes && o.shareable == d.shareable &&
-             o.model_bit == d.model_bit;
+             o.model_slot == d.model_slot;
     }
     if (seen) continue;
     scratch_devices_.assign(1, i);

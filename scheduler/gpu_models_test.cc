@@ -23,7 +23,9 @@ constexpr char kH100[] = "NVIDIA H100 80GB HBM3";
 constexpr char kA100[] = "NVIDIA A100-SXM4-80GB";
 
 WorkerCapacity Named(WorkerCapacity w, const std::vector<std::string>& names) {
-  for (size_t i = 0; i < w.devices.size(); ++i) w.devices[i].name = names[i];
+  for (size_t i = 0; i < w.devices.size(); ++i) {
+    w.devices[i].name_id = w.GpuNameId(names[i]);
+  }
   return w;
 }
 WorkerCapacity AllNamed(std::string id, int gpus, const char* name) {
@@ -208,9 +210,20 @@ TEST(GpuModelsTest, UnnamedGpusMatchNoModel) {
             "\"H100\" (GPUs here: unnamed); ");
 }
 
-// Past 63 distinct names the rest share one bit: a job may use them only if
-// it allows all of them.
-TEST(GpuModelsTest, NamesPastTheSixtyThirdShareABit) {
+// Create() derives every job's mask: one left by the caller (a job taken
+// from an earlier snapshot, its models since cleared) counts for nothing.
+TEST(GpuModelsTest, CreateSetsTheMaskOfAJobNamingNoModels) {
+  PendingJob stale = Share("stale", 1, 1, 1000);
+  stale.gpu_model_mask = 0;
+  ClusterSnapshot s =
+      MakeSnapshot({AllNamed("h", 2, kH100)},
+                   {stale, Wanting(Share("h100", 2, 1, 1000), {"H100"})});
+  EXPECT_EQ(PlanString(PlanFor("first-fit", s)), "stale@h[0,] h100@h[1,] ");
+}
+
+// GPUs share a model slot when every job's models treat their names alike,
+// so 70 names are matched exactly when jobs name only a few lists.
+TEST(GpuModelsTest, ManyNamesFewKindsMatchExactly) {
   std::vector<WorkerCapacity> workers;
   for (int i = 0; i < 70; ++i) {
     workers.push_back(AllNamed(absl::StrCat("w", i), 1,
@@ -220,13 +233,54 @@ TEST(GpuModelsTest, NamesPastTheSixtyThirdShareABit) {
       workers, {Wanting(Share("early", 1, 1, 1000), {"GPU-105"}),
                 Wanting(Share("late", 2, 1, 1000), {"GPU-168"}),
                 Wanting(Share("all-late", 3, 1, 1000), {"GPU-16"})});
-  Plan plan = PlanFor("first-fit", s);
-  EXPECT_EQ(PlanString(plan).substr(0, 9), "early@w5[");
-  ASSERT_EQ(plan.placements.size(), 2u) << PlanString(plan);
-  // GPU-16x for x in 0..9 covers every name past the 63rd (GPU-163..169).
-  EXPECT_EQ(plan.placements[1].job_id, "all-late");
-  ASSERT_EQ(plan.waits.size(), 1u);
-  EXPECT_EQ(plan.waits[0].job_id, "late");
+  EXPECT_EQ(PlanString(PlanFor("first-fit", s)),
+            "early@w5[0,] late@w68[0,] all-late@w60[0,] ");
+}
+
+// Worker i's GPU is named after the bits of i ("GPU-b0-n1-..."), so jobs
+// asking "b0" ... "b6" see 70 kinds of GPU: more than the 64 model slots.
+std::string BitName(int i) {
+  std::string name = "GPU";
+  for (int k = 0; k < 7; ++k)
+    absl::StrAppend(&name, (i >> k) & 1 ? "-b" : "-n", k);
+  return name;
+}
+
+// Past 64 kinds, the kinds from the 64th on (here workers 63-69) share the
+// last slot: a job may use it only if its models allow all of them. Never
+// too lax; a job allowing only some of them waits, told why.
+TEST(GpuModelsTest, KindsPastTheSixtyFourthShareTheLastSlot) {
+  std::vector<WorkerCapacity> workers;
+  for (int i = 0; i < 70; ++i) {
+    workers.push_back(AllNamed(absl::StrCat("w", i), 1, BitName(i).c_str()));
+  }
+  std::vector<PendingJob> jobs;
+  for (int k = 0; k < 7; ++k) {
+    jobs.push_back(Wanting(Share(absl::StrCat("b", k), k, 1, 1000),
+                           {absl::StrCat("b", k)}));
+  }
+  // Workers 63-69 exactly: every kind sharing the last slot.
+  jobs.push_back(
+      Wanting(Share("late", 7, 1, 1000), {BitName(63).substr(4), "b6"}));
+  jobs.push_back(Wanting(Share("exact", 8, 1, 1000), {BitName(69)}));
+  for (const char* policy : kPolicies) {
+    ClusterSnapshot s = MakeSnapshot(workers, jobs);
+    Plan plan = PlanFor(policy, s);
+    for (const Placement& p : plan.placements) {
+      const WorkerCapacity& w = *s.FindWorker(p.worker_id);
+      EXPECT_TRUE(
+          AllowsGpu(s.FindJob(p.job_id)->gpu_models, w.GpuName(w.devices[0])))
+          << policy << ": " << PlanString(plan);
+    }
+    ASSERT_EQ(plan.waits.size(), 2u) << policy << ": " << PlanString(plan);
+    for (const JobWait& w : plan.waits) {
+      EXPECT_EQ(w.kind, WaitKind::kInfeasible) << policy;
+      EXPECT_THAT(w.reason, HasSubstr("are here, but among more than 64 kinds"))
+          << policy;
+    }
+    EXPECT_EQ(plan.waits[0].job_id, "b6") << policy;  // only workers 64-69
+    EXPECT_EQ(plan.waits[1].job_id, "exact") << policy;
+  }
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ struct GpuDemand {
   int32_t compute_milli = kWholeGpuMilli;
   bool whole = true;
   bool estimated = false;
-  // GpuCapacity::model_bits of the GPUs the job may use at all.
+  // Bit k: the job may use GPUs of GpuCapacity::model_slot k at all.
   uint64_t models = ~uint64_t{0};
 };
 
@@ -48,7 +48,7 @@ inline GpuDemand DemandOf(const PendingJob& job, bool exclusive) {
 
 // Whether the job the demand is for may use `gpu` at all (its model).
 inline bool ModelAllowed(const GpuCapacity& gpu, const GpuDemand& demand) {
-  return (gpu.model_bit & demand.models) != 0;
+  return ((demand.models >> gpu.model_slot) & 1) != 0;
 }
 
 // The compute share of a GPU with `gpu_memory` bytes for a job using

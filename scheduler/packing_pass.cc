@@ -69,18 +69,31 @@ std::string LargestWorker(const std::vector<WorkerCapacity>& workers,
 }
 
 // The wait of a job naming GPU models no worker's GPU is of, naming them
-// and the models the cluster has (the first few).
+// and the models the cluster has (the first few). With more kinds of GPU
+// than model slots, GPUs of its models may be here but in the shared slot
+// it may not use (ClusterSnapshot::Create): the reason says so.
 std::optional<JobWait> NoGpuOfModel(const PendingJob& job,
                                     const GpuDemand& demand,
                                     const std::vector<WorkerCapacity>& all) {
   std::vector<std::string> names;
+  bool of_its_models = false;
   for (const WorkerCapacity& w : all) {
     for (const GpuCapacity& g : w.devices) {
       if (ModelAllowed(g, demand)) return std::nullopt;
-      if (std::find(names.begin(), names.end(), g.name) == names.end()) {
-        names.push_back(g.name);
+      const std::string& name = w.GpuName(g);
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        names.push_back(name);
+        of_its_models = of_its_models || AllowsGpu(job.gpu_models, name);
       }
     }
+  }
+  if (of_its_models) {
+    return JobWait{job.id, WaitKind::kInfeasible,
+                   absl::StrCat("infeasible: GPUs of model ",
+                                DescribeGpuModels(job.gpu_models),
+                                " are here, but among more than 64 kinds of "
+                                "GPU the scheduler cannot tell them from GPUs "
+                                "of models the job does not allow")};
   }
   constexpr size_t kShown = 4;
   const size_t n = names.size();

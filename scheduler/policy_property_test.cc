@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/gpu_models.h"
 #include "scheduler/packing_pass.h"
 #include "scheduler/placement_policy.h"
 #include "scheduler/preemption.h"
@@ -68,11 +69,29 @@ class PolicyPropertyTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<PlacementPolicy> policy_ = *MakePlacementPolicy(GetParam());
 };
 
+// The GPUs `gpu_indices` of worker `worker_id` are all of models `job`
+// allows, by name (CheckPlan goes by GpuCapacity::model_slot).
+bool OfItsModels(const ClusterSnapshot& s, const PendingJob& job,
+                 const std::string& worker_id,
+                 const std::vector<int32_t>& gpu_indices) {
+  const WorkerCapacity& w = *s.FindWorker(worker_id);
+  for (int32_t index : gpu_indices) {
+    for (const GpuCapacity& g : w.devices) {
+      if (g.index == index && !AllowsGpu(job.gpu_models, w.GpuName(g))) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 // CheckPlan replays the plan on the free capacity and fails on any GPU
 // memory, compute, CPU, host memory or slot over-commit, and on a gang that
 // got fewer GPUs than it asked (a placement names the workers of all its
-// ranks, so a gang is placed whole or not at all).
+// ranks, so a gang is placed whole or not at all). Jobs naming GPU models
+// get only GPUs of those models.
 TEST_P(PolicyPropertyTest, NeverOverCommitsAndAccountsForEveryJob) {
+  int placed_with_models = 0;
   for (uint32_t seed = 1; seed <= 400; ++seed) {
     ClusterSnapshot s = RandomSnapshot(seed);
     Plan plan = policy_->Place(s);
@@ -85,12 +104,21 @@ TEST_P(PolicyPropertyTest, NeverOverCommitsAndAccountsForEveryJob) {
       for (const PlacementPart& part : p.more_nodes) {
         gpus += part.gpu_indices.size();
       }
-      ASSERT_EQ(static_cast<int32_t>(gpus), s.FindJob(p.job_id)->gpus);
-      if (s.FindJob(p.job_id)->max_nodes == 1) {
+      const PendingJob& job = *s.FindJob(p.job_id);
+      ASSERT_EQ(static_cast<int32_t>(gpus), job.gpus);
+      if (job.max_nodes == 1) {
         ASSERT_TRUE(p.more_nodes.empty());
       }
+      EXPECT_TRUE(OfItsModels(s, job, p.worker_id, p.gpu_indices))
+          << "seed " << seed << " job " << job.id;
+      for (const PlacementPart& part : p.more_nodes) {
+        EXPECT_TRUE(OfItsModels(s, job, part.worker_id, part.gpu_indices))
+            << "seed " << seed << " job " << job.id;
+      }
+      placed_with_models += !job.gpu_models.empty();
     }
   }
+  EXPECT_GT(placed_with_models, 40);  // the generator names models
 }
 
 TEST_P(PolicyPropertyTest, SameSeedSamePlan) {

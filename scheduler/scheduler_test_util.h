@@ -159,8 +159,32 @@ inline void StartRandomSpreadJobs(uint32_t seed,
   }
 }
 
+// GPU names for the workers (one model each, unknown, or a mix) and GPU
+// models for some of the GPU jobs in `jobs`, some of which no worker has,
+// drawn from their own generator so that the rest of a random snapshot
+// stays as it was.
+inline void NameRandomGpus(uint32_t seed, std::vector<WorkerCapacity>& workers,
+                           std::vector<PendingJob>& jobs) {
+  std::mt19937 rng(seed * 104729u + 3u);
+  auto pick = [&](int n) { return static_cast<int32_t>(rng() % n); };
+  static const char* kNames[] = {"", "NVIDIA H100 80GB HBM3",
+                                 "NVIDIA A100-SXM4-80GB", "Tesla T4"};
+  static const std::vector<std::string> kModels[] = {
+      {"H100"}, {"a100", "H100"}, {"T4"}, {"L40S"}};
+  for (WorkerCapacity& w : workers) {
+    const int32_t kind = pick(5);  // 4: each GPU its own pick
+    for (GpuCapacity& g : w.devices) {
+      g.name_id = w.GpuNameId(kNames[kind < 4 ? kind : pick(4)]);
+    }
+  }
+  for (PendingJob& j : jobs) {
+    if (j.gpus > 0 && pick(3) == 0) j.gpu_models = kModels[pick(4)];
+  }
+}
+
 // A random but valid cluster, running jobs and queue, the same for the same
-// seed. Jobs belong to tenants "a", "b" and "c" (weights 1, 2, 1).
+// seed. Some GPUs are named and some jobs name GPU models (NameRandomGpus).
+// Jobs belong to tenants "a", "b" and "c" (weights 1, 2, 1).
 inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
   std::mt19937 rng(seed);
   auto pick = [&](int n) { return static_cast<int32_t>(rng() % n); };
@@ -214,6 +238,7 @@ inline ClusterSnapshot RandomSnapshot(uint32_t seed) {
   std::vector<PendingJob> jobs;
   for (int i = pick(20); i > 0; --i)
     jobs.push_back(estimated_job(absl::StrCat("j", i)));
+  NameRandomGpus(seed, workers, jobs);
   auto s = ClusterSnapshot::Create(std::move(workers), std::move(jobs), {},
                                    std::move(running), {{"b", 2.0}});
   EXPECT_TRUE(s.ok()) << s.status();

@@ -31,7 +31,6 @@ scheduler::GpuCapacity FreeOf(const v1::Device& device, const WorkerUsage& used,
   scheduler::GpuCapacity g;
   g.index = device.index();
   g.shareable = device.mps() || share_without_mps;
-  g.name = device.name();
   g.memory_bytes = std::max<int64_t>(0, device.memory_bytes());
   g.free_memory_bytes = g.memory_bytes;
   g.free_compute_milli = scheduler::kWholeGpuMilli;
@@ -166,6 +165,7 @@ std::vector<scheduler::WorkerCapacity> SchedulableCapacity(
     c.free_cpu_slots = std::max(0, c.cpu_slots - used.cpu_slots);
     for (const v1::Device& d : w.hello.devices()) {
       c.devices.push_back(FreeOf(d, used, share_without_mps));
+      c.devices.back().name_id = c.GpuNameId(d.name());
     }
     std::sort(
         c.devices.begin(), c.devices.end(),

@@ -77,6 +77,10 @@ TEST(SchedulableCapacityTest, ReportedMemoryIsEachGpusCapacity) {
   EXPECT_THAT(c[0].free_gpus, ElementsAre(0, 1));
   EXPECT_FALSE(c[0].devices[0].shareable) << "no MPS: its jobs time-slice";
   EXPECT_TRUE(c[0].devices[1].shareable);
+  // Each GPU's name, kept once per worker.
+  EXPECT_THAT(c[0].gpu_names, ElementsAre("NVIDIA H100 80GB HBM3"));
+  EXPECT_EQ(c[0].GpuName(c[0].devices[0]), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(c[0].GpuName(c[0].devices[1]), "NVIDIA H100 80GB HBM3");
 }
 
 TEST(SchedulableCapacityTest, WhatJobsHoldIsTakenOut) {

@@ -193,10 +193,10 @@ absl::StatusOr<std::vector<scheduler::WorkerCapacity>> LoadOpenbNodes(
         w.free_cpu_milli = w.cpu_milli;
         w.memory_bytes = w.free_memory_bytes = mib * kMiB;
         const int64_t mem = GpuMemoryBytesOf(row[4]);
-        const std::string name = WorkerGpuNameOf(row[4]);
+        const uint16_t name_id = w.GpuNameId(WorkerGpuNameOf(row[4]));
         for (int32_t g = 0; g < gpus; ++g) {
           w.devices.push_back({g, mem, mem});
-          w.devices.back().name = name;
+          w.devices.back().name_id = name_id;
         }
         nodes.push_back(std::move(w));
         return absl::OkStatus();

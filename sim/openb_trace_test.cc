@@ -213,7 +213,8 @@ TEST(OpenbTraceTest, NodesGpusCarryTheirModelsName) {
                 "b,8000,8192,0,\n"));
   ASSERT_TRUE(nodes.ok()) << nodes.status();
   ASSERT_EQ((*nodes)[0].devices.size(), 2u);
-  EXPECT_EQ((*nodes)[0].devices[1].name, "Tesla P100-PCIE-16GB");
+  EXPECT_EQ((*nodes)[0].GpuName((*nodes)[0].devices[1]),
+            "Tesla P100-PCIE-16GB");
   const std::vector<std::string> models = {"A10",     "T4", "P100", "V100M16",
                                            "V100M32", "G1", "G2",   "G3"};
   for (const std::string& a : models) {
