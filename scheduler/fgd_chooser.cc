@@ -69,9 +69,9 @@ std::string FgdChooser::Signature(const WorkerCapacity& w,
     Append(out, g.free_compute_milli);
     Append(out, g.free_memory_bytes);
     Append(out, g.memory_bytes);
-    Append(out, g.shareable ? 1 : 0);
-    // Jobs naming GPU models fit only GPUs of those models.
-    Append(out, g.model_slot);
+    // Jobs naming GPU models fit only GPUs of those models. One word with
+    // `shareable`: the signature is hashed for every changed worker.
+    Append(out, (g.shareable ? 1 : 0) | int64_t{g.model_slot} << 1);
   }
   return out;
 }
