@@ -146,7 +146,10 @@ MnistSpec OutlivesALeaseSpec(const std::string& name) {
   MnistSpec spec;
   spec.name = name;
   spec.hidden = 128;
-  spec.steps = 2000;
+  // Several seconds even on a fast machine: on 2026-11-24 a CI host ran
+  // 2000 steps in 1.7 s, and the job ended before the 2 s lease it must
+  // outlive.
+  spec.steps = 8000;
   spec.micro_batch = 64;
   spec.checkpoint_every = 100;
   spec.log_every = 20;
