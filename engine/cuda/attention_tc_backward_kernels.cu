@@ -106,17 +106,10 @@ struct KeySideStages {
         lse(lse_all + h.stats),
         delta(delta_all + h.stats) {
     const bf16* keys = stages.a + g.channels;
-    if constexpr (kCoreTiles && !kSwizzled) {
-      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOwn0), keys, h.qkv_row, k0,
-                            g.seq);
-      AsyncLoadCoreRows<kD>(At<bf16>(smem, L::kOwn1), keys + g.channels,
-                            h.qkv_row, k0, g.seq);
-    } else {
-      AsyncLoadRows<kD, kTile, kThreads, kSwizzled>(At<bf16>(smem, L::kOwn0),
-                                                    keys, h.qkv_row, k0, g.seq);
-      AsyncLoadRows<kD, kTile, kThreads, kSwizzled>(
-          At<bf16>(smem, L::kOwn1), keys + g.channels, h.qkv_row, k0, g.seq);
-    }
+    AsyncLoadTile<kD, kTile, kThreads, kCoreTiles, kSwizzled>(
+        At<bf16>(smem, L::kOwn0), keys, h.qkv_row, k0, g.seq);
+    AsyncLoadTile<kD, kTile, kThreads, kCoreTiles, kSwizzled>(
+        At<bf16>(smem, L::kOwn1), keys + g.channels, h.qkv_row, k0, g.seq);
     stages.Load(0, k0);
     CpAsyncCommit();
     LoadQueryStats<L>(smem, 0, lse, delta, k0, g.seq);
@@ -283,6 +276,12 @@ struct OrderedSmem : BackwardSmem<kD> {
   static constexpr size_t kDs = BackwardSmem<kD>::kBytes;
   static constexpr size_t kBytes = kDs + Tile<kTile>::kBytes;
 };
+// A key side's shared memory: the ordered backward's (its dS tile used
+// only with kWithDq), or with swizzled tiles the two-kernel backward's.
+template <int kD, bool kSwizzled>
+using KeySideSmem = std::conditional_t<kSwizzled, BackwardSmem<kD, kTile, true>,
+                                       OrderedSmem<kD>>;
+
 static_assert(OrderedSmem<64>::kBytes == 65536 &&
                   2 * OrderedSmem<128>::kBytes <= 227 * 1024,
               "ordered backward: three blocks an SM at hs = 64, two at 128");
@@ -387,9 +386,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   static_assert(!(kWithDq && kSwz), "the ordered backward's tiles: padded");
   extern __shared__ __align__(1024) unsigned char smem[];
   CheckSmemAlignment(smem);
-  // kDs only with kWithDq
-  using L =
-      std::conditional_t<kSwz, BackwardSmem<kD, kTile, true>, OrderedSmem<kD>>;
+  using L = KeySideSmem<kD, kSwz>;  // kDs only with kWithDq
   bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);  // tile 0 has the most work
@@ -479,15 +476,10 @@ __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
   const int lane = threadIdx.x % 32;
   const auto kv = KeyValueStages<kD, kThreads, true, kSwz>(
       smem, L::kOther0, L::kOther1, L::kT, qkv, h, g);
-  if constexpr (kSwz) {
-    AsyncLoadRows<kD, kTile, kThreads, true>(sq, qkv + h.qkv, h.qkv_row, q0,
-                                             g.seq);
-    AsyncLoadRows<kD, kTile, kThreads, true>(sdo, dout + h.out, h.out_row, q0,
-                                             g.seq);
-  } else {
-    AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-    AsyncLoadCoreRows<kD>(sdo, dout + h.out, h.out_row, q0, g.seq);
-  }
+  AsyncLoadTile<kD, kTile, kThreads, true, kSwz>(sq, qkv + h.qkv, h.qkv_row, q0,
+                                                 g.seq);
+  AsyncLoadTile<kD, kTile, kThreads, true, kSwz>(sdo, dout + h.out, h.out_row,
+                                                 q0, g.seq);
   kv.Load(0, 0);
   CpAsyncCommit();
   LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
@@ -542,9 +534,7 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
   namespace wg = warpgroup_mma;
   extern __shared__ __align__(1024) unsigned char smem[];
   CheckSmemAlignmentSilently<kSwz ? 1024 : 128>(smem);
-  // kDs only with kWithDq
-  using L =
-      std::conditional_t<kSwz, BackwardSmem<kD, kTile, true>, OrderedSmem<kD>>;
+  using L = KeySideSmem<kD, kSwz>;  // kDs only with kWithDq
   bf16 *sk = At<bf16>(smem, L::kOwn0), *sv = At<bf16>(smem, L::kOwn1);
   const HeadOffsets h = HeadOf(g, kD);
   const int kt = static_cast<int>(blockIdx.y);

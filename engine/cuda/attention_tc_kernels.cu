@@ -220,12 +220,8 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   const int q0 = rows.q0;
   const auto kv = KeyValueStages<kD, kThreads, true, kSwz>(smem, L::kK, L::kV,
                                                            L::kT, qkv, h, g);
-  if constexpr (kSwz) {
-    AsyncLoadRows<kD, kTile, kThreads, true>(sq, qkv + h.qkv, h.qkv_row, q0,
-                                             g.seq);
-  } else {
-    AsyncLoadCoreRows<kD>(sq, qkv + h.qkv, h.qkv_row, q0, g.seq);
-  }
+  AsyncLoadTile<kD, kTile, kThreads, true, kSwz>(sq, qkv + h.qkv, h.qkv_row, q0,
+                                                 g.seq);
   kv.Load(0, 0);
   CpAsyncCommit();
   const float scale2 = g.scale * kLog2e;
@@ -291,24 +287,14 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   __syncthreads();
   bf16* tile = At<bf16>(smem, 0);
   bf16* a_tile = At<bf16>(smem, kProductCheckB);
-  if constexpr (kSwz) {
-    if constexpr (kLayout == 0) {
-      AsyncLoadRows<kK, kN, wg::kThreads, true>(tile, b, kK, 0, kN);
-    } else {
-      AsyncLoadRows<kN, kK, wg::kThreads, true>(tile, b, kN, 0, kK);
-    }
-    if constexpr (kAShared) {
-      AsyncLoadRows<kK, wg::kRows, wg::kThreads, true>(a_tile, a, kK, 0, 64);
-    }
+  if constexpr (kLayout == 0) {
+    AsyncLoadTile<kK, kN, wg::kThreads, true, kSwz>(tile, b, kK, 0, kN);
   } else {
-    if constexpr (kLayout == 0) {
-      AsyncLoadCoreRows<kK, kN, wg::kThreads>(tile, b, kK, 0, kN);
-    } else {
-      AsyncLoadCoreRows<kN, kK, wg::kThreads>(tile, b, kN, 0, kK);
-    }
-    if constexpr (kAShared) {
-      AsyncLoadCoreRows<kK, wg::kRows, wg::kThreads>(a_tile, a, kK, 0, 64);
-    }
+    AsyncLoadTile<kN, kK, wg::kThreads, true, kSwz>(tile, b, kN, 0, kK);
+  }
+  if constexpr (kAShared) {
+    AsyncLoadTile<kK, wg::kRows, wg::kThreads, true, kSwz>(a_tile, a, kK, 0,
+                                                           64);
   }
   CpAsyncCommit();
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;

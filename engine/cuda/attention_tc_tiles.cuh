@@ -352,14 +352,28 @@ __device__ void AsyncLoadCoreRows(bf16* dst, const bf16* src, int64_t stride,
   }
 }
 
+// Block-wide: AsyncLoadRows into a tile of the layout a kernel's flags
+// name: a core tile (CoreTile) for warpgroup products (kCoreTiles)
+// unless kSwizzled, else rows in the Tile layout kSwizzled names (which
+// the warpgroup products read too, through swizzled descriptors).
+template <int kD, int kRows, int kBlockThreads, bool kCoreTiles, bool kSwizzled>
+__device__ void AsyncLoadTile(bf16* dst, const bf16* src, int64_t stride,
+                              int64_t row0, int64_t seq) {
+  if constexpr (kCoreTiles && !kSwizzled) {
+    AsyncLoadCoreRows<kD, kRows, kBlockThreads>(dst, src, stride, row0, seq);
+  } else {
+    AsyncLoadRows<kD, kRows, kBlockThreads, kSwizzled>(dst, src, stride, row0,
+                                                       seq);
+  }
+}
+
 // The other side's tiles of a kernel's loop (keys and values on the query
 // side, queries and dout on the key side): kTile rows of two matrices a
 // step, double-buffered in shared memory (the first matrix's stages at
 // byte `first`, the second's at `second`, each `stage_bytes` apart): step
 // `it` reads stage it % 2 while the copies for step it + 1 fill the other.
-// kCoreTiles: for warpgroup products, stored as core tiles
-// (AsyncLoadCoreRows) or, with kSwizzled, as swizzled rows; else as rows
-// (AsyncLoadRows) in the Tile layout kSwizzled names. Block-wide members.
+// Stored as AsyncLoadTile's kCoreTiles and kSwizzled say. Block-wide
+// members.
 template <int kD, int kBlockThreads, bool kCoreTiles, bool kSwizzled = false>
 struct TileStages {
   unsigned char* smem;
@@ -379,17 +393,10 @@ struct TileStages {
   // Starts copying both matrices' rows row0.. into step it's stage; the
   // caller commits.
   __device__ void Load(int it, int64_t row0) const {
-    if constexpr (kCoreTiles && !kSwizzled) {
-      AsyncLoadCoreRows<kD, kTile, kBlockThreads>(First(it), a, a_stride, row0,
-                                                  seq);
-      AsyncLoadCoreRows<kD, kTile, kBlockThreads>(Second(it), b, b_stride, row0,
-                                                  seq);
-    } else {
-      AsyncLoadRows<kD, kTile, kBlockThreads, kSwizzled>(First(it), a, a_stride,
-                                                         row0, seq);
-      AsyncLoadRows<kD, kTile, kBlockThreads, kSwizzled>(Second(it), b,
-                                                         b_stride, row0, seq);
-    }
+    AsyncLoadTile<kD, kTile, kBlockThreads, kCoreTiles, kSwizzled>(
+        First(it), a, a_stride, row0, seq);
+    AsyncLoadTile<kD, kTile, kBlockThreads, kCoreTiles, kSwizzled>(
+        Second(it), b, b_stride, row0, seq);
   }
   // At the top of step `it`: if `next_row` >= 0 (there is a next step,
   // whose tiles start there), starts and commits their copies into the
