@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/byte_text.h"
 #include "google/protobuf/message.h"
 #include "trainyard/v1/cluster.pb.h"
 #include "trainyard/v1/jobs.pb.h"
@@ -72,9 +73,6 @@ std::string FormatSweepResults(
     const std::vector<std::string>& fields,
     const std::vector<std::vector<std::string>>& values);
 
-// "512 B", "4.0 KiB", "1.2 GiB": binary units, one decimal past bytes.
-// Zero or negative: "0 B".
-std::string FormatBytes(int64_t bytes);
 // `yard checkpoints`: STEP, SIZE, SAVED (age), and "best" on the best one.
 std::string FormatCheckpointsTable(
     const std::vector<trainyard::v1::CheckpointInfo>& checkpoints,

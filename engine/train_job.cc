@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "common/byte_text.h"
 #include "common/field_errors.h"
 #include "common/log.h"
 #include "common/read_file.h"
@@ -134,12 +134,6 @@ struct StartingWeights {
 
 namespace {
 
-std::string Bytes(int64_t n) {
-  return n >= (int64_t{1} << 30)
-             ? absl::StrFormat("%.1f GiB", static_cast<double>(n) / (1 << 30))
-             : absl::StrFormat("%.1f MiB", static_cast<double>(n) / (1 << 20));
-}
-
 // A CPU job whose memory estimate is above what the host has free is
 // refused before anything is loaded: it would thrash, or be killed by the
 // kernel hours in. Returns the figures, for a dry run's report; "" when the
@@ -154,17 +148,17 @@ absl::StatusOr<std::string> CheckHostMemory(const EngineJob& job) {
   absl::StatusOr<HostMemory> have = AvailableHostMemory();
   if (absl::IsNotFound(have.status())) return std::string();
   if (!have.ok()) return have.status();
-  const std::string figures =
-      absl::StrCat("memory estimate ", Bytes(need.total()), ", ",
-                   Bytes(have->available), " available (", have->source, ")");
+  const std::string figures = absl::StrCat(
+      "memory estimate ", FormatBytes(need.total()), ", ",
+      FormatBytes(have->available), " available (", have->source, ")");
   if (need.total() > have->available) {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory: the job needs more host memory than is available: ", figures,
-        "; the estimate is weights ", Bytes(need.weights), ", gradients ",
-        Bytes(need.gradients), ", AdamW state ", Bytes(need.optimizer),
-        ", activations of batch.micro_batch ", job.trainer.micro_batch, " ",
-        Bytes(need.activations), ", other ",
-        Bytes(need.workspace + need.overhead)));
+        "; the estimate is weights ", FormatBytes(need.weights), ", gradients ",
+        FormatBytes(need.gradients), ", AdamW state ",
+        FormatBytes(need.optimizer), ", activations of batch.micro_batch ",
+        job.trainer.micro_batch, " ", FormatBytes(need.activations), ", other ",
+        FormatBytes(need.workspace + need.overhead)));
   }
   return figures;
 }
