@@ -518,6 +518,20 @@ absl::StatusOr<std::unique_ptr<Collective>> CreateGpuCollective(
 #endif
 }
 
+// The job's model on `backend`; *gpt points at it for a GPT job.
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const EngineJob& job,
+                                                   Backend* backend,
+                                                   GptModel** gpt) {
+  if (job.is_gpt) {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<GptModel> model,
+        GptModel::Create(job.gpt, job.trainer.micro_batch, backend));
+    *gpt = model.get();
+    return model;
+  }
+  return MlpModel::Create(job.mlp, job.trainer.micro_batch, backend);
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> TrainJob::LoadInputs(
@@ -560,15 +574,8 @@ absl::StatusOr<std::string> TrainJob::DryRun(const EngineJob& job,
     // The model's tensors, for naming one a checkpoint holds in another
     // shape; its memory was found to fit above.
     ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, nullptr, 0));
-    if (job.is_gpt) {
-      ASSIGN_OR_RETURN(t->model_,
-                       GptModel::Create(job.gpt, job.trainer.micro_batch,
-                                        t->backend_.get()));
-    } else {
-      ASSIGN_OR_RETURN(t->model_,
-                       MlpModel::Create(job.mlp, job.trainer.micro_batch,
-                                        t->backend_.get()));
-    }
+    GptModel* gpt = nullptr;
+    ASSIGN_OR_RETURN(t->model_, CreateModel(job, t->backend_.get(), &gpt));
     parameters = t->model_->parameters();
   }
   RETURN_IF_ERROR(CheckCheckpointMatchesSpec(job, parameters, world_size));
@@ -607,19 +614,9 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
   const int world = collective == nullptr ? 1 : collective->world_size();
   loader_options.batch_size = job.trainer.micro_batch * world;
   loader_options.seed = job.trainer.seed;
+  loader_options.with_replacement = job.is_gpt;
   GptModel* gpt = nullptr;
-  if (job.is_gpt) {
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<GptModel> model,
-        GptModel::Create(job.gpt, job.trainer.micro_batch, t->backend_.get()));
-    gpt = model.get();
-    t->model_ = std::move(model);
-    loader_options.with_replacement = true;
-  } else {
-    ASSIGN_OR_RETURN(
-        t->model_,
-        MlpModel::Create(job.mlp, job.trainer.micro_batch, t->backend_.get()));
-  }
+  ASSIGN_OR_RETURN(t->model_, CreateModel(job, t->backend_.get(), &gpt));
   // Before the trainer: a checkpoint of another spec is refused as the
   // spec's mistake, naming what differs, not found out when the run starts.
   RETURN_IF_ERROR(
