@@ -43,6 +43,13 @@ absl::Status FieldError(absl::StatusCode code, absl::string_view field,
   return FieldErrors(code, {{std::string(field), std::string(description)}});
 }
 
+absl::Status CheckFieldRange(absl::string_view field, int64_t value, int64_t lo,
+                             int64_t hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return InvalidFieldError(
+      field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+}
+
 absl::Status CheckFreeText(absl::string_view field, std::string_view text,
                            int64_t max_bytes) {
   if (static_cast<int64_t>(text.size()) > max_bytes) {

@@ -43,6 +43,11 @@ inline absl::Status InvalidFieldError(absl::string_view field,
   return FieldError(absl::StatusCode::kInvalidArgument, field, description);
 }
 
+// OK when lo <= value <= hi, else INVALID_ARGUMENT about `field`:
+// "must be in [lo, hi], got value".
+absl::Status CheckFieldRange(absl::string_view field, int64_t value, int64_t lo,
+                             int64_t hi);
+
 // Free text a request carries that is stored and shown in listings and
 // logs (a name, a reason, a description, a request id): at most
 // `max_bytes` bytes of UTF-8 without control characters (HasControlCharacter);

@@ -60,6 +60,15 @@ TEST(FieldErrorsTest, AnElementIsUnderItsList) {
   EXPECT_FALSE(IsAboutField(s, "depends"));
 }
 
+TEST(FieldErrorsTest, CheckFieldRangeNamesTheFieldAndTheBounds) {
+  EXPECT_TRUE(CheckFieldRange("priority", -1000, -1000, 1000).ok());
+  EXPECT_TRUE(CheckFieldRange("priority", 1000, -1000, 1000).ok());
+  const absl::Status s = CheckFieldRange("priority", 1001, -1000, 1000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "priority: must be in [-1000, 1000], got 1001");
+  EXPECT_TRUE(IsAboutField(s, "priority"));
+}
+
 TEST(FieldErrorsTest, FreeTextIsBoundedUtf8WithoutControlCharacters) {
   EXPECT_TRUE(CheckFreeText("reason", "disk swap \u00e9", 64).ok());
   EXPECT_TRUE(CheckFreeText("reason", "", 0).ok());

@@ -273,12 +273,9 @@ absl::StatusOr<v1::Tenant> AuthStore::SetTenant(const v1::Tenant& in) {
           field, absl::StrCat("must be >= 0 (0 = unlimited), got ", value));
     }
   }
-  if (t.has_max_priority() && (t.max_priority() < -spec::kMaxPriority ||
-                               t.max_priority() > spec::kMaxPriority)) {
-    return InvalidFieldError(
-        "tenant.max_priority",
-        absl::StrCat("must be in [", -spec::kMaxPriority, ", ",
-                     spec::kMaxPriority, "], got ", t.max_priority()));
+  if (t.has_max_priority()) {
+    RETURN_IF_ERROR(CheckFieldRange("tenant.max_priority", t.max_priority(),
+                                    -spec::kMaxPriority, spec::kMaxPriority));
   }
   const int64_t weight_milli = std::llround(t.weight() * 1000);
   t.set_weight(static_cast<double>(std::max<int64_t>(weight_milli, 1)) / 1000);

@@ -148,11 +148,8 @@ void JobLifecycle::WakeScheduler() const {
 
 absl::StatusOr<v1::Job> JobLifecycle::SetPriority(const std::string& job_id,
                                                   int32_t priority) {
-  if (priority < -spec::kMaxPriority || priority > spec::kMaxPriority) {
-    return InvalidFieldError(
-        "priority", absl::StrCat("must be in [", -spec::kMaxPriority, ", ",
-                                 spec::kMaxPriority, "], got ", priority));
-  }
+  RETURN_IF_ERROR(CheckFieldRange("priority", priority, -spec::kMaxPriority,
+                                  spec::kMaxPriority));
   int32_t before = 0;
   ASSIGN_OR_RETURN(JobRecord record,
                    store_->UpdateJob(
