@@ -573,12 +573,17 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
         wg::Fence();
         IssueMmaAB<kD>(dq, a, sk);
         CompleteProducts(dv, dk, dq);
+        wg::FenceOperand(a);
+        wg::FenceOperand(pa);  // kept while the turn was awaited
+        wg::FenceOperand(dsa);
         AddToDqSums<kD>(dqkv + h.qkv, h.qkv_row, dq_sums + h.stats * kD, dq,
                         static_cast<int64_t>(qt) * kTile + w0, g.seq, kt == 0,
                         kt == qt, g.scale);
       });
     } else {
       CompleteProducts(dv, dk);
+      wg::FenceOperand(pa);
+      wg::FenceOperand(dsa);
       __syncthreads();  // every warp is done with this stage: it is refilled
     }
   }

@@ -390,11 +390,17 @@ struct TileStages {
   __device__ bf16* Second(int it) const {
     return At<bf16>(smem, second + it % 2 * stage_bytes);
   }
-  // Starts copying both matrices' rows row0.. into step it's stage; the
-  // caller commits.
+  // Starts copying both matrices' rows row0.. into step it's stage (or
+  // only the first's, or the second's); the caller commits.
   __device__ void Load(int it, int64_t row0) const {
+    LoadFirst(it, row0);
+    LoadSecond(it, row0);
+  }
+  __device__ void LoadFirst(int it, int64_t row0) const {
     AsyncLoadTile<kD, kTile, kBlockThreads, kCoreTiles, kSwizzled>(
         First(it), a, a_stride, row0, seq);
+  }
+  __device__ void LoadSecond(int it, int64_t row0) const {
     AsyncLoadTile<kD, kTile, kBlockThreads, kCoreTiles, kSwizzled>(
         Second(it), b, b_stride, row0, seq);
   }
@@ -611,6 +617,7 @@ __device__ __forceinline__ void CompleteMmaABOfScores(
   warpgroup_mma::Fence();
   IssueMmaAB<kD, kSwizzled>(acc, a, b);
   CompleteProducts(acc);
+  warpgroup_mma::FenceOperand(a);
 }
 
 // Warp-wide: acc[m] (16 x kD, kD/8 C fragments) += a[m] b for the warp's

@@ -54,7 +54,9 @@
 // publishes them; Commit() after a batch; Wait<N>() before touching its
 // accumulators or A registers again (at most N newer groups left in
 // flight), then FenceOperand(d) on the accumulators read, so the compiler
-// does not read them ahead of the wait.
+// does not read them ahead of the wait, and on A fragments in registers
+// that other code ran while their products were in flight (so it did not
+// reuse their registers).
 //
 // The emulation: every thread of the block must be in the one warpgroup
 // (blocks of exactly 128 threads); B must lie in the block's dynamic
@@ -64,8 +66,9 @@
 // It also holds each product's result back until the Wait that covers it
 // and fills the accumulators with NaN meanwhile, so a kernel that reads or
 // writes them too early gets a wrong result rather than a lucky one; and
-// the Wait fails the kernel if the shared memory a product read has
-// changed since its issue (the hardware may read it until then).
+// the Wait fails the kernel if the shared memory a product read, or the
+// A registers it took, changed since its issue (the hardware may read
+// them until then).
 //
 // kBuilt says whether this build has the products: on the GPU they need
 // device code for sm_90a (YARD_CUDA_ARCHITECTURES 90a, which defines
@@ -196,15 +199,26 @@ struct SharedRead {
   }
 };
 
+// A product's A fragment in registers (MmaAsync): the hardware may read
+// them until the Wait, so they must keep their values until then (a
+// kernel that writes the next product's A into them while this one is in
+// flight is wrong on the GPU).
+struct RegisterRead {
+  const uint32_t* a;
+  uint32_t value[4];
+  Site site;
+};
+
 // Each thread's products issued and not yet waited for: where its
 // accumulators are, what they will hold, and what they read of shared
-// memory.
+// memory and of registers.
 struct Pending {
   float* d;
   int count;
   uint64_t group;      // 0 until committed
   float value[kRows];  // kN / 2 accumulators a thread, at most 64
   std::vector<SharedRead> reads;
+  std::vector<RegisterRead> registers;
 };
 
 // The block's warpgroup state (a block runs on one OS thread at a time).
@@ -275,16 +289,22 @@ inline SharedRead Decode(uint64_t desc, int n, bool transpose, bool is_a,
 // over its reads). Other threads touch only their own lists.
 template <int kN, typename AAt>
 inline void Issue(float (&d)[kN / 8][4], const AAt& a_at, const SharedRead& b,
-                  std::vector<SharedRead> reads, int accumulate, int tid) {
+                  std::vector<SharedRead> reads,
+                  std::vector<RegisterRead> registers, int accumulate,
+                  int tid) {
   using warp_mma::HalfOf;
   std::vector<Pending>& mine = State().pending[tid];
-  Pending next{&d[0][0], kN / 2, 0, {}, {}};
+  Pending next{&d[0][0], kN / 2, 0, {}, {}, {}};
   Pending* before = nullptr;
   for (Pending& p : mine) {
     if (p.d == next.d) before = &p;
   }
-  if (before != nullptr) next.reads = std::move(before->reads);
+  if (before != nullptr) {
+    next.reads = std::move(before->reads);
+    next.registers = std::move(before->registers);
+  }
   for (SharedRead& r : reads) next.reads.push_back(std::move(r));
+  for (RegisterRead& r : registers) next.registers.push_back(r);
   const int w = tid / 32 % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
   for (int j = 0; j < kN / 8; ++j) {
     for (int e = 0; e < 4; ++e) {
@@ -324,7 +344,8 @@ inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
                                [row % 16 / 8 + 2 * (k / 8)],
                             k % 2);
   };
-  Issue<kN>(d, a_at, b_read, {b_read}, accumulate, tid);
+  RegisterRead a_read{a, {a[0], a[1], a[2], a[3]}, site};
+  Issue<kN>(d, a_at, b_read, {b_read}, {a_read}, accumulate, tid);
   ::trainyard::cuda_emulation::SyncThreads(site);  // every A read
 }
 
@@ -340,7 +361,7 @@ inline void MmaAsyncShared(float (&d)[kN / 8][4], uint64_t a, uint64_t b,
   const auto a_at = [&](int row, int k) {
     return warp_mma::HalfOf(a_read.At(k, row), 0);
   };
-  Issue<kN>(d, a_at, b_read, {a_read, b_read}, accumulate, tid);
+  Issue<kN>(d, a_at, b_read, {a_read, b_read}, {}, accumulate, tid);
   ::trainyard::cuda_emulation::SyncThreads(site);
 }
 
@@ -374,6 +395,15 @@ inline void Wait(const Site& site = Site::current()) {
               site.file_name() + ":" + std::to_string(site.line()));
         }
       }
+      for (const RegisterRead& r : mine[i].registers) {
+        if (memcmp(r.a, r.value, sizeof r.value) != 0) {
+          ::trainyard::cuda_emulation::FailKernel(
+              "wgmma at " + std::string(r.site.file_name()) + ":" +
+              std::to_string(r.site.line()) +
+              ": its A registers changed before the Wait at " +
+              site.file_name() + ":" + std::to_string(site.line()));
+        }
+      }
       memcpy(mine[i].d, mine[i].value, sizeof(float) * mine[i].count);
       mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
@@ -384,6 +414,8 @@ inline void Wait(const Site& site = Site::current()) {
 
 template <int kBlocks>
 inline void FenceOperand(float (&)[kBlocks][4]) {}
+template <int kSteps>
+inline void FenceOperand(uint32_t (&)[kSteps][4]) {}
 
 #else  // the GPU
 
@@ -447,6 +479,18 @@ __device__ __forceinline__ void FenceOperand(float (&d)[kBlocks][4]) {
   for (int j = 0; j < kBlocks; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+  }
+}
+// The same for A fragments in registers: after the Wait of the products
+// reading them, so that the compiler keeps them (and puts nothing else in
+// their registers) while those products are in flight: the asm that
+// issued a product read them once, as far as the compiler knows.
+template <int kSteps>
+__device__ __forceinline__ void FenceOperand(uint32_t (&a)[kSteps][4]) {
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[k][e])::"memory");
   }
 }
 

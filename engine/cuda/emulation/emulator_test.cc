@@ -165,7 +165,8 @@ TEST_F(EmulatorTest, TensorCoreOpsNeedTheWholeWarpInStep) {
 // warpgroup_mma.h's emulated wgmma: the result appears at the Wait, the
 // accumulators hold NaN between the issue and the Wait (so a kernel that
 // reads them early fails its test), and it needs a block of one whole
-// warpgroup, B in dynamic shared memory, and B unchanged until the Wait.
+// warpgroup, B in dynamic shared memory, and B and the A registers
+// unchanged until the Wait.
 TEST_F(EmulatorTest, WarpgroupMmaHoldsItsResultUntilTheWait) {
   using testing::WarpgroupMmaCase;
   float before[128], after[128];
@@ -185,6 +186,9 @@ TEST_F(EmulatorTest, WarpgroupMmaHoldsItsResultUntilTheWait) {
   ExpectFailure(testing::LaunchWarpgroupMma(
                     before, after, 128, WarpgroupMmaCase::kBChangedBeforeWait),
                 "changed before the Wait");
+  ExpectFailure(testing::LaunchWarpgroupMma(
+                    before, after, 128, WarpgroupMmaCase::kAChangedBeforeWait),
+                "A registers changed before the Wait");
 }
 
 // engine/cuda/vec16.cuh's packs: aligned, they move the values exactly;

@@ -102,7 +102,7 @@ __global__ void WarpgroupMmaKernel(float* before, float* after,
   for (int i = t; i < 32 * 16; i += blockDim.x) b[i] = 0x3F80;  // 1.0
   __syncthreads();
   const uint32_t ones = 0x3F803F80u;
-  const uint32_t a[4] = {ones, ones, ones, ones};
+  uint32_t a[4] = {ones, ones, ones, ones};
   float acc[4][4];
   wg::Fence();
   wg::MmaAsync<32, 0>(acc, a, wg::Descriptor(b, 128, 256), 0);
@@ -112,6 +112,9 @@ __global__ void WarpgroupMmaKernel(float* before, float* after,
     __syncthreads();
     if (t == 0) b[0] = 0x4000;  // 2.0
     __syncthreads();
+  }
+  if (how == WarpgroupMmaCase::kAChangedBeforeWait && t == 5) {
+    a[2] = 0x40004000u;  // (2.0, 2.0): the next product's A, too early
   }
   wg::Wait<0>();
   wg::FenceOperand(acc);

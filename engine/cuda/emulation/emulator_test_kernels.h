@@ -44,7 +44,12 @@ cudaError_t LaunchMma(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
 
 // How LaunchWarpgroupMma's kernel breaks the contract, if it does: B in
 // static shared memory, or B changed between the issue and the Wait.
-enum class WarpgroupMmaCase { kPlain, kBInStaticShared, kBChangedBeforeWait };
+enum class WarpgroupMmaCase {
+  kPlain,
+  kBInStaticShared,
+  kBChangedBeforeWait,
+  kAChangedBeforeWait
+};
 
 // `threads` threads (128: one warpgroup) through
 // engine/cuda/warpgroup_mma.h: one 64 x 32 x 16 product of all-ones bf16
