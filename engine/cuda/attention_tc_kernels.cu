@@ -47,22 +47,23 @@ namespace attention_tc {
 namespace {
 
 // One key tile's step of the online softmax for one row tile of 16: s
-// (its scores, masked) becomes P = 2^(scale2 s - m) and the running max
-// m, sum l and output o of the lane's two rows move on (o += P v is the
-// caller's). Every row has an unmasked key in every tile it visits (every
-// key in tiles before the diagonal, and key i itself on it), so the
-// running max is finite from the first tile on: no inf - inf. Masked
-// scores are -inf, and 2^-inf is exactly 0. The scaling, l's update and
-// the log-sum-exp are rounded as written (__fmul_rn, __fmaf_rn), so every
-// tiling gives the same bits: left to the compiler, which products it
-// fused into the next add depended on the kernel around them, and the
-// 32x4 tiling's log-sum-exps differed from the 16x4 tiling's in the last
-// bit on an H100 (2026-11-24).
-template <int kD>
-__device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
-                                            float (&m)[2], float (&l)[2],
-                                            float (&o)[kD / 8][4],
-                                            float scale2) {
+// (its scores, masked) becomes P = 2^(scale2 s - m), the running max m
+// and sum l of the lane's two rows move on, and `correction` is the factor
+// 2^(m_old - m) the rows' output o takes before P v is added to it
+// (Rescale; SoftmaxStep does both). Every row has an unmasked key in every
+// tile it visits (every key in tiles before the diagonal, and key i itself
+// on it), so the running max is finite from the first tile on: no inf -
+// inf. Masked scores are -inf, and 2^-inf is exactly 0 (as is the first
+// tile's correction). The scaling, l's update and the log-sum-exp are
+// rounded as written (__fmul_rn, __fmaf_rn), so every tiling gives the
+// same bits: left to the compiler, which products it fused into the next
+// add depended on the kernel around them, and the 32x4 tiling's
+// log-sum-exps differed from the 16x4 tiling's in the last bit on an H100
+// (2026-11-24).
+__device__ __forceinline__ void SoftmaxScores(float (&s)[kTile / 8][4],
+                                              float (&m)[2], float (&l)[2],
+                                              float (&correction)[2],
+                                              float scale2) {
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < kTile / 8; ++n) {
@@ -72,7 +73,6 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
       tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
     }
   }
-  float correction[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     tile_max[r] =
@@ -99,11 +99,26 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
     sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
     l[r] = __fmaf_rn(l[r], correction[r], sum[r]);
   }
+}
+
+template <int kD>
+__device__ __forceinline__ void Rescale(float (&o)[kD / 8][4],
+                                        const float (&correction)[2]) {
 #pragma unroll
   for (int n = 0; n < kD / 8; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[n][e] *= correction[e / 2];
   }
+}
+
+template <int kD>
+__device__ __forceinline__ void SoftmaxStep(float (&s)[kTile / 8][4],
+                                            float (&m)[2], float (&l)[2],
+                                            float (&o)[kD / 8][4],
+                                            float scale2) {
+  float correction[2];
+  SoftmaxScores(s, m, l, correction, scale2);
+  Rescale<kD>(o, correction);
 }
 
 // Warp-wide, the end of a forward for the warp's 16 rows from row0: out =
@@ -192,17 +207,26 @@ __global__ void __launch_bounds__(32 * kWarpsN)
 }
 
 // The forward of the warpgroup tiling (AttentionTcTiling::warpgroup): the
-// 16 x 4 tiling's rows, warps and order of operations, with each key
-// tile's two products as warpgroup products (warpgroup_mma.h) the four
-// warps issue together: S = Q K^T as kD/16 products of 64 x 64 x 16, Q's
-// and K's tiles both from shared memory (K-major), then O += P V as 4
-// products of 64 x kD x 16, P from registers and V's tile read as it lies
-// (MN-major). Queries, keys and values sit in shared memory as core tiles
-// (CoreTile), which the products read without ldmatrix; Q's tile (in
-// the padded tile's room) stages the output rows at the end. With kSwz
-// (hs 32 or 64), all are swizzled tiles instead (Tile<kD, 64, true>, read
-// through swizzled descriptors: RowsAsN), which the copies fill in whole
-// 128-byte lines.
+// 16 x 4 tiling's rows, warps and softmax, with each key tile's two
+// products as warpgroup products (warpgroup_mma.h) the four warps issue
+// together: S = Q K^T as kD/16 products of 64 x 64 x 16, Q's and K's
+// tiles both from shared memory (K-major), and O += P V as 4 products of
+// 64 x kD x 16, P from registers and V's tile read as it lies (MN-major).
+// Queries, keys and values sit in shared memory as core tiles (CoreTile),
+// which the products read without ldmatrix; Q's tile (in the padded
+// tile's room) stages the output rows at the end. With kSwz (hs 32 or
+// 64), all are swizzled tiles instead (Tile<kD, 64, true>, read through
+// swizzled descriptors: RowsAsN), which the copies fill in whole 128-byte
+// lines.
+//
+// The products run while the warps work, as FlashAttention 3 overlaps
+// them: key tile kt's S and tile kt-1's P V are issued together, the
+// softmax of S (once it is in) runs while P V is still on the tensor
+// cores, and O takes the correction only when P V is in. So the keys run
+// one tile ahead of the values: the copies of step kt (one commit group)
+// bring K_kt and V_(kt-1), each into the stage its tile kt-2 left, while
+// step kt-1 computes. Per row the same operations in the same order as
+// the other tilings (O = O c + P V, tile after tile): the same bits.
 template <int kD, bool kSwz>
 __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     AttentionForwardWgKernel(bf16* out, float* lse, const bf16* qkv,
@@ -217,30 +241,71 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   bf16* sq = At<bf16>(smem, L::kQ);
   const HeadOffsets h = HeadOf(g, kD);
   const Q rows(g.tiles);
-  const int q0 = rows.q0;
+  const int q0 = rows.q0, last = rows.last;
   const auto kv = KeyValueStages<kD, kThreads, true, kSwz>(smem, L::kK, L::kV,
                                                            L::kT, qkv, h, g);
+  // Step kt's copies: K_kt (if there is such a tile) and V_(kt-1).
+  const auto load_step = [&](int kt) {
+    if (kt <= last) kv.LoadFirst(kt, int64_t{kt} * kTile);
+    kv.LoadSecond(kt - 1, int64_t{kt - 1} * kTile);
+    CpAsyncCommit();
+  };
   AsyncLoadTile<kD, kTile, kThreads, true, kSwz>(sq, qkv + h.qkv, h.qkv_row, q0,
                                                  g.seq);
-  kv.Load(0, 0);
+  kv.LoadFirst(0, 0);
   CpAsyncCommit();
+  load_step(1);
+  CpAsyncWait<1>();  // Q and K_0
+  wg::FenceSharedForAsync();
+  __syncthreads();
   const float scale2 = g.scale * kLog2e;
   float o[kD / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for (int kt = 0; kt <= rows.last; ++kt) {
-    kv.Advance(kt, kt < rows.last ? int64_t{kt + 1} * kTile : -1);
-    __syncthreads();  // this tile (and on the first, Q) is whole
-    const bf16* k_tile = kv.First(kt);
-    const bf16* v_tile = kv.Second(kt);
-    float s[kTile / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, correction[2];
+  float s[kTile / 8][4] = {};
+  uint32_t p[kTile / 16][4];  // P of the tile whose P V is next
+  wg::Fence();
+  IssueSharedProductABt<kD, kSwz>(s, sq, kv.First(0));
+  CompleteProducts(s);
+  rows.MaskIfDiagonal(s, 0, 0);
+  SoftmaxScores(s, m, l, correction, scale2);  // o is 0: no correction
+  ToA(p, s);
+  for (int kt = 1; kt <= last; ++kt) {
+    CpAsyncWait<0>();  // K_kt and V_(kt-1)
+    wg::FenceSharedForAsync();
+    // Every thread's copies are in, and every warp is past step kt-1's
+    // products: K_(kt-1)'s and V_(kt-2)'s stages take step kt+1's.
+    __syncthreads();
+    load_step(kt + 1);
+    wg::FenceOperand(o);
     wg::Fence();
-    IssueSharedProductABt<kD, kSwz>(s, sq, k_tile);
-    CompleteProducts(s);
+    IssueSharedProductABt<kD, kSwz>(s, sq, kv.First(kt));
+    wg::Commit();
+    IssueMmaAB<kD, kSwz>(o, p, kv.Second(kt - 1));
+    wg::Commit();
+    wg::Wait<1>();  // S; P V still in flight
+    wg::FenceOperand(s);
     rows.MaskIfDiagonal(s, 0, kt);
-    SoftmaxStep<kD>(s, m, l, o, scale2);
-    CompleteMmaABOfScores<kD, kSwz>(o, s, v_tile);
-    __syncthreads();  // every warp is done with this stage: it is refilled
+    SoftmaxScores(s, m, l, correction, scale2);
+    uint32_t p_next[kTile / 16][4];
+    ToA(p_next, s);
+    wg::Wait<0>();  // P V
+    wg::FenceOperand(o);
+    wg::FenceOperand(p);  // kept until here: P V read them
+    Rescale<kD>(o, correction);
+#pragma unroll
+    for (int k = 0; k < kTile / 16; ++k) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[k][e] = p_next[k][e];
+    }
   }
+  CpAsyncWait<0>();  // V_last
+  wg::FenceSharedForAsync();
+  __syncthreads();
+  wg::FenceOperand(o);
+  wg::Fence();
+  IssueMmaAB<kD, kSwz>(o, p, kv.Second(last));
+  CompleteProducts(o);
+  wg::FenceOperand(p);
   const int wt = rows.RowTile(0);
   StoreForwardRows<kD, kSwz>(out, lse, h, g, q0 + wt, o, m, l,
                              RowsFrom<kD, kSwz>(sq, wt));
