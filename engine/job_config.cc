@@ -4,6 +4,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -238,6 +240,7 @@ absl::StatusOr<EngineJob> EngineJobFromSpec(const JobSpec& spec,
   job.threads =
       options.threads > 0 ? options.threads : spec.resources().cpu_threads();
   if (job.threads < 1) job.threads = 1;
+  job.ranks_on_host = std::max(1, options.ranks_on_host);
   job.gpus = spec.resources().gpus();
   job.activation_dtype = ActivationDType(spec.precision());
   return job;

@@ -26,6 +26,10 @@ struct JobConfigOptions {
   std::string checkpoint_dir;
   // 0: spec.resources.cpu_threads.
   int threads = 0;
+  // Ranks of the job on this host, this process among them (yard-train
+  // --ranks-on-host; the worker passes how many it starts): a CPU job's
+  // memory estimate is checked for all of them together.
+  int ranks_on_host = 1;
   // A checkpoint (or a checkpoint root: its newest) whose weights start the
   // job instead of a fresh initialization (the server's pick for
   // spec.warm_start, or yard-train --warm-start). Empty: none.
@@ -74,6 +78,8 @@ struct EngineJob {
   std::optional<TokenFiles> tokens;
   TrainerConfig trainer;
   int threads = 1;
+  // JobConfigOptions::ranks_on_host.
+  int ranks_on_host = 1;
   // GPUs of the whole job; each rank trains on one (the CUDA backend, on
   // the first GPU it sees). 0: the CPU backend.
   int gpus = 0;

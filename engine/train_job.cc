@@ -136,8 +136,10 @@ namespace {
 
 // A CPU job whose memory estimate is above what the host has free is
 // refused before anything is loaded: it would thrash, or be killed by the
-// kernel hours in. Returns the figures, for a dry run's report; "" when the
-// host tells nothing to check against.
+// kernel hours in. A job's ranks on one host (EngineJob::ranks_on_host)
+// start together, each seeing the same memory free: each checks for them
+// all. Returns the figures, for a dry run's report; "" when the host tells
+// nothing to check against.
 absl::StatusOr<std::string> CheckHostMemory(const EngineJob& job) {
   const MemoryEstimate need =
       job.is_gpt
@@ -148,10 +150,15 @@ absl::StatusOr<std::string> CheckHostMemory(const EngineJob& job) {
   absl::StatusOr<HostMemory> have = AvailableHostMemory();
   if (absl::IsNotFound(have.status())) return std::string();
   if (!have.ok()) return have.status();
+  const int ranks = job.ranks_on_host;
+  const int64_t all = need.total() * ranks;
   const std::string figures = absl::StrCat(
-      "memory estimate ", FormatBytes(need.total()), ", ",
-      FormatBytes(have->available), " available (", have->source, ")");
-  if (need.total() > have->available) {
+      "memory estimate ", FormatBytes(need.total()),
+      ranks > 1 ? absl::StrCat(" a rank, ", FormatBytes(all), " for the ",
+                               ranks, " ranks on this host")
+                : "",
+      ", ", FormatBytes(have->available), " available (", have->source, ")");
+  if (all > have->available) {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory: the job needs more host memory than is available: ", figures,
         "; the estimate is weights ", FormatBytes(need.weights), ", gradients ",

@@ -4,7 +4,8 @@
 //   yard-train run SPEC_FILE [--data-root DIR] [--checkpoint-dir DIR]
 //                            [--threads N] [--progress text|json]
 //                            [--rank R --world-size N --rendezvous FILE
-//                             [--rendezvous-host ADDR]] [--device D]
+//                             [--rendezvous-host ADDR] [--ranks-on-host N]]
+//                            [--device D]
 //                            [--allreduce-bucket-mb MB] [--dry-run]
 //   yard-train sample CHECKPOINT_DIR [--tokens N] [--temperature T]
 //                     [--top-k K] [--seed S] [--prompt TEXT] [--threads N]
@@ -58,7 +59,8 @@ constexpr char kSynopsis[] =
     "                                [--threads N] [--progress text|json]\n"
     "                                [--rank R --world-size N --rendezvous "
     "FILE\n"
-    "                                 [--rendezvous-host ADDR]] [--device D]\n"
+    "                                 [--rendezvous-host ADDR]\n"
+    "                                 [--ranks-on-host N]] [--device D]\n"
     "                                [--allreduce-bucket-mb MB] [--lease-fd "
     "FD]\n"
     "                                [--dry-run]\n"
@@ -91,6 +93,10 @@ constexpr char kHelp[] =
     "                        must see the same file)\n"
     "  --rendezvous-host A   the IPv4 or IPv6 address rank 0 listens on\n"
     "                        (default 127.0.0.1: all ranks on this machine)\n"
+    "  --ranks-on-host N     ranks of the job on this machine, this one among\n"
+    "                        them (default 1): a CPU job's memory estimate\n"
+    "                        is checked against the host's available memory\n"
+    "                        for all N (they start together)\n"
     "  --device D            GPU jobs: train on CUDA device D, an index among\n"
     "                        the CUDA-visible devices (default 0). A job of\n"
     "                        resources.gpus N runs N ranks (--world-size N),\n"
@@ -151,6 +157,7 @@ struct Args {
   int64_t bucket_mb = -1;  // -1: the trainer's default
   int lease_fd = -1;       // -1: no lease to watch
   bool dry_run = false;
+  int ranks_on_host = 1;
 };
 
 // A flag taking a value, and how the value lands in the arguments T: the
@@ -259,6 +266,8 @@ const ValueFlag<Args> kRunFlags[] = {
      [](S, V v, Args* a) { return Set(v, &a->ranks.rendezvous_file); }},
     {"--rendezvous-host",
      [](S, V v, Args* a) { return Set(v, &a->ranks.listen_host); }},
+    {"--ranks-on-host",
+     [](S f, V v, Args* a) { return IntIn(f, v, 1, 4096, &a->ranks_on_host); }},
     {"--device",
      [](S f, V v, Args* a) { return IntIn(f, v, 0, 1023, &a->device); }},
     {"--allreduce-bucket-mb",
@@ -305,6 +314,10 @@ std::string ParseArgs(const std::vector<std::string>& argv, Args* args) {
   }
   if (r.world_size > 1 && r.rendezvous_file.empty()) {
     return "--world-size above 1 needs --rendezvous FILE";
+  }
+  if (args->ranks_on_host > r.world_size) {
+    return absl::StrCat("--ranks-on-host ", args->ranks_on_host,
+                        " must not be above --world-size ", r.world_size);
   }
   return "";
 }
@@ -490,6 +503,7 @@ absl::StatusOr<EngineJob> LoadJob(const Args& args) {
   options.checkpoint_dir = args.checkpoint_dir;
   options.warm_start = args.warm_start;
   options.threads = args.threads;
+  options.ranks_on_host = args.ranks_on_host;
   return EngineJobFromSpec(full, options);
 }
 

@@ -718,6 +718,53 @@ TEST_F(YardTrainCliTest, ModelTooBigForTheHostExitsTwoWithTheFigures) {
   EXPECT_FALSE(fs::exists(dir_ + "/ck"));
 }
 
+// The ranks of a job on one host start together, each seeing the same
+// memory free: each checks the estimate of them all (--ranks-on-host,
+// which the worker passes), so two ranks that fit one at a time are
+// refused together; a count above the world size is a usage error.
+TEST_F(YardTrainCliTest, RanksOnOneHostCheckTheirMemoryTogether) {
+  std::vector<std::string> args = Args(WriteSpec(2));
+  args.insert(args.end(), {"--rank", "0", "--world-size", "2", "--rendezvous",
+                           dir_ + "/rendezvous", "--dry-run"});
+  setenv("YARD_HOST_MEMORY_BYTES", "104857600", 1);  // 100 MiB
+  Result alone = RunYardTrain(args, dir_);
+  std::vector<std::string> both = args;
+  both.insert(both.end(), {"--ranks-on-host", "2"});
+  Result together = RunYardTrain(both, dir_);
+  unsetenv("YARD_HOST_MEMORY_BYTES");
+  EXPECT_EQ(alone.exit_code, 0) << alone.stderr_text;
+  EXPECT_EQ(together.exit_code, 2) << together.stderr_text;
+  EXPECT_TRUE(absl::StartsWith(
+      together.last_stderr_line(),
+      "yard-train: memory: the job needs more host memory than is "
+      "available: memory estimate 65."))
+      << together.stderr_text;
+  EXPECT_TRUE(absl::StrContains(together.last_stderr_line(),
+                                " MiB a rank, 13"))  // 2 x 65.x MiB
+      << together.stderr_text;
+  EXPECT_TRUE(absl::StrContains(together.last_stderr_line(),
+                                " MiB for the 2 ranks on this host, 100.0 MiB "
+                                "available (YARD_HOST_MEMORY_BYTES)"))
+      << together.stderr_text;
+
+  std::vector<std::string> three = args;
+  three.insert(three.end(), {"--ranks-on-host", "3"});
+  Result over = RunYardTrain(three, dir_);
+  EXPECT_EQ(over.exit_code, 2);
+  EXPECT_TRUE(
+      absl::StrContains(over.last_stderr_line(),
+                        "--ranks-on-host 3 must not be above --world-size 2"))
+      << over.stderr_text;
+  std::vector<std::string> zero = args;
+  zero.insert(zero.end(), {"--ranks-on-host", "0"});
+  Result none = RunYardTrain(zero, dir_);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(
+      none.last_stderr_line(),
+      "--ranks-on-host must be an integer in [1, 4096], got '0'"))
+      << none.stderr_text;
+}
+
 // --dry-run makes the run's own data checks: what fails the run before
 // training fails the dry run the same way.
 TEST_F(YardTrainCliTest, DryRunRefusesWhatTheRunRefuses) {

@@ -327,7 +327,8 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
       spawn.argv.insert(
           spawn.argv.end(),
           {"--rank", std::to_string(rank), "--world-size",
-           std::to_string(world), "--rendezvous", rendezvous.string()});
+           std::to_string(world), "--rendezvous", rendezvous.string(),
+           "--ranks-on-host", std::to_string(ranks)});
       if (rank == 0 && a.world_size() > 0) {
         spawn.argv.insert(spawn.argv.end(),
                           {"--rendezvous-host", options_.rank_address});

@@ -184,6 +184,8 @@ TEST_F(JobRunnerTest, RanksRunAsAGangAndRankZeroReports) {
   EXPECT_THAT(log, Not(HasSubstr("[rank 0]"))) << log;
   EXPECT_THAT(log, HasSubstr("[rank 1] rank 1 says hi")) << log;
   EXPECT_THAT(log, HasSubstr("--rank 1 --world-size 2 --rendezvous ")) << log;
+  // Both on this host: each checks the memory for two.
+  EXPECT_THAT(log, HasSubstr("--ranks-on-host 2")) << log;
   int finished = 0;
   for (const auto& u : reports_.Updates("dp", 1)) {
     finished += u.has_trainer() && u.trainer().has_finished();
