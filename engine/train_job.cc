@@ -391,9 +391,9 @@ namespace {
 // (YARD_GPU_MEMORY_BYTES, set by the worker), else what the memory estimate
 // says the job needs. A job that needs more than its grant fails here,
 // never mid-run. A GPU job runs one rank per GPU. YARD_ATTENTION_TILING
-// ("32x4", say, or "wgmma") picks the bf16 attention's query-side block
-// tiling, a speed setting (every tiling gives the same bits but wgmma's,
-// which agree to fp32 rounding); YARD_ATTENTION_BACKWARD
+// ("32x4", say, or "wgmma"; or "FORWARD,BACKWARD") picks the bf16
+// attention's tilings, a speed setting (every tiling gives the same bits but
+// wgmma's, which agree to fp32 rounding); YARD_ATTENTION_BACKWARD
 // ("two-kernel" or "ordered-dq") its backward's split, also a speed
 // setting (the two agree to fp32 rounding; the second takes B T C floats
 // more memory, in the estimate); YARD_BIAS_GRADIENT ("column-sums" or
@@ -466,12 +466,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   }
   if (const char* tiling = std::getenv("YARD_ATTENTION_TILING");
       tiling != nullptr && *tiling != '\0') {
-    absl::StatusOr<cuda::AttentionTcTiling> t = ParseAttentionTiling(tiling);
+    absl::StatusOr<AttentionTilings> t = ParseAttentionTilings(tiling);
     if (!t.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("YARD_ATTENTION_TILING: ", t.status().message()));
     }
-    options.attention_tiling = *t;
+    options.attention_tiling = t->forward;
+    options.attention_backward_tiling = t->backward;
   }
   if (const char* way = std::getenv("YARD_BIAS_GRADIENT");
       way != nullptr && *way != '\0') {

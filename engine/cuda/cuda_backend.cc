@@ -103,6 +103,21 @@ absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
       "-swizzled: with swizzled shared-memory tiles)"));
 }
 
+absl::StatusOr<AttentionTilings> ParseAttentionTilings(absl::string_view text) {
+  const size_t comma = text.find(',');
+  ASSIGN_OR_RETURN(const cuda::AttentionTcTiling forward,
+                   ParseAttentionTiling(text.substr(0, comma)));
+  if (comma == absl::string_view::npos)
+    return AttentionTilings{forward, forward};
+  absl::StatusOr<cuda::AttentionTcTiling> backward =
+      ParseAttentionTiling(text.substr(comma + 1));
+  if (!backward.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the backward's ", backward.status().message()));
+  }
+  return AttentionTilings{forward, *backward};
+}
+
 absl::StatusOr<cuda::AttentionTcBackward> ParseAttentionBackward(
     absl::string_view text) {
   if (text == "two-kernel") return cuda::AttentionTcBackward::kTwoKernels;
@@ -126,13 +141,16 @@ AttentionState CudaAttentionState(cuda::AttentionTcBackward backward) {
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     const CudaBackendOptions& options) {
-  if (!cuda::IsAttentionTcTiling(options.attention_tiling)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cuda backend: attention tiling ",
-                     cuda::AttentionTcTilingName(options.attention_tiling),
-                     " is not one of ", TilingChoices()));
+  for (const cuda::AttentionTcTiling& t :
+       {options.attention_tiling, options.attention_backward_tiling}) {
+    if (!cuda::IsAttentionTcTiling(t)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda backend: attention tiling ", cuda::AttentionTcTilingName(t),
+          " is not one of ", TilingChoices()));
+    }
   }
-  if (options.attention_tiling.warpgroup &&
+  if ((options.attention_tiling.warpgroup ||
+       options.attention_backward_tiling.warpgroup) &&
       !cuda::AttentionTcWarpgroupBuilt()) {
     return absl::FailedPreconditionError(
         "cuda backend: attention tiling wgmma needs the sm_90a kernels, and "

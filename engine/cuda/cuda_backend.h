@@ -77,11 +77,13 @@ struct CudaBackendOptions {
   bool sync_after_each_op = false;
   // fp32, or bf16 activations and working weights (see backend.h).
   DType activation_dtype = DType::kF32;
-  // The bf16 attention's query-side block tiling (attention_tc_kernels.h:
-  // the forward and the query gradient), one of kAttentionTcTilings; where
-  // the head size does not take it, the default. All give the same bits:
-  // a speed setting only.
+  // The bf16 attention's tilings (attention_tc_kernels.h), the forward's
+  // and the backward's (its query gradient's, and the key side's where it
+  // names one), each one of kAttentionTcTilings; where the head size does
+  // not take one, the default. All give the same bits on the emulation
+  // (wgmma's agree to fp32 rounding on a GPU): a speed setting only.
   cuda::AttentionTcTiling attention_tiling;
+  cuda::AttentionTcTiling attention_backward_tiling;
   // How the bf16 attention's backward splits its work
   // (attention_tc_kernels.h): two kernels, or one with dQ summed in
   // key-tile order, which takes more scratch (attention_state() says
@@ -104,6 +106,14 @@ struct CudaBackendOptions {
 // INVALID_ARGUMENT naming the text and the choices otherwise.
 absl::StatusOr<cuda::AttentionTcTiling> ParseAttentionTiling(
     absl::string_view text);
+
+// The forward's and the backward's tilings (YARD_ATTENTION_TILING): one
+// name for both, or "FORWARD,BACKWARD" (e.g. "wgmma-swizzled,16x4");
+// INVALID_ARGUMENT naming the part that is not a tiling.
+struct AttentionTilings {
+  cuda::AttentionTcTiling forward, backward;
+};
+absl::StatusOr<AttentionTilings> ParseAttentionTilings(absl::string_view text);
 
 // "column-sums" or "epilogue" as the bias gradient's way; INVALID_ARGUMENT
 // naming the text and the choices otherwise.

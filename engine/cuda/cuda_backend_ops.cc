@@ -366,7 +366,8 @@ void CudaBackend::AttentionBackward(void* dqkv, float* scratch,
   }
   YARD_CUDA_LAUNCH(cuda::LaunchAttentionBackward(
       dqkv, scratch, dout, out, qkv, state, batch, seq, channels, heads, bf16(),
-      stream_, options_.attention_tiling, options_.attention_backward));
+      stream_, options_.attention_backward_tiling,
+      options_.attention_backward));
 }
 
 }  // namespace trainyard::engine

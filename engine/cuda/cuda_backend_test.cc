@@ -65,6 +65,36 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
   }
 }
 
+// YARD_ATTENTION_TILING: one tiling for both passes, or the forward's and
+// the backward's apart; a part that is not a tiling is named.
+TEST(CudaBackendCreateTest, ParsesTheForwardAndBackwardTilings) {
+  const auto same = ParseAttentionTilings("wgmma-swizzled");
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(cuda::AttentionTcTilingName(same->forward), "wgmma-swizzled");
+  EXPECT_EQ(cuda::AttentionTcTilingName(same->backward), "wgmma-swizzled");
+  const auto apart = ParseAttentionTilings("wgmma-swizzled,16x4-swizzled");
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_EQ(cuda::AttentionTcTilingName(apart->forward), "wgmma-swizzled");
+  EXPECT_EQ(cuda::AttentionTcTilingName(apart->backward), "16x4-swizzled");
+  const struct {
+    const char* text;
+    const char* error;
+  } bad[] = {
+      {"16x4,", "the backward's attention tiling '' is not one of 16x4"},
+      {",16x4", "attention tiling '' is not one of 16x4"},
+      {"32x4,16x4,wgmma",
+       "the backward's attention tiling '16x4,wgmma' is not one of"},
+      {"wgmma;16x4", "attention tiling 'wgmma;16x4' is not one of"},
+  };
+  for (const auto& b : bad) {
+    const auto parsed = ParseAttentionTilings(b.text);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
+        << b.text;
+    EXPECT_TRUE(absl::StartsWith(parsed.status().message(), b.error))
+        << b.text << ": " << parsed.status();
+  }
+}
+
 // The bias gradient's two ways by name.
 TEST(CudaBackendCreateTest, ParsesTheBiasGradientsAndRefusesOthers) {
   EXPECT_EQ(*ParseBiasGradient("column-sums"), BiasGradient::kColumnSums);
