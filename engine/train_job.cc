@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -11,13 +13,18 @@
 #include "engine/core/memory_estimate.h"
 #ifdef YARD_CUDA
 #include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/device_query.h"
 #endif
 #ifdef YARD_NCCL
 #include "engine/dist/nccl_collective.h"
 #endif
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/byte_text.h"
 #include "common/field_errors.h"
 #include "common/log.h"
@@ -386,6 +393,112 @@ absl::Status TrainJob::LoadTokenData(const EngineJob& job) {
 
 namespace {
 
+// What YARD_GEMM_CHOICES=auto makes of a job (PlanGemmTuning).
+struct GemmTuningPlan {
+  bool tune = false;    // time the products before the first step
+  std::string file;     // where the choices are kept; "": nowhere
+  std::string device;   // the GPU model they are timed on
+  std::string choices;  // the choices kept before, when not timing
+};
+
+#ifdef YARD_CUDA
+// The file in a job's checkpoint dir where YARD_GEMM_CHOICES=auto keeps the
+// choices it timed, and its first line, naming the GPU model they are for.
+constexpr char kGemmChoicesFile[] = "gemm-choices";
+std::string GemmChoicesHeader(absl::string_view device) {
+  return absl::StrCat("# device: ", device);
+}
+
+// YARD_GEMM_CHOICES=auto: the job times the linear layers' cuBLASLt
+// candidates itself, in a rehearsal of its first step (TrainJob::TuneGemms),
+// and keeps the fastest in its checkpoint dir, so that a resumed run runs
+// the same algorithms (the same bits as a run never stopped) without
+// timing them again; a file timed on another GPU model is timed again.
+// Single-GPU jobs only: ranks could time different winners.
+absl::StatusOr<GemmTuningPlan> PlanGemmTuning(const EngineJob& job, int ranks,
+                                              int cuda_device) {
+  GemmTuningPlan plan;
+  if (ranks > 1) {
+    YARD_LOG(WARNING) << "YARD_GEMM_CHOICES=auto is for single-GPU jobs; "
+                         "this one of "
+                      << ranks << " ranks runs cuBLASLt's first algorithms";
+    return plan;
+  }
+  plan.device = "an unnamed GPU";
+  if (absl::StatusOr<std::vector<cuda::CudaDeviceInfo>> devices =
+          cuda::ListCudaDevices();
+      devices.ok() && cuda_device < static_cast<int>(devices->size())) {
+    plan.device = (*devices)[cuda_device].name;
+  }
+  plan.tune = true;
+  if (job.trainer.checkpoint.dir.empty()) return plan;  // nowhere to keep
+  plan.file = absl::StrCat(job.trainer.checkpoint.dir, "/", kGemmChoicesFile);
+  absl::StatusOr<std::string> text = ReadWholeFile(plan.file, int64_t{1} << 20);
+  if (!text.ok()) {
+    if (!absl::IsNotFound(text.status())) {
+      YARD_LOG(WARNING) << "gemm choices: " << text.status().message()
+                        << "; timing them again";
+    }
+    return plan;
+  }
+  const std::string header = GemmChoicesHeader(plan.device);
+  if (!absl::StartsWith(*text, header + "\n")) {
+    YARD_LOG(WARNING) << "gemm choices: " << plan.file
+                      << " was not timed on this GPU model (" << plan.device
+                      << "); timing them again";
+    return plan;
+  }
+  if (absl::Status s = cuda::LtGemm::CheckChoices(*text); !s.ok()) {
+    YARD_LOG(WARNING) << "gemm choices: " << plan.file << ": " << s.message()
+                      << "; timing them again";
+    return plan;
+  }
+  YARD_LOG(INFO) << "gemm choices: the ones this job timed before, from "
+                 << plan.file;
+  plan.tune = false;
+  plan.choices = *std::move(text);
+  return plan;
+}
+
+// Times the job's products in a rehearsal of its first step (the backend
+// keeps the fastest of each from then on) and keeps the choices in
+// plan.file for a resumed run.
+absl::Status TuneGemms(Trainer& trainer, CudaBackend* cuda,
+                       const GemmTuningPlan& plan) {
+  constexpr int kCandidates = 16, kReps = 3;
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(cuda->StartGemmTuning(kCandidates, kReps));
+  const absl::Status rehearsed = trainer.RehearseStep();
+  absl::StatusOr<CudaBackend::GemmTuning> tuning = cuda->FinishGemmTuning();
+  RETURN_IF_ERROR(rehearsed);
+  RETURN_IF_ERROR(tuning.status());
+  const std::string text = absl::StrCat(
+      GemmChoicesHeader(plan.device), "\n",
+      "# YARD_GEMM_CHOICES=auto: the fastest of cuBLASLt's first ", kCandidates,
+      " candidates, median of ", kReps, " runs\n", tuning->choices);
+  std::string kept = " (checkpoints off: not kept)";
+  if (!plan.file.empty()) {
+    const std::string temp = plan.file + ".tmp";
+    RETURN_IF_ERROR(WriteFileDurably(temp, text));
+    std::error_code ec;
+    std::filesystem::rename(temp, plan.file, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("gemm choices: renaming ", temp,
+                                              " to ", plan.file, ": ",
+                                              ec.message()));
+    }
+    kept = absl::StrCat("; kept in ", plan.file);
+  }
+  YARD_LOG(INFO) << "gemm choices: timed " << tuning->candidates
+                 << " candidates of " << tuning->products << " products on "
+                 << plan.device << " in "
+                 << absl::StrFormat("%.2f",
+                                    absl::ToDoubleSeconds(absl::Now() - start))
+                 << " s" << kept;
+  return absl::OkStatus();
+}
+#endif
+
 // The CPU backend, or for a GPU job the CUDA backend on `cuda_device` with
 // its whole memory taken at once: the job's grant on a shared GPU
 // (YARD_GPU_MEMORY_BYTES, set by the worker), else what the memory estimate
@@ -400,10 +513,11 @@ namespace {
 // "epilogue") where the linear layers' bias gradients are summed, a speed
 // setting too (the two agree to fp32 rounding); YARD_GEMM_CHOICES
 // names a file of cuBLASLt algorithm choices (LtGemm::SetChoices; made by
-// gemm_bench --choices on the GPU model they are for).
+// gemm_bench --choices on the GPU model they are for), or is "auto":
+// PlanGemmTuning.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const EngineJob& job, const Collective* collective,
-    [[maybe_unused]] int cuda_device) {
+    [[maybe_unused]] int cuda_device, [[maybe_unused]] GemmTuningPlan* tuning) {
   if (job.gpus == 0) {
     CpuBackendOptions options;
     options.threads = job.threads;
@@ -484,7 +598,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     options.bias_gradient = *b;
   }
   if (const char* path = std::getenv("YARD_GEMM_CHOICES");
-      path != nullptr && *path != '\0') {
+      path != nullptr && std::string_view(path) == "auto") {
+    ASSIGN_OR_RETURN(*tuning, PlanGemmTuning(job, ranks, cuda_device));
+    options.gemm_choices = tuning->choices;
+  } else if (path != nullptr && *path != '\0') {
     // A line a product: a few KB for a whole model.
     absl::StatusOr<std::string> text = ReadWholeFile(path, int64_t{1} << 20);
     if (!text.ok()) {
@@ -581,7 +698,8 @@ absl::StatusOr<std::string> TrainJob::DryRun(const EngineJob& job,
   if (job.gpus == 0) {
     // The model's tensors, for naming one a checkpoint holds in another
     // shape; its memory was found to fit above.
-    ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, nullptr, 0));
+    GemmTuningPlan tuning;
+    ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, nullptr, 0, &tuning));
     GptModel* gpt = nullptr;
     ASSIGN_OR_RETURN(t->model_, CreateModel(job, t->backend_.get(), &gpt));
     parameters = t->model_->parameters();
@@ -604,7 +722,12 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
   if (t->tokenizer_.has_value()) {
     trainer_config.tokenizer = t->tokenizer_->ToJson();
   }
-  ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, ranks, cuda_device));
+  GemmTuningPlan tuning;
+  ASSIGN_OR_RETURN(t->backend_,
+                   CreateBackend(job, ranks, cuda_device, &tuning));
+#ifdef YARD_CUDA
+  auto* cuda = dynamic_cast<CudaBackend*>(t->backend_.get());
+#endif
   Collective* collective = ranks;
   if (job.gpus > 1) {
     ASSIGN_OR_RETURN(t->gpu_collective_,
@@ -636,6 +759,13 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
       Trainer::Create(trainer_config, t->model_.get(), t->backend_.get(),
                       t->loader_.get(), t->eval_.get(), sink, Clock::Real(),
                       collective));
+#ifdef YARD_CUDA
+  if (tuning.tune && cuda != nullptr) {
+    Trainer* trainer = t->trainer_.get();
+    t->trainer_->set_before_first_step(
+        [trainer, cuda, tuning] { return TuneGemms(*trainer, cuda, tuning); });
+  }
+#endif
   // Fine-tuning or a warm start: the weights replace the fresh
   // initialization (a checkpoint of the job's own, found when the run
   // starts, replaces both).

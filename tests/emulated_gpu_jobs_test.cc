@@ -13,6 +13,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -348,6 +349,9 @@ TEST_F(EmulatedGpuJobsTest, AnUnknownSpeedSettingIsAUsageError) {
       {"YARD_ATTENTION_TILING=64x1",
        "YARD_ATTENTION_TILING: attention tiling '64x1' is not one of 16x4, "
        "32x2, 32x4"},
+      {"YARD_ATTENTION_TILING=16x4,64x1",
+       "YARD_ATTENTION_TILING: the backward's attention tiling '64x1' is not "
+       "one of 16x4, 32x2, 32x4"},
       {"YARD_ATTENTION_BACKWARD=three-kernel",
        "YARD_ATTENTION_BACKWARD: attention backward 'three-kernel' is not one "
        "of two-kernel, ordered-dq"},
@@ -396,6 +400,92 @@ TEST_F(EmulatedGpuJobsTest, BadGemmChoicesAreAUsageError) {
                                  ": gemm choices, line 2: no ta="))
       << bad.err;
   EXPECT_THAT(bad.out, Not(HasSubstr("step "))) << bad.out;
+}
+
+// YARD_GEMM_CHOICES=auto: the job times its products once, in a rehearsal
+// before its first step, and keeps the choices in its checkpoint dir under
+// the GPU model's name; a resumed run takes them from there instead of
+// timing again and ends with the weights of the run never stopped. A kept
+// file of another GPU model, or one that does not parse, is timed again.
+// (The emulation's candidates all give the same bits: the weights show the
+// rehearsal left nothing behind, not which candidate won.)
+TEST_F(EmulatedGpuJobsTest, AutoGemmChoicesAreTimedOnceAndKeptForAResume) {
+  const MnistSpec spec{
+      .name = "tuned", .steps = 20, .checkpoint_every = 10, .gpus = 1};
+  const std::string spec_path = WriteSpec("tuned.yaml", spec.ToYaml());
+  const std::string ck = dir().Subdir("tuned");
+  const std::string file = ck + "/gemm-choices";
+  const auto run = [&](const std::string& tag) {
+    return RunCommand(
+        {"/usr/bin/env", "YARD_GEMM_CHOICES=auto", EMULATED_TRAIN_BIN, "run",
+         spec_path, "--data-root", SourceDir(), "--checkpoint-dir", ck},
+        dir().LogPrefix("tuned-" + tag), JobTimeout());
+  };
+  const auto choice_lines = [&] {
+    std::ifstream in(file);
+    int lines = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("m=", 0) == 0) {
+        ++lines;
+        EXPECT_THAT(line, HasSubstr(" of=16")) << line;
+      }
+    }
+    return lines;
+  };
+  // Back to the checkpoint of step 10, as a run stopped there would be.
+  const auto stop_at_ten = [&] {
+    std::filesystem::remove_all(ck + "/step-00000020");
+  };
+  // Without auto: the weights the rehearsal must not change.
+  const absl::StatusOr<std::string> plain =
+      StraightRunWeights(dir(), spec, EMULATED_TRAIN_BIN);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+
+  CommandResult straight = run("straight");
+  ASSERT_EQ(straight.exit_code(), 0) << straight.DebugString();
+  EXPECT_THAT(straight.err, HasSubstr(" products on CUDA host emulation in "));
+  EXPECT_THAT(straight.err, HasSubstr("; kept in " + file)) << straight.err;
+  const int lines = choice_lines();
+  EXPECT_GT(lines, 0);
+  EXPECT_EQ(ReadFileOrEmpty(file).rfind("# device: CUDA host emulation\n", 0),
+            0u);
+  const absl::StatusOr<std::string> weights = FinalWeights(ck);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_TRUE(*weights == *plain);
+
+  stop_at_ten();
+  CommandResult resumed = run("resumed");
+  ASSERT_EQ(resumed.exit_code(), 0) << resumed.DebugString();
+  EXPECT_THAT(
+      resumed.err,
+      HasSubstr("gemm choices: the ones this job timed before, from " + file));
+  EXPECT_THAT(resumed.err, Not(HasSubstr("gemm choices: timed")));
+  EXPECT_THAT(resumed.err,
+              HasSubstr(absl::StrCat(" products run a chosen algorithm (of ",
+                                     lines, " gemm choices)")))
+      << resumed.err;
+  const absl::StatusOr<std::string> again = FinalWeights(ck);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again == *weights);
+
+  const std::string kept = ReadFileOrEmpty(file);
+  const std::string other_model =
+      "# device: NVIDIA H100 80GB HBM3" + kept.substr(kept.find('\n'));
+  for (const std::string& text :
+       {other_model, std::string("# device: CUDA host emulation\nm=1 n=2\n")}) {
+    dir().WriteFile("tuned/gemm-choices", text);
+    stop_at_ten();
+    CommandResult retimed = run("retimed");
+    ASSERT_EQ(retimed.exit_code(), 0) << retimed.DebugString();
+    EXPECT_THAT(retimed.err, HasSubstr("; timing them again")) << retimed.err;
+    EXPECT_THAT(retimed.err, HasSubstr("gemm choices: timed ")) << retimed.err;
+    EXPECT_EQ(choice_lines(), lines);
+    EXPECT_EQ(ReadFileOrEmpty(file).rfind("# device: CUDA host emulation\n", 0),
+              0u);
+  }
+  if (const absl::StatusOr<std::string> last = FinalWeights(ck); last.ok()) {
+    EXPECT_TRUE(*last == *weights);
+  }
 }
 
 }  // namespace

@@ -157,7 +157,19 @@ absl::Status Trainer::Start() {
   RETURN_IF_ERROR(train_->Seek(cursor_));
   Emit(TrainStartedEvent{step_, config_.total_steps, model_->num_parameters(),
                          resumed_from, std::string(backend_->name())});
+  if (before_first_step_ && !done()) return before_first_step_();
   return absl::OkStatus();
+}
+
+absl::Status Trainer::RehearseStep() {
+  ASSIGN_OR_RETURN(Batch batch, NextMicroBatch());
+  const absl::StatusOr<ForwardStats> stats =
+      model_->ForwardBackward(batch, config_.grad_accum * world_size());
+  const absl::Status ran = backend_->Synchronize();
+  model_->ZeroGradients();
+  RETURN_IF_ERROR(stats.status());
+  RETURN_IF_ERROR(ran);
+  return train_->Seek(cursor_);
 }
 
 absl::Status Trainer::Restore(const std::string& path, const Checkpoint& ckpt) {

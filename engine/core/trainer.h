@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -122,8 +123,21 @@ class Trainer {
 
   // The pieces of Run, for callers that drive steps themselves.
   // Resumes from the newest readable checkpoint when there is one and emits
-  // TrainStarted.
+  // TrainStarted; then, unless the run is done already, runs the
+  // before-first-step work (set_before_first_step).
   absl::Status Start();
+  // Work for Start to do before the first step (a rehearsal, say): its
+  // error is Start's.
+  void set_before_first_step(std::function<absl::Status()> fn) {
+    before_first_step_ = std::move(fn);
+  }
+  // Runs one micro-batch's forward and backward without training on it:
+  // the data stream is put back where it stood and the gradients are
+  // zeroed again, so the steps that follow are those of a run without it.
+  // For a backend to see every product of a step, e.g. to time their
+  // algorithms (CudaBackend::StartGemmTuning). REQUIRES: Start() ran (from
+  // before_first_step too).
+  absl::Status RehearseStep();
   // The last step is done, or early stopping ended the run.
   bool done() const { return step_ >= config_.total_steps || stop_early_; }
   // One optimizer step plus its periodic report, evaluation and checkpoint.
@@ -218,6 +232,7 @@ class Trainer {
   absl::Time window_start_;
   double last_train_loss_ = 0;
   absl::Time run_start_;
+  std::function<absl::Status()> before_first_step_;
 };
 
 }  // namespace trainyard::engine

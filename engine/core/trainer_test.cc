@@ -274,6 +274,44 @@ TEST_F(TrainerTest, RefusesACheckpointWhoseTensorsDoNotFit) {
   ExpectBitwiseEqual(fresh, r.trainer->StateTensors());  // nothing half-loaded
 }
 
+// A rehearsal before the first step (set_before_first_step, RehearseStep:
+// a micro-batch's forward and backward, thrown away) leaves the run as it
+// would be without it, even with gradients accumulated over micro-batches;
+// it is not run for a run that is done already, and its error is Start's.
+TEST_F(TrainerTest, ARehearsalBeforeTheFirstStepChangesNothing) {
+  const TrainerConfig config = Config(12, /*accum=*/2);
+  const auto straight = Straight(config, 2, dir_ + "/straight");
+  RecordingSink sink;
+  Rig r = Make(config, dir_ + "/rehearsed", 2, &sink);
+  int rehearsals = 0;
+  Trainer* trainer = r.trainer.get();
+  r.trainer->set_before_first_step([&] {
+    ++rehearsals;
+    return trainer->RehearseStep();
+  });
+  ASSERT_EQ(*r.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  EXPECT_EQ(rehearsals, 1);
+  ExpectBitwiseEqual(straight, r.trainer->StateTensors());
+  EXPECT_EQ(sink.Of<TrainProgressEvent>().size(), 12u);  // none for it
+
+  RecordingSink done_sink;
+  Rig done = Make(config, dir_ + "/rehearsed", 2, &done_sink);
+  done.trainer->set_before_first_step([&] {
+    ++rehearsals;
+    return absl::OkStatus();
+  });
+  ASSERT_EQ(*done.trainer->Run(nullptr), Trainer::Outcome::kFinished);
+  EXPECT_EQ(rehearsals, 1);
+
+  RecordingSink failing_sink;
+  Rig failing = Make(config, dir_ + "/failing", 2, &failing_sink);
+  failing.trainer->set_before_first_step(
+      [] { return absl::InternalError("no rehearsal today"); });
+  const absl::Status start = failing.trainer->Start();
+  EXPECT_EQ(start.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(start.message(), "no rehearsal today");
+}
+
 TEST_F(TrainerTest, ARunThatIsAlreadyDoneJustReports) {
   Straight(Config(3), 1, dir_);
   RecordingSink sink;

@@ -277,6 +277,20 @@ absl::Status CudaBackend::Synchronize() {
   return first;
 }
 
+absl::Status CudaBackend::StartGemmTuning(int candidates, int reps) {
+  return gemm_->StartTuning(candidates, reps);
+}
+
+absl::StatusOr<CudaBackend::GemmTuning> CudaBackend::FinishGemmTuning() {
+  const absl::Status ran = Synchronize();
+  GemmTuning tuning;
+  tuning.products = gemm_->tuned();
+  tuning.candidates = gemm_->tuned_candidates();
+  tuning.choices = gemm_->FinishTuning();
+  RETURN_IF_ERROR(ran);
+  return tuning;
+}
+
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaBackend::Allocate(
     int64_t bytes) {
   UseDevice();

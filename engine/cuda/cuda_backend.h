@@ -150,6 +150,23 @@ class CudaBackend : public Backend {
   // How many of the products planned so far took a choice from
   // CudaBackendOptions::gemm_choices.
   int gemm_choices_taken() const { return gemm_->choices_taken(); }
+
+  // Choosing the linear layers' cuBLASLt algorithms by timing them in the
+  // job (LtGemm::StartTuning): from StartGemmTuning on, the next run of
+  // each product not timed yet that takes no choice of gemm_choices first
+  // times its heuristic's first `candidates` (`reps` runs each, the
+  // median) and keeps the fastest. Their runs add to the weight gradients: for
+  // a pass whose results are thrown away (Trainer::RehearseStep).
+  // FinishGemmTuning waits for the stream and returns the choices made (as
+  // gemm_choices reads them) with their counts, or the first error of the
+  // ops since.
+  struct GemmTuning {
+    std::string choices;
+    int products = 0;
+    int candidates = 0;  // runs timed, over all products
+  };
+  absl::Status StartGemmTuning(int candidates, int reps);
+  absl::StatusOr<GemmTuning> FinishGemmTuning();
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;
   absl::Status Synchronize() override;

@@ -1,6 +1,7 @@
 // cuBLASLt plans and calls. See lt_gemm.h.
 #include "engine/cuda/lt_gemm.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -231,6 +232,7 @@ struct LtGemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo = {};                // what Run takes
   std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, in order
+  bool settled = false;  // a choice of SetChoices, or timed: not tuned again
   ~Plan() {
     if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
     if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
@@ -390,6 +392,7 @@ absl::StatusOr<LtGemm::Plan*> LtGemm::PlanFor(const LtGemmArgs& g) {
     if (choice->second.index < static_cast<int>(offered.size())) {
       plan->algo = offered[choice->second.index];
       plan->candidates = std::move(offered);
+      plan->settled = true;
       ++choices_taken_;
     }
   }
@@ -485,6 +488,11 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
     return planned.status();
   }
   Plan* plan = *planned;
+  if (tune_candidates_ > 0 && !plan->settled) RETURN_IF_ERROR(Tune(g, plan));
+  return RunPlanned(g, plan);
+}
+
+absl::Status LtGemm::RunPlanned(const LtGemmArgs& g, Plan* plan) {
   if (const void* bias_pointer = BiasPointer(g); bias_pointer != nullptr) {
     YARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
@@ -500,6 +508,98 @@ absl::Status LtGemm::Run(const LtGemmArgs& g) {
       handle_, plan->desc, &alpha, g.a, plan->a, g.b, plan->b, &g.beta, g.c,
       plan->c, g.c, plan->c, &plan->algo, workspace_,
       static_cast<size_t>(workspace_bytes_), stream_));
+  return absl::OkStatus();
+}
+
+absl::Status LtGemm::StartTuning(int candidates, int reps) {
+  if (candidates < 1 || candidates > kMostCandidates || reps < 1 ||
+      reps > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm tuning: ", candidates, " candidates (1 to ",
+                     kMostCandidates, ") and ", reps, " reps (1 to 100)"));
+  }
+  tune_candidates_ = candidates;
+  tune_reps_ = reps;
+  tuned_lines_.clear();
+  tuned_candidates_ = 0;
+  return absl::OkStatus();
+}
+
+std::string LtGemm::FinishTuning() {
+  tune_candidates_ = 0;
+  std::string text;
+  for (const std::string& line : tuned_lines_) {
+    absl::StrAppend(&text, line, "\n");
+  }
+  tuned_lines_.clear();
+  tuned_candidates_ = 0;
+  return text;
+}
+
+namespace {
+
+// Two CUDA events around work on a stream, destroyed with the object.
+class EventPair {
+ public:
+  ~EventPair() {
+    if (end_ != nullptr) cudaEventDestroy(end_);
+    if (start_ != nullptr) cudaEventDestroy(start_);
+  }
+  absl::Status Create() {
+    YARD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_));
+    YARD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&end_));
+    return absl::OkStatus();
+  }
+  // Milliseconds `work` takes on `stream` (waits for it).
+  template <typename Work>
+  absl::StatusOr<float> Time(cudaStream_t stream, const Work& work) {
+    YARD_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream));
+    RETURN_IF_ERROR(work());
+    YARD_CUDA_RETURN_IF_ERROR(cudaEventRecord(end_, stream));
+    YARD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end_));
+    float ms = 0;
+    YARD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, end_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, end_ = nullptr;
+};
+
+}  // namespace
+
+absl::Status LtGemm::Tune(const LtGemmArgs& g, Plan* plan) {
+  plan->settled = true;
+  ASSIGN_OR_RETURN(std::vector<cublasLtMatmulAlgo_t> offered,
+                   Heuristic(*plan, g, tune_candidates_));
+  if (offered.empty()) return absl::OkStatus();  // PlanFor had one: keep it
+  EventPair events;
+  RETURN_IF_ERROR(events.Create());
+  int best = -1;
+  float best_ms = 0;
+  for (size_t i = 0; i < offered.size(); ++i) {
+    plan->algo = offered[i];
+    // A candidate cuBLASLt will not run here is passed over.
+    if (!RunPlanned(g, plan).ok()) continue;
+    ++tuned_candidates_;
+    std::vector<float> ms;
+    for (int r = 0; r < tune_reps_; ++r) {
+      ASSIGN_OR_RETURN(const float t, events.Time(stream_, [&] {
+        return RunPlanned(g, plan);
+      }));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const float median = ms[ms.size() / 2];
+    if (best < 0 || median < best_ms) {
+      best = static_cast<int>(i);
+      best_ms = median;
+    }
+  }
+  if (best < 0) best = 0;  // none ran: the heuristic's first, as untuned
+  plan->algo = offered[best];
+  plan->candidates = std::move(offered);
+  tuned_lines_.push_back(ChoiceLine(g, best, tune_candidates_));
   return absl::OkStatus();
 }
 

@@ -152,6 +152,28 @@ class LtGemm {
   int choices() const { return static_cast<int>(choices_.size()); }
   int choices_taken() const { return choices_taken_; }
 
+  // Choosing by timing, in the job itself: from StartTuning on, the next
+  // run of each product not timed yet and without a choice of SetChoices
+  // first runs each of the heuristic's first `candidates` (1 to
+  // kMostCandidates) once to warm up and `reps` times timed with CUDA
+  // events, on the product's own operands, and then runs and keeps the
+  // fastest (the median of its reps). Each run writes C (and a GELU
+  // epilogue's aux, a bias gradient) again, and a product with beta != 0
+  // adds to C each time: for a pass whose results are thrown away (the
+  // trainer's rehearsal). A candidate that fails to run is passed over.
+  // Blocks the host on the stream. INVALID_ARGUMENT for counts out of
+  // range.
+  absl::Status StartTuning(int candidates, int reps);
+  // Stops choosing by timing and returns the choices made since
+  // StartTuning, one ChoiceLine each (what SetChoices reads back: `of` is
+  // the candidates asked for, so the same heuristic gives the same list).
+  // The plans keep their choices.
+  std::string FinishTuning();
+  // Products timed since StartTuning, and the candidates run (0 again
+  // after FinishTuning).
+  int tuned() const { return static_cast<int>(tuned_lines_.size()); }
+  int tuned_candidates() const { return tuned_candidates_; }
+
   // What cuBLASLt documents for the GELU epilogues (cublasLt.h,
   // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: the aux ld "must be divisible by
   // 8"; DGELU takes no bias), and that a bias gradient is an epilogue of
@@ -189,6 +211,11 @@ class LtGemm {
   LtGemm(cublasLtHandle_t handle, cublasHandle_t classic, void* workspace,
          int64_t workspace_bytes, cudaStream_t stream);
   absl::StatusOr<Plan*> PlanFor(const LtGemmArgs& args);
+  // Runs `plan` as it stands (its algo) on the operands of `args`.
+  absl::Status RunPlanned(const LtGemmArgs& args, Plan* plan);
+  // StartTuning's timing of a new plan's candidates; leaves the fastest as
+  // its algo.
+  absl::Status Tune(const LtGemmArgs& args, Plan* plan);
   // The heuristic's algorithms for a plan's descriptors, at most `most`,
   // those it marks usable; empty when it has none.
   absl::StatusOr<std::vector<cublasLtMatmulAlgo_t>> Heuristic(
@@ -208,6 +235,10 @@ class LtGemm {
                                    std::map<ChoiceKey, Choice>* choices);
   std::map<ChoiceKey, Choice> choices_;
   int choices_taken_ = 0;
+  int tune_candidates_ = 0;  // 0: not tuning
+  int tune_reps_ = 0;
+  std::vector<std::string> tuned_lines_;
+  int tuned_candidates_ = 0;
 };
 
 }  // namespace trainyard::engine::cuda

@@ -29,8 +29,9 @@
 #            and by the BGRADB epilogue) and its PyTorch peer (gemms.log,
 #            gemms.csv), then gpt_train_bench 124M bf16 as it is, with
 #            YARD_BIAS_GRADIENT=epilogue, and with
-#            YARD_GEMM_CHOICES=gemm-choices.txt (engine.log, engine.csv):
-#            whether the epilogue and choosing among the candidates pay
+#            YARD_GEMM_CHOICES=gemm-choices.txt and =auto (the job timing
+#            them itself; engine.log, engine.csv): whether the epilogue and
+#            choosing among the candidates pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
 #            tiling 16x4, 16x4-swizzled, wgmma-swizzled, wgmma (the warpgroup forward), 16x4 and wgmma
 #            with YARD_ATTENTION_BACKWARD=ordered-dq, 32x2 and 32x4
@@ -221,16 +222,16 @@ run_gemms() {
   note "gemms: results in gemms.csv"
   grep -vE '^== ' "$glog" | tee -a "$log"
   # The step as it is, with the bias gradient epilogue, with the fastest
-  # candidates.
-  for with in "" epilogue "$choices"; do
-    [[ -z "$with" || "$with" == epilogue || -s "$with" ]] || continue
+  # candidates of gemm_bench, and with those the job times itself.
+  for with in "" epilogue "$choices" auto; do
+    [[ -z "$with" || "$with" == epilogue || "$with" == auto || -s "$with" ]] || continue
     local bias=column-sums picks=""
     if [[ "$with" == epilogue ]]; then bias=epilogue; elif [[ -n "$with" ]]; then picks=$with; fi
-    note "gpt_train_bench 124m bf16, YARD_BIAS_GRADIENT=$bias${picks:+, YARD_GEMM_CHOICES}"
+    note "gpt_train_bench 124m bf16, YARD_BIAS_GRADIENT=$bias${picks:+, YARD_GEMM_CHOICES=$picks}"
     YARD_BIAS_GRADIENT="$bias" YARD_GEMM_CHOICES="$picks" bounded 110 "$elog" \
       "$kit/bin/gpt_train_bench" --data-root "$root" --csv "$ecsv" \
       --config 124m --precision bf16 --micro-batch max --profile-steps 2
-    grep -E '^step |^PROFILE +Linear' "$elog" | tail -n 5 | tee -a "$log"
+    grep -E '^step |^PROFILE +Linear|gemm choices: timed' "$elog" | tail -n 6 | tee -a "$log"
   done
 }
 

@@ -12,8 +12,10 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "engine/cuda/emulation/cublas_host.h"
 #include "engine/cuda/emulation/emulated_cublas_test_support.h"
 #include "engine/cuda/lt_gemm.h"
@@ -293,6 +295,69 @@ TEST_F(LtGemmOnEmulationTest, ChoicesMakePlansTakeTheirCandidates) {
   ASSERT_TRUE(gemm_->Run(beyond).ok());
   EXPECT_EQ(LastLtMatmulCandidate(), 0);
   EXPECT_EQ(gemm_->choices_taken(), 1);
+}
+
+// StartTuning: the next run of each product not timed yet (planned before
+// or not) runs every candidate (warm-up and reps) and keeps the one its
+// choice line names; a product SetChoices covers is not timed, nor is one
+// run again; FinishTuning returns the lines (what SetChoices reads back)
+// and stops the timing.
+TEST_F(LtGemmOnEmulationTest, TuningTimesEachProductOnceAndKeepsTheWinner) {
+  BiasedForward p;
+  const LtGemmArgs planned = p.Args();
+  const LtGemmArgs fresh = Forward(p.out, p.inp, p.weight);  // no bias
+  DeviceMatrix dinp(p.kType, p.kIn, p.kBatch, p.kIn, 5);
+  const LtGemmArgs chosen =
+      engine::cuda::LinearInputGradArgs(dinp.get(), p.out.get(), p.weight.get(),
+                                        p.kBatch, p.kIn, p.kOut, p.kType);
+  ASSERT_TRUE(gemm_->SetChoices(LtGemm::ChoiceLine(chosen, 1, 3)).ok());
+  ASSERT_TRUE(gemm_->Run(planned).ok());  // planned before the timing
+  ASSERT_TRUE(gemm_->StartTuning(3, 2).ok());
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_TRUE(gemm_->Run(planned).ok());
+    ASSERT_TRUE(gemm_->Run(fresh).ok());
+    ASSERT_TRUE(gemm_->Run(chosen).ok());
+    EXPECT_EQ(LastLtMatmulCandidate(), 1);
+  }
+  EXPECT_EQ(gemm_->tuned(), 2);
+  EXPECT_EQ(gemm_->tuned_candidates(), 2 * kEmulatedAlgoCandidates);
+  const std::string lines = gemm_->FinishTuning();
+  EXPECT_TRUE(LtGemm::CheckChoices(lines).ok()) << lines;
+  const std::vector<std::string> each = absl::StrSplit(lines, '\n');
+  ASSERT_EQ(each.size(), 3u) << lines;  // two lines and the end
+  EXPECT_EQ(each[2], "");
+  int n = 0;
+  for (const LtGemmArgs& g : {planned, fresh}) {
+    const std::string& line = each[n++];
+    const std::string want = LtGemm::ChoiceLine(g, 0, 3);
+    ASSERT_EQ(line.substr(0, line.find(" candidate=")),
+              want.substr(0, want.find(" candidate=")))
+        << lines;
+    EXPECT_EQ(line.substr(line.find(" of=")), " of=3") << line;
+    const int winner = line[line.find("candidate=") + 10] - '0';
+    ASSERT_TRUE(gemm_->Run(g).ok());
+    EXPECT_EQ(LastLtMatmulCandidate(), winner) << line;
+  }
+  ASSERT_TRUE(gemm_->Run(planned).ok());
+  p.ExpectOutRight();
+  // Stopped: a new product takes the heuristic's first, untimed.
+  DeviceMatrix dweight(CUDA_R_32F, p.kIn, p.kOut, p.kIn, 7);
+  ASSERT_TRUE(gemm_
+                  ->Run(engine::cuda::LinearWeightGradArgs(
+                      static_cast<float*>(dweight.get()), p.out.get(),
+                      p.inp.get(), p.kBatch, p.kIn, p.kOut, p.kType))
+                  .ok());
+  EXPECT_EQ(LastLtMatmulCandidate(), 0);
+  EXPECT_EQ(gemm_->tuned(), 0);
+  EXPECT_EQ(gemm_->FinishTuning(), "");
+  for (const auto& [candidates, reps] :
+       {std::pair{0, 3}, std::pair{LtGemm::kMostCandidates + 1, 3},
+        std::pair{3, 0}, std::pair{3, 101}}) {
+    const absl::Status bad = gemm_->StartTuning(candidates, reps);
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument)
+        << candidates << " " << reps;
+    EXPECT_NE(bad.message().find("gemm tuning: "), std::string::npos) << bad;
+  }
 }
 
 TEST_F(LtGemmOnEmulationTest, BadChoicesAreRejectedNamingTheLine) {
