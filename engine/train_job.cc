@@ -35,6 +35,7 @@
 #include "engine/core/gpt.h"
 #include "engine/core/mlp.h"
 #include "engine/core/model_weights.h"
+#include "engine/core/short_of_memory.h"
 #include "engine/data/idx.h"
 #include "engine/data/mnist.h"
 #include "engine/data/token_data.h"
@@ -166,7 +167,7 @@ absl::StatusOr<std::string> CheckHostMemory(const EngineJob& job) {
                 : "",
       ", ", FormatBytes(have->available), " available (", have->source, ")");
   if (all > have->available) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return ShortOfMemoryError(absl::StrCat(
         "memory: the job needs more host memory than is available: ", figures,
         "; the estimate is weights ", FormatBytes(need.weights), ", gradients ",
         FormatBytes(need.gradients), ", AdamW state ",

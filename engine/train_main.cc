@@ -17,7 +17,9 @@
 // was written for another spec), for sample and export also a CHECKPOINT_DIR
 // without a GPT checkpoint and an OUT_DIR that is taken; 3 stopped by
 // SIGTERM/SIGINT after writing a checkpoint; 4 stopped because the
-// worker's lease ran out untold (--lease-fd).
+// worker's lease ran out untold (--lease-fd); 5 refused at start for want
+// of memory here (the host's available memory for a CPU job, the GPU's
+// grant or free memory for a GPU job): another machine may have it.
 #include <fcntl.h>
 
 #include <algorithm>
@@ -36,6 +38,7 @@
 #include "absl/types/span.h"
 #include "common/log.h"
 #include "engine/core/gpt_sampler.h"
+#include "engine/core/short_of_memory.h"
 #include "engine/dist/socket_collective.h"
 #include "engine/event_proto.h"
 #include "engine/gpt_tools.h"
@@ -52,6 +55,16 @@ constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 3;
 constexpr int kExitLeaseLost = 4;
+constexpr int kExitShortOfMemory = 5;
+
+// The exit code of a job that failed before training: 2 for what the spec
+// (or its files) got wrong, 5 for memory this machine lacks
+// (short_of_memory.h), else 1.
+int StartFailureExit(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kInvalidArgument) return kExitUsage;
+  if (IsShortOfMemory(status)) return kExitShortOfMemory;
+  return kExitRuntime;
+}
 
 constexpr char kSynopsis[] =
     "usage: yard-train run SPEC_FILE [--data-root DIR] [--checkpoint-dir DIR]\n"
@@ -119,7 +132,9 @@ constexpr char kHelp[] =
     "\n"
     "Exit codes: 0 finished, 1 runtime error, 2 usage or invalid spec (a\n"
     "checkpoint in the checkpoint dir written for another spec too),\n"
-    "3 interrupted after a checkpoint, 4 stopped: the worker's lease ran out.\n"
+    "3 interrupted after a checkpoint, 4 stopped: the worker's lease ran out,\n"
+    "5 not enough memory here (the host's for a CPU job, the GPU's for a GPU\n"
+    "job): another machine may have it.\n"
     "sample and export exit 2 as well when CHECKPOINT_DIR holds no GPT\n"
     "checkpoint, and export when OUT_DIR exists and is not empty.\n"
     "\n"
@@ -515,10 +530,7 @@ int DryRunMain(const Args& args) {
   absl::StatusOr<std::string> found =
       TrainJob::DryRun(*job, args.ranks.world_size);
   if (!found.ok()) {
-    const bool spec_error =
-        found.status().code() == absl::StatusCode::kInvalidArgument;
-    return Fail(spec_error ? kExitUsage : kExitRuntime,
-                found.status().message());
+    return Fail(StartFailureExit(found.status()), found.status().message());
   }
   std::cout << *found << std::endl;
   return kExitOk;
@@ -582,10 +594,7 @@ int Main(const std::vector<std::string>& argv) {
   absl::StatusOr<std::unique_ptr<TrainJob>> train =
       TrainJob::Create(*job, &sink, ranks->get(), args.device);
   if (!train.ok()) {
-    const bool spec_error =
-        train.status().code() == absl::StatusCode::kInvalidArgument;
-    return Fail(spec_error ? kExitUsage : kExitRuntime,
-                train.status().message());
+    return Fail(StartFailureExit(train.status()), train.status().message());
   }
   YARD_LOG(INFO) << "training " << (job->name.empty() ? "run" : job->name)
                  << " with " << job->threads << " thread(s)"

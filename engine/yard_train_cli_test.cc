@@ -681,9 +681,10 @@ TEST_F(YardTrainCliTest, ResumeWithAnotherWorldSizeExitsTwo) {
 }
 
 // A CPU job whose memory estimate is above the host's available memory is
-// refused at start (exit 2) with both figures, by --dry-run too; the
-// override stands in for a small host.
-TEST_F(YardTrainCliTest, ModelTooBigForTheHostExitsTwoWithTheFigures) {
+// refused at start with both figures, by --dry-run too, exiting 5 (another
+// host may have the memory; not a usage error); the override stands in
+// for a small host.
+TEST_F(YardTrainCliTest, ModelTooBigForTheHostExitsFiveWithTheFigures) {
   const std::vector<std::string> args = Args(WriteSpec(2));
   std::vector<std::string> dry = args;
   dry.push_back("--dry-run");
@@ -702,7 +703,7 @@ TEST_F(YardTrainCliTest, ModelTooBigForTheHostExitsTwoWithTheFigures) {
   Result checked = RunYardTrain(dry, dir_);
   unsetenv("YARD_HOST_MEMORY_BYTES");
   for (const Result* r : {&run, &checked}) {
-    EXPECT_EQ(r->exit_code, 2) << r->stderr_text;
+    EXPECT_EQ(r->exit_code, 5) << r->stderr_text;
     EXPECT_TRUE(absl::StartsWith(
         r->last_stderr_line(),
         "yard-train: memory: the job needs more host memory than is "
@@ -733,7 +734,7 @@ TEST_F(YardTrainCliTest, RanksOnOneHostCheckTheirMemoryTogether) {
   Result together = RunYardTrain(both, dir_);
   unsetenv("YARD_HOST_MEMORY_BYTES");
   EXPECT_EQ(alone.exit_code, 0) << alone.stderr_text;
-  EXPECT_EQ(together.exit_code, 2) << together.stderr_text;
+  EXPECT_EQ(together.exit_code, 5) << together.stderr_text;
   EXPECT_TRUE(absl::StartsWith(
       together.last_stderr_line(),
       "yard-train: memory: the job needs more host memory than is "

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -361,6 +362,46 @@ TEST_F(FaultsTest, AKilledTrainerRestartsFromItsCheckpointExactly) {
   ASSERT_EQ(get.exit_code(), 0) << get.DebugString();
   EXPECT_THAT(get.out, ::testing::ContainsRegex("Restarts: +1 of 1 after"));
   EXPECT_THAT(get.out, ::testing::ContainsRegex("1 +" + first + " .*FAILED"));
+}
+
+// A job refused at start by a host short of memory (yard-train exit 5:
+// its estimate above the host's available memory, here a worker whose
+// jobs see YARD_HOST_MEMORY_BYTES of 1 MiB) is not the spec's fault: it
+// spends a restart and runs on a worker with the memory, not failing for
+// good as a usage error (exit 2) would.
+TEST_F(FaultsTest, AHostShortOfMemoryRestartsTheJobOnAnother) {
+  YARD_ASSERT_OK(StartServer({.extra_args = {"--restart-backoff-ms", "3000"}}));
+  YARD_ASSERT_OK(
+      StartReadyWorker(
+          {.name = "small", .env = {{"YARD_HOST_MEMORY_BYTES", "1048576"}}})
+          .status());
+  v1::JobSpec spec = MnistSpec{.name = "roomy", .steps = 20}.ToProto();
+  spec.set_max_restarts(1);
+  YARD_ASSIGN_OR_FAIL(v1::SubmitJobResponse submitted, Submit(spec));
+  const std::string id = submitted.job().id();
+  YARD_ASSERT_OK(
+      WaitForEvent(jobs(), id, "the restart after the refusal", JobTimeout(),
+                   [](const v1::JobEvent& e) {
+                     return IsStateChangeTo(e, v1::QUEUED) &&
+                            absl::StrContains(e.state_change().reason(),
+                                              "restart 1 of 1");
+                   })
+          .status());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "big"}).status());
+  YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.DebugString();
+  EXPECT_EQ(done.worker_id(), "big");
+  ASSERT_EQ(done.attempts_size(), 2) << done.DebugString();
+  EXPECT_EQ(done.attempts(0).worker_id(), "small");
+  EXPECT_EQ(done.attempts(0).outcome(), v1::FAILED);
+  EXPECT_THAT(done.attempts(0).reason(),
+              ::testing::HasSubstr("exited with code 5"))
+      << done.DebugString();
+  EXPECT_THAT(
+      done.attempts(0).reason(),
+      ::testing::HasSubstr("memory: the job needs more host memory than is "
+                           "available: memory estimate "))
+      << done.DebugString();
 }
 
 TEST_F(FaultsTest, AJobCrashingBesideAHealthyOneHurtsOnlyItself) {

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "engine/core/memory_estimate.h"
+#include "engine/core/short_of_memory.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/device_query.h"
 #include "engine/cuda/reduce_kernels.h"
@@ -188,7 +189,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
       options.arena_bytes, " bytes does not fit in the ", free_bytes,
       " bytes free of ", total_bytes);
   if (static_cast<uint64_t>(options.arena_bytes) > free_bytes) {
-    return absl::ResourceExhaustedError(grant);
+    return ShortOfMemoryError(grant);
   }
   cudaStream_t stream = nullptr;
   YARD_CUDA_RETURN_IF_ERROR(
@@ -199,7 +200,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   if (e != cudaSuccess) {
     cudaStreamDestroy(stream);
     cudaGetLastError();  // an allocation failure is not sticky; clear it
-    return absl::ResourceExhaustedError(absl::StrCat(
+    return ShortOfMemoryError(absl::StrCat(
         grant, ": ",
         cuda::CudaStatus(e, "cudaMalloc", __FILE__, __LINE__).message()));
   }
