@@ -411,13 +411,13 @@ std::string GemmChoicesHeader(absl::string_view device) {
 }
 
 // YARD_GEMM_CHOICES=auto: the job times the linear layers' cuBLASLt
-// candidates itself, in a rehearsal of its first step (TrainJob::TuneGemms),
+// candidates itself, in a rehearsal of its first step (TuneGemms),
 // and keeps the fastest in its checkpoint dir, so that a resumed run runs
 // the same algorithms (the same bits as a run never stopped) without
 // timing them again; a file timed on another GPU model is timed again.
 // Single-GPU jobs only: ranks could time different winners.
-absl::StatusOr<GemmTuningPlan> PlanGemmTuning(const EngineJob& job, int ranks,
-                                              int cuda_device) {
+GemmTuningPlan PlanGemmTuning(const EngineJob& job, int ranks,
+                              int cuda_device) {
   GemmTuningPlan plan;
   if (ranks > 1) {
     YARD_LOG(WARNING) << "YARD_GEMM_CHOICES=auto is for single-GPU jobs; "
@@ -600,7 +600,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   }
   if (const char* path = std::getenv("YARD_GEMM_CHOICES");
       path != nullptr && std::string_view(path) == "auto") {
-    ASSIGN_OR_RETURN(*tuning, PlanGemmTuning(job, ranks, cuda_device));
+    *tuning = PlanGemmTuning(job, ranks, cuda_device);
     options.gemm_choices = tuning->choices;
   } else if (path != nullptr && *path != '\0') {
     // A line a product: a few KB for a whole model.
