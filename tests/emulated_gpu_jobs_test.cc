@@ -311,8 +311,9 @@ TEST_F(EmulatedGpuJobsTest, AGpuRankDyingStopsItsGang) {
 }
 
 // A grant smaller than the engine's estimate fails the job at start, with
-// both figures, before any step (never mid-run); a malformed grant is a
-// usage error (exit 2) naming the variable.
+// both figures, before any step (never mid-run); one larger than the GPU
+// has free exits 5; a malformed grant is a usage error (exit 2) naming the
+// variable.
 TEST_F(EmulatedGpuJobsTest, AGrantTooSmallFailsAtStartWithBothFigures) {
   const MnistSpec spec{.name = "squeezed", .steps = 20, .gpus = 1};
   const std::string spec_path = WriteSpec("squeezed.yaml", spec.ToYaml());
@@ -329,6 +330,14 @@ TEST_F(EmulatedGpuJobsTest, AGrantTooSmallFailsAtStartWithBothFigures) {
                                    "shared GPU is 4096 bytes"))
       << small.err;
   EXPECT_THAT(small.out, Not(HasSubstr("step "))) << small.out;
+
+  // A grant the GPU's free memory cannot give: memory this machine lacks,
+  // exit 5 (the server restarts such a job elsewhere under max_restarts).
+  CommandResult huge = run("1125899906842624");
+  EXPECT_EQ(huge.exit_code(), 5) << huge.DebugString();
+  EXPECT_THAT(huge.err, HasSubstr("grant of 1125899906842624 bytes does not "
+                                  "fit in the "))
+      << huge.err;
 
   CommandResult bad = run("lots");
   EXPECT_EQ(bad.exit_code(), 2) << bad.DebugString();
