@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -479,15 +478,7 @@ absl::Status TuneGemms(Trainer& trainer, CudaBackend* cuda,
       " candidates, median of ", kReps, " runs\n", tuning->choices);
   std::string kept = " (checkpoints off: not kept)";
   if (!plan.file.empty()) {
-    const std::string temp = plan.file + ".tmp";
-    RETURN_IF_ERROR(WriteFileDurably(temp, text));
-    std::error_code ec;
-    std::filesystem::rename(temp, plan.file, ec);
-    if (ec) {
-      return absl::InternalError(absl::StrCat("gemm choices: renaming ", temp,
-                                              " to ", plan.file, ": ",
-                                              ec.message()));
-    }
+    RETURN_IF_ERROR(ReplaceFileDurably(plan.file, text));
     kept = absl::StrCat("; kept in ", plan.file);
   }
   YARD_LOG(INFO) << "gemm choices: timed " << tuning->candidates

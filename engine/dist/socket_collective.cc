@@ -276,13 +276,10 @@ absl::Status SocketCollective::ServeRendezvous(
   const int port =
       ntohs(addr.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
   const std::string nonce = NewNonce();
-  const std::string temp = options.rendezvous_file + ".tmp";
   // "host port nonce": the host needs no brackets, the port is its own word.
-  RETURN_IF_ERROR(WriteFileDurably(
-      temp, absl::StrCat(options.listen_host, " ", port, " ", nonce, "\n")));
-  if (rename(temp.c_str(), options.rendezvous_file.c_str()) != 0) {
-    return absl::InternalError(Errno(absl::StrCat("renaming ", temp)));
-  }
+  RETURN_IF_ERROR(ReplaceFileDurably(
+      options.rendezvous_file,
+      absl::StrCat(options.listen_host, " ", port, " ", nonce, "\n")));
 
   const absl::Time deadline = absl::Now() + options.connect_timeout;
   int joined = 1;

@@ -1,0 +1,55 @@
+// file_io.h: ReplaceFileDurably.
+#include "engine/core/file_io.h"
+
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "common/read_file.h"
+#include "gtest/gtest.h"
+
+namespace trainyard::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FileIoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "file_io_test/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  std::string dir_;
+};
+
+// A new file, then the same path replaced whole: the new contents, no
+// temporary file left beside it.
+TEST_F(FileIoTest, ReplaceFileDurablyWritesThenReplacesWhole) {
+  const std::string path = dir_ + "/choices";
+  ASSERT_TRUE(ReplaceFileDurably(path, "first, and longer\n").ok());
+  EXPECT_EQ(ReadWholeFile(path, 1024).value_or(""), "first, and longer\n");
+  ASSERT_TRUE(ReplaceFileDurably(path, "second\n").ok());
+  EXPECT_EQ(ReadWholeFile(path, 1024).value_or(""), "second\n");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+// Where it cannot write, the error names the path and the file is left as
+// it was.
+TEST_F(FileIoTest, ReplaceFileDurablyFailsNamingThePath) {
+  const std::string missing = dir_ + "/no-such-dir/choices";
+  const absl::Status s = ReplaceFileDurably(missing, "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(absl::StrContains(s.message(), missing)) << s;
+  // A directory where the file should go: the rename over it fails.
+  const std::string taken = dir_ + "/taken";
+  fs::create_directories(taken + "/inside");
+  const absl::Status over = ReplaceFileDurably(taken, "x");
+  EXPECT_FALSE(over.ok());
+  EXPECT_TRUE(absl::StrContains(over.message(), "cannot rename")) << over;
+  EXPECT_TRUE(fs::is_directory(taken + "/inside"));
+}
+
+}  // namespace
+}  // namespace trainyard::engine
