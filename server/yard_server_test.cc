@@ -154,14 +154,19 @@ class YardServerTest : public ::testing::Test {
     std::atomic<bool> hold{false};
     absl::Notification in_commit, release;
   };
-  void StartServerHoldingCommits(HeldCommit& held) {
-    StartServer([&held]() -> absl::Status {
-      if (held.hold.exchange(false)) {
-        held.in_commit.Notify();
-        held.release.WaitForNotification();
+  // The server's commits call into held_ until the server is gone: a
+  // fixture member, declared before server_, so it outlives the server (a
+  // test's local did not: a commit during the teardown, e.g. of a request
+  // still being handled, read it after the test body had returned).
+  HeldCommit& StartServerHoldingCommits() {
+    StartServer([this]() -> absl::Status {
+      if (held_.hold.exchange(false)) {
+        held_.in_commit.Notify();
+        held_.release.WaitForNotification();
       }
       return absl::OkStatus();
     });
+    return held_;
   }
 
   static v1::JobSpec Spec() {
@@ -265,6 +270,7 @@ class YardServerTest : public ::testing::Test {
   std::string state_dir_ = Normal(dir_.File("state"));
   std::string checkpoint_root_;  // empty: STATE_DIR/checkpoints
   bool new_job_store_ = false;
+  HeldCommit held_;  // StartServerHoldingCommits
   std::unique_ptr<YardServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
@@ -635,8 +641,7 @@ TEST_F(YardServerTest, RefusesNonLoopbackAndASecondServerOnOneStateDir) {
 }
 
 TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
-  HeldCommit held;
-  StartServerHoldingCommits(held);
+  HeldCommit& held = StartServerHoldingCommits();
   held.hold = true;
   grpc::Status submitted;
   v1::SubmitJobResponse response;
@@ -674,8 +679,7 @@ TEST_F(YardServerTest, ShutdownLetsACommitInFlightFinishAndKeepsIt) {
 // was still busy is not stored: the client saw a failure, and its retry
 // with the same request id makes the job once.
 TEST_F(YardServerTest, ASubmitWhoseClientGaveUpStoresNothing) {
-  HeldCommit held;
-  StartServerHoldingCommits(held);
+  HeldCommit& held = StartServerHoldingCommits();
   // A queue limit makes the tenant's submissions take turns: the second
   // waits behind the first's held commit.
   auto admin = v1::AdminService::NewStub(channel_);
