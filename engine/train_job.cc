@@ -409,6 +409,17 @@ std::string GemmChoicesHeader(absl::string_view device) {
   return absl::StrCat("# device: ", device);
 }
 
+// A file of gemm choices (a line a product: a few KB for a whole model),
+// checked as LtGemm::SetChoices reads it: its read error (which names the
+// file), or INVALID_ARGUMENT "PATH: line N: ...".
+absl::StatusOr<std::string> ReadGemmChoices(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, int64_t{1} << 20));
+  if (absl::Status s = cuda::LtGemm::CheckChoices(text); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
+  return text;
+}
+
 // YARD_GEMM_CHOICES=auto: the job times the linear layers' cuBLASLt
 // candidates itself, in a rehearsal of its first step (TuneGemms),
 // and keeps the fastest in its checkpoint dir, so that a resumed run runs
@@ -433,7 +444,7 @@ GemmTuningPlan PlanGemmTuning(const EngineJob& job, int ranks,
   plan.tune = true;
   if (job.trainer.checkpoint.dir.empty()) return plan;  // nowhere to keep
   plan.file = absl::StrCat(job.trainer.checkpoint.dir, "/", kGemmChoicesFile);
-  absl::StatusOr<std::string> text = ReadWholeFile(plan.file, int64_t{1} << 20);
+  absl::StatusOr<std::string> text = ReadGemmChoices(plan.file);
   if (!text.ok()) {
     if (!absl::IsNotFound(text.status())) {
       YARD_LOG(WARNING) << "gemm choices: " << text.status().message()
@@ -441,16 +452,10 @@ GemmTuningPlan PlanGemmTuning(const EngineJob& job, int ranks,
     }
     return plan;
   }
-  const std::string header = GemmChoicesHeader(plan.device);
-  if (!absl::StartsWith(*text, header + "\n")) {
+  if (!absl::StartsWith(*text, GemmChoicesHeader(plan.device) + "\n")) {
     YARD_LOG(WARNING) << "gemm choices: " << plan.file
                       << " was not timed on this GPU model (" << plan.device
                       << "); timing them again";
-    return plan;
-  }
-  if (absl::Status s = cuda::LtGemm::CheckChoices(*text); !s.ok()) {
-    YARD_LOG(WARNING) << "gemm choices: " << plan.file << ": " << s.message()
-                      << "; timing them again";
     return plan;
   }
   YARD_LOG(INFO) << "gemm choices: the ones this job timed before, from "
@@ -594,15 +599,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     *tuning = PlanGemmTuning(job, ranks, cuda_device);
     options.gemm_choices = tuning->choices;
   } else if (path != nullptr && *path != '\0') {
-    // A line a product: a few KB for a whole model.
-    absl::StatusOr<std::string> text = ReadWholeFile(path, int64_t{1} << 20);
+    absl::StatusOr<std::string> text = ReadGemmChoices(path);
     if (!text.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("YARD_GEMM_CHOICES: ", text.status().message()));
-    }
-    if (absl::Status s = cuda::LtGemm::CheckChoices(*text); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("YARD_GEMM_CHOICES: ", path, ": ", s.message()));
     }
     options.gemm_choices = *std::move(text);
   }

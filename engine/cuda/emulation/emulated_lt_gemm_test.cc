@@ -226,6 +226,13 @@ struct BiasedForward {
     g.bias = bias.get();
     return g;
   }
+  // The input gradient of the same layer, out taken as its output gradient:
+  // another product, planned apart.
+  LtGemmArgs InputGradArgs() {
+    return engine::cuda::LinearInputGradArgs(
+        dinp.get(), out.get(), weight.get(), kBatch, kIn, kOut, kType);
+  }
+  DeviceMatrix dinp{kType, kIn, kBatch, kIn, 5};
   void ExpectOutRight() const {
     ExpectMatches(
         out,
@@ -279,10 +286,7 @@ TEST_F(LtGemmOnEmulationTest, ChoicesMakePlansTakeTheirCandidates) {
   BiasedForward p;
   const LtGemmArgs chosen = p.Args();
   const LtGemmArgs plain = Forward(p.out, p.inp, p.weight);  // no line
-  DeviceMatrix dinp(p.kType, p.kIn, p.kBatch, p.kIn, 5);
-  const LtGemmArgs beyond =
-      engine::cuda::LinearInputGradArgs(dinp.get(), p.out.get(), p.weight.get(),
-                                        p.kBatch, p.kIn, p.kOut, p.kType);
+  const LtGemmArgs beyond = p.InputGradArgs();
   const std::string text =
       absl::StrCat("# made by a test\n\n", LtGemm::ChoiceLine(chosen, 2, 3),
                    "\n  ", LtGemm::ChoiceLine(beyond, 5, 8), "\n");
@@ -306,10 +310,7 @@ TEST_F(LtGemmOnEmulationTest, TuningTimesEachProductOnceAndKeepsTheWinner) {
   BiasedForward p;
   const LtGemmArgs planned = p.Args();
   const LtGemmArgs fresh = Forward(p.out, p.inp, p.weight);  // no bias
-  DeviceMatrix dinp(p.kType, p.kIn, p.kBatch, p.kIn, 5);
-  const LtGemmArgs chosen =
-      engine::cuda::LinearInputGradArgs(dinp.get(), p.out.get(), p.weight.get(),
-                                        p.kBatch, p.kIn, p.kOut, p.kType);
+  const LtGemmArgs chosen = p.InputGradArgs();
   ASSERT_TRUE(gemm_->SetChoices(LtGemm::ChoiceLine(chosen, 1, 3)).ok());
   ASSERT_TRUE(gemm_->Run(planned).ok());  // planned before the timing
   ASSERT_TRUE(gemm_->StartTuning(3, 2).ok());
