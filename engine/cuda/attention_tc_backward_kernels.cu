@@ -39,6 +39,16 @@ constexpr int BackwardBlocksPerSm(int head_size) {
   return head_size == 128 ? 2 : 3;
 }
 
+// The query side's in a tiling of kWarpsN warps of kM row tiles: the
+// 16 x 4 tiling's registers (BackwardBlocksPerSm) in blocks of eight warps
+// leave room for one block an SM (two would cap them at 128, and spill);
+// 32-row warps take more (their own registers, uncapped).
+constexpr int QueryGradBlocksPerSm(int head_size, int row_tiles, int warps) {
+  if (row_tiles != 1) return 1;
+  const int blocks = BackwardBlocksPerSm(head_size) * 4 / warps;
+  return blocks > 0 ? blocks : 1;
+}
+
 // The warpgroup query side's: its queries and dout are its first products'
 // A straight from shared memory, so it fits 128 registers where shared
 // memory allows four blocks (hs <= 64).
@@ -178,7 +188,7 @@ __device__ __forceinline__ void KeyRowGradients(float (&st)[kTile / 8][4],
 // kSwz layout (Tile).
 template <int kD, int kM, int kWarpsN, bool kSwz>
 __global__ void __launch_bounds__(32 * kWarpsN,
-                                  kM == 1 ? BackwardBlocksPerSm(kD) : 1)
+                                  QueryGradBlocksPerSm(kD, kM, kWarpsN))
     AttentionQueryGradTcKernel(bf16* dqkv, float* delta, const bf16* dout,
                                const bf16* out, const bf16* qkv,
                                const float* lse, TcGeometry g) {

@@ -142,6 +142,15 @@ __device__ void StoreForwardRows(bf16* out, float* lse, const HeadOffsets& h,
   }
 }
 
+// Blocks an SM holds at once, which caps the registers: two 8-warp blocks
+// up to 64 channels (16 warps an SM, 128 registers a thread, as the 16 x 4
+// tiling takes by itself; left alone, the compiler gives the swizzled
+// 8-warp blocks 140, and an SM holds one). 0 leaves the compiler free (a
+// cap of 128 it would meet anyway made it spill the 16 x 4 tiling).
+constexpr int ForwardBlocksPerSm(int head_size, int row_tiles, int warps) {
+  return row_tiles == 1 && warps == 8 && head_size <= 64 ? 2 : 0;
+}
+
 // One block per query tile of kWarpsN x 16 kM rows, warp w holding rows
 // 16 kM w.. as kM row tiles of 16 (QueryRows), over key tiles of 64 from
 // the first to the one holding the tile's last row. A warp skips the key
@@ -149,7 +158,8 @@ __device__ void StoreForwardRows(bf16* out, float* lse, const HeadOffsets& h,
 // 0..(its row) / 64 whatever the tiling: the same bits from every tiling.
 // Tiles in the kSwizzled layout (Tile).
 template <int kD, int kM, int kWarpsN, bool kSwz>
-__global__ void __launch_bounds__(32 * kWarpsN)
+__global__ void __launch_bounds__(32 * kWarpsN,
+                                  ForwardBlocksPerSm(kD, kM, kWarpsN))
     AttentionForwardTcKernel(bf16* out, float* lse, const bf16* qkv,
                              TcGeometry g) {
   using Q = QueryRows<kM, kWarpsN>;

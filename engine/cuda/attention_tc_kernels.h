@@ -26,10 +26,14 @@ bool AttentionTcSupportsHeadSize(int64_t head_size);
 // holds `warp_rows` rows (16, one mma row tile, or 32, two, which share
 // every key and value fragment read from shared memory: half the reads per
 // product), a block has `warps` warps, so its query tile is warps x
-// warp_rows rows. Every tiling computes each row with the same operations
-// in the same order: they give the same bits and differ only in speed
-// (bench/engine/attention_bench.cc times each). The backward's key side
-// has one tiling (16 x 4).
+// warp_rows rows. 16-row warps come in blocks of 4 or 8: eight share each
+// key and value tile copied into shared memory between 128 query rows,
+// half the copies (and L2 reads) a row of four, with the registers a
+// thread of 16 x 4 (the forward: two blocks an SM where 16 x 4 has four;
+// the backward's query side, at 166 registers, one). Every tiling computes each
+// row with the same operations in the same order: they give the same bits and
+// differ only in speed (bench/engine/attention_bench.cc times each). The
+// backward's key side has one tiling (16 x 4).
 //
 // `warpgroup`: the 16 x 4 tiling with its products as Hopper's warpgroup
 // products (wgmma, sm_90a: warpgroup_mma.h), the block's four warps
@@ -66,7 +70,9 @@ inline constexpr AttentionTcTiling kAttentionTcTilings[] = {
     {32, 4},
     {16, 4, true},
     {16, 4, false, true},
-    {16, 4, true, true}};
+    {16, 4, true, true},
+    {16, 8},
+    {16, 8, false, true}};
 
 // A tiling's name: "RxW" (rows a warp x warps a block, e.g. "32x4"),
 // "wgmma" for the warpgroup tiling, "16x4-swizzled" and "wgmma-swizzled"

@@ -813,6 +813,10 @@ cudaError_t WithTiling(AttentionTcTiling tiling, int64_t head_size,
         }
     }
   };
+  if (tiling.warp_rows == 16 && tiling.warps == 8) {
+    return tiling.swizzled ? with_rows(Int<1>{}, Int<8>{}, Bool<true>{})
+                           : with_rows(Int<1>{}, Int<8>{}, Bool<false>{});
+  }
   if (tiling.warp_rows == 16) {
     return tiling.swizzled ? with_rows(Int<1>{}, Int<4>{}, Bool<true>{})
                            : with_rows(Int<1>{}, Int<4>{}, Bool<false>{});

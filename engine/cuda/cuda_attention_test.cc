@@ -389,7 +389,9 @@ TEST(AttentionTcLaunchTest, TakesItsTilingsAndNoOthers) {
       {32, 2, true},
       {16, 2, true},
       {64, 1, true},
-      // Only the 16 x 4 tilings have the swizzled layout.
+      {16, 8, true},
+      {16, 8, true, true},
+      // Only the 16-row tilings have the swizzled layout.
       {32, 4, false, true},
       {32, 2, false, true},
       {32, 4, true, true}};

@@ -52,7 +52,7 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
     EXPECT_EQ(parsed->swizzled, t.swizzled) << name;
   }
   for (const char* bad : {"", "16x2", "32x8", "32", "x4", "32x4 ", "32X4",
-                          "+32x4", "032x4", "wide", "WGMMA", "16x4wg",
+                          "+32x4", "032x4", "wide", "WGMMA", "16x4wg", "16x8wg",
                           "32x4-swizzled", "16x4 swizzled", "swizzled"}) {
     const auto parsed = ParseAttentionTiling(bad);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
@@ -61,7 +61,7 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
         parsed.status().message(),
         absl::StrCat("'", bad,
                      "' is not one of 16x4, 32x2, 32x4, wgmma, 16x4-swizzled, "
-                     "wgmma-swizzled")))
+                     "wgmma-swizzled, 16x8, 16x8-swizzled")))
         << parsed.status();
   }
 }
