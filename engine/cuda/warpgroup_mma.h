@@ -58,8 +58,9 @@
 // that other code ran while their products were in flight (so it did not
 // reuse their registers).
 //
-// The emulation: every thread of the block must be in the one warpgroup
-// (blocks of exactly 128 threads); B must lie in the block's dynamic
+// The emulation: blocks of whole warpgroups, each warpgroup's products
+// its own (a warpgroup barrier where the hardware converges them, so the
+// others go on); B must lie in the block's dynamic
 // shared memory; it sums each accumulator's 16 products in ascending k in
 // fp32 after its old value, as the emulated mma.sync does, so kernels give
 // the same bits with either; the hardware's own order is not reproduced.
@@ -221,11 +222,13 @@ struct Pending {
   std::vector<RegisterRead> registers;
 };
 
-// The block's warpgroup state (a block runs on one OS thread at a time).
+// The block's warpgroup state, every thread's (a block runs on one OS
+// thread at a time).
+inline constexpr int kMaxBlockThreads = 1024;
 struct WarpgroupState {
-  uint32_t a[kThreads][4];
-  std::vector<Pending> pending[kThreads];
-  uint64_t committed[kThreads] = {};
+  uint32_t a[kMaxBlockThreads][4];
+  std::vector<Pending> pending[kMaxBlockThreads];
+  uint64_t committed[kMaxBlockThreads] = {};
 };
 
 inline WarpgroupState& State() {
@@ -234,12 +237,12 @@ inline WarpgroupState& State() {
 }
 
 inline int ThreadIndex(const Site& site) {
-  if (blockDim.x * blockDim.y * blockDim.z != kThreads) {
+  if (blockDim.x * blockDim.y * blockDim.z % kThreads != 0) {
     ::trainyard::cuda_emulation::FailKernel(
         "wgmma at " + std::string(site.file_name()) + ":" +
         std::to_string(site.line()) +
-        ": the emulation runs warpgroup products in blocks of exactly one "
-        "warpgroup (128 threads)");
+        ": warpgroup products in a block that is not a whole number of "
+        "warpgroups (128 threads each)");
   }
   return static_cast<int>(
       threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
@@ -335,18 +338,20 @@ inline void MmaAsync(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t b,
   const int tid = ThreadIndex(site);
   WarpgroupState& s = State();
   memcpy(s.a[tid], a, sizeof a);
-  ::trainyard::cuda_emulation::SyncThreads(site);  // every A posted
+  ::trainyard::cuda_emulation::SyncWarpgroup(site);  // every A posted
   const SharedRead b_read = Decode(b, kN, kTransposeB != 0, false, tid, site);
-  // A's (row, k) is in lane (row % 8) * 4 + (k % 8) / 2 of warp row / 16,
-  // register row % 16 / 8 + 2 (k / 8), half k % 2.
+  // A's (row, k) is in lane (row % 8) * 4 + (k % 8) / 2 of the
+  // warpgroup's warp row / 16, register row % 16 / 8 + 2 (k / 8), half
+  // k % 2.
+  const int first = tid / kThreads * kThreads;
   const auto a_at = [&](int row, int k) {
-    return warp_mma::HalfOf(s.a[32 * (row / 16) + (row % 8) * 4 + (k % 8) / 2]
-                               [row % 16 / 8 + 2 * (k / 8)],
+    return warp_mma::HalfOf(s.a[first + 32 * (row / 16) + (row % 8) * 4 +
+                                (k % 8) / 2][row % 16 / 8 + 2 * (k / 8)],
                             k % 2);
   };
   RegisterRead a_read{a, {a[0], a[1], a[2], a[3]}, site};
   Issue<kN>(d, a_at, b_read, {b_read}, {a_read}, accumulate, tid);
-  ::trainyard::cuda_emulation::SyncThreads(site);  // every A read
+  ::trainyard::cuda_emulation::SyncWarpgroup(site);  // every A read
 }
 
 template <int kN, int kTransposeB>
@@ -355,14 +360,14 @@ inline void MmaAsyncShared(float (&d)[kN / 8][4], uint64_t a, uint64_t b,
   static_assert(kN == 64, "N: 64");
   ::trainyard::cuda_emulation::WarpTensorOp("wgmma.mma_async", site);
   const int tid = ThreadIndex(site);
-  ::trainyard::cuda_emulation::SyncThreads(site);  // the warpgroup together
+  ::trainyard::cuda_emulation::SyncWarpgroup(site);  // the warpgroup together
   const SharedRead a_read = Decode(a, kRows, false, true, tid, site);
   const SharedRead b_read = Decode(b, kN, kTransposeB != 0, false, tid, site);
   const auto a_at = [&](int row, int k) {
     return warp_mma::HalfOf(a_read.At(k, row), 0);
   };
   Issue<kN>(d, a_at, b_read, {a_read, b_read}, {}, accumulate, tid);
-  ::trainyard::cuda_emulation::SyncThreads(site);
+  ::trainyard::cuda_emulation::SyncWarpgroup(site);
 }
 
 inline void Fence() {}

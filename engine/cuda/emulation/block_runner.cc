@@ -29,6 +29,7 @@ struct BlockRunner::Thread {
   int linear = 0;
   enum State { kRunnable, kAtBarrier, kAtCollective, kDone } state = kRunnable;
   uint64_t wait_generation = 0;
+  int wait_warpgroup = -1;  // the warpgroup barrier it waits at, if any
   const char* waiting_in = "";
   std::source_location site;
   uint64_t matrix_hash = 0;  // of the tensor-core calls made so far
@@ -161,6 +162,9 @@ void BlockRunner::StartBlock(const BlockJob& job) {
   live_ = n;
   arrived_ = 0;
   barrier_generation_ = 0;
+  warpgroup_barriers_.assign((n + 127) / 128, Barrier{});
+  warpgroup_live_.assign(warpgroup_barriers_.size(), 0);
+  for (int i = 0; i < n; ++i) ++warpgroup_live_[i / 128];
   static_used_ = 0;
   static_vars_.clear();
   dynamic_base_ = nullptr;
@@ -228,7 +232,10 @@ void BlockRunner::RunThreads() {
 bool BlockRunner::Released(const Thread& t) const {
   switch (t.state) {
     case Thread::kAtBarrier:
-      return barrier_generation_ >= t.wait_generation;
+      return t.wait_warpgroup < 0
+                 ? barrier_generation_ >= t.wait_generation
+                 : warpgroup_barriers_[t.wait_warpgroup].generation >=
+                       t.wait_generation;
     case Thread::kAtCollective:
       return warps_[t.linear / 32].generation >= t.wait_generation;
     default:
@@ -265,12 +272,46 @@ void BlockRunner::SyncThreads(const std::source_location& site) {
   ++arrived_;
   t.state = Thread::kAtBarrier;
   t.wait_generation = barrier_generation_ + 1;
+  t.wait_warpgroup = -1;
   t.waiting_in = "__syncthreads";
   t.site = site;
   if (arrived_ == live_) {
     ++barrier_generation_;
     ++completions_;
     arrived_ = 0;
+  }
+  Fiber::Yield();
+  t.state = Thread::kRunnable;
+}
+
+void BlockRunner::SyncWarpgroup(const std::source_location& site) {
+  Thread& t = *current_;
+  const int g = t.linear / 128;
+  if (threads_.size() % 128 != 0) {
+    Fail("a warpgroup barrier at " + At(site) + " in a block of " +
+         std::to_string(threads_.size()) +
+         " threads, not a whole number of warpgroups (128 threads each)");
+  }
+  Barrier& b = warpgroup_barriers_[g];
+  if (b.arrived == 0) {
+    b.site = site;
+    b.first = t.linear;
+  } else if (!SameSite(site, b.site)) {
+    Fail("waits at the warpgroup barrier at " + At(site) + " while " +
+         Describe(threads_[b.first]) +
+         " of its warpgroup waits at the one at " + At(b.site) +
+         " (a warpgroup operation in divergent code)");
+  }
+  ++b.arrived;
+  t.state = Thread::kAtBarrier;
+  t.wait_generation = b.generation + 1;
+  t.wait_warpgroup = g;
+  t.waiting_in = "a warpgroup barrier";
+  t.site = site;
+  if (b.arrived == warpgroup_live_[g]) {
+    ++b.generation;
+    ++completions_;
+    b.arrived = 0;
   }
   Fiber::Yield();
   t.state = Thread::kRunnable;
@@ -283,6 +324,14 @@ void BlockRunner::ThreadExited(Thread& t) {
     ++barrier_generation_;
     ++completions_;
     arrived_ = 0;
+  }
+  const int g = t.linear / 128;
+  Barrier& b = warpgroup_barriers_[g];
+  --warpgroup_live_[g];
+  if (b.arrived > 0 && b.arrived == warpgroup_live_[g]) {
+    ++b.generation;
+    ++completions_;
+    b.arrived = 0;
   }
   Warp& w = warps_[t.linear / 32];
   const uint32_t bit = 1u << (t.linear % 32);
@@ -518,6 +567,10 @@ std::string BlockRunner::DeadlockReport() const {
 
 void SyncThreads(const std::source_location& site) {
   active->SyncThreads(site);
+}
+
+void SyncWarpgroup(const std::source_location& site) {
+  active->SyncWarpgroup(site);
 }
 
 uint64_t WarpCollective(int op, unsigned mask, uint64_t value, int param,

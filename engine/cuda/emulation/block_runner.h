@@ -11,7 +11,8 @@
 // launch (launch.h) so repeated runs disagree.
 //
 // It checks, and fails the block with a message naming threads and source
-// lines, when: the threads of a block wait at different __syncthreads;
+// lines, when: the threads of a block wait at different __syncthreads (or
+// those of a warpgroup at different warpgroup barriers, SyncWarpgroup);
 // lanes of a warp meet at different collectives or with different masks;
 // a mask leaves out the calling lane, names lanes that do not exist or have
 // exited; a lane exits while others wait for it; every unfinished thread
@@ -74,6 +75,7 @@ class BlockRunner {
 
   // The device-side primitives (see the free functions below).
   void SyncThreads(const std::source_location& site);
+  void SyncWarpgroup(const std::source_location& site);
   uint64_t WarpCollective(int op, unsigned mask, uint64_t value, int param,
                           const std::source_location& site);
   void* StaticShared(const void* key, size_t bytes, size_t align);
@@ -88,6 +90,14 @@ class BlockRunner {
  private:
   struct Thread;
   struct Warp;
+  // A barrier among some of the block's threads: its arrivals so far,
+  // completions, and where its first arrival waits.
+  struct Barrier {
+    int arrived = 0;
+    uint64_t generation = 0;
+    std::source_location site;
+    int first = 0;
+  };
 
   static void ThreadMain(void* thread);
   void StartBlock(const BlockJob& job);
@@ -114,6 +124,10 @@ class BlockRunner {
   uint64_t completions_ = 0;  // barriers and collectives completed
   std::source_location barrier_site_;
   int barrier_first_ = 0;
+  // Each warpgroup's own barrier (SyncWarpgroup), and its threads still
+  // running.
+  std::vector<Barrier> warpgroup_barriers_;
+  std::vector<int> warpgroup_live_;
   // Shared memory.
   struct GuardedMapping {
     explicit GuardedMapping(size_t usable);
@@ -146,6 +160,12 @@ enum WarpOpKind : int {
 
 // __syncthreads.
 void SyncThreads(const std::source_location& site);
+// A barrier among the 128 threads of the calling thread's warpgroup
+// (threads 128 i .. 128 i + 127 of the block, by linear index), as the
+// warpgroup products converge them; the other warpgroups go on. Fails
+// the block if its threads wait at different sites of it.
+// REQUIRES: the block's threads are a whole number of warpgroups.
+void SyncWarpgroup(const std::source_location& site);
 // A warp collective of kind `op` over the lanes in `mask`: every lane puts
 // in `value` (and `param`: the lane mask, source lane or delta of a
 // shuffle) and gets back its result once all of them have arrived.

@@ -164,8 +164,8 @@ TEST_F(EmulatorTest, TensorCoreOpsNeedTheWholeWarpInStep) {
 
 // warpgroup_mma.h's emulated wgmma: the result appears at the Wait, the
 // accumulators hold NaN between the issue and the Wait (so a kernel that
-// reads them early fails its test), and it needs a block of one whole
-// warpgroup, B in dynamic shared memory, and B and the A registers
+// reads them early fails its test), and it needs a block of whole
+// warpgroups, B in dynamic shared memory, and B and the A registers
 // unchanged until the Wait.
 TEST_F(EmulatorTest, WarpgroupMmaHoldsItsResultUntilTheWait) {
   using testing::WarpgroupMmaCase;
@@ -179,7 +179,7 @@ TEST_F(EmulatorTest, WarpgroupMmaHoldsItsResultUntilTheWait) {
   }
   ExpectFailure(
       testing::LaunchWarpgroupMma(before, after, 64, WarpgroupMmaCase::kPlain),
-      "blocks of exactly one warpgroup");
+      "not a whole number of warpgroups");
   ExpectFailure(testing::LaunchWarpgroupMma(before, after, 128,
                                             WarpgroupMmaCase::kBInStaticShared),
                 "outside the block's dynamic shared memory");
@@ -189,6 +189,20 @@ TEST_F(EmulatorTest, WarpgroupMmaHoldsItsResultUntilTheWait) {
   ExpectFailure(testing::LaunchWarpgroupMma(
                     before, after, 128, WarpgroupMmaCase::kAChangedBeforeWait),
                 "A registers changed before the Wait");
+}
+
+// In a block of two warpgroups each multiplies its own A, and one can
+// run a product the other does not: they meet at no barrier.
+TEST_F(EmulatorTest, WarpgroupsOfABlockMultiplyApart) {
+  using testing::WarpgroupMmaCase;
+  float before[256], after[256];
+  ASSERT_EQ(testing::LaunchWarpgroupMma(before, after, 256,
+                                        WarpgroupMmaCase::kWarpgroupsApart),
+            cudaSuccess);
+  for (int t = 0; t < 256; ++t) {
+    EXPECT_TRUE(std::isnan(before[t])) << t;
+    EXPECT_EQ(after[t], t < 128 ? 16.f : 64.f) << t;
+  }
 }
 
 // engine/cuda/vec16.cuh's packs: aligned, they move the values exactly;

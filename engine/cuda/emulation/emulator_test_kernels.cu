@@ -101,13 +101,20 @@ __global__ void WarpgroupMmaKernel(float* before, float* after,
   const int t = threadIdx.x;
   for (int i = t; i < 32 * 16; i += blockDim.x) b[i] = 0x3F80;  // 1.0
   __syncthreads();
-  const uint32_t ones = 0x3F803F80u;
-  uint32_t a[4] = {ones, ones, ones, ones};
+  const int group = t / 128;
+  const uint32_t value = how == WarpgroupMmaCase::kWarpgroupsApart
+                             ? (group == 0 ? 0x3F803F80u : 0x40004000u)
+                             : 0x3F803F80u;  // (1, 1) or (2, 2)
+  uint32_t a[4] = {value, value, value, value};
   float acc[4][4];
   wg::Fence();
   wg::MmaAsync<32, 0>(acc, a, wg::Descriptor(b, 128, 256), 0);
   before[t] = acc[0][0];
   wg::Commit();
+  if (how == WarpgroupMmaCase::kWarpgroupsApart && group % 2 == 1) {
+    wg::MmaAsync<32, 0>(acc, a, wg::Descriptor(b, 128, 256), 1);
+    wg::Commit();
+  }
   if (how == WarpgroupMmaCase::kBChangedBeforeWait) {
     __syncthreads();
     if (t == 0) b[0] = 0x4000;  // 2.0

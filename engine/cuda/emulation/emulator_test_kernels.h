@@ -43,15 +43,19 @@ cudaError_t LaunchMma(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
                       int threads, bool lane_dependent);
 
 // How LaunchWarpgroupMma's kernel breaks the contract, if it does: B in
-// static shared memory, or B changed between the issue and the Wait.
+// static shared memory, or B changed between the issue and the Wait; or
+// kWarpgroupsApart: warpgroup w's A is all w + 1, and the odd warpgroups
+// run a second product accumulating onto the first (so 16 (w + 1), or
+// twice that), while the even ones wait at no barrier of theirs.
 enum class WarpgroupMmaCase {
   kPlain,
   kBInStaticShared,
   kBChangedBeforeWait,
-  kAChangedBeforeWait
+  kAChangedBeforeWait,
+  kWarpgroupsApart
 };
 
-// `threads` threads (128: one warpgroup) through
+// `threads` threads (128: one warpgroup; up to 256) through
 // engine/cuda/warpgroup_mma.h: one 64 x 32 x 16 product of all-ones bf16
 // operands (B, K-major, in dynamic shared memory, but as `how` says)
 // committed and waited for. Thread t writes its first accumulator to
