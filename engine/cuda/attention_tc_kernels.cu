@@ -151,6 +151,13 @@ constexpr int ForwardBlocksPerSm(int head_size, int row_tiles, int warps) {
   return row_tiles == 1 && warps == 8 && head_size <= 64 ? 2 : 0;
 }
 
+// The warpgroup forward's (by kGroups, warpgroups a block): two blocks of
+// two up to 64 channels (128 registers a thread, as one warpgroup takes
+// by itself); else (0) as the compiler likes.
+constexpr int ForwardWgBlocksPerSm(int head_size, int groups) {
+  return groups == 2 && head_size <= 64 ? 2 : 0;
+}
+
 // One block per query tile of kWarpsN x 16 kM rows, warp w holding rows
 // 16 kM w.. as kM row tiles of 16 (QueryRows), over key tiles of 64 from
 // the first to the one holding the tile's last row. A warp skips the key
@@ -216,7 +223,7 @@ __global__ void __launch_bounds__(32 * kWarpsN,
   }
 }
 
-// The forward of the warpgroup tiling (AttentionTcTiling::warpgroup): the
+// The forward of the warpgroup tilings (AttentionTcTiling::warpgroup): the
 // 16 x 4 tiling's rows, warps and softmax, with each key tile's two
 // products as warpgroup products (warpgroup_mma.h) the four warps issue
 // together: S = Q K^T as kD/16 products of 64 x 64 x 16, Q's and K's
@@ -229,6 +236,13 @@ __global__ void __launch_bounds__(32 * kWarpsN,
 // swizzled descriptors: RowsAsN), which the copies fill in whole 128-byte
 // lines.
 //
+// A block is kGroups warpgroups, each with 64 query rows of its own (the
+// block's rows 64 w..), sharing the key and value tiles the block copies
+// (every thread copying): with two, a tile copied serves 128 rows. A
+// warpgroup stops after the key tile holding its last row (the one
+// before the block's last, for the first of two), finishing its last
+// P V in the step after it, while the other goes on.
+//
 // The products run while the warps work, as FlashAttention 3 overlaps
 // them: key tile kt's S and tile kt-1's P V are issued together, the
 // softmax of S (once it is in) runs while P V is still on the tensor
@@ -237,31 +251,39 @@ __global__ void __launch_bounds__(32 * kWarpsN,
 // bring K_kt and V_(kt-1), each into the stage its tile kt-2 left, while
 // step kt-1 computes. Per row the same operations in the same order as
 // the other tilings (O = O c + P V, tile after tile): the same bits.
-template <int kD, bool kSwz>
-__global__ void __launch_bounds__(warpgroup_mma::kThreads)
+template <int kD, bool kSwz, int kGroups>
+__global__ void __launch_bounds__(warpgroup_mma::kThreads* kGroups,
+                                  ForwardWgBlocksPerSm(kD, kGroups))
     AttentionForwardWgKernel(bf16* out, float* lse, const bf16* qkv,
                              TcGeometry g) {
   namespace wg = warpgroup_mma;
-  using Q = QueryRows<1, 4>;
-  static_assert(Q::kRows == wg::kRows && Q::kBlockThreads == wg::kThreads,
-                "a block is one warpgroup of 64 query rows");
+  constexpr int kBlock = wg::kThreads * kGroups;
+  using Q = QueryRows<1, 4 * kGroups>;
+  static_assert(Q::kRows == wg::kRows * kGroups && Q::kBlockThreads == kBlock,
+                "a block is kGroups warpgroups of 64 query rows");
   extern __shared__ __align__(1024) unsigned char smem[];
   CheckSmemAlignmentSilently<kSwz ? 1024 : 128>(smem);
-  using L = ForwardWgSmem<kD, kSwz>;
-  bf16* sq = At<bf16>(smem, L::kQ);
+  using L = ForwardWgSmem<kD, kSwz, kGroups>;
+  const int group = static_cast<int>(threadIdx.x) / wg::kThreads;
+  bf16* sq = At<bf16>(smem, L::kQ + group * L::kQTile);  // the warpgroup's
   const HeadOffsets h = HeadOf(g, kD);
   const Q rows(g.tiles);
-  const int q0 = rows.q0, last = rows.last;
-  const auto kv = KeyValueStages<kD, kThreads, true, kSwz>(smem, L::kK, L::kV,
-                                                           L::kT, qkv, h, g);
+  // The block's last key tile, and the warpgroup's (its four warps').
+  const int q0 = rows.q0, last = rows.last, own_last = rows.warp_last;
+  const auto kv = KeyValueStages<kD, kBlock, true, kSwz>(smem, L::kK, L::kV,
+                                                         L::kT, qkv, h, g);
   // Step kt's copies: K_kt (if there is such a tile) and V_(kt-1).
   const auto load_step = [&](int kt) {
     if (kt <= last) kv.LoadFirst(kt, int64_t{kt} * kTile);
     kv.LoadSecond(kt - 1, int64_t{kt - 1} * kTile);
     CpAsyncCommit();
   };
-  AsyncLoadTile<kD, kTile, kThreads, true, kSwz>(sq, qkv + h.qkv, h.qkv_row, q0,
-                                                 g.seq);
+#pragma unroll
+  for (int w = 0; w < kGroups; ++w) {
+    AsyncLoadTile<kD, kTile, kBlock, true, kSwz>(
+        At<bf16>(smem, L::kQ + w * L::kQTile), qkv + h.qkv, h.qkv_row,
+        q0 + w * wg::kRows, g.seq);
+  }
   kv.LoadFirst(0, 0);
   CpAsyncCommit();
   load_step(1);
@@ -279,6 +301,17 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   rows.MaskIfDiagonal(s, 0, 0);
   SoftmaxScores(s, m, l, correction, scale2);  // o is 0: no correction
   ToA(p, s);
+  // The warpgroup's last P V (of key tile j), then its output rows.
+  const auto finish = [&](int j) {
+    wg::FenceOperand(o);
+    wg::Fence();
+    IssueMmaAB<kD, kSwz>(o, p, kv.Second(j));
+    CompleteProducts(o);
+    wg::FenceOperand(p);
+    const int wt = rows.RowTile(0);
+    StoreForwardRows<kD, kSwz>(out, lse, h, g, q0 + wt, o, m, l,
+                               RowsFrom<kD, kSwz>(sq, wt % wg::kRows));
+  };
   for (int kt = 1; kt <= last; ++kt) {
     CpAsyncWait<0>();  // K_kt and V_(kt-1)
     wg::FenceSharedForAsync();
@@ -286,6 +319,12 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
     // products: K_(kt-1)'s and V_(kt-2)'s stages take step kt+1's.
     __syncthreads();
     load_step(kt + 1);
+    if constexpr (kGroups > 1) {
+      if (kt > own_last) {
+        if (kt == own_last + 1) finish(own_last);
+        continue;
+      }
+    }
     wg::FenceOperand(o);
     wg::Fence();
     IssueSharedProductABt<kD, kSwz>(s, sq, kv.First(kt));
@@ -311,14 +350,7 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads)
   CpAsyncWait<0>();  // V_last
   wg::FenceSharedForAsync();
   __syncthreads();
-  wg::FenceOperand(o);
-  wg::Fence();
-  IssueMmaAB<kD, kSwz>(o, p, kv.Second(last));
-  CompleteProducts(o);
-  wg::FenceOperand(p);
-  const int wt = rows.RowTile(0);
-  StoreForwardRows<kD, kSwz>(out, lse, h, g, q0 + wt, o, m, l,
-                             RowsFrom<kD, kSwz>(sq, wt));
+  if (kGroups == 1 || own_last == last) finish(last);
 }
 
 // The bytes of shared memory the product check takes: B's tile and room
@@ -457,8 +489,10 @@ bool IsAttentionTcTiling(AttentionTcTiling tiling) {
 }
 
 std::string AttentionTcTilingName(AttentionTcTiling tiling) {
-  if (tiling.warpgroup && tiling.warp_rows == 16 && tiling.warps == 4) {
-    return tiling.swizzled ? "wgmma-swizzled" : "wgmma";
+  if (tiling.warpgroup && tiling.warp_rows == 16 &&
+      (tiling.warps == 4 || tiling.warps == 8)) {
+    return std::string(tiling.warps == 8 ? "wgmma2" : "wgmma") +
+           (tiling.swizzled ? "-swizzled" : "");
   }
   return std::to_string(tiling.warp_rows) + "x" + std::to_string(tiling.warps) +
          (tiling.warpgroup ? " warpgroup" : "") +
@@ -554,11 +588,17 @@ cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
         tiling, channels / heads, [&](auto d, auto swz) {
           constexpr int kD = decltype(d)::value;
           constexpr bool kSwz = decltype(swz)::value;
-          grid.y = static_cast<unsigned>(g.tiles);
-          return attention_tc::LaunchWithSmem(
-              attention_tc::AttentionForwardWgKernel<kD, kSwz>,
-              attention_tc::ForwardWgSmem<kD, kSwz>::kBytes, grid,
-              warpgroup_mma::kThreads, stream, o, lse, x, g);
+          const auto launch = [&](auto groups) {
+            constexpr int kGroups = decltype(groups)::value;
+            constexpr int kRows = warpgroup_mma::kRows * kGroups;
+            grid.y = static_cast<unsigned>((g.seq + kRows - 1) / kRows);
+            return attention_tc::LaunchWithSmem(
+                attention_tc::AttentionForwardWgKernel<kD, kSwz, kGroups>,
+                attention_tc::ForwardWgSmem<kD, kSwz, kGroups>::kBytes, grid,
+                warpgroup_mma::kThreads * kGroups, stream, o, lse, x, g);
+          };
+          return tiling.warps == 8 ? launch(attention_tc::Int<2>{})
+                                   : launch(attention_tc::Int<1>{});
         });
   }
   return attention_tc::WithTiling(

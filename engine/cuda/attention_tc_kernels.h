@@ -55,6 +55,11 @@ bool AttentionTcSupportsHeadSize(int64_t head_size);
 // tiles so, read by the tensor cores through descriptors of the 128- or
 // 64-byte swizzle (warpgroup_mma.h) instead of as core matrices, whose
 // copies fetch twice the sectors they use.
+//
+// `warpgroup` with 8 warps ("wgmma2", "wgmma2-swizzled"): the forward's
+// blocks are two warpgroups of 64 query rows each, sharing the key and
+// value tiles a block copies; the backward is the 4-warp warpgroup
+// tiling's (one warpgroup a block: its query side holds more registers).
 struct AttentionTcTiling {
   int warp_rows = 16;
   int warps = 4;
@@ -72,11 +77,13 @@ inline constexpr AttentionTcTiling kAttentionTcTilings[] = {
     {16, 4, false, true},
     {16, 4, true, true},
     {16, 8},
-    {16, 8, false, true}};
+    {16, 8, false, true},
+    {16, 8, true},
+    {16, 8, true, true}};
 
 // A tiling's name: "RxW" (rows a warp x warps a block, e.g. "32x4"),
-// "wgmma" for the warpgroup tiling, "16x4-swizzled" and "wgmma-swizzled"
-// for the swizzled ones.
+// "wgmma" and "wgmma2" for the warpgroup tilings of 4 and 8 warps, and
+// "-swizzled" after the name for the swizzled ones ("16x4-swizzled").
 std::string AttentionTcTilingName(AttentionTcTiling tiling);
 
 // Whether this build has the warpgroup kernels (built for sm_90a, or the

@@ -206,21 +206,24 @@ struct BackwardSmem {
   static_assert(kOwnRows <= 2 * kTile, "statistics of the own rows fit");
 };
 
-// The warpgroup forward: queries, keys and values as core tiles, the
-// query tile in a padded tile's room (where the output rows are staged);
-// or with kSwizzled all as swizzled tiles (Tile), each region 1024-byte
-// aligned as the swizzled descriptors need.
-template <int kD, bool kSwizzled = false>
+// The warpgroup forward: queries, keys and values as core tiles, each of
+// the kGroups warpgroups' query tiles (kQTile bytes apart) in a padded
+// tile's room (where its output rows are staged); or with kSwizzled all as
+// swizzled tiles (Tile), each region 1024-byte aligned as the swizzled
+// descriptors need.
+template <int kD, bool kSwizzled = false, int kGroups = 1>
 struct ForwardWgSmem {
   static constexpr size_t kT =
       kSwizzled ? Tile<kD, kTile, true>::kBytes : CoreTile<kD>::kBytes;
   static constexpr size_t kQ = 0;
-  static constexpr size_t kK =
-      kQ + Tile<kD, kTile, kSwizzled>::kBytes;  // 2 stages
+  static constexpr size_t kQTile = Tile<kD, kTile, kSwizzled>::kBytes;
+  static constexpr size_t kK = kQ + kGroups * kQTile;  // 2 stages
   static constexpr size_t kV = kK + 2 * kT;     // 2 stages
   static constexpr size_t kBytes = kV + 2 * kT;
-  static_assert(!kSwizzled || (kK % 1024 == 0 && kT % 1024 == 0),
+  static_assert(!kSwizzled ||
+                    (kQTile % 1024 == 0 && kK % 1024 == 0 && kT % 1024 == 0),
                 "swizzled regions 1024-byte aligned");
+  static_assert(kQTile % 128 == 0, "core tiles 128-byte aligned");
 };
 
 // The budget in the header comment.

@@ -389,8 +389,8 @@ TEST(AttentionTcLaunchTest, TakesItsTilingsAndNoOthers) {
       {32, 2, true},
       {16, 2, true},
       {64, 1, true},
-      {16, 8, true},
-      {16, 8, true, true},
+      {32, 8, true},
+      {8, 8, true},
       // Only the 16-row tilings have the swizzled layout.
       {32, 4, false, true},
       {32, 2, false, true},

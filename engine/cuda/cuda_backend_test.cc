@@ -40,10 +40,11 @@ TEST(CudaBackendCreateTest, RefusesAnArenaSmallerThanItsWorkspace) {
 TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
   for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
     const std::string name = cuda::AttentionTcTilingName(t);
-    EXPECT_EQ(name, absl::StrCat(t.warpgroup
-                                     ? std::string("wgmma")
-                                     : absl::StrCat(t.warp_rows, "x", t.warps),
-                                 t.swizzled ? "-swizzled" : ""));
+    EXPECT_EQ(name,
+              absl::StrCat(t.warpgroup
+                               ? std::string(t.warps == 8 ? "wgmma2" : "wgmma")
+                               : absl::StrCat(t.warp_rows, "x", t.warps),
+                           t.swizzled ? "-swizzled" : ""));
     const auto parsed = ParseAttentionTiling(name);
     ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
     EXPECT_EQ(parsed->warp_rows, t.warp_rows) << name;
@@ -51,9 +52,10 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
     EXPECT_EQ(parsed->warpgroup, t.warpgroup) << name;
     EXPECT_EQ(parsed->swizzled, t.swizzled) << name;
   }
-  for (const char* bad : {"", "16x2", "32x8", "32", "x4", "32x4 ", "32X4",
-                          "+32x4", "032x4", "wide", "WGMMA", "16x4wg", "16x8wg",
-                          "32x4-swizzled", "16x4 swizzled", "swizzled"}) {
+  for (const char* bad :
+       {"", "16x2", "32x8", "32", "x4", "32x4 ", "32X4", "+32x4", "032x4",
+        "wide", "WGMMA", "16x4wg", "16x8wg", "wgmma4", "wgmma2 ",
+        "32x4-swizzled", "16x4 swizzled", "swizzled"}) {
     const auto parsed = ParseAttentionTiling(bad);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
         << "'" << bad << "'";
@@ -61,7 +63,8 @@ TEST(CudaBackendCreateTest, ParsesTheAttentionTilingsAndRefusesOthers) {
         parsed.status().message(),
         absl::StrCat("'", bad,
                      "' is not one of 16x4, 32x2, 32x4, wgmma, 16x4-swizzled, "
-                     "wgmma-swizzled, 16x8, 16x8-swizzled")))
+                     "wgmma-swizzled, 16x8, 16x8-swizzled, wgmma2, "
+                     "wgmma2-swizzled")))
         << parsed.status();
   }
 }

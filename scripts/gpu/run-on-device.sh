@@ -34,8 +34,9 @@
 #            choosing among the candidates pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
 #            tiling 16x4, 16x4-swizzled, wgmma-swizzled, wgmma (the
-#            warpgroup forward), 16x8-swizzled, 16x4 and wgmma with
-#            YARD_ATTENTION_BACKWARD=ordered-dq, 16x8, 32x2 and 32x4
+#            warpgroup forward), 16x8-swizzled, wgmma2-swizzled, 16x4 and
+#            wgmma with YARD_ATTENTION_BACKWARD=ordered-dq, 16x8, wgmma2,
+#            32x2 and 32x4
 #            (YARD_ATTENTION_TILING; engine.log, engine.csv in that order):
 #            which tiling and backward the backend should run by default
 #   first    the most one call says about changes that have never run on
@@ -251,7 +252,7 @@ run_tilings() {
   # The warpgroup forward and the ordered backward right after the default
   # tiling they are measured against, before the other tilings in case the
   # budget runs out.
-  for t in 16x4 16x4-swizzled wgmma-swizzled wgmma 16x8-swizzled ordered-dq ordered-wgmma 16x8 32x2 32x4; do
+  for t in 16x4 16x4-swizzled wgmma-swizzled wgmma 16x8-swizzled wgmma2-swizzled ordered-dq ordered-wgmma 16x8 wgmma2 32x2 32x4; do
     note "$t: gpt_train_bench 124m bf16"
     if [[ "$t" == ordered-dq ]]; then
       export YARD_ATTENTION_BACKWARD=ordered-dq YARD_ATTENTION_TILING=16x4
