@@ -466,34 +466,50 @@ __global__ void __launch_bounds__(kThreads, BackwardBlocksPerSm(kD))
 // the key tiles): 124 registers at hs 64, four blocks an SM. The same
 // bits as the 16 x 4 kernels on the emulation. With kSwz (hs 32 or 64),
 // every tile is a swizzled one (Tile<kD, 64, true>) read through
-// swizzled descriptors instead of a core tile.
-template <int kD, bool kSwz>
-__global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
+// swizzled descriptors instead of a core tile. A query-side block is
+// kGroups warpgroups of 64 query rows (their own Q and dout tiles a
+// padded tile's room apart), sharing the key and value tiles the block
+// copies; a warpgroup skips the key tiles after its last row (the first
+// of two, the block's last).
+template <int kD, bool kSwz, int kGroups>
+__global__ void __launch_bounds__(kThreads* kGroups,
+                                  QueryGradWgBlocksPerSm(kD) / kGroups)
     AttentionQueryGradWgKernel(bf16* dqkv, float* delta, const bf16* dout,
                                const bf16* out, const bf16* qkv,
                                const float* lse, TcGeometry g) {
   namespace wg = warpgroup_mma;
-  using Q = QueryRows<1, 4>;
+  constexpr int kBlock = kThreads * kGroups, kRows = kTile * kGroups;
+  using Q = QueryRows<1, 4 * kGroups>;
+  static_assert(Q::kRows == kRows && Q::kBlockThreads == kBlock,
+                "a block is kGroups warpgroups of 64 query rows");
   extern __shared__ __align__(1024) unsigned char smem[];
   CheckSmemAlignmentSilently<kSwz ? 1024 : 128>(smem);
-  using L = BackwardSmem<kD, kTile, kSwz>;
-  bf16 *sq = At<bf16>(smem, L::kOwn0), *sdo = At<bf16>(smem, L::kOwn1);
+  using L = BackwardSmem<kD, kRows, kSwz>;
+  constexpr size_t kOwnTile = Tile<kD, kTile, kSwz>::kBytes;
+  const int group = static_cast<int>(threadIdx.x) / kThreads;
+  bf16* sq = At<bf16>(smem, L::kOwn0 + group * kOwnTile);  // the warpgroup's
+  bf16* sdo = At<bf16>(smem, L::kOwn1 + group * kOwnTile);
   float *s_lse = At<float>(smem, L::kLse),
         *s_delta = At<float>(smem, L::kDelta);
   const HeadOffsets h = HeadOf(g, kD);
   const Q rows(g.tiles);
   const int q0 = rows.q0, w0 = rows.RowTile(0);
   const int lane = threadIdx.x % 32;
-  const auto kv = KeyValueStages<kD, kThreads, true, kSwz>(
+  const auto kv = KeyValueStages<kD, kBlock, true, kSwz>(
       smem, L::kOther0, L::kOther1, L::kT, qkv, h, g);
-  AsyncLoadTile<kD, kTile, kThreads, true, kSwz>(sq, qkv + h.qkv, h.qkv_row, q0,
-                                                 g.seq);
-  AsyncLoadTile<kD, kTile, kThreads, true, kSwz>(sdo, dout + h.out, h.out_row,
-                                                 q0, g.seq);
+#pragma unroll
+  for (int w = 0; w < kGroups; ++w) {
+    AsyncLoadTile<kD, kTile, kBlock, true, kSwz>(
+        At<bf16>(smem, L::kOwn0 + w * kOwnTile), qkv + h.qkv, h.qkv_row,
+        q0 + w * kTile, g.seq);
+    AsyncLoadTile<kD, kTile, kBlock, true, kSwz>(
+        At<bf16>(smem, L::kOwn1 + w * kOwnTile), dout + h.out, h.out_row,
+        q0 + w * kTile, g.seq);
+  }
   kv.Load(0, 0);
   CpAsyncCommit();
-  LoadRowStats(s_lse, lse + h.stats, q0, g.seq);
-  ComputeDelta<kD, kTile, kThreads>(delta, s_delta, dout, out, h, q0, g.seq);
+  LoadRowStats<kRows, kBlock>(s_lse, lse + h.stats, q0, g.seq);
+  ComputeDelta<kD, kRows, kBlock>(delta, s_delta, dout, out, h, q0, g.seq);
   const float scale2 = g.scale * kLog2e;
   float lse2[2], d_row[2];  // the lane's rows' statistics
   float dq[kD / 8][4] = {};
@@ -507,21 +523,23 @@ __global__ void __launch_bounds__(kThreads, QueryGradWgBlocksPerSm(kD))
         d_row[r] = s_delta[row];
       }
     }
-    const bf16* sk = kv.First(kt);
-    const bf16* sv = kv.Second(kt);
-    float s[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
-    wg::Fence();
-    IssueSharedProductABt<kD, kSwz>(s, sq, sk);
-    IssueSharedProductABt<kD, kSwz>(dp, sdo, sv);
-    CompleteProducts(s, dp);
-    rows.MaskIfDiagonal(s, 0, kt);
-    QueryRowGradients(s, dp, lse2, d_row, scale2);
-    CompleteMmaABOfScores<kD, kSwz>(dq, s, sk);  // s is dS by now
+    if (kGroups == 1 || rows.Visits(kt)) {
+      const bf16* sk = kv.First(kt);
+      const bf16* sv = kv.Second(kt);
+      float s[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
+      wg::Fence();
+      IssueSharedProductABt<kD, kSwz>(s, sq, sk);
+      IssueSharedProductABt<kD, kSwz>(dp, sdo, sv);
+      CompleteProducts(s, dp);
+      rows.MaskIfDiagonal(s, 0, kt);
+      QueryRowGradients(s, dp, lse2, d_row, scale2);
+      CompleteMmaABOfScores<kD, kSwz>(dq, s, sk);  // s is dS by now
+    }
     __syncthreads();  // every warp is done with this stage: it is refilled
   }
   const float scale[2] = {g.scale, g.scale};
   StoreRows<kD, kSwz>(dqkv + h.qkv, h.qkv_row, q0 + w0, g.seq, dq, scale,
-                      RowsFrom<kD, kSwz>(sq, w0));
+                      RowsFrom<kD, kSwz>(sq, w0 % kTile));
 }
 
 // Keys and values are the first products' A straight from shared memory
@@ -666,15 +684,20 @@ cudaError_t BackwardTc(bf16* dqkv, float* delta, const bf16* dout,
                         static_cast<const float*>(delta), dout, qkv, lse, g);
 }
 
-// The warpgroup tiling's query side, then its key side.
-template <int kD, bool kSwz>
+// The warpgroup tiling's query side (blocks of kGroups warpgroups), then
+// its key side.
+template <int kD, bool kSwz, int kGroups>
 cudaError_t BackwardWg(bf16* dqkv, float* delta, const bf16* dout,
                        const bf16* out, const bf16* qkv, const float* lse,
                        const TcGeometry& g, dim3 grid, cudaStream_t stream) {
   using L = BackwardSmem<kD, kTile, kSwz>;
-  const cudaError_t e =
-      LaunchWithSmem(AttentionQueryGradWgKernel<kD, kSwz>, L::kBytes, grid,
-                     kThreads, stream, dqkv, delta, dout, out, qkv, lse, g);
+  constexpr int kRows = kTile * kGroups;
+  dim3 query_grid = grid;
+  query_grid.y = static_cast<unsigned>((g.seq + kRows - 1) / kRows);
+  const cudaError_t e = LaunchWithSmem(
+      AttentionQueryGradWgKernel<kD, kSwz, kGroups>,
+      BackwardSmem<kD, kRows, kSwz>::kBytes, query_grid, kThreads * kGroups,
+      stream, dqkv, delta, dout, out, qkv, lse, g);
   if (e != cudaSuccess) return e;
   return LaunchWithSmem(
       AttentionKeySideWgKernel<kD, false, kSwz>, L::kBytes, grid, kThreads,
@@ -715,9 +738,13 @@ cudaError_t LaunchAttentionBackwardTc(AttentionTcTiling tiling, void* dqkv,
   if (tiling.warpgroup) {
     return attention_tc::WithWarpgroupLayout(
         tiling, channels / heads, [&](auto d, auto swz) {
-          return attention_tc::BackwardWg<decltype(d)::value,
-                                          decltype(swz)::value>(
-              dx, delta, dy, y, x, lse, g, grid, stream);
+          constexpr int kD = decltype(d)::value;
+          constexpr bool kSwz = decltype(swz)::value;
+          return tiling.warps == 8
+                     ? attention_tc::BackwardWg<kD, kSwz, 2>(
+                           dx, delta, dy, y, x, lse, g, grid, stream)
+                     : attention_tc::BackwardWg<kD, kSwz, 1>(
+                           dx, delta, dy, y, x, lse, g, grid, stream);
         });
   }
   return attention_tc::WithTiling(

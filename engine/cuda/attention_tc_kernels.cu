@@ -312,19 +312,18 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads* kGroups,
     StoreForwardRows<kD, kSwz>(out, lse, h, g, q0 + wt, o, m, l,
                                RowsFrom<kD, kSwz>(sq, wt % wg::kRows));
   };
-  for (int kt = 1; kt <= last; ++kt) {
-    CpAsyncWait<0>();  // K_kt and V_(kt-1)
+  // The top of step kt, every thread's: once K_kt and V_(kt-1) are in
+  // and every warp is past step kt-1's products, K_(kt-1)'s and
+  // V_(kt-2)'s stages take step kt+1's copies.
+  const auto step = [&](int kt) {
+    CpAsyncWait<0>();
     wg::FenceSharedForAsync();
-    // Every thread's copies are in, and every warp is past step kt-1's
-    // products: K_(kt-1)'s and V_(kt-2)'s stages take step kt+1's.
     __syncthreads();
     load_step(kt + 1);
-    if constexpr (kGroups > 1) {
-      if (kt > own_last) {
-        if (kt == own_last + 1) finish(own_last);
-        continue;
-      }
-    }
+  };
+  int kt = 1;
+  for (; kt <= own_last; ++kt) {
+    step(kt);
     wg::FenceOperand(o);
     wg::Fence();
     IssueSharedProductABt<kD, kSwz>(s, sq, kv.First(kt));
@@ -345,6 +344,17 @@ __global__ void __launch_bounds__(warpgroup_mma::kThreads* kGroups,
     for (int k = 0; k < kTile / 16; ++k) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) p[k][e] = p_next[k][e];
+    }
+  }
+  // A warpgroup whose rows end before the block's last key tile finishes
+  // in the step after its own last, then only copies and waits. (Out of
+  // the loop above: a product issued on a path of it made ptxas
+  // serialize every one.)
+  if constexpr (kGroups > 1) {
+    if (kt <= last) {
+      step(kt);  // V_own_last is in
+      finish(own_last);
+      for (++kt; kt <= last; ++kt) step(kt);
     }
   }
   CpAsyncWait<0>();  // V_last

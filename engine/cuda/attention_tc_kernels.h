@@ -57,9 +57,9 @@ bool AttentionTcSupportsHeadSize(int64_t head_size);
 // copies fetch twice the sectors they use.
 //
 // `warpgroup` with 8 warps ("wgmma2", "wgmma2-swizzled"): the forward's
-// blocks are two warpgroups of 64 query rows each, sharing the key and
-// value tiles a block copies; the backward is the 4-warp warpgroup
-// tiling's (one warpgroup a block: its query side holds more registers).
+// and the backward query side's blocks are two warpgroups of 64 query
+// rows each, sharing the key and value tiles a block copies (the key
+// side, as always, one warpgroup).
 struct AttentionTcTiling {
   int warp_rows = 16;
   int warps = 4;

@@ -422,8 +422,7 @@ class LaunchShapes {
 // (the warpgroup tiling: on the emulation). On
 // the emulation the test also sees the launches: the query-side kernels'
 // blocks are the tiling's (its warps, one block per query tile of its
-// rows; the warpgroup backward's query side one warpgroup whatever the
-// tiling), the key side's 4 warps over 64-row tiles whatever the tiling.
+// rows), the key side's 4 warps over 64-row tiles whatever the tiling.
 TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
   const int64_t B = 2, T = 130, C = 128, NH = 2;
   Act qkv = MakeAct(B * T * 3 * C, 15), dout = MakeAct(B * T * C, 16);
@@ -487,10 +486,8 @@ TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
     ASSERT_EQ(blocks.size(), 3u);
     for (int k : {0, 1}) {
       const cuda::AttentionTcTiling& of = k == 0 ? t : u;
-      // The warpgroup backward's query side: one warpgroup a block.
-      const int warps = k == 1 && of.warpgroup ? 4 : of.warps;
-      const unsigned rows = static_cast<unsigned>(of.warp_rows * warps);
-      EXPECT_EQ(blocks[k].x, static_cast<unsigned>(32 * warps)) << k;
+      const unsigned rows = static_cast<unsigned>(of.warp_rows * of.warps);
+      EXPECT_EQ(blocks[k].x, static_cast<unsigned>(32 * of.warps)) << k;
       EXPECT_EQ(grids[k].x, static_cast<unsigned>(B * NH)) << k;
       EXPECT_EQ(grids[k].y, (T + rows - 1) / rows) << k;
     }
