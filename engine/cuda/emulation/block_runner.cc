@@ -159,12 +159,10 @@ void BlockRunner::StartBlock(const BlockJob& job) {
     warps_[w].exists = lanes == 32 ? kAllLanes : (1u << lanes) - 1;
     warps_[w].live = warps_[w].exists;
   }
-  live_ = n;
-  arrived_ = 0;
-  barrier_generation_ = 0;
+  block_barrier_ = Barrier{};
+  block_barrier_.live = n;
   warpgroup_barriers_.assign((n + 127) / 128, Barrier{});
-  warpgroup_live_.assign(warpgroup_barriers_.size(), 0);
-  for (int i = 0; i < n; ++i) ++warpgroup_live_[i / 128];
+  for (int i = 0; i < n; ++i) ++warpgroup_barriers_[i / 128].live;
   static_used_ = 0;
   static_vars_.clear();
   dynamic_base_ = nullptr;
@@ -232,10 +230,7 @@ void BlockRunner::RunThreads() {
 bool BlockRunner::Released(const Thread& t) const {
   switch (t.state) {
     case Thread::kAtBarrier:
-      return t.wait_warpgroup < 0
-                 ? barrier_generation_ >= t.wait_generation
-                 : warpgroup_barriers_[t.wait_warpgroup].generation >=
-                       t.wait_generation;
+      return BarrierOf(t).generation >= t.wait_generation;
     case Thread::kAtCollective:
       return warps_[t.linear / 32].generation >= t.wait_generation;
     default:
@@ -259,80 +254,69 @@ std::string BlockRunner::Describe(const Thread& t) const {
          std::to_string(t.linear % 32) + "]";
 }
 
-void BlockRunner::SyncThreads(const std::source_location& site) {
+const BlockRunner::Barrier& BlockRunner::BarrierOf(const Thread& t) const {
+  return t.wait_warpgroup < 0 ? block_barrier_
+                              : warpgroup_barriers_[t.wait_warpgroup];
+}
+
+void BlockRunner::Arrive(Barrier& b, int warpgroup, const char* name,
+                         const char* divergent,
+                         const std::source_location& site) {
   Thread& t = *current_;
-  if (arrived_ == 0) {
-    barrier_site_ = site;
-    barrier_first_ = t.linear;
-  } else if (!SameSite(site, barrier_site_)) {
-    Fail("waits at __syncthreads at " + At(site) + " while " +
-         Describe(threads_[barrier_first_]) + " waits at the one at " +
-         At(barrier_site_) + " (a barrier in divergent code)");
+  if (b.arrived == 0) {
+    b.site = site;
+    b.first = t.linear;
+  } else if (!SameSite(site, b.site)) {
+    Fail("waits at " + std::string(name) + " at " + At(site) + " while " +
+         Describe(threads_[b.first]) + " waits at the one at " + At(b.site) +
+         " (" + divergent + ")");
   }
-  ++arrived_;
+  ++b.arrived;
   t.state = Thread::kAtBarrier;
-  t.wait_generation = barrier_generation_ + 1;
-  t.wait_warpgroup = -1;
-  t.waiting_in = "__syncthreads";
+  t.wait_generation = b.generation + 1;
+  t.wait_warpgroup = warpgroup;
+  t.waiting_in = name;
   t.site = site;
-  if (arrived_ == live_) {
-    ++barrier_generation_;
+  if (b.arrived == b.live) {
+    ++b.generation;
     ++completions_;
-    arrived_ = 0;
+    b.arrived = 0;
   }
   Fiber::Yield();
   t.state = Thread::kRunnable;
 }
 
+// A thread of b ended: the others no longer wait for it.
+void BlockRunner::LeaveBarrier(Barrier& b) {
+  --b.live;
+  if (b.arrived > 0 && b.arrived == b.live) {
+    ++b.generation;
+    ++completions_;
+    b.arrived = 0;
+  }
+}
+
+void BlockRunner::SyncThreads(const std::source_location& site) {
+  Arrive(block_barrier_, -1, "__syncthreads", "a barrier in divergent code",
+         site);
+}
+
 void BlockRunner::SyncWarpgroup(const std::source_location& site) {
-  Thread& t = *current_;
-  const int g = t.linear / 128;
+  const Thread& t = *current_;
   if (threads_.size() % 128 != 0) {
     Fail("a warpgroup barrier at " + At(site) + " in a block of " +
          std::to_string(threads_.size()) +
          " threads, not a whole number of warpgroups (128 threads each)");
   }
-  Barrier& b = warpgroup_barriers_[g];
-  if (b.arrived == 0) {
-    b.site = site;
-    b.first = t.linear;
-  } else if (!SameSite(site, b.site)) {
-    Fail("waits at the warpgroup barrier at " + At(site) + " while " +
-         Describe(threads_[b.first]) +
-         " of its warpgroup waits at the one at " + At(b.site) +
-         " (a warpgroup operation in divergent code)");
-  }
-  ++b.arrived;
-  t.state = Thread::kAtBarrier;
-  t.wait_generation = b.generation + 1;
-  t.wait_warpgroup = g;
-  t.waiting_in = "a warpgroup barrier";
-  t.site = site;
-  if (b.arrived == warpgroup_live_[g]) {
-    ++b.generation;
-    ++completions_;
-    b.arrived = 0;
-  }
-  Fiber::Yield();
-  t.state = Thread::kRunnable;
+  Arrive(warpgroup_barriers_[t.linear / 128], t.linear / 128,
+         "the warpgroup barrier", "a warpgroup operation in divergent code",
+         site);
 }
 
 void BlockRunner::ThreadExited(Thread& t) {
   t.state = Thread::kDone;
-  --live_;
-  if (arrived_ > 0 && arrived_ == live_) {
-    ++barrier_generation_;
-    ++completions_;
-    arrived_ = 0;
-  }
-  const int g = t.linear / 128;
-  Barrier& b = warpgroup_barriers_[g];
-  --warpgroup_live_[g];
-  if (b.arrived > 0 && b.arrived == warpgroup_live_[g]) {
-    ++b.generation;
-    ++completions_;
-    b.arrived = 0;
-  }
+  LeaveBarrier(block_barrier_);
+  LeaveBarrier(warpgroup_barriers_[t.linear / 128]);
   Warp& w = warps_[t.linear / 32];
   const uint32_t bit = 1u << (t.linear % 32);
   w.live &= ~bit;

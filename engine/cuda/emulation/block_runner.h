@@ -90,9 +90,11 @@ class BlockRunner {
  private:
   struct Thread;
   struct Warp;
-  // A barrier among some of the block's threads: its arrivals so far,
-  // completions, and where its first arrival waits.
+  // A barrier among some of the block's threads (all of them, or one
+  // warpgroup's): those still running, its arrivals so far, completions,
+  // and where its first arrival waits.
   struct Barrier {
+    int live = 0;
     int arrived = 0;
     uint64_t generation = 0;
     std::source_location site;
@@ -104,6 +106,13 @@ class BlockRunner {
   void RunThreads();
   bool Released(const Thread& t) const;
   void ThreadExited(Thread& t);
+  const Barrier& BarrierOf(const Thread& t) const;
+  // The calling thread waits at b (`warpgroup` its warpgroup's, or -1 for
+  // the block's) until every running thread of b has arrived;
+  // `divergent` says what a wait at another site of it means.
+  void Arrive(Barrier& b, int warpgroup, const char* name,
+              const char* divergent, const std::source_location& site);
+  void LeaveBarrier(Barrier& b);
   void CompleteCollective(Warp& w);
   void CheckMatrixOpsAgree(const Warp& w, uint32_t lanes);
   void Record(const std::string& failure);
@@ -117,17 +126,10 @@ class BlockRunner {
   std::vector<int> order_;
   Thread* current_ = nullptr;
   std::string failure_;
-  // __syncthreads: threads still running, arrivals, completed barriers.
-  int live_ = 0;
-  int arrived_ = 0;
-  uint64_t barrier_generation_ = 0;
-  uint64_t completions_ = 0;  // barriers and collectives completed
-  std::source_location barrier_site_;
-  int barrier_first_ = 0;
-  // Each warpgroup's own barrier (SyncWarpgroup), and its threads still
-  // running.
+  // __syncthreads's barrier, and each warpgroup's own (SyncWarpgroup).
+  Barrier block_barrier_;
   std::vector<Barrier> warpgroup_barriers_;
-  std::vector<int> warpgroup_live_;
+  uint64_t completions_ = 0;  // barriers and collectives completed
   // Shared memory.
   struct GuardedMapping {
     explicit GuardedMapping(size_t usable);

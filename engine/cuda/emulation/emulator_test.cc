@@ -203,6 +203,10 @@ TEST_F(EmulatorTest, WarpgroupsOfABlockMultiplyApart) {
     EXPECT_TRUE(std::isnan(before[t])) << t;
     EXPECT_EQ(after[t], t < 128 ? 16.f : 64.f) << t;
   }
+  ExpectFailure(
+      testing::LaunchWarpgroupMma(before, after, 256,
+                                  WarpgroupMmaCase::kDivergentInAWarpgroup),
+      "a warpgroup operation in divergent code");
 }
 
 // engine/cuda/vec16.cuh's packs: aligned, they move the values exactly;

@@ -108,7 +108,11 @@ __global__ void WarpgroupMmaKernel(float* before, float* after,
   uint32_t a[4] = {value, value, value, value};
   float acc[4][4];
   wg::Fence();
-  wg::MmaAsync<32, 0>(acc, a, wg::Descriptor(b, 128, 256), 0);
+  if (how == WarpgroupMmaCase::kDivergentInAWarpgroup && t % 128 < 64) {
+    wg::MmaAsync<32, 0>(acc, a, wg::Descriptor(b, 128, 256), 0);
+  } else {
+    wg::MmaAsync<32, 0>(acc, a, wg::Descriptor(b, 128, 256), 0);
+  }
   before[t] = acc[0][0];
   wg::Commit();
   if (how == WarpgroupMmaCase::kWarpgroupsApart && group % 2 == 1) {

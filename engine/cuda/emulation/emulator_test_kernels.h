@@ -46,13 +46,16 @@ cudaError_t LaunchMma(float* c, const __nv_bfloat16* a, const __nv_bfloat16* b,
 // static shared memory, or B changed between the issue and the Wait; or
 // kWarpgroupsApart: warpgroup w's A is all w + 1, and the odd warpgroups
 // run a second product accumulating onto the first (so 16 (w + 1), or
-// twice that), while the even ones wait at no barrier of theirs.
+// twice that), while the even ones wait at no barrier of theirs; or
+// kDivergentInAWarpgroup: the first two warps of a warpgroup issue the
+// product from another line than the last two.
 enum class WarpgroupMmaCase {
   kPlain,
   kBInStaticShared,
   kBChangedBeforeWait,
   kAChangedBeforeWait,
-  kWarpgroupsApart
+  kWarpgroupsApart,
+  kDivergentInAWarpgroup
 };
 
 // `threads` threads (128: one warpgroup; up to 256) through
