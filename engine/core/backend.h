@@ -303,12 +303,16 @@ class Backend {
     LayerNormForward(out, mean, rstd, res, weight, bias, rows, channels);
   }
   // dinp += ..., dweight += ..., dbias += ... (all accumulated: dinp is the
-  // residual stream's gradient, which several ops add into).
+  // residual stream's gradient, which several ops add into). When dinp_sums
+  // is not null, dinp_sums += the column sums of dinp as left (as stored):
+  // the bias gradient of the linear layer whose output feeds the residual,
+  // taken while the backend has each row at hand instead of in a second
+  // read of dinp by LinearBackward.
   virtual void LayerNormBackward(void* dinp, float* dweight, float* dbias,
-                                 const void* dout, const void* inp,
-                                 const void* weight, const float* mean,
-                                 const float* rstd, int64_t rows,
-                                 int64_t channels) = 0;
+                                 float* dinp_sums, const void* dout,
+                                 const void* inp, const void* weight,
+                                 const float* mean, const float* rstd,
+                                 int64_t rows, int64_t channels) = 0;
 
   // GELU, tanh approximation (GPT-2's): out = 0.5 x (1 + tanh(sqrt(2/pi)
   // (x + 0.044715 x^3))).

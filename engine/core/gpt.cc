@@ -402,25 +402,27 @@ void GptModel::BackwardBlock(int64_t l, const void* residual, void* dresidual) {
   const int64_t BT = B * T;
   const BlockActs& a = blocks_[l];
   Backend& be = *backend_;
-  // res3 = res2 + fcproj: dresidual is the gradient of both.
-  be.LinearBackwardThroughGelu(dfch_, Block(l, kFcProjW).grad,
-                               Block(l, kFcProjB).grad, dresidual, a.fch_gelu,
-                               W(l, kFcProjW), a.fch, BT, 4 * C, C);
+  // res3 = res2 + fcproj: dresidual is the gradient of both. The two
+  // linear layers that add into the residual (fcproj, attproj) have the
+  // LayerNorm backward that left dresidual sum their bias gradients.
+  be.LinearBackwardThroughGelu(dfch_, Block(l, kFcProjW).grad, nullptr,
+                               dresidual, a.fch_gelu, W(l, kFcProjW), a.fch, BT,
+                               4 * C, C);
   be.LinearBackward(dln_, Block(l, kFcW).grad, Block(l, kFcB).grad, dfch_,
                     a.ln2, W(l, kFcW), BT, C, 4 * C);
   be.LayerNormBackward(dresidual, Block(l, kLn2W).grad, Block(l, kLn2B).grad,
-                       dln_, a.res2, W(l, kLn2W), a.ln2_mean, a.ln2_rstd, BT,
-                       C);
+                       Block(l, kProjB).grad, dln_, a.res2, W(l, kLn2W),
+                       a.ln2_mean, a.ln2_rstd, BT, C);
   // res2 = residual + attproj.
-  be.LinearBackward(datty_, Block(l, kProjW).grad, Block(l, kProjB).grad,
-                    dresidual, a.atty, W(l, kProjW), BT, C, C);
+  be.LinearBackward(datty_, Block(l, kProjW).grad, nullptr, dresidual, a.atty,
+                    W(l, kProjW), BT, C, C);
   be.AttentionBackward(dqkv_, datt_, datty_, a.atty, a.qkv, a.att, B, T, C,
                        config_.n_head);
   be.LinearBackward(dln_, Block(l, kQkvW).grad, Block(l, kQkvB).grad, dqkv_,
                     a.ln1, W(l, kQkvW), BT, C, 3 * C);
   be.LayerNormBackward(dresidual, Block(l, kLn1W).grad, Block(l, kLn1B).grad,
-                       dln_, residual, W(l, kLn1W), a.ln1_mean, a.ln1_rstd, BT,
-                       C);
+                       l > 0 ? Block(l - 1, kFcProjB).grad : nullptr, dln_,
+                       residual, W(l, kLn1W), a.ln1_mean, a.ln1_rstd, BT, C);
 }
 
 void GptModel::Backward(float loss_scale) {
@@ -445,9 +447,11 @@ void GptModel::QueueBackward(float loss_scale, bool logits_hold_gradient) {
                     params_[0].working, BT, C, V);
   be.FillActivations(dres_, BT * C, 0.f);
   const void* last = config_.n_layer > 0 ? blocks_.back().res3 : encoded_;
-  be.LayerNormBackward(dres_, params_[nf - 2].grad, params_[nf - 1].grad, dln_,
-                       last, params_[nf - 2].working, lnf_mean_, lnf_rstd_, BT,
-                       C);
+  float* last_bias_grad =
+      config_.n_layer > 0 ? Block(config_.n_layer - 1, kFcProjB).grad : nullptr;
+  be.LayerNormBackward(dres_, params_[nf - 2].grad, params_[nf - 1].grad,
+                       last_bias_grad, dln_, last, params_[nf - 2].working,
+                       lnf_mean_, lnf_rstd_, BT, C);
   GradientsFinal(nf - 2, nf);
   for (int64_t l = config_.n_layer - 1; l >= 0; --l) {
     const void* residual = l == 0 ? encoded_ : blocks_[l - 1].res3;

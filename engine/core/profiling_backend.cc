@@ -219,13 +219,14 @@ void ProfilingBackend::AddLayerNormForward(void* res, void* out, float* mean,
 }
 
 void ProfilingBackend::LayerNormBackward(void* dinp, float* dweight,
-                                         float* dbias, const void* dout,
-                                         const void* inp, const void* weight,
-                                         const float* mean, const float* rstd,
-                                         int64_t rows, int64_t channels) {
+                                         float* dbias, float* dinp_sums,
+                                         const void* dout, const void* inp,
+                                         const void* weight, const float* mean,
+                                         const float* rstd, int64_t rows,
+                                         int64_t channels) {
   Timed("LayerNormBackward", [&] {
-    inner_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean,
-                              rstd, rows, channels);
+    inner_->LayerNormBackward(dinp, dweight, dbias, dinp_sums, dout, inp,
+                              weight, mean, rstd, rows, channels);
   });
 }
 

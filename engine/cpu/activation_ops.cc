@@ -194,20 +194,24 @@ void CpuBackend::LayerNormForward(void* out, float* mean, float* rstd,
 }
 
 void CpuBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias,
-                                   const void* dout, const void* inp,
-                                   const void* weight, const float* mean,
-                                   const float* rstd, int64_t rows,
-                                   int64_t channels) {
+                                   float* dinp_sums, const void* dout,
+                                   const void* inp, const void* weight,
+                                   const float* mean, const float* rstd,
+                                   int64_t rows, int64_t channels) {
   if (!bf16()) {
-    return LayerNormBackward(F(dinp), dweight, dbias, F(dout), F(inp),
-                             F(weight), mean, rstd, rows, channels);
+    return LayerNormBackward(F(dinp), dweight, dbias, dinp_sums, F(dout),
+                             F(inp), F(weight), mean, rstd, rows, channels);
   }
   const int64_t n = rows * channels;
   std::vector<float> di = Widen(dinp, n), d = Widen(dout, n), x = Widen(inp, n),
                      w = Widen(weight, channels);
-  LayerNormBackward(D(di), dweight, dbias, D(d), D(x), D(w), mean, rstd, rows,
-                    channels);
+  LayerNormBackward(D(di), dweight, dbias, nullptr, D(d), D(x), D(w), mean,
+                    rstd, rows, channels);
   Narrow(dinp, di);
+  // The sums of dinp as stored, as a later LinearBackward would read it.
+  if (dinp_sums != nullptr) {
+    AddColumnSums(dinp_sums, Widen(dinp, n).data(), rows, channels);
+  }
 }
 
 void CpuBackend::GeluForward(void* out, const void* x, int64_t n) {

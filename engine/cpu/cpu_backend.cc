@@ -197,15 +197,18 @@ void CpuBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
   g.c = dweight;
   g.ldc = in;
   Gemm(g, &pool_);
-  if (dbias != nullptr) {
-    // Parallel over columns; each column sums its batch terms in order.
-    ForRange(out_features, 64, [&](int64_t o0, int64_t o1) {
-      for (int64_t b = 0; b < batch; ++b) {
-        const float* row = dout + b * out_features;
-        for (int64_t o = o0; o < o1; ++o) dbias[o] += row[o];
-      }
-    });
-  }
+  if (dbias != nullptr) AddColumnSums(dbias, dout, batch, out_features);
+}
+
+// Parallel over columns; each column sums its rows in order.
+void CpuBackend::AddColumnSums(float* out, const float* x, int64_t rows,
+                               int64_t cols) {
+  ForRange(cols, 64, [&](int64_t c0, int64_t c1) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * cols;
+      for (int64_t c = c0; c < c1; ++c) out[c] += row[c];
+    }
+  });
 }
 
 void CpuBackend::ReluForward(float* out, const float* x, int64_t n) {

@@ -82,7 +82,7 @@ class CpuBackend : public Backend {
                         const float* weight, const float* bias, int64_t rows,
                         int64_t channels);
   void LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                         const float* dout, const float* inp,
+                         float* dinp_sums, const float* dout, const float* inp,
                          const float* weight, const float* mean,
                          const float* rstd, int64_t rows, int64_t channels);
   void GeluForward(float* out, const float* x, int64_t n);
@@ -132,8 +132,9 @@ class CpuBackend : public Backend {
                         const void* weight, const void* bias, int64_t rows,
                         int64_t channels) override;
   void LayerNormBackward(void* dinp, float* dweight, float* dbias,
-                         const void* dout, const void* inp, const void* weight,
-                         const float* mean, const float* rstd, int64_t rows,
+                         float* dinp_sums, const void* dout, const void* inp,
+                         const void* weight, const float* mean,
+                         const float* rstd, int64_t rows,
                          int64_t channels) override;
   void GeluForward(void* out, const void* x, int64_t n) override;
   void GeluBackward(void* dx, const void* x, const void* dout,
@@ -155,6 +156,9 @@ class CpuBackend : public Backend {
   // the ranges, so the grain never changes results.
   void ForRange(int64_t n, int64_t grain,
                 const std::function<void(int64_t, int64_t)>& fn);
+  // out[c] += the sum over rows of x[r, c] (x [rows, cols]), rows in order:
+  // the bias gradients.
+  void AddColumnSums(float* out, const float* x, int64_t rows, int64_t cols);
 
   const CpuBackendOptions options_;
   bool bf16() const { return options_.activation_dtype == DType::kBF16; }

@@ -90,11 +90,17 @@ TEST_P(GptOpsTest, LayerNormForwardAndBackward) {
                              w.data(), b.data(), R, C);
   const Vec xd = ToDouble(x), wd = ToDouble(w), bd = ToDouble(b);
   ExpectNear(out, reference::LayerNorm(xd, wd, bd, R, C), kTol, "out");
-  // The input gradient accumulates onto what is there.
-  std::vector<float> dx(R * C, 0.5f), dw(C, 0.f), db(C, 0.f);
-  backend_->LayerNormBackward(dx.data(), dw.data(), db.data(), r.data(),
-                              x.data(), w.data(), mean.data(), rstd.data(), R,
-                              C);
+  // The input gradient accumulates onto what is there; its column sums
+  // (of dinp as left, 0.5 included) onto theirs.
+  std::vector<float> dx(R * C, 0.5f), dw(C, 0.f), db(C, 0.f), sums(C, 1.f);
+  backend_->LayerNormBackward(dx.data(), dw.data(), db.data(), sums.data(),
+                              r.data(), x.data(), w.data(), mean.data(),
+                              rstd.data(), R, C);
+  for (int64_t c = 0; c < C; ++c) {
+    double want = 1.0;
+    for (int64_t i = 0; i < R; ++i) want += dx[i * C + c];
+    EXPECT_NEAR(sums[c], want, 1e-5) << "dinp's column sum " << c;
+  }
   for (float& v : dx) v -= 0.5f;
   ExpectNear(dx,
              FiniteDifferences(xd,
@@ -212,9 +218,11 @@ TEST(GptOpsDeterminismTest, ResultsDoNotDependOnTheThreadCount) {
     all.insert(all.end(), dqkv.begin(), dqkv.end());
     be->LayerNormForward(out.data(), mean.data(), rstd.data(), x.data(),
                          w.data(), b.data(), B * T, C);
-    be->LayerNormBackward(dx.data(), dw.data(), db.data(), r.data(), x.data(),
-                          w.data(), mean.data(), rstd.data(), B * T, C);
-    for (const auto* v : {&out, &dx, &dw, &db}) {
+    std::vector<float> sums(C);
+    be->LayerNormBackward(dx.data(), dw.data(), db.data(), sums.data(),
+                          r.data(), x.data(), w.data(), mean.data(),
+                          rstd.data(), B * T, C);
+    for (const auto* v : {&out, &dx, &dw, &db, &sums}) {
       all.insert(all.end(), v->begin(), v->end());
     }
     be->EmbeddingBackward(dwte.data(), dwpe.data(), r.data(), tokens.data(), B,

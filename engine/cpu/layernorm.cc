@@ -48,10 +48,10 @@ void CpuBackend::LayerNormForward(float* out, float* mean, float* rstd,
 }
 
 void CpuBackend::LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                                   const float* dout, const float* inp,
-                                   const float* weight, const float* mean,
-                                   const float* rstd, int64_t rows,
-                                   int64_t channels) {
+                                   float* dinp_sums, const float* dout,
+                                   const float* inp, const float* weight,
+                                   const float* mean, const float* rstd,
+                                   int64_t rows, int64_t channels) {
   const float inv_c = 1.f / static_cast<float>(channels);
   ForRange(rows, RowGrain(channels), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -85,6 +85,7 @@ void CpuBackend::LayerNormBackward(float* dinp, float* dweight, float* dbias,
       }
     }
   });
+  if (dinp_sums != nullptr) AddColumnSums(dinp_sums, dinp, rows, channels);
 }
 
 }  // namespace trainyard::engine

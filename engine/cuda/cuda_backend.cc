@@ -28,16 +28,16 @@ namespace {
 
 constexpr int64_t kArenaAlignment = 256;
 // The backend's own share at the start of the arena: reduction scratch
-// (64 KiB for the sums of squares on their way to the host, then 1,984 KiB
+// (64 KiB for the sums of squares on their way to the host, then 2,496 KiB
 // of partials for the column sums, the LayerNorm backward's and the sums
 // of squares, which never overlap: one stream; the LayerNorm backward's
-// 264 blocks of d_model 768 take 1,584 KiB), then cuBLASLt's workspace
-// (kLtGemmWorkspaceBytes, 32 MiB, NVIDIA's advice for Hopper), then the
-// embedding backward's sort keys (2^20 of 8 bytes: a batch of up to 1M
+// 264 blocks of d_model 768 with three sums take 2,376 KiB), then cuBLASLt's
+// workspace (kLtGemmWorkspaceBytes, 32 MiB, NVIDIA's advice for Hopper), then
+// the embedding backward's sort keys (2^20 of 8 bytes: a batch of up to 1M
 // tokens sorts; a larger one takes the slow scan).
 // What is left of kCudaWorkspaceBytes covers the rounding of Allocate's blocks.
 constexpr int64_t kReductionBytes = int64_t{64} << 10;
-constexpr int64_t kScratchBytes = int64_t{2} << 20;
+constexpr int64_t kScratchBytes = int64_t{5} << 19;  // 2.5 MiB
 constexpr int64_t kSortKeys = int64_t{1} << 20;
 constexpr int64_t kReservedBytes =
     kScratchBytes + cuda::kLtGemmWorkspaceBytes + kSortKeys * 8;

@@ -229,8 +229,9 @@ class CudaBackend : public Backend {
                            const void* bias, int64_t rows,
                            int64_t channels) override;
   void LayerNormBackward(void* dinp, float* dweight, float* dbias,
-                         const void* dout, const void* inp, const void* weight,
-                         const float* mean, const float* rstd, int64_t rows,
+                         float* dinp_sums, const void* dout, const void* inp,
+                         const void* weight, const float* mean,
+                         const float* rstd, int64_t rows,
                          int64_t channels) override;
   void GeluForward(void* out, const void* x, int64_t n) override;
   void GeluBackward(void* dx, const void* x, const void* dout,

@@ -304,14 +304,14 @@ void CudaBackend::AddLayerNormForward(void* res, void* out, float* mean,
 }
 
 void CudaBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias,
-                                    const void* dout, const void* inp,
-                                    const void* weight, const float* mean,
-                                    const float* rstd, int64_t rows,
-                                    int64_t channels) {
+                                    float* dinp_sums, const void* dout,
+                                    const void* inp, const void* weight,
+                                    const float* mean, const float* rstd,
+                                    int64_t rows, int64_t channels) {
   UseDevice();
   YARD_CUDA_LAUNCH(cuda::LaunchLayerNormBackward(
-      dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
-      column_scratch_, column_scratch_floats_, bf16(), stream_));
+      dinp, dweight, dbias, dinp_sums, dout, inp, weight, mean, rstd, rows,
+      channels, column_scratch_, column_scratch_floats_, bf16(), stream_));
 }
 
 void CudaBackend::GeluForward(void* out, const void* x, int64_t n) {

@@ -292,17 +292,26 @@ TEST_F(CudaBf16Test, LayerNormGeluAddAndEmbedding) {
   ExpectNear(Download(*gpu_, rstd), hrstd, 1e-4, 0, "ln rstd");
 
   Act dout = MakeAct(rows * C, 8), dinp = MakeAct(rows * C, 9);
-  std::vector<float> dw(C, 0.f), db(C, 0.f);
+  std::vector<float> dw(C, 0.f), db(C, 0.f), sums(C, 0.f);
   auto gdw = Upload(*gpu_, dw), gdb = Upload(*gpu_, db);
-  gpu_->LayerNormBackward(dinp.dev.get(), gdw.get(), gdb.get(), dout.dev.get(),
-                          x.dev.get(), w.dev.get(), mean.get(), rstd.get(),
-                          rows, C);
-  cpu_->LayerNormBackward(dinp.host.data(), dw.data(), db.data(),
+  auto gsums = Upload(*gpu_, sums);
+  gpu_->LayerNormBackward(dinp.dev.get(), gdw.get(), gdb.get(), gsums.get(),
+                          dout.dev.get(), x.dev.get(), w.dev.get(), mean.get(),
+                          rstd.get(), rows, C);
+  cpu_->LayerNormBackward(dinp.host.data(), dw.data(), db.data(), nullptr,
                           dout.host.data(), x.host.data(), w.host.data(),
                           hmean.data(), hrstd.data(), rows, C);
   const std::vector<float> want_dinp = FromBf16(dinp.host);
-  ExpectWithin(Got(dinp), want_dinp, Bf16Tol(want_dinp, 2 * C, 9.0, 1e-3),
+  const std::vector<float> got_dinp = Got(dinp);
+  ExpectWithin(got_dinp, want_dinp, Bf16Tol(want_dinp, 2 * C, 9.0, 1e-3),
                "ln dinp");
+  // The column sums are of dinp as stored (bf16), summed in fp32.
+  std::vector<float> stored_sums(C, 0.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < C; ++c) stored_sums[c] += got_dinp[r * C + c];
+  }
+  ExpectNear(Download(*gpu_, gsums), stored_sums, 1e-5, 1e-5,
+             "ln dinp's column sums");
   ExpectNear(Download(*gpu_, gdw), dw, 1e-4, 1e-4, "ln dweight");
   ExpectNear(Download(*gpu_, gdb), db, 1e-5, 1e-5, "ln dbias");
 

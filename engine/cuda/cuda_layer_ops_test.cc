@@ -202,13 +202,19 @@ TEST_P(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
   ExpectNear(Down(gmean), mean, 2 * g, 2 * g * 3, "mean");  // |x| <= 3
   ExpectNear(Down(grstd), rstd, 8 * g, 0, "rstd");
 
-  std::vector<float> dinp = dinp0, dw = dw0, db = db0;
-  cpu_->LayerNormBackward(dinp.data(), dw.data(), db.data(), dout.data(),
-                          x.data(), w.data(), mean.data(), rstd.data(), R, C);
+  // dinp's column sums (the bias gradient of the layer before) start at
+  // 0.25, as gradients accumulated over an earlier micro-batch would.
+  const std::vector<float> sums0(C, 0.25f);
+  std::vector<float> dinp = dinp0, dw = dw0, db = db0, sums = sums0;
+  cpu_->LayerNormBackward(dinp.data(), dw.data(), db.data(), sums.data(),
+                          dout.data(), x.data(), w.data(), mean.data(),
+                          rstd.data(), R, C);
   auto gdout = Up(dout), gdinp = Up(dinp0), gdw = Up(dw0), gdb = Up(db0);
+  auto gsums = Up(sums0);
   auto cmean = Up(mean), crstd = Up(rstd);  // the CPU's statistics
-  gpu_->LayerNormBackward(gdinp.get(), gdw.get(), gdb.get(), gdout.get(),
-                          gx.get(), gw.get(), cmean.get(), crstd.get(), R, C);
+  gpu_->LayerNormBackward(gdinp.get(), gdw.get(), gdb.get(), gsums.get(),
+                          gdout.get(), gx.get(), gw.get(), cmean.get(),
+                          crstd.get(), R, C);
   std::vector<double> tol_dinp(R * C), tol_dw(C), tol_db(C);
   for (int64_t r = 0; r < R; ++r) {
     double wd = 0, wdn = 0, max_wd = 0, max_norm = 0;
@@ -235,17 +241,33 @@ TEST_P(CudaLayerNormTest, ForwardAndBackwardMatchCpu) {
     tol_dw[c] = 2 * Gamma(R + 3) * mw;
     tol_db[c] = 2 * Gamma(R + 1) * mb;
   }
+  // The sums of dinp: each term within its dinp's bound, plus the sum's
+  // own rounding.
+  std::vector<double> tol_sums(C);
+  for (int64_t c = 0; c < C; ++c) {
+    double terms = std::abs(sums0[c]), bound = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      terms += std::abs(dinp[r * C + c]);
+      bound += tol_dinp[r * C + c];
+    }
+    tol_sums[c] = bound + 2 * Gamma(R + 1) * terms;
+  }
   const std::vector<float> got_dinp = Down(gdinp), got_dw = Down(gdw);
+  const std::vector<float> got_sums = Down(gsums);
   ExpectWithin(got_dinp, dinp, tol_dinp, "dinp");
   ExpectWithin(got_dw, dw, tol_dw, "dweight");
   ExpectWithin(Down(gdb), db, tol_db, "dbias");
+  ExpectWithin(got_sums, sums, tol_sums, "dinp's column sums");
 
   gpu_->CopyToDevice(gdinp.get(), dinp0.data(), R * C * 4);
   gpu_->CopyToDevice(gdw.get(), dw0.data(), C * 4);
-  gpu_->LayerNormBackward(gdinp.get(), gdw.get(), gdb.get(), gdout.get(),
-                          gx.get(), gw.get(), cmean.get(), crstd.get(), R, C);
+  gpu_->CopyToDevice(gsums.get(), sums0.data(), C * 4);
+  gpu_->LayerNormBackward(gdinp.get(), gdw.get(), gdb.get(), gsums.get(),
+                          gdout.get(), gx.get(), gw.get(), cmean.get(),
+                          crstd.get(), R, C);
   EXPECT_EQ(Down(gdinp), got_dinp);
   EXPECT_EQ(Down(gdw), got_dw);
+  EXPECT_EQ(Down(gsums), got_sums);
 }
 
 // The residual add fused into the LayerNorm reads back exactly the values

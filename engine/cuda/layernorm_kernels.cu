@@ -2,7 +2,9 @@
 // Rows are independent: one warp per row computes the mean, then the
 // variance around it (two passes, as the CPU backend), with butterfly warp
 // sums whose order is fixed. The backward sums the weight and bias
-// gradients over rows as it goes, in registers, when a row is at most 32
+// gradients over rows as it goes, in registers (and, when asked, the
+// column sums of the input gradient it leaves: the bias gradient of the
+// linear layer whose output that gradient is), when a row is at most 32
 // packs a lane (d_model up to 1,024) and the scratch holds its blocks'
 // partials (LayerNormBackwardKernel); otherwise a second pass takes them
 // with the deterministic column sums of column_sums.cuh. Either way the
@@ -206,12 +208,13 @@ __global__ void LayerNormInputGradKernel(T* dinp, const T* dout, const T* inp,
 // aligned) of at most 32 * J packs. Warp g of the grid's W takes rows g,
 // g + W, ... and computes each row's dinp as LayerNormInputGradKernel does
 // (the same lane sums in the same order: the same bits), while its lanes
-// keep running sums of norm * dout and dout for the channels they own
-// (lane l: packs l, l + 32, ...) in registers. The block then adds its
-// warps' sums in warp order into partials[o][block][c] (o = 0: dweight,
-// 1: dbias), which AddColumnPartialsKernel adds in block order onto the
-// gradients. This saves the column sums' second read of inp and dout.
-template <typename T, int J>
+// keep running sums of norm * dout and dout (and with kSums = 3 of dinp as
+// stored) for the channels they own (lane l: packs l, l + 32, ...) in
+// registers. The block then adds its warps' sums in warp order into
+// partials[o][block][c] (o = 0: dweight, 1: dbias, 2: dinp's sums), which
+// AddColumnPartialsKernel adds in block order onto the outputs. This saves
+// the column sums' second read of inp and dout (and of dinp).
+template <typename T, int J, int kSums>
 __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     LayerNormBackwardKernel(T* dinp, float* partials, const T* dout,
                             const T* inp, const T* weight, const float* mean,
@@ -220,11 +223,14 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t packs = channels / P;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
-  float acc[2][J][P];  // [0]: norm * dout, [1]: dout
+  float acc[kSums][J][P];  // [0]: norm * dout, [1]: dout, [2]: dinp
 #pragma unroll
-  for (int j = 0; j < J; ++j) {
+  for (int o = 0; o < kSums; ++o) {
 #pragma unroll
-    for (int k = 0; k < P; ++k) acc[0][j][k] = acc[1][j][k] = 0.f;
+    for (int j = 0; j < J; ++j) {
+#pragma unroll
+      for (int k = 0; k < P; ++k) acc[o][j][k] = 0.f;
+    }
   }
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
        row < rows; row += warps) {
@@ -260,13 +266,14 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
         g[k] = rg.Grad(xv[k], dv[k], wv[k], g[k]);
         acc[0][j][k] += rg.Norm(xv[k]) * dv[k];
         acc[1][j][k] += dv[k];
+        if constexpr (kSums == 3) acc[2][j][k] += Stored<T>(g[k]);
       }
       StPack(di + c, g);
     });
   }
   __shared__ float lanes[kRowsPerBlock][32 * J * P];
 #pragma unroll
-  for (int o = 0; o < 2; ++o) {
+  for (int o = 0; o < kSums; ++o) {
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       const int64_t c = (lane + 32 * j) * static_cast<int64_t>(P);
@@ -285,29 +292,34 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
   }
 }
 
-// dweight's term norm * dout and dbias's term dout at row r, channels c ..
-// c + W - 1 (a pack when W is one), for the two-pass backward.
-template <typename T, int W>
+// dweight's term norm * dout, dbias's term dout and (kOut = 3) dinp's
+// term dinp at row r, channels c .. c + W - 1 (a pack when W is one), for
+// the two-pass backward (dinp read after the input gradient's pass).
+template <typename T, int W, int kOut>
 struct LayerNormParamTerm {
   const T* dout;
   const T* inp;
+  const T* dinp;
   const float* mean;
   const float* rstd;
   int64_t channels;
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[2][W]) const {
-    float d[W], x[W];
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[kOut][W]) const {
+    float d[W], x[W], g[W];
     if constexpr (W == kPack<T>) {
       LdPack(dout + r * channels + c, d);
       LdPack(inp + r * channels + c, x);
+      if constexpr (kOut == 3) LdPack(dinp + r * channels + c, g);
     } else {
       static_assert(W == 1);
       d[0] = Ld(dout + r * channels + c);
       x[0] = Ld(inp + r * channels + c);
+      if constexpr (kOut == 3) g[0] = Ld(dinp + r * channels + c);
     }
 #pragma unroll
     for (int w = 0; w < W; ++w) {
       v[0][w] = (x[w] - mean[r]) * rstd[r] * d[w];
       v[1][w] = d[w];
+      if constexpr (kOut == 3) v[2][w] = g[w];
     }
   }
 };
@@ -317,20 +329,22 @@ unsigned RowBlocks(int64_t rows) {
 }
 
 // The fused backward's block count: two blocks on each of an H100's or
-// H200's 132 SMs, fewer for few rows or when the partials (2 * channels a
-// block) would not fit the scratch; 0 when they never fit. Fixed by rows,
-// channels and the scratch size alone, so the sums' order is too.
+// H200's 132 SMs, fewer for few rows or when the partials (`sums` *
+// channels a block) would not fit the scratch; 0 when they never fit.
+// Fixed by rows, channels, the sums and the scratch size alone, so the
+// sums' order is too.
 constexpr int64_t kMaxGradBlocks = 264;
 
-int64_t GradBlocks(int64_t rows, int64_t channels, int64_t scratch_floats) {
+int64_t GradBlocks(int64_t rows, int64_t channels, int sums,
+                   int64_t scratch_floats) {
   return std::min({static_cast<int64_t>(RowBlocks(rows)), kMaxGradBlocks,
-                   scratch_floats / (2 * channels)});
+                   scratch_floats / (sums * channels)});
 }
 
-// The fused backward for J packs a lane (J * P <= 32: the 2 * J * P
+// The fused backward for J packs a lane (J * P <= 32: the kSums * J * P
 // running sums stay in registers), or nothing queued and false when the
 // row needs more.
-template <typename T, int J = 1>
+template <typename T, int kSums, int J = 1>
 bool LaunchFusedBackward(int64_t lane_packs, unsigned blocks, T* dinp,
                          float* partials, const T* dout, const T* inp,
                          const T* weight, const float* mean, const float* rstd,
@@ -339,14 +353,52 @@ bool LaunchFusedBackward(int64_t lane_packs, unsigned blocks, T* dinp,
     return false;
   } else {
     if (lane_packs > J) {
-      return LaunchFusedBackward<T, J + 1>(lane_packs, blocks, dinp, partials,
-                                           dout, inp, weight, mean, rstd, rows,
-                                           channels, stream);
+      return LaunchFusedBackward<T, kSums, J + 1>(
+          lane_packs, blocks, dinp, partials, dout, inp, weight, mean, rstd,
+          rows, channels, stream);
     }
-    LayerNormBackwardKernel<T, J><<<blocks, kRowsPerBlock * 32, 0, stream>>>(
-        dinp, partials, dout, inp, weight, mean, rstd, rows, channels);
+    LayerNormBackwardKernel<T, J, kSums>
+        <<<blocks, kRowsPerBlock * 32, 0, stream>>>(
+            dinp, partials, dout, inp, weight, mean, rstd, rows, channels);
     return true;
   }
+}
+
+// LaunchLayerNormBackward with kSums outputs: dweight, dbias (and dinp's
+// column sums).
+template <typename T, int kSums>
+cudaError_t LayerNormBackward(T* dinp, ColumnOutputs<kSums> outs, const T* dout,
+                              const T* inp, const T* weight, const float* mean,
+                              const float* rstd, int64_t rows, int64_t channels,
+                              float* scratch, int64_t scratch_floats,
+                              cudaStream_t stream) {
+  constexpr int P = kPack<T>;
+  const int64_t blocks = GradBlocks(rows, channels, kSums, scratch_floats);
+  if (blocks > 0 && RowsArePacks<T>(channels, dinp, dout, inp, weight) &&
+      LaunchFusedBackward<T, kSums>(
+          (channels / P + 31) / 32, static_cast<unsigned>(blocks), dinp,
+          scratch, dout, inp, weight, mean, rstd, rows, channels, stream)) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    AddColumnPartialsKernel<kSums>
+        <<<ElementwiseBlocks(channels), kElementwiseThreads, 0, stream>>>(
+            outs, scratch, blocks, 0, channels);
+    return cudaGetLastError();
+  }
+  LayerNormInputGradKernel<<<RowBlocks(rows), kRowsPerBlock * 32, 0, stream>>>(
+      dinp, dout, inp, weight, mean, rstd, rows, channels);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  if (RowsArePacks<T>(channels, dinp, dout, inp)) {
+    return LaunchColumnSums<kSums, P>(
+        outs, scratch, scratch_floats, rows, channels,
+        LayerNormParamTerm<T, P, kSums>{dout, inp, dinp, mean, rstd, channels},
+        stream);
+  }
+  return LaunchColumnSums<kSums>(
+      outs, scratch, scratch_floats, rows, channels,
+      LayerNormParamTerm<T, 1, kSums>{dout, inp, dinp, mean, rstd, channels},
+      stream);
 }
 
 }  // namespace
@@ -385,49 +437,28 @@ cudaError_t LaunchAddLayerNormForward(void* res, void* out, float* mean,
 }
 
 cudaError_t LaunchLayerNormBackward(void* dinp, float* dweight, float* dbias,
-                                    const void* dout, const void* inp,
-                                    const void* weight, const float* mean,
-                                    const float* rstd, int64_t rows,
-                                    int64_t channels, float* scratch,
-                                    int64_t scratch_floats, bool bf16,
-                                    cudaStream_t stream) {
+                                    float* dinp_sums, const void* dout,
+                                    const void* inp, const void* weight,
+                                    const float* mean, const float* rstd,
+                                    int64_t rows, int64_t channels,
+                                    float* scratch, int64_t scratch_floats,
+                                    bool bf16, cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return cudaSuccess;
+  // Either path's least scratch, so that a size is valid or not alike.
+  const int sums = dinp_sums != nullptr ? 3 : 2;
+  if (scratch_floats < sums * kColumnTile) return cudaErrorInvalidValue;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    constexpr int P = kPack<T>;
-    // Either path's least scratch, so that a size is valid or not alike.
-    if (scratch_floats < 2 * kColumnTile) return cudaErrorInvalidValue;
-    const int64_t blocks = GradBlocks(rows, channels, scratch_floats);
-    if (blocks > 0 && RowsArePacks<T>(channels, dinp, dout, inp, weight) &&
-        LaunchFusedBackward<T>((channels / P + 31) / 32,
-                               static_cast<unsigned>(blocks), As<T>(dinp),
-                               scratch, As<T>(dout), As<T>(inp), As<T>(weight),
-                               mean, rstd, rows, channels, stream)) {
-      cudaError_t e = cudaGetLastError();
-      if (e != cudaSuccess) return e;
-      const ColumnOutputs<2> outs{{dweight, dbias}};
-      AddColumnPartialsKernel<2>
-          <<<ElementwiseBlocks(channels), kElementwiseThreads, 0, stream>>>(
-              outs, scratch, blocks, 0, channels);
-      return cudaGetLastError();
+    if (dinp_sums != nullptr) {
+      return LayerNormBackward<T, 3>(
+          As<T>(dinp), ColumnOutputs<3>{{dweight, dbias, dinp_sums}},
+          As<T>(dout), As<T>(inp), As<T>(weight), mean, rstd, rows, channels,
+          scratch, scratch_floats, stream);
     }
-    LayerNormInputGradKernel<<<RowBlocks(rows), kRowsPerBlock * 32, 0,
-                               stream>>>(As<T>(dinp), As<T>(dout), As<T>(inp),
-                                         As<T>(weight), mean, rstd, rows,
-                                         channels);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    if (RowsArePacks<T>(channels, dout, inp)) {
-      return LaunchColumnSums<2, P>(
-          {{dweight, dbias}}, scratch, scratch_floats, rows, channels,
-          LayerNormParamTerm<T, P>{As<T>(dout), As<T>(inp), mean, rstd,
-                                   channels},
-          stream);
-    }
-    return LaunchColumnSums<2>(
-        {{dweight, dbias}}, scratch, scratch_floats, rows, channels,
-        LayerNormParamTerm<T, 1>{As<T>(dout), As<T>(inp), mean, rstd, channels},
-        stream);
+    return LayerNormBackward<T, 2>(
+        As<T>(dinp), ColumnOutputs<2>{{dweight, dbias}}, As<T>(dout),
+        As<T>(inp), As<T>(weight), mean, rstd, rows, channels, scratch,
+        scratch_floats, stream);
   });
 }
 

@@ -223,9 +223,9 @@ TEST_P(EmulatedKernelsTest, EmptyShapesLaunchNothing) {
   EXPECT_EQ(
       cuda::LaunchBiasGrad(nullptr, nullptr, 5, 0, nullptr, 0, bf16(), nullptr),
       cudaSuccess);
-  EXPECT_EQ(cuda::LaunchLayerNormBackward(nullptr, nullptr, nullptr, nullptr,
-                                          nullptr, nullptr, nullptr, nullptr, 0,
-                                          8, nullptr, 0, bf16(), nullptr),
+  EXPECT_EQ(cuda::LaunchLayerNormBackward(
+                nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                nullptr, nullptr, 0, 8, nullptr, 0, bf16(), nullptr),
             cudaSuccess);
 }
 

@@ -65,16 +65,17 @@ int64_t LaneTerms(int64_t C, bool bf16) {
 }
 
 // The most adds on the way from a term of a parameter gradient's column
-// sum to the gradient, on the path the launcher takes for this shape and
-// scratch (its header's conditions; G as layernorm_kernels.cu picks it).
+// sum to the gradient, on the path the launcher takes for this shape,
+// scratch and number of sums (2: dweight and dbias; 3: dinp's column sums
+// too) (its header's conditions; G as layernorm_kernels.cu picks it).
 int64_t ParamSumDepth(int64_t rows, int64_t C, int64_t offset, bool bf16,
-                      int64_t scratch_floats) {
+                      int64_t scratch_floats, int64_t sums) {
   const int64_t P = bf16 ? 8 : 4;
   const bool one_pass =
-      offset == 0 && C % P == 0 && C <= 1024 && scratch_floats >= 2 * C;
+      offset == 0 && C % P == 0 && C <= 1024 && scratch_floats >= sums * C;
   if (!one_pass) return ColumnSumDepth(rows);
   const int64_t g =
-      std::min({(rows + 7) / 8, int64_t{264}, scratch_floats / (2 * C)});
+      std::min({(rows + 7) / 8, int64_t{264}, scratch_floats / (sums * C)});
   return (rows + 8 * g - 1) / (8 * g) + 8 + g + 1;
 }
 
@@ -248,7 +249,9 @@ TEST_P(EmulatedLayerNormTest, AddLayerNormIsTheTwoOpsBitwise) {
 
 // Scratch sizes, in floats: room for 264 blocks' partials, for 32 blocks'
 // (or every column at once in 10 row ranges for the two-pass backward),
-// for one block's, and too little for one (96 columns at a time). Each is
+// for one block's, and too little for one (96 columns at a time); each
+// with and without dinp's column sums (which take a third of the scratch:
+// 176 blocks, 21, the two-pass backward, 64 columns at a time). Each is
 // within its path's bound and repeats bitwise; dinp is the same bits
 // whichever path and block count, as the one-pass kernel's comment says.
 // With 5 rows, most of the one block's warps have no row.
@@ -262,50 +265,81 @@ TEST_P(EmulatedLayerNormTest, BackwardInChunksAndRepeatsBitwise) {
     const std::vector<float> dinp0 = Inputs(n, 52, bf16());
     const std::vector<float> dw0 = Random(C, 53);
     const std::vector<float> db0 = Random(C, 54);
+    const std::vector<float> sums0 = Random(C, 55);
     Activations d = Act(dout), inp = Act(k.inp), weight = Act(k.weight);
     Guarded<float> mean(k.mean), rstd(k.rstd);
     std::vector<float> first_dinp;
     for (const int64_t scratch_floats :
          {2 * 264 * C, 64 * C, 2 * C, int64_t{192}}) {
-      SCOPED_TRACE("scratch " + std::to_string(scratch_floats));
-      const LayerNormGrads want = HostBackward(
-          k, dout, dinp0, dw0, db0, bf16(),
-          ParamSumDepth(rows, C, offset(), bf16(), scratch_floats));
-      std::vector<float> first[3];
-      for (int run = 0; run < 2; ++run) {
-        Activations dinp = Act(dinp0);
-        Guarded<float> dw(dw0), db(db0);
-        Guarded<float> scratch(std::vector<float>(scratch_floats, 0.f));
-        ASSERT_EQ(cuda::LaunchLayerNormBackward(
-                      dinp.get(), dw.get(), db.get(), d.get(), inp.get(),
-                      weight.get(), mean.get(), rstd.get(), rows, C,
-                      scratch.get(), scratch_floats, bf16(), nullptr),
-                  cudaSuccess);
-        EXPECT_TRUE(dinp.GuardsIntact() && dw.GuardsIntact() &&
-                    db.GuardsIntact() && scratch.GuardsIntact());
-        const std::vector<float> got[3] = {dinp.values(), dw.values(),
-                                           db.values()};
-        if (run == 0) {
-          ExpectWithin(got[0], want.dinp, want.dinp_tol, "dinp");
-          ExpectWithin(got[1], want.dweight, want.dweight_tol, "dweight");
-          ExpectWithin(got[2], want.dbias, want.dbias_tol, "dbias");
-          for (int j = 0; j < 3; ++j) first[j] = got[j];
-          if (first_dinp.empty()) first_dinp = got[0];
-          EXPECT_TRUE(SameBits(got[0], first_dinp));
-        } else {
-          for (int j = 0; j < 3; ++j) {
-            EXPECT_TRUE(SameBits(got[j], first[j])) << "output " << j;
+      for (const int64_t sums : {2, 3}) {
+        SCOPED_TRACE("scratch " + std::to_string(scratch_floats) + ", sums " +
+                     std::to_string(sums));
+        const int64_t depth =
+            ParamSumDepth(rows, C, offset(), bf16(), scratch_floats, sums);
+        const LayerNormGrads want =
+            HostBackward(k, dout, dinp0, dw0, db0, bf16(), depth);
+        const int outputs = sums == 3 ? 4 : 3;
+        std::vector<float> first[4];
+        for (int run = 0; run < 2; ++run) {
+          Activations dinp = Act(dinp0);
+          Guarded<float> dw(dw0), db(db0), dinp_sums(sums0);
+          Guarded<float> scratch(std::vector<float>(scratch_floats, 0.f));
+          ASSERT_EQ(cuda::LaunchLayerNormBackward(
+                        dinp.get(), dw.get(), db.get(),
+                        sums == 3 ? dinp_sums.get() : nullptr, d.get(),
+                        inp.get(), weight.get(), mean.get(), rstd.get(), rows,
+                        C, scratch.get(), scratch_floats, bf16(), nullptr),
+                    cudaSuccess);
+          EXPECT_TRUE(dinp.GuardsIntact() && dw.GuardsIntact() &&
+                      db.GuardsIntact() && dinp_sums.GuardsIntact() &&
+                      scratch.GuardsIntact());
+          const std::vector<float> got[4] = {dinp.values(), dw.values(),
+                                             db.values(), dinp_sums.values()};
+          if (run == 0) {
+            ExpectWithin(got[0], want.dinp, want.dinp_tol, "dinp");
+            ExpectWithin(got[1], want.dweight, want.dweight_tol, "dweight");
+            ExpectWithin(got[2], want.dbias, want.dbias_tol, "dbias");
+            if (sums == 3) {
+              // The sums of dinp as the kernel stored it.
+              std::vector<double> want_sums(C), tol(C);
+              for (int64_t c = 0; c < C; ++c) {
+                double sum = sums0[c], mag = std::abs(sums0[c]);
+                for (int64_t r = 0; r < rows; ++r) {
+                  sum += got[0][r * C + c];
+                  mag += std::abs(got[0][r * C + c]);
+                }
+                want_sums[c] = sum;
+                tol[c] = Gamma(depth) * mag;
+              }
+              ExpectWithin(got[3], want_sums, tol, "dinp's column sums");
+            } else {
+              EXPECT_TRUE(SameBits(got[3], sums0)) << "sums asked for none";
+            }
+            for (int j = 0; j < outputs; ++j) first[j] = got[j];
+            if (first_dinp.empty()) first_dinp = got[0];
+            EXPECT_TRUE(SameBits(got[0], first_dinp));
+          } else {
+            for (int j = 0; j < outputs; ++j) {
+              EXPECT_TRUE(SameBits(got[j], first[j])) << "output " << j;
+            }
           }
         }
       }
     }
     Activations dinp = Act(dinp0);
-    Guarded<float> dw(dw0), db(db0), scratch(std::vector<float>(63, 0.f));
-    EXPECT_EQ(cuda::LaunchLayerNormBackward(dinp.get(), dw.get(), db.get(),
-                                            d.get(), inp.get(), weight.get(),
-                                            mean.get(), rstd.get(), rows, C,
-                                            scratch.get(), 63, bf16(), nullptr),
+    Guarded<float> dw(dw0), db(db0), dinp_sums(sums0);
+    Guarded<float> scratch(std::vector<float>(95, 0.f));
+    EXPECT_EQ(cuda::LaunchLayerNormBackward(
+                  dinp.get(), dw.get(), db.get(), nullptr, d.get(), inp.get(),
+                  weight.get(), mean.get(), rstd.get(), rows, C, scratch.get(),
+                  63, bf16(), nullptr),
               cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::LaunchLayerNormBackward(
+                  dinp.get(), dw.get(), db.get(), dinp_sums.get(), d.get(),
+                  inp.get(), weight.get(), mean.get(), rstd.get(), rows, C,
+                  scratch.get(), 95, bf16(), nullptr),
+              cudaErrorInvalidValue);
+    EXPECT_TRUE(SameBits(dinp.values(), dinp0)) << "nothing ran";
   }
 }
 
