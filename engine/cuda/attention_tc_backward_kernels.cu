@@ -318,34 +318,56 @@ __device__ __forceinline__ void StoreTransposed(bf16* ds,
 
 // Warp-wide, in the block's turn at a query tile: the warp's partial dQ
 // (its 16 rows from row0, over the block's keys) goes into the fp32 sums
-// `sum` (kD floats a row): stored by the first key tile, added by the
-// others; the last (the diagonal tile) writes scale x the total as bf16
-// to dq (rows out_row apart) instead. Rows at or past `seq` are skipped.
+// `sum` (kD floats a row): stored by the first key tile, added at L2 by
+// the others (block_turns::AddPairL2, no load), except the last (the
+// diagonal tile), which loads the sums and writes scale x the total as
+// bf16 to dq (rows out_row apart) instead: kGroup columns' pairs at a
+// time, loaded before any is used (a trip to L2 a group, where a load
+// after each store would wait for each; groups, not all of them, to keep
+// the registers of hs 128 within bounds). Rows at or past `seq` are
+// skipped.
 template <int kD>
 __device__ void AddToDqSums(bf16* dq, int64_t out_row, float* sum,
                             const float (&part)[kD / 8][4], int64_t row0,
                             int64_t seq, bool first, bool last, float scale) {
+  constexpr int kGroup = 4;  // of the kD / 8 column pairs a lane holds
+  static_assert(kD / 8 % kGroup == 0);
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t row = row0 + g + 8 * r;
-    if (row >= seq) continue;
+  for (int n0 = 0; n0 < kD / 8; n0 += kGroup) {
+    float before[2][kGroup][2] = {};
+    if (last && !first) {
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      const int col = n * 8 + 2 * t;
-      float v[2] = {part[n][2 * r], part[n][2 * r + 1]};
-      float* at = sum + row * kD + col;
-      if (!first) {
-        float before[2];
-        block_turns::LoadPairL2(at, before);
-        v[0] = before[0] + v[0];
-        v[1] = before[1] + v[1];
+      for (int r = 0; r < 2; ++r) {
+        const int64_t row = row0 + g + 8 * r;
+        if (row >= seq) continue;
+#pragma unroll
+        for (int n = 0; n < kGroup; ++n) {
+          block_turns::LoadPairL2(sum + row * kD + (n0 + n) * 8 + 2 * t,
+                                  before[r][n]);
+        }
       }
-      if (last) {
-        St(dq + row * out_row + col, v[0] * scale);
-        St(dq + row * out_row + col + 1, v[1] * scale);
-      } else {
-        block_turns::StorePairL2(at, v[0], v[1]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = row0 + g + 8 * r;
+      if (row >= seq) continue;
+#pragma unroll
+      for (int n = 0; n < kGroup; ++n) {
+        const int col = (n0 + n) * 8 + 2 * t;
+        float v[2] = {part[n0 + n][2 * r], part[n0 + n][2 * r + 1]};
+        if (last) {
+          if (!first) {
+            v[0] = before[r][n][0] + v[0];
+            v[1] = before[r][n][1] + v[1];
+          }
+          St(dq + row * out_row + col, v[0] * scale);
+          St(dq + row * out_row + col + 1, v[1] * scale);
+        } else if (first) {
+          block_turns::StorePairL2(sum + row * kD + col, v[0], v[1]);
+        } else {
+          block_turns::AddPairL2(sum + row * kD + col, v[0], v[1]);
+        }
       }
     }
   }
@@ -378,12 +400,12 @@ __device__ __forceinline__ void AddInTurn(int* turns, const TcGeometry& g,
 // the block's keys, and in its turn at the query tile (block_turns.h) the
 // block adds that partial sum to the tile's fp32 sums. Key tiles take
 // their turns in ascending order (counters start at 0): key tile 0
-// stores, the diagonal tile, the last to add, writes dq = scale x the
-// total. So each dq element is ((P_0 + P_1) + P_2) + ... over its key
-// tiles on every run: deterministic with 5 products a tile pair where the
-// two-kernel backward has 7, at the price of the fp32 sums' traffic (read
-// and written once a tile pair) and the waits; dk and dv are the same
-// bits either way. Block (bh, kt) waits only on (bh, kt - 1), a lower
+// stores, the ones after add at L2, the diagonal tile, the last to add,
+// writes dq = scale x the total. So each dq element is ((P_0 + P_1) + P_2)
+// + ... over its key tiles on every run: deterministic with 5 products a
+// tile pair where the two-kernel backward has 7, at the price of the fp32
+// sums' traffic (an L2 reduction a tile pair) and the waits; dk and dv are the
+// same bits either way. Block (bh, kt) waits only on (bh, kt - 1), a lower
 // linear index. REQUIRES: delta written (the query-side or the delta
 // kernel runs first on the same stream); with kWithDq the turns zeroed
 // (without, dq_sums and turns are not read). Tiles in the kSwz layout

@@ -1,9 +1,9 @@
 // Turns between the blocks of one kernel launch, for sums that several
-// blocks add to in a fixed order (deterministic without atomic adds): a
-// counter in global memory says whose turn it is; a block waits until it
-// reads its own number, adds, and passes the turn on by counting up. Also
-// the loads and stores of the sums themselves, which go through L2 only
-// (an SM's L1 is not coherent with other SMs' writes).
+// blocks add to in a fixed order (deterministic: an add's order is the
+// turns'): a counter in global memory says whose turn it is; a block waits
+// until it reads its own number, adds, and passes the turn on by counting
+// up. Also the loads, stores and adds of the sums themselves, which go
+// through L2 only (an SM's L1 is not coherent with other SMs' writes).
 //
 // Progress needs every block a waiter waits for to be running or done:
 // the kernels using turns wait only on blocks of a lower linear index,
@@ -26,6 +26,7 @@
 #if defined(TRAINYARD_CUDA_EMULATION)
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <thread>
 #endif
@@ -64,6 +65,19 @@ inline void StorePairL2(float* p, float a, float b) {
   memcpy(p, v, 8);
 }
 
+// red.global.add.f32's arithmetic: subnormal inputs and results flushed to
+// zero of their sign. In a turn, no other block touches the pair.
+inline float FlushSubnormal(float x) {
+  return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x;
+}
+inline void AddPairL2(float* p, float a, float b) {
+  float v[2];
+  memcpy(v, p, 8);
+  v[0] = FlushSubnormal(FlushSubnormal(v[0]) + FlushSubnormal(a));
+  v[1] = FlushSubnormal(FlushSubnormal(v[1]) + FlushSubnormal(b));
+  memcpy(p, v, 8);
+}
+
 #else  // the GPU
 
 __device__ __forceinline__ void WaitForTurn(const int* turn, int mine) {
@@ -91,6 +105,19 @@ __device__ __forceinline__ void LoadPairL2(const float* p, float (&v)[2]) {
 }
 __device__ __forceinline__ void StorePairL2(float* p, float a, float b) {
   __stcg(reinterpret_cast<float2*>(p), make_float2(a, b));
+}
+
+// *p += (a, b) at L2, 8 bytes (8-byte aligned), without the round trip of
+// a load: a reduction the SM issues and moves on from. Round to nearest
+// even, subnormal inputs and results flushed to zero (the PTX ISA's
+// atom/red .add.f32 on global memory). Ordered after the adds of earlier
+// turns by the turn's acquire, and before the next turn's by the fence
+// before PassTurn.
+__device__ __forceinline__ void AddPairL2(float* p, float a, float b) {
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};"
+               :
+               : "l"(p), "f"(a), "f"(b)
+               : "memory");
 }
 
 #endif
