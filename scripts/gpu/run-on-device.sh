@@ -304,6 +304,14 @@ run_first() {
     YARD_ATTENTION_TILING=$t bounded 110 "$elog" "${ours[@]}"
     grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
   done
+  # The ordered backward (its dQ adds now L2 reductions) where
+  # attention_bench found it faster than the two kernels.
+  if grep -E '^attention backward ordered-dq:' "$klog" | tail -n 1 |
+    grep -qE ', 0\.[0-9]+x the two'; then
+    note "gpt_train_bench 124m bf16, YARD_ATTENTION_BACKWARD=ordered-dq"
+    YARD_ATTENTION_BACKWARD=ordered-dq bounded 110 "$elog" "${ours[@]}"
+    grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
+  fi
   bounded 240 "$elog" python3 "$root/bench/engine/gpt_torch_gpu_bench.py" \
     --csv "$csv" --config 124m --precision bf16 --micro-batch max
   # (The unswizzled wgmma tiling and the ordered backward were timed on
