@@ -333,21 +333,9 @@ __device__ void AddToDqSums(bf16* dq, int64_t out_row, float* sum,
   constexpr int kGroup = 4;  // of the kD / 8 column pairs a lane holds
   static_assert(kD / 8 % kGroup == 0);
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int n0 = 0; n0 < kD / 8; n0 += kGroup) {
-    float before[2][kGroup][2] = {};
-    if (last && !first) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t row = row0 + g + 8 * r;
-        if (row >= seq) continue;
-#pragma unroll
-        for (int n = 0; n < kGroup; ++n) {
-          block_turns::LoadPairL2(sum + row * kD + (n0 + n) * 8 + 2 * t,
-                                  before[r][n]);
-        }
-      }
-    }
+  // visit(r, n, sums at (row, col)) for the lane's rows before `seq` and
+  // the group's columns from n0.
+  const auto each_pair = [&](int n0, auto&& visit) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t row = row0 + g + 8 * r;
@@ -355,21 +343,33 @@ __device__ void AddToDqSums(bf16* dq, int64_t out_row, float* sum,
 #pragma unroll
       for (int n = 0; n < kGroup; ++n) {
         const int col = (n0 + n) * 8 + 2 * t;
-        float v[2] = {part[n0 + n][2 * r], part[n0 + n][2 * r + 1]};
-        if (last) {
-          if (!first) {
-            v[0] = before[r][n][0] + v[0];
-            v[1] = before[r][n][1] + v[1];
-          }
-          St(dq + row * out_row + col, v[0] * scale);
-          St(dq + row * out_row + col + 1, v[1] * scale);
-        } else if (first) {
-          block_turns::StorePairL2(sum + row * kD + col, v[0], v[1]);
-        } else {
-          block_turns::AddPairL2(sum + row * kD + col, v[0], v[1]);
-        }
+        visit(r, n, row, col, sum + row * kD + col);
       }
     }
+  };
+#pragma unroll
+  for (int n0 = 0; n0 < kD / 8; n0 += kGroup) {
+    float before[2][kGroup][2] = {};
+    if (last && !first) {
+      each_pair(n0, [&](int r, int n, int64_t, int, const float* at) {
+        block_turns::LoadPairL2(at, before[r][n]);
+      });
+    }
+    each_pair(n0, [&](int r, int n, int64_t row, int col, float* at) {
+      float v[2] = {part[n0 + n][2 * r], part[n0 + n][2 * r + 1]};
+      if (last) {
+        if (!first) {
+          v[0] = before[r][n][0] + v[0];
+          v[1] = before[r][n][1] + v[1];
+        }
+        St(dq + row * out_row + col, v[0] * scale);
+        St(dq + row * out_row + col + 1, v[1] * scale);
+      } else if (first) {
+        block_turns::StorePairL2(at, v[0], v[1]);
+      } else {
+        block_turns::AddPairL2(at, v[0], v[1]);
+      }
+    });
   }
 }
 
