@@ -4,12 +4,13 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/replace_file.h"
+#include "common/status_macros.h"
 #include "trainyard/v1/admin.grpc.pb.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
@@ -61,14 +62,8 @@ absl::StatusOr<std::unique_ptr<HealthEndpoint>> HealthEndpoint::Start(
   }
   endpoint->address_ = absl::StrCat(listen.substr(0, colon), ":", bound);
   if (!address_file.empty()) {
-    const std::string tmp = address_file + ".tmp";
-    std::ofstream(tmp, std::ios::trunc) << endpoint->address_ << "\n";
-    std::error_code ec;
-    std::filesystem::rename(tmp, address_file, ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("cannot write ", address_file, ": ", ec.message()));
-    }
+    RETURN_IF_ERROR(
+        ReplaceFileDurably(address_file, endpoint->address_ + "\n"));
     endpoint->address_file_ = address_file;
   }
   return endpoint;

@@ -5,11 +5,11 @@
 
 #include <exception>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/replace_file.h"
 #include "common/status_macros.h"
 
 namespace trainyard {
@@ -44,24 +44,6 @@ absl::StatusOr<HostPort> ParseListen(const std::string& listen,
   return hp;
 }
 
-absl::Status WriteAddressFile(const std::string& path,
-                              const std::string& address) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << address << "\n";
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status CheckMetricsListen(const std::string& listen,
@@ -94,7 +76,8 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   endpoint->exposer_->RegisterCollectable(endpoint->collectable_);
   endpoint->address_ = absl::StrCat(hp.host, ":", ports.front());
   if (!options.address_file.empty()) {
-    RETURN_IF_ERROR(WriteAddressFile(options.address_file, endpoint->address_));
+    RETURN_IF_ERROR(
+        ReplaceFileDurably(options.address_file, endpoint->address_ + "\n"));
     endpoint->address_file_ = options.address_file;
   }
   return endpoint;

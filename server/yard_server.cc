@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/grpc_credentials.h"
 #include "common/log.h"
+#include "common/replace_file.h"
 #include "common/status_macros.h"
 #include "scheduler/placement_policy.h"
 #include "server/admin_service.h"
@@ -70,30 +71,6 @@ absl::StatusOr<HostPort> SplitHostPort(const std::string& listen) {
 bool IsLoopbackHost(const std::string& host) {
   return host == "localhost" || host == "[::1]" ||
          absl::StartsWith(host, "127.");
-}
-
-// Writes `content` to `path` atomically (a temporary file, fsynced, then
-// renamed over it), the new file created with `mode`.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& content,
-                                 mode_t mode = 0644) {
-  const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-  }
-  const bool written =
-      ::write(fd, content.data(), content.size()) ==
-          static_cast<ssize_t>(content.size()) &&
-      ::fsync(fd) == 0;
-  ::close(fd);
-  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 std::string Trimmed(std::string s) {
@@ -392,10 +369,9 @@ absl::Status YardServer::Parts::OpenAuth() {
                    auth_store->CreateToken("workers", v1::WORKER,
                                            "created on first start"));
   const std::string admin_file = o.state_dir + "/admin.token";
-  RETURN_IF_ERROR(WriteFileAtomically(admin_file, admin.token + "\n", 0600));
-  RETURN_IF_ERROR(
-      WriteFileAtomically(o.state_dir + "/worker.token", worker.token + "\n",
-                          0600));
+  RETURN_IF_ERROR(ReplaceFileDurably(admin_file, admin.token + "\n", 0600));
+  RETURN_IF_ERROR(ReplaceFileDurably(o.state_dir + "/worker.token",
+                                     worker.token + "\n", 0600));
   std::fprintf(stderr,
                "yard-server: first start; admin token (shown once, also in "
                "%s):\n  %s\n",
@@ -536,7 +512,7 @@ absl::Status YardServer::Parts::Serve() {
           : "127.0.0.1",
       ":", port);
   address_file = options.state_dir + "/yard-server.addr";
-  return WriteFileAtomically(address_file, address + "\n");
+  return ReplaceFileDurably(address_file, address + "\n");
 }
 
 absl::Status YardServer::Parts::ServeSidePorts() {

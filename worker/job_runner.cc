@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <system_error>
 
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/proto_time.h"
+#include "common/replace_file.h"
 #include "common/status_macros.h"
 #include "worker/attempt_dirs.h"
 #include "worker/gpu_selection.h"
@@ -20,27 +20,6 @@
 namespace trainyard::worker {
 namespace fs = std::filesystem;
 namespace {
-
-absl::Status WriteFileAtomically(const fs::path& path,
-                                 const std::string& contents) {
-  const fs::path temp = path.string() + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << contents;
-    out.close();
-    if (!out) {
-      return absl::InternalError(absl::StrCat("cannot write ", temp.string()));
-    }
-  }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("cannot rename ", temp.string(),
-                                            " to ", path.string(), ": ",
-                                            ec.message()));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::string> SpecJson(const trainyard::v1::JobSpec& spec) {
   std::string json;
@@ -271,7 +250,7 @@ absl::StatusOr<JobLaunch> JobRunner::PrepareLaunch(
   }
   ASSIGN_OR_RETURN(std::string json, SpecJson(a.spec()));
   const fs::path spec_path = dir / "spec.json";
-  RETURN_IF_ERROR(WriteFileAtomically(spec_path, json + "\n"));
+  RETURN_IF_ERROR(ReplaceFileDurably(spec_path.string(), json + "\n"));
 
   // The server sends an absolute directory on the shared checkpoint root;
   // without one the job still resumes across attempts on this worker.

@@ -20,6 +20,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/replace_file.h"
+#include "common/status_macros.h"
 #include "server/metrics_endpoint.h"
 #include "worker/job_runner.h"
 
@@ -298,20 +300,7 @@ absl::StatusOr<std::string> LoadOrCreateWorkerId(const std::string& work_dir,
   std::random_device random;
   const std::string id =
       absl::StrFormat("%s-%08x", Sanitized(hostname), random());
-  const fs::path temp = path.string() + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << id << "\n";
-    out.close();
-    if (!out)
-      return absl::InternalError(absl::StrCat("cannot write ", temp.string()));
-  }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot write ", path.string(), ": ", ec.message()));
-  }
+  RETURN_IF_ERROR(ReplaceFileDurably(path.string(), id + "\n"));
   return id;
 }
 

@@ -84,18 +84,6 @@ absl::Status WriteFileDurably(const std::string& path, absl::string_view data) {
   return writer.Close();
 }
 
-absl::Status ReplaceFileDurably(const std::string& path,
-                                absl::string_view data) {
-  const std::string temp = path + ".tmp";
-  RETURN_IF_ERROR(WriteFileDurably(temp, data));
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    return ErrnoStatus(absl::StrCat("cannot rename ", temp, " over it"), path,
-                       errno);
-  }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  return SyncDirectory(dir.empty() ? "." : dir);
-}
-
 absl::Status SyncDirectory(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("cannot open directory", path, errno);

@@ -45,12 +45,6 @@ class DurableFileWriter {
 // Whole-file write + fsync.
 absl::Status WriteFileDurably(const std::string& path, absl::string_view data);
 
-// `path` replaced whole by `data`: written durably to path + ".tmp", renamed
-// over `path` and its directory synced, so a reader (or a crash) sees the
-// old file or the new one, never a part.
-absl::Status ReplaceFileDurably(const std::string& path,
-                                absl::string_view data);
-
 // fsync on a directory, so renames and new entries inside it are durable.
 absl::Status SyncDirectory(const std::string& path);
 

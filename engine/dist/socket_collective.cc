@@ -21,8 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/read_file.h"
+#include "common/replace_file.h"
 #include "common/status_macros.h"
-#include "engine/core/file_io.h"
 
 namespace trainyard::engine {
 namespace {

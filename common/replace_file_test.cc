@@ -1,5 +1,7 @@
-// file_io.h: ReplaceFileDurably.
-#include "engine/core/file_io.h"
+// replace_file.h: ReplaceFileDurably.
+#include "common/replace_file.h"
+
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
@@ -8,15 +10,15 @@
 #include "common/read_file.h"
 #include "gtest/gtest.h"
 
-namespace trainyard::engine {
+namespace trainyard {
 namespace {
 
 namespace fs = std::filesystem;
 
-class FileIoTest : public ::testing::Test {
+class ReplaceFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "file_io_test/" +
+    dir_ = ::testing::TempDir() + "replace_file_test/" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -26,7 +28,7 @@ class FileIoTest : public ::testing::Test {
 
 // A new file, then the same path replaced whole: the new contents, no
 // temporary file left beside it.
-TEST_F(FileIoTest, ReplaceFileDurablyWritesThenReplacesWhole) {
+TEST_F(ReplaceFileTest, ReplaceFileDurablyWritesThenReplacesWhole) {
   const std::string path = dir_ + "/choices";
   ASSERT_TRUE(ReplaceFileDurably(path, "first, and longer\n").ok());
   EXPECT_EQ(ReadWholeFile(path, 1024).value_or(""), "first, and longer\n");
@@ -37,7 +39,7 @@ TEST_F(FileIoTest, ReplaceFileDurablyWritesThenReplacesWhole) {
 
 // Where it cannot write, the error names the path and the file is left as
 // it was.
-TEST_F(FileIoTest, ReplaceFileDurablyFailsNamingThePath) {
+TEST_F(ReplaceFileTest, ReplaceFileDurablyFailsNamingThePath) {
   const std::string missing = dir_ + "/no-such-dir/choices";
   const absl::Status s = ReplaceFileDurably(missing, "x");
   EXPECT_FALSE(s.ok());
@@ -49,7 +51,20 @@ TEST_F(FileIoTest, ReplaceFileDurablyFailsNamingThePath) {
   EXPECT_FALSE(over.ok());
   EXPECT_TRUE(absl::StrContains(over.message(), "cannot rename")) << over;
   EXPECT_TRUE(fs::is_directory(taken + "/inside"));
+  EXPECT_FALSE(fs::exists(taken + ".tmp"));
+}
+
+// The file takes the mode asked for (tokens: 0600), even where a leftover
+// temporary file had another.
+TEST_F(ReplaceFileTest, ReplaceFileDurablyCreatesWithTheMode) {
+  const std::string path = dir_ + "/token";
+  ASSERT_TRUE(ReplaceFileDurably(path + ".tmp", "left over\n", 0666).ok());
+  ASSERT_TRUE(ReplaceFileDurably(path, "secret\n", 0600).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  EXPECT_EQ(ReadWholeFile(path, 1024).value_or(""), "secret\n");
 }
 
 }  // namespace
-}  // namespace trainyard::engine
+}  // namespace trainyard
