@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/test_dir.h"
 #include "engine/core/checkpoint.h"
 #include "engine/core/rng.h"
 #include "gmock/gmock.h"
@@ -33,10 +34,6 @@ std::string ReadAll(const std::string& path) {
 class CheckpointDownloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = ::testing::TempDir() + "checkpoint_download_test/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
     engine::Checkpoint c;
     c.meta.step = 40;
     c.meta.rng_state = engine::Rng(1).SerializeState();
@@ -83,7 +80,8 @@ class CheckpointDownloadTest : public ::testing::Test {
     return d.Finish();
   }
 
-  std::string root_;
+  TestDir tmp_;
+  const std::string root_ = tmp_.path();
   std::string meta_;
   std::string tensors_;
 };

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "common/read_file.h"
+#include "common/test_dir.h"
 #include "gtest/gtest.h"
 
 namespace trainyard {
@@ -17,13 +18,8 @@ namespace fs = std::filesystem;
 
 class ReplaceFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "replace_file_test/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  std::string dir_;
+  TestDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 // A new file, then the same path replaced whole: the new contents, no

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/test_dir.h"
 #include "engine/core/checkpoint.h"
 #include "engine/data/token_data.h"
 #include "engine/job_config.h"
@@ -26,10 +27,6 @@ struct RecordingSink : TrainerEventSink {
 class GptJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "gpt_job_test/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     // A small, learnable text: rhymes over a 20-character alphabet.
     std::string text;
     const char* lines[] = {"the cat sat on the mat\n", "a bat can nap\n",
@@ -68,7 +65,9 @@ class GptJobTest : public ::testing::Test {
     return job;
   }
 
-  std::string dir_, text_path_;
+  TestDir tmp_;
+  const std::string dir_ = tmp_.path();
+  std::string text_path_;
   RecordingSink sink_;
 };
 

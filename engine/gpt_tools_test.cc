@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "absl/strings/match.h"
+#include "common/test_dir.h"
 #include "engine/core/checkpoint.h"
 #include "engine/core/file_io.h"
 #include "engine/core/gpt_sampler.h"
@@ -29,10 +30,6 @@ struct NullSink : TrainerEventSink {
 class GptToolsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "gpt_tools_test/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
     std::string text;
     for (int i = 0; i < 60; ++i) text += "to be or not to be, that is it\n";
     std::ofstream(dir_ + "/text.txt") << text;
@@ -67,7 +64,8 @@ class GptToolsTest : public ::testing::Test {
     return WeightsOf(*job);
   }
 
-  std::string dir_;
+  TestDir tmp_;
+  const std::string dir_ = tmp_.path();
   NullSink sink_;
 };
 

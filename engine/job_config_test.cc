@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "common/test_dir.h"
 #include "engine/event_proto.h"
 #include "engine/train_job.h"
 #include "gtest/gtest.h"
@@ -161,8 +162,8 @@ TEST(JobConfigTest, PathsMustStayInsideTheDataRoot) {
 
 TEST(JobConfigTest, InitFromIsAModelFolderInsideTheDataRoot) {
   namespace fs = std::filesystem;
-  const fs::path base = fs::path(::testing::TempDir()) / "job_config_init";
-  fs::remove_all(base);
+  TestDir tmp;
+  const fs::path base = tmp.path();
   fs::create_directories(base / "root" / "hf");
   for (const char* f : {"root/text.txt", "root/hf/config.json",
                         "root/hf/model.safetensors", "secret"}) {
@@ -272,16 +273,14 @@ class TrainJobTest : public ::testing::Test {
     job.trainer.micro_batch = 32;
     job.trainer.eval_every_steps = 0;
     job.trainer.checkpoint.every_steps = 0;
-    job.trainer.checkpoint.dir =
-        ::testing::TempDir() + "train_job_test/" +
-        ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(job.trainer.checkpoint.dir);
+    job.trainer.checkpoint.dir = tmp_.File("checkpoints");
     return job;
   }
   struct NullSink : TrainerEventSink {
     void Emit(const TrainerEvent& e) override { events.push_back(e); }
     std::vector<TrainerEvent> events;
   } sink_;
+  TestDir tmp_;
 };
 
 TEST_F(TrainJobTest, RunsASmallJob) {

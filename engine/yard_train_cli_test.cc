@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/test_dir.h"
 #include "engine/core/checkpoint.h"
 #include "gtest/gtest.h"
 #include "trainyard/v1/trainer.pb.h"
@@ -29,6 +30,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using ::trainyard::TestDir;
 
 struct Result {
   int exit_code = -1;
@@ -106,13 +108,6 @@ trainyard::v1::TrainerEvent Parse(const std::string& line) {
 
 class YardTrainCliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "yard_train_cli_test/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-
   // A small MNIST job; `steps` and `extra` YAML vary per test.
   std::string WriteSpec(int64_t steps, const std::string& extra = "") {
     const std::string path = dir_ + "/spec.yaml";
@@ -137,7 +132,8 @@ class YardTrainCliTest : public ::testing::Test {
         "json", "--threads", "2",           "--checkpoint-dir", dir_ + "/ck"};
   }
 
-  std::string dir_;
+  TestDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(YardTrainCliTest, FinishesWithJsonEventsOnly) {

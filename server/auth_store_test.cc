@@ -5,10 +5,10 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/sqlite_db.h"
-#include "server/test_dir.h"
 
 namespace trainyard::server {
 namespace {

@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/test_dir.h"
 #include "engine/core/checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/test_dir.h"
 
 namespace trainyard::server {
 namespace {

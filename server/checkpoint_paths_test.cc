@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/test_dir.h"
 #include "gtest/gtest.h"
-#include "server/test_dir.h"
 
 namespace trainyard::server {
 namespace {

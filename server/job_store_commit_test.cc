@@ -6,10 +6,10 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/job_store.h"
-#include "server/test_dir.h"
 
 namespace trainyard::server {
 namespace {

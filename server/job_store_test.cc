@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/test_dir.h"
 
 namespace trainyard::server {
 namespace {

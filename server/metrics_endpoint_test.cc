@@ -20,10 +20,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server_flags.h"
-#include "server/test_dir.h"
 #include "server/yard_server.h"
 
 namespace trainyard::server {

@@ -2,19 +2,18 @@
 
 #include <unistd.h>
 
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/gpu_models.h"
-#include "sim/test_files.h"
 
 namespace trainyard::sim {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::TempDir;
 
 TEST(OpenbTraceTest, ReadsNodes) {
-  TempDir dir;
+  TestDir dir;
   auto nodes =
       LoadOpenbNodes(dir.Write("n.csv",
                                "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -32,7 +31,7 @@ TEST(OpenbTraceTest, ReadsNodes) {
 }
 
 TEST(OpenbTraceTest, ReadsPodsWithAndWithoutTimes) {
-  TempDir dir;
+  TestDir dir;
   auto pods = LoadOpenbPods(dir.Write(
       "p.csv",
       "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
@@ -60,7 +59,7 @@ TEST(OpenbTraceTest, ReadsPodsWithAndWithoutTimes) {
 }
 
 TEST(OpenbTraceTest, BadInputNamesFileAndLine) {
-  TempDir dir;
+  TestDir dir;
   auto bad_number = LoadOpenbPods(dir.Write(
       "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nq,x,1,1,10\n"));
   ASSERT_FALSE(bad_number.ok());
@@ -85,18 +84,18 @@ constexpr char kPodHeader[] =
     "creation_time,deletion_time,scheduled_time\n";
 constexpr char kNodeHeader[] = "sn,cpu_milli,memory_mib,gpu,model\n";
 
-std::string PodError(const TempDir& dir, const std::string& text) {
+std::string PodError(const TestDir& dir, const std::string& text) {
   return std::string(
       LoadOpenbPods(dir.Write("p.csv", text)).status().message());
 }
 
-std::string NodeError(const TempDir& dir, const std::string& text) {
+std::string NodeError(const TestDir& dir, const std::string& text) {
   return std::string(
       LoadOpenbNodes(dir.Write("n.csv", text)).status().message());
 }
 
 TEST(OpenbTraceTest, HeaderMustNameTheTraceColumnsInOrder) {
-  TempDir dir;
+  TestDir dir;
   const std::string p = dir.path() + "/p.csv";
   const std::string n = dir.path() + "/n.csv";
   EXPECT_EQ(PodError(dir,
@@ -115,7 +114,7 @@ TEST(OpenbTraceTest, HeaderMustNameTheTraceColumnsInOrder) {
 }
 
 TEST(OpenbTraceTest, RowsMustHaveAsManyFieldsAsTheHeader) {
-  TempDir dir;
+  TestDir dir;
   EXPECT_EQ(PodError(dir, std::string(kPodHeader) +
                               "A,1000,1024,1,1000,,LS,Running,0,100\n"),
             dir.path() + "/p.csv:2: expected 11 fields, got 10");
@@ -128,7 +127,7 @@ TEST(OpenbTraceTest, RowsMustHaveAsManyFieldsAsTheHeader) {
 }
 
 TEST(OpenbTraceTest, RepeatedPodNamesAndNodeIdsAreErrors) {
-  TempDir dir;
+  TestDir dir;
   EXPECT_EQ(PodError(dir, std::string(kPodHeader) +
                               "A,1,1,1,1000,,LS,Running,0,100,0\n"
                               "B,1,1,1,1000,,LS,Running,0,100,0\n"
@@ -142,7 +141,7 @@ TEST(OpenbTraceTest, RepeatedPodNamesAndNodeIdsAreErrors) {
 }
 
 TEST(OpenbTraceTest, EveryNumericFieldIsBounded) {
-  TempDir dir;
+  TestDir dir;
   const std::string p = dir.path() + "/p.csv:2: ";
   const std::string n = dir.path() + "/n.csv:2: ";
   // 2^44 MiB once wrapped to 0 bytes and the pod was placed.
@@ -180,7 +179,7 @@ TEST(OpenbTraceTest, EveryNumericFieldIsBounded) {
 }
 
 TEST(OpenbTraceTest, GpuSpecBecomesWorkerGpuNames) {
-  TempDir dir;
+  TestDir dir;
   auto pods = LoadOpenbPods(dir.Write(
       "p.csv", std::string(kPodHeader) +
                    "A,1,1,1,1000,V100M16|V100M32|V100M32,LS,R,0,100,0\n"
@@ -206,7 +205,7 @@ TEST(OpenbTraceTest, GpuSpecBecomesWorkerGpuNames) {
 // Every model of the trace's node list gets a name no other one's contains,
 // so a gpu_spec entry matches only nodes of its own model.
 TEST(OpenbTraceTest, NodesGpusCarryTheirModelsName) {
-  TempDir dir;
+  TestDir dir;
   auto nodes = LoadOpenbNodes(
       dir.Write("n.csv",
                 "sn,cpu_milli,memory_mib,gpu,model\na,8000,8192,2,P100\n"

@@ -2,24 +2,23 @@
 
 #include <limits>
 
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/best_fit_policy.h"
 #include "scheduler/first_fit_policy.h"
-#include "sim/test_files.h"
 
 namespace trainyard::sim {
 namespace {
 
 using ::testing::DoubleNear;
-using testing::TempDir;
 
 constexpr char kHeader[] =
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
     "creation_time,deletion_time,scheduled_time\n";
 
 std::vector<scheduler::WorkerCapacity> OneGpu() {
-  TempDir dir;
+  TestDir dir;
   auto nodes = LoadOpenbNodes(dir.Write(
       "n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,8000,8192,1,T4\n"));
   EXPECT_TRUE(nodes.ok()) << nodes.status();
@@ -27,7 +26,7 @@ std::vector<scheduler::WorkerCapacity> OneGpu() {
 }
 
 std::vector<TracePod> Pods(const std::string& rows) {
-  TempDir dir;
+  TestDir dir;
   auto pods = LoadOpenbPods(dir.Write("p.csv", kHeader + rows));
   EXPECT_TRUE(pods.ok()) << pods.status();
   return *pods;
@@ -57,7 +56,7 @@ TEST(ReplayTest, QueuesWhatDoesNotFitAndMeasuresWaits) {
 // A T4 node and a V100 node: the two pods asking a V100 take turns on it
 // although the T4 is idle, and the pod asking an A10 can never run.
 TEST(ReplayTest, PodsGoOnlyToNodesOfTheirGpuSpec) {
-  TempDir dir;
+  TestDir dir;
   auto nodes =
       LoadOpenbNodes(dir.Write("n.csv",
                                "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -116,7 +115,7 @@ TEST(ReplayTest, PercentileInterpolatesBetweenClosestRanks) {
 // jobs p99 lies between the two largest waits (184.6), not at the second
 // largest (10).
 TEST(ReplayTest, P99WaitOfAFewJobsInterpolatesTowardTheMax) {
-  TempDir dir;
+  TestDir dir;
   auto nodes = LoadOpenbNodes(dir.Write(
       "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\n"));
   ASSERT_TRUE(nodes.ok()) << nodes.status();

@@ -1,20 +1,19 @@
 #include "sim/saturation.h"
 
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/best_fit_policy.h"
 #include "scheduler/fgd_policy.h"
 #include "scheduler/first_fit_policy.h"
-#include "sim/test_files.h"
 
 namespace trainyard::sim {
 namespace {
 
 using ::testing::DoubleNear;
-using testing::TempDir;
 
 std::vector<scheduler::WorkerCapacity> Cluster() {
-  TempDir dir;
+  TestDir dir;
   auto nodes = LoadOpenbNodes(dir.Write("n.csv",
                                         "sn,cpu_milli,memory_mib,gpu,model\n"
                                         "a,8000,8192,1,T4\nb,8000,8192,1,T4\n"
@@ -24,7 +23,7 @@ std::vector<scheduler::WorkerCapacity> Cluster() {
 }
 
 std::vector<TracePod> Pods(const std::string& rows) {
-  TempDir dir;
+  TestDir dir;
   auto pods = LoadOpenbPods(dir.Write(
       "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + rows));
   EXPECT_TRUE(pods.ok()) << pods.status();

@@ -5,8 +5,6 @@
 //   base/secret.gz          outside the root
 //   base/root/              the data root
 //   base/root/mnist/images.gz
-#include <limits.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "spec/spec.h"
@@ -26,22 +25,12 @@ using ::testing::HasSubstr;
 class DataPathTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/yardpathXXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    char real[PATH_MAX];
-    ASSERT_NE(::realpath(tmpl.c_str(), real), nullptr);
-    base_ = real;
-    root_ = base_ + "/root";
     MakeDir(root_);
     MakeDir(root_ + "/mnist");
     Touch(root_ + "/mnist/images.gz");
     Touch(base_ + "/secret.gz");
     MakeDir(base_ + "/outside");
     Touch(base_ + "/outside/x.gz");
-  }
-  void TearDown() override {
-    std::string cmd = "rm -rf '" + base_ + "'";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
   }
   static void MakeDir(const std::string& path) {
     ASSERT_EQ(::mkdir(path.c_str(), 0755), 0) << path;
@@ -67,7 +56,9 @@ class DataPathTest : public ::testing::Test {
     return r.ok() ? *r : "";
   }
 
-  std::string base_, root_;
+  TestDir tmp_;
+  const std::string base_ = tmp_.path();
+  const std::string root_ = base_ + "/root";
 };
 
 TEST_F(DataPathTest, LinkAtTheEndLeadingOut) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "spec/spec.h"
@@ -36,20 +37,12 @@ checkpoint: {every_steps: 500}
 class ValidationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "/yardspecXXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    base_ = tmpl;
-    root_ = base_ + "/root";
     ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
     ASSERT_EQ(::mkdir((root_ + "/mnist").c_str(), 0755), 0);
     Touch(root_ + "/mnist/images.gz");
     Touch(root_ + "/mnist/labels.gz");
     Touch(base_ + "/secret.gz");
     options_.data_root = root_;
-  }
-  void TearDown() override {
-    std::string cmd = "rm -rf '" + base_ + "'";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
   }
   static void Touch(const std::string& path) { std::ofstream(path) << "x"; }
 
@@ -65,7 +58,9 @@ class ValidationTest : public ::testing::Test {
     return std::string(s.message());
   }
 
-  std::string base_, root_;
+  TestDir tmp_;
+  const std::string base_ = tmp_.path();
+  const std::string root_ = base_ + "/root";
   ValidationOptions options_;
 };
 

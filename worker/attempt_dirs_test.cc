@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/test_dir.h"
 #include "gtest/gtest.h"
 #include "worker/test_scripts.h"
 
@@ -29,8 +30,8 @@ class PruneAttemptDirsTest : public ::testing::Test {
     return dir;
   }
 
-  testing::TempDir tmp_;
-  const std::string jobs_ = tmp_.Sub("jobs");
+  TestDir tmp_;
+  const std::string jobs_ = tmp_.File("jobs");
 };
 
 TEST_F(PruneAttemptDirsTest, KeepsTheLastUsedEndedAttemptsAndTheRunningOnes) {
@@ -60,19 +61,19 @@ TEST_F(PruneAttemptDirsTest, LeavesWhatIsNotAnAttemptDirectory) {
   std::ofstream(checkpoints / "latest") << "step-10";
   std::ofstream(fs::path(jobs_) / "j-1" / "note") << "kept";
   std::ofstream(fs::path(jobs_) / "stray") << "kept";
-  fs::create_directories(tmp_.Sub("elsewhere/1"));
-  fs::create_directory_symlink(tmp_.Sub("elsewhere"),
+  fs::create_directories(tmp_.File("elsewhere/1"));
+  fs::create_directory_symlink(tmp_.File("elsewhere"),
                                fs::path(jobs_) / "j-link");
   EXPECT_EQ(PruneAttemptDirs(jobs_, {}, 0), 1);
   EXPECT_FALSE(fs::exists(attempt));
   EXPECT_TRUE(fs::exists(checkpoints / "latest"));
   EXPECT_TRUE(fs::exists(fs::path(jobs_) / "j-1" / "note"));
   EXPECT_TRUE(fs::exists(fs::path(jobs_) / "stray"));
-  EXPECT_TRUE(fs::exists(tmp_.Sub("elsewhere/1"))) << "links not followed";
+  EXPECT_TRUE(fs::exists(tmp_.File("elsewhere/1"))) << "links not followed";
 }
 
 TEST_F(PruneAttemptDirsTest, AMissingJobsDirectoryIsNothingToDo) {
-  EXPECT_EQ(PruneAttemptDirs(tmp_.Sub("none"), {}, 0), 0);
+  EXPECT_EQ(PruneAttemptDirs(tmp_.File("none"), {}, 0), 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/test_scripts.h"
@@ -30,9 +31,9 @@ std::string ReadFile(const std::string& path) {
 class JobRunnerTest : public ::testing::Test {
  protected:
   JobRunnerTest() {
-    std::filesystem::create_directories(tmp_.Sub("data"));
-    options_.work_dir = tmp_.Sub("work");
-    options_.data_root = tmp_.Sub("data");
+    std::filesystem::create_directories(tmp_.File("data"));
+    options_.work_dir = tmp_.File("work");
+    options_.data_root = tmp_.File("data");
     options_.train_bin = testing::WriteFakeTrainer(tmp_.path());
     options_.cpu_slots = 2;
   }
@@ -45,7 +46,7 @@ class JobRunnerTest : public ::testing::Test {
 
   v1::Assignment Job(const std::string& id, const std::string& mode,
                      int attempt = 1) {
-    return MakeAssignment(id, attempt, mode, tmp_.Sub("ckpt/" + id));
+    return MakeAssignment(id, attempt, mode, tmp_.File("ckpt/" + id));
   }
 
   void Start(const std::string& id, const std::string& mode, int attempt = 1) {
@@ -58,7 +59,7 @@ class JobRunnerTest : public ::testing::Test {
         [&](const auto& u) { return HasEvent(u, id, attempt, kind); });
   }
 
-  testing::TempDir tmp_;
+  TestDir tmp_;
   JobRunnerOptions options_;
   testing::ReportCollector reports_;
   std::unique_ptr<JobRunner> runner_;
@@ -96,7 +97,7 @@ TEST_F(JobRunnerTest, RunsJobAndReportsEventsLogAndExit) {
   EXPECT_THAT(log, HasSubstr("warning on stderr\n"));
   EXPECT_THAT(log, HasSubstr("args: run " + dir + "/spec.json --data-root " +
                              options_.data_root + " --checkpoint-dir " +
-                             tmp_.Sub("ckpt/j1") +
+                             tmp_.File("ckpt/j1") +
                              " --progress json --threads 1 --lease-fd 0\n"));
   EXPECT_THAT(log, HasSubstr("cwd: " + dir + "\n"));
   EXPECT_THAT(log, HasSubstr("job: j1/1 gpus=[]\n"));
@@ -400,7 +401,7 @@ TEST_F(JobRunnerTest, AGpuWithoutAUsableUuidGoesByIndex) {
 }
 
 TEST_F(JobRunnerTest, MissingTrainBinaryFailsTheJob) {
-  options_.train_bin = tmp_.Sub("no-such-yard-train");
+  options_.train_bin = tmp_.File("no-such-yard-train");
   Start("j1", "succeed");
   auto exit = reports_.WaitExit("j1", 1);
   ASSERT_TRUE(exit.has_value());
@@ -559,7 +560,7 @@ TEST_F(JobRunnerTest, RefusesBadAssignments) {
   EXPECT_THAT(error_of("j1", 1), HasSubstr("no GPU 0"));
   EXPECT_THAT(error_of("j2", 1), HasSubstr("asks for 1 GPUs"));
   EXPECT_TRUE(runner().Running().empty());
-  EXPECT_FALSE(std::filesystem::exists(tmp_.Sub("escape")));
+  EXPECT_FALSE(std::filesystem::exists(tmp_.File("escape")));
 }
 
 TEST_F(JobRunnerTest, RepeatedAssignmentOfARunningAttemptIsIgnored) {

@@ -1,26 +1,10 @@
 #include "worker/test_scripts.h"
 
-#include <stdlib.h>
 #include <sys/stat.h>
 
-#include <filesystem>
 #include <fstream>
 
 namespace trainyard::worker::testing {
-namespace fs = std::filesystem;
-
-TempDir::TempDir() {
-  const char* tmp = getenv("TMPDIR");
-  std::string pattern =
-      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-      "/yard-worker-test-XXXXXX";
-  path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  if (!path_.empty()) fs::remove_all(path_, ec);
-}
 
 std::string WriteExecutable(const std::string& dir, const std::string& name,
                             const std::string& body) {

@@ -1,4 +1,4 @@
-// Test support for the worker's tests: temporary directories, a fake
+// Test support for the worker's tests: a fake
 // yard-train (a shell script whose behaviour is picked by the spec's name),
 // and a thread-safe collector of job reports that tests wait on with a
 // deadline instead of sleeping. Test-only code.
@@ -16,18 +16,6 @@
 #include "trainyard/v1/worker.pb.h"
 
 namespace trainyard::worker::testing {
-
-// A fresh directory under $TMPDIR, removed with everything in it.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // Writes an executable file `dir`/`name` with `body`; returns its path.
 std::string WriteExecutable(const std::string& dir, const std::string& name,

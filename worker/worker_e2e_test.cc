@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/proto_time.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/fake_worker_service.h"
@@ -48,12 +49,12 @@ class WorkerE2eTest : public ::testing::Test {
   void SetUp() override {
     server_ = FakeServer::Start(hub_);
     ASSERT_NE(server_, nullptr);
-    std::filesystem::create_directories(tmp_.Sub("data"));
+    std::filesystem::create_directories(tmp_.File("data"));
     WorkerConfig config;
     config.worker_id = "worker-1";
     config.hostname = "node-a";
-    config.runner.work_dir = tmp_.Sub("work");
-    config.runner.data_root = tmp_.Sub("data");
+    config.runner.work_dir = tmp_.File("work");
+    config.runner.data_root = tmp_.File("data");
     config.runner.train_bin = testing::WriteFakeTrainer(tmp_.path());
     config.runner.cpu_slots = 2;
     config.link.server_address = server_->address();
@@ -68,7 +69,7 @@ class WorkerE2eTest : public ::testing::Test {
               int attempt = 1) {
     ServerMessage m;
     *m.mutable_assignment() =
-        testing::MakeAssignment(job, attempt, mode, tmp_.Sub("ckpt/" + job));
+        testing::MakeAssignment(job, attempt, mode, tmp_.File("ckpt/" + job));
     hub_.Send(m);
   }
 
@@ -85,7 +86,7 @@ class WorkerE2eTest : public ::testing::Test {
 
   FakeServerHub hub_;
   std::unique_ptr<FakeServer> server_;
-  testing::TempDir tmp_;
+  TestDir tmp_;
   std::unique_ptr<Worker> worker_;
 };
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/child_process.h"
@@ -69,9 +70,9 @@ TEST(WorkerBinaryTest, UsageErrorIsOneLineAndExitTwo) {
 }
 
 TEST(WorkerBinaryTest, AJoinTokenIsRequired) {
-  testing::TempDir tmp;
+  TestDir tmp;
   auto worker =
-      RunWorker({"--server", "127.0.0.1:1", "--work-dir", tmp.Sub("work")},
+      RunWorker({"--server", "127.0.0.1:1", "--work-dir", tmp.File("work")},
                 /*token=*/"");
   ASSERT_NE(worker, nullptr);
   const std::string err = StderrOfExited(*worker);
@@ -84,9 +85,9 @@ class WorkerProcessTest : public ::testing::Test {
   void SetUp() override {
     server_ = FakeServer::Start(hub_);
     ASSERT_NE(server_, nullptr);
-    std::filesystem::create_directories(tmp_.Sub("data"));
+    std::filesystem::create_directories(tmp_.File("data"));
     worker_ = RunWorker({"--server", server_->address(), "--work-dir",
-                         tmp_.Sub("work"), "--data-root", tmp_.Sub("data"),
+                         tmp_.File("work"), "--data-root", tmp_.File("data"),
                          "--train-bin", testing::WriteFakeTrainer(tmp_.path()),
                          "--name", "bin-test", "--shutdown-grace-ms", "20000"});
     ASSERT_NE(worker_, nullptr);
@@ -105,7 +106,7 @@ class WorkerProcessTest : public ::testing::Test {
   int StartJob(const std::string& job, const std::string& mode) {
     trainyard::v1::ServerMessage m;
     *m.mutable_assignment() =
-        testing::MakeAssignment(job, 1, mode, tmp_.Sub("ckpt"));
+        testing::MakeAssignment(job, 1, mode, tmp_.File("ckpt"));
     hub_.Send(m);
     // The started TrainerEvent means the fake trainer has set its traps.
     EXPECT_TRUE(hub_.WaitFor([&](const auto& r) {
@@ -118,7 +119,7 @@ class WorkerProcessTest : public ::testing::Test {
 
   FakeServerHub hub_;
   std::unique_ptr<FakeServer> server_;
-  testing::TempDir tmp_;
+  TestDir tmp_;
   std::unique_ptr<ChildProcess> worker_;
 };
 
@@ -154,9 +155,9 @@ class WorkerGpuTest : public ::testing::Test {
   void SetUp() override {
     server_ = FakeServer::Start(hub_);
     ASSERT_NE(server_, nullptr);
-    std::filesystem::create_directories(tmp_.Sub("driver"));
+    std::filesystem::create_directories(tmp_.File("driver"));
     std::filesystem::create_symlink(FAKE_NVML_PATH,
-                                    tmp_.Sub("driver/libnvidia-ml.so.1"));
+                                    tmp_.File("driver/libnvidia-ml.so.1"));
   }
 
   void TearDown() override {
@@ -169,11 +170,11 @@ class WorkerGpuTest : public ::testing::Test {
   // Starts the worker with `env` on top of the fake driver.
   void Start(std::vector<std::string> args, std::vector<std::string> env) {
     const char* path = std::getenv("LD_LIBRARY_PATH");
-    env.push_back("LD_LIBRARY_PATH=" + tmp_.Sub("driver") +
+    env.push_back("LD_LIBRARY_PATH=" + tmp_.File("driver") +
                   (path != nullptr ? std::string(":") + path : ""));
     std::vector<std::string> all = {
         "--server",    server_->address(),
-        "--work-dir",  tmp_.Sub("work"),
+        "--work-dir",  tmp_.File("work"),
         "--data-root", tmp_.path(),
         "--train-bin", testing::WriteFakeTrainer(tmp_.path()),
         "--name",      "gpu-node"};
@@ -206,7 +207,7 @@ class WorkerGpuTest : public ::testing::Test {
     EXPECT_TRUE(hub_.WaitFor([](const auto& r) { return HasHello(r, 1); }));
     trainyard::v1::ServerMessage m;
     trainyard::v1::Assignment& a = *m.mutable_assignment();
-    a = testing::MakeAssignment(job, 1, "succeed", tmp_.Sub("ckpt"));
+    a = testing::MakeAssignment(job, 1, "succeed", tmp_.File("ckpt"));
     a.mutable_spec()->mutable_resources()->set_gpus(1);
     a.add_gpu_indices(index);
     hub_.Send(m);
@@ -235,7 +236,7 @@ class WorkerGpuTest : public ::testing::Test {
 
   FakeServerHub hub_;
   std::unique_ptr<FakeServer> server_;
-  testing::TempDir tmp_;
+  TestDir tmp_;
   std::unique_ptr<ChildProcess> worker_;
 };
 

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/test_dir.h"
 #include "gtest/gtest.h"
 
 namespace trainyard::worker {
@@ -77,10 +78,8 @@ int SeriesWithJobLabel(const WorkerMetrics& m) {
 }
 
 std::string Promtool(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/worker-metrics.txt";
-  FILE* f = fopen(path.c_str(), "w");
-  fputs(text.c_str(), f);
-  fclose(f);
+  TestDir dir;
+  const std::string path = dir.Write("worker-metrics.txt", text);
   FILE* p = popen(("promtool check metrics < " + path + " 2>&1").c_str(), "r");
   std::string out;
   char buf[512];

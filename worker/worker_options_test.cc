@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/test_scripts.h"
@@ -142,37 +143,37 @@ class WorkDirTest : public ::testing::Test {
   WorkerFlags Flags() {
     WorkerFlags f;
     f.server = "h:1";
-    f.work_dir = tmp_.Sub("work/nested");
+    f.work_dir = tmp_.File("work/nested");
     f.data_root = tmp_.path();
     f.train_bin =
         testing::WriteExecutable(tmp_.path(), "yard-train", "#!/bin/sh\n");
     return f;
   }
-  testing::TempDir tmp_;
+  TestDir tmp_;
 };
 
 TEST_F(WorkDirTest, ResolveCreatesWorkDirAndFindsTrainBinBesideUs) {
   WorkerFlags f = Flags();
   f.train_bin.clear();
-  ASSERT_TRUE(ResolveWorkerPaths(f, tmp_.Sub("yard-worker")).ok());
-  EXPECT_TRUE(std::filesystem::is_directory(tmp_.Sub("work/nested")));
-  EXPECT_EQ(f.train_bin, tmp_.Sub("yard-train"));
+  ASSERT_TRUE(ResolveWorkerPaths(f, tmp_.File("yard-worker")).ok());
+  EXPECT_TRUE(std::filesystem::is_directory(tmp_.File("work/nested")));
+  EXPECT_EQ(f.train_bin, tmp_.File("yard-train"));
   EXPECT_TRUE(std::filesystem::path(f.work_dir).is_absolute());
 }
 
 TEST_F(WorkDirTest, ResolveRejectsBadPaths) {
   WorkerFlags f = Flags();
-  f.data_root = tmp_.Sub("missing");
+  f.data_root = tmp_.File("missing");
   EXPECT_THAT(ResolveWorkerPaths(f, "").message(), HasSubstr("--data-root"));
 
   f = Flags();
-  f.train_bin = tmp_.Sub("missing-train");
+  f.train_bin = tmp_.File("missing-train");
   EXPECT_THAT(ResolveWorkerPaths(f, "").message(),
               HasSubstr("not an executable"));
 
   f = Flags();
-  std::ofstream(tmp_.Sub("file")) << "x";
-  f.work_dir = tmp_.Sub("file");
+  std::ofstream(tmp_.File("file")) << "x";
+  f.work_dir = tmp_.File("file");
   EXPECT_THAT(ResolveWorkerPaths(f, "").message(), HasSubstr("--work-dir"));
 }
 
@@ -187,7 +188,7 @@ TEST_F(WorkDirTest, WorkerIdIsGeneratedOnceAndKept) {
 }
 
 TEST_F(WorkDirTest, CorruptWorkerIdFileIsAnError) {
-  std::ofstream(tmp_.Sub("worker_id")) << "bad id/with slash\n";
+  std::ofstream(tmp_.File("worker_id")) << "bad id/with slash\n";
   auto id = LoadOrCreateWorkerId(tmp_.path(), "", "h");
   ASSERT_FALSE(id.ok());
   EXPECT_THAT(id.status().message(), HasSubstr("not a worker id"));

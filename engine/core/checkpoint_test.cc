@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "common/test_dir.h"
 #include "engine/core/file_io.h"
 #include "engine/core/rng.h"
 #include "gmock/gmock.h"
@@ -22,12 +23,6 @@ namespace fs = std::filesystem;
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = ::testing::TempDir() + "checkpoint_test/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-  }
-
   static Checkpoint Sample(int64_t step) {
     Checkpoint c;
     c.meta.step = step;
@@ -43,7 +38,9 @@ class CheckpointTest : public ::testing::Test {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
 
-  std::string root_;
+  TestDir tmp_;
+  // Made by the first checkpoint written.
+  const std::string root_ = tmp_.File("checkpoints");
 };
 
 TEST_F(CheckpointTest, TheTensorsRecordOfMetaJsonChecksACopy) {

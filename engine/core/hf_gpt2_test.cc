@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/test_dir.h"
 #include "engine/core/file_io.h"
 #include "engine/core/json.h"
 #include "gtest/gtest.h"
@@ -47,8 +48,6 @@ std::vector<HostTensor> TinyParams(const GptConfig& c) {
 class HfGpt2Test : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "hf_gpt2_test";
-    std::filesystem::remove_all(dir_);
     ASSERT_TRUE(WriteHfGpt2(dir_, config_, TinyParams(config_), Json()).ok());
     config_json_ = *ReadWholeFile(dir_ + "/config.json", 1 << 20);
     weights_ = *ReadWholeFile(dir_ + "/model.safetensors", 1 << 20);
@@ -65,7 +64,10 @@ class HfGpt2Test : public ::testing::Test {
   }
 
   GptConfig config_{1, 1, 4, 4, 8};
-  std::string dir_, config_json_, weights_;
+  TestDir tmp_;
+  // Made by WriteHfGpt2.
+  const std::string dir_ = tmp_.File("model");
+  std::string config_json_, weights_;
 };
 
 TEST_F(HfGpt2Test, ParsesFromMemory) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/test_dir.h"
 #include "engine/core/file_io.h"
 #include "engine/core/mlp.h"
 #include "engine/core/trainer_test_support.h"
@@ -45,9 +46,6 @@ class TrainerTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_NE(train_, nullptr) << "the MNIST slices did not load";
-    dir_ = ::testing::TempDir() + "trainer_test/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
   }
 
   static TrainerConfig Config(int64_t steps, int64_t accum = 1) {
@@ -94,7 +92,9 @@ class TrainerTest : public ::testing::Test {
 
   static MnistExamples* train_;
   static MnistExamples* eval_;
-  std::string dir_;
+  TestDir tmp_;
+  // Made by the trainer.
+  const std::string dir_ = tmp_.File("run");
 };
 
 MnistExamples* TrainerTest::train_ = nullptr;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_dir.h"
 #include "engine/core/adamw.h"
 #include "engine/core/file_io.h"
 #include "engine/core/gpt.h"
@@ -229,12 +230,7 @@ class CudaTrainingTest : public CudaGptTest {
     delete windows_;
     windows_ = nullptr;
   }
-  void SetUp() override {
-    CudaGptTest::SetUp();
-    dir_ = ::testing::TempDir() + "cuda_gpt_test/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { CudaGptTest::SetUp(); }
 
   static TrainerConfig Config(int64_t steps) {
     TrainerConfig c;
@@ -273,7 +269,8 @@ class CudaTrainingTest : public CudaGptTest {
   }
 
   static TokenWindows* windows_;
-  std::string dir_;
+  TestDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 TokenWindows* CudaTrainingTest::windows_ = nullptr;

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/match.h"
+#include "common/test_dir.h"
 #include "engine/core/file_io.h"
 #include "gtest/gtest.h"
 
@@ -13,11 +14,7 @@ namespace {
 
 class TokenShardTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/token_shards";
-    std::filesystem::create_directories(dir_);
-  }
-  std::string Path(const char* name) { return dir_ + "/" + name; }
+  std::string Path(const char* name) { return tmp_.File(name); }
   // A valid shard of `tokens`, then `edit` applied to its bytes.
   std::string Shard(const char* name, std::vector<int32_t> tokens,
                     const std::function<void(std::string&)>& edit = {}) {
@@ -36,7 +33,7 @@ class TokenShardTest : public ::testing::Test {
     EXPECT_FALSE(s.ok());
     return std::string(s.message());
   }
-  std::string dir_;
+  TestDir tmp_;
 };
 
 TEST_F(TokenShardTest, ReadsWhatWasWrittenAndAppends) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/test_dir.h"
 #include "engine/core/mlp.h"
 #include "engine/core/trainer.h"
 #include "engine/core/trainer_test_support.h"
@@ -82,10 +83,6 @@ class DataParallelTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_NE(train_, nullptr) << "the MNIST slices did not load";
-    dir_ = ::testing::TempDir() + "data_parallel_test/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
   }
 
   static TrainerConfig Config(int64_t steps, int64_t micro_batch,
@@ -181,7 +178,8 @@ class DataParallelTest : public ::testing::Test {
 
   static MnistExamples* train_;
   static MnistExamples* eval_;
-  std::string dir_;
+  TestDir tmp_;
+  const std::string dir_ = tmp_.path();
   absl::Duration io_timeout_ = absl::Seconds(30);
 };
 

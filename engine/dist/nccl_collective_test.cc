@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -33,13 +34,6 @@ int Gpus() {
     GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this machine " \
                  << "has " << Gpus();                                   \
   }
-
-std::string FreshDir(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/nccl_", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 SocketCollectiveOptions RankOptions(const std::string& dir, int rank,
                                     int world) {
@@ -86,7 +80,8 @@ void OnEveryRank(int world, const std::function<void(int)>& body) {
 
 TEST(NcclCollectiveTest, OneRankCommunicatorLeavesTheValuesAndBucketsWork) {
   REQUIRE_GPUS(1);
-  auto ranks = SocketCollective::Connect(RankOptions(FreshDir("one"), 0, 1));
+  TestDir tmp;
+  auto ranks = SocketCollective::Connect(RankOptions(tmp.path(), 0, 1));
   ASSERT_TRUE(ranks.ok()) << ranks.status();
   GpuRank gpu(0, 1000);
   std::vector<float> values(1000);
@@ -105,7 +100,8 @@ TEST(NcclCollectiveTest, OneRankCommunicatorLeavesTheValuesAndBucketsWork) {
 
 TEST(NcclCollectiveTest, TwoRanksSumAndHoldTheSameBits) {
   REQUIRE_GPUS(2);
-  const std::string dir = FreshDir("two");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   constexpr int64_t kN = 1 << 20;
   std::vector<std::vector<float>> got(2);
   std::vector<absl::Status> status(2);
@@ -150,7 +146,8 @@ void TakeTheIdOnly(SocketCollective& ranks) {
 
 TEST(NcclCollectiveTest, APeerThatNeverFormsTheRingFailsTheOtherAtOnce) {
   REQUIRE_GPUS(1);
-  const std::string dir = FreshDir("never");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   absl::Status status;
   OnEveryRank(2, [&](int r) {
     auto ranks = SocketCollective::Connect(RankOptions(dir, r, 2));
@@ -173,7 +170,8 @@ TEST(NcclCollectiveTest, APeerThatNeverFormsTheRingFailsTheOtherAtOnce) {
 // deadline, and the message names that bound (not the per-call one).
 TEST(NcclCollectiveTest, APeerAliveButAbsentEndsAtTheConnectDeadline) {
   REQUIRE_GPUS(1);
-  const std::string dir = FreshDir("absent");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   absl::Status status;
   absl::Notification rank0_done;
   OnEveryRank(2, [&](int r) {
@@ -197,7 +195,8 @@ TEST(NcclCollectiveTest, APeerAliveButAbsentEndsAtTheConnectDeadline) {
 
 TEST(NcclCollectiveTest, APeerThatDiesMidStepFailsTheOtherWithoutAHang) {
   REQUIRE_GPUS(2);
-  const std::string dir = FreshDir("dies");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   absl::Status status;
   OnEveryRank(2, [&](int r) {
     auto ranks = SocketCollective::Connect(RankOptions(dir, r, 2));

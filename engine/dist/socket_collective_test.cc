@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/test_dir.h"
 #include "engine/core/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -15,13 +16,6 @@ namespace trainyard::engine {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string FreshDir(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/", name);
-  EXPECT_TRUE(RemoveTree(dir).ok());
-  EXPECT_TRUE(MakeDirectories(dir).ok());
-  return dir;
-}
 
 SocketCollectiveOptions Options(const std::string& dir, int rank, int world) {
   SocketCollectiveOptions o;
@@ -41,7 +35,8 @@ void OnEveryRank(int world, const std::function<void(int)>& body) {
 }
 
 TEST(SocketCollectiveTest, SumsInRankOrderAndEveryRankGetsTheSameBits) {
-  const std::string dir = FreshDir("sum");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   constexpr int kWorld = 3;
   // Values whose float sum depends on the order, so a wrong order shows.
   auto value = [](int rank, int i) {
@@ -79,7 +74,8 @@ TEST(SocketCollectiveTest, SumsInRankOrderAndEveryRankGetsTheSameBits) {
 
 // Rank 0 listens on an IPv6 address as well: here the loopback.
 TEST(SocketCollectiveTest, RanksMeetOverIpv6) {
-  const std::string dir = FreshDir("ipv6");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   std::vector<float> x(2);
   std::vector<absl::Status> status(2);
   OnEveryRank(2, [&](int r) {
@@ -130,7 +126,8 @@ TEST(SocketCollectiveTest, RefusesBadRanksAndMissingRendezvous) {
 }
 
 TEST(SocketCollectiveTest, AMissingRankTimesOutWithTheCount) {
-  const std::string dir = FreshDir("missing");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   SocketCollectiveOptions o = Options(dir, 0, 3);
   o.connect_timeout = absl::Milliseconds(300);
   const absl::Status s = SocketCollective::Connect(o).status();
@@ -146,7 +143,8 @@ TEST(SocketCollectiveTest, AMissingRankTimesOutWithTheCount) {
 // A stop request (SIGTERM) is honoured while the ranks meet, by rank 0
 // waiting for the others and by a rank waiting for rank 0 alike.
 TEST(SocketCollectiveTest, AStopRequestEndsTheWaitForTheOtherRanks) {
-  const std::string dir = FreshDir("stop");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   for (int rank : {0, 1}) {
     std::atomic<bool> stop{false};
     SocketCollectiveOptions o = Options(dir, rank, 2);
@@ -165,7 +163,8 @@ TEST(SocketCollectiveTest, AStopRequestEndsTheWaitForTheOtherRanks) {
 }
 
 TEST(SocketCollectiveTest, ALeftoverRendezvousFileIsNotTrusted) {
-  const std::string dir = FreshDir("stale");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   // An earlier attempt's file: a port nobody listens on and an old nonce.
   ASSERT_TRUE(WriteFileDurably(dir + "/rendezvous",
                                "127.0.0.1 1 0123456789abcdef0123456789abcdef\n")
@@ -180,7 +179,8 @@ TEST(SocketCollectiveTest, ALeftoverRendezvousFileIsNotTrusted) {
 }
 
 TEST(SocketCollectiveTest, APeerThatDiesFailsTheOthersAtOnceNamingIt) {
-  const std::string dir = FreshDir("dies");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   std::vector<absl::Status> status(2);
   OnEveryRank(2, [&](int r) {
     auto c = SocketCollective::Connect(Options(dir, r, 2));
@@ -201,7 +201,8 @@ TEST(SocketCollectiveTest, APeerThatDiesFailsTheOthersAtOnceNamingIt) {
 }
 
 TEST(SocketCollectiveTest, RanksOutOfStepAreCaught) {
-  const std::string dir = FreshDir("step");
+  TestDir tmp;
+  const std::string dir = tmp.path();
   std::vector<absl::Status> status(2);
   OnEveryRank(2, [&](int r) {
     auto c = SocketCollective::Connect(Options(dir, r, 2));
