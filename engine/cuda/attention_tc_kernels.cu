@@ -538,9 +538,8 @@ cudaError_t LaunchWarpgroupProductCheck(float* d, const void* a, const void* b,
   return attention_tc::WithHeadSize(n, [&](auto nn) {
     constexpr int kN = decltype(nn)::value;
     const auto launch = [&](auto kernel) {
-      return attention_tc::LaunchWithSmem(
-          kernel, attention_tc::kProductCheckSmem, dim3(1),
-          warpgroup_mma::kThreads, stream, d, x, y, swap);
+      return LaunchWithSmem(kernel, attention_tc::kProductCheckSmem, dim3(1),
+                            warpgroup_mma::kThreads, stream, d, x, y, swap);
     };
     using attention_tc::WarpgroupProductKernel;
     const auto with = [&](auto swz) -> cudaError_t {
@@ -602,7 +601,7 @@ cudaError_t LaunchAttentionForwardTc(AttentionTcTiling tiling, void* out,
             constexpr int kGroups = decltype(groups)::value;
             constexpr int kRows = warpgroup_mma::kRows * kGroups;
             grid.y = static_cast<unsigned>((g.seq + kRows - 1) / kRows);
-            return attention_tc::LaunchWithSmem(
+            return LaunchWithSmem(
                 attention_tc::AttentionForwardWgKernel<kD, kSwz, kGroups>,
                 attention_tc::ForwardWgSmem<kD, kSwz, kGroups>::kBytes, grid,
                 warpgroup_mma::kThreads * kGroups, stream, o, lse, x, g);

@@ -57,6 +57,7 @@
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/attention_tc_kernels.h"
 #include "engine/cuda/exp2_ftz.h"
+#include "engine/cuda/launch_with_smem.cuh"
 #include "engine/cuda/vec16.cuh"
 #include "engine/cuda/warp_mma.h"
 #include "engine/cuda/warpgroup_mma.h"
@@ -826,27 +827,6 @@ cudaError_t WithTiling(AttentionTcTiling tiling, int64_t head_size,
   }
   if (tiling.warps == 2) return with_rows(Int<2>{}, Int<2>{}, Bool<false>{});
   return with_rows(Int<2>{}, Int<4>{}, Bool<false>{});
-}
-
-// Kernels above 48 KB of dynamic shared memory must opt in, per device;
-// the call is cheap, so every launch makes it for the current device.
-template <typename Kernel, typename... Args>
-cudaError_t LaunchWithSmem(Kernel kernel, size_t bytes, dim3 grid, int threads,
-                           cudaStream_t stream, Args... args) {
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(bytes));
-  if (e != cudaSuccess) return e;
-  // All of an SM's L1 as shared memory: the blocks an SM is meant to hold
-  // (three or four key or query sides of 56-64 KB, five warpgroup
-  // forwards of 41 KB) need more than 200 KB of it, and their tiles come
-  // in by cp.async, past L1.
-  e = cudaFuncSetAttribute(kernel,
-                           cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared);
-  if (e != cudaSuccess) return e;
-  kernel<<<grid, threads, bytes, stream>>>(args...);
-  return cudaGetLastError();
 }
 
 }  // namespace trainyard::engine::cuda::attention_tc

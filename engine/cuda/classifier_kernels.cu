@@ -20,11 +20,13 @@
 // So the logits are read once in the forward and once in the backward
 // given the lse (twice without), and nothing of [rows, classes] exists
 // beside them. The forward-backward does both in one block a row: the
-// statistics' read, then the gradient's read and write in place while the
-// row is still in L2, with the lse it has just taken.
+// statistics' read, then the gradient written in place with the lse it has
+// just taken, from the row as that read kept it in shared memory where the
+// row fits (kMaxStageBytes), else read again, from L2 while it is there.
 //
 // Access: the row is read (and the gradient written) in 16-byte packs
-// (vec16.cuh: 8 bf16 or 4 fp32), thread t taking packs t, t + 512, ...; a
+// (vec16.cuh: 8 bf16 or 4 fp32), thread t taking packs t, t + 512, ...
+// (the statistics' pass loads four of them before it uses the first); a
 // row that does not start 16-byte aligned (classes not a multiple of the
 // pack) has its unaligned head and tail, fewer than a pack each, taken
 // element by element by threads 0, 1, ... (ForOwned). A thread thus visits
@@ -45,12 +47,24 @@
 #include "engine/cuda/act_type.cuh"
 #include "engine/cuda/classifier_kernels.h"
 #include "engine/cuda/exp2_ftz.h"
+#include "engine/cuda/launch_with_smem.cuh"
 #include "engine/cuda/vec16.cuh"
 
 namespace trainyard::engine::cuda {
 namespace {
 
 constexpr int kRowThreads = 512;
+
+// Packs a thread of the statistics' pass loads before it uses the first of
+// them (ForOwnedLoaded).
+constexpr int kLoadsInFlight = 4;
+
+// The most shared memory a staged row takes: two such blocks an SM (228 KB
+// of shared memory, 1 KB of it reserved a block), 16 warps, so that one
+// block's loads run while the other sums or writes. Bf16 rows of up to
+// 57,344 classes; longer ones, and fp32 rows of more than 28,672, are read
+// twice.
+constexpr size_t kMaxStageBytes = 112 * 1024;
 
 // e^(x - shift) for every entry of a row, given shift2 = shift log2(e).
 // For bf16 logits, one fused multiply-add and one ex2.approx.ftz
@@ -117,18 +131,23 @@ __device__ __forceinline__ void Accumulate(SoftmaxStats& s, const float (&v)[N],
 
 // The row's statistics, returned to every thread. REQUIRES: every thread of
 // the block calls it; blockDim.x a multiple of 32.
+// With `stage` (shared memory, a Words16 a pack of the row's split), each
+// pack is also kept there as read, pack k at stage[k], for the gradient
+// pass of the same thread.
 template <typename T>
-__device__ SoftmaxStats RowStats(const T* x, int64_t classes) {
+__device__ SoftmaxStats RowStats(const T* x, int64_t classes,
+                                 Words16* stage = nullptr) {
   SoftmaxStats s;
-  ForOwned(
-      SplitAligned(classes, x), threadIdx.x, blockDim.x,
+  ForOwnedLoaded<kLoadsInFlight>(
+      SplitAligned(classes, x), x, threadIdx.x, blockDim.x,
       [&](int64_t c) {
         const float v[1] = {Ld(x + c)};
         Accumulate<T>(s, v, static_cast<int>(c));
       },
-      [&](int64_t c) {
+      [&](int64_t c, int64_t k, const Words16& packed) {
+        if (stage != nullptr) Store16(stage + k, packed, AccessSite::current());
         float v[kPack<T>];
-        LdPack(x + c, v);
+        Unpack<T>(packed, v);
         Accumulate<T>(s, v, static_cast<int>(c));
       });
 #pragma unroll
@@ -150,21 +169,29 @@ __device__ SoftmaxStats RowStats(const T* x, int64_t classes) {
 
 // d = (exp(x - shift) * inv - onehot(t)) * scale over one row. Each
 // thread reads an entry before it writes that same entry, so d may be x.
+// With `stage` (in place only: d == x), the packs are read from where
+// RowStats kept them, by the thread that kept them.
 template <typename T>
 __device__ void RowGradient(T* d, const T* x, int64_t t, float shift, float inv,
-                            float scale, int64_t classes) {
+                            float scale, int64_t classes,
+                            const Words16* stage = nullptr) {
   const float shift2 = shift * kLog2e;
   const auto grad = [&](float v, int64_t c) {
     return (RowExp<T>(v, shift, shift2) * inv - (c == t ? 1.f : 0.f)) * scale;
   };
   // Split for x and d together: in place they are one array; apart, packs
   // only where both are aligned at the same entries.
+  const PackSplit<kPack<T>> split = SplitAligned(classes, x, d);
   ForOwned(
-      SplitAligned(classes, x, d), threadIdx.x, blockDim.x,
+      split, threadIdx.x, blockDim.x,
       [&](int64_t c) { St(d + c, grad(Ld(x + c), c)); },
       [&](int64_t c) {
         float v[kPack<T>];
-        LdPack(x + c, v);
+        if (stage != nullptr) {
+          Unpack<T>(stage[(c - split.head) / kPack<T>], v);
+        } else {
+          LdPack(x + c, v);
+        }
 #pragma unroll
         for (int k = 0; k < kPack<T>; ++k) v[k] = grad(v[k], c + k);
         StPack(d + c, v);
@@ -176,18 +203,28 @@ __device__ void RowGradient(T* d, const T* x, int64_t t, float shift, float inv,
 // backward kernel given that lse (every thread computes it as thread 0
 // writes it). The target's logit is read before the row statistics' barrier,
 // after which the gradient overwrites it.
-template <typename T>
+//
+// kStaged (with dlogits == logits): the row's packs are kept in shared
+// memory (PackCount<T>(classes) Words16 of dynamic shared memory) as the
+// statistics' pass reads them, and the gradient pass takes them from there
+// instead of reading the row again: from L2 if it is still there, which
+// for rows of 100 KB (GPT-2's 50,304 classes in bf16), four blocks an SM
+// on 132 SMs, is more than L2 holds. The same bits either way.
+template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kRowThreads)
     SoftmaxCrossEntropyForwardKernel(float* losses, int32_t* hits, float* lse,
                                      const T* logits, T* dlogits,
                                      const int32_t* targets, float scale,
                                      int64_t classes) {
+  extern __shared__ __align__(16) unsigned char row_stage[];
+  Words16* const stage =
+      kStaged ? reinterpret_cast<Words16*>(row_stage) : nullptr;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * classes;
   const int32_t t = targets[row];
   const bool valid = t >= 0 && t < classes;
   const float target_logit = threadIdx.x == 0 && valid ? Ld(x + t) : 0.f;
-  const SoftmaxStats s = RowStats(x, classes);
+  const SoftmaxStats s = RowStats(x, classes, stage);
   if (threadIdx.x == 0) {
     losses[row] = valid ? logf(s.sum) - (target_logit - s.max) : nanf("");
     // A row of -inf (or NaN) has no max seen; the CPU calls index 0 its max.
@@ -197,7 +234,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   if (dlogits != nullptr) {
     RowGradient(dlogits + row * classes, x, t, s.max + logf(s.sum), 1.f, scale,
-                classes);
+                classes, stage);
   }
 }
 
@@ -235,10 +272,10 @@ cudaError_t LaunchSoftmaxCrossEntropyForward(float* losses, int32_t* hits,
   if (rows > 0x7fffffff || classes >= INT_MAX) return cudaErrorInvalidValue;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
-                                       0, stream>>>(
-        losses, hits, lse, As<T>(logits), static_cast<T*>(nullptr), targets,
-        0.f, classes);
+    SoftmaxCrossEntropyForwardKernel<T, false>
+        <<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+            losses, hits, lse, As<T>(logits), static_cast<T*>(nullptr), targets,
+            0.f, classes);
     return cudaGetLastError();
   });
 }
@@ -251,10 +288,19 @@ cudaError_t LaunchSoftmaxCrossEntropyForwardBackward(
   if (rows > 0x7fffffff || classes >= INT_MAX) return cudaErrorInvalidValue;
   return DispatchAct(bf16, [&](auto t) {
     using T = decltype(t);
-    SoftmaxCrossEntropyForwardKernel<<<static_cast<unsigned>(rows), kRowThreads,
-                                       0, stream>>>(
-        losses, hits, lse, As<T>(logits), As<T>(logits), targets, scale,
-        classes);
+    const size_t stage_bytes =
+        static_cast<size_t>(PackCount<T>(classes)) * sizeof(Words16);
+    if (stage_bytes <= kMaxStageBytes) {
+      return LaunchWithSmem(SoftmaxCrossEntropyForwardKernel<T, true>,
+                            stage_bytes, dim3(static_cast<unsigned>(rows)),
+                            kRowThreads, stream, losses, hits, lse,
+                            static_cast<const T*>(As<T>(logits)), As<T>(logits),
+                            targets, scale, classes);
+    }
+    SoftmaxCrossEntropyForwardKernel<T, false>
+        <<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+            losses, hits, lse, As<T>(logits), As<T>(logits), targets, scale,
+            classes);
     return cudaGetLastError();
   });
 }

@@ -34,8 +34,9 @@ cudaError_t LaunchSoftmaxCrossEntropyBackward(
 // kernel: losses, hits and lse (hits and lse unless null) as the forward
 // writes them, and `logits` overwritten by (softmax - onehot(target))
 // * scale, the same bits as the two launches above. One block a row reads
-// its row twice, the second time mostly from L2, where the two launches
-// read the whole [rows, classes] twice from memory.
+// its row once, keeping it in shared memory for the gradient (rows of up to
+// 112 KB; a longer row is read again, from L2 while it is there), where the
+// two launches read the whole [rows, classes] twice from memory.
 cudaError_t LaunchSoftmaxCrossEntropyForwardBackward(
     float* losses, int32_t* hits, float* lse, void* logits,
     const int32_t* targets, float scale, int64_t rows, int64_t classes,

@@ -96,17 +96,23 @@ __host__ __device__ __forceinline__ bool RowsArePacks(int64_t n,
   return n % kPack<T> == 0 && (Aligned16(arrays) && ...);
 }
 
-// out[k] = Ld(p + k), k < kPack<T>. REQUIRES: Aligned16(p).
+// out[k] = the k-th T of the 16 bytes v, as a float, k < kPack<T>.
 template <typename T>
-__device__ __forceinline__ void LdPack(
-    const T* p, float (&out)[kPack<T>],
-    AccessSite site = AccessSite::current()) {
-  const Words16 v = Load16(p, site);
+__device__ __forceinline__ void Unpack(const Words16& v,
+                                       float (&out)[kPack<T>]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
   T raw[kPack<T>];
   memcpy(raw, words, 16);
 #pragma unroll
   for (int k = 0; k < kPack<T>; ++k) out[k] = Ld(raw + k);
+}
+
+// out[k] = Ld(p + k), k < kPack<T>. REQUIRES: Aligned16(p).
+template <typename T>
+__device__ __forceinline__ void LdPack(
+    const T* p, float (&out)[kPack<T>],
+    AccessSite site = AccessSite::current()) {
+  Unpack<T>(Load16(p, site), out);
 }
 
 // St(p + k, in[k]), k < kPack<T>. REQUIRES: Aligned16(p).
@@ -172,6 +178,37 @@ __device__ __forceinline__ void ForOwned(const PackSplit<kGroup>& split,
   for (int64_t c = first; c < split.head; c += stride) on_element(c);
   for (int64_t k = first; k < split.packs; k += stride) {
     on_pack(split.head + k * kGroup);
+  }
+  for (int64_t c = split.tail() + first; c < split.n; c += stride) {
+    on_element(c);
+  }
+}
+
+// ForOwned, with the packs read from x (a row of the split's first array)
+// for on_pack(c, k, v): pack number k, starting at element c, as the 16
+// bytes v read there. A thread loads kBatch of its packs before it hands
+// on the first of them, so that it has that many loads in flight where
+// one at a time leaves memory waiting while on_pack computes. Visits in
+// ForOwned's order.
+template <int kBatch, typename T, int kGroup, typename OnElement,
+          typename OnPack>
+__device__ __forceinline__ void ForOwnedLoaded(
+    const PackSplit<kGroup>& split, const T* x, int64_t first, int64_t stride,
+    OnElement&& on_element, OnPack&& on_pack,
+    AccessSite site = AccessSite::current()) {
+  for (int64_t c = first; c < split.head; c += stride) on_element(c);
+  for (int64_t k0 = first; k0 < split.packs; k0 += kBatch * stride) {
+    Words16 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t k = k0 + b * stride;
+      if (k < split.packs) v[b] = Load16(x + split.head + k * kGroup, site);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t k = k0 + b * stride;
+      if (k < split.packs) on_pack(split.head + k * kGroup, k, v[b]);
+    }
   }
   for (int64_t c = split.tail() + first; c < split.n; c += stride) {
     on_element(c);
