@@ -333,8 +333,9 @@ __device__ void AddToDqSums(bf16* dq, int64_t out_row, float* sum,
   constexpr int kGroup = 4;  // of the kD / 8 column pairs a lane holds
   static_assert(kD / 8 % kGroup == 0);
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  // visit(r, n, sums at (row, col)) for the lane's rows before `seq` and
-  // the group's columns from n0.
+  // visit(r, n, row, col, the sums at (row, col)) for the lane's rows
+  // before `seq` (r: which of its two) and the group's column pairs from
+  // n0 (n: which of the group).
   const auto each_pair = [&](int n0, auto&& visit) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
