@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/stream_timer.h"
 
 namespace trainyard::engine::cuda {
 
@@ -536,45 +537,13 @@ std::string LtGemm::FinishTuning() {
   return text;
 }
 
-namespace {
-
-// Two CUDA events around work on a stream, destroyed with the object.
-class EventPair {
- public:
-  ~EventPair() {
-    if (end_ != nullptr) cudaEventDestroy(end_);
-    if (start_ != nullptr) cudaEventDestroy(start_);
-  }
-  absl::Status Create() {
-    YARD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_));
-    YARD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&end_));
-    return absl::OkStatus();
-  }
-  // Milliseconds `work` takes on `stream` (waits for it).
-  template <typename Work>
-  absl::StatusOr<float> Time(cudaStream_t stream, const Work& work) {
-    YARD_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream));
-    RETURN_IF_ERROR(work());
-    YARD_CUDA_RETURN_IF_ERROR(cudaEventRecord(end_, stream));
-    YARD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end_));
-    float ms = 0;
-    YARD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, end_));
-    return ms;
-  }
-
- private:
-  cudaEvent_t start_ = nullptr, end_ = nullptr;
-};
-
-}  // namespace
-
 absl::Status LtGemm::Tune(const LtGemmArgs& g, Plan* plan) {
   plan->settled = true;
   ASSIGN_OR_RETURN(std::vector<cublasLtMatmulAlgo_t> offered,
                    Heuristic(*plan, g, tune_candidates_));
   if (offered.empty()) return absl::OkStatus();  // PlanFor had one: keep it
-  EventPair events;
-  RETURN_IF_ERROR(events.Create());
+  StreamTimer timer;
+  RETURN_IF_ERROR(timer.Create());
   int best = -1;
   float best_ms = 0;
   for (size_t i = 0; i < offered.size(); ++i) {
@@ -582,15 +551,9 @@ absl::Status LtGemm::Tune(const LtGemmArgs& g, Plan* plan) {
     // A candidate cuBLASLt will not run here is passed over.
     if (!RunPlanned(g, plan).ok()) continue;
     ++tuned_candidates_;
-    std::vector<float> ms;
-    for (int r = 0; r < tune_reps_; ++r) {
-      ASSIGN_OR_RETURN(const float t, events.Time(stream_, [&] {
-        return RunPlanned(g, plan);
-      }));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const float median = ms[ms.size() / 2];
+    ASSIGN_OR_RETURN(const float median, timer.Median(tune_reps_, stream_, [&] {
+      return RunPlanned(g, plan);
+    }));
     if (best < 0 || median < best_ms) {
       best = static_cast<int>(i);
       best_ms = median;
