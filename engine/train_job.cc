@@ -40,6 +40,7 @@
 #include "engine/data/token_data.h"
 #include "engine/gpt_tools.h"
 #include "engine/host_memory.h"
+#include "engine/timed_choices.h"
 
 namespace trainyard::engine {
 namespace {
@@ -393,117 +394,15 @@ absl::Status TrainJob::LoadTokenData(const EngineJob& job) {
 
 namespace {
 
-// What YARD_GEMM_CHOICES=auto makes of a job (PlanGemmTuning).
-struct GemmTuningPlan {
-  bool tune = false;    // time the products before the first step
-  std::string file;     // where the choices are kept; "": nowhere
-  std::string device;   // the GPU model they are timed on
-  std::string choices;  // the choices kept before, when not timing
-};
-
-#ifdef YARD_CUDA
-// The file in a job's checkpoint dir where YARD_GEMM_CHOICES=auto keeps the
-// choices it timed, and its first line, naming the GPU model they are for.
-constexpr char kGemmChoicesFile[] = "gemm-choices";
-std::string GemmChoicesHeader(absl::string_view device) {
-  return absl::StrCat("# device: ", device);
-}
-
-// A file of gemm choices (a line a product: a few KB for a whole model),
-// checked as LtGemm::SetChoices reads it: its read error (which names the
-// file), or INVALID_ARGUMENT "PATH: line N: ...".
-absl::StatusOr<std::string> ReadGemmChoices(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, int64_t{1} << 20));
-  if (absl::Status s = cuda::LtGemm::CheckChoices(text); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
-  }
-  return text;
-}
-
-// YARD_GEMM_CHOICES=auto: the job times the linear layers' cuBLASLt
-// candidates itself, in a rehearsal of its first step (TuneGemms),
-// and keeps the fastest in its checkpoint dir, so that a resumed run runs
-// the same algorithms (the same bits as a run never stopped) without
-// timing them again; a file timed on another GPU model is timed again.
-// Single-GPU jobs only: ranks could time different winners.
-GemmTuningPlan PlanGemmTuning(const EngineJob& job, int ranks,
-                              int cuda_device) {
-  GemmTuningPlan plan;
-  if (ranks > 1) {
-    YARD_LOG(WARNING) << "YARD_GEMM_CHOICES=auto is for single-GPU jobs; "
-                         "this one of "
-                      << ranks << " ranks runs cuBLASLt's first algorithms";
-    return plan;
-  }
-  plan.device = "an unnamed GPU";
-  if (absl::StatusOr<std::vector<cuda::CudaDeviceInfo>> devices =
-          cuda::ListCudaDevices();
-      devices.ok() && cuda_device < static_cast<int>(devices->size())) {
-    plan.device = (*devices)[cuda_device].name;
-  }
-  plan.tune = true;
-  if (job.trainer.checkpoint.dir.empty()) return plan;  // nowhere to keep
-  plan.file = absl::StrCat(job.trainer.checkpoint.dir, "/", kGemmChoicesFile);
-  absl::StatusOr<std::string> text = ReadGemmChoices(plan.file);
-  if (!text.ok()) {
-    if (!absl::IsNotFound(text.status())) {
-      YARD_LOG(WARNING) << "gemm choices: " << text.status().message()
-                        << "; timing them again";
-    }
-    return plan;
-  }
-  if (!absl::StartsWith(*text, GemmChoicesHeader(plan.device) + "\n")) {
-    YARD_LOG(WARNING) << "gemm choices: " << plan.file
-                      << " was not timed on this GPU model (" << plan.device
-                      << "); timing them again";
-    return plan;
-  }
-  YARD_LOG(INFO) << "gemm choices: the ones this job timed before, from "
-                 << plan.file;
-  plan.tune = false;
-  plan.choices = *std::move(text);
-  return plan;
-}
-
-// Times the job's products in a rehearsal of its first step (the backend
-// keeps the fastest of each from then on) and keeps the choices in
-// plan.file for a resumed run.
-absl::Status TuneGemms(Trainer& trainer, CudaBackend* cuda,
-                       const GemmTuningPlan& plan) {
-  constexpr int kCandidates = 16, kReps = 3;
-  const absl::Time start = absl::Now();
-  RETURN_IF_ERROR(cuda->StartGemmTuning(kCandidates, kReps));
-  const absl::Status rehearsed = trainer.RehearseStep();
-  absl::StatusOr<CudaBackend::GemmTuning> tuning = cuda->FinishGemmTuning();
-  RETURN_IF_ERROR(rehearsed);
-  RETURN_IF_ERROR(tuning.status());
-  const std::string text = absl::StrCat(
-      GemmChoicesHeader(plan.device), "\n",
-      "# YARD_GEMM_CHOICES=auto: the fastest of cuBLASLt's first ", kCandidates,
-      " candidates, median of ", kReps, " runs\n", tuning->choices);
-  std::string kept = " (checkpoints off: not kept)";
-  if (!plan.file.empty()) {
-    RETURN_IF_ERROR(ReplaceFileDurably(plan.file, text));
-    kept = absl::StrCat("; kept in ", plan.file);
-  }
-  YARD_LOG(INFO) << "gemm choices: timed " << tuning->candidates
-                 << " candidates of " << tuning->products << " products on "
-                 << plan.device << " in "
-                 << absl::StrFormat("%.2f",
-                                    absl::ToDoubleSeconds(absl::Now() - start))
-                 << " s" << kept;
-  return absl::OkStatus();
-}
-#endif
-
 // The CPU backend, or for a GPU job the CUDA backend on `cuda_device` with
 // its whole memory taken at once: the job's grant on a shared GPU
 // (YARD_GPU_MEMORY_BYTES, set by the worker), else what the memory estimate
 // says the job needs. A job that needs more than its grant fails here,
 // never mid-run. A GPU job runs one rank per GPU. YARD_ATTENTION_TILING
-// ("32x4", say, or "wgmma"; or "FORWARD,BACKWARD") picks the bf16
-// attention's tilings, a speed setting (every tiling gives the same bits but
-// wgmma's, which agree to fp32 rounding); YARD_ATTENTION_BACKWARD
+// ("32x4", say, or "wgmma"; or "FORWARD,BACKWARD"; or "auto":
+// PlanAttentionTilings) picks the bf16 attention's tilings, a speed setting
+// (every tiling gives the same bits but wgmma's, which agree to fp32
+// rounding); YARD_ATTENTION_BACKWARD
 // ("two-kernel" or "ordered-dq") its backward's split, also a speed
 // setting (the two agree to fp32 rounding; the second takes B T C floats
 // more memory, in the estimate); YARD_BIAS_GRADIENT ("column-sums" or
@@ -511,10 +410,12 @@ absl::Status TuneGemms(Trainer& trainer, CudaBackend* cuda,
 // setting too (the two agree to fp32 rounding); YARD_GEMM_CHOICES
 // names a file of cuBLASLt algorithm choices (LtGemm::SetChoices; made by
 // gemm_bench --choices on the GPU model they are for), or is "auto":
-// PlanGemmTuning.
+// PlanGemmChoices. What "auto" plans to time goes to *timed
+// (timed_choices.h).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const EngineJob& job, const Collective* collective,
-    [[maybe_unused]] int cuda_device, [[maybe_unused]] GemmTuningPlan* tuning) {
+    [[maybe_unused]] int cuda_device,
+    [[maybe_unused]] TimedChoicesPlan* timed) {
   if (job.gpus == 0) {
     CpuBackendOptions options;
     options.threads = job.threads;
@@ -577,10 +478,22 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   }
   if (const char* tiling = std::getenv("YARD_ATTENTION_TILING");
       tiling != nullptr && *tiling != '\0') {
-    absl::StatusOr<AttentionTilings> t = ParseAttentionTilings(tiling);
+    absl::StatusOr<AttentionTilings> t = AttentionTilings{
+        options.attention_tiling, options.attention_backward_tiling};
+    if (std::string_view(tiling) != "auto") {
+      t = ParseAttentionTilings(tiling);
+    } else {
+      // The tilings timed before, or (while the job times them) the
+      // defaults; the kept file was read through AttentionTilingsOfFile.
+      PlanAttentionTilings(job, ranks, cuda_device, timed);
+      if (!timed->attention.kept.empty()) {
+        t = AttentionTilingsOfFile(timed->attention.kept);
+      }
+    }
     if (!t.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("YARD_ATTENTION_TILING: ", t.status().message()));
+          absl::StrCat("YARD_ATTENTION_TILING: ", t.status().message(),
+                       "; or auto, timed by the job"));
     }
     options.attention_tiling = t->forward;
     options.attention_backward_tiling = t->backward;
@@ -596,8 +509,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   }
   if (const char* path = std::getenv("YARD_GEMM_CHOICES");
       path != nullptr && std::string_view(path) == "auto") {
-    *tuning = PlanGemmTuning(job, ranks, cuda_device);
-    options.gemm_choices = tuning->choices;
+    PlanGemmChoices(job, ranks, cuda_device, timed);
+    options.gemm_choices = timed->gemms.kept;
   } else if (path != nullptr && *path != '\0') {
     absl::StatusOr<std::string> text = ReadGemmChoices(path);
     if (!text.ok()) {
@@ -690,8 +603,8 @@ absl::StatusOr<std::string> TrainJob::DryRun(const EngineJob& job,
   if (job.gpus == 0) {
     // The model's tensors, for naming one a checkpoint holds in another
     // shape; its memory was found to fit above.
-    GemmTuningPlan tuning;
-    ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, nullptr, 0, &tuning));
+    TimedChoicesPlan timed;
+    ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, nullptr, 0, &timed));
     GptModel* gpt = nullptr;
     ASSIGN_OR_RETURN(t->model_, CreateModel(job, t->backend_.get(), &gpt));
     parameters = t->model_->parameters();
@@ -714,9 +627,8 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
   if (t->tokenizer_.has_value()) {
     trainer_config.tokenizer = t->tokenizer_->ToJson();
   }
-  GemmTuningPlan tuning;
-  ASSIGN_OR_RETURN(t->backend_,
-                   CreateBackend(job, ranks, cuda_device, &tuning));
+  TimedChoicesPlan timed;
+  ASSIGN_OR_RETURN(t->backend_, CreateBackend(job, ranks, cuda_device, &timed));
 #ifdef YARD_CUDA
   auto* cuda = dynamic_cast<CudaBackend*>(t->backend_.get());
 #endif
@@ -752,10 +664,10 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(
                       t->loader_.get(), t->eval_.get(), sink, Clock::Real(),
                       collective));
 #ifdef YARD_CUDA
-  if (tuning.tune && cuda != nullptr) {
+  if (timed.tune() && cuda != nullptr) {
     Trainer* trainer = t->trainer_.get();
     t->trainer_->set_before_first_step(
-        [trainer, cuda, tuning] { return TuneGemms(*trainer, cuda, tuning); });
+        [trainer, cuda, timed] { return TimeChoices(*trainer, cuda, timed); });
   }
 #endif
   // Fine-tuning or a warm start: the weights replace the fresh

@@ -497,5 +497,134 @@ TEST_F(EmulatedGpuJobsTest, AutoGemmChoicesAreTimedOnceAndKeptForAResume) {
   }
 }
 
+// A bf16 GPT small enough for the emulation: heads of 32 channels, so its
+// attention runs on the tensor-core kernels, whose tilings
+// YARD_ATTENTION_TILING picks.
+std::string TinyGptYaml(const std::string& name) {
+  return absl::StrCat("name: ", name, R"(
+model:
+  gpt: {n_layer: 1, n_head: 2, d_model: 64, seq_len: 64, vocab_size: 65}
+data:
+  text:
+    train: examples/data/tinyshakespeare/input.txt
+    tokenizer: CHAR
+batch: {micro_batch: 2}
+steps: 4
+seed: 3
+precision: BF16
+resources: {gpus: 1}
+checkpoint: {every_steps: 2}
+eval: {max_batches: 1}
+log_every_steps: 1
+)");
+}
+
+// YARD_ATTENTION_TILING=auto: the job times every tiling of its attention
+// forward and backward once, in the rehearsal before its first step (the
+// same rehearsal YARD_GEMM_CHOICES=auto times its products in), runs the
+// fastest of each, and keeps them in its checkpoint dir under the GPU
+// model's name; a resumed run takes them from there, and the run ends with
+// the weights of a run without it (every tiling gives the same bits on the
+// emulation, so the weights show the rehearsal left nothing behind). A
+// kept file of another GPU model, or naming no tiling, is timed again; a
+// job without tensor-core attention (the MLP) has nothing to time.
+TEST_F(EmulatedGpuJobsTest, AutoAttentionTilingsAreTimedOnceAndKept) {
+  const std::string spec_path =
+      WriteSpec("attention.yaml", TinyGptYaml("attention"));
+  const std::string ck = dir().Subdir("attention");
+  const std::string file = ck + "/attention-tilings";
+  const auto run = [&](const std::string& setting, const std::string& into,
+                       const std::string& tag) {
+    return RunCommand(
+        {"/usr/bin/env", setting, EMULATED_TRAIN_BIN, "run", spec_path,
+         "--data-root", SourceDir(), "--checkpoint-dir", into},
+        dir().LogPrefix("attention-" + tag), JobTimeout());
+  };
+  const auto auto_run = [&](const std::string& tag) {
+    return run("YARD_ATTENTION_TILING=auto", ck, tag);
+  };
+  // The kept file's one line that is not a comment.
+  const auto kept_tilings = [&] {
+    std::ifstream in(file);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line[0] != '#') lines.push_back(line);
+    }
+    return lines;
+  };
+  const auto stop_at_two = [&] {
+    std::filesystem::remove_all(ck + "/step-00000004");
+  };
+
+  const std::string plain_ck = dir().Subdir("attention-plain");
+  CommandResult plain = run("YARD_ATTENTION_TILING=16x4", plain_ck, "plain");
+  ASSERT_EQ(plain.exit_code(), 0) << plain.DebugString();
+  const absl::StatusOr<std::string> plain_weights = FinalWeights(plain_ck);
+  ASSERT_TRUE(plain_weights.ok()) << plain_weights.status();
+
+  CommandResult straight = auto_run("straight");
+  ASSERT_EQ(straight.exit_code(), 0) << straight.DebugString();
+  // Ten tilings at 32 channels, forward and backward.
+  EXPECT_THAT(straight.err, HasSubstr("attention tilings: timed 20 candidates "
+                                      "on CUDA host emulation in "))
+      << straight.err;
+  EXPECT_THAT(straight.err, HasSubstr("; kept in " + file)) << straight.err;
+  EXPECT_THAT(straight.err, HasSubstr("attention tilings: forward 16x4: "));
+  EXPECT_THAT(straight.err,
+              HasSubstr("attention tilings: backward wgmma2-swizzled: "));
+  const std::string kept = ReadFileOrEmpty(file);
+  EXPECT_EQ(kept.rfind("# device: CUDA host emulation\n", 0), 0u) << kept;
+  EXPECT_THAT(kept, HasSubstr("\n# forward 32x4: ")) << kept;
+  const std::vector<std::string> tilings = kept_tilings();
+  ASSERT_EQ(tilings.size(), 1u) << kept;
+  EXPECT_THAT(straight.err,
+              HasSubstr(", taking " + tilings[0] + "; kept in " + file));
+  const absl::StatusOr<std::string> weights = FinalWeights(ck);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_TRUE(*weights == *plain_weights);
+
+  stop_at_two();
+  CommandResult resumed = auto_run("resumed");
+  ASSERT_EQ(resumed.exit_code(), 0) << resumed.DebugString();
+  EXPECT_THAT(resumed.err,
+              HasSubstr("attention tilings: the ones this job timed before, "
+                        "from " +
+                        file))
+      << resumed.err;
+  EXPECT_THAT(resumed.err, Not(HasSubstr("attention tilings: timed")));
+  const absl::StatusOr<std::string> again = FinalWeights(ck);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again == *weights);
+
+  const std::string other_model =
+      "# device: NVIDIA H100 80GB HBM3" + kept.substr(kept.find('\n'));
+  for (const std::string& text :
+       {other_model, std::string("# device: CUDA host emulation\n64x1\n")}) {
+    SCOPED_TRACE(text);
+    dir().WriteFile("attention/attention-tilings", text);
+    stop_at_two();
+    CommandResult retimed = auto_run("retimed");
+    ASSERT_EQ(retimed.exit_code(), 0) << retimed.DebugString();
+    EXPECT_THAT(retimed.err, HasSubstr("; timing them again")) << retimed.err;
+    EXPECT_THAT(retimed.err, HasSubstr("attention tilings: timed 20 "))
+        << retimed.err;
+    EXPECT_EQ(kept_tilings().size(), 1u);
+  }
+
+  const MnistSpec mlp{.name = "mlp", .steps = 5, .gpus = 1, .bf16 = true};
+  CommandResult untimed = RunCommand(
+      {"/usr/bin/env", "YARD_ATTENTION_TILING=auto", EMULATED_TRAIN_BIN, "run",
+       WriteSpec("mlp.yaml", mlp.ToYaml()), "--data-root", SourceDir(),
+       "--checkpoint-dir", dir().Subdir("mlp")},
+      dir().LogPrefix("attention-mlp"), JobTimeout());
+  ASSERT_EQ(untimed.exit_code(), 0) << untimed.DebugString();
+  EXPECT_THAT(untimed.err,
+              HasSubstr("YARD_ATTENTION_TILING=auto: this job runs no "
+                        "tensor-core attention"))
+      << untimed.err;
+  EXPECT_FALSE(
+      std::filesystem::exists(dir().path() + "/mlp/" + "attention-tilings"));
+}
+
 }  // namespace
 }  // namespace trainyard::itest

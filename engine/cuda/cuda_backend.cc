@@ -79,7 +79,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, cudaStream_t stream,
       stream_(stream),
       base_(base),
       blocks_(base + kReservedBytes),
-      arena_(options.arena_bytes - kReservedBytes, kArenaAlignment) {}
+      arena_(options.arena_bytes - kReservedBytes, kArenaAlignment),
+      tilings_{options.attention_tiling, options.attention_backward_tiling} {}
 
 namespace {
 
@@ -117,6 +118,12 @@ absl::StatusOr<AttentionTilings> ParseAttentionTilings(absl::string_view text) {
         absl::StrCat("the backward's ", backward.status().message()));
   }
   return AttentionTilings{forward, *backward};
+}
+
+std::string AttentionTilingsText(const AttentionTilings& tilings) {
+  const std::string forward = cuda::AttentionTcTilingName(tilings.forward);
+  const std::string backward = cuda::AttentionTcTilingName(tilings.backward);
+  return forward == backward ? forward : absl::StrCat(forward, ",", backward);
 }
 
 absl::StatusOr<cuda::AttentionTcBackward> ParseAttentionBackward(
@@ -288,6 +295,27 @@ absl::StatusOr<CudaBackend::GemmTuning> CudaBackend::FinishGemmTuning() {
   tuning.products = gemm_->tuned();
   tuning.candidates = gemm_->tuned_candidates();
   tuning.choices = gemm_->FinishTuning();
+  RETURN_IF_ERROR(ran);
+  return tuning;
+}
+
+absl::Status CudaBackend::StartAttentionTuning(int reps) {
+  if (reps < 1 || reps > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention tuning: ", reps, " reps (1 to 100)"));
+  }
+  attention_reps_ = reps;
+  attention_tuning_ = AttentionTuning();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaBackend::AttentionTuning>
+CudaBackend::FinishAttentionTuning() {
+  const absl::Status ran = Synchronize();
+  AttentionTuning tuning = std::move(attention_tuning_);
+  tuning.tilings = tilings_;
+  attention_tuning_ = AttentionTuning();
+  attention_reps_ = 0;
   RETURN_IF_ERROR(ran);
   return tuning;
 }

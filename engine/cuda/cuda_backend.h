@@ -114,6 +114,9 @@ struct AttentionTilings {
   cuda::AttentionTcTiling forward, backward;
 };
 absl::StatusOr<AttentionTilings> ParseAttentionTilings(absl::string_view text);
+// What ParseAttentionTilings reads back as `tilings`: the one name where the
+// two are the same, else "FORWARD,BACKWARD".
+std::string AttentionTilingsText(const AttentionTilings& tilings);
 
 // "column-sums" or "epilogue" as the bias gradient's way; INVALID_ARGUMENT
 // naming the text and the choices otherwise.
@@ -167,6 +170,30 @@ class CudaBackend : public Backend {
   };
   absl::Status StartGemmTuning(int candidates, int reps);
   absl::StatusOr<GemmTuning> FinishGemmTuning();
+
+  // Choosing the bf16 attention's tilings by timing them in the job: from
+  // StartAttentionTuning on, the next AttentionForward first runs the
+  // forward in every tiling its head size takes (kAttentionTcTilings: once
+  // to warm up, then `reps` runs, the median), and it and every later call
+  // take the fastest; the next AttentionBackward does the same with the
+  // backward's tilings (for the ordered backward, whose only choice is its
+  // key side's: the first warpgroup tiling and the first other). The
+  // candidates' runs write the call's outputs, which its own run then
+  // writes again. FinishAttentionTuning waits for the stream and returns
+  // the tilings taken from then on and each candidate's time, or the first
+  // error of the ops since. Without the tensor-core kernels (fp32
+  // activations, or a head size they do not take) nothing is timed.
+  struct AttentionTuning {
+    AttentionTilings tilings;  // taken from now on
+    bool forward_timed = false;
+    bool backward_timed = false;
+    // A line a candidate, e.g. "forward 16x4: 1.234 ms".
+    std::vector<std::string> timings;
+  };
+  absl::Status StartAttentionTuning(int reps);
+  absl::StatusOr<AttentionTuning> FinishAttentionTuning();
+  // The attention's tilings now: the options', or the ones timed fastest.
+  const AttentionTilings& attention_tilings() const { return tilings_; }
   void CopyToDevice(void* dst, const void* src, int64_t bytes) override;
   void CopyToHost(void* dst, const void* src, int64_t bytes) override;
   absl::Status Synchronize() override;
@@ -295,7 +322,18 @@ class CudaBackend : public Backend {
   // The embedding backward's sort keys.
   uint64_t* sort_keys_ = nullptr;
   int64_t sort_key_capacity_ = 0;
+  // The fastest of `candidates` (StartAttentionTuning), each run by
+  // `launch(tiling)` (a launcher's cudaError_t); a line each in
+  // attention_tuning_.timings under `what`.
+  template <typename Launch>
+  absl::StatusOr<cuda::AttentionTcTiling> FastestTiling(
+      const char* what, const std::vector<cuda::AttentionTcTiling>& candidates,
+      const Launch& launch);
+
   std::unique_ptr<cuda::LtGemm> gemm_;
+  AttentionTilings tilings_;  // the options', then as timed
+  int attention_reps_ = 0;    // > 0 from StartAttentionTuning to Finish
+  AttentionTuning attention_tuning_;
   absl::Status first_error_;
   int64_t allocated_bytes_ = 0;
   int64_t peak_bytes_ = 0;

@@ -1,10 +1,15 @@
 // CudaBackend's ops: each checks what the kernels cannot, queues its kernels
 // (or cuBLASLt products) on the stream, and records the first failure with
 // its file:line for Synchronize. See cuda_backend.h.
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "engine/cuda/adamw_kernels.h"
 #include "engine/cuda/attention_kernels.h"
 #include "engine/cuda/classifier_kernels.h"
@@ -14,6 +19,7 @@
 #include "engine/cuda/gelu_kernels.h"
 #include "engine/cuda/layernorm_kernels.h"
 #include "engine/cuda/linear_kernels.h"
+#include "engine/cuda/stream_timer.h"
 
 #define YARD_CUDA_LAUNCH(expr) Launched((expr), #expr, __FILE__, __LINE__)
 
@@ -341,6 +347,57 @@ absl::Status CudaBackend::CheckAttentionShape(int64_t channels,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The tilings attention with heads of `head_size` channels could take on
+// the tensor cores (none where the kernels do not take the head size):
+// every one for the forward and the two-kernel backward; for the ordered
+// backward, whose only choice is the warpgroup key side or not, the first
+// tiling of each kind.
+std::vector<cuda::AttentionTcTiling> TilingCandidates(int64_t head_size,
+                                                      bool ordered_backward) {
+  std::vector<cuda::AttentionTcTiling> candidates;
+  for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+    if (!cuda::AttentionTcTakesTiling(t, head_size)) continue;
+    if (ordered_backward && std::any_of(candidates.begin(), candidates.end(),
+                                        [&](const cuda::AttentionTcTiling& c) {
+                                          return c.warpgroup == t.warpgroup;
+                                        })) {
+      continue;
+    }
+    candidates.push_back(t);
+  }
+  return candidates;
+}
+
+}  // namespace
+
+template <typename Launch>
+absl::StatusOr<cuda::AttentionTcTiling> CudaBackend::FastestTiling(
+    const char* what, const std::vector<cuda::AttentionTcTiling>& candidates,
+    const Launch& launch) {
+  cuda::StreamTimer timer;
+  RETURN_IF_ERROR(timer.Create());
+  cuda::AttentionTcTiling best;
+  float best_ms = -1;
+  for (const cuda::AttentionTcTiling& t : candidates) {
+    const std::string name = cuda::AttentionTcTilingName(t);
+    const auto run = [&] {
+      return cuda::CudaStatus(launch(t), name.c_str(), __FILE__, __LINE__);
+    };
+    RETURN_IF_ERROR(timer.Time(stream_, run).status());  // to warm up
+    ASSIGN_OR_RETURN(const float ms,
+                     timer.Median(attention_reps_, stream_, run));
+    attention_tuning_.timings.push_back(
+        absl::StrFormat("%s %s: %.3f ms", what, name, ms));
+    if (best_ms < 0 || ms < best_ms) {
+      best = t;
+      best_ms = ms;
+    }
+  }
+  return best;
+}
+
 void CudaBackend::AttentionForward(void* out, float* state, const void* qkv,
                                    int64_t batch, int64_t seq, int64_t channels,
                                    int64_t heads) {
@@ -349,9 +406,26 @@ void CudaBackend::AttentionForward(void* out, float* state, const void* qkv,
     Record(std::move(s));
     return;
   }
-  YARD_CUDA_LAUNCH(
-      cuda::LaunchAttentionForward(out, state, qkv, batch, seq, channels, heads,
-                                   bf16(), stream_, options_.attention_tiling));
+  if (attention_reps_ > 0 && !attention_tuning_.forward_timed && bf16()) {
+    const std::vector<cuda::AttentionTcTiling> candidates =
+        TilingCandidates(channels / heads, false);
+    if (!candidates.empty()) {
+      attention_tuning_.forward_timed = true;
+      absl::StatusOr<cuda::AttentionTcTiling> fastest =
+          FastestTiling("forward", candidates, [&](cuda::AttentionTcTiling t) {
+            return cuda::LaunchAttentionForward(
+                out, state, qkv, batch, seq, channels, heads, true, stream_, t);
+          });
+      if (!fastest.ok()) {
+        Record(InOp("attention forward tuning", fastest.status()));
+        return;
+      }
+      tilings_.forward = *fastest;
+    }
+  }
+  YARD_CUDA_LAUNCH(cuda::LaunchAttentionForward(out, state, qkv, batch, seq,
+                                                channels, heads, bf16(),
+                                                stream_, tilings_.forward));
 }
 
 void CudaBackend::AttentionBackward(void* dqkv, float* scratch,
@@ -364,10 +438,27 @@ void CudaBackend::AttentionBackward(void* dqkv, float* scratch,
     Record(std::move(s));
     return;
   }
-  YARD_CUDA_LAUNCH(cuda::LaunchAttentionBackward(
-      dqkv, scratch, dout, out, qkv, state, batch, seq, channels, heads, bf16(),
-      stream_, options_.attention_backward_tiling,
-      options_.attention_backward));
+  const auto launch = [&](cuda::AttentionTcTiling t) {
+    return cuda::LaunchAttentionBackward(
+        dqkv, scratch, dout, out, qkv, state, batch, seq, channels, heads,
+        bf16(), stream_, t, options_.attention_backward);
+  };
+  if (attention_reps_ > 0 && !attention_tuning_.backward_timed && bf16()) {
+    const std::vector<cuda::AttentionTcTiling> candidates = TilingCandidates(
+        channels / heads,
+        options_.attention_backward == cuda::AttentionTcBackward::kOrderedDq);
+    if (!candidates.empty()) {
+      attention_tuning_.backward_timed = true;
+      absl::StatusOr<cuda::AttentionTcTiling> fastest =
+          FastestTiling("backward", candidates, launch);
+      if (!fastest.ok()) {
+        Record(InOp("attention backward tuning", fastest.status()));
+        return;
+      }
+      tilings_.backward = *fastest;
+    }
+  }
+  YARD_CUDA_LAUNCH(launch(tilings_.backward));
 }
 
 }  // namespace trainyard::engine

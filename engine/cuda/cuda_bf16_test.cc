@@ -106,6 +106,21 @@ class CudaBf16Test : public ::testing::Test {
     return tol;
   }
 
+  // One attention forward and backward on `backend` of B sequences of T
+  // tokens, C channels in NH heads, from host inputs; the launches go to
+  // `blocks` and `grids` (LaunchShapes).
+  struct AttentionResult {
+    std::vector<uint16_t> out;
+    std::vector<float> state;
+    std::vector<uint16_t> dqkv;
+  };
+  static AttentionResult RunAttention(CudaBackend& backend,
+                                      const std::vector<uint16_t>& qkv,
+                                      const std::vector<uint16_t>& dout,
+                                      int64_t B, int64_t T, int64_t C,
+                                      int64_t NH, std::vector<dim3>* blocks,
+                                      std::vector<dim3>* grids);
+
   std::unique_ptr<CudaBackend> gpu_;
   std::unique_ptr<CpuBackend> cpu_;
 };
@@ -425,6 +440,28 @@ class LaunchShapes {
   LaunchShapes& operator=(const LaunchShapes&) = delete;
 };
 
+CudaBf16Test::AttentionResult CudaBf16Test::RunAttention(
+    CudaBackend& backend, const std::vector<uint16_t>& qkv,
+    const std::vector<uint16_t>& dout, int64_t B, int64_t T, int64_t C,
+    int64_t NH, std::vector<dim3>* blocks, std::vector<dim3>* grids) {
+  const AttentionFloats fs =
+      AttentionBufferFloats(backend.attention_state(), B, T, C, NH);
+  const DeviceArray<uint16_t> dx = Upload(backend, qkv),
+                              ddy = Upload(backend, dout);
+  auto out = Zeros<uint16_t>(backend, B * T * C);
+  auto dqkv = Zeros<uint16_t>(backend, B * T * 3 * C);
+  auto state = Zeros<float>(backend, fs.state);
+  auto scratch = Zeros<float>(backend, fs.scratch);
+  {
+    const LaunchShapes recorder(blocks, grids);
+    backend.AttentionForward(out.get(), state.get(), dx.get(), B, T, C, NH);
+    backend.AttentionBackward(dqkv.get(), scratch.get(), ddy.get(), out.get(),
+                              dx.get(), state.get(), B, T, C, NH);
+  }
+  return AttentionResult{Download(backend, out), Download(backend, state),
+                         Download(backend, dqkv)};
+}
+
 // A backend created with each attention tiling gives the default one's
 // bits, forward and backward (GPT-2's head size 64; 130 rows: two 128-row
 // query tiles, the second ragged); the tiling is a speed setting only
@@ -435,30 +472,11 @@ class LaunchShapes {
 TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
   const int64_t B = 2, T = 130, C = 128, NH = 2;
   Act qkv = MakeAct(B * T * 3 * C, 15), dout = MakeAct(B * T * C, 16);
-  const AttentionFloats fs =
-      AttentionBufferFloats(gpu_->attention_state(), B, T, C, NH);
-  struct Result {
-    std::vector<uint16_t> out;
-    std::vector<float> state;
-    std::vector<uint16_t> dqkv;
-  };
+  using Result = AttentionResult;
   const auto run = [&](CudaBackend& backend, const std::vector<uint16_t>& x,
                        const std::vector<uint16_t>& dy,
                        std::vector<dim3>* blocks, std::vector<dim3>* grids) {
-    const DeviceArray<uint16_t> dx = Upload(backend, x),
-                                ddy = Upload(backend, dy);
-    auto out = Zeros<uint16_t>(backend, B * T * C);
-    auto dqkv = Zeros<uint16_t>(backend, B * T * 3 * C);
-    auto state = Zeros<float>(backend, fs.state);
-    auto scratch = Zeros<float>(backend, fs.scratch);
-    {
-      const LaunchShapes recorder(blocks, grids);
-      backend.AttentionForward(out.get(), state.get(), dx.get(), B, T, C, NH);
-      backend.AttentionBackward(dqkv.get(), scratch.get(), ddy.get(), out.get(),
-                                dx.get(), state.get(), B, T, C, NH);
-    }
-    return Result{Download(backend, out), Download(backend, state),
-                  Download(backend, dqkv)};
+    return RunAttention(backend, x, dy, B, T, C, NH, blocks, grids);
   };
   std::vector<dim3> blocks, grids;
   const Result want = run(*gpu_, qkv.host, dout.host, &blocks, &grids);
@@ -599,6 +617,92 @@ TEST_F(CudaBf16Test, OrderedBackwardAgreesWithTheTwoKernels) {
 }
 
 // The fused update writes the master and its bf16 rounding in one pass.
+// Attention tuning (CudaBackend::StartAttentionTuning): the first forward
+// and backward after it run in every tiling the head size takes before
+// their own run, and keep the fastest; they give the bits of a backend
+// created with the tilings chosen, and later calls time nothing. On the
+// emulation the test also counts the launches: a candidate's warm-up and
+// timed run, then the call's own (the backward two kernels each). An fp32
+// backend has no tilings to time.
+TEST_F(CudaBf16Test, AttentionTuningTimesEachTilingOnceAndKeepsTheFastest) {
+  const int64_t B = 2, T = 130, C = 128, NH = 2;  // heads of 64 channels
+  Act qkv = MakeAct(B * T * 3 * C, 19), dout = MakeAct(B * T * C, 20);
+  CudaBackendOptions options;
+  options.arena_bytes = int64_t{256} << 20;
+  options.sync_after_each_op = true;
+  options.activation_dtype = DType::kBF16;
+  auto tuned = CudaBackend::Create(options);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ((*tuned)->StartAttentionTuning(0).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*tuned)->StartAttentionTuning(1).ok());
+  std::vector<dim3> blocks, grids;
+  const AttentionResult got =
+      RunAttention(**tuned, qkv.host, dout.host, B, T, C, NH, &blocks, &grids);
+  absl::StatusOr<CudaBackend::AttentionTuning> tuning =
+      (*tuned)->FinishAttentionTuning();
+  ASSERT_TRUE(tuning.ok()) << tuning.status();
+  EXPECT_TRUE(tuning->forward_timed);
+  EXPECT_TRUE(tuning->backward_timed);
+  size_t taken = 0;
+  for (const cuda::AttentionTcTiling& t : cuda::kAttentionTcTilings) {
+    taken += cuda::AttentionTcTakesTiling(t, C / NH) ? 1 : 0;
+  }
+  ASSERT_GT(taken, 1u);
+  ASSERT_EQ(tuning->timings.size(), 2 * taken);
+  EXPECT_EQ(tuning->timings[0].rfind("forward 16x4: ", 0), 0u);
+  EXPECT_EQ(tuning->timings[taken].rfind("backward 16x4: ", 0), 0u);
+  const std::string chosen = AttentionTilingsText(tuning->tilings);
+  EXPECT_EQ(AttentionTilingsText((*tuned)->attention_tilings()), chosen);
+  SCOPED_TRACE(chosen);
+#if defined(TRAINYARD_CUDA_EMULATION)
+  EXPECT_EQ(blocks.size(), 3 * (2 * taken + 1));
+#endif
+
+  options.attention_tiling = tuning->tilings.forward;
+  options.attention_backward_tiling = tuning->tilings.backward;
+  auto fixed = CudaBackend::Create(options);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  std::vector<dim3> fixed_blocks, fixed_grids;
+  const AttentionResult want = RunAttention(**fixed, qkv.host, dout.host, B, T,
+                                            C, NH, &fixed_blocks, &fixed_grids);
+  EXPECT_TRUE(got.out == want.out) << "out";
+  EXPECT_TRUE(got.state == want.state) << "state (lse)";
+  EXPECT_TRUE(got.dqkv == want.dqkv) << "dqkv";
+
+  blocks.clear();
+  grids.clear();
+  const AttentionResult later =
+      RunAttention(**tuned, qkv.host, dout.host, B, T, C, NH, &blocks, &grids);
+  EXPECT_TRUE(later.dqkv == want.dqkv) << "dqkv, after the tuning";
+#if defined(TRAINYARD_CUDA_EMULATION)
+  EXPECT_EQ(blocks.size(), 3u);
+#endif
+
+  options = CudaBackendOptions();
+  options.arena_bytes = int64_t{256} << 20;
+  auto fp32 = CudaBackend::Create(options);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  ASSERT_TRUE((*fp32)->StartAttentionTuning(1).ok());
+  const AttentionFloats fs =
+      AttentionBufferFloats((*fp32)->attention_state(), B, T, C, NH);
+  auto x = Zeros<float>(**fp32, B * T * 3 * C),
+       y = Zeros<float>(**fp32, B * T * C);
+  auto dx = Zeros<float>(**fp32, B * T * 3 * C),
+       dy = Zeros<float>(**fp32, B * T * C);
+  auto state = Zeros<float>(**fp32, fs.state);
+  auto scratch = Zeros<float>(**fp32, fs.scratch);
+  (*fp32)->AttentionForward(y.get(), state.get(), x.get(), B, T, C, NH);
+  (*fp32)->AttentionBackward(dx.get(), scratch.get(), dy.get(), y.get(),
+                             x.get(), state.get(), B, T, C, NH);
+  absl::StatusOr<CudaBackend::AttentionTuning> none =
+      (*fp32)->FinishAttentionTuning();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->forward_timed);
+  EXPECT_FALSE(none->backward_timed);
+  EXPECT_TRUE(none->timings.empty());
+}
+
 TEST_F(CudaBf16Test, AdamWWritesMasterAndWorkingCopy) {
   const int64_t n = 1000;
   std::vector<float> p = Random(n, 20), g = Random(n, 21), m(n, 0.f), v(n, 0.f);

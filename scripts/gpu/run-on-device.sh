@@ -33,7 +33,7 @@
 #            them itself; engine.log, engine.csv): whether the epilogue and
 #            choosing among the candidates pay
 #   tilings  kernels, then gpt_train_bench 124M bf16 with the attention
-#            tiling 16x4, 16x4-swizzled, wgmma-swizzled, wgmma (the
+#            tiling 16x4, auto, 16x4-swizzled, wgmma-swizzled, wgmma (the
 #            warpgroup forward), 16x8-swizzled, wgmma2-swizzled, 16x4 and
 #            wgmma with YARD_ATTENTION_BACKWARD=ordered-dq, 16x8, wgmma2,
 #            32x2 and 32x4
@@ -43,13 +43,13 @@
 #            a GPU: cuda_attention_test (the warpgroup product check
 #            first), attention_bench at a GPT-2 124M layer's shape (every
 #            tiling), gpt_train_bench 124M bf16 as it is (with its op
-#            profile) and with YARD_ATTENTION_TILING=16x4-swizzled,
-#            wgmma-swizzled and the fastest forward and backward tilings of
-#            attention_bench together (FORWARD,BACKWARD, where that is
-#            another), the PyTorch peer (eager, torch.compile), then the
-#            step again with YARD_ATTENTION_TILING=wgmma, and with it
-#            YARD_ATTENTION_BACKWARD=ordered-dq if time is left (device.log,
-#            kernels.log, kernels.csv, engine.log, engine.csv)
+#            profile) and with YARD_ATTENTION_TILING=auto (the job
+#            timing every tiling's forward and backward at the step's own
+#            shape, then running the fastest of each), with
+#            YARD_ATTENTION_BACKWARD=ordered-dq where attention_bench times
+#            it faster than the two kernels, and the PyTorch peer (eager,
+#            torch.compile) (device.log, kernels.log, kernels.csv,
+#            engine.log, engine.csv)
 #   profile  Nsight Compute (ncu --set full) on attention_bench at a GPT-2
 #            124M layer's shape, one kernel at a time: the 16x4 forward,
 #            the warpgroup forward, the key side and the query gradient
@@ -252,7 +252,7 @@ run_tilings() {
   # The warpgroup forward and the ordered backward right after the default
   # tiling they are measured against, before the other tilings in case the
   # budget runs out.
-  for t in 16x4 16x4-swizzled wgmma-swizzled wgmma 16x8-swizzled wgmma2-swizzled ordered-dq ordered-wgmma 16x8 wgmma2 32x2 32x4; do
+  for t in 16x4 auto 16x4-swizzled wgmma-swizzled wgmma 16x8-swizzled wgmma2-swizzled ordered-dq ordered-wgmma 16x8 wgmma2 32x2 32x4; do
     note "$t: gpt_train_bench 124m bf16"
     if [[ "$t" == ordered-dq ]]; then
       export YARD_ATTENTION_BACKWARD=ordered-dq YARD_ATTENTION_TILING=16x4
@@ -287,23 +287,12 @@ run_first() {
   note "gpt_train_bench 124m bf16 as it is"
   bounded 110 "$elog" "${ours[@]}"
   grep -E '^step |^PROFILE' "$elog" | tee -a "$log"
-  local t
-  # The fastest forward and backward tilings in attention_bench, together
-  # (YARD_ATTENTION_TILING=FORWARD,BACKWARD), unless that is a run above.
-  local fastest
-  fastest="$(awk -F, '$1 ~ /^trainyard-cuda-tiling-/ {
-      t = substr($1, 23)
-      if (f == "" || $7 + 0 < f) { f = $7 + 0; fn = t }
-      if (b == "" || $9 + 0 < b) { b = $9 + 0; bn = t } }
-    END { if (fn != "") print (fn == bn ? fn : fn "," bn) }' \
-    "$out/kernels.csv" 2>/dev/null)"
-  for t in 16x4-swizzled wgmma-swizzled "$fastest"; do
-    [[ -z "$t" || "$t" == 16x4 ]] && continue
-    [[ "$t" == "$fastest" && ( "$t" == 16x4-swizzled || "$t" == wgmma-swizzled ) ]] && continue
-    note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=$t"
-    YARD_ATTENTION_TILING=$t bounded 110 "$elog" "${ours[@]}"
-    grep -E '^step |^PROFILE +Attention' "$elog" | tail -n 4 | tee -a "$log"
-  done
+  # Every attention tiling timed by the job itself at the step's own shape
+  # (YARD_ATTENTION_TILING=auto: each one's forward and backward in the
+  # log), then the step with the fastest of each.
+  note "gpt_train_bench 124m bf16, YARD_ATTENTION_TILING=auto"
+  YARD_ATTENTION_TILING=auto bounded 120 "$elog" "${ours[@]}"
+  grep -E 'attention tilings: |^step |^PROFILE +Attention' "$elog" | tail -n 26 | tee -a "$log"
   # The ordered backward (its dQ adds now L2 reductions) where
   # attention_bench found it faster than the two kernels.
   if grep -E '^attention backward ordered-dq:' "$klog" | tail -n 1 |
