@@ -2,8 +2,11 @@
 #include "engine/core/profiling_backend.h"
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace trainyard::engine {
 
@@ -17,13 +20,26 @@ void ProfilingBackend::Wait() {
 
 template <typename Call>
 auto ProfilingBackend::Timed(const char* op, Call&& call) {
+  return TimedAs([op] { return std::string(op); }, std::forward<Call>(call));
+}
+
+template <typename Call>
+auto ProfilingBackend::Timed(const char* op, int64_t in, int64_t out,
+                             Call&& call) {
+  return TimedAs([&] { return absl::StrCat(op, " ", in, "x", out); },
+                 std::forward<Call>(call));
+}
+
+template <typename Name, typename Call>
+auto ProfilingBackend::TimedAs(const Name& name, Call&& call) {
   if (!enabled_) return call();
   Wait();
   const auto start = std::chrono::steady_clock::now();
   auto finish = [&] {
     Wait();
+    std::string op = name();
     OpTime& t = totals_[op];
-    t.op = op;
+    t.op = std::move(op);
     ++t.calls;
     t.seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -93,7 +109,7 @@ void ProfilingBackend::LinearForward(void* out, const void* inp,
                                      const void* weight, const void* bias,
                                      int64_t batch, int64_t in,
                                      int64_t out_features) {
-  Timed("LinearForward", [&] {
+  Timed("LinearForward", in, out_features, [&] {
     inner_->LinearForward(out, inp, weight, bias, batch, in, out_features);
   });
 }
@@ -102,7 +118,7 @@ void ProfilingBackend::LinearGeluForward(void* out, void* pre, const void* inp,
                                          const void* weight, const void* bias,
                                          int64_t batch, int64_t in,
                                          int64_t out_features) {
-  Timed("LinearGeluForward", [&] {
+  Timed("LinearGeluForward", in, out_features, [&] {
     inner_->LinearGeluForward(out, pre, inp, weight, bias, batch, in,
                               out_features);
   });
@@ -112,7 +128,7 @@ void ProfilingBackend::LinearBackwardThroughGelu(
     void* dpre, float* dweight, float* dbias, const void* dout, const void* inp,
     const void* weight, const void* pre, int64_t batch, int64_t in,
     int64_t out_features) {
-  Timed("LinearBackwardThroughGelu", [&] {
+  Timed("LinearBackwardThroughGelu", in, out_features, [&] {
     inner_->LinearBackwardThroughGelu(dpre, dweight, dbias, dout, inp, weight,
                                       pre, batch, in, out_features);
   });
@@ -122,7 +138,7 @@ void ProfilingBackend::LinearBackward(void* dinp, float* dweight, float* dbias,
                                       const void* dout, const void* inp,
                                       const void* weight, int64_t batch,
                                       int64_t in, int64_t out_features) {
-  Timed("LinearBackward", [&] {
+  Timed("LinearBackward", in, out_features, [&] {
     inner_->LinearBackward(dinp, dweight, dbias, dout, inp, weight, batch, in,
                            out_features);
   });

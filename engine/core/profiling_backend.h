@@ -5,7 +5,8 @@
 // latency per op and serialize the host with the device, so a profiled step
 // is slower than a plain one; the table says where the device's time goes,
 // op by op, not how fast a step is (the benchmark times plain steps for
-// that). Disabled, it forwards calls and adds nothing but a branch.
+// that). Disabled, it forwards calls and adds nothing but a branch. The
+// linear layers' ops are timed by shape ("LinearForward 768x2304").
 // Results are bitwise those of the wrapped backend: every call is the
 // wrapped backend's own, fused ops included.
 //
@@ -139,6 +140,14 @@ class ProfilingBackend : public Backend {
   // Runs `call` (a call on inner_), timed under `op` when enabled.
   template <typename Call>
   auto Timed(const char* op, Call&& call);
+  // The same under `op` and a shape, "LinearForward 768x2304" (inputs x
+  // outputs): the linear layers' calls, which differ in cost by shape, are
+  // told apart by it.
+  template <typename Call>
+  auto Timed(const char* op, int64_t in, int64_t out, Call&& call);
+  // Timed's work: the name from `name()`, made only when enabled.
+  template <typename Name, typename Call>
+  auto TimedAs(const Name& name, Call&& call);
   // Waits for the device; keeps the first error for Synchronize.
   void Wait();
 

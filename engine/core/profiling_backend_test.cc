@@ -88,8 +88,12 @@ TEST_P(ProfilingBackendTest, TrainsBitwiseAsTheWrappedBackendAndCountsOps) {
   EXPECT_EQ(ops["SumSquaresEach"].calls, kSteps);
   EXPECT_EQ(ops["AdamWEach"].calls, kSteps);
   EXPECT_EQ(ops.count("AdamW"), 0u) << "one batched update a step";
-  // The MLP's first product and the GELU: fused or not, one op each way.
-  EXPECT_EQ(ops["LinearGeluForward"].calls, layers * kSteps);
+  // The MLP's first product and the GELU: fused or not, one op each way;
+  // the linear layers by shape (inputs x outputs).
+  EXPECT_EQ(ops["LinearGeluForward 16x64"].calls, layers * kSteps);
+  EXPECT_EQ(ops["LinearForward 16x48"].calls, layers * kSteps);  // q, k, v
+  EXPECT_EQ(ops["LinearBackwardThroughGelu 64x16"].calls, layers * kSteps);
+  EXPECT_EQ(ops.count("LinearForward"), 0u) << "linear ops by shape";
   EXPECT_EQ(ops.count("GeluForward"), 0u) << "counted inside its fused op";
 }
 
