@@ -16,9 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/bf16.h"
+#include "engine/cuda/stream_timer.h"
 
 namespace trainyard::bench {
 
@@ -100,21 +103,15 @@ class DeviceBuffers {
   std::vector<void*> owned_;
 };
 
-// Times one launch at a time on the default stream with a pair of CUDA
-// events, destroyed with it.
+// Times one launch at a time on a stream (engine::cuda::StreamTimer), with
+// the benchmarks' errors as text.
 class EventTimer {
  public:
-  EventTimer() = default;
-  EventTimer(const EventTimer&) = delete;
-  EventTimer& operator=(const EventTimer&) = delete;
-  ~EventTimer() {
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-  }
   // The events, or false with *error.
   bool Create(std::string* error) {
-    return CudaOk(cudaEventCreate(&start_), "cudaEventCreate", error) &&
-           CudaOk(cudaEventCreate(&stop_), "cudaEventCreate", error);
+    const absl::Status s = timer_.Create();
+    if (!s.ok()) *error = std::string(s.message());
+    return s.ok();
   }
   // *ms = the time launch() takes on `stream` (the default stream unless
   // given); launch returns false (having said why, if it matters) when it
@@ -122,15 +119,22 @@ class EventTimer {
   template <typename Launch>
   bool Time(const Launch& launch, const std::string& what, float* ms,
             std::string* error, cudaStream_t stream = nullptr) {
-    return CudaOk(cudaEventRecord(start_, stream), "cudaEventRecord", error) &&
-           launch() &&
-           CudaOk(cudaEventRecord(stop_, stream), "cudaEventRecord", error) &&
-           CudaOk(cudaEventSynchronize(stop_), what.c_str(), error) &&
-           CudaOk(cudaEventElapsedTime(ms, start_, stop_), "elapsed", error);
+    bool launched = true;
+    const absl::StatusOr<float> t = timer_.Time(stream, [&] {
+      launched = launch();
+      return launched ? absl::OkStatus() : absl::AbortedError("not launched");
+    });
+    if (!launched) return false;
+    if (!t.ok()) {
+      *error = absl::StrCat(what, ": ", t.status().message());
+      return false;
+    }
+    *ms = *t;
+    return true;
   }
 
  private:
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  engine::cuda::StreamTimer timer_;
 };
 
 // Uniform in [-1, 1) from a fixed-seed LCG: the same inputs every run.

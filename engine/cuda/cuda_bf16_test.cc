@@ -52,15 +52,21 @@ std::vector<float> FromBf16(const std::vector<uint16_t>& x) {
   return out;
 }
 
+// A bf16 backend's options with an arena of `arena_bytes`, each op waited
+// for (an asynchronous fault names its op).
+CudaBackendOptions Bf16Options(int64_t arena_bytes = int64_t{256} << 20) {
+  CudaBackendOptions options;
+  options.arena_bytes = arena_bytes;
+  options.sync_after_each_op = true;
+  options.activation_dtype = DType::kBF16;
+  return options;
+}
+
 class CudaBf16Test : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!DevicePresent()) GTEST_SKIP() << kNoDevice;
-    CudaBackendOptions options;
-    options.arena_bytes = int64_t{1} << 30;
-    options.sync_after_each_op = true;
-    options.activation_dtype = DType::kBF16;
-    auto gpu = CudaBackend::Create(options);
+    auto gpu = CudaBackend::Create(Bf16Options(int64_t{1} << 30));
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = *std::move(gpu);
     CpuBackendOptions cpu;
@@ -234,10 +240,7 @@ TEST_F(CudaBf16Test, LinearBackwardThroughGeluMatchesTheTwoOps) {
 // value held). The input gradient is the same product either way: the
 // same bits. On the emulation the test also sees that the epilogue ran.
 TEST_F(CudaBf16Test, BiasGradientsFromTheEpilogue) {
-  CudaBackendOptions options;
-  options.arena_bytes = int64_t{256} << 20;
-  options.sync_after_each_op = true;
-  options.activation_dtype = DType::kBF16;
+  CudaBackendOptions options = Bf16Options();
   options.bias_gradient = BiasGradient::kEpilogue;
   auto made = CudaBackend::Create(options);
   ASSERT_TRUE(made.ok()) << made.status();
@@ -497,10 +500,7 @@ TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
     // mma.sync's; cuda_attention_test holds them to the reference's bounds.
     if (t.warpgroup) continue;
 #endif
-    CudaBackendOptions options;
-    options.arena_bytes = int64_t{256} << 20;
-    options.sync_after_each_op = true;
-    options.activation_dtype = DType::kBF16;
+    CudaBackendOptions options = Bf16Options();
     options.attention_tiling = t;
     options.attention_backward_tiling = u;
     auto backend = CudaBackend::Create(options);
@@ -540,10 +540,7 @@ TEST_F(CudaBf16Test, AttentionTilingsGiveTheSameBits) {
 TEST_F(CudaBf16Test, OrderedBackwardAgreesWithTheTwoKernels) {
   const int64_t B = 2, T = 130, C = 128, NH = 2;
   Act qkv = MakeAct(B * T * 3 * C, 17), dout = MakeAct(B * T * C, 18);
-  CudaBackendOptions options;
-  options.arena_bytes = int64_t{256} << 20;
-  options.sync_after_each_op = true;
-  options.activation_dtype = DType::kBF16;
+  CudaBackendOptions options = Bf16Options();
   options.attention_backward = cuda::AttentionTcBackward::kOrderedDq;
   auto ordered = CudaBackend::Create(options);
   ASSERT_TRUE(ordered.ok()) << ordered.status();
@@ -627,10 +624,7 @@ TEST_F(CudaBf16Test, OrderedBackwardAgreesWithTheTwoKernels) {
 TEST_F(CudaBf16Test, AttentionTuningTimesEachTilingOnceAndKeepsTheFastest) {
   const int64_t B = 2, T = 130, C = 128, NH = 2;  // heads of 64 channels
   Act qkv = MakeAct(B * T * 3 * C, 19), dout = MakeAct(B * T * C, 20);
-  CudaBackendOptions options;
-  options.arena_bytes = int64_t{256} << 20;
-  options.sync_after_each_op = true;
-  options.activation_dtype = DType::kBF16;
+  CudaBackendOptions options = Bf16Options();
   auto tuned = CudaBackend::Create(options);
   ASSERT_TRUE(tuned.ok()) << tuned.status();
   EXPECT_EQ((*tuned)->StartAttentionTuning(0).code(),
