@@ -322,13 +322,17 @@ class CudaBackend : public Backend {
   // The embedding backward's sort keys.
   uint64_t* sort_keys_ = nullptr;
   int64_t sort_key_capacity_ = 0;
-  // The fastest of `candidates` (StartAttentionTuning), each run by
-  // `launch(tiling)` (a launcher's cudaError_t); a line each in
-  // attention_tuning_.timings under `what`.
+  // While tuning (StartAttentionTuning) and not yet `*timed`, for bf16
+  // attention with heads of `head_size` channels: times `launch(tiling)`
+  // (a launcher's cudaError_t) in every tiling the kernels take there (for
+  // the ordered backward, its two key sides), sets *timed, puts the fastest
+  // in *tiling and a line each in attention_tuning_.timings under `what`.
+  // Otherwise nothing.
   template <typename Launch>
-  absl::StatusOr<cuda::AttentionTcTiling> FastestTiling(
-      const char* what, const std::vector<cuda::AttentionTcTiling>& candidates,
-      const Launch& launch);
+  absl::Status TuneTiling(const char* what, int64_t head_size,
+                          bool ordered_backward, bool* timed,
+                          cuda::AttentionTcTiling* tiling,
+                          const Launch& launch);
 
   std::unique_ptr<cuda::LtGemm> gemm_;
   AttentionTilings tilings_;  // the options', then as timed

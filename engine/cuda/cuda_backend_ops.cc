@@ -373,12 +373,17 @@ std::vector<cuda::AttentionTcTiling> TilingCandidates(int64_t head_size,
 }  // namespace
 
 template <typename Launch>
-absl::StatusOr<cuda::AttentionTcTiling> CudaBackend::FastestTiling(
-    const char* what, const std::vector<cuda::AttentionTcTiling>& candidates,
-    const Launch& launch) {
+absl::Status CudaBackend::TuneTiling(const char* what, int64_t head_size,
+                                     bool ordered_backward, bool* timed,
+                                     cuda::AttentionTcTiling* tiling,
+                                     const Launch& launch) {
+  if (attention_reps_ == 0 || *timed || !bf16()) return absl::OkStatus();
+  const std::vector<cuda::AttentionTcTiling> candidates =
+      TilingCandidates(head_size, ordered_backward);
+  if (candidates.empty()) return absl::OkStatus();
+  *timed = true;
   cuda::StreamTimer timer;
   RETURN_IF_ERROR(timer.Create());
-  cuda::AttentionTcTiling best;
   float best_ms = -1;
   for (const cuda::AttentionTcTiling& t : candidates) {
     const std::string name = cuda::AttentionTcTilingName(t);
@@ -391,11 +396,11 @@ absl::StatusOr<cuda::AttentionTcTiling> CudaBackend::FastestTiling(
     attention_tuning_.timings.push_back(
         absl::StrFormat("%s %s: %.3f ms", what, name, ms));
     if (best_ms < 0 || ms < best_ms) {
-      best = t;
+      *tiling = t;
       best_ms = ms;
     }
   }
-  return best;
+  return absl::OkStatus();
 }
 
 void CudaBackend::AttentionForward(void* out, float* state, const void* qkv,
@@ -406,26 +411,18 @@ void CudaBackend::AttentionForward(void* out, float* state, const void* qkv,
     Record(std::move(s));
     return;
   }
-  if (attention_reps_ > 0 && !attention_tuning_.forward_timed && bf16()) {
-    const std::vector<cuda::AttentionTcTiling> candidates =
-        TilingCandidates(channels / heads, false);
-    if (!candidates.empty()) {
-      attention_tuning_.forward_timed = true;
-      absl::StatusOr<cuda::AttentionTcTiling> fastest =
-          FastestTiling("forward", candidates, [&](cuda::AttentionTcTiling t) {
-            return cuda::LaunchAttentionForward(
-                out, state, qkv, batch, seq, channels, heads, true, stream_, t);
-          });
-      if (!fastest.ok()) {
-        Record(InOp("attention forward tuning", fastest.status()));
-        return;
-      }
-      tilings_.forward = *fastest;
-    }
+  const auto launch = [&](cuda::AttentionTcTiling t) {
+    return cuda::LaunchAttentionForward(out, state, qkv, batch, seq, channels,
+                                        heads, bf16(), stream_, t);
+  };
+  if (absl::Status s = TuneTiling("forward", channels / heads, false,
+                                  &attention_tuning_.forward_timed,
+                                  &tilings_.forward, launch);
+      !s.ok()) {
+    Record(InOp("attention forward tuning", std::move(s)));
+    return;
   }
-  YARD_CUDA_LAUNCH(cuda::LaunchAttentionForward(out, state, qkv, batch, seq,
-                                                channels, heads, bf16(),
-                                                stream_, tilings_.forward));
+  YARD_CUDA_LAUNCH(launch(tilings_.forward));
 }
 
 void CudaBackend::AttentionBackward(void* dqkv, float* scratch,
@@ -443,20 +440,13 @@ void CudaBackend::AttentionBackward(void* dqkv, float* scratch,
         dqkv, scratch, dout, out, qkv, state, batch, seq, channels, heads,
         bf16(), stream_, t, options_.attention_backward);
   };
-  if (attention_reps_ > 0 && !attention_tuning_.backward_timed && bf16()) {
-    const std::vector<cuda::AttentionTcTiling> candidates = TilingCandidates(
-        channels / heads,
-        options_.attention_backward == cuda::AttentionTcBackward::kOrderedDq);
-    if (!candidates.empty()) {
-      attention_tuning_.backward_timed = true;
-      absl::StatusOr<cuda::AttentionTcTiling> fastest =
-          FastestTiling("backward", candidates, launch);
-      if (!fastest.ok()) {
-        Record(InOp("attention backward tuning", fastest.status()));
-        return;
-      }
-      tilings_.backward = *fastest;
-    }
+  if (absl::Status s = TuneTiling(
+          "backward", channels / heads,
+          options_.attention_backward == cuda::AttentionTcBackward::kOrderedDq,
+          &attention_tuning_.backward_timed, &tilings_.backward, launch);
+      !s.ok()) {
+    Record(InOp("attention backward tuning", std::move(s)));
+    return;
   }
   YARD_CUDA_LAUNCH(launch(tilings_.backward));
 }
