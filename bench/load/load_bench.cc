@@ -1,7 +1,10 @@
 // yard_load_bench: a load generator for yard-server. N client threads call
 // the JobService for a fixed time and report throughput and latency
 // percentiles per RPC; then many WatchJob streams are held open (async
-// client, one completion queue) while submissions go on.
+// client, one completion queue): idle (the server's CPU, threads and
+// memory with them open), while submissions go on, and while some of the
+// watched jobs are cancelled (how long each cancellation takes to reach
+// its watcher).
 //
 //   yard_load_bench [--server HOST:PORT] [--clients 32] [--duration-s 5]
 //                   [--watches 1000] [--channels 4] [--data-root DIR]
@@ -27,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -43,6 +47,9 @@ namespace {
 namespace v1 = trainyard::v1;
 using trainyard::AddBearerToken;
 using trainyard::bench::CpuSeconds;
+using trainyard::bench::SizeOf;
+
+int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 
 struct Flags {
   std::string server;
@@ -211,6 +218,9 @@ struct Watches {
     v1::JobEvent event;
     std::unique_ptr<grpc::ClientAsyncReader<v1::JobEvent>> reader;
     bool first_event = false;
+    std::string job_id;
+    std::atomic<int64_t> cancel_sent_ns{0};  // CancelJob about to be sent
+    std::atomic<int64_t> cancelled_ns{0};    // its CANCELLED event read
   };
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<One>> all;
@@ -223,6 +233,7 @@ struct Watches {
     for (size_t i = 0; i < ids.size(); ++i) {
       auto w = std::make_unique<One>();
       AddBearerToken(w->ctx, load.token());
+      w->job_id = ids[i];
       v1::WatchJobRequest req;
       req.set_job_id(ids[i]);
       w->reader = load.stub(static_cast<int>(i))
@@ -243,10 +254,54 @@ struct Watches {
         if (t % 2 == 1 && !w.first_event) {
           w.first_event = true;
           open.fetch_add(1);
+        } else if (t % 2 == 1 && w.event.has_state_change() &&
+                   w.event.state_change().to() == v1::CANCELLED) {
+          w.cancelled_ns = NowNs();
         }
         w.reader->Read(&w.event, reinterpret_cast<void*>((t / 2) * 2 + 1));
       }
     });
+  }
+  // Cancels the jobs of up to `n` streams (distinct jobs, one call at a
+  // time) and returns, for each whose CANCELLED event arrived within 10 s,
+  // the microseconds from sending CancelJob to reading that event; `lost`
+  // counts the others.
+  Samples CancelSome(Load& load, size_t n, int* lost) {
+    std::vector<One*> picked;
+    absl::flat_hash_set<std::string> seen;
+    for (auto& w : all) {
+      if (picked.size() == n) break;
+      if (w->first_event && seen.insert(w->job_id).second) {
+        picked.push_back(w.get());
+      }
+    }
+    Samples s;
+    for (One* w : picked) {
+      grpc::ClientContext ctx;
+      AddBearerToken(ctx, load.token());
+      v1::CancelJobRequest req;
+      req.set_job_id(w->job_id);
+      v1::Job job;
+      w->cancel_sent_ns = NowNs();
+      grpc::Status st = load.stub(0).CancelJob(&ctx, req, &job);
+      if (!st.ok()) {
+        ++s.errors;
+        if (s.first_error.empty()) s.first_error = st.error_message();
+      }
+    }
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    *lost = 0;
+    for (One* w : picked) {
+      while (w->cancelled_ns == 0 && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      if (w->cancelled_ns == 0) {
+        ++*lost;
+        continue;
+      }
+      s.us.push_back((w->cancelled_ns - w->cancel_sent_ns) / 1000.0);
+    }
+    return s;
   }
   void Stop() {
     for (auto& w : all) w->ctx.TryCancel();
@@ -257,6 +312,21 @@ struct Watches {
     poller.join();
   }
 };
+
+// Sleeps `seconds` and prints the server's CPU over them, its threads and
+// its resident memory (a server this program started: pid > 0).
+void IdleReport(pid_t server, int streams, double seconds) {
+  const double cpu0 = CpuSeconds(server);
+  absl::SleepFor(absl::Seconds(seconds));
+  if (server <= 0) return;
+  const trainyard::bench::ProcessSize size = SizeOf(server);
+  std::printf(
+      "idle     %5d streams: server CPU %5.1f%% of a core, %5d threads, "
+      "%.1f MiB resident\n",
+      streams, (CpuSeconds(server) - cpu0) / seconds * 100, size.threads,
+      size.rss_mib);
+  std::fflush(stdout);
+}
 
 bool ParseFlags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
@@ -297,8 +367,9 @@ int main(int argc, char** argv) {
   pid_t server_pid = 0;
   std::unique_ptr<trainyard::bench::ServerProcess> server;
   if (f.server.empty()) {
-    auto started =
-        trainyard::bench::ServerProcess::Start({f.server_bin, f.data_root, {}});
+    // Every stream is the admin's: no per-tenant stream limit.
+    auto started = trainyard::bench::ServerProcess::Start(
+        {f.server_bin, f.data_root, {"--max-streams-per-tenant=0"}});
     if (!started.ok()) {
       std::fprintf(stderr, "yard_load_bench: %s\n",
                    started.status().ToString().c_str());
@@ -337,6 +408,9 @@ int main(int argc, char** argv) {
   cpu.Report("mixed", r[0].us.size() + r[1].us.size() + r[2].us.size());
 
   if (f.watches > 0) {
+    // Idle with no stream open, against which to set the same with them.
+    absl::SleepFor(absl::Seconds(f.duration_s));  // the last pass settles
+    IdleReport(server_pid, 0, f.duration_s);
     Watches w;
     const absl::Time t0 = absl::Now();
     w.Start(load, load.SomeIds(f.watches));
@@ -349,8 +423,17 @@ int main(int argc, char** argv) {
         "%d failed, %.2f s to open\n",
         w.open.load(), f.watches, w.failed.load(),
         absl::ToDoubleSeconds(absl::Now() - t0));
+    // Idle: the streams open, no calls. What holding them costs.
+    IdleReport(server_pid, w.open.load(), f.duration_s);
+    cpu = CpuMeter{server_pid};
     r = load.Run(all_submit, f.duration_s);
     Report("watching", "SubmitJob", r[Load::kSubmit], f.duration_s);
+    cpu.Report("watching", r[Load::kSubmit].us.size());
+    int lost = 0;
+    Samples delivered = w.CancelSome(load, 200, &lost);
+    std::printf("deliver  CancelJob -> its watcher: %zu events, %d lost\n",
+                delivered.us.size(), lost);
+    Report("deliver", "event", delivered, 1);
     w.Stop();
   }
   if (server != nullptr) {

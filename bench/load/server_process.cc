@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -132,6 +133,27 @@ double CpuSeconds(pid_t pid) {
     if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
   }
   return ticks / sysconf(_SC_CLK_TCK);
+}
+
+ProcessSize SizeOf(pid_t pid) {
+  std::ifstream in(pid == 0 ? std::string("/proc/self/status")
+                            : absl::StrCat("/proc/", pid, "/status"));
+  ProcessSize size;
+  std::string line;
+  while (std::getline(in, line)) {
+    int64_t value = 0;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const absl::string_view key(line.data(), colon);
+    absl::string_view rest(line);
+    rest.remove_prefix(colon + 1);
+    rest = absl::StripAsciiWhitespace(rest);
+    rest = rest.substr(0, rest.find(' '));  // "123 kB"
+    if (!absl::SimpleAtoi(rest, &value)) continue;
+    if (key == "Threads") size.threads = static_cast<int>(value);
+    if (key == "VmRSS") size.rss_mib = value / 1024.0;
+  }
+  return size;
 }
 
 absl::StatusOr<std::string> FetchMetrics(const std::string& address) {

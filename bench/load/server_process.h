@@ -60,6 +60,14 @@ trainyard::v1::JobSpec SmallMnistSpec(const std::string& name);
 // CPU seconds (user + system) used so far by process `pid` (0: this one).
 double CpuSeconds(pid_t pid);
 
+// A process's thread count and resident memory (MiB), from
+// /proc/PID/status (pid 0: this process); zeros when it cannot be read.
+struct ProcessSize {
+  int threads = 0;
+  double rss_mib = 0;
+};
+ProcessSize SizeOf(pid_t pid);
+
 // The body of http://ADDRESS/metrics.
 absl::StatusOr<std::string> FetchMetrics(const std::string& address);
 
