@@ -17,7 +17,7 @@ constexpr std::string_view kBearer = "Bearer ";
 // Whether the peer presented a client certificate that the server's TLS
 // handshake verified (gRPC exposes its subject as the peer identity only
 // then).
-bool HasVerifiedClientCert(const grpc::ServerContext& context) {
+bool HasVerifiedClientCert(const grpc::ServerContextBase& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   return auth != nullptr && auth->IsPeerAuthenticated() &&
          !auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME).empty();
@@ -26,7 +26,7 @@ bool HasVerifiedClientCert(const grpc::ServerContext& context) {
 }  // namespace
 
 absl::StatusOr<std::string_view> BearerToken(
-    const grpc::ServerContext& context) {
+    const grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
   auto [first, end] = metadata.equal_range("authorization");
   if (first == end) {
@@ -51,13 +51,13 @@ absl::StatusOr<std::string_view> BearerToken(
 }
 
 absl::StatusOr<Caller> Authenticator::Authenticate(
-    const grpc::ServerContext& context) const {
+    const grpc::ServerContextBase& context) const {
   ASSIGN_OR_RETURN(std::string_view token, BearerToken(context));
   return store_->Authenticate(token);
 }
 
 absl::StatusOr<Caller> Authenticator::ForClient(
-    const grpc::ServerContext& context) const {
+    const grpc::ServerContextBase& context) const {
   ASSIGN_OR_RETURN(Caller caller, Authenticate(context));
   if (caller.role != v1::TENANT && caller.role != v1::ADMIN) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -68,19 +68,31 @@ absl::StatusOr<Caller> Authenticator::ForClient(
   return caller;
 }
 
+std::function<absl::Status()> Authenticator::TokenStillValid(
+    const grpc::ServerContextBase& context) const {
+  absl::StatusOr<std::string_view> token = BearerToken(context);
+  return [store = store_, token = std::string(token.ok() ? *token : "")] {
+    if (!store->Authenticate(token).ok()) {
+      return absl::UnauthenticatedError(
+          "the token of this stream has been revoked");
+    }
+    return absl::OkStatus();
+  };
+}
+
 absl::StatusOr<Caller> Authenticator::ForAdmin(
-    const grpc::ServerContext& context) const {
+    const grpc::ServerContextBase& context) const {
   ASSIGN_OR_RETURN(Caller caller, Authenticate(context));
   if (!caller.is_admin()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "token ", caller.token_id, " of tenant ", caller.tenant,
-        " is not an admin token"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("token ", caller.token_id, " of tenant ", caller.tenant,
+                     " is not an admin token"));
   }
   return caller;
 }
 
 absl::StatusOr<Caller> Authenticator::ForWorker(
-    const grpc::ServerContext& context) const {
+    const grpc::ServerContextBase& context) const {
   if (require_worker_cert_ && !HasVerifiedClientCert(context)) {
     return absl::UnauthenticatedError(
         "workers must present a client certificate signed by the server's "
@@ -88,8 +100,8 @@ absl::StatusOr<Caller> Authenticator::ForWorker(
   }
   ASSIGN_OR_RETURN(Caller caller, Authenticate(context));
   if (caller.role != v1::WORKER) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "token ", caller.token_id, " is not a worker join token"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("token ", caller.token_id, " is not a worker join token"));
   }
   return caller;
 }

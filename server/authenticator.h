@@ -15,6 +15,7 @@
 
 #include <grpcpp/server_context.h>
 
+#include <functional>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -29,12 +30,21 @@ class Authenticator {
   Authenticator(const AuthStore* store, bool require_worker_cert)
       : store_(store), require_worker_cert_(require_worker_cert) {}
 
-  absl::StatusOr<Caller> ForClient(const grpc::ServerContext& context) const;
-  absl::StatusOr<Caller> ForAdmin(const grpc::ServerContext& context) const;
-  absl::StatusOr<Caller> ForWorker(const grpc::ServerContext& context) const;
+  absl::StatusOr<Caller> ForClient(
+      const grpc::ServerContextBase& context) const;
+  absl::StatusOr<Caller> ForAdmin(const grpc::ServerContextBase& context) const;
+  absl::StatusOr<Caller> ForWorker(
+      const grpc::ServerContextBase& context) const;
+
+  // What a stream opened with `context`'s token (which authenticated)
+  // checks as it goes, after the call's context may be gone:
+  // UNAUTHENTICATED once that token has been revoked.
+  std::function<absl::Status()> TokenStillValid(
+      const grpc::ServerContextBase& context) const;
 
  private:
-  absl::StatusOr<Caller> Authenticate(const grpc::ServerContext& context) const;
+  absl::StatusOr<Caller> Authenticate(
+      const grpc::ServerContextBase& context) const;
 
   const AuthStore* const store_;
   const bool require_worker_cert_;
@@ -43,7 +53,7 @@ class Authenticator {
 // The token in an "authorization: Bearer <token>" metadata value, or
 // UNAUTHENTICATED naming what is missing.
 absl::StatusOr<std::string_view> BearerToken(
-    const grpc::ServerContext& context);
+    const grpc::ServerContextBase& context);
 
 }  // namespace trainyard::server
 

@@ -1,5 +1,6 @@
 #include "server/change_notifier.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace trainyard::server {
@@ -7,57 +8,33 @@ namespace trainyard::server {
 ChangeNotifier::Watch::Watch(Watch&& other) noexcept
     : notifier_(std::exchange(other.notifier_, nullptr)),
       key_(std::move(other.key_)),
-      entry_(std::exchange(other.entry_, nullptr)) {}
+      on_change_(std::move(other.on_change_)) {}
 
 ChangeNotifier::Watch::~Watch() {
   if (notifier_ == nullptr) return;
   absl::MutexLock lock(&notifier_->mu_);
-  if (--entry_->watchers == 0) notifier_->entries_.erase(key_);
+  auto it = notifier_->watches_.find(key_);
+  std::vector<const Callback*>& all = it->second;
+  all.erase(std::find(all.begin(), all.end(), on_change_.get()));
+  if (all.empty()) notifier_->watches_.erase(it);
 }
 
-ChangeNotifier::Watch ChangeNotifier::WatchKey(const std::string& key) {
+ChangeNotifier::Watch ChangeNotifier::WatchKey(const std::string& key,
+                                               Callback on_change) {
+  auto callback = std::make_unique<Callback>(std::move(on_change));
   absl::MutexLock lock(&mu_);
-  std::unique_ptr<Entry>& entry = entries_[key];
-  if (entry == nullptr) entry = std::make_unique<Entry>();
-  ++entry->watchers;
-  return Watch(this, key, entry.get());
-}
-
-uint64_t ChangeNotifier::Generation(const Watch& watch) const {
-  absl::MutexLock lock(&mu_);
-  return GenerationLocked(*watch.entry_);
-}
-
-ChangeNotifier::Wake ChangeNotifier::WaitForChange(
-    const Watch& watch, uint64_t seen, absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
-  // A condition variable per key: a commit wakes its watchers only, and
-  // unlocking the mutex never re-evaluates every idle waiter's condition.
-  while (!shutdown_ && GenerationLocked(*watch.entry_) == seen) {
-    if (watch.entry_->changed.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  if (shutdown_) return Wake::kShutdown;
-  return GenerationLocked(*watch.entry_) != seen ? Wake::kChanged
-                                                 : Wake::kTimeout;
+  watches_[key].push_back(callback.get());
+  return Watch(this, key, std::move(callback));
 }
 
 void ChangeNotifier::Notify(const std::vector<std::string>& keys) {
   absl::MutexLock lock(&mu_);
   ++notifications_;
   for (const std::string& key : keys) {
-    auto it = entries_.find(key);
-    if (it == entries_.end()) continue;  // no one watches it
-    ++it->second->changes;
-    it->second->changed.SignalAll();
+    auto it = watches_.find(key);
+    if (it == watches_.end()) continue;  // no one watches it
+    for (const Callback* on_change : it->second) (*on_change)();
   }
-}
-
-void ChangeNotifier::NotifyAll() {
-  absl::MutexLock lock(&mu_);
-  ++notifications_;
-  ++all_changes_;
-  SignalAllLocked();
 }
 
 uint64_t ChangeNotifier::Generation() const {
@@ -65,19 +42,10 @@ uint64_t ChangeNotifier::Generation() const {
   return notifications_;
 }
 
-void ChangeNotifier::Shutdown() {
+int ChangeNotifier::watchers(const std::string& key) const {
   absl::MutexLock lock(&mu_);
-  shutdown_ = true;
-  SignalAllLocked();
-}
-
-bool ChangeNotifier::IsShutdown() const {
-  absl::MutexLock lock(&mu_);
-  return shutdown_;
-}
-
-void ChangeNotifier::SignalAllLocked() {
-  for (auto& [key, entry] : entries_) entry->changed.SignalAll();
+  auto it = watches_.find(key);
+  return it == watches_.end() ? 0 : static_cast<int>(it->second.size());
 }
 
 }  // namespace trainyard::server

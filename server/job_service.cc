@@ -35,10 +35,53 @@ absl::Status JobNotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
 }
 
+// A stream call refused before it started: finished at once.
+template <typename M>
+class RefusedStream final : public grpc::ServerWriteReactor<M> {
+ public:
+  explicit RefusedStream(const absl::Status& status) {
+    this->Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
+
+// The gRPC side of a FollowedStream: the call's reactor, its sink, and the
+// holder of its tenant's stream slot until gRPC is done with the call.
+template <typename M>
+class FollowReactor final : public grpc::ServerWriteReactor<M>,
+                            public StreamSink<M> {
+ public:
+  FollowReactor(LiveStreams* streams, TenantGate::StreamSlot slot,
+                typename FollowedStream<M>::Read feed, StreamCheck check)
+      : streams_(streams),
+        slot_(std::move(slot)),
+        stream_(std::make_shared<FollowedStream<M>>(
+            this, streams, std::move(feed), std::move(check))) {}
+  // Reactions come only after the handler returns the reactor, by when
+  // the stream is added.
+  void Start(const std::string& job_id) { streams_->Add(stream_, job_id); }
+
+  void Write(const M* message) override { this->StartWrite(message); }
+  void Close(const absl::Status& status) override {
+    this->Finish(ToGrpcStatus(status));
+  }
+  void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
+  void OnCancel() override { stream_->OnCancel(); }
+  void OnDone() override {
+    streams_->Remove(stream_.get());
+    delete this;
+  }
+
+ private:
+  LiveStreams* const streams_;
+  TenantGate::StreamSlot slot_;
+  const std::shared_ptr<FollowedStream<M>> stream_;
+};
+
 }  // namespace
 
 absl::StatusOr<JobServiceImpl::CallersJob> JobServiceImpl::JobOfCaller(
-    const grpc::ServerContext& context, const std::string& job_id) const {
+    const grpc::ServerContextBase& context, const std::string& job_id) const {
   ASSIGN_OR_RETURN(Caller caller, auth_->ForClient(context));
   RETURN_IF_ERROR(RequireJobId(job_id));
   ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
@@ -70,23 +113,26 @@ void JobServiceImpl::FillOutputFields(v1::Job& job) const {
 
 StreamCheck JobServiceImpl::StreamCheckOf(
     const grpc::ServerContext* context) const {
-  return [this, context]() -> absl::Status {
+  return [context, token = auth_->TokenStillValid(*context)] {
     if (context->IsCancelled()) {
       return absl::CancelledError("the client went away");
     }
-    // It was valid when the stream opened: now it is revoked.
-    if (!auth_->ForClient(*context).ok()) {
-      return absl::UnauthenticatedError(
-          "the token of this stream has been revoked");
-    }
-    return absl::OkStatus();
+    return token();
   };
 }
 
-absl::StatusOr<TenantGate::StreamSlot> JobServiceImpl::OpenJobStream(
-    const grpc::ServerContext& context, const std::string& job_id) {
-  ASSIGN_OR_RETURN(CallersJob seen, JobOfCaller(context, job_id));
-  return gate_->OpenStream(seen.caller.tenant);
+template <typename M>
+grpc::ServerWriteReactor<M>* JobServiceImpl::Follow(
+    const grpc::CallbackServerContext& context, const std::string& tenant,
+    const std::string& job_id, typename FollowedStream<M>::Read feed) {
+  absl::StatusOr<TenantGate::StreamSlot> slot = gate_->OpenStream(tenant);
+  if (!slot.ok()) return new RefusedStream<M>(slot.status());
+  // The check outlives the call's context: it holds the token itself.
+  auto* reactor =
+      new FollowReactor<M>(streams_, *std::move(slot), std::move(feed),
+                           auth_->TokenStillValid(context));
+  reactor->Start(job_id);
+  return reactor;
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
@@ -245,48 +291,43 @@ grpc::Status JobServiceImpl::DeleteJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::WatchJob(
-    grpc::ServerContext* context, const v1::WatchJobRequest* request,
-    grpc::ServerWriter<v1::JobEvent>* writer) {
-  absl::StatusOr<TenantGate::StreamSlot> slot =
-      OpenJobStream(*context, request->job_id());
-  if (!slot.ok()) return ToGrpcStatus(slot.status());
-  return ToGrpcStatus(watcher_->WatchEvents(
-      request->job_id(), request->after_sequence(),
-      [writer](const v1::JobEvent& e) { return writer->Write(e); },
-      StreamCheckOf(context)));
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+  absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
+  if (!seen.ok()) return new RefusedStream<v1::JobEvent>(seen.status());
+  return Follow<v1::JobEvent>(
+      *context, seen->caller.tenant, request->job_id(),
+      watcher_->Events(request->job_id(), request->after_sequence()));
 }
 
-grpc::Status JobServiceImpl::GetJobLogs(
-    grpc::ServerContext* context, const v1::GetJobLogsRequest* request,
-    grpc::ServerWriter<v1::LogChunk>* writer) {
-  // The caller first (as every call does), then its arguments, then a
-  // stream slot.
+grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetJobLogs(
+    grpc::CallbackServerContext* context,
+    const v1::GetJobLogsRequest* request) {
+  auto refuse = [](const absl::Status& s) {
+    return new RefusedStream<v1::LogChunk>(s);
+  };
+  // The caller first (as every call does), then its arguments.
   absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
-  if (!seen.ok()) return ToGrpcStatus(seen.status());
+  if (!seen.ok()) return refuse(seen.status());
   if (request->tail_lines() < 0) {
-    return ToGrpcStatus(InvalidFieldError(
+    return refuse(InvalidFieldError(
         "tail_lines",
         absl::StrCat("must be >= 0, got ", request->tail_lines())));
   }
   if (request->tail_lines() > 0 && request->offset() != 0) {
-    return ToGrpcStatus(InvalidFieldError(
-        "tail_lines", "not with offset: give one or the other"));
+    return refuse(InvalidFieldError("tail_lines",
+                                    "not with offset: give one or the other"));
   }
-  absl::StatusOr<TenantGate::StreamSlot> slot =
-      gate_->OpenStream(seen->caller.tenant);
-  if (!slot.ok()) return ToGrpcStatus(slot.status());
   int64_t offset = request->offset();
   if (request->tail_lines() > 0) {
     absl::StatusOr<int64_t> tail =
         watcher_->TailOffset(request->job_id(), request->tail_lines());
-    if (!tail.ok()) return ToGrpcStatus(tail.status());
+    if (!tail.ok()) return refuse(tail.status());
     offset = *tail;
   }
-  return ToGrpcStatus(watcher_->StreamLog(
-      request->job_id(), offset, request->follow(),
-      [writer](const v1::LogChunk& c) { return writer->Write(c); },
-      StreamCheckOf(context)));
+  return Follow<v1::LogChunk>(
+      *context, seen->caller.tenant, request->job_id(),
+      watcher_->Log(request->job_id(), offset, request->follow()));
 }
 
 grpc::Status JobServiceImpl::ListCheckpoints(

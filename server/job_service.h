@@ -8,6 +8,9 @@
 // spec do not leak; an admin token sees every job. ListJobs and GetUsage
 // for another tenant are PERMISSION_DENIED (tenant names are not secret,
 // jobs are).
+// WatchJob and GetJobLogs run on gRPC's callback API: an open stream holds
+// no thread, LiveStreams pumps it when its job changes. The other calls
+// are synchronous.
 // Thread-safe (gRPC calls it from many threads; every callee is
 // thread-safe).
 #ifndef TRAINYARD_SERVER_JOB_SERVICE_H_
@@ -19,20 +22,25 @@
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
 #include "server/job_watch.h"
+#include "server/live_streams.h"
 #include "server/queue_positions.h"
 #include "server/tenant_limits.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
 
 namespace trainyard::server {
 
-class JobServiceImpl final : public v1::JobService::Service {
+using JobServiceBase = v1::JobService::WithCallbackMethod_WatchJob<
+    v1::JobService::WithCallbackMethod_GetJobLogs<v1::JobService::Service>>;
+
+class JobServiceImpl final : public JobServiceBase {
  public:
   JobServiceImpl(JobLifecycle* lifecycle, JobStore* store,
-                 const JobWatcher* watcher, const Authenticator* auth,
-                 TenantGate* gate)
+                 const JobWatcher* watcher, LiveStreams* streams,
+                 const Authenticator* auth, TenantGate* gate)
       : lifecycle_(lifecycle),
         store_(store),
         watcher_(watcher),
+        streams_(streams),
         auth_(auth),
         gate_(gate) {}
 
@@ -79,12 +87,12 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status DeleteJob(grpc::ServerContext* context,
                          const v1::DeleteJobRequest* request,
                          v1::DeleteJobResponse* response) override;
-  grpc::Status WatchJob(grpc::ServerContext* context,
-                        const v1::WatchJobRequest* request,
-                        grpc::ServerWriter<v1::JobEvent>* writer) override;
-  grpc::Status GetJobLogs(grpc::ServerContext* context,
-                          const v1::GetJobLogsRequest* request,
-                          grpc::ServerWriter<v1::LogChunk>* writer) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(
+      grpc::CallbackServerContext* context,
+      const v1::WatchJobRequest* request) override;
+  grpc::ServerWriteReactor<v1::LogChunk>* GetJobLogs(
+      grpc::CallbackServerContext* context,
+      const v1::GetJobLogsRequest* request) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* context,
                                const v1::ListCheckpointsRequest* request,
                                v1::ListCheckpointsResponse* response) override;
@@ -111,7 +119,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   // Authenticates the caller and reads its job `job_id`: NOT_FOUND when it
   // does not exist or belongs to another tenant (the same message either
   // way).
-  absl::StatusOr<CallersJob> JobOfCaller(const grpc::ServerContext& context,
+  absl::StatusOr<CallersJob> JobOfCaller(const grpc::ServerContextBase& context,
                                          const std::string& job_id) const;
   // The tenant whose jobs a ListJobs or GetUsage asking for `requested`
   // covers: an admin's as asked (empty: every tenant), a tenant token's
@@ -122,16 +130,20 @@ class JobServiceImpl final : public v1::JobService::Service {
   // Fills the output-only fields GetJob and ListJobs add to a stored job:
   // its queue position and its delete time.
   void FillOutputFields(v1::Job& job) const;
-  // Authenticates, checks the job is visible and takes a stream slot.
-  absl::StatusOr<TenantGate::StreamSlot> OpenJobStream(
-      const grpc::ServerContext& context, const std::string& job_id);
-  // What a stream opened on `context` checks as it goes: the client still
-  // there and its token still valid.
+  // A synchronous stream's check as it goes: the client still there and
+  // its token still valid.
   StreamCheck StreamCheckOf(const grpc::ServerContext* context) const;
+  // WatchJob and GetJobLogs once their arguments are checked: a stream
+  // slot of the caller's tenant, then `feed` followed as `job_id` changes.
+  template <typename M>
+  grpc::ServerWriteReactor<M>* Follow(
+      const grpc::CallbackServerContext& context, const std::string& tenant,
+      const std::string& job_id, typename FollowedStream<M>::Read feed);
 
   JobLifecycle* const lifecycle_;
   JobStore* const store_;
   const JobWatcher* const watcher_;
+  LiveStreams* const streams_;
   const Authenticator* const auth_;
   TenantGate* const gate_;
   std::function<void(const absl::Status&)> on_submit_rejected_;

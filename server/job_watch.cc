@@ -8,55 +8,32 @@
 
 namespace trainyard::server {
 
-JobWatcher::JobWatcher(JobStore* store, ChangeNotifier* notifier,
-                       JobWatchOptions options)
-    : store_(store), notifier_(notifier), options_(options) {}
+JobWatcher::JobWatcher(const JobStore* store, JobWatchOptions options)
+    : store_(store), options_(options) {}
 
-absl::Status JobWatcher::WaitForChange(const ChangeNotifier::Watch& watch,
-                                       uint64_t seen,
-                                       const StreamCheck& check) const {
-  while (true) {
-    switch (notifier_->WaitForChange(watch, seen, options_.recheck)) {
-      case ChangeNotifier::Wake::kChanged:
-        return absl::OkStatus();
-      case ChangeNotifier::Wake::kShutdown:
-        return absl::UnavailableError("the server is shutting down");
-      case ChangeNotifier::Wake::kTimeout:
-        RETURN_IF_ERROR(check());
-        break;
-    }
-  }
-}
-
-absl::Status JobWatcher::WatchEvents(const std::string& job_id,
-                                     int64_t after_sequence,
-                                     const EmitEvent& emit,
-                                     const StreamCheck& check) const {
-  int64_t seen = after_sequence;
-  const ChangeNotifier::Watch watch = notifier_->WatchKey(job_id);
-  while (true) {
-    RETURN_IF_ERROR(check());
-    const uint64_t generation = notifier_->Generation(watch);
+JobWatcher::EventFeed JobWatcher::Events(const std::string& job_id,
+                                         int64_t after_sequence) const {
+  return [this, job_id, seen = after_sequence]() mutable
+         -> absl::StatusOr<FeedStep<v1::JobEvent>> {
     ASSIGN_OR_RETURN(std::vector<v1::JobEvent> events,
                      store_->ReadEvents(job_id, seen,
                                         options_.events_per_read));
-    for (const v1::JobEvent& e : events) {
-      if (!emit(e)) return absl::CancelledError("the client went away");
+    FeedStep<v1::JobEvent> step;
+    for (v1::JobEvent& e : events) {
       seen = e.sequence();
-      if (e.has_state_change() && IsTerminal(e.state_change().to())) {
-        return absl::OkStatus();
-      }
+      step.end = e.has_state_change() && IsTerminal(e.state_change().to());
+      step.messages.push_back(std::move(e));
+      if (step.end) return step;
     }
     if (static_cast<int32_t>(events.size()) == options_.events_per_read) {
-      continue;  // more are waiting
+      step.more = true;
+      return step;
     }
     // Resumed after the terminal event: nothing more will come.
     ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
-    if (IsTerminal(record.job.state()) && record.last_sequence <= seen) {
-      return absl::OkStatus();
-    }
-    RETURN_IF_ERROR(WaitForChange(watch, generation, check));
-  }
+    step.end = IsTerminal(record.job.state()) && record.last_sequence <= seen;
+    return step;
+  };
 }
 
 absl::StatusOr<int64_t> JobWatcher::TailOffset(const std::string& job_id,
@@ -83,30 +60,28 @@ absl::StatusOr<int64_t> JobWatcher::TailOffset(const std::string& job_id,
   return held.offset;
 }
 
-absl::Status JobWatcher::StreamLog(const std::string& job_id, int64_t offset,
-                                   bool follow, const EmitLog& emit,
-                                   const StreamCheck& check) const {
-  const ChangeNotifier::Watch watch = notifier_->WatchKey(job_id);
-  while (true) {
-    RETURN_IF_ERROR(check());
-    const uint64_t generation = notifier_->Generation(watch);
-    // Read the state before the log, so bytes written before the job ended
-    // are always read once it is seen ended.
+JobWatcher::LogFeed JobWatcher::Log(const std::string& job_id, int64_t offset,
+                                    bool follow) const {
+  return [this, job_id, offset,
+          follow]() mutable -> absl::StatusOr<FeedStep<v1::LogChunk>> {
+    // The state before the log, so bytes written before the job ended are
+    // always read once it is seen ended.
     ASSIGN_OR_RETURN(JobRecord record, store_->GetJob(job_id));
     ASSIGN_OR_RETURN(LogRead read,
                      store_->ReadLog(job_id, offset, options_.log_chunk_bytes));
+    FeedStep<v1::LogChunk> step;
     if (!read.data.empty()) {
-      v1::LogChunk chunk;
+      v1::LogChunk& chunk = step.messages.emplace_back();
       chunk.set_offset(read.offset);
       chunk.set_data(std::move(read.data));
       offset = read.offset + static_cast<int64_t>(chunk.data().size());
-      if (!emit(chunk)) return absl::CancelledError("the client went away");
-      continue;
+      step.more = true;
+      return step;
     }
     offset = read.offset;
-    if (!follow || IsTerminal(record.job.state())) return absl::OkStatus();
-    RETURN_IF_ERROR(WaitForChange(watch, generation, check));
-  }
+    step.end = !follow || IsTerminal(record.job.state());
+    return step;
+  };
 }
 
 }  // namespace trainyard::server

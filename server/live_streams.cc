@@ -125,8 +125,7 @@ void LiveStreams::RecheckLoop() {
       auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_;
       };
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping),
-                               options_.recheck)) {
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), options_.recheck)) {
         return;
       }
     }

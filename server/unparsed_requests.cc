@@ -1,18 +1,30 @@
 #include "server/unparsed_requests.h"
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 
 namespace trainyard::server {
 namespace {
 
 using grpc::experimental::InterceptionHookPoints;
 
+// Whether gRPC path `method` ("/package.Service/Method") is a method of
+// the services compiled in (all of which the server implements).
+bool IsKnownMethod(const std::string& method) {
+  std::string full = method.substr(method.empty() ? 0 : 1);
+  std::replace(full.begin(), full.end(), '/', '.');
+  return google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(
+             full) != nullptr;
+}
+
 class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit UnparsedRequestInterceptor(const char* method) : method_(method) {}
+  explicit UnparsedRequestInterceptor(const char* method)
+      : method_(method), known_(IsKnownMethod(method_)) {}
 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -25,13 +37,20 @@ class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor 
       no_message_.store(true, std::memory_order_relaxed);
     }
     if (methods->QueryInterceptionHookPoint(
-            InterceptionHookPoints::PRE_SEND_STATUS) &&
-        no_message_.load(std::memory_order_relaxed)) {
+            InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
-      // gRPC's words for a request it could not parse, or for none at all.
-      if (status.error_code() == grpc::StatusCode::INTERNAL &&
+      // gRPC's words for a request it could not parse, or for none at all:
+      // on a synchronous method, INTERNAL after no message was received;
+      // on a callback method, UNIMPLEMENTED for a method we implement.
+      const bool sync_unparsed =
+          no_message_.load(std::memory_order_relaxed) &&
+          status.error_code() == grpc::StatusCode::INTERNAL &&
           (status.error_message().empty() ||
-           status.error_message() == "No payload")) {
+           status.error_message() == "No payload");
+      const bool callback_unparsed =
+          known_ && status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+          status.error_message().empty();
+      if (sync_unparsed || callback_unparsed) {
         methods->ModifySendStatus(grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,
             absl::StrCat("the request to ", method_,
@@ -45,6 +64,7 @@ class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor 
 
  private:
   const std::string method_;
+  const bool known_;
   std::atomic<bool> no_message_{false};
 };
 

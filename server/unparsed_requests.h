@@ -2,9 +2,11 @@
 // into the method's request message (bytes that are not protobuf, or a
 // string field holding bytes that are not UTF-8, which proto3 refuses).
 // gRPC answers those INTERNAL with an empty message before any handler
-// runs, which reads as a server fault and invites retries; this turns the
-// answer into INVALID_ARGUMENT naming the method and what was wrong, with
-// no field to name (the request never became a message). Thread-safe.
+// runs (UNIMPLEMENTED with an empty message for the methods served on the
+// callback API), which reads as a server fault or a missing method and
+// invites retries; this turns the answer into INVALID_ARGUMENT naming the
+// method and what was wrong, with no field to name (the request never
+// became a message). Thread-safe.
 #ifndef TRAINYARD_SERVER_UNPARSED_REQUESTS_H_
 #define TRAINYARD_SERVER_UNPARSED_REQUESTS_H_
 

@@ -35,6 +35,7 @@
 #include "server/job_service.h"
 #include "server/job_store.h"
 #include "server/job_watch.h"
+#include "server/live_streams.h"
 #include "server/metrics_endpoint.h"
 #include "server/queue_positions.h"
 #include "server/scheduler_loop.h"
@@ -201,6 +202,7 @@ struct YardServer::Parts {
   std::unique_ptr<JobRetention> retention;  // null: jobs kept forever
   std::unique_ptr<ClusterView> view;
   std::unique_ptr<JobWatcher> watcher;
+  std::unique_ptr<LiveStreams> streams;  // WatchJob and GetJobLogs
   std::unique_ptr<JobServiceImpl> job_service;
   std::unique_ptr<ClusterServiceImpl> cluster_service;
   std::unique_ptr<WorkerServiceImpl> worker_service;
@@ -437,10 +439,11 @@ void YardServer::Parts::BuildLogic() {
                                           [this] { loop->Wake(); });
   view = std::make_unique<ClusterView>(store.get(), workers.get(),
                                        kServerVersion);
-  watcher = std::make_unique<JobWatcher>(store.get(), &notifier);
+  watcher = std::make_unique<JobWatcher>(store.get());
+  streams = std::make_unique<LiveStreams>(&notifier);
   job_service = std::make_unique<JobServiceImpl>(
-      lifecycle.get(), store.get(), watcher.get(), authenticator.get(),
-      tenant_gate.get());
+      lifecycle.get(), store.get(), watcher.get(), streams.get(),
+      authenticator.get(), tenant_gate.get());
   admin_service = std::make_unique<AdminServiceImpl>(auth_store.get(),
                                                      authenticator.get());
   job_service->set_queue_positions(&queue_positions);
@@ -614,7 +617,7 @@ void YardServer::Shutdown() {
   }
   if (p.health_endpoint) p.health_endpoint->Shutdown();
   p.metrics_endpoint.reset();  // scrapes read the store: stop them first
-  p.notifier.Shutdown();  // watch and log streams end
+  if (p.streams) p.streams->Shutdown();  // watch and log streams end
   if (p.retention) p.retention->Stop();
   if (p.loop) p.loop->Stop();
   if (p.workers) {
