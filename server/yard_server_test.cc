@@ -340,6 +340,142 @@ TEST_F(YardServerTest, RequestsThatCannotBeParsedAreInvalidArguments) {
   EXPECT_LT(status.error_message().size(), 200u);
 }
 
+// The threads of this process (the server runs in it).
+int ThreadCount() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// An open WatchJob or followed GetJobLogs stream holds no server thread
+// (gRPC's callback API): 60 streams waiting on a queued job leave the
+// process's threads about where they were (one each before), and
+// cancelling the job ends every one of them with OK, the watches after the
+// CANCELLED event.
+TEST_F(YardServerTest, OpenStreamsHoldNoThreads) {
+  StartServer();
+  const std::string id = Submit();
+  {  // a first stream call, so that gRPC's callback threads are running
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, AdminToken());
+    v1::GetJobLogsRequest req;
+    req.set_job_id(id);
+    auto reader = jobs_->GetJobLogs(&ctx, req);
+    v1::LogChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  const int before = ThreadCount();
+  constexpr int kWatches = 30, kStreams = 60;  // the rest follow the log
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::JobEvent>> events;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::LogChunk>> logs;
+    v1::JobEvent event;
+    v1::LogChunk chunk;
+    std::vector<v1::JobEvent> seen;
+    grpc::Status status;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<Stream>> streams;
+  // Tags: 3i the call started, 3i+1 a read done, 3i+2 finished.
+  auto tag = [](int i, int what) {
+    return reinterpret_cast<void*>(static_cast<intptr_t>(3 * i + what));
+  };
+  for (int i = 0; i < kStreams; ++i) {
+    auto s = std::make_unique<Stream>();
+    AddBearerToken(s->ctx, AdminToken());
+    if (i < kWatches) {
+      v1::WatchJobRequest req;
+      req.set_job_id(id);
+      s->events = jobs_->PrepareAsyncWatchJob(&s->ctx, req, &cq);
+      s->events->StartCall(tag(i, 0));
+    } else {
+      v1::GetJobLogsRequest req;
+      req.set_job_id(id);
+      req.set_follow(true);
+      s->logs = jobs_->PrepareAsyncGetJobLogs(&s->ctx, req, &cq);
+      s->logs->StartCall(tag(i, 0));
+    }
+    streams.push_back(std::move(s));
+  }
+  int watching = 0, finished = 0;
+  auto read = [&](int i) {
+    Stream& s = *streams[i];
+    if (s.events) {
+      s.events->Read(&s.event, tag(i, 1));
+    } else {
+      s.logs->Read(&s.chunk, tag(i, 1));
+    }
+  };
+  // Runs the queue until `done` or 30 s have passed.
+  auto drive = [&](const std::function<bool()>& done) {
+    const auto give_up =
+        std::chrono::system_clock::now() + std::chrono::seconds(30);
+    while (!done()) {
+      void* got = nullptr;
+      bool ok = false;
+      if (cq.AsyncNext(&got, &ok, give_up) !=
+          grpc::CompletionQueue::NextStatus::GOT_EVENT) {
+        return;
+      }
+      const int i = static_cast<int>(reinterpret_cast<intptr_t>(got) / 3);
+      Stream& s = *streams[i];
+      switch (reinterpret_cast<intptr_t>(got) % 3) {
+        case 0:
+          read(i);
+          break;
+        case 1:
+          if (!ok) {
+            if (s.events) s.events->Finish(&s.status, tag(i, 2));
+            if (s.logs) s.logs->Finish(&s.status, tag(i, 2));
+            break;
+          }
+          if (s.events) {
+            s.seen.push_back(s.event);
+            if (s.seen.size() == 1) ++watching;
+          }
+          read(i);
+          break;
+        case 2:
+          ++finished;
+          break;
+      }
+    }
+  };
+  drive([&] { return watching == kWatches; });
+  ASSERT_EQ(watching, kWatches) << "every watch read the QUEUED event";
+  const int open = ThreadCount();
+  EXPECT_LT(open - before, kStreams / 2)
+      << before << " threads before, " << open << " with the streams open";
+
+  grpc::ClientContext ctx;
+  AddBearerToken(ctx, AdminToken());
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::Job job;
+  ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &job).ok());
+  drive([&] { return finished == kStreams; });
+  ASSERT_EQ(finished, kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    const Stream& s = *streams[i];
+    EXPECT_TRUE(s.status.ok()) << i << ": " << s.status.error_message();
+    if (s.events) {
+      ASSERT_FALSE(s.seen.empty());
+      EXPECT_EQ(s.seen.back().state_change().to(), v1::CANCELLED) << i;
+    }
+  }
+  cq.Shutdown();
+  void* got;
+  bool ok;
+  while (cq.Next(&got, &ok)) {
+  }
+}
+
 TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
   StartServer();
   auto worker = ConnectWorker();
