@@ -125,7 +125,11 @@ template <typename M>
 grpc::ServerWriteReactor<M>* JobServiceImpl::Follow(
     const grpc::CallbackServerContext& context, const std::string& tenant,
     const std::string& job_id, typename FollowedStream<M>::Read feed) {
-  absl::StatusOr<TenantGate::StreamSlot> slot = gate_->OpenStream(tenant);
+  // Without waiting for a slot: a callback handler must not block (it
+  // would hold a thread that serves other calls). A stream its client
+  // cancelled frees its slot as soon as the server sees the cancel.
+  absl::StatusOr<TenantGate::StreamSlot> slot =
+      gate_->OpenStream(tenant, absl::ZeroDuration());
   if (!slot.ok()) return new RefusedStream<M>(slot.status());
   // The check outlives the call's context: it holds the token itself.
   auto* reactor =

@@ -68,8 +68,9 @@ class TenantGate {
     std::string tenant_;
   };
   // RESOURCE_EXHAUSTED when the tenant already has the maximum open and
-  // none closes within `wait` (a stream its client cancelled is closed at
-  // its handler's next wake, up to JobWatchOptions::recheck later).
+  // none closes within `wait` (a synchronous stream its client cancelled
+  // is closed when its handler next checks; WatchJob and GetJobLogs, on
+  // the callback API, do not wait and close at the cancel).
   absl::StatusOr<StreamSlot> OpenStream(const std::string& tenant,
                                         absl::Duration wait = absl::Seconds(1));
   int open_streams(const std::string& tenant) const;
