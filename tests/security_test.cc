@@ -338,26 +338,55 @@ TEST_F(SecurityTest, ARevokedTokenEndsItsOpenStreams) {
   YARD_ASSERT_OK(StartServer());
   std::string id;
   const std::string token = NewToken("team-a", v1::TENANT, &id);
-  v1::SubmitJobResponse sub;
-  ASSERT_TRUE(SubmitAs(token, MnistSpec{}.ToProto(), &sub).ok());
-  // No worker: the job stays queued and the watch open.
-  std::unique_ptr<grpc::ClientContext> ctx =
-      ContextWithToken(token, Scaled(absl::Seconds(60)));
-  v1::WatchJobRequest req;
-  req.set_job_id(sub.job().id());
-  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
-      jobs().WatchJob(ctx.get(), req);
-  v1::JobEvent first;
-  ASSERT_TRUE(reader->Read(&first));  // it is being served
+  // No worker: the jobs stay queued and the watches open.
+  struct Open {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader;
+  };
+  std::vector<std::string> jobs_of_a;
+  std::vector<Open> watches;
+  for (int i = 0; i < 2; ++i) {
+    v1::SubmitJobResponse sub;
+    ASSERT_TRUE(SubmitAs(token, MnistSpec{}.ToProto(), &sub).ok());
+    jobs_of_a.push_back(sub.job().id());
+    Open o{ContextWithToken(token, Scaled(absl::Seconds(60))), nullptr};
+    v1::WatchJobRequest req;
+    req.set_job_id(sub.job().id());
+    o.reader = jobs().WatchJob(o.ctx.get(), req);
+    v1::JobEvent first;
+    ASSERT_TRUE(o.reader->Read(&first));  // it is being served
+    watches.push_back(std::move(o));
+  }
+  // Another token's revocation leaves the streams open: after their
+  // recheck (500 ms) the first still reads its job's end.
+  std::string other_id;
+  NewToken("team-b", v1::TENANT, &other_id);
   v1::RevokeTokenRequest revoke;
-  revoke.set_id(id);
+  revoke.set_id(other_id);
   v1::TokenInfo info;
   ASSERT_TRUE(
       admin().RevokeToken(ContextWithTimeout().get(), revoke, &info).ok());
-  v1::JobEvent more;
-  while (reader->Read(&more)) {
+  absl::SleepFor(absl::Seconds(1));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(jobs_of_a[0]);
+  v1::Job cancelled;
+  ASSERT_TRUE(
+      jobs().CancelJob(ContextWithToken(token).get(), cancel, &cancelled).ok());
+  v1::JobEvent e;
+  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+  while (watches[0].reader->Read(&e)) {
+    if (e.has_state_change()) last = e.state_change().to();
   }
-  const grpc::Status end = reader->Finish();
+  EXPECT_TRUE(watches[0].reader->Finish().ok());
+  EXPECT_EQ(last, v1::CANCELLED);
+
+  // Its own token's revocation ends the other.
+  revoke.set_id(id);
+  ASSERT_TRUE(
+      admin().RevokeToken(ContextWithTimeout().get(), revoke, &info).ok());
+  while (watches[1].reader->Read(&e)) {
+  }
+  const grpc::Status end = watches[1].reader->Finish();
   EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAUTHENTICATED)
       << end.error_message();
   EXPECT_THAT(end.error_message(), HasSubstr("revoked"));
