@@ -136,7 +136,7 @@ class FollowedStream final : public LiveStream {
       absl::MutexLock lock(&mu_);
       if (finished_ || ending_.has_value()) return;
       if (writing_) {  // OnWriteDone reads again
-        changed_ = true;
+        read_again_ = true;
         return;
       }
     }
@@ -148,15 +148,15 @@ class FollowedStream final : public LiveStream {
     {
       absl::MutexLock lock(&mu_);
       if (finished_ || ending_.has_value()) return;
-      more_ = step->more;
+      read_again_ = step->more;
       end_when_sent_ = step->end;
       for (M& m : step->messages) pending_.push_back(std::move(m));
       if (!pending_.empty()) {
         writing_ = true;
         first = &pending_.front();
       } else if (!end_when_sent_) {
-        if (!more_) return;  // caught up: the next commit wakes it
-        more_ = false;
+        if (!read_again_) return;  // caught up: the next commit wakes it
+        read_again_ = false;
       } else {
         finished_ = close = true;
       }
@@ -206,8 +206,8 @@ class FollowedStream final : public LiveStream {
         next = kWrite;
       } else if (end_when_sent_) {
         next = kClose;
-      } else if (more_ || changed_) {
-        more_ = changed_ = false;
+      } else if (read_again_) {
+        read_again_ = false;
         next = kRead;
       }
       if (next == kClose) finished_ = true;
@@ -237,8 +237,9 @@ class FollowedStream final : public LiveStream {
   absl::Mutex mu_;
   std::deque<M> pending_ ABSL_GUARDED_BY(mu_);  // front: in flight
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool more_ ABSL_GUARDED_BY(mu_) = false;     // the feed has more now
-  bool changed_ ABSL_GUARDED_BY(mu_) = false;  // woken while writing
+  // Read again once the writes are done: the feed has more, or the job
+  // changed while they were in flight.
+  bool read_again_ ABSL_GUARDED_BY(mu_) = false;
   bool end_when_sent_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> ending_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Close called or calling
