@@ -1,7 +1,13 @@
-// WorkerServiceImpl: the gRPC face of WorkerService.Connect. Each stream
-// gets a GrpcWorkerLink (an outbox drained by its own writer thread, so
-// senders never block on the network) and a WorkerSession that does the
-// protocol. Thread-safe: gRPC runs each stream on its own thread.
+// WorkerServiceImpl: the gRPC face of WorkerService.Connect, on gRPC's
+// callback API: an open worker stream holds no thread of its own. Each
+// stream is a reactor with a WorkerSession (the protocol) and a WorkerLink
+// that queues what is sent and writes it one message at a time, so senders
+// never block on the network. The session handles the stream's messages
+// one at a time, in order, on a small pool of threads (a message may wait
+// for a store commit, which gRPC's threads must not); the next message is
+// read only after the last one was handled.
+//
+// Thread-safe.
 #ifndef TRAINYARD_SERVER_WORKER_SERVICE_H_
 #define TRAINYARD_SERVER_WORKER_SERVICE_H_
 
@@ -10,14 +16,22 @@
 #include "server/authenticator.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
+#include "server/task_pool.h"
 #include "server/worker_registry.h"
 #include "server/worker_session.h"
 #include "trainyard/v1/worker.grpc.pb.h"
 
 namespace trainyard::server {
 
-class WorkerServiceImpl final : public v1::WorkerService::Service {
+class WorkerServiceImpl final
+    : public v1::WorkerService::WithRawCallbackMethod_Connect<
+          v1::WorkerService::Service> {
  public:
+  // The threads that handle the workers' messages: as many commits as
+  // there are may wait at once, so a burst of workers saying hello (after a
+  // server restart) shares few commits.
+  static constexpr int kSessionThreads = 16;
+
   WorkerServiceImpl(JobStore* store, WorkerRegistry* workers,
                     JobLifecycle* lifecycle, WorkerSessionOptions options,
                     std::function<void()> wake_scheduler)
@@ -25,16 +39,20 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
         workers_(workers),
         lifecycle_(lifecycle),
         options_(options),
-        wake_scheduler_(std::move(wake_scheduler)) {}
+        wake_scheduler_(std::move(wake_scheduler)),
+        pool_(kSessionThreads) {}
 
   // Every Connect must pass auth->ForWorker (a worker join token, and the
   // client certificate under mTLS). Set before serving.
   void set_authenticator(const Authenticator* auth) { auth_ = auth; }
 
-  grpc::Status Connect(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::ServerMessage, v1::WorkerMessage>* stream)
-      override;
+  // Served raw: the reactor parses each message itself (see the .cc).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Connect(
+      grpc::CallbackServerContext* context) override;
+
+  // Finishes the messages being handled and stops the threads. After the
+  // gRPC server's Wait(), before the store closes: no stream is left then.
+  void Shutdown() { pool_.Shutdown(); }
 
  private:
   JobStore* const store_;
@@ -43,6 +61,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   const WorkerSessionOptions options_;
   const std::function<void()> wake_scheduler_;
   const Authenticator* auth_ = nullptr;
+  TaskPool pool_;
 };
 
 }  // namespace trainyard::server

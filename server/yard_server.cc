@@ -627,6 +627,9 @@ void YardServer::Shutdown() {
     p.grpc_server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
     p.grpc_server->Wait();
   }
+  // The worker streams have ended; what their last messages started ends
+  // before the store closes.
+  if (p.worker_service) p.worker_service->Shutdown();
   p.store.reset();
   YARD_LOG(INFO) << "yard-server stopped";
 }

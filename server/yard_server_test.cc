@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_credentials.h"
@@ -224,12 +225,13 @@ class YardServerTest : public ::testing::Test {
   };
 
   std::unique_ptr<Worker> ConnectWorker(
-      std::vector<std::pair<std::string, int>> running = {}) {
+      std::vector<std::pair<std::string, int>> running = {},
+      const std::string& worker_id = "w1") {
     auto w = std::make_unique<Worker>();
     AddBearerToken(w->ctx, WorkerToken());
     w->stream = worker_stub_->Connect(&w->ctx);
     v1::WorkerMessage hello;
-    hello.mutable_hello()->set_worker_id("w1");
+    hello.mutable_hello()->set_worker_id(worker_id);
     hello.mutable_hello()->set_hostname("test-host");
     hello.mutable_hello()->set_cpu_slots(1);
     for (auto& [job, attempt] : running) {
@@ -318,6 +320,22 @@ TEST_F(YardServerTest, RequestsThatCannotBeParsedAreInvalidArguments) {
         << method << ": " << status.error_message();
     EXPECT_THAT(status.error_message(),
                 HasSubstr("the request to " + method + " could not be parsed"));
+  }
+  // So is a worker's message on its Connect stream.
+  {
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, WorkerToken());
+    auto stream = worker_stub_->Connect(&ctx);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_id("w\xff");  // not UTF-8
+    stream->Write(hello);
+    v1::ServerMessage unused;
+    EXPECT_FALSE(stream->Read(&unused));
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << status.error_message();
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("/trainyard.v1.WorkerService/Connect"));
   }
   // A well-formed request still goes through to the handler.
   grpc::Status status;
@@ -473,6 +491,54 @@ TEST_F(YardServerTest, OpenStreamsHoldNoThreads) {
   void* got;
   bool ok;
   while (cq.Next(&got, &ok)) {
+  }
+}
+
+// A connected worker holds no server thread either (two each before: its
+// stream's reader and writer): 60 workers connected and heartbeating leave
+// the process's threads about where they were, and each that then closes
+// its side ends with OK.
+TEST_F(YardServerTest, ConnectedWorkersHoldNoThreads) {
+  StartServer();
+  {  // a first stream, so that gRPC's callback threads are running
+    auto w = ConnectWorker({}, "warm-up");
+    w->stream->WritesDone();
+    v1::ServerMessage m;
+    while (w->stream->Read(&m)) {
+    }
+    ASSERT_TRUE(w->stream->Finish().ok());
+  }
+  const int before = ThreadCount();
+  constexpr int kWorkers = 60;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int i = 0; i < kWorkers; ++i) {
+    workers.push_back(ConnectWorker({}, absl::StrCat("w", i)));
+    v1::WorkerMessage heartbeat;
+    heartbeat.mutable_heartbeat()->set_sequence(1);
+    ASSERT_TRUE(workers.back()->Send(heartbeat));
+    ASSERT_TRUE(workers.back()->Next().has_heartbeat_ack()) << i;
+  }
+  const int open = ThreadCount();
+  EXPECT_LT(open - before, kWorkers / 2)
+      << before << " threads before, " << open << " with the workers";
+
+  grpc::ClientContext ctx;
+  AddBearerToken(ctx, AdminToken());
+  v1::ListWorkersResponse listed;
+  ASSERT_TRUE(cluster_->ListWorkers(&ctx, {}, &listed).ok());
+  int ready = 0;
+  for (const v1::Worker& w : listed.workers()) {
+    ready += w.id() != "warm-up" && w.state() == v1::WORKER_READY ? 1 : 0;
+  }
+  EXPECT_EQ(ready, kWorkers);
+  for (int i = 0; i < kWorkers; ++i) {
+    Worker& w = *workers[i];
+    w.stream->WritesDone();
+    v1::ServerMessage m;
+    while (w.stream->Read(&m)) {
+    }
+    const grpc::Status status = w.stream->Finish();
+    EXPECT_TRUE(status.ok()) << i << ": " << status.error_message();
   }
 }
 
