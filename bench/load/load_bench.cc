@@ -4,11 +4,17 @@
 // client, one completion queue): idle (the server's CPU, threads and
 // memory with them open), while submissions go on, and while some of the
 // watched jobs are cancelled (how long each cancellation takes to reach
-// its watcher).
+// its watcher). Last, many fake workers connect (async client, one
+// completion queue) and heartbeat once a second as yard-worker does: how
+// long until the server has acknowledged every hello (each is a durable
+// commit), the server's CPU, threads and memory with them connected, how
+// long a heartbeat takes to be acknowledged, and submissions meanwhile.
+// The workers have no CPU slots or GPUs, so no job is placed on them.
 //
 //   yard_load_bench [--server HOST:PORT] [--clients 32] [--duration-s 5]
-//                   [--watches 1000] [--channels 4] [--data-root DIR]
-//                   [--server-bin PATH] [--token TOKEN]
+//                   [--watches 1000] [--workers 0] [--channels 4]
+//                   [--data-root DIR] [--server-bin PATH] [--token TOKEN]
+//                   [--worker-token TOKEN]
 //
 // Without --server it starts its own yard-server (beside this program, or
 // --server-bin) on 127.0.0.1:0 with a fresh state dir under /tmp, stops it
@@ -41,6 +47,7 @@
 #include "common/grpc_credentials.h"
 #include "grpcpp/grpcpp.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
+#include "trainyard/v1/worker.grpc.pb.h"
 
 namespace {
 
@@ -56,10 +63,12 @@ struct Flags {
   int clients = 32;
   double duration_s = 5;
   int watches = 1000;
+  int workers = 0;
   int channels = 4;
   std::string data_root = ".";
   std::string server_bin;
   std::string token;
+  std::string worker_token;
 };
 
 // Latencies (microseconds) and error count of one RPC kind in one phase.
@@ -313,19 +322,160 @@ struct Watches {
   }
 };
 
-// Sleeps `seconds` and prints the server's CPU over them, its threads and
-// its resident memory (a server this program started: pid > 0).
-void IdleReport(pid_t server, int streams, double seconds) {
-  const double cpu0 = CpuSeconds(server);
-  absl::SleepFor(absl::Seconds(seconds));
+// Fake workers, each one Connect stream: a hello (no CPU slots, no GPUs),
+// then a heartbeat a second (Beat), reading whatever the server sends.
+class Workers {
+ public:
+  // Each worker has its own connection, as a worker on its own node does.
+  Workers(const std::string& server, const std::string& token, int n) {
+    for (int i = 0; i < n; ++i) {
+      auto w = std::make_unique<One>();
+      AddBearerToken(w->ctx, token);
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.channel_id", i);  // distinct connections
+      w->stub = v1::WorkerService::NewStub(grpc::CreateCustomChannel(
+          server, grpc::InsecureChannelCredentials(), args));
+      all_.push_back(std::move(w));
+    }
+    poller_ = std::thread([this] { Poll(); });
+    for (int i = 0; i < n; ++i) {
+      One& w = *all_[i];
+      w.stream = w.stub->PrepareAsyncConnect(&w.ctx, &cq_);
+      w.stream->StartCall(Tag(i, kStarted));
+    }
+  }
+
+  // Waits up to `timeout` for every hello to be acknowledged; the seconds
+  // from the first connect to the last HelloAck.
+  double WaitForHelloAcks(absl::Duration timeout) {
+    const absl::Time give_up = t0_ + timeout;
+    while (acked_.load() + failed_.load() < static_cast<int>(all_.size()) &&
+           absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return (last_ack_ns_.load() - absl::ToUnixNanos(t0_)) / 1e9;
+  }
+  int acked() const { return acked_.load(); }
+  int failed() const { return failed_.load(); }
+
+  // Heartbeats once a second for `seconds` (every acknowledged worker
+  // without a write in flight); returns heartbeat-to-ack latencies.
+  Samples Beat(double seconds) {
+    {
+      absl::MutexLock l(&mu_);
+      latencies_ = Samples{};
+    }
+    const absl::Time end = absl::Now() + absl::Seconds(seconds);
+    while (absl::Now() < end) {
+      const absl::Time next = absl::Now() + absl::Seconds(1);
+      for (size_t i = 0; i < all_.size(); ++i) {
+        One& w = *all_[i];
+        if (!w.acked.load() || w.writing.exchange(true)) continue;
+        w.out.Clear();
+        w.out.mutable_heartbeat()->set_sequence(++w.sequence);
+        w.sent_ns = NowNs();
+        w.stream->Write(w.out, Tag(i, kWritten));
+      }
+      absl::SleepFor(next - absl::Now());
+    }
+    absl::SleepFor(absl::Milliseconds(500));  // the last acks come in
+    absl::MutexLock l(&mu_);
+    return latencies_;
+  }
+
+  void Stop() {
+    for (auto& w : all_) w->ctx.TryCancel();
+    absl::SleepFor(absl::Milliseconds(500));
+    cq_.Shutdown();
+    poller_.join();
+  }
+
+ private:
+  enum Op { kStarted, kWritten, kRead };
+  struct One {
+    std::unique_ptr<v1::WorkerService::Stub> stub;
+    grpc::ClientContext ctx;
+    std::unique_ptr<
+        grpc::ClientAsyncReaderWriter<v1::WorkerMessage, v1::ServerMessage>>
+        stream;
+    v1::WorkerMessage out;            // the write in flight
+    v1::ServerMessage in;             // the read in flight
+    std::atomic<bool> writing{true};  // the hello first
+    std::atomic<bool> acked{false};
+    int64_t sequence = 0;
+    std::atomic<int64_t> sent_ns{0};  // the heartbeat in flight
+  };
+  static void* Tag(size_t i, Op op) {
+    return reinterpret_cast<void*>(i * 3 + op);
+  }
+
+  void Poll() {
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+      const uintptr_t t = reinterpret_cast<uintptr_t>(tag);
+      const size_t i = t / 3;
+      One& w = *all_[i];
+      if (!ok) {
+        if (!w.acked.load()) failed_.fetch_add(1);
+        continue;
+      }
+      switch (static_cast<Op>(t % 3)) {
+        case kStarted:
+          w.out.mutable_hello()->set_worker_id(absl::StrCat("load-w", i));
+          w.out.mutable_hello()->set_hostname("load");
+          w.stream->Write(w.out, Tag(i, kWritten));
+          w.stream->Read(&w.in, Tag(i, kRead));
+          break;
+        case kWritten:
+          w.writing = false;
+          break;
+        case kRead:
+          if (w.in.has_hello_ack() && !w.acked.exchange(true)) {
+            last_ack_ns_ = NowNs();
+            acked_.fetch_add(1);
+          } else if (w.in.has_heartbeat_ack()) {
+            const double us = (NowNs() - w.sent_ns.load()) / 1000.0;
+            absl::MutexLock l(&mu_);
+            latencies_.us.push_back(us);
+          }
+          w.stream->Read(&w.in, Tag(i, kRead));
+          break;
+      }
+    }
+  }
+
+  grpc::CompletionQueue cq_;
+  std::vector<std::unique_ptr<One>> all_;
+  const absl::Time t0_ = absl::Now();
+  std::atomic<int> acked_{0};
+  std::atomic<int> failed_{0};
+  std::atomic<int64_t> last_ack_ns_{0};
+  absl::Mutex mu_;
+  Samples latencies_ ABSL_GUARDED_BY(mu_);
+  std::thread poller_;  // last: starts after the members it uses
+};
+
+// Prints the CPU the server (one this program started: pid > 0) used
+// since `cpu0` over `seconds`, its threads and resident memory, with
+// `what` open ("1000 streams").
+void PrintServerUse(pid_t server, const std::string& what, double cpu0,
+                    double seconds) {
   if (server <= 0) return;
   const trainyard::bench::ProcessSize size = SizeOf(server);
   std::printf(
-      "idle     %5d streams: server CPU %5.1f%% of a core, %5d threads, "
+      "idle     %13s: server CPU %5.1f%% of a core, %5d threads, "
       "%.1f MiB resident\n",
-      streams, (CpuSeconds(server) - cpu0) / seconds * 100, size.threads,
+      what.c_str(), (CpuSeconds(server) - cpu0) / seconds * 100, size.threads,
       size.rss_mib);
   std::fflush(stdout);
+}
+
+// The same over `seconds` of nothing.
+void IdleReport(pid_t server, const std::string& what, double seconds) {
+  const double cpu0 = CpuSeconds(server);
+  absl::SleepFor(absl::Seconds(seconds));
+  PrintServerUse(server, what, cpu0, seconds);
 }
 
 bool ParseFlags(int argc, char** argv, Flags& f) {
@@ -348,15 +498,17 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
     if (value("--data-root", &f.data_root)) continue;
     if (value("--server-bin", &f.server_bin)) continue;
     if (value("--token", &f.token)) continue;
+    if (value("--worker-token", &f.worker_token)) continue;
     if (value("--clients", &v) && absl::SimpleAtoi(v, &f.clients)) continue;
     if (value("--watches", &v) && absl::SimpleAtoi(v, &f.watches)) continue;
+    if (value("--workers", &v) && absl::SimpleAtoi(v, &f.workers)) continue;
     if (value("--channels", &v) && absl::SimpleAtoi(v, &f.channels)) continue;
     if (value("--duration-s", &v) && absl::SimpleAtod(v, &f.duration_s))
       continue;
     std::fprintf(stderr, "yard_load_bench: bad argument %s\n", a.c_str());
     return false;
   }
-  return f.clients > 0 && f.channels > 0 && f.duration_s > 0;
+  return f.clients > 0 && f.channels > 0 && f.duration_s > 0 && f.workers >= 0;
 }
 
 }  // namespace
@@ -379,6 +531,7 @@ int main(int argc, char** argv) {
     server_pid = server->pid();
     f.server = server->address();
     f.token = server->Token("admin.token");
+    f.worker_token = server->Token("worker.token");
     std::printf("started yard-server pid %d at %s (state dir %s)\n", server_pid,
                 f.server.c_str(), server->state_dir().c_str());
   } else if (f.token.empty() && getenv("YARD_TOKEN") != nullptr) {
@@ -410,7 +563,7 @@ int main(int argc, char** argv) {
   if (f.watches > 0) {
     // Idle with no stream open, against which to set the same with them.
     absl::SleepFor(absl::Seconds(f.duration_s));  // the last pass settles
-    IdleReport(server_pid, 0, f.duration_s);
+    IdleReport(server_pid, "0 streams", f.duration_s);
     Watches w;
     const absl::Time t0 = absl::Now();
     w.Start(load, load.SomeIds(f.watches));
@@ -424,7 +577,8 @@ int main(int argc, char** argv) {
         w.open.load(), f.watches, w.failed.load(),
         absl::ToDoubleSeconds(absl::Now() - t0));
     // Idle: the streams open, no calls. What holding them costs.
-    IdleReport(server_pid, w.open.load(), f.duration_s);
+    IdleReport(server_pid, absl::StrCat(w.open.load(), " streams"),
+               f.duration_s);
     cpu = CpuMeter{server_pid};
     r = load.Run(all_submit, f.duration_s);
     Report("watching", "SubmitJob", r[Load::kSubmit], f.duration_s);
@@ -434,6 +588,31 @@ int main(int argc, char** argv) {
     std::printf("deliver  CancelJob -> its watcher: %zu events, %d lost\n",
                 delivered.us.size(), lost);
     Report("deliver", "event", delivered, 1);
+    w.Stop();
+  }
+  if (f.workers > 0) {
+    absl::SleepFor(absl::Seconds(f.duration_s));  // the watches' end settles
+    IdleReport(server_pid, "0 workers", f.duration_s);
+    Workers w(f.server, f.worker_token, f.workers);
+    const double to_ack = w.WaitForHelloAcks(absl::Seconds(120));
+    std::printf(
+        "workers  Connect    %d of %d said hello and were acknowledged, %d "
+        "failed; %.2f s from the first connect to the last HelloAck\n",
+        w.acked(), f.workers, w.failed(), to_ack);
+    // Idle but for the heartbeats: what the connected workers cost.
+    const double cpu0 = CpuSeconds(server_pid);
+    const absl::Time beat0 = absl::Now();
+    Samples beats = w.Beat(f.duration_s);
+    PrintServerUse(server_pid, absl::StrCat(w.acked(), " workers"), cpu0,
+                   absl::ToDoubleSeconds(absl::Now() - beat0));
+    Report("workers", "heartbeat", beats, f.duration_s);
+    // Submissions while the workers heartbeat.
+    std::thread beating([&] { w.Beat(f.duration_s); });
+    cpu = CpuMeter{server_pid};
+    r = load.Run(all_submit, f.duration_s);
+    beating.join();
+    Report("workers", "SubmitJob", r[Load::kSubmit], f.duration_s);
+    cpu.Report("workers", r[Load::kSubmit].us.size());
     w.Stop();
   }
   if (server != nullptr) {
