@@ -230,8 +230,10 @@ class ConnectReactor final : public Reactor {
                         << " stream ended: " << status;
     }
     session_.reset();  // detaches from the registry
-    // Last: the call may end, and this reactor go, before it returns.
-    link_->FinishWhenSent(std::move(status));
+    // Last: the call may end, and this reactor and its link_ go, before it
+    // returns (the copy keeps the link until then).
+    const std::shared_ptr<CallbackWorkerLink> link = link_;
+    link->FinishWhenSent(std::move(status));
   }
 
   grpc::CallbackServerContext* const context_;
