@@ -194,6 +194,10 @@ class ConnectReactor final : public Reactor {
   }
 
   void OnReadDone(bool ok) override {
+    // The lease is renewed as the message arrives, not when a pool thread
+    // gets to it: that may be later while the pool is busy with other
+    // workers' messages (a slow commit).
+    if (ok) session_->Heard();
     pool_->Post([this, ok] { ok ? HandleMessage() : End(absl::OkStatus()); });
   }
   void OnWriteDone(bool ok) override { link_->OnWriteDone(ok); }

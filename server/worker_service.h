@@ -27,9 +27,9 @@ class WorkerServiceImpl final
     : public v1::WorkerService::WithRawCallbackMethod_Connect<
           v1::WorkerService::Service> {
  public:
-  // The threads that handle the workers' messages: as many commits as
-  // there are may wait at once, so a burst of workers saying hello (after a
-  // server restart) shares few commits.
+  // The threads that handle the workers' messages. Up to this many may
+  // wait for a store commit at once (one commit takes them all), so a burst
+  // of hellos after a server restart shares few commits.
   static constexpr int kSessionThreads = 16;
 
   WorkerServiceImpl(JobStore* store, WorkerRegistry* workers,

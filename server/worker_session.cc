@@ -115,6 +115,11 @@ void WorkerSession::ForgetLeftWorker() {
   if (now && now->connected) (void)store_->PutKnownWorker(now->hello);
 }
 
+void WorkerSession::Heard() {
+  absl::MutexLock lock(&heard_mu_);
+  if (heard_.second != 0) workers_->Renew(heard_.first, heard_.second);
+}
+
 absl::Status WorkerSession::Handle(const v1::WorkerMessage& message) {
   if (session_ == 0 && !message.has_hello()) {
     return absl::InvalidArgumentError(
@@ -144,6 +149,10 @@ absl::Status WorkerSession::OnHello(const v1::WorkerHello& hello) {
   unconfirmed_until_ = workers_->HeldUntil(hello.worker_id());
   ASSIGN_OR_RETURN(session_, workers_->Attach(hello, link_));
   worker_id_ = hello.worker_id();
+  {
+    absl::MutexLock lock(&heard_mu_);
+    heard_ = {worker_id_, session_};
+  }
   // Remembered so that a server restart knows it even when it runs
   // nothing; not being able to write that does not stop it working.
   if (absl::Status s = store_->PutKnownWorker(hello); !s.ok()) {

@@ -25,7 +25,8 @@
 //     stale or duplicate alike: the worker may forget them). FlushAcks()
 //     sends what is left when the worker closes the stream.
 //
-// Not thread-safe: one session per stream, driven by that stream's reader.
+// Not thread-safe (but for Heard): one session per stream, driven by that
+// stream's reader.
 #ifndef TRAINYARD_SERVER_WORKER_SESSION_H_
 #define TRAINYARD_SERVER_WORKER_SESSION_H_
 
@@ -38,8 +39,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
@@ -73,6 +76,11 @@ class WorkerSession {
 
   // Handles one message. A non-OK status ends the stream with it.
   absl::Status Handle(const v1::WorkerMessage& message);
+  // A message came in, not yet handled: renews the worker's lease (once
+  // its hello was handled), so that while handling waits (the store slow
+  // to commit, the messages of other workers first) a worker that keeps
+  // talking is not taken for lost. May run on any thread, beside the rest.
+  void Heard();
   // The worker closed its side: acknowledge what was processed since the
   // last heartbeat.
   void FlushAcks();
@@ -103,6 +111,9 @@ class WorkerSession {
 
   std::string worker_id_;  // empty until the hello
   int64_t session_ = 0;
+  absl::Mutex heard_mu_;
+  // worker_id_ and session_ for Heard (set with them).
+  std::pair<std::string, int64_t> heard_ ABSL_GUARDED_BY(heard_mu_);
   bool closed_ = false;
   bool said_draining_ = false;  // a heartbeat said it is shutting down
   // Held by this worker in the store but missing from its hello; settled

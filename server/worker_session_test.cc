@@ -159,6 +159,24 @@ TEST_F(WorkerSessionTest, HeartbeatsKeepTheLeaseAndSilenceLosesTheWorker) {
   EXPECT_EQ(Job(id).job.worker_id(), "w2");
 }
 
+// A message heard but not yet handled (the stream's handling waits) keeps
+// the lease as a handled one does.
+TEST_F(WorkerSessionTest, AMessageHeardRenewsTheLeaseBeforeItIsHandled) {
+  const std::string id = Submit();
+  FakeWorker& w1 = Connect("w1");
+  Pass();
+  ASSERT_TRUE(w1.Started(id, 1).ok());
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(8));
+    w1.session->Heard();
+    Pass();
+  }
+  EXPECT_EQ(Job(id).job.state(), v1::RUNNING);
+  clock_.Advance(kLease);
+  Pass();
+  EXPECT_EQ(Job(id).job.state(), v1::QUEUED);
+}
+
 TEST_F(WorkerSessionTest, JobsOfALostWorkerAreSettledEvenAfterAFailedWrite) {
   const std::string id = Submit();
   FakeWorker& w = Connect("w1");
