@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
 #include "common/rpc_status.h"
+#include "common/status_macros.h"
 
 namespace trainyard::server {
 namespace {
@@ -130,6 +131,13 @@ class CallbackWorkerLink final : public WorkerLink {
     if (finish.has_value()) reactor_->Finish(ToGrpcStatus(*finish));
   }
 
+  // Closed (Close, or a write failed): what the worker sent since is not
+  // handled.
+  bool closed() const {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
   // The call is gone (OnDone): waits for a cancel in progress, which uses
   // its context. (A cancel starts only before FinishWhenSent, so none
   // starts after this.)
@@ -174,13 +182,21 @@ class CallbackWorkerLink final : public WorkerLink {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-// One Connect stream: reads a message, handles it on the pool, reads the
-// next; when the reads end (the worker closed its side, went away, or the
-// link was closed) or a message is refused, ends the session and the call.
+// One Connect stream. It reads on as messages come (up to kMaxUnhandled
+// not yet handled, or kMaxUnhandledBytes), renewing the worker's lease as each
+// arrives, and hands them to the pool to be handled one at a time, in order.
+// When the reads end (the worker closed its side, went away, or the link was
+// closed) and what was read is handled, or a message is refused, it ends the
+// session and the call.
 class ConnectReactor final : public Reactor {
  public:
   using MakeSession = absl::FunctionRef<std::unique_ptr<WorkerSession>(
       std::shared_ptr<WorkerLink>)>;
+
+  // Messages, and their bytes, read and not yet handled, at most; then
+  // reading waits (a worker's log chunks can be large).
+  static constexpr size_t kMaxUnhandled = 64;
+  static constexpr size_t kMaxUnhandledBytes = size_t{4} << 20;
 
   ConnectReactor(grpc::CallbackServerContext* context,
                  const Authenticator* auth, TaskPool* pool,
@@ -196,9 +212,27 @@ class ConnectReactor final : public Reactor {
   void OnReadDone(bool ok) override {
     // The lease is renewed as the message arrives, not when a pool thread
     // gets to it: that may be later while the pool is busy with other
-    // workers' messages (a slow commit).
+    // workers' messages (a slow commit). (The session lives until OnDone.)
     if (ok) session_->Heard();
-    pool_->Post([this, ok] { ok ? HandleMessage() : End(absl::OkStatus()); });
+    bool read_on = false;
+    bool start = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ended_) return;  // a read that was pending as the call ended
+      if (ok) {
+        unhandled_bytes_ += in_.Length();
+        unhandled_.push_back(std::move(in_));
+        read_on = unhandled_.size() < kMaxUnhandled &&
+                  unhandled_bytes_ < kMaxUnhandledBytes;
+      } else {
+        reads_ended_ = true;
+      }
+      reading_ = read_on;
+      start = !handling_;
+      handling_ = true;
+    }
+    if (read_on) StartRead(&in_);
+    if (start) pool_->Post([this] { HandleAll(); });
   }
   void OnWriteDone(bool ok) override { link_->OnWriteDone(ok); }
   void OnDone() override {
@@ -207,25 +241,63 @@ class ConnectReactor final : public Reactor {
   }
 
  private:
-  void HandleMessage() {
-    absl::StatusOr<v1::WorkerMessage> message = ParseWorkerMessage(&in_);
-    if (!message.ok()) return End(message.status());
+  // On the pool: handles what was read, oldest first, until nothing is
+  // left (the next read starts it again) or the stream ends.
+  void HandleAll() {
+    while (true) {
+      grpc::ByteBuffer bytes;
+      bool read_again = false;
+      {
+        absl::MutexLock lock(&mu_);
+        // Closed, the stream ends as the worker's cut-off read would have:
+        // nothing more of what it sent is handled.
+        if (reads_ended_ && link_->closed()) {
+          unhandled_.clear();
+          unhandled_bytes_ = 0;
+        }
+        if (unhandled_.empty()) {
+          if (reads_ended_) break;  // all read is handled: the end
+          handling_ = false;
+          return;
+        }
+        bytes = std::move(unhandled_.front());
+        unhandled_.pop_front();
+        unhandled_bytes_ -= bytes.Length();
+        if (!reading_ && !reads_ended_) read_again = reading_ = true;
+      }
+      if (read_again) StartRead(&in_);
+      if (absl::Status s = HandleMessage(&bytes); !s.ok()) {
+        return End(std::move(s));
+      }
+    }
+    End(absl::OkStatus());
+  }
+
+  absl::Status HandleMessage(grpc::ByteBuffer* bytes) {
+    ASSIGN_OR_RETURN(v1::WorkerMessage message, ParseWorkerMessage(bytes));
     // The join token is checked again at each heartbeat: a revoked one
     // ends the stream within a heartbeat interval, not at the worker's
     // next connect (which it is then refused). Cut off, the worker stops
     // its jobs before its lease runs out, and they are re-queued.
-    if (auth_ != nullptr && message->has_heartbeat()) {
+    if (auth_ != nullptr && message.has_heartbeat()) {
       if (absl::Status s = auth_->ForWorker(*context_).status(); !s.ok()) {
         YARD_LOG(WARNING) << "worker " << session_->worker_id()
                           << " disconnected: " << s;
-        return End(std::move(s));
+        return s;
       }
     }
-    if (absl::Status s = session_->Handle(*message); !s.ok()) return End(s);
-    StartRead(&in_);
+    return session_->Handle(message);
   }
 
+  // The last thing a HandleAll does: the call may end, and this reactor
+  // go, before it returns.
   void End(absl::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;  // a read still pending is dropped when it completes
+      unhandled_.clear();
+      unhandled_bytes_ = 0;
+    }
     // The worker closed its side after its last reports: acknowledge them,
     // so it need not keep them.
     if (status.ok()) session_->FlushAcks();
@@ -233,9 +305,9 @@ class ConnectReactor final : public Reactor {
       YARD_LOG(WARNING) << "worker " << session_->worker_id()
                         << " stream ended: " << status;
     }
-    session_.reset();  // detaches from the registry
-    // Last: the call may end, and this reactor and its link_ go, before it
-    // returns (the copy keeps the link until then).
+    session_->Close();  // detaches from the registry
+    // The copy keeps the link until FinishWhenSent returns, after which
+    // this reactor and its link_ may be gone.
     const std::shared_ptr<CallbackWorkerLink> link = link_;
     link->FinishWhenSent(std::move(status));
   }
@@ -244,8 +316,16 @@ class ConnectReactor final : public Reactor {
   const Authenticator* const auth_;
   TaskPool* const pool_;
   const std::shared_ptr<CallbackWorkerLink> link_;
-  std::unique_ptr<WorkerSession> session_;
-  grpc::ByteBuffer in_;
+  // Handled on the pool, one message at a time; Heard from gRPC's threads.
+  const std::unique_ptr<WorkerSession> session_;
+  grpc::ByteBuffer in_;  // the read in flight
+  absl::Mutex mu_;
+  std::deque<grpc::ByteBuffer> unhandled_ ABSL_GUARDED_BY(mu_);
+  size_t unhandled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool reading_ ABSL_GUARDED_BY(mu_) = true;  // a read is in flight
+  bool reads_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool handling_ ABSL_GUARDED_BY(mu_) = false;  // HandleAll runs or is posted
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

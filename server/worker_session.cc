@@ -93,6 +93,10 @@ WorkerSession::~WorkerSession() { Close(); }
 void WorkerSession::Close() {
   if (closed_) return;
   closed_ = true;
+  {
+    absl::MutexLock lock(&heard_mu_);
+    heard_ = {};  // a message heard from now on renews nothing
+  }
   if (session_ == 0) return;
   const bool current = workers_->Detach(worker_id_, session_);
   YARD_LOG(INFO) << "worker " << worker_id_ << " disconnected";

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/job_store.h"
+#include "server/worker_service.h"
 #include "trainyard/v1/admin.grpc.pb.h"
 #include "trainyard/v1/cluster.grpc.pb.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
@@ -130,7 +132,7 @@ class YardServerTest : public ::testing::Test {
     o.checkpoint_root = checkpoint_root_;
     o.new_job_store = new_job_store_;
     o.data_root = dir_.path();
-    o.worker_lease = absl::Minutes(10);
+    o.worker_lease = worker_lease_;
     return o;
   }
 
@@ -272,6 +274,7 @@ class YardServerTest : public ::testing::Test {
   std::string state_dir_ = Normal(dir_.File("state"));
   std::string checkpoint_root_;  // empty: STATE_DIR/checkpoints
   bool new_job_store_ = false;
+  absl::Duration worker_lease_ = absl::Minutes(10);
   HeldCommit held_;  // StartServerHoldingCommits
   std::unique_ptr<YardServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -539,6 +542,84 @@ TEST_F(YardServerTest, ConnectedWorkersHoldNoThreads) {
     }
     const grpc::Status status = w.stream->Finish();
     EXPECT_TRUE(status.ok()) << i << ": " << status.error_message();
+  }
+}
+
+// While a slow commit holds every thread that handles worker messages
+// (here the hellos of more new workers than there are such threads, each
+// waiting for its commit), the workers already connected keep their leases
+// by talking: a message renews its worker's lease as it arrives, before a
+// thread handles it.
+TEST_F(YardServerTest, TalkingWorkersKeepTheirLeasesWhileACommitHoldsUp) {
+  worker_lease_ = absl::Seconds(2);
+  HeldCommit& held = StartServerHoldingCommits();
+  constexpr int kTalking = 4;
+  std::vector<std::unique_ptr<Worker>> talking;
+  for (int i = 0; i < kTalking; ++i) {
+    talking.push_back(ConnectWorker({}, absl::StrCat("talking", i)));
+  }
+  held.hold = true;
+  std::vector<std::unique_ptr<Worker>> joining;
+  for (int i = 0; i < WorkerServiceImpl::kSessionThreads + 4; ++i) {
+    auto w = std::make_unique<Worker>();
+    AddBearerToken(w->ctx, WorkerToken());
+    w->stream = worker_stub_->Connect(&w->ctx);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_id(absl::StrCat("joining", i));
+    hello.mutable_hello()->set_cpu_slots(1);
+    ASSERT_TRUE(w->Send(hello));
+    joining.push_back(std::move(w));
+  }
+  held.in_commit.WaitForNotification();
+  // 3 s, past the 2 s lease, with a heartbeat from each every 200 ms.
+  for (int beat = 1; beat <= 15; ++beat) {
+    for (auto& w : talking) {
+      v1::WorkerMessage heartbeat;
+      heartbeat.mutable_heartbeat()->set_sequence(beat);
+      ASSERT_TRUE(w->Send(heartbeat));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  auto states = [&] {
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, AdminToken());
+    v1::ListWorkersResponse listed;
+    EXPECT_TRUE(cluster_->ListWorkers(&ctx, {}, &listed).ok());
+    std::map<std::string, v1::WorkerState> out;
+    for (const v1::Worker& w : listed.workers()) out[w.id()] = w.state();
+    return out;
+  };
+  std::map<std::string, v1::WorkerState> held_up = states();
+  // More than the 64 messages a stream reads ahead of its handling: its
+  // reading waits, and goes on as they are handled.
+  constexpr int kBeats = 15 + 60;
+  for (auto& w : talking) {
+    for (int beat = 16; beat <= kBeats; ++beat) {
+      v1::WorkerMessage heartbeat;
+      heartbeat.mutable_heartbeat()->set_sequence(beat);
+      ASSERT_TRUE(w->Send(heartbeat));
+    }
+  }
+  held.release.Notify();
+  for (int i = 0; i < kTalking; ++i) {
+    EXPECT_EQ(held_up[absl::StrCat("talking", i)], v1::WORKER_READY) << i;
+  }
+  // Once the commit goes through, every heartbeat is answered, in order.
+  // (The joining workers' hellos waited past the lease: they were taken for
+  // lost, and would connect again.)
+  for (auto& w : talking) {
+    int64_t acked = 0;
+    v1::ServerMessage m;
+    while (acked < kBeats && w->stream->Read(&m)) {
+      if (!m.has_heartbeat_ack()) continue;
+      EXPECT_EQ(m.heartbeat_ack().heartbeat_sequence(), acked + 1);
+      acked = m.heartbeat_ack().heartbeat_sequence();
+    }
+    EXPECT_EQ(acked, kBeats);
+  }
+  std::map<std::string, v1::WorkerState> after = states();
+  for (int i = 0; i < kTalking; ++i) {
+    EXPECT_EQ(after[absl::StrCat("talking", i)], v1::WORKER_READY) << i;
   }
 }
 
