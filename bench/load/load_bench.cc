@@ -219,6 +219,18 @@ class Load {
   uint64_t rng_ ABSL_GUARDED_BY(ids_mu_) = 0;
 };
 
+// Cancels the calls of `all` (each with a ClientContext ctx), gives
+// `poller`, which reads `cq`, time to drain their failed operations (a
+// cancelled call needs no Finish), then shuts the queue down and joins it.
+template <typename Call>
+void CancelAll(std::vector<std::unique_ptr<Call>>& all,
+               grpc::CompletionQueue& cq, std::thread& poller) {
+  for (auto& c : all) c->ctx.TryCancel();
+  absl::SleepFor(absl::Milliseconds(500));
+  cq.Shutdown();
+  poller.join();
+}
+
 // Open WatchJob streams: each is open once its first event (the job's
 // QUEUED state change) has arrived.
 struct Watches {
@@ -312,14 +324,7 @@ struct Watches {
     }
     return s;
   }
-  void Stop() {
-    for (auto& w : all) w->ctx.TryCancel();
-    // Finish is not needed for cancelled reads; give the poller time to
-    // drain the failed reads, then shut the queue down.
-    absl::SleepFor(absl::Milliseconds(500));
-    cq.Shutdown();
-    poller.join();
-  }
+  void Stop() { CancelAll(all, cq, poller); }
 };
 
 // Fake workers, each one Connect stream: a hello (no CPU slots, no GPUs),
@@ -383,12 +388,7 @@ class Workers {
     return latencies_;
   }
 
-  void Stop() {
-    for (auto& w : all_) w->ctx.TryCancel();
-    absl::SleepFor(absl::Milliseconds(500));
-    cq_.Shutdown();
-    poller_.join();
-  }
+  void Stop() { CancelAll(all_, cq_, poller_); }
 
  private:
   enum Op { kStarted, kWritten, kRead };
