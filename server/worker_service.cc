@@ -197,6 +197,7 @@ class ConnectReactor final : public Reactor {
   // reading waits (a worker's log chunks can be large).
   static constexpr size_t kMaxUnhandled = 64;
   static constexpr size_t kMaxUnhandledBytes = size_t{4} << 20;
+  static constexpr int kMessagesPerTurn = 16;
 
   ConnectReactor(grpc::CallbackServerContext* context,
                  const Authenticator* auth, TaskPool* pool,
@@ -242,9 +243,14 @@ class ConnectReactor final : public Reactor {
 
  private:
   // On the pool: handles what was read, oldest first, until nothing is
-  // left (the next read starts it again) or the stream ends.
+  // left (the next read starts it again) or the stream ends; after
+  // kMessagesPerTurn it goes to the back of the pool's queue, so that a
+  // worker that keeps talking does not keep a thread from the others.
   void HandleAll() {
-    while (true) {
+    for (int turn = 0;; ++turn) {
+      if (turn == kMessagesPerTurn) {
+        return pool_->Post([this] { HandleAll(); });  // still handling_
+      }
       grpc::ByteBuffer bytes;
       bool read_again = false;
       {
