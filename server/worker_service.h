@@ -4,8 +4,9 @@
 // that queues what is sent and writes it one message at a time, so senders
 // never block on the network. The session handles the stream's messages
 // one at a time, in order, on a small pool of threads (a message may wait
-// for a store commit, which gRPC's threads must not); the next message is
-// read only after the last one was handled.
+// for a store commit, which gRPC's threads must not); the stream reads
+// ahead of that, a bounded amount, and each message renews the worker's
+// lease as it arrives.
 //
 // Thread-safe.
 #ifndef TRAINYARD_SERVER_WORKER_SERVICE_H_
