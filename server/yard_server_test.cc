@@ -371,6 +371,15 @@ int ThreadCount() {
   return -1;
 }
 
+// Expects that `n` streams (`what`) opened since the process had `before`
+// threads added fewer than n/2 (a server with a thread per stream adds one
+// or two each).
+void ExpectFewThreadsAdded(int before, int n, const std::string& what) {
+  const int now = ThreadCount();
+  EXPECT_LT(now - before, n / 2) << before << " threads before, " << now
+                                 << " with the " << n << " " << what;
+}
+
 // An open WatchJob or followed GetJobLogs stream holds no server thread
 // (gRPC's callback API): 60 streams waiting on a queued job leave the
 // process's threads about where they were (one each before), and
@@ -470,9 +479,7 @@ TEST_F(YardServerTest, OpenStreamsHoldNoThreads) {
   };
   drive([&] { return watching == kWatches; });
   ASSERT_EQ(watching, kWatches) << "every watch read the QUEUED event";
-  const int open = ThreadCount();
-  EXPECT_LT(open - before, kStreams / 2)
-      << before << " threads before, " << open << " with the streams open";
+  ExpectFewThreadsAdded(before, kStreams, "streams open");
 
   grpc::ClientContext ctx;
   AddBearerToken(ctx, AdminToken());
@@ -521,9 +528,7 @@ TEST_F(YardServerTest, ConnectedWorkersHoldNoThreads) {
     ASSERT_TRUE(workers.back()->Send(heartbeat));
     ASSERT_TRUE(workers.back()->Next().has_heartbeat_ack()) << i;
   }
-  const int open = ThreadCount();
-  EXPECT_LT(open - before, kWorkers / 2)
-      << before << " threads before, " << open << " with the workers";
+  ExpectFewThreadsAdded(before, kWorkers, "workers connected");
 
   grpc::ClientContext ctx;
   AddBearerToken(ctx, AdminToken());
