@@ -216,6 +216,14 @@ class YardServerTest : public ::testing::Test {
       EXPECT_TRUE(stream->Read(&m));
       return m;
     }
+    // Closes its side, reads what is left and returns how the stream ended.
+    grpc::Status Leave() {
+      stream->WritesDone();
+      v1::ServerMessage m;
+      while (stream->Read(&m)) {
+      }
+      return stream->Finish();
+    }
     bool Update(const std::string& job, int attempt,
                 const std::function<void(v1::JobUpdate&)>& fill) {
       v1::WorkerMessage m;
@@ -244,6 +252,17 @@ class YardServerTest : public ::testing::Test {
     EXPECT_TRUE(w->Send(hello));
     EXPECT_TRUE(w->Next().has_hello_ack());
     return w;
+  }
+
+  // Each listed worker's state, by id (ListWorkers).
+  std::map<std::string, v1::WorkerState> WorkerStates() {
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, AdminToken());
+    v1::ListWorkersResponse listed;
+    EXPECT_TRUE(cluster_->ListWorkers(&ctx, {}, &listed).ok());
+    std::map<std::string, v1::WorkerState> out;
+    for (const v1::Worker& w : listed.workers()) out[w.id()] = w.state();
+    return out;
   }
 
   // Watches `id` from `after` on a thread; Join() returns its events.
@@ -511,12 +530,7 @@ TEST_F(YardServerTest, OpenStreamsHoldNoThreads) {
 TEST_F(YardServerTest, ConnectedWorkersHoldNoThreads) {
   StartServer();
   {  // a first stream, so that gRPC's callback threads are running
-    auto w = ConnectWorker({}, "warm-up");
-    w->stream->WritesDone();
-    v1::ServerMessage m;
-    while (w->stream->Read(&m)) {
-    }
-    ASSERT_TRUE(w->stream->Finish().ok());
+    ASSERT_TRUE(ConnectWorker({}, "warm-up")->Leave().ok());
   }
   const int before = ThreadCount();
   constexpr int kWorkers = 60;
@@ -530,22 +544,12 @@ TEST_F(YardServerTest, ConnectedWorkersHoldNoThreads) {
   }
   ExpectFewThreadsAdded(before, kWorkers, "workers connected");
 
-  grpc::ClientContext ctx;
-  AddBearerToken(ctx, AdminToken());
-  v1::ListWorkersResponse listed;
-  ASSERT_TRUE(cluster_->ListWorkers(&ctx, {}, &listed).ok());
-  int ready = 0;
-  for (const v1::Worker& w : listed.workers()) {
-    ready += w.id() != "warm-up" && w.state() == v1::WORKER_READY ? 1 : 0;
-  }
-  EXPECT_EQ(ready, kWorkers);
+  std::map<std::string, v1::WorkerState> states = WorkerStates();
   for (int i = 0; i < kWorkers; ++i) {
-    Worker& w = *workers[i];
-    w.stream->WritesDone();
-    v1::ServerMessage m;
-    while (w.stream->Read(&m)) {
-    }
-    const grpc::Status status = w.stream->Finish();
+    EXPECT_EQ(states[absl::StrCat("w", i)], v1::WORKER_READY) << i;
+  }
+  for (int i = 0; i < kWorkers; ++i) {
+    const grpc::Status status = workers[i]->Leave();
     EXPECT_TRUE(status.ok()) << i << ": " << status.error_message();
   }
 }
@@ -585,16 +589,7 @@ TEST_F(YardServerTest, TalkingWorkersKeepTheirLeasesWhileACommitHoldsUp) {
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
-  auto states = [&] {
-    grpc::ClientContext ctx;
-    AddBearerToken(ctx, AdminToken());
-    v1::ListWorkersResponse listed;
-    EXPECT_TRUE(cluster_->ListWorkers(&ctx, {}, &listed).ok());
-    std::map<std::string, v1::WorkerState> out;
-    for (const v1::Worker& w : listed.workers()) out[w.id()] = w.state();
-    return out;
-  };
-  std::map<std::string, v1::WorkerState> held_up = states();
+  std::map<std::string, v1::WorkerState> held_up = WorkerStates();
   // More than the 64 messages a stream reads ahead of its handling: its
   // reading waits, and goes on as they are handled.
   constexpr int kBeats = 15 + 60;
@@ -622,7 +617,7 @@ TEST_F(YardServerTest, TalkingWorkersKeepTheirLeasesWhileACommitHoldsUp) {
     }
     EXPECT_EQ(acked, kBeats);
   }
-  std::map<std::string, v1::WorkerState> after = states();
+  std::map<std::string, v1::WorkerState> after = WorkerStates();
   for (int i = 0; i < kTalking; ++i) {
     EXPECT_EQ(after[absl::StrCat("talking", i)], v1::WORKER_READY) << i;
   }
