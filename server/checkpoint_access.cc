@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,8 @@ class Fd {
   }
   int get() const { return fd_; }
   bool ok() const { return fd_ >= 0; }
+  // Hands the descriptor over: it is no longer closed here.
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;
@@ -213,10 +216,8 @@ absl::StatusOr<int64_t> PickCheckpoint(
                    " (it has steps ", absl::StrJoin(steps, ", "), ")"));
 }
 
-absl::Status StreamCheckpoint(
-    const v1::Job& job, int64_t step,
-    const std::function<bool(const v1::CheckpointChunk&)>& write,
-    const StreamCheck& check, const StreamFrom& from) {
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
+    const v1::Job& job, int64_t step, const StreamFrom& from) {
   size_t first = 0;  // the file `from` names
   if (!from.file.empty()) {
     while (first < std::size(kFiles) && from.file != kFiles[first]) ++first;
@@ -239,57 +240,67 @@ absl::Status StreamCheckpoint(
   Fd step_dir(openat(root.get(), dir_name.c_str(),
                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!step_dir.ok()) return Missing(job, step);
-  // Both files open before anything is sent: the copy is of one
+  // Both files open before anything is read: the copy is of one
   // checkpoint even if the trainer prunes it meanwhile.
-  std::vector<std::pair<Fd, int64_t>> files;
+  std::unique_ptr<CheckpointReader> reader(
+      new CheckpointReader(job.id(), step, first, from.offset));
   for (const char* name : kFiles) {
     absl::StatusOr<std::pair<Fd, int64_t>> file =
         OpenCheckpointFile(step_dir.get(), dir_name, name, job.id());
     if (absl::IsNotFound(file.status())) return Missing(job, step);
     if (!file.ok()) return file.status();
-    files.push_back(*std::move(file));
+    reader->files_.push_back({file->first.release(), file->second, name});
   }
-  if (!from.file.empty() && from.offset > files[first].second) {
+  if (from.offset > reader->files_[first].size) {
     return InvalidFieldError(
         "resume_offset",
         absl::StrCat(from.offset, " is past the end of ", dir_name, "/",
-                     from.file, " (", files[first].second, " bytes)"));
+                     from.file, " (", reader->files_[first].size, " bytes)"));
   }
-  std::string buffer;
-  for (size_t i = first; i < files.size(); ++i) {
-    const auto& [fd, size] = files[i];
-    int64_t offset = i == first ? from.offset : 0;
-    // The rest of a file the client has whole: nothing (an empty file is
-    // still sent once, as one chunk without data).
-    if (offset == size && offset > 0) continue;
-    do {
-      RETURN_IF_ERROR(check());
-      const int64_t n = std::min(kCheckpointChunkBytes, size - offset);
-      buffer.resize(static_cast<size_t>(n));
-      int64_t got = 0;
-      while (got < n) {
-        const ssize_t r = pread(fd.get(), buffer.data() + got,
-                                static_cast<size_t>(n - got), offset + got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-          return absl::InternalError(absl::StrCat(
-              "job ", job.id(), ": reading ", dir_name, "/", kFiles[i], ": ",
-              r < 0 ? Errno(errno) : "the file got shorter"));
-        }
-        got += r;
-      }
-      v1::CheckpointChunk chunk;
-      chunk.set_step(step);
-      chunk.set_file(kFiles[i]);
-      chunk.set_file_size(size);
-      chunk.set_offset(offset);
-      chunk.set_data(std::move(buffer));
-      if (!write(chunk)) return absl::CancelledError("the client went away");
-      buffer.clear();
-      offset += n;
-    } while (offset < size);
+  return reader;
+}
+
+CheckpointReader::~CheckpointReader() {
+  for (const File& f : files_) close(f.fd);
+}
+
+absl::StatusOr<CheckpointReader::Got> CheckpointReader::Next(
+    v1::CheckpointChunk& chunk, Read how) {
+  for (; file_ < files_.size(); ++file_, offset_ = 0, file_started_ = false) {
+    const File& f = files_[file_];
+    // Read to its end, or an empty one not yet sent.
+    if (offset_ < f.size || (offset_ == 0 && !file_started_)) break;
   }
-  return absl::OkStatus();
+  if (file_ == files_.size()) return Got::kDone;
+  const File& f = files_[file_];
+  const int64_t n = std::min(kCheckpointChunkBytes, f.size - offset_);
+  std::string& data = *chunk.mutable_data();
+  data.resize(static_cast<size_t>(n));
+  const int flags = how == Read::kCachedOnly ? RWF_NOWAIT : 0;
+  while (partial_ < n) {
+    iovec v{data.data() + partial_, static_cast<size_t>(n - partial_)};
+    const ssize_t r = preadv2(f.fd, &v, 1, offset_ + partial_, flags);
+    if (r < 0 && errno == EINTR) continue;
+    // Not in memory, or a file system without RWF_NOWAIT.
+    if (r < 0 && flags != 0 && (errno == EAGAIN || errno == EOPNOTSUPP)) {
+      return Got::kWouldWait;
+    }
+    if (r <= 0) {
+      partial_ = 0;
+      return absl::InternalError(absl::StrCat(
+          "job ", job_id_, ": reading ", engine::CheckpointDirName(step_), "/",
+          f.name, ": ", r < 0 ? Errno(errno) : "the file got shorter"));
+    }
+    partial_ += r;
+  }
+  partial_ = 0;
+  chunk.set_step(step_);
+  chunk.set_file(f.name);
+  chunk.set_file_size(f.size);
+  chunk.set_offset(offset_);
+  offset_ += n;
+  file_started_ = true;
+  return Got::kChunk;
 }
 
 }  // namespace trainyard::server

@@ -13,13 +13,12 @@
 #define TRAINYARD_SERVER_CHECKPOINT_ACCESS_H_
 
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/stream_check.h"
 #include "trainyard/v1/jobs.pb.h"
 
 namespace trainyard::server {
@@ -49,15 +48,63 @@ struct StreamFrom {
   int64_t offset = 0;
 };
 
-// Sends the checkpoint of `step` through `write` in CheckpointChunks
-// (meta.json first), from `from` on. `write` returning false (the client
-// went away) ends it with CANCELLED, `check` not OK with its status. ABORTED
-// when the checkpoint was removed before its files were open;
-// INVALID_ARGUMENT for a `from` that is not in the checkpoint.
-absl::Status StreamCheckpoint(
-    const v1::Job& job, int64_t step,
-    const std::function<bool(const v1::CheckpointChunk&)>& write,
-    const StreamCheck& check, const StreamFrom& from = {});
+// The files of one checkpoint, open, read out in CheckpointChunks of at
+// most kCheckpointChunkBytes (meta.json first) from a StreamFrom on, one
+// chunk a call: a stream sends each before it reads the next. Not
+// thread-safe; one reader per stream.
+class CheckpointReader {
+ public:
+  // Opens both files of the checkpoint of `step`. ABORTED when the
+  // checkpoint was removed before its files were open; INVALID_ARGUMENT
+  // for a `from` that is not in the checkpoint; FAILED_PRECONDITION for a
+  // file that is a symlink or not a regular file.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
+      const v1::Job& job, int64_t step, const StreamFrom& from = {});
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  enum class Got {
+    kChunk,     // the next chunk is in `chunk`
+    kDone,      // every chunk has been read
+    kWouldWait  // (kCachedOnly) the rest of the chunk is not in memory
+  };
+  enum class Read {
+    kMayWait,    // block on the disk as long as it takes
+    kCachedOnly  // read only what the page cache holds (RWF_NOWAIT)
+  };
+  // Reads the next chunk into `chunk`. Its data's buffer is reused, so a
+  // stream that reads into one message allocates nothing per chunk. With
+  // kCachedOnly a thread that must not block (gRPC's) reads what is in
+  // memory; kWouldWait keeps what it read in `chunk`, for the next call
+  // (kMayWait, on a thread that may block) to finish. A file the client
+  // has whole gives nothing; an empty file one chunk without data.
+  // INTERNAL when a file cannot be read or got shorter since it was
+  // opened.
+  absl::StatusOr<Got> Next(v1::CheckpointChunk& chunk,
+                           Read how = Read::kMayWait);
+
+ private:
+  struct File {
+    int fd;
+    int64_t size;
+    const char* name;
+  };
+  CheckpointReader(std::string job_id, int64_t step, size_t first_file,
+                   int64_t offset)
+      : job_id_(std::move(job_id)),
+        step_(step),
+        file_(first_file),
+        offset_(offset) {}
+
+  const std::string job_id_;
+  const int64_t step_;
+  std::vector<File> files_;  // every file of the checkpoint, in order
+  size_t file_;              // the one being read
+  int64_t offset_;           // in it
+  bool file_started_ = false;
+  int64_t partial_ = 0;  // bytes of the chunk at offset_ read (kWouldWait)
+};
 
 }  // namespace trainyard::server
 

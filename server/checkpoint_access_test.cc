@@ -3,10 +3,13 @@
 // it streams.
 #include "server/checkpoint_access.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,17 +67,22 @@ class CheckpointAccessTest : public ::testing::Test {
     return PickCheckpoint(job_, r);
   }
 
-  // Every chunk of a stream of `step`.
+  // Every chunk of the checkpoint of `step` from `from` on, as a stream
+  // reads them; `after_first` runs after the first chunk is read.
   absl::Status Stream(int64_t step, std::vector<v1::CheckpointChunk>& out,
-                      const std::function<void()>& after_first = nullptr) {
-    return StreamCheckpoint(
-        job_, step,
-        [&](const v1::CheckpointChunk& c) {
-          out.push_back(c);
-          if (out.size() == 1 && after_first) after_first();
-          return true;
-        },
-        [] { return absl::OkStatus(); });
+                      const std::function<void()>& after_first = nullptr,
+                      const StreamFrom& from = {}) {
+    absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
+        CheckpointReader::Open(job_, step, from);
+    if (!reader.ok()) return reader.status();
+    v1::CheckpointChunk chunk;  // one message, refilled, as a stream does
+    while (true) {
+      absl::StatusOr<CheckpointReader::Got> got = (*reader)->Next(chunk);
+      if (!got.ok()) return got.status();
+      if (*got == CheckpointReader::Got::kDone) return absl::OkStatus();
+      out.push_back(chunk);
+      if (out.size() == 1 && after_first) after_first();
+    }
   }
 
   TestDir dir_;
@@ -257,13 +265,7 @@ TEST_F(CheckpointAccessTest, AResumedStreamStartsWhereTheClientStopped) {
   AddCheckpoint(4, tensors, "{\"step\": 4}");
   auto stream_from = [&](StreamFrom from) {
     std::vector<v1::CheckpointChunk> out;
-    absl::Status s = StreamCheckpoint(
-        job_, 4,
-        [&](const v1::CheckpointChunk& c) {
-          out.push_back(c);
-          return true;
-        },
-        [] { return absl::OkStatus(); }, from);
+    absl::Status s = Stream(4, out, nullptr, from);
     EXPECT_TRUE(s.ok()) << s;
     return out;
   };
@@ -289,9 +291,7 @@ TEST_F(CheckpointAccessTest, AResumedStreamStartsWhereTheClientStopped) {
       stream_from({"model.safetensors", kCheckpointChunkBytes + 10}).empty());
 
   auto refused = [&](StreamFrom from) {
-    return StreamCheckpoint(
-        job_, 4, [](const v1::CheckpointChunk&) { return true; },
-        [] { return absl::OkStatus(); }, from);
+    return CheckpointReader::Open(job_, 4, from).status();
   };
   absl::Status s = refused({"../etc/passwd", 0});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -307,18 +307,68 @@ TEST_F(CheckpointAccessTest, AResumedStreamStartsWhereTheClientStopped) {
   EXPECT_EQ(refused({"", 5}).message(), "resume_offset: 5 without resume_file");
 }
 
-TEST_F(CheckpointAccessTest, AClientThatGoesAwayEndsTheStream) {
-  AddCheckpoint(2, std::string(3 * kCheckpointChunkBytes, 'x'));
-  int writes = 0;
-  absl::Status s = StreamCheckpoint(
-      job_, 2, [&](const v1::CheckpointChunk&) { return ++writes < 2; },
-      [] { return absl::OkStatus(); });
-  EXPECT_TRUE(absl::IsCancelled(s)) << s;
-  EXPECT_EQ(writes, 2);
-  s = StreamCheckpoint(
-      job_, 2, [](const v1::CheckpointChunk&) { return true; },
-      [] { return absl::UnauthenticatedError("revoked"); });
-  EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+// A read that must not wait on the disk (kCachedOnly, on a gRPC thread)
+// takes what the page cache holds and says kWouldWait for the rest; the
+// next read, which may wait, finishes that same chunk. Dropped from the
+// cache here with POSIX_FADV_DONTNEED after an fsync.
+TEST_F(CheckpointAccessTest, AReadThatMustNotWaitLeavesTheRestToTheNext) {
+  std::string tensors(kCheckpointChunkBytes + 3, '\0');
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i] = char(i * 11);
+  const std::string d = AddCheckpoint(8, tensors, "{}");
+  const int fd = open((d + "/model.safetensors").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fsync(fd), 0);
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  close(fd);
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
+      CheckpointReader::Open(job_, 8);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  using Got = CheckpointReader::Got;
+  using Read = CheckpointReader::Read;
+  v1::CheckpointChunk chunk;
+  ASSERT_EQ(*(*reader)->Next(chunk, Read::kMayWait), Got::kChunk);
+  EXPECT_EQ(chunk.file(), "meta.json");
+  absl::StatusOr<Got> got = (*reader)->Next(chunk, Read::kCachedOnly);
+  ASSERT_TRUE(got.ok()) << got.status();
+  if (*got == Got::kChunk) {
+    GTEST_SKIP() << "this file system kept the file in memory (or reads "
+                    "with RWF_NOWAIT as with no flag)";
+  }
+  EXPECT_EQ(*got, Got::kWouldWait);
+  ASSERT_EQ(*(*reader)->Next(chunk, Read::kMayWait), Got::kChunk);
+  EXPECT_EQ(chunk.file(), "model.safetensors");
+  EXPECT_EQ(chunk.offset(), 0);
+  EXPECT_TRUE(chunk.data() == tensors.substr(0, kCheckpointChunkBytes));
+  got = (*reader)->Next(chunk, Read::kCachedOnly);
+  if (got.ok() && *got == Got::kWouldWait) {
+    got = (*reader)->Next(chunk, Read::kMayWait);
+  }
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(*got, Got::kChunk);
+  EXPECT_EQ(chunk.offset(), kCheckpointChunkBytes);
+  EXPECT_EQ(chunk.data(), tensors.substr(kCheckpointChunkBytes));
+  EXPECT_EQ(*(*reader)->Next(chunk, Read::kCachedOnly), Got::kDone);
+}
+
+// A file cut short after it was opened (a hostile or broken job rewrote
+// it in place): the read that finds it short is an error naming the file,
+// not a short or padded chunk.
+TEST_F(CheckpointAccessTest, AFileCutShortWhileReadIsAnError) {
+  const std::string d = AddCheckpoint(6, std::string(100, 'z'), "{}");
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
+      CheckpointReader::Open(job_, 6);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ(truncate((d + "/model.safetensors").c_str(), 40), 0);
+  v1::CheckpointChunk chunk;
+  absl::StatusOr<CheckpointReader::Got> meta = (*reader)->Next(chunk);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(*meta, CheckpointReader::Got::kChunk);
+  EXPECT_EQ(chunk.file(), "meta.json");
+  absl::StatusOr<CheckpointReader::Got> cut = (*reader)->Next(chunk);
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(cut.status().message(),
+            "job j-000007: reading step-00000006/model.safetensors: the file "
+            "got shorter");
 }
 
 }  // namespace

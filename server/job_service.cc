@@ -1,5 +1,9 @@
 #include "server/job_service.h"
 
+#include <atomic>
+#include <memory>
+
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "common/field_errors.h"
 #include "common/proto_time.h"
@@ -7,6 +11,7 @@
 #include "common/status_macros.h"
 #include "server/checkpoint_access.h"
 #include "server/job_state.h"
+#include "server/task_pool.h"
 #include "server/usage_report.h"
 #include "spec/limits.h"
 #include "spec/spec.h"
@@ -78,6 +83,71 @@ class FollowReactor final : public grpc::ServerWriteReactor<M>,
   const std::shared_ptr<FollowedStream<M>> stream_;
 };
 
+// A DownloadCheckpoint stream. Each chunk is read and written before the
+// next is read. The checkpoint is opened on `pool` (it lists and opens
+// files, which may wait on the disk: gRPC's threads must not); a chunk the
+// page cache holds is read on the gRPC thread whose write just finished,
+// one that is not (or not all of it) on the pool. So one of a read and a
+// write is under way at any time, and the one under way when the stream
+// ends calls Finish: nothing touches the reactor after gRPC is done with
+// it. Its tenant's stream slot is held until then.
+class DownloadReactor final
+    : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
+ public:
+  using OpenFn =
+      absl::AnyInvocable<absl::StatusOr<std::unique_ptr<CheckpointReader>>()>;
+  DownloadReactor(TaskPool* pool, TenantGate::StreamSlot slot, OpenFn open,
+                  StreamCheck token)
+      : pool_(pool),
+        slot_(std::move(slot)),
+        open_(std::move(open)),
+        token_(std::move(token)) {
+    pool_->Post([this] {
+      absl::StatusOr<std::unique_ptr<CheckpointReader>> opened = open_();
+      if (!opened.ok()) return End(opened.status());
+      reader_ = *std::move(opened);
+      ReadNext(CheckpointReader::Read::kMayWait);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return End(absl::CancelledError("the client went away"));
+    // The chunk's write is done: its message is free to refill.
+    ReadNext(CheckpointReader::Read::kCachedOnly);
+  }
+  void OnCancel() override { cancelled_.store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  void End(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+
+  void ReadNext(CheckpointReader::Read how) {
+    if (cancelled_.load()) {
+      return End(absl::CancelledError("the client went away"));
+    }
+    if (absl::Status s = token_(); !s.ok()) return End(s);
+    absl::StatusOr<CheckpointReader::Got> got = reader_->Next(chunk_, how);
+    if (!got.ok()) return End(got.status());
+    switch (*got) {
+      case CheckpointReader::Got::kChunk:
+        return StartWrite(&chunk_);
+      case CheckpointReader::Got::kDone:
+        return End(absl::OkStatus());
+      case CheckpointReader::Got::kWouldWait:
+        return pool_->Post(
+            [this] { ReadNext(CheckpointReader::Read::kMayWait); });
+    }
+  }
+
+  TaskPool* const pool_;
+  const TenantGate::StreamSlot slot_;
+  OpenFn open_;
+  const StreamCheck token_;
+  std::unique_ptr<CheckpointReader> reader_;
+  v1::CheckpointChunk chunk_;  // read into, then written
+  std::atomic<bool> cancelled_{false};
+};
+
 }  // namespace
 
 absl::StatusOr<JobServiceImpl::CallersJob> JobServiceImpl::JobOfCaller(
@@ -111,25 +181,11 @@ void JobServiceImpl::FillOutputFields(v1::Job& job) const {
   }
 }
 
-StreamCheck JobServiceImpl::StreamCheckOf(
-    const grpc::ServerContext* context) const {
-  return [context, token = auth_->TokenStillValid(*context)] {
-    if (context->IsCancelled()) {
-      return absl::CancelledError("the client went away");
-    }
-    return token();
-  };
-}
-
 template <typename M>
 grpc::ServerWriteReactor<M>* JobServiceImpl::Follow(
     const grpc::CallbackServerContext& context, const std::string& tenant,
     const std::string& job_id, typename FollowedStream<M>::Read feed) {
-  // Without waiting for a slot: a callback handler must not block (it
-  // would hold a thread that serves other calls). A stream its client
-  // cancelled frees its slot as soon as the server sees the cancel.
-  absl::StatusOr<TenantGate::StreamSlot> slot =
-      gate_->OpenStream(tenant, absl::ZeroDuration());
+  absl::StatusOr<TenantGate::StreamSlot> slot = gate_->OpenStream(tenant);
   if (!slot.ok()) return new RefusedStream<M>(slot.status());
   // The check outlives the call's context: it holds the token itself.
   auto* reactor =
@@ -348,25 +404,31 @@ grpc::Status JobServiceImpl::ListCheckpoints(
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::DownloadCheckpoint(
-    grpc::ServerContext* context, const v1::DownloadCheckpointRequest* request,
-    grpc::ServerWriter<v1::CheckpointChunk>* writer) {
+grpc::ServerWriteReactor<v1::CheckpointChunk>*
+JobServiceImpl::DownloadCheckpoint(
+    grpc::CallbackServerContext* context,
+    const v1::DownloadCheckpointRequest* request) {
+  auto refuse = [](const absl::Status& s) {
+    return new RefusedStream<v1::CheckpointChunk>(s);
+  };
   absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
-  if (!seen.ok()) return ToGrpcStatus(seen.status());
+  if (!seen.ok()) return refuse(seen.status());
   if (!request->resume_file().empty() && request->step() <= 0) {
-    return ToGrpcStatus(InvalidFieldError(
+    return refuse(InvalidFieldError(
         "resume_file", "needs step, the step of the checkpoint being resumed"));
   }
-  absl::StatusOr<int64_t> step = PickCheckpoint(seen->record.job, *request);
-  if (!step.ok()) return ToGrpcStatus(step.status());
   absl::StatusOr<TenantGate::StreamSlot> slot =
       gate_->OpenStream(seen->caller.tenant);
-  if (!slot.ok()) return ToGrpcStatus(slot.status());
-  return ToGrpcStatus(StreamCheckpoint(
-      seen->record.job, *step,
-      [writer](const v1::CheckpointChunk& c) { return writer->Write(c); },
-      StreamCheckOf(context),
-      StreamFrom{request->resume_file(), request->resume_offset()}));
+  if (!slot.ok()) return refuse(slot.status());
+  // Picking the checkpoint lists its directory: on the pool too.
+  auto open = [job = std::move(seen->record.job), request = *request]()
+      -> absl::StatusOr<std::unique_ptr<CheckpointReader>> {
+    ASSIGN_OR_RETURN(int64_t step, PickCheckpoint(job, request));
+    return CheckpointReader::Open(
+        job, step, StreamFrom{request.resume_file(), request.resume_offset()});
+  };
+  return new DownloadReactor(&checkpoint_reads_, *std::move(slot),
+                             std::move(open), auth_->TokenStillValid(*context));
 }
 
 grpc::Status JobServiceImpl::GetUsage(grpc::ServerContext* context,

@@ -8,9 +8,10 @@
 // spec do not leak; an admin token sees every job. ListJobs and GetUsage
 // for another tenant are PERMISSION_DENIED (tenant names are not secret,
 // jobs are).
-// WatchJob and GetJobLogs run on gRPC's callback API: an open stream holds
-// no thread, LiveStreams pumps it when its job changes. The other calls
-// are synchronous.
+// The streams run on gRPC's callback API, so an open one holds no thread:
+// LiveStreams pumps WatchJob and GetJobLogs when their job changes, and
+// DownloadCheckpoint reads its chunks on a small pool of its own. The
+// other calls are synchronous.
 // Thread-safe (gRPC calls it from many threads; every callee is
 // thread-safe).
 #ifndef TRAINYARD_SERVER_JOB_SERVICE_H_
@@ -24,13 +25,16 @@
 #include "server/job_watch.h"
 #include "server/live_streams.h"
 #include "server/queue_positions.h"
+#include "server/task_pool.h"
 #include "server/tenant_limits.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
 
 namespace trainyard::server {
 
 using JobServiceBase = v1::JobService::WithCallbackMethod_WatchJob<
-    v1::JobService::WithCallbackMethod_GetJobLogs<v1::JobService::Service>>;
+    v1::JobService::WithCallbackMethod_GetJobLogs<
+        v1::JobService::WithCallbackMethod_DownloadCheckpoint<
+            v1::JobService::Service>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -62,6 +66,12 @@ class JobServiceImpl final : public JobServiceBase {
   // ListJobs fill Job.delete_time of ended jobs from it. Set before
   // serving; zero (the default) leaves it unset.
   void set_job_retention(absl::Duration keep_for) { job_retention_ = keep_for; }
+
+  // Threads that read checkpoints for DownloadCheckpoint streams.
+  static constexpr int kCheckpointReadThreads = 4;
+  // Ends what the download streams left on the pool: after gRPC's server
+  // has stopped.
+  void Shutdown() { checkpoint_reads_.Shutdown(); }
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -96,10 +106,9 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::Status ListCheckpoints(grpc::ServerContext* context,
                                const v1::ListCheckpointsRequest* request,
                                v1::ListCheckpointsResponse* response) override;
-  grpc::Status DownloadCheckpoint(
-      grpc::ServerContext* context,
-      const v1::DownloadCheckpointRequest* request,
-      grpc::ServerWriter<v1::CheckpointChunk>* writer) override;
+  grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
+      grpc::CallbackServerContext* context,
+      const v1::DownloadCheckpointRequest* request) override;
   grpc::Status GetUsage(grpc::ServerContext* context,
                         const v1::GetUsageRequest* request,
                         v1::UsageReport* response) override;
@@ -130,9 +139,6 @@ class JobServiceImpl final : public JobServiceBase {
   // Fills the output-only fields GetJob and ListJobs add to a stored job:
   // its queue position and its delete time.
   void FillOutputFields(v1::Job& job) const;
-  // A synchronous stream's check as it goes: the client still there and
-  // its token still valid.
-  StreamCheck StreamCheckOf(const grpc::ServerContext* context) const;
   // WatchJob and GetJobLogs once their arguments are checked: a stream
   // slot of the caller's tenant, then `feed` followed as `job_id` changes.
   template <typename M>
@@ -150,6 +156,9 @@ class JobServiceImpl final : public JobServiceBase {
   std::function<void(const DeletedJob&)> on_job_deleted_;
   const QueuePositions* queue_positions_ = nullptr;
   absl::Duration job_retention_ = absl::ZeroDuration();
+  // DownloadCheckpoint's file reads; each download reads one chunk at a
+  // time, so downloads take turns.
+  TaskPool checkpoint_reads_{kCheckpointReadThreads};
 };
 
 }  // namespace trainyard::server

@@ -95,21 +95,17 @@ absl::StatusOr<T> TenantGate::WithQueueRoom(
 }
 
 absl::StatusOr<TenantGate::StreamSlot> TenantGate::OpenStream(
-    const std::string& tenant, absl::Duration wait) {
+    const std::string& tenant) {
   absl::MutexLock lock(&mu_);
-  auto has_room = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    auto it = streams_.find(tenant);
-    return max_streams_ <= 0 || it == streams_.end() ||
-           it->second < max_streams_;
-  };
-  // A client that cancelled a stream and opens the next one at once would
-  // otherwise be refused for as long as the old handler takes to notice.
-  if (!mu_.AwaitWithTimeout(absl::Condition(&has_room), wait)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tenant ", tenant, " already has ", streams_[tenant],
-        " watch/log streams open, the limit per tenant is ", max_streams_));
+  int& open = streams_[tenant];
+  if (max_streams_ > 0 && open >= max_streams_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tenant ", tenant, " already has ", open,
+                     " streams open (watches, logs, checkpoint downloads), "
+                     "the limit per tenant is ",
+                     max_streams_));
   }
-  ++streams_[tenant];
+  ++open;
   return StreamSlot(this, tenant);
 }
 

@@ -67,12 +67,11 @@ class TenantGate {
     TenantGate* gate_;
     std::string tenant_;
   };
-  // RESOURCE_EXHAUSTED when the tenant already has the maximum open and
-  // none closes within `wait` (a synchronous stream its client cancelled
-  // is closed when its handler next checks; WatchJob and GetJobLogs, on
-  // the callback API, do not wait and close at the cancel).
-  absl::StatusOr<StreamSlot> OpenStream(const std::string& tenant,
-                                        absl::Duration wait = absl::Seconds(1));
+  // RESOURCE_EXHAUSTED when the tenant already has the maximum open. It
+  // does not wait for one to close: the streams run on gRPC's callback
+  // API, whose handlers must not block, and a stream its client cancelled
+  // frees its slot as soon as the server sees the cancel.
+  absl::StatusOr<StreamSlot> OpenStream(const std::string& tenant);
   int open_streams(const std::string& tenant) const;
 
  private:

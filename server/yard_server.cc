@@ -630,6 +630,7 @@ void YardServer::Shutdown() {
   // The worker streams have ended; what their last messages started ends
   // before the store closes.
   if (p.worker_service) p.worker_service->Shutdown();
+  if (p.job_service) p.job_service->Shutdown();
   p.store.reset();
   YARD_LOG(INFO) << "yard-server stopped";
 }

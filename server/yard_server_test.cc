@@ -21,6 +21,7 @@
 #include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint_access.h"
 #include "server/job_store.h"
 #include "server/worker_service.h"
 #include "trainyard/v1/admin.grpc.pb.h"
@@ -133,6 +134,7 @@ class YardServerTest : public ::testing::Test {
     o.new_job_store = new_job_store_;
     o.data_root = dir_.path();
     o.worker_lease = worker_lease_;
+    o.max_streams_per_tenant = max_streams_per_tenant_;
     return o;
   }
 
@@ -265,6 +267,49 @@ class YardServerTest : public ::testing::Test {
     return out;
   }
 
+  // A job placed on `worker`, with a checkpoint of step 10: meta.json and
+  // a model.safetensors of `tensors`.
+  std::string JobWithCheckpoint(Worker& worker, const std::string& tensors) {
+    const std::string id = Submit();
+    v1::ServerMessage assigned = worker.Next();
+    EXPECT_TRUE(assigned.has_assignment());
+    const std::string dir =
+        assigned.assignment().checkpoint_dir() + "/step-00000010";
+    fs::create_directories(dir);
+    std::ofstream(dir + "/meta.json") << "{\"step\": 10}";
+    std::ofstream(dir + "/model.safetensors", std::ios::binary) << tensors;
+    return id;
+  }
+
+  // A stub on a connection of its own whose streams take no more than 64
+  // KiB ahead of what their reader has read: the server's write of a
+  // checkpoint chunk (1 MiB) waits until the client reads it.
+  std::unique_ptr<v1::JobService::Stub> SlowReadingJobs() const {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+    args.SetInt("trainyard.test.own_connection", 1);
+    return v1::JobService::NewStub(grpc::CreateCustomChannel(
+        server_->address(), grpc::InsecureChannelCredentials(), args));
+  }
+
+  // The bytes of job `id`'s newest checkpoint's model.safetensors, as a
+  // whole download of it brings them; its status in `status`.
+  std::string Download(const std::string& id, grpc::Status* status) {
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, AdminToken());
+    v1::DownloadCheckpointRequest req;
+    req.set_job_id(id);
+    auto reader = jobs_->DownloadCheckpoint(&ctx, req);
+    v1::CheckpointChunk chunk;
+    std::string tensors;
+    while (reader->Read(&chunk)) {
+      if (chunk.file() == "model.safetensors") tensors += chunk.data();
+    }
+    *status = reader->Finish();
+    return tensors;
+  }
+
   // Watches `id` from `after` on a thread; Join() returns its events.
   struct Watch {
     std::thread thread;
@@ -294,6 +339,7 @@ class YardServerTest : public ::testing::Test {
   std::string checkpoint_root_;  // empty: STATE_DIR/checkpoints
   bool new_job_store_ = false;
   absl::Duration worker_lease_ = absl::Minutes(10);
+  int max_streams_per_tenant_ = 64;
   HeldCommit held_;  // StartServerHoldingCommits
   std::unique_ptr<YardServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -621,6 +667,149 @@ TEST_F(YardServerTest, TalkingWorkersKeepTheirLeasesWhileACommitHoldsUp) {
   for (int i = 0; i < kTalking; ++i) {
     EXPECT_EQ(after[absl::StrCat("talking", i)], v1::WORKER_READY) << i;
   }
+}
+
+// An open DownloadCheckpoint stream holds no server thread either (one
+// each before, waiting in its write for the client to read): 40 downloads
+// whose clients read one chunk each and stop leave the process's threads
+// about where they were; each then reads on to the end and has the
+// checkpoint whole.
+TEST_F(YardServerTest, OpenDownloadsHoldNoThreads) {
+  StartServer();
+  auto worker = ConnectWorker();
+  std::string tensors(4 * kCheckpointChunkBytes, '\0');
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i] = char(i * 13 + 1);
+  const std::string id = JobWithCheckpoint(*worker, tensors);
+  grpc::Status status;
+  // A first download, whole, so that gRPC's callback threads are running.
+  ASSERT_TRUE(Download(id, &status) == tensors);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const int before = ThreadCount();
+  constexpr int kDownloads = 40;
+  std::unique_ptr<v1::JobService::Stub> slow = SlowReadingJobs();
+  struct Stream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::CheckpointChunk>> reader;
+    v1::CheckpointChunk chunk;
+    int chunks = 0;
+    std::string tensors;
+    grpc::Status status;
+    bool done = false;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<Stream>> streams;
+  // Tags: 3i the call started, 3i+1 a read done, 3i+2 finished.
+  auto tag = [](int i, int what) {
+    return reinterpret_cast<void*>(static_cast<intptr_t>(3 * i + what));
+  };
+  v1::DownloadCheckpointRequest req;
+  req.set_job_id(id);
+  for (int i = 0; i < kDownloads; ++i) {
+    auto s = std::make_unique<Stream>();
+    AddBearerToken(s->ctx, AdminToken());
+    s->reader = slow->PrepareAsyncDownloadCheckpoint(&s->ctx, req, &cq);
+    s->reader->StartCall(tag(i, 0));
+    streams.push_back(std::move(s));
+  }
+  bool reading_on = false;  // past each stream's first chunk
+  int first_read = 0, finished = 0;
+  // Runs the queue until `done` or 30 s have passed.
+  auto drive = [&](const std::function<bool()>& done) {
+    const auto give_up =
+        std::chrono::system_clock::now() + std::chrono::seconds(30);
+    while (!done()) {
+      void* got = nullptr;
+      bool ok = false;
+      if (cq.AsyncNext(&got, &ok, give_up) !=
+          grpc::CompletionQueue::NextStatus::GOT_EVENT) {
+        return;
+      }
+      const int i = static_cast<int>(reinterpret_cast<intptr_t>(got) / 3);
+      Stream& s = *streams[i];
+      switch (reinterpret_cast<intptr_t>(got) % 3) {
+        case 0:
+          s.reader->Read(&s.chunk, tag(i, 1));
+          break;
+        case 1:
+          if (!ok) {
+            s.reader->Finish(&s.status, tag(i, 2));
+            break;
+          }
+          if (s.chunk.file() == "model.safetensors") {
+            s.tensors += s.chunk.data();
+          }
+          if (++s.chunks == 1) ++first_read;
+          if (reading_on) s.reader->Read(&s.chunk, tag(i, 1));
+          break;
+        case 2:
+          s.done = true;
+          ++finished;
+          break;
+      }
+    }
+  };
+  drive([&] { return first_read == kDownloads; });
+  ASSERT_EQ(first_read, kDownloads) << "every download read its first chunk";
+  absl::SleepFor(absl::Milliseconds(200));  // the servers' writes under way
+  ExpectFewThreadsAdded(before, kDownloads, "downloads open");
+
+  reading_on = true;
+  for (int i = 0; i < kDownloads; ++i) {
+    streams[i]->reader->Read(&streams[i]->chunk, tag(i, 1));
+  }
+  drive([&] { return finished == kDownloads; });
+  ASSERT_EQ(finished, kDownloads);
+  for (int i = 0; i < kDownloads; ++i) {
+    const Stream& s = *streams[i];
+    EXPECT_TRUE(s.status.ok()) << i << ": " << s.status.error_message();
+    EXPECT_EQ(s.chunks, 5) << i << ": meta.json, then 4 of the tensors";
+    EXPECT_TRUE(s.tensors == tensors) << i;
+  }
+  cq.Shutdown();
+  void* got;
+  bool ok;
+  while (cq.Next(&got, &ok)) {
+  }
+}
+
+// A download holds its tenant's stream slot until it ends, and one whose
+// client goes away mid-way frees it as soon as the server sees the
+// cancel: with one stream a tenant, a second download is refused while the
+// first waits on its reader, and served once the first is cancelled.
+TEST_F(YardServerTest, ADownloadItsClientLeavesFreesItsStreamSlot) {
+  max_streams_per_tenant_ = 1;
+  StartServer();
+  auto worker = ConnectWorker();
+  const std::string tensors(3 * kCheckpointChunkBytes, 'q');
+  const std::string id = JobWithCheckpoint(*worker, tensors);
+  std::unique_ptr<v1::JobService::Stub> slow = SlowReadingJobs();
+  grpc::ClientContext ctx;
+  AddBearerToken(ctx, AdminToken());
+  v1::DownloadCheckpointRequest req;
+  req.set_job_id(id);
+  auto first = slow->DownloadCheckpoint(&ctx, req);
+  v1::CheckpointChunk chunk;
+  ASSERT_TRUE(first->Read(&chunk));  // being served; its next write waits
+  grpc::Status refused;
+  EXPECT_TRUE(Download(id, &refused).empty());
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("limit per tenant is 1"));
+
+  ctx.TryCancel();
+  EXPECT_EQ(first->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // Asked at once, it may come before the cancel is seen: refused then,
+  // it is asked again.
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  grpc::Status status;
+  std::string got;
+  do {
+    got = Download(id, &status);
+    if (!status.ok()) absl::SleepFor(absl::Milliseconds(10));
+  } while (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+           absl::Now() < give_up);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(got == tensors);
 }
 
 TEST_F(YardServerTest, SubmitScheduleRunWatchAndInspect) {
