@@ -196,8 +196,7 @@ class Bench {
       std::fprintf(stderr, "the job was not placed on the fake worker\n");
       return false;
     }
-    const std::string dir =
-        m.assignment().checkpoint_dir() + "/step-00000010";
+    const std::string dir = m.assignment().checkpoint_dir() + "/step-00000010";
     std::filesystem::create_directories(dir);
     std::ofstream(dir + "/meta.json") << "{\"step\": 10}\n";
     std::string tensors(size_t{1} << 20, '\0');
@@ -219,7 +218,7 @@ class Bench {
     Tally submits;
     const absl::Time end = absl::Now() + absl::Seconds(flags_.duration_s);
     RunSubmitters(end, submits);
-    return Report("alone", 0, nullptr, submits, 0, {});
+    return Report("alone", 0, nullptr, flags_.duration_s, submits, 0, {});
   }
 
   // `n` clients downloading for the phase (slow: waiting between chunks),
@@ -240,9 +239,11 @@ class Bench {
     RunSubmitters(end, submits);
     for (std::thread& t : clients) t.join();
     sampler.join();
-    const double cpu = (CpuSeconds(server_.pid()) - cpu0) /
-                       absl::ToDoubleSeconds(absl::Now() - start);
-    return Report(slow ? "slow" : "fast", n, &downloads, submits, cpu, mid_);
+    // The phase ends when the last download has: later than `end`.
+    const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    const double cpu = (CpuSeconds(server_.pid()) - cpu0) / secs;
+    return Report(slow ? "slow" : "fast", n, &downloads, secs, submits, cpu,
+                  mid_);
   }
 
  private:
@@ -314,10 +315,12 @@ class Bench {
     for (std::thread& t : threads) t.join();
   }
 
-  // `server_cpu`: the server's CPU seconds a second over the phase.
-  bool Report(const char* phase, int n, Tally* downloads, Tally& submits,
-              double server_cpu, trainyard::bench::ProcessSize size) {
-    const double secs = flags_.duration_s;
+  // `secs`: how long the downloads went on; `server_cpu`: the server's
+  // CPU seconds a second over them. SubmitJob's rate is over the phase's
+  // --duration-s, when the submitters stop.
+  bool Report(const char* phase, int n, Tally* downloads, double secs,
+              Tally& submits, double server_cpu,
+              trainyard::bench::ProcessSize size) {
     if (downloads != nullptr) {
       const double mib = downloads->bytes / double(1 << 20);
       std::printf(
@@ -330,12 +333,13 @@ class Bench {
           mib > 0 ? server_cpu * secs / (mib / 1024) : 0.0, size.threads,
           size.rss_mib);
     }
-    std::printf("%-5s %4d downloads: SubmitJob %6zu ok, %6.0f/s, p50 %7.2f "
-                "ms, p99 %7.2f ms\n",
-                phase, n, submits.seconds.size(),
-                submits.seconds.size() / secs,
-                Percentile(submits.seconds, 0.5) * 1e3,
-                Percentile(submits.seconds, 0.99) * 1e3);
+    std::printf(
+        "%-5s %4d downloads: SubmitJob %6zu ok, %6.0f/s, p50 %7.2f "
+        "ms, p99 %7.2f ms\n",
+        phase, n, submits.seconds.size(),
+        submits.seconds.size() / flags_.duration_s,
+        Percentile(submits.seconds, 0.5) * 1e3,
+        Percentile(submits.seconds, 0.99) * 1e3);
     for (Tally* t : {downloads, &submits}) {
       if (t != nullptr && t->errors > 0) {
         std::printf("%-5s %d errors, the first: %s\n", phase, t->errors,
@@ -377,10 +381,11 @@ int main(int argc, char** argv) {
                  server.status().ToString().c_str());
     return 1;
   }
-  std::printf("yard-server pid %d at %s, a checkpoint of %d MiB, %.1f s a "
-              "phase, slow clients wait %d ms a chunk\n",
-              (*server)->pid(), (*server)->address().c_str(),
-              f.checkpoint_mib, f.duration_s, f.slow_ms);
+  std::printf(
+      "yard-server pid %d at %s, a checkpoint of %d MiB, %.1f s a "
+      "phase, slow clients wait %d ms a chunk\n",
+      (*server)->pid(), (*server)->address().c_str(), f.checkpoint_mib,
+      f.duration_s, f.slow_ms);
   Bench bench(f, **server);
   bool ok = bench.MakeCheckpoint() && bench.SubmitsAlone();
   for (size_t i = 0; ok && i < f.downloads.size(); ++i) {
