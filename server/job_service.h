@@ -10,8 +10,9 @@
 // jobs are).
 // The streams run on gRPC's callback API, so an open one holds no thread:
 // LiveStreams pumps WatchJob and GetJobLogs when their job changes, and
-// DownloadCheckpoint reads its chunks on a small pool of its own. The
-// other calls are synchronous.
+// DownloadCheckpoint reads each chunk when the one before is written, on
+// gRPC's thread from the page cache or else on a small pool of its own.
+// The other calls are synchronous.
 // Thread-safe (gRPC calls it from many threads; every callee is
 // thread-safe).
 #ifndef TRAINYARD_SERVER_JOB_SERVICE_H_
@@ -156,8 +157,9 @@ class JobServiceImpl final : public JobServiceBase {
   std::function<void(const DeletedJob&)> on_job_deleted_;
   const QueuePositions* queue_positions_ = nullptr;
   absl::Duration job_retention_ = absl::ZeroDuration();
-  // DownloadCheckpoint's file reads; each download reads one chunk at a
-  // time, so downloads take turns.
+  // DownloadCheckpoint's reads that may wait on the disk (opening a
+  // checkpoint, a chunk not in the page cache); each download reads one
+  // chunk at a time, so downloads take turns.
   TaskPool checkpoint_reads_{kCheckpointReadThreads};
 };
 

@@ -445,6 +445,45 @@ void ExpectFewThreadsAdded(int before, int n, const std::string& what) {
                                  << " with the " << n << " " << what;
 }
 
+// An async client's streams on one completion queue: stream i's events
+// are tagged Tag(i, kStarted), Tag(i, kRead) and Tag(i, kFinished). Shut
+// down and drained when it goes.
+class StreamQueue {
+ public:
+  enum Event { kStarted, kRead, kFinished };
+  ~StreamQueue() {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+  grpc::CompletionQueue* cq() { return &cq_; }
+  static void* Tag(int i, Event e) {
+    return reinterpret_cast<void*>(static_cast<intptr_t>(3 * i + e));
+  }
+  // Runs the queue until `done` or 30 s have passed, handing each event to
+  // `on_event(i, event, ok)`.
+  void Drive(const std::function<bool()>& done,
+             const std::function<void(int, Event, bool)>& on_event) {
+    const auto give_up =
+        std::chrono::system_clock::now() + std::chrono::seconds(30);
+    while (!done()) {
+      void* got = nullptr;
+      bool ok = false;
+      if (cq_.AsyncNext(&got, &ok, give_up) !=
+          grpc::CompletionQueue::NextStatus::GOT_EVENT) {
+        return;
+      }
+      const intptr_t tag = reinterpret_cast<intptr_t>(got);
+      on_event(static_cast<int>(tag / 3), static_cast<Event>(tag % 3), ok);
+    }
+  }
+
+ private:
+  grpc::CompletionQueue cq_;
+};
+
 // An open WatchJob or followed GetJobLogs stream holds no server thread
 // (gRPC's callback API): 60 streams waiting on a queued job leave the
 // process's threads about where they were (one each before), and
@@ -475,26 +514,23 @@ TEST_F(YardServerTest, OpenStreamsHoldNoThreads) {
     std::vector<v1::JobEvent> seen;
     grpc::Status status;
   };
-  grpc::CompletionQueue cq;
+  StreamQueue queue;
   std::vector<std::unique_ptr<Stream>> streams;
-  // Tags: 3i the call started, 3i+1 a read done, 3i+2 finished.
-  auto tag = [](int i, int what) {
-    return reinterpret_cast<void*>(static_cast<intptr_t>(3 * i + what));
-  };
+  using Q = StreamQueue;
   for (int i = 0; i < kStreams; ++i) {
     auto s = std::make_unique<Stream>();
     AddBearerToken(s->ctx, AdminToken());
     if (i < kWatches) {
       v1::WatchJobRequest req;
       req.set_job_id(id);
-      s->events = jobs_->PrepareAsyncWatchJob(&s->ctx, req, &cq);
-      s->events->StartCall(tag(i, 0));
+      s->events = jobs_->PrepareAsyncWatchJob(&s->ctx, req, queue.cq());
+      s->events->StartCall(Q::Tag(i, Q::kStarted));
     } else {
       v1::GetJobLogsRequest req;
       req.set_job_id(id);
       req.set_follow(true);
-      s->logs = jobs_->PrepareAsyncGetJobLogs(&s->ctx, req, &cq);
-      s->logs->StartCall(tag(i, 0));
+      s->logs = jobs_->PrepareAsyncGetJobLogs(&s->ctx, req, queue.cq());
+      s->logs->StartCall(Q::Tag(i, Q::kStarted));
     }
     streams.push_back(std::move(s));
   }
@@ -502,32 +538,22 @@ TEST_F(YardServerTest, OpenStreamsHoldNoThreads) {
   auto read = [&](int i) {
     Stream& s = *streams[i];
     if (s.events) {
-      s.events->Read(&s.event, tag(i, 1));
+      s.events->Read(&s.event, Q::Tag(i, Q::kRead));
     } else {
-      s.logs->Read(&s.chunk, tag(i, 1));
+      s.logs->Read(&s.chunk, Q::Tag(i, Q::kRead));
     }
   };
-  // Runs the queue until `done` or 30 s have passed.
   auto drive = [&](const std::function<bool()>& done) {
-    const auto give_up =
-        std::chrono::system_clock::now() + std::chrono::seconds(30);
-    while (!done()) {
-      void* got = nullptr;
-      bool ok = false;
-      if (cq.AsyncNext(&got, &ok, give_up) !=
-          grpc::CompletionQueue::NextStatus::GOT_EVENT) {
-        return;
-      }
-      const int i = static_cast<int>(reinterpret_cast<intptr_t>(got) / 3);
+    queue.Drive(done, [&](int i, Q::Event e, bool ok) {
       Stream& s = *streams[i];
-      switch (reinterpret_cast<intptr_t>(got) % 3) {
-        case 0:
+      switch (e) {
+        case Q::kStarted:
           read(i);
           break;
-        case 1:
+        case Q::kRead:
           if (!ok) {
-            if (s.events) s.events->Finish(&s.status, tag(i, 2));
-            if (s.logs) s.logs->Finish(&s.status, tag(i, 2));
+            if (s.events) s.events->Finish(&s.status, Q::Tag(i, Q::kFinished));
+            if (s.logs) s.logs->Finish(&s.status, Q::Tag(i, Q::kFinished));
             break;
           }
           if (s.events) {
@@ -536,11 +562,11 @@ TEST_F(YardServerTest, OpenStreamsHoldNoThreads) {
           }
           read(i);
           break;
-        case 2:
+        case Q::kFinished:
           ++finished;
           break;
       }
-    }
+    });
   };
   drive([&] { return watching == kWatches; });
   ASSERT_EQ(watching, kWatches) << "every watch read the QUEUED event";
@@ -561,11 +587,6 @@ TEST_F(YardServerTest, OpenStreamsHoldNoThreads) {
       ASSERT_FALSE(s.seen.empty());
       EXPECT_EQ(s.seen.back().state_change().to(), v1::CANCELLED) << i;
     }
-  }
-  cq.Shutdown();
-  void* got;
-  bool ok;
-  while (cq.Next(&got, &ok)) {
   }
 }
 
@@ -694,59 +715,44 @@ TEST_F(YardServerTest, OpenDownloadsHoldNoThreads) {
     int chunks = 0;
     std::string tensors;
     grpc::Status status;
-    bool done = false;
   };
-  grpc::CompletionQueue cq;
+  StreamQueue queue;
   std::vector<std::unique_ptr<Stream>> streams;
-  // Tags: 3i the call started, 3i+1 a read done, 3i+2 finished.
-  auto tag = [](int i, int what) {
-    return reinterpret_cast<void*>(static_cast<intptr_t>(3 * i + what));
-  };
+  using Q = StreamQueue;
   v1::DownloadCheckpointRequest req;
   req.set_job_id(id);
   for (int i = 0; i < kDownloads; ++i) {
     auto s = std::make_unique<Stream>();
     AddBearerToken(s->ctx, AdminToken());
-    s->reader = slow->PrepareAsyncDownloadCheckpoint(&s->ctx, req, &cq);
-    s->reader->StartCall(tag(i, 0));
+    s->reader = slow->PrepareAsyncDownloadCheckpoint(&s->ctx, req, queue.cq());
+    s->reader->StartCall(Q::Tag(i, Q::kStarted));
     streams.push_back(std::move(s));
   }
   bool reading_on = false;  // past each stream's first chunk
   int first_read = 0, finished = 0;
-  // Runs the queue until `done` or 30 s have passed.
   auto drive = [&](const std::function<bool()>& done) {
-    const auto give_up =
-        std::chrono::system_clock::now() + std::chrono::seconds(30);
-    while (!done()) {
-      void* got = nullptr;
-      bool ok = false;
-      if (cq.AsyncNext(&got, &ok, give_up) !=
-          grpc::CompletionQueue::NextStatus::GOT_EVENT) {
-        return;
-      }
-      const int i = static_cast<int>(reinterpret_cast<intptr_t>(got) / 3);
+    queue.Drive(done, [&](int i, Q::Event e, bool ok) {
       Stream& s = *streams[i];
-      switch (reinterpret_cast<intptr_t>(got) % 3) {
-        case 0:
-          s.reader->Read(&s.chunk, tag(i, 1));
+      switch (e) {
+        case Q::kStarted:
+          s.reader->Read(&s.chunk, Q::Tag(i, Q::kRead));
           break;
-        case 1:
+        case Q::kRead:
           if (!ok) {
-            s.reader->Finish(&s.status, tag(i, 2));
+            s.reader->Finish(&s.status, Q::Tag(i, Q::kFinished));
             break;
           }
           if (s.chunk.file() == "model.safetensors") {
             s.tensors += s.chunk.data();
           }
           if (++s.chunks == 1) ++first_read;
-          if (reading_on) s.reader->Read(&s.chunk, tag(i, 1));
+          if (reading_on) s.reader->Read(&s.chunk, Q::Tag(i, Q::kRead));
           break;
-        case 2:
-          s.done = true;
+        case Q::kFinished:
           ++finished;
           break;
       }
-    }
+    });
   };
   drive([&] { return first_read == kDownloads; });
   ASSERT_EQ(first_read, kDownloads) << "every download read its first chunk";
@@ -755,7 +761,7 @@ TEST_F(YardServerTest, OpenDownloadsHoldNoThreads) {
 
   reading_on = true;
   for (int i = 0; i < kDownloads; ++i) {
-    streams[i]->reader->Read(&streams[i]->chunk, tag(i, 1));
+    streams[i]->reader->Read(&streams[i]->chunk, Q::Tag(i, Q::kRead));
   }
   drive([&] { return finished == kDownloads; });
   ASSERT_EQ(finished, kDownloads);
@@ -764,11 +770,6 @@ TEST_F(YardServerTest, OpenDownloadsHoldNoThreads) {
     EXPECT_TRUE(s.status.ok()) << i << ": " << s.status.error_message();
     EXPECT_EQ(s.chunks, 5) << i << ": meta.json, then 4 of the tensors";
     EXPECT_TRUE(s.tensors == tensors) << i;
-  }
-  cq.Shutdown();
-  void* got;
-  bool ok;
-  while (cq.Next(&got, &ok)) {
   }
 }
 
