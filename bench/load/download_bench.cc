@@ -72,16 +72,7 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
     const std::string a = argv[i];
     std::string v;
     auto value = [&](const char* name, std::string* out) {
-      const std::string prefix = std::string(name) + "=";
-      if (a.rfind(prefix, 0) == 0) {
-        *out = a.substr(prefix.size());
-        return true;
-      }
-      if (a == name && i + 1 < argc) {
-        *out = argv[++i];
-        return true;
-      }
-      return false;
+      return trainyard::bench::FlagValue(argc, argv, &i, name, out);
     };
     if (value("--downloads", &v)) {
       f.downloads.clear();

@@ -482,16 +482,7 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* name, std::string* out) {
-      const std::string prefix = std::string(name) + "=";
-      if (a.rfind(prefix, 0) == 0) {
-        *out = a.substr(prefix.size());
-        return true;
-      }
-      if (a == name && i + 1 < argc) {
-        *out = argv[++i];
-        return true;
-      }
-      return false;
+      return trainyard::bench::FlagValue(argc, argv, &i, name, out);
     };
     std::string v;
     if (value("--server", &f.server)) continue;

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -117,6 +118,21 @@ trainyard::v1::JobSpec SmallMnistSpec(const std::string& name) {
   spec.set_steps(100);
   spec.set_seed(1);
   return spec;
+}
+
+bool FlagValue(int argc, char** argv, int* i, const char* name,
+               std::string* out) {
+  const absl::string_view a = argv[*i];
+  const std::string prefix = absl::StrCat(name, "=");
+  if (absl::StartsWith(a, prefix)) {
+    *out = std::string(a.substr(prefix.size()));
+    return true;
+  }
+  if (a == name && *i + 1 < argc) {
+    *out = argv[++*i];
+    return true;
+  }
+  return false;
 }
 
 double CpuSeconds(pid_t pid) {

@@ -57,6 +57,11 @@ class ServerProcess {
 // the data root), named `name`.
 trainyard::v1::JobSpec SmallMnistSpec(const std::string& name);
 
+// Whether argv[*i] is the flag `name` with a value, "--name=V" or "--name
+// V" (which also takes argv[*i + 1], moving *i past it); the value in *out.
+bool FlagValue(int argc, char** argv, int* i, const char* name,
+               std::string* out);
+
 // CPU seconds (user + system) used so far by process `pid` (0: this one).
 double CpuSeconds(pid_t pid);
 
