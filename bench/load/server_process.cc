@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,6 +62,9 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
               options.extra_flags.end());
   p->pid_ = fork();
   if (p->pid_ == 0) {
+    // A bench that dies (killed, or by SIGPIPE when its output is cut
+    // short) takes its server with it.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     const std::string log = p->state_dir_ + "/server.log";
     if (freopen(log.c_str(), "w", stderr) == nullptr) _exit(127);
     std::vector<char*> argv;
