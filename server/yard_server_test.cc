@@ -1084,6 +1084,31 @@ TEST_F(YardServerTest, ShutdownEndsLiveStreams) {
   EXPECT_FALSE(worker->stream->Finish().ok());
 }
 
+// A download open when the server shuts down (its client not reading, so
+// its next write waits) ends with an error within the server's grace for
+// calls, and the shutdown completes: nothing waits on it for ever.
+TEST_F(YardServerTest, ShutdownEndsOpenDownloads) {
+  StartServer();
+  auto worker = ConnectWorker();
+  const std::string id =
+      JobWithCheckpoint(*worker, std::string(4 * kCheckpointChunkBytes, 'd'));
+  std::unique_ptr<v1::JobService::Stub> slow = SlowReadingJobs();
+  grpc::ClientContext ctx;
+  AddBearerToken(ctx, AdminToken());
+  v1::DownloadCheckpointRequest req;
+  req.set_job_id(id);
+  auto download = slow->DownloadCheckpoint(&ctx, req);
+  v1::CheckpointChunk chunk;
+  ASSERT_TRUE(download->Read(&chunk));
+  const absl::Time t0 = absl::Now();
+  server_->Shutdown();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  int64_t bytes = 0;
+  while (download->Read(&chunk)) bytes += chunk.data().size();
+  EXPECT_LT(bytes, 4 * kCheckpointChunkBytes) << "it was not sent whole";
+  EXPECT_FALSE(download->Finish().ok());
+}
+
 TEST_F(YardServerTest, RefusesNonLoopbackAndASecondServerOnOneStateDir) {
   EXPECT_EQ(CheckListenAddress("0.0.0.0:7070", false, false).code(),
             absl::StatusCode::kInvalidArgument);
