@@ -1,7 +1,8 @@
 // yard_download_bench: DownloadCheckpoint under load. It starts its own
 // yard-server, places one job on a fake worker (one CPU slot) that writes
-// a checkpoint (meta.json and a model.safetensors of --checkpoint-mib) into
-// the job's checkpoint directory and leaves, then for each count N in
+// a checkpoint (the engine's: meta.json and a model.safetensors of one
+// tensor of --checkpoint-mib) into the job's checkpoint directory and
+// leaves, then for each count N in
 // --downloads runs two phases of N clients, each on its own connection,
 // downloading that checkpoint whole again and again for --duration-s:
 //
@@ -15,15 +16,21 @@
 //
 // In both, --submitters more clients call SubmitJob meanwhile (its rate
 // and p50/p99 against the same with no download running, measured first),
-// and the server's threads and resident memory are read mid-phase.
+// and the server's threads and resident memory are read mid-phase. Last,
+// `yard download` (beside this program) copies the checkpoint --cli-runs
+// times, one after another, as a user does: into a new directory, every
+// chunk checked, model.safetensors against meta.json's size and CRC-32,
+// synced; its wall time each (the median and the range).
 //
 //   yard_download_bench [--downloads 1,16,64] [--checkpoint-mib 64]
-//       [--duration-s 5] [--slow-ms 100] [--submitters 4]
+//       [--duration-s 5] [--slow-ms 100] [--submitters 4] [--cli-runs 5]
 //       [--data-root DIR] [--server-bin PATH]
 //
 // Every call must succeed: the bench prints the first error of a phase
 // and exits 1 (2 for bad arguments; run it from the repository root or
 // pass --data-root, for the MNIST files the job names).
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,7 +38,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,6 +51,7 @@
 #include "absl/time/time.h"
 #include "bench/load/server_process.h"
 #include "common/grpc_credentials.h"
+#include "engine/core/checkpoint.h"
 #include "grpcpp/grpcpp.h"
 #include "trainyard/v1/jobs.grpc.pb.h"
 #include "trainyard/v1/worker.grpc.pb.h"
@@ -63,6 +70,7 @@ struct Flags {
   double duration_s = 5;
   int slow_ms = 100;
   int submitters = 4;
+  int cli_runs = 5;
   std::string data_root = ".";
   std::string server_bin;
 };
@@ -101,6 +109,10 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
     }
     if (value("--submitters", &v) && absl::SimpleAtoi(v, &f.submitters) &&
         f.submitters > 0) {
+      continue;
+    }
+    if (value("--cli-runs", &v) && absl::SimpleAtoi(v, &f.cli_runs) &&
+        f.cli_runs >= 0) {
       continue;
     }
     if (value("--data-root", &f.data_root)) continue;
@@ -187,16 +199,26 @@ class Bench {
       std::fprintf(stderr, "the job was not placed on the fake worker\n");
       return false;
     }
-    const std::string dir = m.assignment().checkpoint_dir() + "/step-00000010";
-    std::filesystem::create_directories(dir);
-    std::ofstream(dir + "/meta.json") << "{\"step\": 10}\n";
-    std::string tensors(size_t{1} << 20, '\0');
-    for (size_t i = 0; i < tensors.size(); ++i) tensors[i] = char(i * 31);
-    std::ofstream out(dir + "/model.safetensors", std::ios::binary);
-    for (int i = 0; i < flags_.checkpoint_mib; ++i) out << tensors;
-    out.close();
-    checkpoint_bytes_ = std::filesystem::file_size(dir + "/model.safetensors") +
-                        std::filesystem::file_size(dir + "/meta.json");
+    // A checkpoint as the engine writes one (`yard download` checks it):
+    // one fp32 tensor of --checkpoint-mib.
+    trainyard::engine::Checkpoint checkpoint;
+    checkpoint.meta.step = 10;
+    const int64_t floats = int64_t{flags_.checkpoint_mib} << 18;
+    checkpoint.tensors.push_back({"w", {floats}, std::vector<float>(floats)});
+    for (int64_t i = 0; i < floats; ++i) {
+      checkpoint.tensors[0].data[i] = static_cast<float>(i % 1000) * 1e-3f;
+    }
+    absl::StatusOr<std::string> dir = trainyard::engine::WriteCheckpoint(
+        m.assignment().checkpoint_dir(), checkpoint);
+    if (!dir.ok()) {
+      std::fprintf(stderr, "writing the checkpoint: %s\n",
+                   dir.status().ToString().c_str());
+      return false;
+    }
+    for (const char* file : {trainyard::engine::kCheckpointMetaFile,
+                             trainyard::engine::kCheckpointTensorsFile}) {
+      checkpoint_bytes_ += std::filesystem::file_size(*dir + "/" + file);
+    }
     stream->WritesDone();
     while (stream->Read(&m)) {
     }
@@ -235,6 +257,45 @@ class Bench {
     const double cpu = (CpuSeconds(server_.pid()) - cpu0) / secs;
     return Report(slow ? "slow" : "fast", n, &downloads, secs, submits, cpu,
                   mid_);
+  }
+
+  // `yard download` of the checkpoint, --cli-runs times.
+  bool CliDownloads() {
+    if (flags_.cli_runs == 0) return true;
+    const std::string yard = trainyard::bench::BesideThisProgram("yard");
+    const std::string dir = server_.state_dir() + "/cli-copy";
+    std::vector<double> seconds;
+    for (int k = 0; k < flags_.cli_runs; ++k) {
+      std::filesystem::remove_all(dir);
+      const absl::Time t0 = absl::Now();
+      const pid_t pid = fork();
+      if (pid == 0) {
+        setenv("YARD_TOKEN", token_.c_str(), 1);
+        const int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, STDOUT_FILENO);
+        execl(yard.c_str(), yard.c_str(), "--server", server_.address().c_str(),
+              "download", job_id_.c_str(), "--dir", dir.c_str(),
+              static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::printf("cli   yard download exited with status %d (%s)\n", status,
+                    yard.c_str());
+        return false;
+      }
+    }
+    std::filesystem::remove_all(dir);
+    const double mib = checkpoint_bytes_ / double(1 << 20);
+    const double p50 = Percentile(seconds, 0.5);
+    std::printf(
+        "cli   yard download x%d: %.3f s each (median; %.3f-%.3f), %.1f "
+        "MiB/s\n",
+        flags_.cli_runs, p50, *std::min_element(seconds.begin(), seconds.end()),
+        *std::max_element(seconds.begin(), seconds.end()), mib / p50);
+    return true;
   }
 
  private:
@@ -383,6 +444,7 @@ int main(int argc, char** argv) {
     ok = bench.Downloads(f.downloads[i], false) &&
          bench.Downloads(f.downloads[i], true);
   }
+  ok = ok && bench.CliDownloads();
   std::printf("yard-server exited with %d\n", (*server)->Stop());
   return ok ? 0 : 1;
 }

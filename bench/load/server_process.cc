@@ -34,6 +34,8 @@ std::string FirstWord(const std::string& path) {
   return word;
 }
 
+}  // namespace
+
 std::string BesideThisProgram(const std::string& name) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -41,8 +43,6 @@ std::string BesideThisProgram(const std::string& name) {
   const std::string path(self);
   return path.substr(0, path.rfind('/')) + "/" + name;
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     const ServerProcessOptions& options) {

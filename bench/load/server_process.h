@@ -53,6 +53,9 @@ class ServerProcess {
   std::string state_dir_;
 };
 
+// The path of program `name` in this program's directory.
+std::string BesideThisProgram(const std::string& name);
+
 // A small MNIST MLP job over the data shipped in examples/ (relative to
 // the data root), named `name`.
 trainyard::v1::JobSpec SmallMnistSpec(const std::string& name);
