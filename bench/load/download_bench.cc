@@ -61,6 +61,7 @@ namespace {
 namespace v1 = trainyard::v1;
 using trainyard::AddBearerToken;
 using trainyard::bench::CpuSeconds;
+using trainyard::bench::Percentile;
 using trainyard::bench::ServerProcess;
 using trainyard::bench::SizeOf;
 
@@ -121,12 +122,6 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
     return false;
   }
   return true;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
 // Calls and their seconds, and the first error, of one kind of client.
@@ -289,12 +284,12 @@ class Bench {
     }
     std::filesystem::remove_all(dir);
     const double mib = checkpoint_bytes_ / double(1 << 20);
+    std::sort(seconds.begin(), seconds.end());
     const double p50 = Percentile(seconds, 0.5);
     std::printf(
         "cli   yard download x%d: %.3f s each (median; %.3f-%.3f), %.1f "
         "MiB/s\n",
-        flags_.cli_runs, p50, *std::min_element(seconds.begin(), seconds.end()),
-        *std::max_element(seconds.begin(), seconds.end()), mib / p50);
+        flags_.cli_runs, p50, seconds.front(), seconds.back(), mib / p50);
     return true;
   }
 
@@ -373,6 +368,9 @@ class Bench {
   bool Report(const char* phase, int n, Tally* downloads, double secs,
               Tally& submits, double server_cpu,
               trainyard::bench::ProcessSize size) {
+    for (Tally* t : {downloads, &submits}) {
+      if (t != nullptr) std::sort(t->seconds.begin(), t->seconds.end());
+    }
     if (downloads != nullptr) {
       const double mib = downloads->bytes / double(1 << 20);
       std::printf(

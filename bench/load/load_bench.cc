@@ -87,9 +87,7 @@ void Report(const std::string& phase, const std::string& rpc, Samples s,
             double seconds) {
   std::sort(s.us.begin(), s.us.end());
   auto pct = [&](double p) {
-    if (s.us.empty()) return 0.0;
-    size_t i = std::min(s.us.size() - 1, static_cast<size_t>(p * s.us.size()));
-    return s.us[i] / 1000.0;
+    return trainyard::bench::Percentile(s.us, p) / 1000.0;
   };
   std::printf(
       "%-8s %-10s %8zu ok, %5lld errors, %9.0f/s, p50 %7.2f ms, p99 %7.2f ms\n",

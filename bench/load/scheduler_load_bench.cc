@@ -251,10 +251,7 @@ struct Passes {
 void Report(const char* phase, std::vector<double> ms, int64_t errors,
             double seconds, const Passes& before, const Passes& after) {
   std::sort(ms.begin(), ms.end());
-  auto pct = [&](double p) {
-    if (ms.empty()) return 0.0;
-    return ms[std::min(ms.size() - 1, static_cast<size_t>(p * ms.size()))];
-  };
+  auto pct = [&](double p) { return trainyard::bench::Percentile(ms, p); };
   const double passes = after.count - before.count;
   const double busy = after.seconds - before.seconds;
   std::printf(

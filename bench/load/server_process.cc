@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,12 @@ std::string FirstWord(const std::string& path) {
 }
 
 }  // namespace
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1,
+                         static_cast<size_t>(p * sorted.size()))];
+}
 
 std::string BesideThisProgram(const std::string& name) {
   char self[4096];

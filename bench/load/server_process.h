@@ -53,6 +53,10 @@ class ServerProcess {
   std::string state_dir_;
 };
 
+// The value at fraction `p` (0.5: the median) of `sorted`, ascending; 0
+// when it is empty.
+double Percentile(const std::vector<double>& sorted, double p);
+
 // The path of program `name` in this program's directory.
 std::string BesideThisProgram(const std::string& name);
 
