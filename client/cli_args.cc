@@ -469,7 +469,7 @@ class ArgParser {
       return Usage(
           absl::StrCat("unexpected argument \"", positional_[want], "\""));
     }
-    if (positional_.size() < want || positional_[1].empty()) {
+    if (want == 2 && (positional_.size() < 2 || positional_[1].empty())) {
       return Usage(absl::StrCat(CommandWord(), " ", out_.subcommand,
                                 ": missing ", what));
     }
