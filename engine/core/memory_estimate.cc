@@ -20,9 +20,12 @@ int64_t Mul(int64_t a, int64_t b) {
   return out;
 }
 
+// Either may be a raw size from the config (up to 2^63 - 1): each is
+// clamped to [0, 2^60] before the sum, which then cannot overflow.
 int64_t Add(int64_t a, int64_t b) {
-  return std::min(std::max(a, int64_t{0}) + std::max(b, int64_t{0}),
-                  kSaturated);  // both <= 2^60: no overflow
+  return std::min(std::clamp(a, int64_t{0}, kSaturated) +
+                      std::clamp(b, int64_t{0}, kSaturated),
+                  kSaturated);
 }
 
 // The CPU GEMM's packing buffers (engine/cpu/gemm.cc): op(B) panels of
