@@ -81,6 +81,13 @@ class DataParallelTest : public ::testing::Test {
     eval_ = slices.eval.release();
   }
 
+  // Each suite of the fixture (and its subclasses') loads its own slices.
+  static void TearDownTestSuite() {
+    delete train_;
+    delete eval_;
+    train_ = eval_ = nullptr;
+  }
+
   void SetUp() override {
     ASSERT_NE(train_, nullptr) << "the MNIST slices did not load";
   }
