@@ -20,6 +20,7 @@
 #endif
 
 #ifdef TRAINYARD_EMULATION_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -121,6 +122,12 @@ Fiber::Fiber(size_t stack_bytes) {
 Fiber::~Fiber() { munmap(mapping_, mapping_bytes_); }
 
 void Fiber::Start(void (*entry)(void*), void* arg) {
+#ifdef TRAINYARD_EMULATION_ASAN
+  // The last run on this stack left it for good from inside its frames,
+  // whose redzones AddressSanitizer still marks: clear them, or the next
+  // run's frames would trip on them.
+  __asan_unpoison_memory_region(stack_, stack_bytes_);
+#endif
 #ifdef TRAINYARD_EMULATION_STACK_SWITCH
   // What TrainyardEmulationSwitch pops, from the lowest address: the
   // control words (the starting thread's), r15 r14 r13 r12 rbx rbp, the

@@ -6,6 +6,10 @@
 // checks, is engine/cuda/emulation/cublas_host.cc. On the include path of
 // emulation targets only, ahead of any real CUDA include directory. C++
 // linkage, as cublas_api.h.
+// Every enum here has int as its fixed underlying type, where the real
+// header leaves it to the compiler: any int is then a value of the type,
+// so a caller's wrong value (a test passes 7 as an operation) reaches the
+// stand-in's check defined, rather than as undefined behaviour.
 #ifndef TRAINYARD_EMULATION_SHIM_CUBLASLT_H_
 #define TRAINYARD_EMULATION_SHIM_CUBLASLT_H_
 
@@ -37,7 +41,7 @@ typedef struct {
 } cublasLtMatmulPreferenceOpaque_t;
 typedef cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
 
-typedef enum {
+typedef enum : int {
   CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,
   CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,
   CUBLASLT_MATMUL_DESC_POINTER_MODE = 2,
@@ -73,7 +77,7 @@ typedef enum {
   CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR = 38,
 } cublasLtMatmulDescAttributes_t;
 
-typedef enum {
+typedef enum : int {
   CUBLASLT_EPILOGUE_DEFAULT = 1,
   CUBLASLT_EPILOGUE_RELU = 2,
   CUBLASLT_EPILOGUE_RELU_AUX = (CUBLASLT_EPILOGUE_RELU | 128),
@@ -96,7 +100,7 @@ typedef enum {
   CUBLASLT_EPILOGUE_BGRADB = 512,
 } cublasLtEpilogue_t;
 
-typedef enum {
+typedef enum : int {
   CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
   CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,

@@ -7,6 +7,10 @@
 // On the include path of emulation targets only, ahead of any real CUDA
 // include directory. The functions have C++ linkage, so an emulated build
 // can never bind to the real libcublas by accident.
+// Every enum here has int as its fixed underlying type, where the real
+// header leaves it to the compiler: any int is then a value of the type,
+// so a caller's wrong value (a test passes 7 as an operation) reaches the
+// stand-in's check defined, rather than as undefined behaviour.
 #ifndef TRAINYARD_EMULATION_SHIM_CUBLAS_API_H_
 #define TRAINYARD_EMULATION_SHIM_CUBLAS_API_H_
 
@@ -21,7 +25,7 @@
 
 #include "engine/cuda/emulation/runtime.h"
 
-typedef enum {
+typedef enum : int {
   CUBLAS_STATUS_SUCCESS = 0,
   CUBLAS_STATUS_NOT_INITIALIZED = 1,
   CUBLAS_STATUS_ALLOC_FAILED = 3,
@@ -34,7 +38,7 @@ typedef enum {
   CUBLAS_STATUS_LICENSE_ERROR = 16
 } cublasStatus_t;
 
-typedef enum {
+typedef enum : int {
   CUBLAS_OP_N = 0,
   CUBLAS_OP_T = 1,
   CUBLAS_OP_C = 2,
@@ -42,14 +46,14 @@ typedef enum {
   CUBLAS_OP_CONJG = 3
 } cublasOperation_t;
 
-typedef enum {
+typedef enum : int {
   CUBLAS_GEMM_DFALT = -1,
   CUBLAS_GEMM_DEFAULT = -1,
   CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99,
   CUBLAS_GEMM_DFALT_TENSOR_OP = 99,
 } cublasGemmAlgo_t;
 
-typedef enum {
+typedef enum : int {
   CUBLAS_DEFAULT_MATH = 0,
   CUBLAS_TENSOR_OP_MATH = 1,
   CUBLAS_PEDANTIC_MATH = 2,
@@ -59,7 +63,7 @@ typedef enum {
   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,
 } cublasMath_t;
 
-typedef enum {
+typedef enum : int {
   CUBLAS_COMPUTE_16F = 64,
   CUBLAS_COMPUTE_16F_PEDANTIC = 65,
   CUBLAS_COMPUTE_32F = 68,

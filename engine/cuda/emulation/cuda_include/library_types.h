@@ -2,6 +2,10 @@
 // type tags the CUDA libraries (cuBLAS, cuBLASLt) take, with CUDA's
 // numeric values. On the include path of emulation targets only, ahead of
 // any real CUDA include directory.
+// Every enum here has int as its fixed underlying type, where the real
+// header leaves it to the compiler: any int is then a value of the type,
+// so a caller's wrong value (a test passes 7 as an operation) reaches the
+// stand-in's check defined, rather than as undefined behaviour.
 #ifndef TRAINYARD_EMULATION_SHIM_LIBRARY_TYPES_H_
 #define TRAINYARD_EMULATION_SHIM_LIBRARY_TYPES_H_
 
@@ -9,7 +13,7 @@
 #error "the real library_types.h is included beside the CUDA emulation's"
 #endif
 
-typedef enum cudaDataType_t {
+typedef enum cudaDataType_t : int {
   CUDA_R_16F = 2,
   CUDA_C_16F = 6,
   CUDA_R_16BF = 14,

@@ -4,6 +4,10 @@
 // calls are implemented on the CPU by engine/cuda/emulation/nccl_host.cc,
 // which says what is emulated and checked. On the include path of
 // emulation targets only, ahead of any real NCCL include directory.
+// Every enum here has int as its fixed underlying type, where the real
+// header leaves it to the compiler: any int is then a value of the type,
+// so a caller's wrong value (a test passes 7 as an operation) reaches the
+// stand-in's check defined, rather than as undefined behaviour.
 #ifndef TRAINYARD_EMULATION_SHIM_NCCL_H_
 #define TRAINYARD_EMULATION_SHIM_NCCL_H_
 
@@ -38,7 +42,7 @@ typedef struct {
   char internal[NCCL_UNIQUE_ID_BYTES];
 } ncclUniqueId;
 
-typedef enum {
+typedef enum : int {
   ncclSuccess = 0,
   ncclUnhandledCudaError = 1,
   ncclSystemError = 2,
@@ -86,7 +90,7 @@ typedef struct ncclConfig_v22800 {
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                        \
   }
 
-typedef enum {
+typedef enum : int {
   ncclSum = 0,
   ncclProd = 1,
   ncclMax = 2,
@@ -96,7 +100,7 @@ typedef enum {
   ncclMaxRedOp = 0x7fffffff
 } ncclRedOp_t;
 
-typedef enum {
+typedef enum : int {
   ncclInt8 = 0,
   ncclChar = 0,
   ncclUint8 = 1,
