@@ -37,5 +37,14 @@ FUZZ_SECONDS ?= 30
 fuzz: deps
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/run-fuzzers.sh
 
+# Every test under ASan + UBSan (build-asan/), then under TSan
+# (build-tsan/): scripts/run-sanitized-tests.sh. Not part of `make test`
+# (two more full builds; about an hour on 2 cores).
+.PHONY: sanitize
+sanitize: deps
+	@scripts/setup-test-venv.sh
+	@scripts/run-sanitized-tests.sh address
+	@scripts/run-sanitized-tests.sh thread
+
 clean:
 	rm -rf $(BUILD_DIR)

@@ -29,3 +29,7 @@ if(YARD_CUDA)
   find_package(CUDAToolkit REQUIRED)
 endif()
 message(STATUS "Trainyard: CUDA backend ${YARD_CUDA}")
+
+# Sanitized builds (scripts/run-sanitized-tests.sh) run the tests several
+# times slower; their ctest timeouts are multiplied by this.
+set(YARD_TEST_TIMEOUT_SCALE 1 CACHE STRING "Multiplier of every test's ctest timeout")
