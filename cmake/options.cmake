@@ -29,7 +29,15 @@ if(YARD_CUDA)
   find_package(CUDAToolkit REQUIRED)
 endif()
 message(STATUS "Trainyard: CUDA backend ${YARD_CUDA}")
+# The CUDA kernels on the CPU (engine/cuda/emulation), with or without
+# YARD_CUDA. Off under ThreadSanitizer, which its fibers do not work with.
+option(YARD_CUDA_EMULATION "Build the host emulation of the CUDA kernels" ON)
 
 # Sanitized builds (scripts/run-sanitized-tests.sh) run the tests several
 # times slower; their ctest timeouts are multiplied by this.
 set(YARD_TEST_TIMEOUT_SCALE 1 CACHE STRING "Multiplier of every test's ctest timeout")
+
+# A ThreadSanitizer build (scripts/run-sanitized-tests.sh thread): every
+# binary and test also links common/tsan_absl_sync.cc, which tells the
+# sanitizer what Debian's (uninstrumented) absl::Mutex orders.
+option(YARD_TSAN "Build for ThreadSanitizer (the flags come from CMAKE_CXX_FLAGS)" OFF)

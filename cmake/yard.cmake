@@ -3,6 +3,14 @@
 
 set(YARD_WARNINGS -Wall -Wextra -Werror)
 
+# Under YARD_TSAN, what absl's locks order, told to ThreadSanitizer
+# (common/tsan_absl_sync.cc).
+function(yard_tsan_sync NAME)
+  if(YARD_TSAN)
+    target_link_libraries(${NAME} PRIVATE yard_tsan_absl_sync)
+  endif()
+endfunction()
+
 # yard_cc_library(NAME SRCS ... DEPS ... PRIVATE_DEPS ...)
 function(yard_cc_library NAME)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
@@ -19,6 +27,7 @@ function(yard_cc_binary NAME)
   target_include_directories(${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(${NAME} PRIVATE ${YARD_WARNINGS})
   target_link_libraries(${NAME} PRIVATE ${ARG_DEPS})
+  yard_tsan_sync(${NAME})
 endfunction()
 
 # The emulated CUDA kernels spread their blocks over up to 4 threads, one
@@ -42,6 +51,7 @@ function(yard_cc_test NAME)
   target_compile_options(${NAME} PRIVATE ${YARD_WARNINGS})
   target_link_libraries(${NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock
                         GTest::gtest_main)
+  yard_tsan_sync(${NAME})
   add_test(NAME ${NAME} COMMAND ${NAME})
   # Each test's scratch files (gtest's TempDir(), tests/cluster.h) in a
   # folder of its own and of this build tree's, so two trees' test runs on
