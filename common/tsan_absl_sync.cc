@@ -4,13 +4,13 @@
 // atomics and futex waits are invisible to it, and every field a Mutex
 // guards would be reported as a race. Each call below stands in for the
 // library's own (the program's definition wins over the shared library's
-// for the program's calls), marks a release before it and an acquire after
-// it on the object's address, and calls the library's function, found with
-// dlsym(RTLD_NEXT). A Mutex unlock releases, a lock acquires; an Await
-// both (it unlocks and locks again around its wait), and each evaluation
-// of its condition both; Notify releases and a wait for the notification
-// acquires. Linked into every binary and test of
-// such a build (cmake/yard.cmake).
+// for the program's calls), marks what the call orders on the object's
+// address, and calls the library's function, found with dlsym(RTLD_NEXT):
+// a Mutex unlock releases before it, a lock acquires after it; an Await
+// does both (it unlocks and locks again around its wait), and so does
+// each evaluation of its condition; Notify releases and a wait for the
+// notification acquires. Linked into every binary and test of such a
+// build (cmake/yard.cmake).
 #include <dlfcn.h>
 #include <sanitizer/tsan_interface.h>
 
