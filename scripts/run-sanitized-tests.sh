@@ -48,7 +48,7 @@ case $kind in
     flags="-fsanitize=thread"
     build=${SANITIZE_BUILD_DIR:-build-tsan}
     scale=6
-    exclude="gpu|emulation"
+    exclude="gpu" # no test has the label emulation in this build
     emulation=OFF
     tsan=ON
     ;;
