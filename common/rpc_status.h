@@ -36,7 +36,7 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
   details.set_message(std::string(s.message()));
   std::string wire = details.SerializeAsString();
   if (wire.size() + s.message().size() > kMaxStatusDetailsBytes) wire.clear();
-  return grpc::Status(code, std::string(s.message()), std::move(wire));
+  return grpc::Status(code, std::string(s.message()), wire);
 }
 
 inline absl::Status FromGrpcStatus(const grpc::Status& s) {

@@ -266,7 +266,7 @@ class ConnectReactor final : public Reactor {
           handling_ = false;
           return;
         }
-        bytes = std::move(unhandled_.front());
+        bytes.Swap(&unhandled_.front());  // ByteBuffer has no move
         unhandled_.pop_front();
         unhandled_bytes_ -= bytes.Length();
         if (!reading_ && !reads_ended_) read_again = reading_ = true;
