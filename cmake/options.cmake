@@ -34,7 +34,9 @@ message(STATUS "Trainyard: CUDA backend ${YARD_CUDA}")
 option(YARD_CUDA_EMULATION "Build the host emulation of the CUDA kernels" ON)
 
 # Sanitized builds (scripts/run-sanitized-tests.sh) run the tests several
-# times slower; their ctest timeouts are multiplied by this.
+# times slower; their ctest timeouts, and the deadlines the integration
+# tests set themselves (YARD_TEST_TIMEOUT_SCALE in their environment), are
+# multiplied by this.
 set(YARD_TEST_TIMEOUT_SCALE 1 CACHE STRING "Multiplier of every test's ctest timeout")
 
 # A ThreadSanitizer build (scripts/run-sanitized-tests.sh thread): every
