@@ -37,8 +37,9 @@ FUZZ_SECONDS ?= 30
 fuzz: deps
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/run-fuzzers.sh
 
-# Every test under ASan + UBSan (build-asan/), then those whose programs
-# load no gRPC under TSan (build-tsan/): scripts/run-sanitized-tests.sh.
+# Every test under ASan + UBSan (build-asan/), then under TSan
+# (build-tsan/; all but the two that read protobuf Struct maps, see the
+# script): scripts/run-sanitized-tests.sh.
 # Not part of `make test`: two more full builds, about an hour on 2 cores.
 .PHONY: sanitize
 sanitize: deps

@@ -10,7 +10,7 @@
 // and every field a reaction reads after another thread wrote it would be
 // reported as a race. A reactor holds a GrpcHandoffs and marks each hand-off
 // and each reaction; an interceptor's hook runs in a
-// GrpcObjectsOnlyScope. In other builds every member is empty and inline.
+// GrpcObjectsOnlyScope. In other builds the calls do nothing.
 #ifndef TRAINYARD_COMMON_GRPC_HANDOFFS_H_
 #define TRAINYARD_COMMON_GRPC_HANDOFFS_H_
 
@@ -88,7 +88,8 @@ class GrpcObjectsOnlyScope {
     AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
   }
 #else
-  GrpcObjectsOnlyScope() = default;
+  GrpcObjectsOnlyScope() {}  // user-provided: a scope is not "unused"
+  ~GrpcObjectsOnlyScope() {}
 #endif
   GrpcObjectsOnlyScope(const GrpcObjectsOnlyScope&) = delete;
   GrpcObjectsOnlyScope& operator=(const GrpcObjectsOnlyScope&) = delete;

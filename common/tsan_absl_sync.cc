@@ -1,16 +1,17 @@
 // ThreadSanitizer builds only (YARD_TSAN, scripts/run-sanitized-tests.sh
-// thread): tells ThreadSanitizer what absl::Mutex and absl::Notification
-// order. Debian's abseil is not built with ThreadSanitizer, so its locks'
+// thread): tells ThreadSanitizer what absl::Mutex, absl::CondVar and
+// absl::Notification order (ours, and gRPC's, which locks and waits with
+// them). Debian's abseil is not built with ThreadSanitizer, so its locks'
 // atomics and futex waits are invisible to it, and every field a Mutex
 // guards would be reported as a race. Each call below stands in for the
 // library's own (the program's definition wins over the shared library's
 // for the program's calls), marks what the call orders on the object's
 // address, and calls the library's function, found with dlsym(RTLD_NEXT):
-// a Mutex unlock releases before it, a lock acquires after it; an Await
-// does both (it unlocks and locks again around its wait), and so does
-// each evaluation of its condition; Notify releases and a wait for the
-// notification acquires. Linked into every binary and test of such a
-// build (cmake/yard.cmake).
+// a Mutex unlock releases before it, a lock acquires after it (a TryLock
+// when it locked); an Await, and a CondVar wait, does both (it unlocks and
+// locks again around its wait), and so does each evaluation of an Await's
+// condition; Notify releases and a wait for the notification acquires. Linked
+// into every binary and test of such a build (cmake/yard.cmake).
 #include <dlfcn.h>
 #include <sanitizer/tsan_interface.h>
 
@@ -74,6 +75,14 @@ void Mutex::Unlock() {
   real(this);
 }
 
+bool Mutex::TryLock() {
+  static auto real =
+      Real<bool (*)(Mutex*)>("_Z" YARD_ABSL_NS "5Mutex7TryLockEv");
+  const bool locked = real(this);
+  if (locked) __tsan_acquire(this);
+  return locked;
+}
+
 void Mutex::ReaderLock() {
   static auto real =
       Real<void (*)(Mutex*)>("_Z" YARD_ABSL_NS "5Mutex10ReaderLockEv");
@@ -119,6 +128,34 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
       real(this, Condition(&OrderedCondition::Eval, &ordered), deadline);
   __tsan_acquire(this);
   return met;
+}
+
+// A CondVar's wait unlocks and locks `mu` inside the library (gRPC's
+// waits are CondVar waits).
+void CondVar::Wait(Mutex* mu) {
+  static auto real = Real<void (*)(CondVar*, Mutex*)>(
+      "_Z" YARD_ABSL_NS "7CondVar4WaitEPNS0_5MutexE");
+  __tsan_release(mu);
+  real(this, mu);
+  __tsan_acquire(mu);
+}
+
+bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
+  static auto real = Real<bool (*)(CondVar*, Mutex*, Duration)>(
+      "_Z" YARD_ABSL_NS "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
+  __tsan_release(mu);
+  const bool timed_out = real(this, mu, timeout);
+  __tsan_acquire(mu);
+  return timed_out;
+}
+
+bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
+  static auto real = Real<bool (*)(CondVar*, Mutex*, Time)>(
+      "_Z" YARD_ABSL_NS "7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+  __tsan_release(mu);
+  const bool timed_out = real(this, mu, deadline);
+  __tsan_acquire(mu);
+  return timed_out;
 }
 
 void Notification::Notify() {

@@ -6,6 +6,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "common/field_errors.h"
+#include "common/grpc_handoffs.h"
 #include "common/proto_time.h"
 #include "common/rpc_status.h"
 #include "common/status_macros.h"
@@ -45,9 +46,16 @@ template <typename M>
 class RefusedStream final : public grpc::ServerWriteReactor<M> {
  public:
   explicit RefusedStream(const absl::Status& status) {
+    handoffs_.Handing(GrpcHandoffs::kFinish);
     this->Finish(ToGrpcStatus(status));
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    handoffs_.Done();
+    delete this;
+  }
+
+ private:
+  GrpcHandoffs handoffs_;
 };
 
 // The gRPC side of a FollowedStream: the call's reactor, its sink, and the
@@ -64,20 +72,35 @@ class FollowReactor final : public grpc::ServerWriteReactor<M>,
             this, streams, std::move(feed), std::move(check))) {}
   // Reactions come only after the handler returns the reactor, by when
   // the stream is added.
-  void Start(const std::string& job_id) { streams_->Add(stream_, job_id); }
+  void Start(const std::string& job_id) {
+    handoffs_.Handing(GrpcHandoffs::kReturn);
+    streams_->Add(stream_, job_id);
+  }
 
-  void Write(const M* message) override { this->StartWrite(message); }
+  void Write(const M* message) override {
+    handoffs_.Handing(GrpcHandoffs::kWrite);
+    this->StartWrite(message);
+  }
   void Close(const absl::Status& status) override {
+    handoffs_.Handing(GrpcHandoffs::kFinish);
     this->Finish(ToGrpcStatus(status));
   }
-  void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
-  void OnCancel() override { stream_->OnCancel(); }
+  void OnWriteDone(bool ok) override {
+    GrpcHandoffs::Reaction reaction(&handoffs_, GrpcHandoffs::kWrite);
+    stream_->OnWriteDone(ok);
+  }
+  void OnCancel() override {
+    GrpcHandoffs::Reaction reaction(&handoffs_, GrpcHandoffs::kCancel);
+    stream_->OnCancel();
+  }
   void OnDone() override {
+    handoffs_.Done();
     streams_->Remove(stream_.get());
     delete this;
   }
 
  private:
+  GrpcHandoffs handoffs_;
   LiveStreams* const streams_;
   TenantGate::StreamSlot slot_;
   const std::shared_ptr<FollowedStream<M>> stream_;
@@ -102,6 +125,7 @@ class DownloadReactor final
         slot_(std::move(slot)),
         open_(std::move(open)),
         token_(std::move(token)) {
+    handoffs_.Handing(GrpcHandoffs::kReturn);
     pool_->Post([this] {
       absl::StatusOr<std::unique_ptr<CheckpointReader>> opened = open_();
       if (!opened.ok()) return End(opened.status());
@@ -111,15 +135,22 @@ class DownloadReactor final
   }
 
   void OnWriteDone(bool ok) override {
+    GrpcHandoffs::Reaction reaction(&handoffs_, GrpcHandoffs::kWrite);
     if (!ok) return End(absl::CancelledError("the client went away"));
     // The chunk's write is done: its message is free to refill.
     ReadNext(CheckpointReader::Read::kCachedOnly);
   }
   void OnCancel() override { cancelled_.store(true); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    handoffs_.Done();
+    delete this;
+  }
 
  private:
-  void End(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void End(const absl::Status& status) {
+    handoffs_.Handing(GrpcHandoffs::kFinish);
+    Finish(ToGrpcStatus(status));
+  }
 
   void ReadNext(CheckpointReader::Read how) {
     if (cancelled_.load()) {
@@ -130,6 +161,7 @@ class DownloadReactor final
     if (!got.ok()) return End(got.status());
     switch (*got) {
       case CheckpointReader::Got::kChunk:
+        handoffs_.Handing(GrpcHandoffs::kWrite);
         return StartWrite(&chunk_);
       case CheckpointReader::Got::kDone:
         return End(absl::OkStatus());
@@ -139,6 +171,7 @@ class DownloadReactor final
     }
   }
 
+  GrpcHandoffs handoffs_;
   TaskPool* const pool_;
   const TenantGate::StreamSlot slot_;
   OpenFn open_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_handoffs.h"
 #include "google/protobuf/descriptor.h"
 
 namespace trainyard::server {
@@ -24,10 +25,18 @@ bool IsKnownMethod(const std::string& method) {
 class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit UnparsedRequestInterceptor(const char* method)
-      : method_(method), known_(IsKnownMethod(method_)) {}
+      : method_(method), known_(IsKnownMethod(method_)) {
+    handoffs_.Handing(GrpcHandoffs::kReturn);
+  }
+  ~UnparsedRequestInterceptor() override { handoffs_.Done(); }
 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
+    // gRPC runs the hooks after making the interceptor, and deletes it
+    // after them all.
+    GrpcHandoffs::Reaction reaction(&handoffs_, GrpcHandoffs::kReturn);
+    // Beyond this object's fields, only gRPC's objects are touched here.
+    const GrpcObjectsOnlyScope grpc_objects;
     // A request that failed to parse reaches the interceptors as no
     // message at all; a stream's end does too, so the status decides. (A
     // stream's reads and its status may come from different threads.)
@@ -66,6 +75,7 @@ class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor 
   const std::string method_;
   const bool known_;
   std::atomic<bool> no_message_{false};
+  GrpcHandoffs handoffs_;
 };
 
 }  // namespace

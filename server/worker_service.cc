@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_handoffs.h"
 #include "common/log.h"
 #include "common/rpc_status.h"
 #include "common/status_macros.h"
@@ -36,9 +37,16 @@ absl::StatusOr<v1::WorkerMessage> ParseWorkerMessage(grpc::ByteBuffer* bytes) {
 class RefusedConnect final : public Reactor {
  public:
   explicit RefusedConnect(const absl::Status& status) {
+    handoffs_.Handing(GrpcHandoffs::kFinish);
     Finish(ToGrpcStatus(status));
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    handoffs_.Done();
+    delete this;
+  }
+
+ private:
+  GrpcHandoffs handoffs_;
 };
 
 // A WorkerLink over one Connect stream's reactor. Send() queues and starts
@@ -52,8 +60,9 @@ class CallbackWorkerLink final : public WorkerLink {
   // A worker that stops reading must not make the server hoard messages.
   static constexpr size_t kMaxQueued = 10'000;
 
-  CallbackWorkerLink(Reactor* reactor, grpc::CallbackServerContext* context)
-      : reactor_(reactor), context_(context) {}
+  CallbackWorkerLink(Reactor* reactor, GrpcHandoffs* handoffs,
+                     grpc::CallbackServerContext* context)
+      : reactor_(reactor), handoffs_(handoffs), context_(context) {}
 
   bool Send(const v1::ServerMessage& message) override {
     grpc::ByteBuffer bytes;
@@ -84,6 +93,7 @@ class CallbackWorkerLink final : public WorkerLink {
     if (first == nullptr) return !cancel;
     // The message stays put until OnWriteDone pops it; and no Finish
     // (after which the reactor may be gone) while a write is in flight.
+    handoffs_->Handing(GrpcHandoffs::kWrite);
     reactor_->StartWrite(first);
     return true;
   }
@@ -113,8 +123,11 @@ class CallbackWorkerLink final : public WorkerLink {
         if (finishing_) finish = FinalStatusLocked();
       }
     }
-    if (next != nullptr) return reactor_->StartWrite(next);
-    if (finish.has_value()) reactor_->Finish(ToGrpcStatus(*finish));
+    if (next != nullptr) {
+      handoffs_->Handing(GrpcHandoffs::kWrite);
+      return reactor_->StartWrite(next);
+    }
+    if (finish.has_value()) Finish(*finish);
   }
 
   // The stream is done reading and handling: ends the call once what is
@@ -128,7 +141,7 @@ class CallbackWorkerLink final : public WorkerLink {
       status_ = std::move(status);
       if (!writing_) finish = FinalStatusLocked();
     }
-    if (finish.has_value()) reactor_->Finish(ToGrpcStatus(*finish));
+    if (finish.has_value()) Finish(*finish);
   }
 
   // Closed (Close, or a write failed): what the worker sent since is not
@@ -162,15 +175,21 @@ class CallbackWorkerLink final : public WorkerLink {
     return true;
   }
   void CancelCall() {
+    handoffs_->Handing(GrpcHandoffs::kCancel);
     context_->TryCancel();
     absl::MutexLock lock(&mu_);
     cancelling_ = false;
+  }
+  void Finish(const absl::Status& status) {
+    handoffs_->Handing(GrpcHandoffs::kFinish);
+    reactor_->Finish(ToGrpcStatus(status));
   }
   absl::Status FinalStatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return status_.ok() ? close_status_ : status_;
   }
 
   Reactor* const reactor_;
+  GrpcHandoffs* const handoffs_;  // the reactor's
   grpc::CallbackServerContext* const context_;
   mutable absl::Mutex mu_;
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);  // front: writing
@@ -205,12 +224,15 @@ class ConnectReactor final : public Reactor {
       : context_(context),
         auth_(auth),
         pool_(pool),
-        link_(std::make_shared<CallbackWorkerLink>(this, context)),
+        link_(std::make_shared<CallbackWorkerLink>(this, &handoffs_, context)),
         session_(make_session(link_)) {
+    handoffs_.Handing(GrpcHandoffs::kReturn);
+    handoffs_.Handing(GrpcHandoffs::kRead);
     StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
+    GrpcHandoffs::Reaction reaction(&handoffs_, GrpcHandoffs::kRead);
     // The lease is renewed as the message arrives, not when a pool thread
     // gets to it: that may be later while the pool is busy with other
     // workers' messages (a slow commit). (The session lives until OnDone.)
@@ -222,7 +244,7 @@ class ConnectReactor final : public Reactor {
       if (ended_) return;  // a read that was pending as the call ended
       if (ok) {
         unhandled_bytes_ += in_.Length();
-        unhandled_.push_back(std::move(in_));
+        unhandled_.emplace_back().Swap(&in_);  // ByteBuffer has no move
         read_on = unhandled_.size() < kMaxUnhandled &&
                   unhandled_bytes_ < kMaxUnhandledBytes;
       } else {
@@ -232,11 +254,18 @@ class ConnectReactor final : public Reactor {
       start = !handling_;
       handling_ = true;
     }
-    if (read_on) StartRead(&in_);
+    if (read_on) {
+      handoffs_.Handing(GrpcHandoffs::kRead);
+      StartRead(&in_);
+    }
     if (start) pool_->Post([this] { HandleAll(); });
   }
-  void OnWriteDone(bool ok) override { link_->OnWriteDone(ok); }
+  void OnWriteDone(bool ok) override {
+    GrpcHandoffs::Reaction reaction(&handoffs_, GrpcHandoffs::kWrite);
+    link_->OnWriteDone(ok);
+  }
   void OnDone() override {
+    handoffs_.Done();
     link_->WaitForCancel();
     delete this;
   }
@@ -271,7 +300,10 @@ class ConnectReactor final : public Reactor {
         unhandled_bytes_ -= bytes.Length();
         if (!reading_ && !reads_ended_) read_again = reading_ = true;
       }
-      if (read_again) StartRead(&in_);
+      if (read_again) {
+        handoffs_.Handing(GrpcHandoffs::kRead);
+        StartRead(&in_);
+      }
       if (absl::Status s = HandleMessage(&bytes); !s.ok()) {
         return End(std::move(s));
       }
@@ -321,6 +353,7 @@ class ConnectReactor final : public Reactor {
   grpc::CallbackServerContext* const context_;
   const Authenticator* const auth_;
   TaskPool* const pool_;
+  GrpcHandoffs handoffs_;  // before link_, which holds it
   const std::shared_ptr<CallbackWorkerLink> link_;
   // Handled on the pool, one message at a time; Heard from gRPC's threads.
   const std::unique_ptr<WorkerSession> session_;
