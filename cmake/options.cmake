@@ -41,5 +41,6 @@ set(YARD_TEST_TIMEOUT_SCALE 1 CACHE STRING "Multiplier of every test's ctest tim
 
 # A ThreadSanitizer build (scripts/run-sanitized-tests.sh thread): every
 # binary and test also links common/tsan_absl_sync.cc, which tells the
-# sanitizer what Debian's (uninstrumented) absl::Mutex orders.
+# sanitizer what Debian's (uninstrumented) absl::Mutex, CondVar and
+# Notification order.
 option(YARD_TSAN "Build for ThreadSanitizer (the flags come from CMAKE_CXX_FLAGS)" OFF)

@@ -45,6 +45,7 @@ case $kind in
     build=${SANITIZE_BUILD_DIR:-build-asan}
     scale=3
     exclude="gpu"
+    skip=()
     emulation=ON
     tsan=OFF
     ;;
@@ -53,6 +54,8 @@ case $kind in
     build=${SANITIZE_BUILD_DIR:-build-tsan}
     scale=6
     exclude="gpu" # no test has the label emulation in this build
+    # They crash in protobuf's map.h under gcc's TSan (see above).
+    skip=(-E "^(prometheus_metrics_test|dashboard_metrics_test)\$")
     emulation=OFF
     tsan=ON
     ;;
@@ -91,14 +94,9 @@ export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:handle_segv=0"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="log_path=$reports/tsan:handle_segv=0:halt_on_error=0:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/scripts/tsan.supp"
 
-select=()
-if [[ $kind == thread ]]; then
-  select=(-E "^(prometheus_metrics_test|dashboard_metrics_test)\$")
-fi
-
 status=0
 (cd "$build" &&
-  ctest --output-on-failure -j "$jobs" -LE "$exclude" "${select[@]}" "$@") ||
+  ctest --output-on-failure -j "$jobs" -LE "$exclude" "${skip[@]}" "$@") ||
   status=1
 
 shopt -s nullglob
