@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -232,10 +233,22 @@ absl::Status Store(Message& m, const FieldDescriptor& f,
   return absl::OkStatus();
 }
 
-// A repeated field takes a comma-separated list that replaces it.
+// A repeated field takes a comma-separated list that replaces it, in
+// brackets or not ("512,256", "[512,256]"; "[]" or nothing empties it).
 absl::Status SetLeaf(Message& m, const FieldDescriptor& f,
                      absl::string_view value) {
-  if (!f.is_repeated()) return Store(m, f, value);
+  const bool opens = absl::StartsWith(value, "[");
+  const bool closes = absl::EndsWith(value, "]");
+  if (!f.is_repeated()) {
+    if (opens && f.cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
+      return Invalid("brackets are for a list, and this field takes one value");
+    }
+    return Store(m, f, value);
+  }
+  if (opens != closes || (opens && value.size() < 2)) {
+    return Invalid(opens ? "a '[' without its ']'" : "a ']' without its '['");
+  }
+  if (opens) value = value.substr(1, value.size() - 2);
   m.GetReflection()->ClearField(&m, &f);
   if (value.empty()) return absl::OkStatus();
   int n = 0;

@@ -27,9 +27,10 @@ namespace trainyard::spec {
 //   string    VALUE verbatim ('=' and spaces included, may be empty),
 //             which must be valid UTF-8;
 //   enum      a value name, e.g. "BF16".
-// A repeated scalar field takes a comma-separated list that replaces it
-// ("512,256"; an empty VALUE empties it). Numbers and names may have
-// spaces around them; strings are kept as written.
+// A repeated scalar field takes a comma-separated list that replaces it,
+// in brackets or not ("512,256" or "[512,256]"; an empty VALUE or "[]"
+// empties it). Numbers and names may have spaces around them; strings are
+// kept as written (a single string field's "[x]" included).
 // Errors are INVALID_ARGUMENT whose message starts with the assignment, e.g.
 // `optimizer.lrr=1: no field "lrr" in optimizer (fields: lr, ...)`, and
 // leave `spec` unchanged.

@@ -100,6 +100,7 @@ TEST(SpecOverrideTest, StringsAreKeptVerbatim) {
   EXPECT_EQ(With({"name= padded "}).name(), " padded ");
   EXPECT_EQ(With({"name=\xC3\xA9t\xC3\xA9"}).name(), "\xC3\xA9t\xC3\xA9");
   EXPECT_EQ(With({"name="}).name(), "");
+  EXPECT_EQ(With({"name=[run 3]"}).name(), "[run 3]");
 }
 
 TEST(SpecOverrideTest, OptionalFieldsGainPresence) {
@@ -142,6 +143,19 @@ TEST(SpecOverrideTest, ListsAreReplacedByACommaList) {
   v1::ListJobsRequest request;
   ASSERT_TRUE(ApplyFieldOverride("states=RUNNING, QUEUED", request).ok());
   EXPECT_THAT(request.states(), ElementsAre(v1::RUNNING, v1::QUEUED));
+}
+
+// As a spec file and --sweep write a list.
+TEST(SpecOverrideTest, AListMayBeInBrackets) {
+  EXPECT_THAT(With({"model.mlp.hidden=[512,256]"}).model().mlp().hidden(),
+              ElementsAre(512, 256));
+  EXPECT_THAT(With({"model.mlp.hidden=[ 64, 32 ]"}).model().mlp().hidden(),
+              ElementsAre(64, 32));
+  EXPECT_THAT(With({"model.mlp.hidden=[1024]"}).model().mlp().hidden(),
+              ElementsAre(1024));
+  EXPECT_THAT(With({"model.mlp.hidden=[]"}).model().mlp().hidden(), IsEmpty());
+  EXPECT_THAT(With({"data.tokens.train=[a.bin,b.bin]"}).data().tokens().train(),
+              ElementsAre("a.bin", "b.bin"));
 }
 
 TEST(SpecOverrideTest, AOneofMemberSwitchesTheOneof) {
@@ -250,6 +264,17 @@ TEST(SpecOverrideTest, BadValuesForTheType) {
             "model.mlp.hidden=512,x: item 2 (\"x\"): not an integer");
   EXPECT_EQ(ErrorOf("model.mlp.hidden=512,"),
             "model.mlp.hidden=512,: item 2 (\"\"): not an integer");
+  EXPECT_EQ(ErrorOf("model.mlp.hidden=[512,256"),
+            "model.mlp.hidden=[512,256: a '[' without its ']'");
+  EXPECT_EQ(ErrorOf("model.mlp.hidden=512]"),
+            "model.mlp.hidden=512]: a ']' without its '['");
+  EXPECT_EQ(ErrorOf("model.mlp.hidden=["),
+            "model.mlp.hidden=[: a '[' without its ']'");
+  EXPECT_EQ(ErrorOf("model.mlp.hidden=[[1]]"),
+            "model.mlp.hidden=[[1]]: item 1 (\"[1]\"): not an integer");
+  EXPECT_EQ(ErrorOf("steps=[10]"),
+            "steps=[10]: brackets are for a list, and this field takes one "
+            "value");
   EXPECT_EQ(ErrorOn(google::protobuf::BoolValue(), "value=yes"),
             "value=yes: not true or false");
   EXPECT_EQ(ErrorOn(google::protobuf::BoolValue(), "value=True"),
