@@ -46,6 +46,7 @@
 #include "engine/lease_watch.h"
 #include "engine/train_job.h"
 #include "spec/spec.h"
+#include "spec/spec_override.h"
 
 namespace trainyard::engine {
 namespace {
@@ -67,7 +68,8 @@ int StartFailureExit(const absl::Status& status) {
 }
 
 constexpr char kSynopsis[] =
-    "usage: yard-train run SPEC_FILE [--data-root DIR] [--checkpoint-dir DIR]\n"
+    "usage: yard-train run SPEC_FILE [--set FIELD=VALUE]...\n"
+    "                                [--data-root DIR] [--checkpoint-dir DIR]\n"
     "                                [--warm-start CHECKPOINT_DIR]\n"
     "                                [--threads N] [--progress text|json]\n"
     "                                [--rank R --world-size N --rendezvous "
@@ -84,11 +86,15 @@ constexpr char kSynopsis[] =
 
 constexpr char kHelp[] =
     "\n"
-    "Trains the JobSpec in SPEC_FILE (YAML or JSON) on CPU threads, resuming\n"
-    "from the newest checkpoint in the checkpoint dir. SIGTERM or SIGINT\n"
-    "finishes the current step, writes a checkpoint and exits with 3; a\n"
-    "second one ends it at once, without a checkpoint.\n"
+    "Trains the JobSpec in SPEC_FILE (YAML or JSON) on CPU threads, or on a\n"
+    "GPU where resources.gpus is set, resuming from the newest checkpoint in\n"
+    "the checkpoint dir. SIGTERM or SIGINT finishes the current step,\n"
+    "writes a checkpoint and exits with 3; a second one ends it at once,\n"
+    "without a checkpoint.\n"
     "\n"
+    "  --set FIELD=VALUE     override a field of the spec, in order, as\n"
+    "                        yard submit --set does (--set steps=200\n"
+    "                        --set model.mlp.hidden=[512,256])\n"
     "  --data-root DIR       spec data paths are relative to DIR (default .)\n"
     "  --checkpoint-dir DIR  default checkpoints/<spec name>\n"
     "  --warm-start DIR      start from the weights of this checkpoint (or a\n"
@@ -174,6 +180,7 @@ struct Args {
   std::string data_root = ".";
   std::string checkpoint_dir;
   std::string warm_start;
+  std::vector<std::string> overrides;  // --set, in order
   int threads = 0;
   bool json = false;
   SocketCollectiveOptions ranks;
@@ -261,6 +268,11 @@ using S = absl::string_view;
 using V = const std::string&;
 
 const ValueFlag<Args> kRunFlags[] = {
+    {"--set",
+     [](S, V v, Args* a) {
+       a->overrides.push_back(v);
+       return std::string();
+     }},
     {"--data-root", [](S, V v, Args* a) { return Set(v, &a->data_root); }},
     {"--checkpoint-dir",
      [](S, V v, Args* a) { return Set(v, &a->checkpoint_dir); }},
@@ -516,6 +528,11 @@ absl::StatusOr<EngineJob> LoadJob(const Args& args) {
   absl::StatusOr<trainyard::v1::JobSpec> spec =
       spec::ReadJobSpecFile(args.spec_file);
   if (!spec.ok()) return spec.status();
+  for (const std::string& assignment : args.overrides) {
+    if (absl::Status s = spec::ApplySpecOverride(assignment, *spec); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--set ", s.message()));
+    }
+  }
   const trainyard::v1::JobSpec full = spec::WithDefaults(*spec);
   spec::ValidationOptions validation;
   validation.data_root = args.data_root;

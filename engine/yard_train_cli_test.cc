@@ -150,6 +150,43 @@ TEST_F(YardTrainCliTest, FinishesWithJsonEventsOnly) {
   EXPECT_TRUE(fs::exists(dir_ + "/ck/step-00000020/model.safetensors"));
 }
 
+// --set overrides the spec file's fields in order, as `yard submit --set`
+// does; the default checkpoint dir follows an overridden name.
+TEST_F(YardTrainCliTest, SetOverridesTheSpecInOrder) {
+  Result r = RunYardTrain({"run", WriteSpec(50), "--data-root", YARD_SOURCE_DIR,
+                           "--set", "steps=2", "--set=model.mlp.hidden=[4,4]",
+                           "--set", "steps=3", "--set", "name=renamed"},
+                          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_TRUE(absl::StartsWith(r.stdout_lines.back(), "finished: step 3"))
+      << r.stdout_lines.back();
+  EXPECT_TRUE(fs::exists(dir_ + "/checkpoints/renamed/step-00000003"));
+  // Two hidden layers of 4: 784*4+4 + 4*4+4 + 4*10+10 parameters.
+  EXPECT_TRUE(absl::StrContains(r.stdout_lines.front(), "3210 parameters"))
+      << r.stdout_lines.front();
+
+  // A bad override, and a spec the overrides make invalid, exit 2 naming
+  // what is wrong, before anything is trained or written.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--set", "steps=ten"}, "yard-train: --set steps=ten: not an integer"},
+      {{"--set", "stepz=1"}, "yard-train: --set stepz=1: no field \"stepz\""},
+      {{"--set", "steps"}, "yard-train: --set steps: expected FIELD=VALUE"},
+      {{"--set"}, "yard-train: --set needs a value"},
+      {{"--set", "batch.micro_batch=0"},
+       "yard-train: batch.micro_batch: must be in [1, 65536], got 0"},
+  };
+  for (const auto& [extra, message] : bad) {
+    std::vector<std::string> args = Args(WriteSpec(3));
+    args.insert(args.end(), extra.begin(), extra.end());
+    Result bad_run = RunYardTrain(args, dir_);
+    EXPECT_EQ(bad_run.exit_code, 2) << absl::StrJoin(extra, " ");
+    EXPECT_TRUE(absl::StartsWith(bad_run.stderr_text, message))
+        << bad_run.stderr_text;
+    EXPECT_TRUE(bad_run.stdout_lines.empty());
+    EXPECT_FALSE(fs::exists(dir_ + "/ck"));
+  }
+}
+
 TEST_F(YardTrainCliTest, DefaultCheckpointDirIsUnderTheWorkingDirectory) {
   Result r =
       RunYardTrain({"run", WriteSpec(3), "--data-root", YARD_SOURCE_DIR}, dir_);
