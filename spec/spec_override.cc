@@ -245,7 +245,7 @@ absl::Status SetLeaf(Message& m, const FieldDescriptor& f,
     }
     return Store(m, f, value);
   }
-  if (opens != closes || (opens && value.size() < 2)) {
+  if (opens != closes) {  // "[" alone opens and does not close
     return Invalid(opens ? "a '[' without its ']'" : "a ']' without its '['");
   }
   if (opens) value = value.substr(1, value.size() - 2);
