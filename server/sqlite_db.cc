@@ -31,12 +31,15 @@ absl::Status SqliteError(int rc, std::string_view what,
 }
 
 SqliteStatement::SqliteStatement(SqliteStatement&& other) noexcept
-    : db_(other.db_), stmt_(other.stmt_), label_(other.label_) {
+    : owner_(other.owner_),
+      db_(other.db_),
+      stmt_(other.stmt_),
+      label_(other.label_) {
   other.stmt_ = nullptr;
 }
 
 SqliteStatement::~SqliteStatement() {
-  if (stmt_ != nullptr) sqlite3_finalize(stmt_);
+  if (stmt_ != nullptr) owner_->TakeBack(stmt_);
 }
 
 SqliteStatement& SqliteStatement::Bind(int index, int64_t value) {
@@ -145,7 +148,28 @@ absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(
   return std::unique_ptr<SqliteDb>(new SqliteDb(db, path));
 }
 
-SqliteDb::~SqliteDb() { sqlite3_close_v2(db_); }
+SqliteDb::~SqliteDb() {
+  for (auto& [sql, stmts] : idle_) {
+    for (sqlite3_stmt* stmt : stmts) sqlite3_finalize(stmt);
+  }
+  sqlite3_close_v2(db_);
+}
+
+void SqliteDb::TakeBack(sqlite3_stmt* stmt) {
+  // A failed step's error comes back from reset too: it was reported then.
+  sqlite3_reset(stmt);
+  sqlite3_clear_bindings(stmt);
+  const char* sql = sqlite3_sql(stmt);
+  auto it = sql != nullptr ? idle_.find(sql) : idle_.end();
+  if (it == idle_.end() && sql != nullptr && idle_.size() < kMaxKeptSql) {
+    it = idle_.emplace(sql, std::vector<sqlite3_stmt*>()).first;
+  }
+  if (it == idle_.end() || it->second.size() >= kMaxKeptPerSql) {
+    sqlite3_finalize(stmt);
+    return;
+  }
+  it->second.push_back(stmt);
+}
 
 absl::Status SqliteDb::Exec(std::string_view sql) {
   char* err = nullptr;
@@ -157,11 +181,21 @@ absl::Status SqliteDb::Exec(std::string_view sql) {
 }
 
 absl::StatusOr<SqliteStatement> SqliteDb::Prepare(std::string_view sql) {
+  if (auto it = idle_.find(std::string(sql));
+      it != idle_.end() && !it->second.empty()) {
+    sqlite3_stmt* stmt = it->second.back();
+    it->second.pop_back();
+    return SqliteStatement(this, db_, stmt, path_);
+  }
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()),
                               &stmt, nullptr);
   if (rc != SQLITE_OK) return SqliteError(rc, path_, sqlite3_errmsg(db_));
-  return SqliteStatement(db_, stmt, path_);
+  if (stmt == nullptr) {  // only blanks or a comment: nothing to run
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": no SQL statement in \"", std::string(sql), "\""));
+  }
+  return SqliteStatement(this, db_, stmt, path_);
 }
 
 absl::StatusOr<int64_t> SqliteDb::QueryInt64(std::string_view sql) {
@@ -172,5 +206,7 @@ absl::StatusOr<int64_t> SqliteDb::QueryInt64(std::string_view sql) {
   if (!*row) return absl::NotFoundError(absl::StrCat("no row for ", std::string(sql)));
   return stmt->ColumnInt64(0);
 }
+
+int64_t SqliteDb::Changes() const { return sqlite3_changes64(db_); }
 
 }  // namespace trainyard::server

@@ -2,6 +2,14 @@
 // connection that turns SQLite result codes into absl::Status (naming the
 // database file and SQLite's own message). Not thread-safe: JobStore owns one
 // connection and serializes every use of it under its mutex.
+//
+// Prepared statements are kept for reuse: a statement going out of scope
+// is reset, its bindings cleared, and handed to the next Prepare of the
+// same SQL text, which so skips SQLite's parsing and planning (most of a
+// small statement's cost). At most kMaxKeptSql texts are kept (SQL built
+// at run time, such as an IN list of any length, may make many), each with
+// as many idle statements as were ever in use at once, up to
+// kMaxKeptPerSql; past either, a statement is finalized as before.
 #ifndef TRAINYARD_SERVER_SQLITE_DB_H_
 #define TRAINYARD_SERVER_SQLITE_DB_H_
 
@@ -11,11 +19,15 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace trainyard::server {
+
+class SqliteDb;
 
 class SqliteStatement {
  public:
@@ -40,9 +52,11 @@ class SqliteStatement {
 
  private:
   friend class SqliteDb;
-  SqliteStatement(sqlite3* db, sqlite3_stmt* stmt, std::string_view label)
-      : db_(db), stmt_(stmt), label_(label) {}
+  SqliteStatement(SqliteDb* owner, sqlite3* db, sqlite3_stmt* stmt,
+                  std::string_view label)
+      : owner_(owner), db_(db), stmt_(stmt), label_(label) {}
 
+  SqliteDb* owner_;  // takes the statement back when this goes
   sqlite3* db_;
   sqlite3_stmt* stmt_;
   std::string_view label_;  // the database path, for error messages
@@ -59,14 +73,25 @@ class SqliteDb {
   absl::StatusOr<SqliteStatement> Prepare(std::string_view sql);
   // The value of the first column of the first row of `sql`.
   absl::StatusOr<int64_t> QueryInt64(std::string_view sql);
+  // Rows the last INSERT, UPDATE or DELETE on this connection changed.
+  int64_t Changes() const;
 
   const std::string& path() const { return path_; }
 
+  static constexpr size_t kMaxKeptSql = 256;
+  static constexpr size_t kMaxKeptPerSql = 4;
+
  private:
+  friend class SqliteStatement;
   SqliteDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  // A statement no longer in use: reset and kept for its SQL's next
+  // Prepare, or finalized.
+  void TakeBack(sqlite3_stmt* stmt);
 
   sqlite3* db_;
   std::string path_;
+  // Idle prepared statements by SQL text.
+  std::unordered_map<std::string, std::vector<sqlite3_stmt*>> idle_;
 };
 
 // The absl::Status for SQLite result code `rc` (canonical code chosen by
