@@ -35,6 +35,7 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "set-priority") return Command::kSetPriority;
   if (name == "delete") return Command::kDelete;
   if (name == "checkpoints") return Command::kCheckpoints;
+  if (name == "metrics") return Command::kMetrics;
   if (name == "download") return Command::kDownload;
   if (name == "workers") return Command::kWorkers;
   if (name == "usage") return Command::kUsage;
@@ -45,6 +46,21 @@ std::optional<Command> CommandNamed(const std::string& name) {
   if (name == "forget") return Command::kForget;
   if (name == "help") return Command::kHelp;
   return std::nullopt;
+}
+
+// The commands that take one job ID or more.
+bool TakesSeveralJobIds(Command c) {
+  switch (c) {
+    case Command::kCancel:
+    case Command::kSuspend:
+    case Command::kResume:
+    case Command::kSetPriority:
+    case Command::kDelete:
+    case Command::kMetrics:
+      return true;
+    default:
+      return false;
+  }
 }
 
 class ArgParser {
@@ -94,6 +110,9 @@ class ArgParser {
     }
     if (out_.best && out_.step > 0) {
       return Usage("--step and --best exclude each other");
+    }
+    if (out_.csv && out_.output == OutputFormat::kJson) {
+      return Usage("--csv and -o json exclude each other");
     }
     if (out_.command == Command::kSetPriority && !out_.priority.has_value()) {
       return Usage("'set-priority': missing --priority P");
@@ -234,6 +253,10 @@ class ArgParser {
       if (v->empty()) return Usage("--dir: must not be empty");
       out_.dir = *v;
       return absl::OkStatus();
+    }
+    if (c == Command::kMetrics && name == "--csv") {
+      out_.csv = true;
+      return no_value();
     }
     if (c == Command::kLogs && (name == "-f" || name == "--follow")) {
       out_.follow = true;
@@ -497,6 +520,7 @@ class ArgParser {
       case Command::kSetPriority:
       case Command::kDelete:
       case Command::kCheckpoints:
+      case Command::kMetrics:
       case Command::kDownload:
         what = "job ID";
         target = &out_.job_id;
@@ -511,11 +535,7 @@ class ArgParser {
         break;
     }
     size_t want = target != nullptr ? 1 : 0;
-    const bool many = out_.command == Command::kCancel ||
-                      out_.command == Command::kSuspend ||
-                      out_.command == Command::kResume ||
-                      out_.command == Command::kSetPriority ||
-                      out_.command == Command::kDelete;
+    const bool many = TakesSeveralJobIds(out_.command);
     if (many) {
       want = std::max<size_t>(1, positional_.size());
       for (const std::string& id : positional_) {
@@ -615,6 +635,11 @@ Commands:
                      delete ended jobs for good: their records, events, logs
                      and (unless --keep-checkpoints) their checkpoints
   checkpoints ID     list the job's checkpoints (newest first)
+  metrics ID... [--csv]
+                     the jobs' training curves: loss, learning rate, grad
+                     norm, throughput and evaluations by step over the
+                     whole run (long runs thinned evenly by the server);
+                     --csv: one row a step (and job), for plotting
   download ID [--step N | --best] [--dir DIR]
                      copy one of the job's checkpoints (default: the newest)
                      from the server into DIR (default: ID-step-STEP), each

@@ -32,6 +32,7 @@ enum class Command {
   kSetPriority,  // set-priority ID... --priority P
   kDelete,
   kCheckpoints,  // checkpoints ID
+  kMetrics,      // metrics ID... [--csv]
   kDownload,     // download ID
   kWorkers,
   kUsage,    // usage [--since WHEN] [--until WHEN] [--tenant NAME] [--jobs]
@@ -68,17 +69,17 @@ struct CliArgs {
   bool dry_run = false;  // submit --dry-run
   bool wait = false;  // submit --wait, drain --wait
   std::string request_id;
-  // get, logs, watch, cancel, suspend, resume, delete
+  // get, logs, watch, cancel, suspend, resume, delete, metrics
   std::string job_id;
-  // cancel, suspend, resume, set-priority and delete take several: every
-  // ID, in order
-  // (job_id is the first).
+  // cancel, suspend, resume, set-priority, delete and metrics take several:
+  // every ID, in order (job_id is the first).
   std::vector<std::string> job_ids;
   bool follow = false;            // logs -f
   int32_t tail_lines = 0;         // logs --tail N; 0: the whole log
   std::string reason;             // cancel/suspend --reason, drain --reason
   bool keep_checkpoints = false;  // delete --keep-checkpoints
   std::optional<int32_t> priority;  // set-priority --priority P (required)
+  bool csv = false;                 // metrics --csv
   // download
   int64_t step = 0;   // --step N; 0: the newest
   bool best = false;  // --best

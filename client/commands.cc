@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,16 +25,20 @@
 #include "spec/spec_override.h"
 
 namespace trainyard::client {
+
+absl::Status AboutJob(const absl::Status& s, const std::string& job_id) {
+  // The server quotes an id escaped, and a long one cut at 64 bytes
+  // (spec::NotAJobId): that names it too, and so does this.
+  const std::string shown = absl::CHexEscape(job_id.substr(0, 64));
+  if (s.ok() || absl::StrContains(s.message(), shown)) return s;
+  return absl::Status(
+      s.code(), absl::StrCat("job ", shown, job_id.size() > 64 ? "..." : "",
+                             ": ", s.message()));
+}
+
 namespace {
 
 namespace v1 = ::trainyard::v1;
-
-// Errors about one job name it, whatever the server's wording.
-absl::Status AboutJob(const absl::Status& s, const std::string& job_id) {
-  if (s.ok() || absl::StrContains(s.message(), job_id)) return s;
-  return absl::Status(s.code(),
-                      absl::StrCat("job ", job_id, ": ", s.message()));
-}
 
 bool IsTerminal(v1::JobState s) {
   return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
@@ -552,6 +557,8 @@ int RunCommand(const CliArgs& args, JobClient& client, std::ostream& out,
       return RunSuspend(args, client, out, err);
     case Command::kCheckpoints:
       return RunCheckpoints(args, client, out, err);
+    case Command::kMetrics:
+      return RunMetricsCommand(args, client, out, err);
     case Command::kDownload:
       return RunDownload(args, client, out, err);
     case Command::kResume:

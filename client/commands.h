@@ -22,6 +22,11 @@ namespace trainyard::client {
 // become spaces) and returns the exit code for the status.
 int ReportError(const absl::Status& status, std::ostream& err);
 
+// The error `s` about job `job_id`, naming it when the server's message
+// does not; an id is named as the server quotes one: escaped, and cut to
+// its first 64 bytes and "...".
+absl::Status AboutJob(const absl::Status& s, const std::string& job_id);
+
 // What `yard submit` submits: the spec file with its --set overrides, or
 // with --sweep one spec per combination (client/sweep.h).
 struct SubmitPlan {
@@ -65,6 +70,12 @@ int RunWorkerCommand(const CliArgs& args, JobClient& client, Clock& clock,
 // `clock` (--since 7d is 7 days before its now).
 int RunUsageCommand(const CliArgs& args, JobClient& client, const Clock& clock,
                     std::ostream& out, std::ostream& err);
+
+// `yard metrics` (metrics_command.cc): the jobs' training curves, as a
+// table a job, CSV (--csv) or JSON. Every job is read before anything is
+// printed, so an error (the first job that fails, named) prints no curve.
+int RunMetricsCommand(const CliArgs& args, JobClient& client, std::ostream& out,
+                      std::ostream& err);
 
 }  // namespace trainyard::client
 

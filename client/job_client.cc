@@ -381,6 +381,18 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> JobClient::ListCheckpoints(
                                          response.checkpoints().end());
 }
 
+absl::StatusOr<v1::JobMetrics> JobClient::GetMetrics(
+    const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::GetJobMetricsRequest request;
+  request.set_job_id(job_id);
+  v1::JobMetrics metrics;
+  grpc::Status s = jobs_->GetJobMetrics(&context, request, &metrics);
+  if (!s.ok()) return Annotate(s);
+  return metrics;
+}
+
 absl::StatusOr<v1::UsageReport> JobClient::GetUsage(
     const v1::GetUsageRequest& request) {
   grpc::ClientContext context;

@@ -105,6 +105,9 @@ class JobClient {
       const std::function<void(const trainyard::v1::LogChunk&)>& on_chunk,
       int32_t tail_lines = 0);
 
+  // The job's training curve (JobService.GetJobMetrics).
+  absl::StatusOr<trainyard::v1::JobMetrics> GetMetrics(
+      const std::string& job_id);
   // The job's checkpoints on the server, newest first.
   absl::StatusOr<std::vector<trainyard::v1::CheckpointInfo>> ListCheckpoints(
       const std::string& job_id);

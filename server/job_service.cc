@@ -437,6 +437,18 @@ grpc::Status JobServiceImpl::ListCheckpoints(
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::GetJobMetrics(
+    grpc::ServerContext* context, const v1::GetJobMetricsRequest* request,
+    v1::JobMetrics* response) {
+  absl::StatusOr<CallersJob> seen = JobOfCaller(*context, request->job_id());
+  if (!seen.ok()) return ToGrpcStatus(seen.status());
+  absl::StatusOr<v1::JobMetrics> metrics =
+      store_->ReadMetrics(request->job_id());
+  if (!metrics.ok()) return ToGrpcStatus(metrics.status());
+  *response = *std::move(metrics);
+  return grpc::Status::OK;
+}
+
 grpc::ServerWriteReactor<v1::CheckpointChunk>*
 JobServiceImpl::DownloadCheckpoint(
     grpc::CallbackServerContext* context,

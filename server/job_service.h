@@ -110,6 +110,9 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
       grpc::CallbackServerContext* context,
       const v1::DownloadCheckpointRequest* request) override;
+  grpc::Status GetJobMetrics(grpc::ServerContext* context,
+                             const v1::GetJobMetricsRequest* request,
+                             v1::JobMetrics* response) override;
   grpc::Status GetUsage(grpc::ServerContext* context,
                         const v1::GetUsageRequest* request,
                         v1::UsageReport* response) override;

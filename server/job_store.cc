@@ -114,6 +114,27 @@ CREATE TABLE known_workers (
   lost INTEGER NOT NULL DEFAULT 0
 );
 )sql";
+// Version 7 keeps each job's training curve (job_store_metrics.cc): its
+// points, and per series the stride they are thinned to, how many it holds
+// and its newest step. Filled in from the trainer events still held on
+// upgrade.
+constexpr char kMetricsTables[] = R"sql(
+CREATE TABLE metric_points (
+  job_seq INTEGER NOT NULL,
+  series INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  point BLOB NOT NULL,
+  PRIMARY KEY (job_seq, series, step)
+) WITHOUT ROWID;
+CREATE TABLE metric_series (
+  job_seq INTEGER NOT NULL,
+  series INTEGER NOT NULL,
+  stride INTEGER NOT NULL,
+  points INTEGER NOT NULL,
+  newest INTEGER NOT NULL,
+  PRIMARY KEY (job_seq, series)
+) WITHOUT ROWID;
+)sql";
 constexpr int64_t kOldestUpgradable = 1;
 
 // The end_ms column of a job: when it ended (its end time, or its last
@@ -211,6 +232,11 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
   if (options.trainer_events_kept < 1 || options.log_bytes_kept < 1) {
     return absl::InvalidArgumentError(
         "job store: retention limits must be positive");
+  }
+  if (options.metric_points_kept < 4 || options.metric_points_kept > 100'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job store: metric_points_kept must be 4 to 100000, got ",
+                     options.metric_points_kept));
   }
   std::error_code ec;
   const bool existed = std::filesystem::exists(options.path, ec) || ec;
@@ -323,8 +349,10 @@ absl::Status JobStore::CreateOrUpgradeSchema(
     if (fresh || version < 4) RETURN_IF_ERROR(db_->Exec(kNameColumn));
     if (fresh || version < 5) RETURN_IF_ERROR(db_->Exec(kAttemptUsageTable));
     if (fresh || version < 6) RETURN_IF_ERROR(db_->Exec(kKnownWorkersTable));
+    if (fresh || version < 7) RETURN_IF_ERROR(db_->Exec(kMetricsTables));
     // The columns and table versions before 5 added, filled from the jobs.
     if (!fresh && version < 5) RETURN_IF_ERROR(FillDerivedColumns(jobs));
+    if (!fresh && version < 7) RETURN_IF_ERROR(FillMetricsFromEvents());
     return db_->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion));
   });
 }
@@ -792,6 +820,8 @@ absl::Status JobStore::DeleteJob(
         RETURN_IF_ERROR(check(record));
         for (const char* sql : {"DELETE FROM events WHERE job_seq = ?",
                                 "DELETE FROM logs WHERE job_seq = ?",
+                                "DELETE FROM metric_points WHERE job_seq = ?",
+                                "DELETE FROM metric_series WHERE job_seq = ?",
                                 "DELETE FROM jobs WHERE create_seq = ?"}) {
           ASSIGN_OR_RETURN(SqliteStatement del, db_->Prepare(sql));
           del.Bind(1, record.create_seq);

@@ -19,6 +19,10 @@
 // `log_bytes_kept` bytes: whole oldest chunks (one worker message each) are
 // dropped once they lie entirely before that tail, so a little more than the
 // cap may be held. Offsets keep counting from the first byte ever written.
+// Each job's training curve (its progress reports and evaluations, written
+// with the trainer events that carry them: job_store_metrics.cc) is thinned
+// instead of cut: each series keeps at most `metric_points_kept` points
+// spread over the whole run (v1::JobMetrics).
 //
 // Group commit: concurrent writes (CreateJob, UpdateJob, AppendLog) are
 // batched into one SQLite transaction and one fsync. A writer queues its
@@ -110,6 +114,8 @@ struct JobStoreOptions {
   std::function<absl::Status(const JobStoreFound&)> before_write;
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
+  // Points of each series of a job's training curve (4 to 100,000).
+  int32_t metric_points_kept = 1000;
   Clock* clock = Clock::Real();
   // Called after every successful commit (once per batch) with the ids of
   // the jobs it updated, appended a log to or deleted (empty when it wrote
@@ -153,7 +159,7 @@ struct LogRead {
 
 class JobStore {
  public:
-  static constexpr int32_t kSchemaVersion = 6;
+  static constexpr int32_t kSchemaVersion = 7;
   static constexpr int32_t kDefaultPageSize = 50;
   static constexpr int32_t kMaxPageSize = 500;
   // A page ends before the job that would take its jobs past this many
@@ -161,7 +167,7 @@ class JobStore {
   // make a response larger than gRPC's default 4 MiB a client accepts.
   static constexpr int64_t kMaxPageBytes = 3 << 20;
 
-  // Opens or creates the store. A store of an older schema (1 to 5) is
+  // Opens or creates the store. A store of an older schema (1 to 6) is
   // brought up to date in one transaction, and switched to WAL only once
   // that committed. A file that is not a Trainyard job store, one with a
   // schema version this build does not know, or one whose upgrade would
@@ -229,10 +235,10 @@ class JobStore {
                                       Durability durability,
                                       const Mutation& mutation);
 
-  // Deletes the job, its events and its log in one transaction once
-  // `check`, given the current record, passes (its error aborts and is
-  // returned). NOT_FOUND naming the id when there is no such job. The job's
-  // number is never handed out again.
+  // Deletes the job, its events, its log and its training curve in one
+  // transaction once `check`, given the current record, passes (its error
+  // aborts and is returned). NOT_FOUND naming the id when there is no such job.
+  // The job's number is never handed out again.
   absl::Status DeleteJob(
       std::string_view id,
       const std::function<absl::Status(const JobRecord&)>& check);
@@ -242,6 +248,10 @@ class JobStore {
   // 0 means "everything still held") or after_sequence is past the last one.
   absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(
       std::string_view id, int64_t after_sequence, int32_t max_events) const;
+
+  // The job's training curve (v1::JobMetrics), by step; NOT_FOUND naming
+  // the id when there is no such job.
+  absl::StatusOr<v1::JobMetrics> ReadMetrics(std::string_view id) const;
 
   // Writes queued for the next batch, not yet being committed (tests watch
   // it to line up a batch).
@@ -357,6 +367,13 @@ class JobStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PruneTrainerEvents(int64_t create_seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The training curve's share of a stored trainer event: a progress report
+  // or evaluation becomes a point (thinning its series past the cap); a
+  // start from a checkpoint drops the points past its step.
+  absl::Status RecordMetricPoint(int64_t create_seq, const v1::JobEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Upgrade to schema 7: the curves of the trainer events still held.
+  absl::Status FillMetricsFromEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteJobRow(const JobRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the usage of the attempts of `after` that have ended but had

@@ -62,6 +62,7 @@ absl::Status JobStore::InsertEvents(JobRecord& record,
       count.Bind(1, record.create_seq);
       RETURN_IF_ERROR(count.Run());
       RETURN_IF_ERROR(PruneTrainerEvents(record.create_seq));
+      RETURN_IF_ERROR(RecordMetricPoint(record.create_seq, e));
     }
   }
   return absl::OkStatus();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <thread>
@@ -36,13 +37,14 @@ class JobStoreTest : public ::testing::Test {
   }
 
   // Turns the store file back into what a server of schema `version` (1 to
-  // 4) wrote: `extra` SQL first, then without the usage table and the
-  // columns added after `version`.
+  // 6) wrote: `extra` SQL first, then without the tables and columns added
+  // after `version`.
   void AsWrittenBy(int version, const std::string& extra) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
     const std::string sql = absl::StrCat(
-        extra, "DROP TABLE known_workers; ",
+        extra, "DROP TABLE metric_points; DROP TABLE metric_series; ",
+        version < 6 ? "DROP TABLE known_workers; " : "",
         version < 5 ? "DROP TABLE attempt_usage; " : "",
         version < 4 ? "ALTER TABLE jobs DROP COLUMN name; " : "",
         version < 3
@@ -613,14 +615,14 @@ TEST_F(JobStoreTest, RefusesAForeignOrNewerSchemaWithoutTouchingIt) {
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(ours.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=7", nullptr, nullptr,
-                           nullptr),
-              SQLITE_OK);
+    ASSERT_EQ(
+        sqlite3_exec(db, "PRAGMA user_version=8", nullptr, nullptr, nullptr),
+        SQLITE_OK);
     sqlite3_close(db);
   }
   auto newer = JobStore::Open(AtPath(ours));
   EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(newer.status().message(), HasSubstr("schema version 7"));
+  EXPECT_THAT(newer.status().message(), HasSubstr("schema version 8"));
 }
 
 // The server decides, before anything is written, whether it may create or
@@ -1193,6 +1195,216 @@ TEST_F(JobStoreTest, SafeForConcurrentUse) {
   ListJobsQuery q;
   q.page_size = 500;
   EXPECT_EQ(store->ListJobs(q)->jobs.size(), 80u);  // 20 distinct ids per thread
+}
+
+// The training curve: trainer events of job `id` stored as UpdateJob
+// stores them (one commit each).
+void AddTrainerEvents(JobStore& store, const std::string& id,
+                      const std::vector<v1::TrainerEvent>& events) {
+  for (const v1::TrainerEvent& t : events) {
+    auto r = store.UpdateJob(id, Durability::kTelemetry,
+                             [&](JobRecord&, std::vector<v1::JobEvent>& out) {
+                               *out.emplace_back().mutable_trainer() = t;
+                               return true;
+                             });
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+}
+
+v1::TrainerEvent Report(int64_t step, double loss = 1.0) {
+  v1::TrainerEvent t;
+  t.mutable_progress()->set_step(step);
+  t.mutable_progress()->set_loss(loss);
+  return t;
+}
+
+v1::TrainerEvent Evaluated(int64_t step, double loss = 1.0) {
+  v1::TrainerEvent t;
+  t.mutable_eval()->set_step(step);
+  t.mutable_eval()->set_loss(loss);
+  return t;
+}
+
+v1::TrainerEvent StartedAt(int64_t step) {
+  v1::TrainerEvent t;
+  t.mutable_started()->set_start_step(step);
+  return t;
+}
+
+// "p10" for a progress point at step 10, "e20" for an evaluation.
+std::vector<std::string> CurveOf(const JobStore& store, const std::string& id) {
+  auto m = store.ReadMetrics(id);
+  EXPECT_TRUE(m.ok()) << m.status();
+  std::vector<std::string> out;
+  if (!m.ok()) return out;
+  for (const v1::MetricPoint& p : m->points()) {
+    out.push_back(p.has_progress() ? absl::StrCat("p", p.progress().step())
+                                   : absl::StrCat("e", p.eval().step()));
+  }
+  return out;
+}
+
+TEST_F(JobStoreTest, KeepsTheWholeRunsCurveThinnedEvenly) {
+  JobStoreOptions o;
+  o.trainer_events_kept = 3;
+  o.metric_points_kept = 10;
+  auto store = Open(o);
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  std::vector<v1::TrainerEvent> events = {StartedAt(0)};
+  for (int step = 1; step <= 100; ++step) {
+    events.push_back(Report(step, 1.0 / step));
+  }
+  AddTrainerEvents(*store, "j-000001", events);
+
+  // The events keep only the last 3; the curve spans the run: every 16th
+  // step (8 would keep 12 and the newest, past 10) and the newest.
+  EXPECT_EQ(store->ReadEvents("j-000001", 0, 100)->size(), 4u);
+  auto m = store->ReadMetrics("j-000001");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->job_id(), "j-000001");
+  EXPECT_EQ(m->progress_stride(), 16);
+  EXPECT_EQ(m->eval_stride(), 1);
+  EXPECT_THAT(CurveOf(*store, "j-000001"),
+              ElementsAre("p16", "p32", "p48", "p64", "p80", "p96", "p100"));
+  // Each point is the report as stored, with the time it was received.
+  EXPECT_DOUBLE_EQ(m->points(1).progress().loss(), 1.0 / 32);
+  EXPECT_EQ(FromProtoTime(m->points(0).time()), clock_.Now());
+
+  // The next report is kept; 100 (off the stride) then goes.
+  AddTrainerEvents(*store, "j-000001", {Report(101), Report(112)});
+  EXPECT_THAT(CurveOf(*store, "j-000001"),
+              ElementsAre("p16", "p32", "p48", "p64", "p80", "p96", "p112"));
+}
+
+TEST_F(JobStoreTest, AResumedRunReplacesThePointsPastItsCheckpoint) {
+  auto store = Open();
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  AddTrainerEvents(
+      *store, "j-000001",
+      {StartedAt(0), Evaluated(0), Report(10), Report(20), Evaluated(20),
+       Report(30), Report(40), Evaluated(40), Report(50)});
+  // Preempted after a checkpoint at step 20: the next attempt starts there.
+  AddTrainerEvents(*store, "j-000001",
+                   {StartedAt(20), Report(30, 0.5), Report(40, 0.25)});
+  EXPECT_THAT(CurveOf(*store, "j-000001"),
+              ElementsAre("e0", "p10", "p20", "e20", "p30", "p40"));
+  EXPECT_DOUBLE_EQ(store->ReadMetrics("j-000001")->points(4).progress().loss(),
+                   0.5);
+  // A report at or before the newest step replaces the points from it on,
+  // start event or not.
+  AddTrainerEvents(*store, "j-000001", {Report(20, 0.125)});
+  EXPECT_THAT(CurveOf(*store, "j-000001"),
+              ElementsAre("e0", "p10", "p20", "e20"));
+  EXPECT_DOUBLE_EQ(store->ReadMetrics("j-000001")->points(2).progress().loss(),
+                   0.125);
+}
+
+TEST_F(JobStoreTest, AFreshStartBeginsTheCurveAgain) {
+  JobStoreOptions o;
+  o.metric_points_kept = 4;
+  auto store = Open(o);
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  AddTrainerEvents(*store, "j-000001",
+                   {Report(1), Report(2), Report(3), Report(4), Report(5)});
+  EXPECT_EQ(store->ReadMetrics("j-000001")->progress_stride(), 2);
+  // Failed before its first checkpoint: the next attempt starts at 0.
+  AddTrainerEvents(*store, "j-000001", {StartedAt(0), Report(1)});
+  auto m = store->ReadMetrics("j-000001");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->progress_stride(), 1);
+  EXPECT_THAT(CurveOf(*store, "j-000001"), ElementsAre("p1"));
+}
+
+// Steps near the top of int64: the stride stops doubling before it would
+// pass the newest step (no overflow), and the series still fits.
+TEST_F(JobStoreTest, StepsNearTheLimitThinWithoutOverflow) {
+  JobStoreOptions o;
+  o.metric_points_kept = 4;
+  auto store = Open(o);
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  constexpr int64_t k61 = int64_t{1} << 61;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  AddTrainerEvents(
+      *store, "j-000001",
+      {Report(0), Report(k61), Report(2 * k61), Report(3 * k61), Report(kMax)});
+  auto m = store->ReadMetrics("j-000001");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->progress_stride(), 2 * k61);
+  EXPECT_THAT(
+      CurveOf(*store, "j-000001"),
+      ElementsAre("p0", absl::StrCat("p", 2 * k61), absl::StrCat("p", kMax)));
+}
+
+TEST_F(JobStoreTest, DeletingAJobDeletesItsCurve) {
+  auto store = Open();
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  AddTrainerEvents(*store, "j-000001", {Report(10), Evaluated(10)});
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  AddTrainerEvents(*store, "j-000002", {Report(5)});
+  ASSERT_TRUE(store
+                  ->DeleteJob("j-000001",
+                              [](const JobRecord&) { return absl::OkStatus(); })
+                  .ok());
+  auto gone = store->ReadMetrics("j-000001");
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(gone.status().message(), "job j-000001 not found");
+  EXPECT_THAT(CurveOf(*store, "j-000002"), ElementsAre("p5"));
+  store.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* count = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT count(*) FROM metric_points", -1,
+                               &count, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(count, 0), 1) << "only j-000002's point";
+  sqlite3_finalize(count);
+  sqlite3_close(db);
+}
+
+TEST_F(JobStoreTest, AJobWithoutReportsHasAnEmptyCurve) {
+  auto store = Open();
+  ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  auto m = store->ReadMetrics("j-000001");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->points_size(), 0);
+  EXPECT_EQ(m->progress_stride(), 1);
+  EXPECT_EQ(store->ReadMetrics("j-424242").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobStoreTest, RefusesACurveCapBelowFourOrAboveTheLimit) {
+  for (int32_t cap : {3, 0, -5, 100'001}) {
+    JobStoreOptions o;
+    o.path = dir_.File("caps.db");
+    o.metric_points_kept = cap;
+    auto store = JobStore::Open(o);
+    EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << cap;
+    EXPECT_THAT(store.status().message(), HasSubstr("metric_points_kept"));
+  }
+}
+
+// A version 6 store has no curves: the upgrade makes them from the trainer
+// events it still holds.
+TEST_F(JobStoreTest, UpgradesAVersionSixStoreWithCurvesFromItsEvents) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+    AddTrainerEvents(*store, "j-000001",
+                     {StartedAt(0), Report(10), Evaluated(10), Report(20),
+                      StartedAt(10), Report(20, 0.5)});
+    ASSERT_TRUE(store->CreateJob(NewJob()).ok());
+  }
+  AsWrittenBy(6, "");
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_THAT(CurveOf(*store, "j-000001"), ElementsAre("p10", "e10", "p20"));
+  EXPECT_DOUBLE_EQ(store->ReadMetrics("j-000001")->points(2).progress().loss(),
+                   0.5);
+  EXPECT_TRUE(CurveOf(*store, "j-000002").empty());
+  AddTrainerEvents(*store, "j-000001", {Report(30)});
+  EXPECT_THAT(CurveOf(*store, "j-000001"),
+              ElementsAre("p10", "e10", "p20", "p30"));
 }
 
 }  // namespace

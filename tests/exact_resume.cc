@@ -8,7 +8,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
 #include "tests/harness.h"
 
 namespace trainyard::itest {
@@ -87,6 +90,53 @@ void ExpectResumedExactly(TestDir& dir, const v1::Job& done,
                       StraightRunWeights(dir, spec, train_bin));
   EXPECT_TRUE(weights == straight)
       << "final weights differ from an uninterrupted run of the same spec";
+}
+
+namespace {
+
+// "p<step> <loss>" for a progress report, "e<step> <loss>" for an
+// evaluation, the loss printed exactly.
+std::string CurvePoint(const v1::TrainerEvent& t) {
+  return t.has_progress()
+             ? absl::StrCat("p", t.progress().step(), " ",
+                            absl::StrFormat("%a", t.progress().loss()))
+             : absl::StrCat("e", t.eval().step(), " ",
+                            absl::StrFormat("%a", t.eval().loss()));
+}
+
+}  // namespace
+
+void ExpectTheCurveOfAStraightRun(v1::JobService::Stub& jobs, TestDir& dir,
+                                  const v1::Job& done, const MnistSpec& spec) {
+  auto ctx = ContextWithTimeout();
+  v1::GetJobMetricsRequest request;
+  request.set_job_id(done.id());
+  v1::JobMetrics curve;
+  grpc::Status s = jobs.GetJobMetrics(ctx.get(), request, &curve);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::vector<std::string> got;
+  for (const v1::MetricPoint& p : curve.points()) {
+    v1::TrainerEvent t;
+    if (p.has_progress()) *t.mutable_progress() = p.progress();
+    if (p.has_eval()) *t.mutable_eval() = p.eval();
+    got.push_back(CurvePoint(t));
+  }
+  MnistSpec straight_spec = spec;
+  straight_spec.name += "-curve";
+  YARD_ASSIGN_OR_FAIL(StraightRun straight, RunStraight(dir, straight_spec));
+  std::vector<std::string> want;
+  for (absl::string_view line :
+       absl::StrSplit(straight.out, '\n', absl::SkipWhitespace())) {
+    v1::TrainerEvent t;
+    ASSERT_TRUE(
+        google::protobuf::util::JsonStringToMessage(std::string(line), &t).ok())
+        << "not a TrainerEvent: " << line;
+    if (t.has_progress() || t.has_eval()) want.push_back(CurvePoint(t));
+  }
+  ASSERT_FALSE(want.empty()) << straight.out;
+  // The straight run reports a step's progress before its evaluation, as
+  // the curve orders them.
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace trainyard::itest

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "tests/cluster.h"
+#include "trainyard/v1/jobs.grpc.pb.h"
 #include "trainyard/v1/jobs.pb.h"
 
 namespace trainyard::itest {
@@ -46,6 +47,14 @@ void ExpectResumedExactly(TestDir& dir, const trainyard::v1::Job& done,
                                    const std::string& first,
                                    const std::string& second,
                                    const std::string& train_bin = "");
+
+// The training curve of `done`, a job of `spec` that was interrupted and
+// resumed, as GetJobMetrics returns it, is that of a straight run of
+// `spec` (run here, into dir/straight-<name>-curve): the same progress
+// reports and evaluations, each step once, with the very same losses.
+void ExpectTheCurveOfAStraightRun(trainyard::v1::JobService::Stub& jobs,
+                                  TestDir& dir, const trainyard::v1::Job& done,
+                                  const MnistSpec& spec);
 
 }  // namespace trainyard::itest
 

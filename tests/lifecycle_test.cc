@@ -10,6 +10,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/proto_time.h"
 #include "common/read_file.h"
 #include "common/status_macros.h"
@@ -105,6 +107,23 @@ TEST_F(LifecycleTest, SubmitWaitRunsToSucceededWithAccuracyAndCheckpoint) {
   // Its log holds what the trainer wrote.
   CommandResult logs = Yard({"logs", job.id()});
   EXPECT_EQ(logs.exit_code(), YardExit::kOk) << logs.DebugString();
+
+  // Its training curve: a report every 10 steps, the final evaluation on
+  // the last one's row.
+  CommandResult curve = Yard({"metrics", job.id()});
+  ASSERT_EQ(curve.exit_code(), YardExit::kOk) << curve.DebugString();
+  std::vector<std::string> rows =
+      absl::StrSplit(curve.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 21u) << curve.out;
+  EXPECT_THAT(rows[0], ContainsRegex("^STEP +LOSS +LR +GRAD-NORM +SAMPLES/S +"
+                                     "EVAL-LOSS +ACCURACY +ELAPSED$"));
+  EXPECT_THAT(rows[1], ContainsRegex("^10 +[0-9.]+ +[0-9.e-]+ +[0-9.e+]+ +"
+                                     "[0-9]+ +- +- +[0-9]+s$"));
+  EXPECT_THAT(rows[20],
+              ContainsRegex(absl::StrCat(
+                  "^200 .* [0-9.]+ +",
+                  absl::StrFormat("%.2f%%", job.result().eval_accuracy() * 100),
+                  " +[0-9ms]+$")));
 
   // `yard usage` charges its one CPU slot from assignment to end.
   const double held_s =

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/exact_resume.h"
@@ -231,6 +232,19 @@ TEST_F(PreemptionTest, ASuspendedJobFreesItsSlotAndResumesExactly) {
   YARD_ASSIGN_OR_FAIL(v1::Job done, WaitForTerminal(jobs(), id, JobTimeout()));
   EXPECT_EQ(done.attempts(0).outcome(), v1::SUSPENDED);
   ExpectResumedExactly(dir(), done, long_spec, "solo", "solo");
+
+  // Its training curve spans both attempts: a report every 20 steps, each
+  // step once.
+  CommandResult curve = Yard({"metrics", "--csv", id});
+  ASSERT_EQ(curve.exit_code(), 0) << curve.DebugString();
+  std::vector<std::string> rows =
+      absl::StrSplit(curve.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 31u) << curve.out;  // the header, steps 20..600
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_THAT(rows[i],
+                testing::StartsWith(absl::StrCat(id, ",", 20 * i, ",")))
+        << curve.out;
+  }
 }
 
 }  // namespace

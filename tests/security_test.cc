@@ -170,6 +170,12 @@ std::vector<std::pair<std::string, grpc::Status>> SecurityTest::CallEverything(
     v1::ListCheckpointsResponse p;
     return jobs().ListCheckpoints(c, r, &p);
   });
+  call("GetJobMetrics", [&](auto* c) {
+    v1::GetJobMetricsRequest r;
+    r.set_job_id(job);
+    v1::JobMetrics p;
+    return jobs().GetJobMetrics(c, r, &p);
+  });
   call("DownloadCheckpoint", [&](auto* c) {
     v1::DownloadCheckpointRequest r;
     r.set_job_id(job);
@@ -456,6 +462,14 @@ TEST_F(SecurityTest, ATenantSeesAndTouchesOnlyItsOwnJobs) {
   EXPECT_EQ(s.error_message(), not_found);
   CommandResult download = Yard({"--token", b, "download", id});
   EXPECT_TRUE(CliFailedWith(download, 4, {not_found}));
+  v1::GetJobMetricsRequest metrics;
+  metrics.set_job_id(id);
+  v1::JobMetrics curve;
+  s = jobs().GetJobMetrics(ContextWithToken(b).get(), metrics, &curve);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), not_found);
+  EXPECT_TRUE(
+      CliFailedWith(Yard({"--token", b, "metrics", id}), 4, {not_found}));
   v1::SuspendJobRequest suspend;
   suspend.set_job_id(id);
   s = jobs().SuspendJob(ContextWithToken(b).get(), suspend, &job);
