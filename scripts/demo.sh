@@ -137,3 +137,6 @@ if [[ "$STATE" != "SUCCEEDED" || $SUBMIT_STATUS -ne 0 ]]; then
 fi
 info "held-out accuracy: $(awk -v a="${ACCURACY:-0}" 'BEGIN { printf "%.2f%%", a * 100 }')"
 info "checkpoint:        $CHECKPOINT"
+
+say "Its training curve (yard metrics $JOB_ID)"
+"${YARD[@]}" metrics "$JOB_ID" | sed 's/^/    /'
