@@ -233,9 +233,9 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
     return absl::InvalidArgumentError(
         "job store: retention limits must be positive");
   }
-  if (options.metric_points_kept < 4 || options.metric_points_kept > 100'000) {
+  if (options.metric_points_kept < 4 || options.metric_points_kept > 10'000) {
     return absl::InvalidArgumentError(
-        absl::StrCat("job store: metric_points_kept must be 4 to 100000, got ",
+        absl::StrCat("job store: metric_points_kept must be 4 to 10000, got ",
                      options.metric_points_kept));
   }
   std::error_code ec;

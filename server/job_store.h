@@ -114,7 +114,9 @@ struct JobStoreOptions {
   std::function<absl::Status(const JobStoreFound&)> before_write;
   int32_t trainer_events_kept = 1000;
   int64_t log_bytes_kept = int64_t{8} << 20;
-  // Points of each series of a job's training curve (4 to 100,000).
+  // Points of each series of a job's training curve (4 to 10,000: two
+  // series of 10,000 points, about 90 bytes each, stay within the 4 MiB a
+  // gRPC client takes in one GetJobMetrics response).
   int32_t metric_points_kept = 1000;
   Clock* clock = Clock::Real();
   // Called after every successful commit (once per batch) with the ids of

@@ -1374,7 +1374,7 @@ TEST_F(JobStoreTest, AJobWithoutReportsHasAnEmptyCurve) {
 }
 
 TEST_F(JobStoreTest, RefusesACurveCapBelowFourOrAboveTheLimit) {
-  for (int32_t cap : {3, 0, -5, 100'001}) {
+  for (int32_t cap : {3, 0, -5, 10'001}) {
     JobStoreOptions o;
     o.path = dir_.File("caps.db");
     o.metric_points_kept = cap;
@@ -1382,6 +1382,33 @@ TEST_F(JobStoreTest, RefusesACurveCapBelowFourOrAboveTheLimit) {
     EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << cap;
     EXPECT_THAT(store.status().message(), HasSubstr("metric_points_kept"));
   }
+}
+
+// The largest curve the options allow fits one gRPC response (4 MiB by
+// default on the client): two series of the highest cap, each point as
+// large as a point can be.
+TEST_F(JobStoreTest, TheLargestCurveFitsOneResponse) {
+  v1::MetricPoint p;
+  p.mutable_time()->set_seconds(std::numeric_limits<int64_t>::max());
+  p.mutable_time()->set_nanos(999'999'999);
+  v1::TrainProgress* t = p.mutable_progress();
+  t->set_step(std::numeric_limits<int64_t>::max());
+  t->set_total_steps(std::numeric_limits<int64_t>::max());
+  t->set_loss(1.5);
+  t->set_lr(1.5);
+  t->set_grad_norm(1.5);
+  t->set_samples_per_second(1.5);
+  t->set_tokens_per_second(1.5);
+  t->set_memory_bytes(std::numeric_limits<int64_t>::max());
+  v1::JobMetrics m;
+  m.set_job_id(std::string(64, 'j'));
+  for (int i = 0; i < 2 * 10'000; ++i) *m.add_points() = p;
+  m.set_progress_stride(std::numeric_limits<int64_t>::max());
+  m.set_eval_stride(std::numeric_limits<int64_t>::max());
+  EXPECT_LT(m.ByteSizeLong(), size_t{4} << 20) << p.ByteSizeLong();
+  JobStoreOptions o;
+  o.metric_points_kept = 10'000;
+  EXPECT_NE(Open(o), nullptr);
 }
 
 // A version 6 store has no curves: the upgrade makes them from the trainer
