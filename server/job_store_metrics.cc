@@ -89,11 +89,16 @@ absl::Status SaveSeries(SqliteDb& db, int64_t job_seq, int64_t series,
   return put.Run();
 }
 
-// After points were deleted other than by RecordMetricPoint's own
-// bookkeeping: the series' count and newest step read again (a scan of
-// the series; only when a run goes back).
-absl::Status RecountSeries(SqliteDb& db, int64_t job_seq, int64_t series,
-                           SeriesRow& s) {
+// A run that went back: the series' points at `first_step` and past it
+// deleted, then its count and newest step read again (a scan of the
+// series; only when a run goes back).
+absl::Status DropPointsFrom(SqliteDb& db, int64_t job_seq, int64_t series,
+                            int64_t first_step, SeriesRow& s) {
+  ASSIGN_OR_RETURN(SqliteStatement del,
+                   db.Prepare("DELETE FROM metric_points WHERE job_seq = ? "
+                              "AND series = ? AND step >= ?"));
+  del.Bind(1, job_seq).Bind(2, series).Bind(3, first_step);
+  RETURN_IF_ERROR(del.Run());
   ASSIGN_OR_RETURN(SqliteStatement q,
                    db.Prepare("SELECT count(*), coalesce(max(step), -1) FROM "
                               "metric_points WHERE job_seq = ? AND "
@@ -125,13 +130,8 @@ absl::Status JobStore::RecordMetricPoint(int64_t create_seq,
     }
     for (const Series series : {kProgress, kEval}) {
       ASSIGN_OR_RETURN(SeriesRow row, LoadSeries(*db_, create_seq, series));
-      if (row.newest <= from) continue;
-      ASSIGN_OR_RETURN(SqliteStatement del,
-                       db_->Prepare("DELETE FROM metric_points WHERE "
-                                    "job_seq = ? AND series = ? AND step > ?"));
-      del.Bind(1, create_seq).Bind(2, series).Bind(3, from);
-      RETURN_IF_ERROR(del.Run());
-      RETURN_IF_ERROR(RecountSeries(*db_, create_seq, series, row));
+      if (row.newest <= from) continue;  // (so from + 1 cannot overflow)
+      RETURN_IF_ERROR(DropPointsFrom(*db_, create_seq, series, from + 1, row));
       RETURN_IF_ERROR(SaveSeries(*db_, create_seq, series, row));
     }
     return absl::OkStatus();
@@ -141,12 +141,7 @@ absl::Status JobStore::RecordMetricPoint(int64_t create_seq,
 
   ASSIGN_OR_RETURN(SeriesRow row, LoadSeries(*db_, create_seq, p->series));
   if (p->step <= row.newest) {  // the run went back: replace from here on
-    ASSIGN_OR_RETURN(SqliteStatement del,
-                     db_->Prepare("DELETE FROM metric_points WHERE job_seq = ? "
-                                  "AND series = ? AND step >= ?"));
-    del.Bind(1, create_seq).Bind(2, p->series).Bind(3, p->step);
-    RETURN_IF_ERROR(del.Run());
-    RETURN_IF_ERROR(RecountSeries(*db_, create_seq, p->series, row));
+    RETURN_IF_ERROR(DropPointsFrom(*db_, create_seq, p->series, p->step, row));
   }
   // The newest point so far stops being the newest: it stays only on the
   // stride.
@@ -190,14 +185,14 @@ absl::Status JobStore::RecordMetricPoint(int64_t create_seq,
 
 absl::Status JobStore::FillMetricsFromEvents() {
   ASSIGN_OR_RETURN(SqliteStatement q,
-                   db_->Prepare("SELECT job_seq, seq, event FROM events WHERE "
+                   db_->Prepare("SELECT job_seq, event FROM events WHERE "
                                 "kind = 1 ORDER BY job_seq, seq"));
   int64_t skipped = 0;
   while (true) {
     ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
     v1::JobEvent e;
-    if (!e.ParseFromString(q.ColumnBlob(2)) || !e.has_trainer()) {
+    if (!e.ParseFromString(q.ColumnBlob(1)) || !e.has_trainer()) {
       ++skipped;  // a point of a curve is not worth refusing the upgrade
       continue;
     }
