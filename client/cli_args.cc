@@ -105,6 +105,11 @@ class ArgParser {
           "--max-running: only with --sweep (one job alone: --set "
           "concurrency.group=NAME --set concurrency.max_running=N)");
     }
+    if (out_.halving_min_steps > 0 && out_.sweeps.empty()) {
+      return Usage(
+          "--halving: only with --sweep (jobs submitted apart: --set "
+          "halving.group=NAME --set halving.min_steps=N in each)");
+    }
     if (out_.dry_run && out_.wait) {
       return Usage("--dry-run and --wait exclude each other");
     }
@@ -221,6 +226,23 @@ class ArgParser {
         return Usage(absl::StrCat(
             "--max-running: must be a positive number of jobs, got \"", *v,
             "\""));
+      }
+      return absl::OkStatus();
+    }
+    if (c == Command::kSubmit && name == "--halving") {
+      absl::StatusOr<std::string> v = Value(name, inline_v);
+      if (!v.ok()) return v.status();
+      const size_t colon = v->find(':');
+      const bool with_factor = colon != std::string::npos;
+      if (!absl::SimpleAtoi(v->substr(0, colon), &out_.halving_min_steps) ||
+          out_.halving_min_steps < 1 ||
+          (with_factor &&
+           (!absl::SimpleAtoi(v->substr(colon + 1), &out_.halving_factor) ||
+            out_.halving_factor < 1))) {
+        return Usage(absl::StrCat(
+            "--halving: expected STEPS or STEPS:FACTOR (positive numbers, "
+            "e.g. 100:3), got \"",
+            *v, "\""));
       }
       return absl::OkStatus();
     }
@@ -599,7 +621,8 @@ std::string UsageText() {
 
 Commands:
   submit SPEC [--set FIELD=VALUE]... [--sweep FIELD=V1,V2,...]...
-         [--max-running N] [--wait] [--dry-run] [--request-id ID]
+         [--max-running N] [--halving STEPS[:FACTOR]] [--wait] [--dry-run]
+         [--request-id ID]
                      submit a job spec (YAML or JSON) and print its id;
                      --set overrides a field of the spec, in order (e.g.
                      --set optimizer.lr=0.003 --set model.mlp.hidden=512,256);
@@ -607,9 +630,13 @@ Commands:
                      (at most 100; a list value in brackets:
                      --sweep model.mlp.hidden=[256],[512,256]), each named
                      after its values, at most N of them running at once
-                     with --max-running; --wait follows it to the end (exit 0
-                     only if SUCCEEDED; a sweep: all of them, then a table
-                     of results); --dry-run has the server check the job(s)
+                     with --max-running; --halving stops the sweep's less
+                     promising jobs early (successive halving: at steps
+                     STEPS, STEPS*FACTOR, ..., a job whose eval loss is not
+                     among the best 1/FACTOR there, default 3, stops);
+                     --wait follows it to the end (exit 0 only if
+                     SUCCEEDED; a sweep: all of them, then a table of
+                     results); --dry-run has the server check the job(s)
                      and submits nothing
   ls [--state S[,S]] [--name TEXT] [--limit N | --all] [-q]
                      list jobs, oldest first (at most 100 unless --limit/--all);

@@ -66,6 +66,11 @@ struct CliArgs {
   // submit --sweep --max-running N: at most N of the sweep's jobs run at
   // once (their concurrency group is the sweep's request id); 0: no limit.
   int32_t max_running = 0;
+  // submit --sweep --halving STEPS[:FACTOR]: the sweep's jobs make one
+  // halving group (spec.halving; the sweep's request id names it) with
+  // these rungs; 0: none. The factor 0 is the server's default.
+  int64_t halving_min_steps = 0;
+  int32_t halving_factor = 0;
   bool dry_run = false;  // submit --dry-run
   bool wait = false;  // submit --wait, drain --wait
   std::string request_id;

@@ -437,6 +437,30 @@ TEST(CliArgsTest, MaxRunningGoesWithASweep) {
             "unknown flag \"--max-running\" for 'ls'");
 }
 
+TEST(CliArgsTest, HalvingGoesWithASweep) {
+  CliArgs a =
+      Parse({"submit", "x.yaml", "--sweep", "seed=1,2", "--halving", "100:4"});
+  EXPECT_EQ(a.halving_min_steps, 100);
+  EXPECT_EQ(a.halving_factor, 4);
+  a = Parse({"submit", "x.yaml", "--sweep", "seed=1,2", "--halving=30"});
+  EXPECT_EQ(a.halving_min_steps, 30);
+  EXPECT_EQ(a.halving_factor, 0);
+  EXPECT_EQ(Parse({"submit", "x.yaml"}).halving_min_steps, 0);
+  EXPECT_EQ(Error({"submit", "x.yaml", "--halving", "100"}),
+            "--halving: only with --sweep (jobs submitted apart: --set "
+            "halving.group=NAME --set halving.min_steps=N in each)");
+  for (const char* bad :
+       {"0", "-5", "x", "100:", "100:0", "100:x", ":3", "100:3:2"}) {
+    EXPECT_EQ(
+        Error({"submit", "x.yaml", "--sweep", "seed=1,2", "--halving", bad}),
+        absl::StrCat("--halving: expected STEPS or STEPS:FACTOR "
+                     "(positive numbers, e.g. 100:3), got \"",
+                     bad, "\""));
+  }
+  EXPECT_EQ(Error({"submit", "x.yaml", "--sweep", "seed=1,2", "--halving"}),
+            "--halving: missing value");
+}
+
 TEST(CliArgsTest, Usage) {
   CliArgs u = Parse({"usage"});
   EXPECT_EQ(u.command, Command::kUsage);

@@ -406,14 +406,19 @@ int RunSweep(const CliArgs& args, const SubmitPlan& sweep, JobClient& client,
              std::ostream& out, std::ostream& err) {
   const std::string base =
       args.request_id.empty() ? NewSweepRequestId() : args.request_id;
-  // --max-running: the sweep's jobs make one concurrency group, named
-  // after its request id (so a rerun with --request-id makes the same
-  // specs, and finds its jobs again).
+  // --max-running and --halving: the sweep's jobs make one concurrency
+  // group and one halving group, named after its request id (so a rerun
+  // with --request-id makes the same specs, and finds its jobs again).
   SubmitPlan plan = sweep;
-  if (args.max_running > 0) {
-    for (v1::JobSpec& spec : plan.specs) {
+  for (v1::JobSpec& spec : plan.specs) {
+    if (args.max_running > 0) {
       spec.mutable_concurrency()->set_group(base);
       spec.mutable_concurrency()->set_max_running(args.max_running);
+    }
+    if (args.halving_min_steps > 0) {
+      spec.mutable_halving()->set_group(base);
+      spec.mutable_halving()->set_min_steps(args.halving_min_steps);
+      spec.mutable_halving()->set_factor(args.halving_factor);
     }
   }
   const size_t n = plan.specs.size();

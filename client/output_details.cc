@@ -194,6 +194,12 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
           absl::StrCat("group ", OneLine(c.group()), ", at most ",
                        c.max_running(), " running"));
   }
+  if (const v1::Halving& h = job.spec().halving(); !h.group().empty()) {
+    d.Add("Halving",
+          absl::StrCat("group ", OneLine(h.group()), ", rungs at step ",
+                       h.min_steps(), " and each ", h.factor(),
+                       "x further, the best 1/", h.factor(), " going on"));
+  }
   if (job.spec().time_limit_s() > 0) {
     d.Add("Time limit",
           absl::FormatDuration(absl::Seconds(job.spec().time_limit_s())));

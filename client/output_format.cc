@@ -265,12 +265,20 @@ std::string FormatSweepResults(
     header.push_back(h);
   }
   // The best SUCCEEDED job: compared by accuracy when any job has one,
-  // else by eval loss when any has one, else by train loss.
-  bool by_accuracy = false, by_eval_loss = false;
+  // else by eval loss when any has one, else by train loss. Jobs that
+  // halving stopped early (evaluated at a rung, not at the end) are
+  // candidates only when no job ran on.
+  bool by_accuracy = false, by_eval_loss = false, any_ran_on = false;
+  std::vector<std::string> halved;
   for (const v1::Job& job : jobs) {
     if (job.state() != v1::SUCCEEDED) continue;
     by_accuracy |= job.result().eval_accuracy() > 0;
     by_eval_loss |= job.result().eval_loss() > 0;
+    any_ran_on |= !job.has_halving_stop();
+    if (job.has_halving_stop()) {
+      halved.push_back(
+          absl::StrCat(job.id(), " (rung ", job.halving_stop().rung(), ")"));
+    }
   }
   auto score = [&](const v1::Job& job) {  // higher is better
     const v1::TrainFinished& r = job.result();
@@ -293,11 +301,16 @@ std::string FormatSweepResults(
     row.push_back(done && Evaluated(r) ? Loss(r.eval_loss()) : "-");
     row.push_back(done && Evaluated(r) ? Percent(r.eval_accuracy()) : "-");
     rows.push_back(std::move(row));
-    if (done && (best < 0 || score(job) > score(jobs[best]))) {
+    const bool candidate = done && !(any_ran_on && job.has_halving_stop());
+    if (candidate && (best < 0 || score(job) > score(jobs[best]))) {
       best = static_cast<int>(i);
     }
   }
   std::string out = FormatTable(header, rows);
+  if (!halved.empty()) {
+    absl::StrAppend(
+        &out, "stopped early by halving: ", absl::StrJoin(halved, ", "), "\n");
+  }
   if (best >= 0) {
     const v1::TrainFinished& r = jobs[best].result();
     absl::StrAppend(

@@ -311,6 +311,27 @@ TEST(FormatSweepResultsTest, OneRowPerJobWithItsValuesAndTheBest) {
             "best: j-2 (accuracy 97.05%)\n");
 }
 
+// Jobs halving stopped are listed under the table and are not the best
+// while some job ran on, though an early evaluation scored better.
+TEST(FormatSweepResultsTest, HalvedJobsAreNamedAndNotTheBest) {
+  std::vector<v1::Job> jobs = {
+      Finished("j-1", v1::SUCCEEDED, 0.31, 0.35, 0.912),
+      Finished("j-2", v1::SUCCEEDED, 0.5, 0.2, 0.95),
+      Finished("j-3", v1::SUCCEEDED, 0.9, 0.8, 0.7),
+  };
+  jobs[1].mutable_halving_stop()->set_rung(30);
+  jobs[2].mutable_halving_stop()->set_rung(10);
+  const std::string table =
+      FormatSweepResults(jobs, {"seed"}, {{"1"}, {"2"}, {"3"}});
+  EXPECT_THAT(table, HasSubstr("stopped early by halving: j-2 (rung 30), "
+                               "j-3 (rung 10)\n"));
+  EXPECT_THAT(table, HasSubstr("best: j-1 (accuracy 91.20%)\n"));
+  // When halving stopped every job that ended, the best is among them.
+  jobs[0].set_state(v1::FAILED);
+  EXPECT_THAT(FormatSweepResults(jobs, {"seed"}, {{"1"}, {"2"}, {"3"}}),
+              HasSubstr("best: j-2 (accuracy 95.00%)\n"));
+}
+
 // Without accuracies (a language model) the best has the lowest eval loss,
 // without evaluation the lowest train loss; none when nothing succeeded.
 TEST(FormatSweepResultsTest, TheBestFallsBackToLosses) {
@@ -394,6 +415,14 @@ TEST(FormatJobDetailsTest, ShowsWhatIsKnown) {
   EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Concurrency:     group sweep-1, at most 2 running\n"));
   job.mutable_spec()->clear_concurrency();
+  EXPECT_THAT(text, Not(HasSubstr("Halving")));
+  job.mutable_spec()->mutable_halving()->set_group("sweep-1");
+  job.mutable_spec()->mutable_halving()->set_min_steps(40);
+  job.mutable_spec()->mutable_halving()->set_factor(3);
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Halving:         group sweep-1, rungs at step 40 and "
+                        "each 3x further, the best 1/3 going on\n"));
+  job.mutable_spec()->clear_halving();
   *job.mutable_delete_time() = ToProtoTime(kNow + absl::Hours(49));
   EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Deleted at:      2023-11-16 23:13:20 UTC (in 2d, by "

@@ -320,6 +320,28 @@ TEST_F(SubmitCommandTest, MaxRunningMakesTheSweepOneConcurrencyGroup) {
       << "the dry-run check saw the same spec";
 }
 
+TEST_F(SubmitCommandTest, HalvingMakesTheSweepOneHalvingGroup) {
+  EXPECT_EQ(Submit({"--sweep", "seed=1,2", "--halving", "20:4", "--request-id",
+                    "h1"}),
+            kExitOk)
+      << err_.str();
+  std::vector<v1::SubmitJobRequest> requests = Requests();
+  ASSERT_EQ(requests.size(), 4u);
+  for (const v1::SubmitJobRequest& r : requests) {
+    EXPECT_EQ(r.spec().halving().group(), "h1");
+    EXPECT_EQ(r.spec().halving().min_steps(), 20);
+    EXPECT_EQ(r.spec().halving().factor(), 4);
+    EXPECT_FALSE(r.spec().has_concurrency());
+  }
+  // Without a factor the server's default applies.
+  EXPECT_EQ(Submit({"--sweep", "seed=3,4", "--halving=50"}), kExitOk);
+  requests = Requests();
+  EXPECT_EQ(requests.back().spec().halving().min_steps(), 50);
+  EXPECT_EQ(requests.back().spec().halving().factor(), 0);
+  EXPECT_THAT(requests.back().spec().halving().group(),
+              ::testing::StartsWith("sweep-"));
+}
+
 TEST_F(SubmitCommandTest, ASweepValueTheServerRefusesSubmitsNothing) {
   {
     absl::MutexLock lock(&jobs_.mu);

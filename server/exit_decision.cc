@@ -85,10 +85,8 @@ std::pair<v1::JobState, std::string> ExitOutcome(const JobRecord& r,
     }
     return {v1::SUCCEEDED, "finished"};
   }
-  if (exit.cancelled() || r.cancel_requested()) {
-    return {v1::CANCELLED,
-            r.cancel_requested() ? r.cancel_reason : "stopped by the worker"};
-  }
+  if (r.cancel_requested()) return CancelledOutcome(r);
+  if (exit.cancelled()) return {v1::CANCELLED, "stopped by the worker"};
   if (IsRefusal(exit) &&
       (r.job.state() == v1::SCHEDULED || !r.job.gang_parts().empty())) {
     return RefusalOutcome(r, exit, worker_id);
@@ -181,8 +179,7 @@ ExitDecision Settle(const JobRecord& r) {
   ExitDecision d;
   d.ends = true;
   if (r.cancel_requested()) {
-    d.to = v1::CANCELLED;
-    d.why = r.cancel_reason;
+    std::tie(d.to, d.why) = CancelledOutcome(r);
   } else if (!r.job.pending_failure().empty()) {
     d.to = v1::FAILED;
     d.why = r.job.pending_failure();
@@ -199,6 +196,15 @@ ExitDecision Settle(const JobRecord& r) {
 }
 
 }  // namespace
+
+std::pair<v1::JobState, std::string> CancelledOutcome(const JobRecord& r) {
+  if (r.job.has_halving_stop()) {
+    return {v1::SUCCEEDED,
+            absl::StrCat("finished: stopped early at rung ",
+                         r.job.halving_stop().rung(), " (spec.halving)")};
+  }
+  return {v1::CANCELLED, r.cancel_reason};
+}
 
 ExitDecision DecideExit(const JobRecord& r, const v1::JobExited& exit,
                         const std::string& worker_id) {

@@ -30,6 +30,7 @@
 #define TRAINYARD_SERVER_EXIT_DECISION_H_
 
 #include <string>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "server/job_store.h"
@@ -53,6 +54,12 @@ struct ExitDecision {
   // be told to stop them now.
   bool stop_others = false;
 };
+
+// How a job with a cancel pending (JobRecord::cancel_requested) ends once
+// its attempt does: CANCELLED with the cancel's reason, or SUCCEEDED,
+// stopped early, when spec.halving stopped it (Job.halving_stop; the
+// caller fills its result: FillHalvingResult in halving.h).
+std::pair<v1::JobState, std::string> CancelledOutcome(const JobRecord& r);
 
 // The exit of a job that runs on one worker, `worker_id`.
 ExitDecision DecideExit(const JobRecord& r, const v1::JobExited& exit,

@@ -6,6 +6,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/field_errors.h"
@@ -14,6 +15,8 @@
 #include "common/status_macros.h"
 #include "server/attempt_usage.h"
 #include "server/checkpoint_paths.h"
+#include "server/exit_decision.h"
+#include "server/halving.h"
 #include "server/job_state.h"
 #include "server/warm_starts.h"
 #include "spec/limits.h"
@@ -441,16 +444,17 @@ absl::Status JobLifecycle::ReturnToQueue(const std::string& job_id,
         // but its exit never arrived: the training is done, and running it
         // again would only finish it a second time.
         const bool finished = !cancel && r.job.has_result();
-        const v1::JobState to = cancel     ? v1::CANCELLED
-                                : finished ? v1::SUCCEEDED
-                                           : v1::QUEUED;
-        const std::string why =
-            cancel     ? absl::StrCat(r.cancel_reason, " (", reason, ")")
-            : finished ? absl::StrCat("finished (", reason,
-                                      " before reporting the exit)")
-                       : reason;
+        v1::JobState to = finished ? v1::SUCCEEDED : v1::QUEUED;
+        std::string why = finished ? absl::StrCat("finished (", reason,
+                                                  " before reporting the exit)")
+                                   : reason;
+        if (cancel) {
+          std::tie(to, why) = CancelledOutcome(r);
+          absl::StrAppend(&why, " (", reason, ")");
+        }
         ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                          Transition(r.job, to, why, clock_->Now(), ended));
+        if (to == v1::SUCCEEDED) FillHalvingResult(r.job);
         ReleaseHoldings(r);
         changed = true;
         return true;

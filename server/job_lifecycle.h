@@ -105,6 +105,10 @@ class JobLifecycle {
   void set_scheduler_wake(std::function<void()> wake) {
     wake_scheduler_ = std::move(wake);
   }
+  // Called each time spec.halving stops a job at a rung.
+  void set_on_halving_stop(std::function<void()> on_stop) {
+    on_halving_stop_ = std::move(on_stop);
+  }
 
   // --- Clients ---
   // Validates the spec (defaults applied first; INVALID_ARGUMENT naming the
@@ -240,6 +244,12 @@ class JobLifecycle {
                                                const v1::JobUpdate& update);
   absl::StatusOr<ReportOutcome> OnExited(const std::string& worker_id,
                                          const v1::JobUpdate& update);
+  // Ranks the job's latest evaluation at `rung` of its halving group
+  // (halving.h), entering it there; when it is not among the best, marks
+  // the job stopped (Job.halving_stop, a cancel pending that ends it
+  // SUCCEEDED) and returns true. The caller tells its workers.
+  absl::StatusOr<bool> RankEvaluation(JobRecord& r, int64_t rung,
+                                      RungBoard& rungs) const;
   // Ends the current attempt of `r` as `d` says (an exit reported by
   // `worker_id`): restarts a failure under max_restarts, delays a refused
   // job, parks one that failed while stopping for a suspend. The attempt
@@ -257,6 +267,7 @@ class JobLifecycle {
   Clock* const clock_;
   const JobLifecycleOptions options_;
   std::function<void()> wake_scheduler_;
+  std::function<void()> on_halving_stop_;
   // One Delete at a time: a user's and the retention's delete of the same
   // job would otherwise race over its checkpoint directory (one moving it
   // back after the other deleted the record). Deletes are rare.

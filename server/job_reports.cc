@@ -4,12 +4,15 @@
 // (Attempt.last_report_sequence), and a report the worker sends again after
 // a broken stream or a server restart, numbered at or below it, is dropped.
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "server/exit_decision.h"
+#include "server/halving.h"
 #include "server/job_lifecycle.h"
 #include "server/job_state.h"
 
@@ -187,33 +190,72 @@ absl::StatusOr<ReportOutcome> JobLifecycle::OnTrainerEvent(
     const std::string& worker_id, const v1::JobUpdate& update) {
   ReportOutcome outcome = ReportOutcome::kApplied;
   // Progress is telemetry, unless this event also moves the job to RUNNING
-  // (its JobStarted was lost): a transition is always committed in full.
+  // (its JobStarted was lost), or is an evaluation spec.halving ranks (it
+  // may stop the job): a transition is always committed in full.
   ASSIGN_OR_RETURN(JobRecord current, store_->GetJob(update.job_id()));
-  const Durability durability = current.job.state() == v1::SCHEDULED
-                                    ? Durability::kTransition
-                                    : Durability::kTelemetry;
-  RETURN_IF_ERROR(
-      store_
-          ->UpdateJob(
-              update.job_id(), durability,
-              [&](JobRecord& r,
-                  std::vector<v1::JobEvent>& events) -> absl::StatusOr<bool> {
-                if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
-                  outcome = ReportOutcome::kStale;
-                  return false;
-                }
-                // Rank 0 speaks for the job; other ranks have no events.
-                if (worker_id != r.job.worker_id()) return false;
-                if (AlreadyApplied(r.job, update, worker_id)) return false;
-                RETURN_IF_ERROR(EnsureRunning(
-                    r, absl::StrCat("started on worker ", worker_id),
-                    clock_->Now(), events));
-                ApplyTrainerEvent(update.trainer(), r.job);
-                *events.emplace_back().mutable_trainer() = update.trainer();
-                return true;
-              })
-          .status());
+  const v1::TrainerEvent& event = update.trainer();
+  const std::optional<int64_t> rung =
+      event.has_eval() ? RungFor(current.job.spec(), event.eval().step())
+                       : std::nullopt;
+  const Durability durability =
+      current.job.state() == v1::SCHEDULED || rung.has_value()
+          ? Durability::kTransition
+          : Durability::kTelemetry;
+  bool stopped = false;  // spec.halving stopped the job just now
+  ASSIGN_OR_RETURN(
+      JobRecord record,
+      store_->UpdateJobWithRungs(
+          update.job_id(), durability,
+          [&](JobRecord& r, std::vector<v1::JobEvent>& events,
+              RungBoard& rungs) -> absl::StatusOr<bool> {
+            stopped = false;
+            if (!IsCurrentAttempt(r, worker_id, update.attempt())) {
+              outcome = ReportOutcome::kStale;
+              return false;
+            }
+            // Rank 0 speaks for the job; other ranks have no events.
+            if (worker_id != r.job.worker_id()) return false;
+            if (AlreadyApplied(r.job, update, worker_id)) return false;
+            RETURN_IF_ERROR(
+                EnsureRunning(r, absl::StrCat("started on worker ", worker_id),
+                              clock_->Now(), events));
+            ApplyTrainerEvent(event, r.job);
+            *events.emplace_back().mutable_trainer() = event;
+            if (rung.has_value()) {
+              ASSIGN_OR_RETURN(stopped, RankEvaluation(r, *rung, rungs));
+            }
+            return true;
+          }));
+  if (stopped) {
+    YARD_LOG(INFO) << "job " << update.job_id()
+                   << " stopped by halving: " << record.job.state_reason();
+    for (const std::string& worker : WorkersOf(record)) {
+      workers_->Send(worker, CancelFor(record));
+    }
+    if (on_halving_stop_) on_halving_stop_();
+  }
   return outcome;
+}
+
+absl::StatusOr<bool> JobLifecycle::RankEvaluation(JobRecord& r, int64_t rung,
+                                                  RungBoard& rungs) const {
+  // A job on its way out (stopped by halving, cancelled) enters nothing:
+  // the group's later jobs are ranked against those that went on.
+  if (r.cancel_requested() || !IsActive(r.job.state())) return false;
+  const v1::EvalResult& eval = r.job.last_eval();
+  ASSIGN_OR_RETURN(std::optional<std::vector<double>> others,
+                   rungs.Enter(r, rung, eval.loss()));
+  // Entered there before: a resumed run passing the rung again.
+  if (!others.has_value()) return false;
+  std::optional<v1::HalvingStop> stop =
+      RankAtRung(r.job.spec(), rung, eval, *others);
+  if (!stop.has_value()) return false;
+  *r.job.mutable_halving_stop() = *stop;
+  const std::string why =
+      DescribeHalvingStop(*stop, r.job.spec().halving().group());
+  r.cancel_reason = absl::StrCat("stopped by halving: ", why);
+  r.job.set_state_reason(absl::StrCat("stopping (halving): ", why));
+  return true;
 }
 
 absl::StatusOr<ReportOutcome> JobLifecycle::OnExited(
@@ -310,6 +352,7 @@ absl::Status JobLifecycle::EndAttempt(JobRecord& r, ExitDecision d,
   }
   ASSIGN_OR_RETURN(*events.emplace_back().mutable_state_change(),
                    Transition(r.job, d.to, d.why, clock_->Now(), ended));
+  if (d.to == v1::SUCCEEDED) FillHalvingResult(r.job);
   if (restart || failed_suspending) {
     // The job goes back to the queue (or parks), but this attempt failed.
     v1::Attempt* attempt = r.job.mutable_attempts(r.job.attempts_size() - 1);

@@ -135,6 +135,19 @@ CREATE TABLE metric_series (
   PRIMARY KEY (job_seq, series)
 ) WITHOUT ROWID;
 )sql";
+// Version 8 keeps the entries of halving groups at their rungs
+// (RungBoard): nothing to fill in on upgrade, no job could have one.
+constexpr char kHalvingTable[] = R"sql(
+CREATE TABLE halving_entries (
+  tenant TEXT NOT NULL,
+  grp TEXT NOT NULL,
+  rung INTEGER NOT NULL,
+  job_seq INTEGER NOT NULL,
+  loss REAL NOT NULL,
+  PRIMARY KEY (tenant, grp, rung, job_seq)
+) WITHOUT ROWID;
+CREATE INDEX halving_entries_by_job ON halving_entries (job_seq, rung);
+)sql";
 constexpr int64_t kOldestUpgradable = 1;
 
 // The end_ms column of a job: when it ended (its end time, or its last
@@ -350,6 +363,7 @@ absl::Status JobStore::CreateOrUpgradeSchema(
     if (fresh || version < 5) RETURN_IF_ERROR(db_->Exec(kAttemptUsageTable));
     if (fresh || version < 6) RETURN_IF_ERROR(db_->Exec(kKnownWorkersTable));
     if (fresh || version < 7) RETURN_IF_ERROR(db_->Exec(kMetricsTables));
+    if (fresh || version < 8) RETURN_IF_ERROR(db_->Exec(kHalvingTable));
     // The columns and table versions before 5 added, filled from the jobs.
     if (!fresh && version < 5) RETURN_IF_ERROR(FillDerivedColumns(jobs));
     if (!fresh && version < 7) RETURN_IF_ERROR(FillMetricsFromEvents());
@@ -782,6 +796,16 @@ absl::StatusOr<int64_t> JobStore::CountJobs(std::string_view tenant,
 absl::StatusOr<JobRecord> JobStore::UpdateJob(std::string_view id,
                                               Durability durability,
                                               const Mutation& mutation) {
+  return UpdateJobWithRungs(
+      id, durability,
+      [&](JobRecord& record, std::vector<v1::JobEvent>& events, RungBoard&) {
+        return mutation(record, events);
+      });
+}
+
+absl::StatusOr<JobRecord> JobStore::UpdateJobWithRungs(
+    std::string_view id, Durability durability,
+    const MutationWithRungs& mutation) {
   JobRecord record;
   RETURN_IF_ERROR(Commit(
       durability, "update",
@@ -789,7 +813,8 @@ absl::StatusOr<JobRecord> JobStore::UpdateJob(std::string_view id,
         ASSIGN_OR_RETURN(record, LoadJob(id));
         const JobRecord before = record;
         std::vector<v1::JobEvent> events;
-        ASSIGN_OR_RETURN(bool changed, mutation(record, events));
+        RungBoard rungs(db_.get());
+        ASSIGN_OR_RETURN(bool changed, mutation(record, events, rungs));
         if (!changed) {
           record = before;
           return absl::OkStatus();  // commits an empty transaction: cheap
@@ -822,6 +847,7 @@ absl::Status JobStore::DeleteJob(
                                 "DELETE FROM logs WHERE job_seq = ?",
                                 "DELETE FROM metric_points WHERE job_seq = ?",
                                 "DELETE FROM metric_series WHERE job_seq = ?",
+                                "DELETE FROM halving_entries WHERE job_seq = ?",
                                 "DELETE FROM jobs WHERE create_seq = ?"}) {
           ASSIGN_OR_RETURN(SqliteStatement del, db_->Prepare(sql));
           del.Bind(1, record.create_seq);

@@ -159,9 +159,29 @@ struct LogRead {
   int64_t end = 0;     // the log's total size so far
 };
 
+// The entries of halving groups at their rungs (spec.halving,
+// server/halving.h): each job's eval loss at each rung it was ranked at,
+// kept until the job is deleted. Only an UpdateJobWithRungs mutation gets
+// one, to read and write them in its transaction.
+class RungBoard {
+ public:
+  // Enters the eval loss of `record`'s job at `rung` of its halving group
+  // (spec.halving.group, of its tenant), unless the job has an entry at
+  // that rung or a later one: nullopt then, and nothing is written.
+  // Otherwise returns the losses the group's other jobs entered at the
+  // rung before it. A loss that is not a number is entered as +infinity.
+  absl::StatusOr<std::optional<std::vector<double>>> Enter(
+      const JobRecord& record, int64_t rung, double loss);
+
+ private:
+  friend class JobStore;
+  explicit RungBoard(SqliteDb* db) : db_(db) {}
+  SqliteDb* db_;  // the store's write connection, in its transaction
+};
+
 class JobStore {
  public:
-  static constexpr int32_t kSchemaVersion = 7;
+  static constexpr int32_t kSchemaVersion = 8;
   static constexpr int32_t kDefaultPageSize = 50;
   static constexpr int32_t kMaxPageSize = 500;
   // A page ends before the job that would take its jobs past this many
@@ -169,7 +189,7 @@ class JobStore {
   // make a response larger than gRPC's default 4 MiB a client accepts.
   static constexpr int64_t kMaxPageBytes = 3 << 20;
 
-  // Opens or creates the store. A store of an older schema (1 to 6) is
+  // Opens or creates the store. A store of an older schema (1 to 7) is
   // brought up to date in one transaction, and switched to WAL only once
   // that committed. A file that is not a Trainyard job store, one with a
   // schema version this build does not know, or one whose upgrade would
@@ -236,10 +256,19 @@ class JobStore {
   absl::StatusOr<JobRecord> UpdateJob(std::string_view id,
                                       Durability durability,
                                       const Mutation& mutation);
+  // The same, the mutation also reading and writing halving rungs in the
+  // transaction.
+  using MutationWithRungs = std::function<absl::StatusOr<bool>(
+      JobRecord& record, std::vector<v1::JobEvent>& new_events,
+      RungBoard& rungs)>;
+  absl::StatusOr<JobRecord> UpdateJobWithRungs(
+      std::string_view id, Durability durability,
+      const MutationWithRungs& mutation);
 
-  // Deletes the job, its events, its log and its training curve in one
-  // transaction once `check`, given the current record, passes (its error
-  // aborts and is returned). NOT_FOUND naming the id when there is no such job.
+  // Deletes the job, its events, its log, its training curve and its
+  // halving entries in one transaction once `check`, given the current
+  // record, passes (its error aborts and is returned). NOT_FOUND naming
+  // the id when there is no such job.
   // The job's number is never handed out again.
   absl::Status DeleteJob(
       std::string_view id,

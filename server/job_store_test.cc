@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 #include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,6 +27,9 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Optional;
+using ::testing::UnorderedElementsAre;
 
 class JobStoreTest : public ::testing::Test {
  protected:
@@ -37,13 +42,15 @@ class JobStoreTest : public ::testing::Test {
   }
 
   // Turns the store file back into what a server of schema `version` (1 to
-  // 6) wrote: `extra` SQL first, then without the tables and columns added
+  // 7) wrote: `extra` SQL first, then without the tables and columns added
   // after `version`.
   void AsWrittenBy(int version, const std::string& extra) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(dir_.File("trainyard.db").c_str(), &db), SQLITE_OK);
     const std::string sql = absl::StrCat(
-        extra, "DROP TABLE metric_points; DROP TABLE metric_series; ",
+        extra, "DROP TABLE halving_entries; ",
+        version < 7 ? "DROP TABLE metric_points; DROP TABLE metric_series; "
+                    : "",
         version < 6 ? "DROP TABLE known_workers; " : "",
         version < 5 ? "DROP TABLE attempt_usage; " : "",
         version < 4 ? "ALTER TABLE jobs DROP COLUMN name; " : "",
@@ -616,13 +623,13 @@ TEST_F(JobStoreTest, RefusesAForeignOrNewerSchemaWithoutTouchingIt) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(ours.c_str(), &db), SQLITE_OK);
     ASSERT_EQ(
-        sqlite3_exec(db, "PRAGMA user_version=8", nullptr, nullptr, nullptr),
+        sqlite3_exec(db, "PRAGMA user_version=9", nullptr, nullptr, nullptr),
         SQLITE_OK);
     sqlite3_close(db);
   }
   auto newer = JobStore::Open(AtPath(ours));
   EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(newer.status().message(), HasSubstr("schema version 8"));
+  EXPECT_THAT(newer.status().message(), HasSubstr("schema version 9"));
 }
 
 // The server decides, before anything is written, whether it may create or
@@ -1432,6 +1439,77 @@ TEST_F(JobStoreTest, UpgradesAVersionSixStoreWithCurvesFromItsEvents) {
   AddTrainerEvents(*store, "j-000001", {Report(30)});
   EXPECT_THAT(CurveOf(*store, "j-000001"),
               ElementsAre("p10", "e10", "p20", "p30"));
+}
+
+// A job of `tenant` in halving group `group`.
+v1::Job InGroup(const std::string& tenant, const std::string& group) {
+  v1::Job job;
+  job.set_tenant(tenant);
+  job.mutable_spec()->set_steps(100);
+  job.mutable_spec()->mutable_halving()->set_group(group);
+  return job;
+}
+
+// Enters `loss` for job `id` at `rung` in an update of its own; what
+// RungBoard::Enter returned.
+std::optional<std::vector<double>> EnterAt(JobStore& store,
+                                           const std::string& id, int64_t rung,
+                                           double loss) {
+  std::optional<std::vector<double>> out;
+  absl::StatusOr<JobRecord> r = store.UpdateJobWithRungs(
+      id, Durability::kTransition,
+      [&](JobRecord& r, std::vector<v1::JobEvent>&,
+          RungBoard& rungs) -> absl::StatusOr<bool> {
+        ASSIGN_OR_RETURN(out, rungs.Enter(r, rung, loss));
+        return true;
+      });
+  EXPECT_TRUE(r.ok()) << r.status();
+  return out;
+}
+
+// The entries of halving groups: per tenant and group, one per job and
+// rung (none at or below a rung entered already), kept across a restart
+// and an upgrade from schema 7, gone with their job.
+TEST_F(JobStoreTest, HalvingEntriesArePerGroupAndGoWithTheirJob) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->CreateJob(InGroup("t1", "g")).ok());  // j-000001
+  }
+  AsWrittenBy(7, "");
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  for (const auto& [tenant, group] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"t1", "g"}, {"t1", "g"}, {"t1", "other"}, {"t2", "g"}}) {
+    ASSERT_TRUE(store->CreateJob(InGroup(tenant, group)).ok());
+  }
+  EXPECT_THAT(EnterAt(*store, "j-000001", 20, 1.5), Optional(IsEmpty()));
+  EXPECT_THAT(EnterAt(*store, "j-000002", 20, 2.5), Optional(ElementsAre(1.5)));
+  // Not again at that rung, nor at an earlier one.
+  EXPECT_EQ(EnterAt(*store, "j-000002", 20, 0.1), std::nullopt);
+  EXPECT_EQ(EnterAt(*store, "j-000001", 10, 0.1), std::nullopt);
+  // Another group of the tenant, the same group of another tenant: apart.
+  EXPECT_THAT(EnterAt(*store, "j-000004", 20, 9.0), Optional(IsEmpty()));
+  EXPECT_THAT(EnterAt(*store, "j-000005", 20, 9.0), Optional(IsEmpty()));
+  // A NaN is entered as +infinity.
+  EXPECT_THAT(EnterAt(*store, "j-000003", 20, NAN),
+              Optional(UnorderedElementsAre(1.5, 2.5)));
+  store.reset();
+  store = Open();
+  EXPECT_THAT(EnterAt(*store, "j-000002", 60, 1.0), Optional(IsEmpty()));
+  v1::Job fresh = InGroup("t1", "g");
+  ASSERT_TRUE(store->CreateJob(fresh).ok());  // j-000006
+  EXPECT_THAT(EnterAt(*store, "j-000006", 20, 1.0),
+              Optional(UnorderedElementsAre(
+                  1.5, 2.5, std::numeric_limits<double>::infinity())));
+  ASSERT_TRUE(store
+                  ->DeleteJob("j-000001",
+                              [](const JobRecord&) { return absl::OkStatus(); })
+                  .ok());
+  ASSERT_TRUE(store->CreateJob(InGroup("t1", "g")).ok());  // j-000007
+  EXPECT_THAT(EnterAt(*store, "j-000007", 20, 1.0),
+              Optional(UnorderedElementsAre(
+                  2.5, 1.0, std::numeric_limits<double>::infinity())));
 }
 
 }  // namespace

@@ -179,6 +179,13 @@ ServerMetrics::ServerMetrics(Clock* clock, std::string version)
                                "time_limit_s (count).")
                            .Register(*registry_)
                            .Add({});
+  halving_stops_ = &pm::BuildCounter()
+                        .Name("yard_job_halving_stops_total")
+                        .Help(
+                            "Jobs stopped early at a rung of their spec's "
+                            "halving group (count).")
+                        .Register(*registry_)
+                        .Add({});
   store_write_failures_ =
       &pm::BuildCounter()
            .Name("yard_store_write_failures_total")
@@ -241,6 +248,8 @@ void ServerMetrics::OnJobDeleted(DeletedBy by, int64_t checkpoint_bytes) {
 }
 
 void ServerMetrics::OnTimeLimitStop() { time_limit_stops_->Increment(); }
+
+void ServerMetrics::OnHalvingStop() { halving_stops_->Increment(); }
 
 void ServerMetrics::ObserveSchedulingPass(absl::Duration duration) {
   pass_seconds_->Observe(absl::ToDoubleSeconds(duration));

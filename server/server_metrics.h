@@ -63,6 +63,8 @@ class ServerMetrics : public prometheus::Collectable {
   void OnJobDeleted(DeletedBy by, int64_t checkpoint_bytes);
   // The scheduler cancelled a job that reached its time limit.
   void OnTimeLimitStop();
+  // spec.halving stopped a job at a rung.
+  void OnHalvingStop();
   // The job store could not commit a batch of writes.
   void OnStoreWriteFailure();
 
@@ -101,6 +103,7 @@ class ServerMetrics : public prometheus::Collectable {
   prometheus::Family<prometheus::Counter>* deleted_;
   prometheus::Counter* deleted_bytes_;
   prometheus::Counter* time_limit_stops_;
+  prometheus::Counter* halving_stops_;
 
   // The usage counters' last values by tenant. An attempt that ends
   // between the two reads of a scrape is in neither, and would make its

@@ -47,6 +47,11 @@ SqliteStatement& SqliteStatement::Bind(int index, int64_t value) {
   return *this;
 }
 
+SqliteStatement& SqliteStatement::BindDouble(int index, double value) {
+  sqlite3_bind_double(stmt_, index, value);
+  return *this;
+}
+
 SqliteStatement& SqliteStatement::BindText(int index, std::string_view value) {
   sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()),
                     SQLITE_TRANSIENT);

@@ -37,6 +37,7 @@ class SqliteStatement {
 
   // Parameters are 1-based, as in SQLite.
   SqliteStatement& Bind(int index, int64_t value);
+  SqliteStatement& BindDouble(int index, double value);
   SqliteStatement& BindText(int index, std::string_view value);
   SqliteStatement& BindBlob(int index, std::string_view value);
 

@@ -435,6 +435,7 @@ void YardServer::Parts::BuildLogic() {
                                          lifecycle.get(), policy.get(),
                                          o.clock, sched);
   lifecycle->set_scheduler_wake([this] { loop->Wake(); });
+  lifecycle->set_on_halving_stop([m = metrics.get()] { m->OnHalvingStop(); });
   drains = std::make_unique<WorkerDrains>(store.get(), workers.get(), o.clock,
                                           [this] { loop->Wake(); });
   view = std::make_unique<ClusterView>(store.get(), workers.get(),

@@ -39,6 +39,8 @@ inline constexpr int64_t kMaxRestarts = 100;
 inline constexpr int64_t kMaxTimeLimitSeconds = int64_t{30} * 24 * 3600;
 inline constexpr int kMaxDependencies = 16;  // depends_on
 inline constexpr int64_t kMaxGroupRunning = 10'000;  // concurrency.max_running
+inline constexpr int32_t kDefaultHalvingFactor = 3;  // halving.factor
+inline constexpr int64_t kMaxHalvingFactor = 16;
 inline constexpr int64_t kMaxJobIdLength = 128;
 
 // Model sizes. Each dimension is capped on its own so no product of them

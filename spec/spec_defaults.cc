@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "spec/limits.h"
 #include "spec/spec.h"
 
 namespace trainyard::spec {
@@ -85,6 +86,9 @@ JobSpec WithDefaults(const JobSpec& in) {
   if (spec.data().has_text() &&
       spec.data().text().tokenizer() == trainyard::v1::TOKENIZER_UNSPECIFIED) {
     spec.mutable_data()->mutable_text()->set_tokenizer(trainyard::v1::BYTE);
+  }
+  if (spec.has_halving() && spec.halving().factor() == 0) {
+    spec.mutable_halving()->set_factor(kDefaultHalvingFactor);
   }
   return spec;
 }

@@ -294,6 +294,37 @@ void CheckEarlyStopping(const JobSpec& spec, Problems* p) {
   }
 }
 
+// A rung needs a periodic evaluation past it, and one below the last step.
+// The factor's default is WithDefaults'; an unset one is checked as it.
+void CheckHalving(const JobSpec& spec, Problems* p) {
+  if (!spec.has_halving()) return;
+  const auto& h = spec.halving();
+  if (h.group().empty()) {
+    p->Add("halving.group", "required");
+  } else {
+    CheckText("halving.group", h.group(), kMaxNameLength, p);
+  }
+  if (h.min_steps() < 1) {
+    p->Add("halving.min_steps",
+           absl::StrCat("must be at least 1, got ", h.min_steps()));
+  } else if (spec.steps() > 0 && h.min_steps() >= spec.steps()) {
+    p->Add("halving.min_steps",
+           absl::StrCat("must be below steps (", spec.steps(), "), got ",
+                        h.min_steps(), ": the first rung is never reached"));
+  }
+  if (h.factor() != 0) {
+    p->Range("halving.factor", h.factor(), 2, kMaxHalvingFactor);
+  }
+  if (spec.eval().every_steps() <= 0) {
+    p->Add("halving", "needs periodic evaluations (eval.every_steps > 0)");
+  }
+  if (!HasEvalSet(spec.data())) {
+    p->Add("halving",
+           "needs an evaluation set (data.mnist.holdout or "
+           "data.mnist.eval_images)");
+  }
+}
+
 void CheckData(const JobSpec& spec, const ValidationOptions& options,
                Problems* p) {
   const auto& data = spec.data();
@@ -422,6 +453,7 @@ void CheckRun(const JobSpec& spec, const Limits& limits, Problems* p) {
   CheckDependsOn(spec, p);
   CheckWarmStart(spec, p);
   CheckConcurrency(spec, p);
+  CheckHalving(spec, p);
 }
 
 // Entries are matched against NVML names as substrings without regard to

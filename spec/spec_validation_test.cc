@@ -249,6 +249,40 @@ TEST_F(ValidationTest, ConcurrencyNeedsAGroupAndALimitTogether) {
             "concurrency.group: must not contain control characters");
 }
 
+TEST_F(ValidationTest, HalvingNeedsAGroupRungsBelowTheEndAndEvaluations) {
+  JobSpec spec = Good();  // evaluates every 500 steps on a holdout
+  spec.mutable_halving()->set_group("lr sweep");
+  spec.mutable_halving()->set_min_steps(500);
+  EXPECT_TRUE(ValidateJobSpec(spec, options_).ok());
+  EXPECT_EQ(WithDefaults(spec).halving().factor(), 3);
+  spec.mutable_halving()->set_factor(1);
+  EXPECT_EQ(ErrorOf(spec), "halving.factor: must be in [2, 16], got 1");
+  spec.mutable_halving()->set_factor(17);
+  EXPECT_EQ(ErrorOf(spec), "halving.factor: must be in [2, 16], got 17");
+  spec.mutable_halving()->set_factor(2);
+  spec.mutable_halving()->set_min_steps(0);
+  EXPECT_EQ(ErrorOf(spec), "halving.min_steps: must be at least 1, got 0");
+  spec.mutable_halving()->set_min_steps(spec.steps());
+  EXPECT_EQ(ErrorOf(spec),
+            absl::StrCat("halving.min_steps: must be below steps (",
+                         spec.steps(), "), got ", spec.steps(),
+                         ": the first rung is never reached"));
+  spec.mutable_halving()->set_min_steps(100);
+  spec.mutable_halving()->set_group("");
+  EXPECT_EQ(ErrorOf(spec), "halving.group: required");
+  spec.mutable_halving()->set_group(std::string(129, 'g'));
+  EXPECT_EQ(ErrorOf(spec),
+            "halving.group: at most 128 bytes of UTF-8, got 129");
+  spec.mutable_halving()->set_group("sweep");
+  spec.mutable_eval()->set_every_steps(0);
+  EXPECT_EQ(ErrorOf(spec),
+            "halving: needs periodic evaluations (eval.every_steps > 0)");
+  spec.mutable_eval()->set_every_steps(50);
+  spec.mutable_data()->mutable_mnist()->set_holdout(0);
+  EXPECT_THAT(ErrorOf(spec),
+              StartsWith("halving: needs an evaluation set (data.mnist"));
+}
+
 TEST_F(ValidationTest, ParameterLimit) {
   JobSpec spec = Good();
   auto* mlp = spec.mutable_model()->mutable_mlp();

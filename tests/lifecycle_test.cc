@@ -359,6 +359,61 @@ TEST_F(LifecycleTest, ASweepWithMaxRunningRunsNoMoreAtOnce) {
   }
 }
 
+// `--halving`: successive halving stops the sweep's poor values at the
+// first rung. With --max-running 1 the jobs run in the sweep's order, so
+// the good learning rate is first at every rung (and runs on), and the
+// two poor ones are each ranked behind it there, stopped with a
+// checkpoint, and end SUCCEEDED, stopped early; the sweep exits 0 and its
+// table names them.
+TEST_F(LifecycleTest, ASweepWithHalvingStopsItsPoorValuesEarly) {
+  YARD_ASSERT_OK(StartServer());
+  YARD_ASSERT_OK(StartReadyWorker({.name = "w1"}).status());
+  const std::string path = WriteSpec("asha.yaml", MnistSpec{.name = "asha",
+                                                            .steps = 1000,
+                                                            .eval_every = 40,
+                                                            .log_every = 20,
+                                                            .holdout = 500}
+                                                      .ToYaml());
+  CommandResult sweep =
+      Yard({"submit", path, "--sweep", "optimizer.lr=0.003,0.00001,1.0",
+            "--max-running", "1", "--halving", "40:5", "--request-id", "h1",
+            "--wait"},
+           JobTimeout());
+  ASSERT_EQ(sweep.exit_code(), YardExit::kOk) << sweep.DebugString();
+  EXPECT_THAT(sweep.out, HasSubstr("stopped early by halving: j-000002 (rung "
+                                   "40), j-000003 (rung 40)\n"));
+  EXPECT_THAT(sweep.out, HasSubstr("best: j-000001 (accuracy"));
+  YARD_ASSIGN_OR_FAIL(std::vector<v1::Job> all, ListAllJobs(jobs()));
+  ASSERT_EQ(all.size(), 3u);
+  for (const v1::Job& job : all) {
+    EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.DebugString();
+    EXPECT_EQ(job.spec().halving().group(), "h1");
+    EXPECT_EQ(job.spec().halving().factor(), 5);
+  }
+  EXPECT_FALSE(all[0].has_halving_stop()) << all[0].DebugString();
+  EXPECT_EQ(all[0].result().step(), 1000);
+  for (const v1::Job& stopped : {all[1], all[2]}) {
+    EXPECT_EQ(stopped.halving_stop().rung(), 40) << stopped.DebugString();
+    EXPECT_EQ(stopped.halving_stop().eval_step(), 40);
+    EXPECT_EQ(stopped.state_reason(),
+              "finished: stopped early at rung 40 (spec.halving)");
+    // Stopped soon after step 40, with a checkpoint it can resume from.
+    EXPECT_GE(stopped.result().step(), 40);
+    EXPECT_LT(stopped.result().step(), 1000) << "ran to the end anyway";
+    EXPECT_EQ(stopped.result().checkpoint_path(),
+              stopped.last_checkpoint().path());
+    EXPECT_TRUE(std::filesystem::exists(stopped.result().checkpoint_path()))
+        << stopped.result().checkpoint_path();
+    EXPECT_THAT(stopped.result().stopped_early(),
+                HasSubstr("(rung 40) is not among the best 1/5 of the"));
+  }
+  CommandResult got = Yard({"get", "j-000002"});
+  ASSERT_EQ(got.exit_code(), YardExit::kOk) << got.DebugString();
+  EXPECT_THAT(got.out, ContainsRegex("Halving: +group h1, rungs at step 40 "
+                                     "and each 5x further"));
+  EXPECT_THAT(got.out, HasSubstr("stopped early: eval loss"));
+}
+
 // `yard submit --sweep ... --wait` against a real cluster: one job per value,
 // each named after it, all run, and a table of their results; `yard ls
 // --name` finds them; a dry run is checked by the server (here a data file
