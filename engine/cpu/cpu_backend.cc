@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/cpu/denormals.h"
 #include "engine/cpu/gemm.h"
 
 namespace trainyard::engine {
@@ -41,7 +42,9 @@ class CpuBuffer : public DeviceBuffer {
 };
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
-    : options_(options), pool_(options.threads) {}
+    : options_(options), pool_(options.threads) {
+  FlushDenormalsOnThisThread();  // the pool's workers flush their own
+}
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
     const CpuBackendOptions& options) {

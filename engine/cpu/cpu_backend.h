@@ -7,7 +7,9 @@
 // models, trainer, checkpoints and memory estimate without a GPU. Plain loops
 // and our own blocked GEMM, parallelized over `threads` with a ThreadPool.
 // Every op splits work only along outputs and sums in a fixed order, so results
-// are bitwise identical for any thread count.
+// are bitwise identical for any thread count. Its threads flush denormal
+// floats to zero (denormals.h): the thread that creates the backend, which
+// runs its training loop, and the pool's.
 //
 // Thread-safety: as Backend (one training loop at a time).
 #ifndef TRAINYARD_ENGINE_CPU_CPU_BACKEND_H_

@@ -1,6 +1,8 @@
 // ThreadPool implementation. See thread_pool.h.
 #include "engine/cpu/thread_pool.h"
 
+#include "engine/cpu/denormals.h"
+
 namespace trainyard::engine {
 
 ThreadPool::ThreadPool(int threads) {
@@ -25,6 +27,7 @@ void ThreadPool::RunTasks() {
 }
 
 void ThreadPool::WorkerLoop() {
+  FlushDenormalsOnThisThread();
   uint64_t seen = 0;
   while (true) {
     {

@@ -1,7 +1,9 @@
 // ThreadPool: a fixed set of worker threads that run one parallel loop at a
 // time for the CPU backend's ops. ParallelFor hands out task indices
 // dynamically; callers make every task write disjoint outputs in a fixed
-// order, so results do not depend on which thread ran which task.
+// order, so results do not depend on which thread ran which task. Its
+// workers flush denormals to zero (denormals.h), as the CPU backend does
+// on the thread that runs it.
 //
 // Thread-safety: ParallelFor may be called from one thread at a time (the
 // training loop); it blocks until every task is done.
