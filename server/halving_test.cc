@@ -19,30 +19,24 @@ using ::testing::HasSubstr;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// ServerLogicTest::Spec's job, without halving.
-v1::JobSpec PlainSpec() {
-  v1::JobSpec spec;
-  spec.set_name("test");
-  spec.mutable_model()->mutable_mlp()->add_hidden(8);
-  spec.mutable_data()->mutable_mnist()->set_images("images.gz");
-  spec.mutable_data()->mutable_mnist()->set_labels("labels.gz");
-  spec.mutable_batch()->set_micro_batch(8);
-  spec.set_steps(10);
-  return spec;
-}
+class HalvingTest : public ServerLogicTest {
+ protected:
+  static v1::JobSpec PlainSpec() { return Spec(); }
 
-v1::JobSpec HalvingSpec(int64_t min_steps, int32_t factor, int64_t steps) {
-  v1::JobSpec spec = PlainSpec();
-  spec.set_steps(steps);
-  spec.mutable_data()->mutable_mnist()->set_holdout(100);
-  spec.mutable_eval()->set_every_steps(10);
-  spec.mutable_halving()->set_group("sweep-1");
-  spec.mutable_halving()->set_min_steps(min_steps);
-  spec.mutable_halving()->set_factor(factor);
-  return spec;
-}
+  static v1::JobSpec HalvingSpec(int64_t min_steps, int32_t factor,
+                                 int64_t steps) {
+    v1::JobSpec spec = Spec();
+    spec.set_steps(steps);
+    spec.mutable_data()->mutable_mnist()->set_holdout(100);
+    spec.mutable_eval()->set_every_steps(10);
+    spec.mutable_halving()->set_group("sweep-1");
+    spec.mutable_halving()->set_min_steps(min_steps);
+    spec.mutable_halving()->set_factor(factor);
+    return spec;
+  }
+};
 
-TEST(RungForTest, TheHighestRungAtOrBelowTheStepBeforeTheLastStep) {
+TEST_F(HalvingTest, TheRungIsTheHighestAtOrBelowTheStepBeforeTheLastStep) {
   const v1::JobSpec spec = HalvingSpec(100, 3, 1000);  // rungs 100, 300, 900
   EXPECT_EQ(RungFor(spec, 99), std::nullopt);
   EXPECT_EQ(RungFor(spec, 100), 100);
@@ -60,7 +54,7 @@ TEST(RungForTest, TheHighestRungAtOrBelowTheStepBeforeTheLastStep) {
   EXPECT_EQ(RungFor(PlainSpec(), 5), std::nullopt);  // no halving
 }
 
-TEST(RungForTest, StepsNearTheLimitDoNotOverflow) {
+TEST_F(HalvingTest, RungsOfStepsNearTheLimitDoNotOverflow) {
   const int64_t max = std::numeric_limits<int64_t>::max();
   const v1::JobSpec spec = HalvingSpec(1, 16, max);
   const std::optional<int64_t> rung = RungFor(spec, max - 1);
@@ -70,7 +64,7 @@ TEST(RungForTest, StepsNearTheLimitDoNotOverflow) {
 }
 
 // The figures numpy.percentile(others, 100 / factor) gives.
-TEST(HalvingCutoffTest, IsNumpysLinearPercentile) {
+TEST_F(HalvingTest, TheCutoffIsNumpysLinearPercentile) {
   EXPECT_DOUBLE_EQ(HalvingCutoff({5.0}, 3), 5.0);
   EXPECT_DOUBLE_EQ(HalvingCutoff({2.0, 1.0}, 3), 1.0 + 1.0 / 3);
   EXPECT_DOUBLE_EQ(HalvingCutoff({4.0, 1.0, 3.0, 2.0}, 3), 2.0);
@@ -82,7 +76,7 @@ TEST(HalvingCutoffTest, IsNumpysLinearPercentile) {
   EXPECT_EQ(HalvingCutoff({kInf, kInf}, 3), kInf);
 }
 
-TEST(RankAtRungTest, OnlyALossAboveTheCutoffStops) {
+TEST_F(HalvingTest, OnlyALossAboveTheCutoffStops) {
   const v1::JobSpec spec = HalvingSpec(100, 3, 1000);
   v1::EvalResult eval;
   eval.set_step(110);
@@ -108,7 +102,7 @@ TEST(RankAtRungTest, OnlyALossAboveTheCutoffStops) {
   EXPECT_TRUE(RankAtRung(spec, 100, eval, {0.4}).has_value());
 }
 
-class HalvingLifecycleTest : public ServerLogicTest {
+class HalvingLifecycleTest : public HalvingTest {
  protected:
   std::string SubmitHalving(const std::string& group = "sweep-1") {
     v1::SubmitJobRequest req;
@@ -117,6 +111,18 @@ class HalvingLifecycleTest : public ServerLogicTest {
     absl::StatusOr<SubmitResult> r = lifecycle_->Submit(req);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->job.id() : "";
+  }
+
+  // Submits a job of `group_a` and one of `group_b` and runs them, a_ on
+  // worker wa_ and b_ on wb_.
+  void RunTwo(const std::string& group_a = "sweep-1",
+              const std::string& group_b = "sweep-1") {
+    a_ = SubmitHalving(group_a);
+    b_ = SubmitHalving(group_b);
+    wa_ = &Connect("wa");
+    Start(*wa_, a_);
+    wb_ = &Connect("wb");
+    Start(*wb_, b_);
   }
 
   // Runs `id` (the next job the pass places) on worker `w`, attempt 1.
@@ -142,17 +148,18 @@ class HalvingLifecycleTest : public ServerLogicTest {
     }
     return n;
   }
+
+  std::string a_, b_;
+  FakeWorker* wa_ = nullptr;
+  FakeWorker* wb_ = nullptr;
 };
 
 TEST_F(HalvingLifecycleTest, AJobBehindTheGroupAtARungStopsAndSucceeds) {
   int stops = 0;
   lifecycle_->set_on_halving_stop([&] { ++stops; });
-  const std::string a = SubmitHalving();
-  const std::string b = SubmitHalving();
-  FakeWorker& wa = Connect("wa");
-  Start(wa, a);
-  FakeWorker& wb = Connect("wb");
-  Start(wb, b);
+  RunTwo();
+  const std::string a = a_, b = b_;
+  FakeWorker &wa = *wa_, &wb = *wb_;
 
   // a is first at rung 20: it goes on, whatever its loss.
   ASSERT_TRUE(Eval(wa, a, 10, 3.0).ok());  // before the first rung
@@ -208,12 +215,9 @@ TEST_F(HalvingLifecycleTest, AJobBehindTheGroupAtARungStopsAndSucceeds) {
 }
 
 TEST_F(HalvingLifecycleTest, GroupsAreApartAndAResumedRunIsNotRankedTwice) {
-  const std::string a = SubmitHalving("one");
-  const std::string b = SubmitHalving("two");
-  FakeWorker& wa = Connect("wa");
-  Start(wa, a);
-  FakeWorker& wb = Connect("wb");
-  Start(wb, b);
+  RunTwo("one", "two");
+  const std::string a = a_, b = b_;
+  FakeWorker &wa = *wa_, &wb = *wb_;
   ASSERT_TRUE(Eval(wa, a, 20, 1.0).ok());
   ASSERT_TRUE(Eval(wb, b, 20, 9.0).ok());  // first in its own group
   EXPECT_EQ(Cancels(wb, b), 0);
@@ -230,12 +234,9 @@ TEST_F(HalvingLifecycleTest, GroupsAreApartAndAResumedRunIsNotRankedTwice) {
 }
 
 TEST_F(HalvingLifecycleTest, AStoppedJobOnALostWorkerStillSucceeds) {
-  const std::string a = SubmitHalving();
-  const std::string b = SubmitHalving();
-  FakeWorker& wa = Connect("wa");
-  Start(wa, a);
-  FakeWorker& wb = Connect("wb");
-  Start(wb, b);
+  RunTwo();
+  const std::string a = a_, b = b_;
+  FakeWorker &wa = *wa_, &wb = *wb_;
   ASSERT_TRUE(Eval(wa, a, 20, 1.0).ok());
   ASSERT_TRUE(Eval(wb, b, 20, 2.0).ok());
   EXPECT_EQ(Cancels(wb, b), 1);
