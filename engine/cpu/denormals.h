@@ -1,11 +1,11 @@
 // Denormal (subnormal) floats flushed to zero on the CPU backend's threads.
 //
-// x86 cores take a microcode assist, some hundred cycles, for each
-// arithmetic instruction that reads or makes a denormal. Training makes
-// them in bulk: the softmax of a confident classifier (exp of a logit far
+// x86 cores take a microcode assist, of the order of a hundred cycles,
+// for each arithmetic instruction that reads or makes a denormal. Training
+// makes them in bulk: the softmax of a confident classifier (exp of a logit far
 // below the row's max), the gradients flowing back from it, AdamW's second
-// moments of tiny gradients. Without flushing, an MLP on MNIST trained 2.4x
-// slower at lr 0.003 and 7.5x slower at lr 0.1 than at lr 1e-5, for the
+// moments of tiny gradients. Without flushing, an MLP on MNIST stepped 2.6x
+// slower at lr 0.003 and 8.6x slower at lr 0.1 than at lr 1e-5, for the
 // same arithmetic (docs/BENCHMARKS.md, 2026-11-26). With FTZ (results
 // below FLT_MIN become 0) and DAZ (such inputs read as 0) every step costs
 // the same; only values below 1.2e-38 change, and results are still
